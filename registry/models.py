@@ -1,0 +1,81 @@
+"""Pydantic models of what the buckets hold; their JSON is the wire format.
+
+Serialised with `to_json`: sorted keys, no spaces, so equal values are equal bytes and
+"the value differs" is a byte comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def to_json(model: BaseModel) -> bytes:
+    """Byte-stable JSON of `model`."""
+    return json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class BucketAnswer(_Model):
+    """Values are read from a bucket.
+
+    `bucket` and the `parts` are text templates over the placeholder's fields; `key` is the
+    bucket's key shape; `name` splits the placeholder's name into fields. `read` says how the
+    value is taken: `value` is the JSON at the key; `plan` takes `plan.<kind>.<name>` from the
+    value at the key; `items` reads every key under the key's last field, in key order.
+    """
+
+    via: Literal["bucket"] = "bucket"
+    bucket: str
+    key: str
+    name: str = "<name>"
+    parts: dict[str, str] = Field(default_factory=dict)
+    read: Literal["value", "plan", "items"] = "value"
+
+
+class VerbAnswer(_Model):
+    """Values are asked on request/reply of `subject`; never stored in a bucket."""
+
+    via: Literal["verb"] = "verb"
+    subject: str
+    name: str = "<name>"
+
+
+Answer = Annotated[BucketAnswer | VerbAnswer, Field(discriminator="via")]
+
+
+class RegistryEntry(_Model):
+    """The value of `<kind>` in `mesh-provisioner_registry`."""
+
+    kind: str
+    domain: str
+    module: str
+    answer: Answer
+
+
+class NeedValue(_Model):
+    """The value of `<node>.<module>.<kind>.<name>` in `mesh-provisioner_needs`."""
+
+    placeholder: str
+    used_in: tuple[str, ...] = ()
+
+
+class AppliedValue(_Model):
+    """The value of `<node>.<module>` in `mesh-provisioner_applied`. Digests only, never a value."""
+
+    state: Literal["applied", "pending"]
+    digest: str | None = None
+    file: str | None = None
+    reasons: tuple[str, ...] = ()
+    action: dict[str, Any] | None = None
+
+
+class CollectValue(_Model):
+    """The value of `<node>.<collection>.<contributor>` in `mesh-provisioner_collect`."""
+
+    items: tuple[str, ...]

@@ -1,0 +1,37 @@
+"""snapshot and converge against a real nats-server."""
+
+from __future__ import annotations
+
+from registry.bus import Bus
+from registry.kv import converge, snapshot
+
+
+async def test_snapshot_of_an_empty_bucket_is_empty(bus: Bus) -> None:
+    await bus.js.create_key_value(bucket="empty", direct=True)
+    assert await snapshot(bus, "empty") == []
+
+
+async def test_snapshot_keeps_only_the_filtered_keys_and_latest_values(bus: Bus) -> None:
+    kv = await bus.js.create_key_value(bucket="b", direct=True)
+    for key, value in [("n1.a", b"1"), ("n1.a", b"2"), ("n2.a", b"3"), ("n1", b"4"), ("n10.a", b"5")]:
+        await kv.put(key, value)
+    items = await snapshot(bus, "b", ["n1", "n1.>"])
+    assert sorted((i.key, i.value) for i in items) == [("n1", b"4"), ("n1.a", b"2")]
+
+
+async def test_converge_writes_only_differences_and_deletes_the_rest(bus: Bus) -> None:
+    kv = await bus.js.create_key_value(bucket="c", direct=True)
+    first = await converge(bus, kv, "c", [], {"n1.a": b"1", "n1.b": b"2"})
+    assert sorted(first.written) == ["n1.a", "n1.b"]
+    current = await snapshot(bus, "c", ["n1.>"], include_deleted=True)
+    second = await converge(bus, kv, "c", current, {"n1.a": b"1", "n1.c": b"3"})
+    assert (second.written, second.deleted) == (["n1.c"], ["n1.b"])
+    sequence = (await kv.status()).stream_info.state.last_seq
+    current = await snapshot(bus, "c", ["n1.>"], include_deleted=True)
+    third = await converge(bus, kv, "c", current, {"n1.a": b"1", "n1.c": b"3"})
+    assert not third
+    assert (await kv.status()).stream_info.state.last_seq == sequence
+    current = await snapshot(bus, "c", ["n1.>"], include_deleted=True)
+    revived = await converge(bus, kv, "c", current, {"n1.a": b"1", "n1.b": b"again", "n1.c": b"3"})
+    assert revived.written == ["n1.b"]
+    assert (await kv.get("n1.b")).value == b"again"
