@@ -123,7 +123,7 @@ async def connect(options: BusOptions) -> AsyncIterator[Bus]:
         log.warning("nats connection lost; reconnecting")
 
     async def on_reconnected() -> None:
-        log.info("nats connection recovered to %s", holder[0].nc.connected_url.netloc if holder else "?")
+        log.info("nats connection recovered to %s", _server_of(holder[0].nc) if holder else "?")
 
     try:
         nc = await nats.connect(
@@ -149,12 +149,17 @@ async def connect(options: BusOptions) -> AsyncIterator[Bus]:
         raise BusError(f"connect to {', '.join(options.servers)}", _describe(err)) from None
     bus = Bus(nc, options)
     holder.append(bus)
-    log.info("connected to nats at %s as %s", nc.connected_url.netloc, options.name)
+    log.info("connected to nats at %s as %s", _server_of(nc), options.name)
     try:
         yield bus
     finally:
         with anyio.move_on_after(options.drain_timeout.total_seconds(), shield=True):
             await _close(nc)
+
+
+def _server_of(nc: Client) -> str:
+    url = nc.connected_url
+    return url.netloc if url is not None else "?"
 
 
 async def _close(nc: Client) -> None:

@@ -77,15 +77,21 @@ BUILT_IN: Mapping[str, Domain] = {
     "vault-secrets": Domain(module="mesh-vault", kinds=("secret",), verb="mesh-vault.secret"),
     "vault-consumers": Domain(module="mesh-vault", kinds=("consumers",), verb="mesh-vault.consumers"),
     "bound": Domain(
-        module="<provider>", kinds=("bound",), bucket="<provider>_bound", key="<node>.<module>.<provision>[.<local>]",
+        module="<provider>",
+        kinds=("bound",),
+        bucket="<provider>_bound",
+        key="<node>.<module>.<provision>[.<local>]",
         name="<provider>:<provision>[:<local>]",
-    ),  # fmt: skip
+    ),
     "collected": _collections(("collected",), "<collection>", {}),
     "collections": _collections(("shell", "environment", "contribution"), "<name>", {"collection": "<kind>:<name>"}),
     "placement": Domain(
-        module="mesh-controller", kinds=("dir", "access", "port", "seat", "machine"),
-        bucket="mesh-controller_assignments", key="<node>.<module>", read="plan",
-    ),  # fmt: skip
+        module="mesh-controller",
+        kinds=("dir", "access", "port", "seat", "machine"),
+        bucket="mesh-controller_assignments",
+        key="<node>.<module>",
+        read="plan",
+    ),
 }
 
 
@@ -129,7 +135,9 @@ def check_catalogue(domains: Mapping[str, Domain], *, source: str) -> None:
     for name, domain in domains.items():
         for kind in domain.kinds:
             if kind in owner:
-                raise CatalogueError(source, f"kind {kind!r} is answered by {owner[kind]!r} too", domain=name, field="kinds")
+                raise CatalogueError(
+                    source, f"kind {kind!r} is answered by {owner[kind]!r} too", domain=name, field="kinds"
+                )
             owner[kind] = name
         _check_templates(source, name, domain)
 

@@ -65,7 +65,7 @@ async def snapshot(
         sub = await bus.nc.subscribe(inbox, cb=on_message)
         try:
             info = await bus.js.add_consumer(f"KV_{bucket}", config=_listing_config(bucket, filters, inbox))
-            if info.num_pending == 0 and info.delivered.consumer_seq == 0:
+            if info.num_pending == 0 and (info.delivered is None or info.delivered.consumer_seq == 0):
                 listing.done.set()
             await _wait(bus, listing, operation)
         finally:
@@ -116,7 +116,7 @@ async def _receive(bus: Bus, listing: _Listing, msg: Msg) -> None:
         listing.done.set()
         return
     listing.consumer_seq = consumer_seq
-    deleted = bool(headers) and headers.get(_KV_OPERATION) in _REMOVED  # type: ignore[union-attr]
+    deleted = headers is not None and headers.get(_KV_OPERATION) in _REMOVED
     listing.items.append(KvItem(msg.subject[listing.prefix_length :], msg.data, stream_seq, deleted))
     if pending == 0:
         listing.done.set()

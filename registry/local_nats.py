@@ -62,9 +62,7 @@ async def local_nats(
     state_dir: Path, extra_config: str = "", *, port: int = -1, ready_timeout: float = 20.0
 ) -> AsyncIterator[LocalNats]:
     """Runs nats-server with its data and config under `state_dir` until the block exits."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    config = state_dir / "nats-server.conf"
-    config.write_text(server_config(state_dir / "jetstream", extra_config, port=port))
+    config = _write_config(state_dir, server_config(state_dir / "jetstream", extra_config, port=port))
     command = [nats_server_binary(), "-c", str(config)]
     async with await anyio.open_process(command, stdin=None) as process, anyio.create_task_group() as tg:
         assert process.stderr is not None
@@ -80,6 +78,13 @@ async def local_nats(
         finally:
             tg.cancel_scope.cancel()
             await _stop(process)
+
+
+def _write_config(state_dir: Path, text: str) -> Path:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    config = state_dir / "nats-server.conf"
+    config.write_text(text)
+    return config
 
 
 async def _until_ready(lines: TextReceiveStream) -> tuple[str, int]:

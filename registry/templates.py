@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from registry.errors import TemplateError
 
 _FIELD = re.compile(r"<([a-z][a-z0-9_-]*)>")
-_NAME_PATTERN = re.compile(r"^(?P<required><[a-z][a-z0-9_-]*>(?::<[a-z][a-z0-9_-]*>)*)(?:\[:(?P<optional><[a-z][a-z0-9_-]*>)\])?$")
+_NAME_PATTERN = re.compile(
+    r"^(?P<required><[a-z][a-z0-9_-]*>(?::<[a-z][a-z0-9_-]*>)*)(?:\[:(?P<optional><[a-z][a-z0-9_-]*>)\])?$"
+)
 
 
 def fields_of(template: str) -> tuple[str, ...]:
