@@ -1,0 +1,47 @@
+"""The errors of the node client.
+
+    ClientError
+    ├── ForeignKeyError     a key outside `<node>.>` of this node, refused before the bus
+    ├── ManifestError       a manifest that cannot be read, naming the file and what is wrong
+    ├── MaterializeError    an env file that cannot be written or is not the client's to write
+    └── SettingsError       settings that cannot be read, naming the setting
+
+Bus failures are `registry.bus.BusError`; the CLI catches both bases at its edge.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ClientError(Exception):
+    """Base of every error the node client raises."""
+
+
+class ForeignKeyError(ClientError):
+    def __init__(self, bucket: str, key: str, node: str) -> None:
+        self.bucket = bucket
+        self.key = key
+        self.node = node
+        super().__init__(f"refused to write {bucket} key {key!r}: it is outside this node's keys ({node!r})")
+
+
+class ManifestError(ClientError):
+    def __init__(self, path: Path, reason: str, *, module: str | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        self.module = module
+        super().__init__(f"manifest {path}: {reason}")
+
+
+class MaterializeError(ClientError):
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"env file {path}: {reason}")
+
+
+class SettingsError(ClientError):
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"settings: {reason}")

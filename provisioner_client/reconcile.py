@@ -1,0 +1,215 @@
+"""One reconcile: manifests in, needs, collect, env files and applied out.
+
+In order: read the manifests; converge this node's needs (`<node>.<module>.<kind>.<name>`) and
+contributions (`<node>.<collection>.<module>`); read the registry; resolve each module's
+placeholders and materialize its env file, or leave the module pending with every reason and its
+previous file as it was (never a partial file); run the change action of each module whose file
+changed; converge `applied` (`<node>.<module>`: state, digest, reasons, action outcome); remove
+the env files of modules no longer declared.
+
+Every write goes through `NodeScope.converge`, so nothing changes when nothing differs: a second
+reconcile makes zero KV writes and rewrites no file. A module whose manifest cannot be read but
+whose name can be told is held: its keys and file stay as they were, its `applied` says why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from provisioner_client.action import ActionRecord, run_action
+from provisioner_client.envfile import EnvFolder, render
+from provisioner_client.errors import ManifestError, MaterializeError
+from provisioner_client.manifest import LoadedManifest, Manifests, load_manifests
+from provisioner_client.resolve import Pending, Resolver, Source, read_registry
+from provisioner_client.scope import NodeScope
+from registry import buckets
+from registry.bus import Bus
+from registry.errors import RegistryError
+from registry.kv import Changes, KvItem
+from registry.models import AppliedValue, CollectValue, NeedValue, to_json
+from registry.placeholders import substitute
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClientPlan:
+    """What one node's client reconciles: settings passed down from `main()`."""
+
+    node: str
+    manifests: Path
+    materialize: Path
+    verb_timeout: timedelta = timedelta(seconds=5)
+
+
+@dataclass(frozen=True)
+class ModuleReport:
+    module: str
+    applied: AppliedValue
+    written: bool = False
+
+    @property
+    def action(self) -> ActionRecord | None:
+        return ActionRecord.model_validate(self.applied.action) if self.applied.action else None
+
+
+@dataclass
+class Report:
+    """What a reconcile found and did."""
+
+    node: str
+    modules: dict[str, ModuleReport] = field(default_factory=dict)
+    manifest_errors: list[ManifestError] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)
+    writes: dict[str, Changes] = field(default_factory=dict)
+    sources: set[Source] = field(default_factory=set)
+    asked_verbs: bool = False
+    actions_run: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every module applied, every manifest read, every action that ran succeeded."""
+        modules_ok = all(m.applied.state == "applied" for m in self.modules.values())
+        actions = [self.modules[m].action for m in self.actions_run]
+        return modules_ok and all(a is None or a.ok for a in actions) and not self.manifest_errors
+
+
+async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
+    scope = NodeScope(plan.node)
+    manifests = load_manifests(plan.manifests)
+    for error in manifests.errors:
+        log.error("%s", error)
+    report = Report(plan.node, manifest_errors=list(manifests.errors))
+    current = {b.name: await scope.read(bus, b.name) for b in (buckets.NEEDS, buckets.COLLECT, buckets.APPLIED)}
+    await _converge(
+        bus, scope, report, buckets.NEEDS.name, current=current, desired=_needs(plan.node, manifests, current)
+    )
+    await _converge(
+        bus, scope, report, buckets.COLLECT.name, current=current, desired=_collect(plan.node, manifests, current)
+    )
+    resolver = Resolver(bus, await read_registry(bus), node=plan.node, verb_timeout=plan.verb_timeout)
+    folder = EnvFolder(plan.materialize)
+    previous = _applied_by_module(current[buckets.APPLIED.name])
+    for module, loaded in sorted(manifests.modules.items()):
+        report.modules[module] = await _apply(resolver, folder, loaded, previous.get(module), report)
+    for module, error in sorted(manifests.held.items()):
+        report.modules[module] = _held(folder, module, error, previous.get(module))
+    applied = {
+        buckets.APPLIED.shape.build(node=plan.node, module=m): to_json(r.applied) for m, r in report.modules.items()
+    }
+    await _converge(bus, scope, report, buckets.APPLIED.name, current=current, desired=applied)
+    report.removed = folder.remove_except(set(report.modules))
+    report.sources = resolver.sources
+    report.asked_verbs = resolver.asked_verbs
+    return report
+
+
+async def _converge(
+    bus: Bus, scope: NodeScope, report: Report, bucket: str, *, current: Mapping[str, Sequence[KvItem]],
+    desired: Mapping[str, bytes],
+) -> None:  # fmt: skip
+    with bus.translate_errors(f"bind {bucket}"):
+        kv = await bus.js.key_value(bucket)
+    changes = await scope.converge(bus, kv, bucket, current[bucket], desired)
+    report.writes[bucket] = changes
+    if changes:
+        log.info("node %s: %s %s", scope.node, bucket, changes.summary())
+
+
+def _needs(node: str, manifests: Manifests, current: Mapping[str, Sequence[KvItem]]) -> dict[str, bytes]:
+    shape = buckets.NEEDS.shape
+    desired = _kept(current[buckets.NEEDS.name], shape.parse, "module", set(manifests.held))
+    for module, loaded in manifests.modules.items():
+        for placeholder, used_in in loaded.manifest.placeholders().items():
+            key = shape.build(node=node, module=module, kind=placeholder.kind, name=placeholder.name)
+            desired[key] = to_json(NeedValue(placeholder=str(placeholder), used_in=used_in))
+    return desired
+
+
+def _collect(node: str, manifests: Manifests, current: Mapping[str, Sequence[KvItem]]) -> dict[str, bytes]:
+    shape = buckets.COLLECT.shape
+    desired = _kept(current[buckets.COLLECT.name], shape.parse, "contributor", set(manifests.held))
+    for module, loaded in manifests.modules.items():
+        for collection, items in loaded.manifest.contributes.items():
+            key = shape.build(node=node, collection=collection, contributor=module)
+            desired[key] = to_json(CollectValue(items=items))
+    return desired
+
+
+def _kept(
+    current: Sequence[KvItem], parse: Callable[[str], dict[str, str]], field_name: str, held: set[str]
+) -> dict[str, bytes]:
+    """The current keys of held modules, unchanged."""
+    kept = {}
+    for item in current:
+        if item.deleted:
+            continue
+        try:
+            owner = parse(item.key)[field_name]
+        except RegistryError:
+            continue
+        if owner in held:
+            kept[item.key] = item.value
+    return kept
+
+
+def _applied_by_module(current: Sequence[KvItem]) -> dict[str, AppliedValue]:
+    found = {}
+    for item in current:
+        if item.deleted:
+            continue
+        try:
+            module = buckets.APPLIED.shape.parse(item.key)["module"]
+            found[module] = AppliedValue.model_validate_json(item.value)
+        except (RegistryError, ValidationError):
+            log.warning("ignored %s key %r: not an applied value", buckets.APPLIED.name, item.key)
+    return found
+
+
+async def _apply(
+    resolver: Resolver, folder: EnvFolder, loaded: LoadedManifest, previous: AppliedValue | None, report: Report
+) -> ModuleReport:
+    module, manifest = loaded.module, loaded.manifest
+    values: dict[str, str] = {}
+    reasons = []
+    for placeholder in manifest.placeholders():
+        try:
+            values[str(placeholder)] = await resolver.resolve(module, placeholder)
+        except Pending as pending:
+            reasons.append(f"{placeholder}: {pending.reason}")
+    old_action = previous.action if previous else None
+    if reasons:
+        return _pending(folder, module, reasons, old_action)
+    env = {name: substitute(text, lambda p: values[str(p)]) for name, text in manifest.env.items()}
+    try:
+        done = folder.materialize(module, render(module, env))
+    except MaterializeError as err:
+        return _pending(folder, module, [str(err)], old_action)
+    finally:
+        values.clear()
+        env.clear()
+    action = old_action
+    if manifest.on_change is not None and (old_action is None or old_action.get("digest") != done.digest):
+        record = await run_action(module, manifest.on_change, done.digest)
+        action = record.model_dump(mode="json")
+        report.actions_run.append(module)
+    applied = AppliedValue(state="applied", digest=done.digest, file=str(done.path), action=action)
+    return ModuleReport(module, applied, written=done.written)
+
+
+def _pending(folder: EnvFolder, module: str, reasons: list[str], action: dict[str, object] | None) -> ModuleReport:
+    log.warning("module %s is pending: %s", module, "; ".join(reasons))
+    on_disk = folder.digest_on_disk(module)
+    file = str(folder.path_of(module)) if on_disk else None
+    return ModuleReport(module, AppliedValue(state="pending", digest=on_disk, file=file, reasons=tuple(reasons),
+                                             action=action))  # fmt: skip
+
+
+def _held(folder: EnvFolder, module: str, error: ManifestError, previous: AppliedValue | None) -> ModuleReport:
+    return _pending(folder, module, [str(error)], previous.action if previous else None)
