@@ -64,3 +64,69 @@ async def test_every_kind_resolves_into_an_env_file_of_mode_0600(domains: StandI
         "node-1.shell=3Azsh=3Anormal.tools", "node-1.environment=3Aapp.postgres",
         "node-1.contribution=3Amotd.postgres",
     }  # fmt: skip
+
+
+async def stream_sequences(bus: Bus) -> dict[str, int]:
+    return {info.config.name: info.state.last_seq for info in await bus.js.streams_info() if info.config.name}
+
+
+def file_stamps(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+async def test_a_second_reconcile_with_nothing_changed_writes_nothing(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    await reconcile(bus, plan)
+    sequences, stamps = await stream_sequences(bus), file_stamps(plan.materialize)
+    again = await reconcile(bus, plan)
+    assert again.ok
+    assert not any(again.writes.values())
+    assert not any(m.written for m in again.modules.values())
+    assert again.actions_run == []
+    assert await stream_sequences(bus) == sequences
+    assert file_stamps(plan.materialize) == stamps
+
+
+async def test_an_edited_env_file_and_a_changed_mode_are_put_back(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    await reconcile(bus, plan)
+    app, postgres = plan.materialize / "app.env", plan.materialize / "postgres.env"
+    original_app, original_postgres = app.read_bytes(), postgres.read_bytes()
+    app.write_text("LOG_LEVEL=debug\n")
+    postgres.chmod(0o644)
+    report = await reconcile(bus, plan)
+    assert (report.modules["app"].written, report.modules["postgres"].written) == (True, True)
+    assert app.read_bytes() == original_app
+    assert postgres.read_bytes() == original_postgres
+    assert stat.S_IMODE(postgres.stat().st_mode) == 0o600
+    assert report.actions_run == [], "putting back the same content is no change"
+
+
+async def test_removing_a_module_removes_its_keys_and_file_and_nothing_else(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    await reconcile(bus, plan)
+    foreign = plan.materialize / "handmade.env"
+    foreign.write_text("MINE=1\n")
+    other_node = await bus.js.key_value(buckets.NEEDS.name)
+    await other_node.put("node-2.tools.config.x", b"{}")
+    before = {b.name: {i.key for i in await snapshot(bus, b.name)} for b in buckets.OWN}
+    (plan.manifests / "postgres.json").unlink()
+    report = await reconcile(bus, plan)
+    after = {b.name: {i.key for i in await snapshot(bus, b.name)} for b in buckets.OWN}
+    gone = {name: before[name] - after[name] for name in before}
+    assert gone[buckets.NEEDS.name] == {
+        "node-1.postgres.consumers.db", "node-1.postgres.dir.data", "node-1.postgres.port.postgres"
+    }  # fmt: skip
+    assert gone[buckets.APPLIED.name] == {"node-1.postgres"}
+    assert gone[buckets.COLLECT.name] == {
+        "node-1.app-plugins.postgres", "node-1.environment=3Aapp.postgres", "node-1.contribution=3Amotd.postgres"
+    }  # fmt: skip
+    assert gone[buckets.REGISTRY.name] == set()
+    assert all(after[name] <= before[name] for name in before)
+    assert report.removed == [plan.materialize / "postgres.env"]
+    assert sorted(p.name for p in plan.materialize.glob("*.env")) == ["app.env", "handmade.env", "tools.env"]
+    assert foreign.read_text() == "MINE=1\n"
+    assert "node-2.tools.config.x" in after[buckets.NEEDS.name]
