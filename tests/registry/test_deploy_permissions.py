@@ -19,7 +19,7 @@ from nats import micro
 from nats.micro.request import Request
 from pydantic import SecretStr
 
-from registry import buckets
+from registry import buckets, keys
 from registry.bus import Bus, BusError, BusOptions, PermissionDenied, connect
 from registry.catalogue import load_catalogue
 from registry.compile import registry_values
@@ -28,12 +28,12 @@ from registry.local_nats import LocalNats, local_nats
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PASSWORDS = {
-    "sys": "NATS_SYS_PASSWORD",
-    "mesh-provisioner": "MESH_PROVISIONER_PASSWORD",
-    "n1": "MESH_NODE_N1_PASSWORD",
-    "n2": "MESH_NODE_N2_PASSWORD",
-    "operator": "MESH_OPERATOR_PASSWORD",
-    "postgres": "MESH_PROVIDER_POSTGRES_PASSWORD",
+    "sys": "PASSWORD_SYS",
+    "mesh-provisioner": "PASSWORD_MESH_PROVISIONER",
+    "n1": "PASSWORD_N1",
+    "n2": "PASSWORD_N2",
+    "operator": "PASSWORD_OPERATOR",
+    "postgres": "PASSWORD_POSTGRES",
 }
 NEEDS = buckets.NEEDS.name
 REGISTRY = buckets.REGISTRY.name
@@ -129,10 +129,14 @@ async def test_a_node_writes_lists_and_gets_its_own_keys(as_user: Connect, provi
         del desired["n1.web.secret.db"]
         assert (await converge(bus, kv, NEEDS, listed, desired)).deleted == ["n1.web.secret.db"]
         assert (await kv.get("n1.web.config.x")).value == A_NEED
-        for bucket in (buckets.APPLIED.name, buckets.COLLECT.name):
-            own = await bus.js.key_value(bucket)
-            await own.put("n1.web", b"{}")
-            assert [item.key for item in await snapshot(bus, bucket, ["n1.>"])] == ["n1.web"]
+        applied = await bus.js.key_value(buckets.APPLIED.name)
+        await applied.put("n1.web", b"{}")
+        assert [item.key for item in await snapshot(bus, buckets.APPLIED.name, ["n1.>"])] == ["n1.web"]
+        collect = await bus.js.key_value(buckets.COLLECT.name)
+        contribution = keys.COLLECT.build(node="n1", collection="shell:zsh", contributor="web")
+        await collect.put(contribution, b'{"items":["x"]}')
+        one_collection = contribution.rsplit(".", 1)[0] + ".*"  # a wildcard inside the granted n1.>
+        assert [item.key for item in await snapshot(bus, buckets.COLLECT.name, [one_collection])] == [contribution]
         assert bus.recent_denial(0) is None
 
 
