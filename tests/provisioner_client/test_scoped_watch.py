@@ -1,0 +1,57 @@
+"""registry.watch.scoped_watch against a real nats-server: scoped, resumable, retrying."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import anyio
+
+from registry.bus import Bus
+from registry.watch import ScopedWatch, WatchEvent, scoped_watch
+
+FAST = {"heartbeat": timedelta(seconds=0.5), "retry_max": timedelta(seconds=0.5)}
+
+
+async def next_events(watch: ScopedWatch, count: int) -> list[tuple[str, bytes, bool]]:
+    events: list[WatchEvent] = []
+    with anyio.fail_after(10):
+        while len(events) < count:
+            events.append(await anext(watch))
+    return [(e.key, e.value, e.deleted) for e in events]
+
+
+async def test_it_sends_current_values_then_changes_of_its_own_keys_only(bus: Bus) -> None:
+    kv = await bus.js.create_key_value(bucket="w", direct=True)
+    await kv.put("n1.a", b"1")
+    await kv.put("n1.b", b"2")
+    await kv.delete("n1.b")
+    await kv.put("n2.a", b"other")
+    async with scoped_watch(bus, "w", "n1.>", **FAST) as watch:
+        assert await next_events(watch, 2) == [("n1.a", b"1", False), ("n1.b", b"", True)]
+        await kv.put("n2.a", b"not mine")
+        await kv.put("n1.c", b"3")
+        assert await next_events(watch, 1) == [("n1.c", b"3", False)]
+
+
+async def test_a_lost_consumer_is_recreated_under_a_new_name_without_losing_a_change(bus: Bus) -> None:
+    kv = await bus.js.create_key_value(bucket="w", direct=True)
+    await kv.put("n1.a", b"1")
+    async with scoped_watch(bus, "w", "n1.>", **FAST) as watch:
+        assert await next_events(watch, 1) == [("n1.a", b"1", False)]
+        first = watch.consumer_name
+        assert first is not None
+        await bus.js.delete_consumer("KV_w", first)
+        await kv.put("n1.a", b"2")
+        await kv.put("n1.b", b"3")
+        assert await next_events(watch, 2) == [("n1.a", b"2", False), ("n1.b", b"3", False)]
+        assert watch.consumer_name not in (None, first)
+        assert watch.resets == 1
+        await kv.put("n1.a", b"4")
+        assert await next_events(watch, 1) == [("n1.a", b"4", False)]
+
+
+async def test_a_bucket_created_later_is_watched_once_it_exists(bus: Bus) -> None:
+    async with scoped_watch(bus, "late", "k", **FAST) as watch:
+        kv = await bus.js.create_key_value(bucket="late", direct=True)
+        await kv.put("k", b"v")
+        assert await next_events(watch, 1) == [("k", b"v", False)]
