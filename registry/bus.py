@@ -120,6 +120,8 @@ async def connect(options: BusOptions) -> AsyncIterator[Bus]:
         log.warning("nats error: %s", text)
 
     async def on_disconnected() -> None:
+        if holder and holder[0].nc.is_closed:
+            return  # nats-py calls this on a close we asked for too: that is no loss
         log.warning("nats connection lost; reconnecting")
 
     async def on_reconnected() -> None:

@@ -64,7 +64,11 @@ async def local_nats(
     """Runs nats-server with its data and config under `state_dir` until the block exits."""
     config = _write_config(state_dir, server_config(state_dir / "jetstream", extra_config, port=port))
     command = [nats_server_binary(), "-c", str(config)]
-    async with await anyio.open_process(command, stdin=None) as process, anyio.create_task_group() as tg:
+    # its own session: a Ctrl-C at the terminal must not stop it before its clients have drained
+    async with (
+        await anyio.open_process(command, stdin=None, start_new_session=True) as process,
+        anyio.create_task_group() as tg,
+    ):
         assert process.stderr is not None
         lines = TextReceiveStream(process.stderr)
         try:
