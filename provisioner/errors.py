@@ -1,0 +1,55 @@
+"""The errors of the server package.
+
+    ProvisionerError
+    ├── SettingsError       a setting (flag, environment variable or config file) that is wrong
+    ├── RequestError        a verb request answered with a service error; carries its code
+    │   ├── CursorGone      a paging cursor that is unknown or expired (410)
+    │   └── Unavailable     the buckets could not be read just now (503)
+    └── VerbError           the verb answered our own request with a service error (query side)
+
+Errors of the shared library (`registry.errors.RegistryError`, `registry.bus.BusError`) pass
+through unchanged; the CLI catches both bases at its edge.
+"""
+
+from __future__ import annotations
+
+
+class ProvisionerError(Exception):
+    """Base of every error the server package raises."""
+
+
+class SettingsError(ProvisionerError):
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source}: {reason}")
+
+
+class RequestError(ProvisionerError):
+    """A request answered with a service error: `code` and `reason` go to the error headers."""
+
+    code = "400"
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class CursorGone(RequestError):
+    code = "410"
+
+    def __init__(self) -> None:
+        super().__init__("cursor unknown or expired; restart the listing without 'cursor'")
+
+
+class Unavailable(RequestError):
+    code = "503"
+
+
+class VerbError(ProvisionerError):
+    """The verb answered with a service error; raised by `provisioner.query`."""
+
+    def __init__(self, code: str, description: str) -> None:
+        self.code = code
+        self.description = description
+        super().__init__(f"the verb answered {code}: {description}")

@@ -1,0 +1,98 @@
+"""The running server: one task group owning the registry compile and the verb service.
+
+    async with connect(...)            reconnects forever; drained last
+      ensure the four buckets
+      compile the registry              at start (a failure here is fatal) ...
+      ├── every compile_interval        ... then as a task of the group
+      └── the verb service              until `stop` is set, then shut down in order
+
+`stop` is an `anyio.Event`: the CLI sets it on SIGTERM/SIGINT (`stop_on_signals`), tests and
+`dev` set it themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import anyio
+from anyio import CancelScope
+from anyio.abc import TaskStatus
+
+from provisioner.buckets import ensure_buckets
+from provisioner.paging import PageCache
+from provisioner.registry_sync import keep_registry_compiled
+from provisioner.service import verb_service
+from provisioner.settings import ServerSettings
+from registry import buckets
+from registry.bus import BusOptions, connect
+
+log = logging.getLogger(__name__)
+
+
+async def run_server(
+    *,
+    bus_options: BusOptions,
+    settings: ServerSettings,
+    stop: anyio.Event,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Runs the server until `stop` is set; reports ready once the verb is served."""
+    async with connect(bus_options) as bus:
+        kvs = await ensure_buckets(
+            bus,
+            replicas=settings.bucket_replicas,
+            storage=settings.bucket_storage,
+            history=settings.bucket_history,
+        )
+        cache = PageCache(
+            ttl=settings.cursor_ttl, max_listings=settings.max_cursors, max_bytes=settings.cursor_cache_bytes
+        )
+        async with anyio.create_task_group() as tasks:
+            compile_registry = partial(
+                keep_registry_compiled,
+                bus,
+                kvs[buckets.REGISTRY.name],
+                domains_file=settings.domains_file,
+                interval=settings.compile_interval,
+            )
+            await tasks.start(compile_registry)
+            async with verb_service(
+                bus,
+                cache=cache,
+                max_concurrent=settings.max_concurrent_requests,
+                max_waiting=settings.max_waiting_requests,
+                shutdown_timeout=settings.shutdown_timeout,
+            ):
+                task_status.started()
+                await stop.wait()
+                log.info("stopping")
+            tasks.cancel_scope.cancel()
+    log.info("stopped")
+
+
+async def stop_on_signals(
+    stop: anyio.Event, force: CancelScope, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """The first SIGTERM or SIGINT sets `stop`; a second one cancels `force` at once."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async for received in signals:
+            name = signal.Signals(received).name
+            if not stop.is_set():
+                log.info("%s received: stopping (send it again to stop at once)", name)
+                stop.set()
+            else:
+                log.warning("%s received again: stopping at once", name)
+                force.cancel()
+
+
+async def until_signalled(body: Callable[[anyio.Event], Awaitable[None]]) -> None:
+    """Runs `body(stop)` with `stop` set by the first SIGTERM/SIGINT."""
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(stop_on_signals, stop, tasks.cancel_scope)
+        await body(stop)
+        tasks.cancel_scope.cancel()

@@ -1,0 +1,177 @@
+"""The verb as a NATS service (`nats.micro`): concurrency, the error contract, and shutdown.
+
+nats-py calls a micro handler one request at a time, so the handler only hands each request to a
+task of our own task group; at most `max_concurrent` are answered at once and `max_waiting` more
+wait for a slot, beyond which a request is answered 503 at once.
+
+Errors: a `RequestError` is answered with its code (400, 410, 503) in the `Nats-Service-Error-Code`
+header, its reason in `Nats-Service-Error` and `{"error": reason}` as the body. Anything else is
+logged with its traceback and answered 500 "internal error", never with its text.
+
+Shutdown, in this order: stop taking requests (the endpoint's subscription is drained, so a
+request already received is still handed over), wait for the requests in flight up to
+`shutdown_timeout`, then cancel the rest, each answered 503 "server stopping".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from importlib import metadata
+
+import anyio
+from anyio.abc import TaskGroup
+from nats import micro
+from nats.micro.request import Request
+from nats.micro.service import Service
+
+from provisioner.errors import RequestError
+from provisioner.paging import PageCache
+from provisioner.verb import answer
+from registry import buckets
+from registry.bus import Bus
+
+log = logging.getLogger(__name__)
+
+ENDPOINT = "provisioning"
+INTERNAL_ERROR = "internal error"
+STOPPING = "server stopping; retry"
+DESCRIPTION = "the mesh-provisioner registry and its read-only provisioning verb"
+
+
+def version() -> str:
+    try:
+        return metadata.version("mesh-provisioner")
+    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+        return "0.0.0"
+
+
+class InFlight:
+    """Counts requests handed to tasks; `idle()` waits until none is left."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        if self.count == 0:
+            self._idle = anyio.Event()
+        self.count += 1
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._idle.set()
+
+    async def idle(self) -> None:
+        await self._idle.wait()
+
+
+@asynccontextmanager
+async def verb_service(
+    bus: Bus,
+    *,
+    cache: PageCache,
+    max_concurrent: int = 32,
+    max_waiting: int = 1000,
+    shutdown_timeout: timedelta = timedelta(seconds=10),
+) -> AsyncIterator[Service]:
+    """The service `mesh-provisioner` answering the verb until the block exits, then shut down in order.
+
+    On a normal exit the requests in flight are answered first (up to `shutdown_timeout`); when the
+    block is left by an exception or a cancellation they are cancelled at once."""
+    limiter = anyio.CapacityLimiter(max_concurrent)
+    in_flight = InFlight()
+    async with anyio.create_task_group() as handlers:
+
+        async def on_request(request: Request) -> None:
+            if in_flight.count >= max_concurrent + max_waiting:
+                await _respond_error(request, "503", "too many requests waiting; retry shortly")
+                return
+            in_flight.enter()
+            handlers.start_soon(_handle, bus, cache, limiter, in_flight, request)
+
+        service = await micro.add_service(bus.nc, name=buckets.SEAT, version=version(), description=DESCRIPTION)
+        try:
+            await service.add_endpoint(name=ENDPOINT, subject=buckets.VERB_SUBJECT, handler=on_request)
+            log.info("serving %s as service %s %s", buckets.VERB_SUBJECT, buckets.SEAT, service.id)
+            yield service
+        except BaseException:
+            handlers.cancel_scope.cancel()
+            with anyio.move_on_after(shutdown_timeout.total_seconds(), shield=True):
+                await _stop_taking_requests(service)
+            raise
+        await _shut_down(service, handlers, in_flight, shutdown_timeout)
+
+
+async def _shut_down(service: Service, handlers: TaskGroup, in_flight: InFlight, deadline: timedelta) -> None:
+    started = time.monotonic()
+    with anyio.move_on_after(deadline.total_seconds(), shield=True):
+        await _stop_taking_requests(service)
+        log.info("stopped taking requests; waiting for %d in flight", in_flight.count)
+        await in_flight.idle()
+    if in_flight.count:
+        log.warning(
+            "shutdown: %d requests still in flight after %.1f s; cancelling them (answered 503)",
+            in_flight.count,
+            time.monotonic() - started,
+        )
+    handlers.cancel_scope.cancel()
+
+
+async def _stop_taking_requests(service: Service) -> None:
+    """Drains the endpoint's subscription, then stops the service's control subscriptions.
+
+    `Service.stop()` alone unsubscribes the endpoint, which drops requests nats-py has received but
+    not yet handed to the handler; draining first hands them over. This reaches into nats-py 2.16's
+    `Service._endpoints` and `Endpoint._subscription`: there is no public drain."""
+    for endpoint in service._endpoints:
+        subscription = endpoint._subscription
+        if subscription is not None:
+            await subscription.drain()
+    service._endpoints = []  # drained above; `stop()` would unsubscribe them again and fail
+    await service.stop()
+
+
+async def _handle(
+    bus: Bus, cache: PageCache, limiter: anyio.CapacityLimiter, in_flight: InFlight, request: Request
+) -> None:
+    started = time.perf_counter()
+    try:
+        async with limiter:
+            page = await answer(bus, request.data, cache)
+        await _respond(request, page)
+        log.debug("answered %d bytes in %.1f ms", len(page), (time.perf_counter() - started) * 1000)
+    except RequestError as err:
+        log.info("request refused (%s): %s", err.code, err.reason)
+        await _respond_error(request, err.code, err.reason)
+    except anyio.get_cancelled_exc_class():
+        with anyio.move_on_after(1, shield=True):
+            await _respond_error(request, "503", STOPPING)
+        raise
+    except Exception:
+        log.exception("request failed unexpectedly; answered 500")
+        await _respond_error(request, "500", INTERNAL_ERROR)
+    finally:
+        in_flight.leave()
+
+
+async def _respond(request: Request, data: bytes) -> None:
+    try:
+        await request.respond(data)
+    except Exception as err:  # a closed connection or a request without a reply subject
+        log.warning("could not answer a request: %s", err)
+
+
+async def _respond_error(request: Request, code: str, reason: str) -> None:
+    description = " ".join(reason.split())  # a header value holds no line breaks
+    body = json.dumps({"error": reason}).encode()
+    try:
+        await request.respond_error(code, description, data=body)
+    except Exception as err:  # a closed connection or a request without a reply subject
+        log.warning("could not answer a request with error %s: %s", code, err)
