@@ -1,0 +1,168 @@
+"""Watch mode: reconcile at start and again whenever something it depends on changes.
+
+- The registry and every bucket key or listing a reconcile read from are followed with
+  `registry.watch.scoped_watch` (one filter each, so they can be granted per node).
+- Manifests are polled (name, inode, mtime, size of each `*.json`): they are replaced atomically,
+  and a watch on a path stops seeing a file once it is renamed over.
+- Verb-answered values (secrets) are re-asked on a refresh interval; the env file changes only
+  when the digest of what it would hold differs.
+
+Any change wakes the loop; it waits out a short debounce, then runs one full reconcile (cheap when
+nothing changed: zero writes). A reconcile that fails because the bus is away is retried with
+exponential backoff. Stopping is cancelling the task group the loop runs in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from provisioner_client.errors import ClientError
+from provisioner_client.manifest import manifest_files
+from provisioner_client.reconcile import ClientPlan, Report, reconcile
+from provisioner_client.resolve import Source
+from registry.bus import Bus, BusError
+from registry.watch import scoped_watch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WatchTiming:
+    debounce: timedelta = timedelta(seconds=0.5)
+    refresh: timedelta = timedelta(minutes=5)
+    poll: timedelta = timedelta(seconds=2)
+    backoff_max: timedelta = timedelta(seconds=30)
+    heartbeat: timedelta = timedelta(seconds=2)
+
+
+class Trigger:
+    """Wakes the loop; remembers why, for the log."""
+
+    def __init__(self) -> None:
+        self._reasons: set[str] = set()
+        self._event = anyio.Event()
+
+    def pull(self, reason: str) -> None:
+        self._reasons.add(reason)
+        self._event.set()
+
+    async def wait(self, debounce: timedelta) -> set[str]:
+        await self._event.wait()
+        await anyio.sleep(debounce.total_seconds())
+        reasons, self._reasons = self._reasons, set()
+        self._event = anyio.Event()
+        return reasons
+
+
+class _Followers:
+    """One scoped watch per source a reconcile read from; each change pulls the trigger."""
+
+    def __init__(self, bus: Bus, tg: TaskGroup, trigger: Trigger, timing: WatchTiming) -> None:
+        self._bus = bus
+        self._tg = tg
+        self._trigger = trigger
+        self._timing = timing
+        self._scopes: dict[Source, anyio.CancelScope] = {}
+
+    def follow(self, sources: set[Source]) -> None:
+        for gone in set(self._scopes) - sources:
+            self._scopes.pop(gone).cancel()
+        for source in sorted(sources - set(self._scopes)):
+            scope = self._scopes[source] = anyio.CancelScope()
+            self._tg.start_soon(self._follow, source, scope)
+
+    async def _follow(self, source: Source, scope: anyio.CancelScope) -> None:
+        with scope:
+            async with scoped_watch(self._bus, source.bucket, source.filter, heartbeat=self._timing.heartbeat,
+                                    retry_max=self._timing.backoff_max) as watch:  # fmt: skip
+                async for event in watch:
+                    self._trigger.pull(f"{source.bucket} {event.key}")
+
+
+async def watch(
+    bus: Bus, plan: ClientPlan, timing: WatchTiming, *, on_report: Callable[[Report], None] | None = None,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:  # fmt: skip
+    """Reconciles until cancelled; ready after the first reconcile that reached the bus."""
+    trigger = Trigger()
+    trigger.pull("start")
+    async with anyio.create_task_group() as tg:
+        followers = _Followers(bus, tg, trigger, timing)
+        tg.start_soon(_poll_manifests, plan.manifests, trigger, timing.poll)
+        tg.start_soon(_refresh, trigger, timing.refresh)
+        backoff = _Backoff(timing.backoff_max)
+        started = False
+        while True:
+            reasons = await trigger.wait(timing.debounce)
+            log.debug("reconciling for %s", ", ".join(sorted(reasons)))
+            try:
+                report = await reconcile(bus, plan)
+            except (BusError, ClientError) as err:
+                delay = backoff.next()
+                log.warning("reconcile failed: %s; retrying in %.1f s", err, delay)
+                await anyio.sleep(delay)
+                trigger.pull("retry")
+                continue
+            backoff.reset()
+            followers.follow(report.sources)
+            _log_report(report)
+            if on_report is not None:
+                on_report(report)
+            if not started:
+                task_status.started()
+                started = True
+
+
+class _Backoff:
+    def __init__(self, limit: timedelta) -> None:
+        self._limit = limit.total_seconds()
+        self._delay = 0.5
+
+    def next(self) -> float:
+        delay, self._delay = self._delay, min(self._delay * 2, self._limit)
+        return min(delay, self._limit)
+
+    def reset(self) -> None:
+        self._delay = 0.5
+
+
+def _log_report(report: Report) -> None:
+    pending = sorted(m for m, r in report.modules.items() if r.applied.state == "pending")
+    written = sorted(m for m, r in report.modules.items() if r.written)
+    if written or pending or any(report.writes.values()) or report.removed:
+        log.info("node %s reconciled: %d modules, written %s, pending %s", report.node, len(report.modules),
+                 ", ".join(written) or "none", ", ".join(pending) or "none")  # fmt: skip
+
+
+def manifests_fingerprint(folder: Path) -> tuple[tuple[str, int, int, int], ...]:
+    found = []
+    for path in manifest_files(folder) if folder.is_dir() else []:
+        try:
+            status = path.stat()
+        except OSError:
+            continue
+        found.append((path.name, status.st_ino, status.st_mtime_ns, status.st_size))
+    return tuple(found)
+
+
+async def _poll_manifests(folder: Path, trigger: Trigger, every: timedelta) -> None:
+    seen = manifests_fingerprint(folder)
+    while True:
+        await anyio.sleep(every.total_seconds())
+        now = manifests_fingerprint(folder)
+        if now != seen:
+            seen = now
+            trigger.pull("manifests changed")
+
+
+async def _refresh(trigger: Trigger, every: timedelta) -> None:
+    while True:
+        await anyio.sleep(every.total_seconds())
+        trigger.pull("refresh of verb-answered values")

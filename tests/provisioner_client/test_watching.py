@@ -1,0 +1,82 @@
+"""Watch mode: each kind of change is materialized within a bounded time."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from datetime import timedelta
+
+import anyio
+
+from provisioner_client.reconcile import ClientPlan, Report
+from provisioner_client.standins import StandIns
+from provisioner_client.watching import WatchTiming, watch
+from registry import buckets
+from registry.bus import Bus
+from registry.models import BucketAnswer, RegistryEntry, to_json
+
+from .test_reconcile import sh_env
+
+TIMING = WatchTiming(
+    debounce=timedelta(seconds=0.1), refresh=timedelta(seconds=1), poll=timedelta(seconds=0.2),
+    backoff_max=timedelta(seconds=1), heartbeat=timedelta(seconds=0.5),
+)  # fmt: skip
+BOUND = 10.0
+
+
+class Reports:
+    """Every report of the watch loop; `until` waits for reconciles until a check holds."""
+
+    def __init__(self) -> None:
+        self.all: list[Report] = []
+        self._event = anyio.Event()
+
+    def __call__(self, report: Report) -> None:
+        self.all.append(report)
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def until(self, check: Callable[[], bool], what: str) -> None:
+        with anyio.fail_after(BOUND):
+            while not check():
+                await self._event.wait()
+
+
+async def test_each_kind_of_change_is_materialized_within_a_bounded_time(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    app = plan.materialize / "app.env"
+    reports = Reports()
+
+    def app_env(name: str) -> str:
+        return sh_env(app).get(name, "")
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(lambda task_status: watch(bus, plan, TIMING, on_report=reports, task_status=task_status))
+        assert app_env("LOG_LEVEL") == "info"
+
+        await domains.config.put("log-level", b'"debug"')
+        await reports.until(lambda: app_env("LOG_LEVEL") == "debug", "a config value")
+
+        domains.vault.rotate("db-password", "rotated-password")
+        await reports.until(lambda: "rotated-password" in app_env("DATABASE_URL"), "a rotated secret")
+
+        other = await bus.js.create_key_value(bucket="mesh-config_other", direct=True)
+        await other.put("greeting", b'"hi"')
+        await other.put("log-level", b'"warning"')
+        registry = await bus.js.key_value(buckets.REGISTRY.name)
+        entry = RegistryEntry(kind="config", domain="config", module="mesh-config",
+                              answer=BucketAnswer(bucket="mesh-config_other", key="<name>"))  # fmt: skip
+        await registry.put("config", to_json(entry))
+        await reports.until(lambda: app_env("LOG_LEVEL") == "warning", "a registry change")
+
+        await other.put("log-level", b'"error"')
+        await reports.until(lambda: app_env("LOG_LEVEL") == "error", "a value of the bucket the registry now names")
+
+        replacement = plan.manifests / ".tools.json.tmp"
+        replacement.write_text(json.dumps({"module": "tools", "contributes": {"shell:zsh:normal": ["setopt nobeep"]}}))
+        os.replace(replacement, plan.manifests / "tools.json")
+        await reports.until(lambda: app_env("ZSH_SNIPPETS").endswith("\nsetopt nobeep"), "a manifest replaced")
+        tg.cancel_scope.cancel()
+    assert reports.all[-1].ok
