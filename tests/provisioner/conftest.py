@@ -1,0 +1,47 @@
+"""Fixtures for the server: run in-process against the test's own nats-server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import anyio
+import pytest
+from nats.js.kv import KeyValue
+
+from provisioner.server import run_server
+from provisioner.settings import ServerSettings
+from registry import buckets
+from registry.bus import Bus, BusOptions
+from registry.local_nats import LocalNats
+
+
+@asynccontextmanager
+async def serving(url: str, **settings: Any) -> AsyncIterator[None]:
+    """The server running against `url` for the block (ready when it starts), stopped cleanly after."""
+    stop = anyio.Event()
+    options = BusOptions(servers=(url,), name=buckets.SEAT)
+    run = partial(run_server, bus_options=options, settings=ServerSettings(**settings), stop=stop)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(run)
+        try:
+            yield
+        finally:
+            stop.set()
+
+
+@pytest.fixture
+async def server(nats_server: LocalNats) -> AsyncIterator[LocalNats]:
+    async with serving(nats_server.url):
+        yield nats_server
+
+
+async def bucket(bus: Bus, bucket: buckets.Bucket) -> KeyValue:
+    return await bus.js.key_value(bucket.name)
+
+
+async def put_all(kv: KeyValue, values: Mapping[str, bytes], *, validate_keys: bool = True) -> None:
+    for key, value in values.items():
+        await kv.put(key, value, validate_keys=validate_keys)

@@ -1,0 +1,186 @@
+"""The provisioning verb: each `what` and filter, malformed keys, bad requests (issue 2, item 5)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from nats.aio.msg import Msg
+
+from provisioner.errors import VerbError
+from provisioner.query import ERROR_CODE_HEADER, ERROR_HEADER, ask, request_raw
+from registry import buckets
+from registry.bus import Bus
+from registry.catalogue import KINDS
+from registry.local_nats import LocalNats
+from tests.provisioner.conftest import bucket, put_all
+
+NEED = b'{"placeholder":"${config:x}","used_in":["a.conf"]}'
+NEEDS = {
+    "n1.web.config.db=3Aurl": NEED,
+    "n1.web.secret.token": NEED,
+    "n1.cron.dir.state": NEED,
+    "n2.web.config.db=3Aurl": NEED,
+}
+APPLIED = {"n1.web": b'{"state":"applied"}', "n1.cron": b'{"state":"pending"}', "n2.web": b'{"state":"applied"}'}
+COLLECT = {
+    "n1.shell=3Azsh=3Anormal.web": b'{"items":["alias ll=ls"]}',
+    "n1.shell=3Azsh=3Anormal.cron": b'{"items":[]}',
+    "n1.environment=3Apath.web": b'{"items":["/opt/web/bin"]}',
+    "n2.shell=3Azsh=3Anormal.web": b'{"items":["x"]}',
+}
+
+
+@pytest.fixture
+async def seeded(server: LocalNats, bus: Bus) -> Bus:
+    await put_all(await bucket(bus, buckets.NEEDS), NEEDS)
+    await put_all(await bucket(bus, buckets.APPLIED), APPLIED)
+    await put_all(await bucket(bus, buckets.COLLECT), COLLECT)
+    return bus
+
+
+def keys_of(answer: dict[str, Any]) -> list[str]:
+    return [entry["key"] for entry in answer["entries"]]
+
+
+async def test_an_empty_body_asks_for_the_registry(seeded: Bus) -> None:
+    msg = await request_raw(seeded, b"")
+    answer = json.loads(msg.data)
+    assert answer["what"] == "registry"
+    assert [e["kind"] for e in answer["entries"]] == sorted(KINDS)
+    assert answer["entries"][0]["value"]["kind"] == answer["entries"][0]["kind"]
+    assert (answer["page"], answer["pages"], answer["next"]) == (1, 1, None)
+    assert answer["total"] == {"entries": 13, "malformed": 0}
+
+
+async def test_needs_entries_carry_their_decoded_parts_and_value(seeded: Bus) -> None:
+    answer = await ask(seeded, {"what": "needs", "node": "n1", "module": "web"})
+    assert answer["entries"] == [
+        {"key": "n1.web.config.db=3Aurl", "node": "n1", "module": "web", "kind": "config", "name": "db:url",
+         "value": json.loads(NEED)},
+        {"key": "n1.web.secret.token", "node": "n1", "module": "web", "kind": "secret", "name": "token",
+         "value": json.loads(NEED)},
+    ]  # fmt: skip
+    assert answer["malformed"] == []
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        ({"what": "needs"}, sorted(NEEDS)),
+        ({"what": "needs", "node": "n1"}, ["n1.cron.dir.state", "n1.web.config.db=3Aurl", "n1.web.secret.token"]),
+        ({"what": "needs", "module": "web"},
+         ["n1.web.config.db=3Aurl", "n1.web.secret.token", "n2.web.config.db=3Aurl"]),
+        ({"what": "needs", "node": "n2", "module": "web"}, ["n2.web.config.db=3Aurl"]),
+        ({"what": "needs", "node": "n3"}, []),
+        ({"what": "applied"}, sorted(APPLIED)),
+        ({"what": "applied", "node": "n1"}, ["n1.cron", "n1.web"]),
+        ({"what": "applied", "module": "web"}, ["n1.web", "n2.web"]),
+        ({"what": "collect"}, sorted(COLLECT)),
+        ({"what": "collect", "node": "n1"}, sorted(k for k in COLLECT if k.startswith("n1."))),
+        ({"what": "collect", "collection": "shell:zsh:normal"},
+         ["n1.shell=3Azsh=3Anormal.cron", "n1.shell=3Azsh=3Anormal.web", "n2.shell=3Azsh=3Anormal.web"]),
+        ({"what": "collect", "node": "n1", "module": "web"},
+         ["n1.environment=3Apath.web", "n1.shell=3Azsh=3Anormal.web"]),
+        ({"what": "collect", "node": "n1", "collection": "shell:zsh:normal", "module": "cron"},
+         ["n1.shell=3Azsh=3Anormal.cron"]),
+    ],
+    ids=[
+        "all needs", "needs of one node", "needs of one module on every node", "needs of one module on one node",
+        "needs of an unknown node are none", "all applied", "applied on one node", "applied of one module",
+        "all collect", "collect of one node", "one collection on every node", "one contributor's items on one node",
+        "one contributor to one collection on one node",
+    ],
+)  # fmt: skip
+async def test_each_filter_narrows_to_its_keys(seeded: Bus, request_: dict[str, str], expected: list[str]) -> None:
+    answer = await ask(seeded, request_)
+    assert keys_of(answer) == expected
+    assert answer["what"] == request_["what"]
+
+
+async def test_collect_entries_name_collection_and_contributor(seeded: Bus) -> None:
+    answer = await ask(seeded, {"what": "collect", "node": "n2"})
+    assert answer["entries"] == [
+        {"key": "n2.shell=3Azsh=3Anormal.web", "node": "n2", "collection": "shell:zsh:normal", "contributor": "web",
+         "value": {"items": ["x"]}},
+    ]  # fmt: skip
+
+
+OUT_OF_SHAPE = {
+    "n1.bad": (b"{}", "it has 2 tokens, the shape has 4"),
+    "n1.a.b.c=2e": (b"{}", "upper-case hex"),
+    "n1.a.b.caf\u00e9": (b"{}", "must be escaped"),
+    "n1.web.config.broken": (b"{not json", "not JSON"),
+    "n1.web.config.nan": (b"NaN", "not JSON"),
+    "n1.web.config.latin1": (b'"caf\xe9"', "not UTF-8"),
+    "n1.web.config.empty": (b"", "not JSON"),
+}
+
+
+async def test_keys_out_of_shape_and_bad_values_are_reported_with_reasons(seeded: Bus) -> None:
+    kv = await bucket(seeded, buckets.NEEDS)
+    await put_all(kv, {key: value for key, (value, _) in OUT_OF_SHAPE.items()}, validate_keys=False)
+    await kv.put("n2.bad", b"{}")
+    answer = await ask(seeded, {"what": "needs", "node": "n1"})
+    reported = {m["key"]: m["reason"] for m in answer["malformed"]}
+    assert sorted(reported) == sorted(OUT_OF_SHAPE)
+    for key, (_, reason) in OUT_OF_SHAPE.items():
+        assert reason in reported[key], key
+    assert [m["key"] for m in answer["malformed"]] == sorted(reported)
+    assert keys_of(answer) == ["n1.cron.dir.state", "n1.web.config.db=3Aurl", "n1.web.secret.token"]
+    assert answer["total"] == {"entries": 3, "malformed": len(OUT_OF_SHAPE)}
+    everything = await ask(seeded, {"what": "needs"})
+    assert "n2.bad" in [m["key"] for m in everything["malformed"]]
+    other_node = await ask(seeded, {"what": "needs", "node": "n2"})
+    assert [m["key"] for m in other_node["malformed"]] == ["n2.bad"]
+
+
+async def test_a_registry_value_that_is_json_but_not_an_entry_is_reported_as_stored(seeded: Bus) -> None:
+    await (await bucket(seeded, buckets.REGISTRY)).put("odd", b'{"whatever":1}')
+    answer = await ask(seeded, {})
+    assert {"key": "odd", "kind": "odd", "value": {"whatever": 1}} in answer["entries"]
+
+
+def error_of(msg: Msg) -> tuple[str, str, dict[str, Any]]:
+    headers = msg.headers or {}
+    return headers[ERROR_CODE_HEADER], headers[ERROR_HEADER], json.loads(msg.data)
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "says"),
+    [
+        (b"{nope", "400", "not JSON"),
+        (b"\xff\xfe", "400", "not JSON"),
+        (b'["needs"]', "400", "must be a JSON object, not an array"),
+        (b'"needs"', "400", "must be a JSON object, not a string"),
+        (b'{"what":"needs","nodes":"n1"}', "400", "unknown field 'nodes'"),
+        (b'{"what":"everything"}', "400", "unknown what 'everything'"),
+        (b'{"node":"n1"}', "400", "'node' does not apply to what='registry'"),
+        (b'{"what":"applied","collection":"c"}', "400", "'collection' does not apply to what='applied'"),
+        (b'{"what":"needs","collection":"c"}', "400", "'collection' does not apply to what='needs'"),
+        (b'{"what":"needs","node":7}', "400", "field 'node'"),
+        (b'{"what":"needs","node":""}', "400", "field 'node'"),
+        (b'{"cursor":"no-such-listing.2"}', "410", "restart the listing"),
+        (b'{"cursor":"garbage"}', "410", "restart the listing"),
+    ],
+    ids=[
+        "a body that is not JSON", "a body that is not UTF-8", "an array", "a string", "an unknown field",
+        "an unknown what", "a filter on the registry", "collection on applied", "collection on needs",
+        "a node that is not a string", "an empty node", "an unknown cursor", "a cursor that is not one",
+    ],
+)  # fmt: skip
+async def test_a_bad_request_gets_a_service_error_and_the_server_keeps_serving(
+    seeded: Bus, body: bytes, code: str, says: str
+) -> None:
+    got_code, description, document = error_of(await request_raw(seeded, body))
+    assert (got_code, says in description) == (code, True), description
+    assert document == {"error": description}
+    answer = await ask(seeded, {"what": "applied"})
+    assert keys_of(answer) == sorted(APPLIED)
+
+
+async def test_query_raises_the_verb_error(seeded: Bus) -> None:
+    with pytest.raises(VerbError) as raised:
+        await ask(seeded, {"what": "nothing"})
+    assert raised.value.code == "400"
