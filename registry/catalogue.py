@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from registry import buckets
 from registry.errors import CatalogueError, RegistryError
@@ -51,11 +52,12 @@ class Domain(BaseModel):
     @model_validator(mode="after")
     def _one_answer(self) -> Domain:
         if (self.verb is None) == (self.bucket is None):
-            raise ValueError("give exactly one of 'verb' (request/reply) or 'bucket' (with 'key')")
+            field = "verb" if self.verb is not None else "bucket"
+            raise _field_error(field, "give exactly one of 'verb' (request/reply) or 'bucket' (with 'key')")
         if self.verb is not None and (self.key is not None or self.parts):
-            raise ValueError("a verb answer takes no 'key' or 'parts'")
+            raise _field_error("key" if self.key is not None else "parts", "a verb answer takes no 'key' or 'parts'")
         if self.bucket is not None and self.key is None:
-            raise ValueError("a bucket answer needs 'key', the bucket's key shape")
+            raise _field_error("key", "a bucket answer needs 'key', the bucket's key shape")
         return self
 
     def answer(self) -> Answer:
@@ -63,6 +65,11 @@ class Domain(BaseModel):
             return VerbAnswer(subject=self.verb, name=self.name)
         assert self.bucket is not None and self.key is not None
         return BucketAnswer(bucket=self.bucket, key=self.key, name=self.name, parts=self.parts, read=self.read)
+
+
+def _field_error(field: str, message: str) -> PydanticCustomError:
+    """A whole-domain check's error, naming the field a reader should look at."""
+    return PydanticCustomError("domain", "{message}", {"message": message, "field": field})
 
 
 def _collections(kinds: tuple[str, ...], name: str, parts: dict[str, str]) -> Domain:
@@ -97,9 +104,9 @@ BUILT_IN: Mapping[str, Domain] = {
 
 def load_catalogue(path: Path | None = None) -> dict[str, Domain]:
     """The built-in catalogue, with the domains of `path` added or overriding by name."""
-    domains = dict(BUILT_IN)
-    if path is not None:
-        domains.update(read_domains_file(path))
+    given = read_domains_file(path) if path is not None else {}
+    # The file's domains last, so that a clash is blamed on the file's domain, not a built-in one.
+    domains = {name: domain for name, domain in BUILT_IN.items() if name not in given} | given
     check_catalogue(domains, source=str(path) if path else "built-in catalogue")
     return domains
 
@@ -125,7 +132,7 @@ def _domain_from(path: Path, name: str, table: Any) -> Domain:
         return Domain.model_validate(table)
     except ValidationError as err:
         first = err.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or None
+        field = ".".join(str(part) for part in first["loc"]) or first.get("ctx", {}).get("field")
         raise CatalogueError(str(path), first["msg"], domain=name, field=field) from None
 
 
@@ -143,12 +150,13 @@ def check_catalogue(domains: Mapping[str, Domain], *, source: str) -> None:
 
 
 def _check_templates(source: str, name: str, domain: Domain) -> None:
+    field = "name"
     try:
-        pattern = NamePattern(domain.name)
-        known = set(PLACEHOLDER_FIELDS) | set(pattern.fields) | set(domain.parts)
+        known = set(PLACEHOLDER_FIELDS) | set(NamePattern(domain.name).fields) | set(domain.parts)
         templates = {"module": domain.module, **({"bucket": domain.bucket} if domain.bucket else {})}
         if domain.key is not None:
             templates["key"] = domain.key
+            field = "key"
             shape = KeyShape(domain.key)
             if domain.read == "items":
                 known.add(shape.fields[-1])  # the listed field: one key per item's contributor
@@ -160,4 +168,4 @@ def _check_templates(source: str, name: str, domain: Domain) -> None:
     except CatalogueError:
         raise
     except RegistryError as err:
-        raise CatalogueError(source, str(err), domain=name) from None
+        raise CatalogueError(source, str(err), domain=name, field=field) from None
