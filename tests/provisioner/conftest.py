@@ -45,3 +45,12 @@ async def bucket(bus: Bus, bucket: buckets.Bucket) -> KeyValue:
 async def put_all(kv: KeyValue, values: Mapping[str, bytes], *, validate_keys: bool = True) -> None:
     for key, value in values.items():
         await kv.put(key, value, validate_keys=validate_keys)
+
+
+async def put_many(bus: Bus, bucket: buckets.Bucket, values: Mapping[str, bytes]) -> None:
+    """Writes `values` pipelined (plain publishes into the bucket's stream), then waits for the last
+    one's acknowledgement: the stream stores one connection's messages in order."""
+    *rest, last = values.items()
+    for key, value in rest:
+        await bus.nc.publish(f"$KV.{bucket.name}.{key}", value)
+    await bus.js.publish(f"$KV.{bucket.name}.{last[0]}", last[1])

@@ -1,0 +1,185 @@
+"""Answers too large for one message are paged, never cut (issue 2, item 5)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.errors import CursorGone, RequestError, VerbError
+from provisioner.paging import Encoded, PageCache, build_pages, page_budget
+from provisioner.query import ask, ask_page, request_raw
+from registry import buckets
+from registry.bus import Bus, BusOptions, connect
+from registry.local_nats import LocalNats, local_nats
+from tests.provisioner.conftest import put_many, serving
+
+NEED = b'{"placeholder":"${config:x}","used_in":["etc/app.conf"]}'
+
+
+def needs(count: int, nodes: int = 10) -> dict[str, bytes]:
+    return {f"n{i % nodes}.module-{i:06d}.config.name": NEED for i in range(count)}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pieces(count: int, size: int, tag: str = "e") -> list[bytes]:
+    return [json.dumps({"key": f"{tag}{i:05d}", "pad": "x" * size}).encode() for i in range(count)]
+
+
+def test_pages_hold_every_piece_in_order_each_under_the_budget() -> None:
+    encoded = Encoded(pieces(300, 100), pieces(20, 50, "m"))
+    expected_entries, expected_malformed = list(encoded.entries), list(encoded.malformed)
+    pages = [json.loads(p) for p in build_pages("needs", encoded, budget=5000, listing_id="L")]
+    assert len(pages) > 5
+    assert [e for p in pages for e in p["entries"]] == [json.loads(e) for e in expected_entries]
+    assert [m for p in pages for m in p["malformed"]] == [json.loads(m) for m in expected_malformed]
+    assert [p["page"] for p in pages] == list(range(1, len(pages) + 1))
+    assert {p["pages"] for p in pages} == {len(pages)}
+    assert [p["next"] for p in pages] == [f"L.{n}" for n in range(2, len(pages) + 1)] + [None]
+    assert {json.dumps(p["total"]) for p in pages} == {'{"entries": 300, "malformed": 20}'}
+
+
+def test_an_empty_listing_is_one_page() -> None:
+    pages = build_pages("applied", Encoded([], []), budget=1000, listing_id="L")
+    assert json.loads(pages[0]) == {
+        "what": "applied", "entries": [], "malformed": [], "page": 1, "pages": 1,
+        "total": {"entries": 0, "malformed": 0}, "next": None,
+    }  # fmt: skip
+
+
+def test_the_budget_leaves_a_margin_below_max_payload() -> None:
+    assert 0 < page_budget(1024 * 1024) < 1024 * 1024 - 4096
+    assert 0 < page_budget(16 * 1024) < 16 * 1024
+
+
+def test_a_cursor_expires_after_its_ttl_and_each_use_renews_it() -> None:
+    clock = FakeClock()
+    cache = PageCache(ttl=timedelta(seconds=120), clock=clock)
+    cache.keep("L", {"what": "needs"}, [b"p2", b"p3", b"p4"])
+    clock.now += 100
+    assert cache.page("L.2", {}) == b"p2"
+    clock.now += 100
+    assert cache.page("L.3", {"what": "needs"}) == b"p3"
+    clock.now += 121
+    with pytest.raises(CursorGone):
+        cache.page("L.4", {})
+
+
+def test_a_listing_is_forgotten_after_its_last_page() -> None:
+    cache = PageCache()
+    cache.keep("L", {}, [b"p2", b"p3"])
+    assert cache.page("L.3", {}) == b"p3"
+    assert len(cache) == 0
+    with pytest.raises(CursorGone):
+        cache.page("L.2", {})
+
+
+def test_a_page_may_be_asked_again_until_the_last_is_sent() -> None:
+    cache = PageCache()
+    cache.keep("L", {}, [b"p2", b"p3"])
+    assert [cache.page("L.2", {}), cache.page("L.2", {})] == [b"p2", b"p2"]
+
+
+@pytest.mark.parametrize(
+    "given",
+    [{"what": "applied"}, {"node": "n2"}, {"what": "needs", "module": "m"}],
+    ids=["another what", "another node", "a filter the listing did not have"],
+)
+def test_a_continuation_with_other_fields_is_refused(given: dict[str, str]) -> None:
+    cache = PageCache()
+    cache.keep("L", {"what": "needs", "node": "n1"}, [b"p2"])
+    with pytest.raises(RequestError) as raised:
+        cache.page("L.2", given)
+    assert raised.value.code == "400"
+
+
+@pytest.mark.parametrize("cursor", ["L.1", "L.3", "L.x", "L", "M.2", ".2"])
+def test_a_cursor_naming_no_kept_page_is_gone(cursor: str) -> None:
+    cache = PageCache()
+    cache.keep("L", {}, [b"p2"])
+    with pytest.raises(CursorGone) as raised:
+        cache.page(cursor, {})
+    assert raised.value.code == "410"
+
+
+def test_the_oldest_listing_is_dropped_to_keep_within_bounds() -> None:
+    cache = PageCache(max_listings=2, max_bytes=10)
+    cache.keep("A", {}, [b"1234"])
+    cache.keep("B", {}, [b"1234"])
+    cache.keep("C", {}, [b"1234"])
+    assert len(cache) == 2
+    with pytest.raises(CursorGone):
+        cache.page("A.2", {})
+    cache.keep("D", {}, [b"12345678"])
+    assert cache.size <= 10
+    assert cache.page("D.2", {}) == b"12345678"
+
+
+@pytest.fixture
+async def small_payload_server(tmp_path: Path) -> Any:
+    async with local_nats(tmp_path / "nats", "max_payload: 16384") as server, serving(server.url):
+        yield server
+
+
+async def test_pages_fit_a_small_max_payload_and_join_to_the_whole_listing(small_payload_server: LocalNats) -> None:
+    async with connect(BusOptions(servers=(small_payload_server.url,), name="test")) as bus:
+        assert bus.nc.max_payload == 16384
+        values = needs(400)
+        await put_many(bus, buckets.NEEDS, values)
+        await bus.js.publish(f"$KV.{buckets.NEEDS.name}.n1.bad", b"{}")
+        request = {"what": "needs"}
+        sizes, answer = [], None
+        cursor: str | None = None
+        while True:
+            body = json.dumps({**request, "cursor": cursor} if cursor else request).encode()
+            msg = await request_raw(bus, body)
+            sizes.append(len(msg.data))
+            answer = json.loads(msg.data)
+            cursor = answer["next"]
+            if cursor is None:
+                break
+        assert len(sizes) == answer["pages"] > 3
+        assert max(sizes) <= 16384
+        merged = await ask(bus, request)
+        assert [e["key"] for e in merged["entries"]] == sorted(values)
+        assert [m["key"] for m in merged["malformed"]] == ["n1.bad"]
+        assert merged["total"] == {"entries": 400, "malformed": 1}
+
+
+async def test_a_cursor_must_continue_the_same_query(small_payload_server: LocalNats) -> None:
+    async with connect(BusOptions(servers=(small_payload_server.url,), name="test")) as bus:
+        await put_many(bus, buckets.NEEDS, needs(400, nodes=2))
+        first = await ask_page(bus, {"what": "needs", "node": "n1"})
+        assert first["next"] is not None
+        with pytest.raises(VerbError) as raised:
+            await ask_page(bus, {"what": "needs", "node": "n2", "cursor": first["next"]})
+        assert raised.value.code == "400"
+        second = await ask_page(bus, {"what": "needs", "node": "n1", "cursor": first["next"]})
+        assert second["page"] == 2
+
+
+@pytest.mark.slow
+async def test_30000_needs_keys_come_back_whole_across_pages(server: LocalNats, bus: Bus) -> None:
+    values = needs(30_000, nodes=300)
+    await put_many(bus, buckets.NEEDS, values)
+    started = time.monotonic()
+    first = await ask_page(bus, {"what": "needs"})
+    merged = await ask(bus, {"what": "needs"})
+    elapsed = time.monotonic() - started
+    assert first["pages"] > 1
+    assert merged["pages"] == first["pages"]
+    assert [e["key"] for e in merged["entries"]] == sorted(values)
+    assert merged["total"] == {"entries": 30_000, "malformed": 0}
+    assert merged["malformed"] == []
+    assert elapsed < 15, f"two listings of 30,000 keys took {elapsed:.1f} s"
