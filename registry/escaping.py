@@ -14,7 +14,7 @@ from registry.errors import TokenError
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_/")
 _ENCODED_BYTE = tuple(chr(b) if b in _SAFE else f"={b:02X}" for b in range(256))
 _CANONICAL_TOKEN = re.compile(r"(?:[A-Za-z0-9\-_/]|=[0-9A-F]{2})+")
-_ESCAPE = re.compile(r"=([0-9A-F]{2})")
+_ESCAPE_BYTES = re.compile(rb"=([0-9A-F]{2})")
 
 
 def encode_token(name: str) -> str:
@@ -30,7 +30,9 @@ def decode_token(token: str) -> str:
         raise TokenError(token, "a token must not be empty")
     if not _CANONICAL_TOKEN.fullmatch(token):
         raise TokenError(token, _why_not_canonical(token))
-    raw = bytes(_bytes_of(token))
+    if "=" not in token:
+        return token  # only characters written plainly: the name is the token itself
+    raw = _ESCAPE_BYTES.sub(lambda m: bytes((int(m.group(1), 16),)), token.encode("ascii"))
     try:
         name = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -38,19 +40,6 @@ def decode_token(token: str) -> str:
     if encode_token(name) != token:
         raise TokenError(token, "a byte is escaped that must be written plainly")
     return name
-
-
-def _bytes_of(token: str) -> list[int]:
-    out: list[int] = []
-    i = 0
-    while i < len(token):
-        if token[i] == "=":
-            out.append(int(token[i + 1 : i + 3], 16))
-            i += 3
-        else:
-            out.append(ord(token[i]))
-            i += 1
-    return out
 
 
 def _why_not_canonical(token: str) -> str:
