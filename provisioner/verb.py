@@ -88,7 +88,7 @@ def parse_request(body: bytes) -> Query:
     if not body.strip():
         return Query()
     try:
-        document = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
+        document = _STRICT_JSON.decode(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
         raise RequestError(f"the body is not JSON: {err}") from None
     if not isinstance(document, dict):
@@ -126,6 +126,10 @@ def _json_type(document: Any) -> str:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+_STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 async def answer(bus: Bus, body: bytes, cache: PageCache) -> bytes:
@@ -182,7 +186,7 @@ def encode_listing(what: str, items: list[KvItem], *, max_item_bytes: int) -> En
 def json_problem(value: bytes) -> str | None:
     """Why `value` is not strict JSON, or None when it is."""
     try:
-        json.loads(value.decode("utf-8"), parse_constant=_refuse_constant)
+        _STRICT_JSON.decode(value.decode("utf-8"))
     except UnicodeDecodeError:
         return "the value is not UTF-8 text"
     except ValueError as err:
@@ -201,4 +205,4 @@ def malformed(key: str, reason: str) -> bytes:
 
 
 def _dumps(document: Mapping[str, Any]) -> bytes:
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _COMPACT_JSON.encode(document).encode("utf-8")
