@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from importlib import metadata
 
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 ENDPOINT = "provisioning"
 INTERNAL_ERROR = "internal error"
 STOPPING = "server stopping; retry"
+# Draining the endpoint hands over requests already received; it gets this long even with no deadline.
+STOP_TAKING_AT_LEAST = 2.0
 DESCRIPTION = "the mesh-provisioner registry and its read-only provisioning verb"
 
 
@@ -51,12 +54,24 @@ def version() -> str:
 
 
 class InFlight:
-    """Counts requests handed to tasks; `idle()` waits until none is left."""
+    """Counts requests handed to tasks (`count`) and those being answered at once (`answering`,
+    with its high-water mark `peak`); `idle()` waits until none is left."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.answering = 0
+        self.peak = 0
         self._idle = anyio.Event()
         self._idle.set()
+
+    @contextmanager
+    def answering_one(self) -> Iterator[None]:
+        self.answering += 1
+        self.peak = max(self.peak, self.answering)
+        try:
+            yield
+        finally:
+            self.answering -= 1
 
     def enter(self) -> None:
         if self.count == 0:
@@ -72,6 +87,12 @@ class InFlight:
         await self._idle.wait()
 
 
+@dataclass(frozen=True)
+class RunningVerb:
+    service: Service
+    in_flight: InFlight
+
+
 @asynccontextmanager
 async def verb_service(
     bus: Bus,
@@ -80,7 +101,7 @@ async def verb_service(
     max_concurrent: int = 32,
     max_waiting: int = 1000,
     shutdown_timeout: timedelta = timedelta(seconds=10),
-) -> AsyncIterator[Service]:
+) -> AsyncIterator[RunningVerb]:
     """The service `mesh-provisioner` answering the verb until the block exits, then shut down in order.
 
     On a normal exit the requests in flight are answered first (up to `shutdown_timeout`); when the
@@ -100,7 +121,7 @@ async def verb_service(
         try:
             await service.add_endpoint(name=ENDPOINT, subject=buckets.VERB_SUBJECT, handler=on_request)
             log.info("serving %s as service %s %s", buckets.VERB_SUBJECT, buckets.SEAT, service.id)
-            yield service
+            yield RunningVerb(service, in_flight)
         except BaseException:
             handlers.cancel_scope.cancel()
             with anyio.move_on_after(shutdown_timeout.total_seconds(), shield=True):
@@ -111,9 +132,10 @@ async def verb_service(
 
 async def _shut_down(service: Service, handlers: TaskGroup, in_flight: InFlight, deadline: timedelta) -> None:
     started = time.monotonic()
-    with anyio.move_on_after(deadline.total_seconds(), shield=True):
+    with anyio.move_on_after(max(deadline.total_seconds(), STOP_TAKING_AT_LEAST), shield=True):
         await _stop_taking_requests(service)
-        log.info("stopped taking requests; waiting for %d in flight", in_flight.count)
+    log.info("stopped taking requests; waiting for %d in flight", in_flight.count)
+    with anyio.move_on_after(deadline.total_seconds() - (time.monotonic() - started), shield=True):
         await in_flight.idle()
     if in_flight.count:
         log.warning(
@@ -144,7 +166,8 @@ async def _handle(
     started = time.perf_counter()
     try:
         async with limiter:
-            page = await answer(bus, request.data, cache)
+            with in_flight.answering_one():
+                page = await answer(bus, request.data, cache)
         await _respond(request, page)
         log.debug("answered %d bytes in %.1f ms", len(page), (time.perf_counter() - started) * 1000)
     except RequestError as err:

@@ -1,0 +1,92 @@
+"""The verb as a NATS service: concurrency, the service API's control subjects, shutdown order."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from nats.errors import NoRespondersError
+
+from provisioner.buckets import ensure_buckets
+from provisioner.paging import PageCache
+from provisioner.query import ERROR_CODE_HEADER, ERROR_HEADER
+from provisioner.service import verb_service
+from registry import buckets
+from registry.bus import Bus
+from registry.local_nats import LocalNats
+from tests.provisioner.conftest import fire, put_many
+
+NEEDS_REQUEST = b'{"what":"needs"}'
+KEYS = 1000
+
+
+@pytest.fixture
+async def many_needs(bus: Bus) -> Bus:
+    await ensure_buckets(bus)
+    await put_many(bus, buckets.NEEDS, {f"n{i % 7}.m{i:05d}.config.x": b'{"placeholder":"x"}' for i in range(KEYS)})
+    return bus
+
+
+def total_of(reply: bytes) -> int:
+    answer = json.loads(reply)
+    count: int = answer["total"]["entries"]
+    return count
+
+
+async def test_concurrent_requests_are_answered_concurrently(many_needs: Bus) -> None:
+    async with verb_service(many_needs, cache=PageCache(), max_concurrent=8) as running:
+        fired = await fire(many_needs, [NEEDS_REQUEST] * 8)
+        replies = await fired.replies()
+        assert [total_of(r.data) for r in replies] == [KEYS] * 8
+        assert running.in_flight.peak > 1
+
+
+async def test_concurrency_is_bounded(many_needs: Bus) -> None:
+    async with verb_service(many_needs, cache=PageCache(), max_concurrent=1) as running:
+        fired = await fire(many_needs, [NEEDS_REQUEST] * 4)
+        assert [total_of(r.data) for r in await fired.replies()] == [KEYS] * 4
+        assert running.in_flight.peak == 1
+
+
+async def test_requests_beyond_the_waiting_room_are_answered_busy(many_needs: Bus) -> None:
+    async with verb_service(many_needs, cache=PageCache(), max_concurrent=1, max_waiting=0):
+        fired = await fire(many_needs, [NEEDS_REQUEST] * 6)
+        replies = await fired.replies()
+    codes = [(r.headers or {}).get(ERROR_CODE_HEADER) for r in replies]
+    assert codes[0] is None
+    assert "503" in codes
+    assert set(codes) <= {None, "503"}
+
+
+async def test_stopping_answers_every_request_already_received(many_needs: Bus) -> None:
+    async with verb_service(many_needs, cache=PageCache(), max_concurrent=2):
+        fired = await fire(many_needs, [NEEDS_REQUEST] * 6)
+    replies = await fired.replies()
+    assert [total_of(r.data) for r in replies] == [KEYS] * 6
+    with pytest.raises(NoRespondersError):
+        await many_needs.nc.request(buckets.VERB_SUBJECT, b"{}", timeout=1)
+
+
+async def test_requests_still_in_flight_at_the_deadline_are_answered_stopping(many_needs: Bus) -> None:
+    async with verb_service(many_needs, cache=PageCache(), max_concurrent=1, shutdown_timeout=timedelta(0)):
+        fired = await fire(many_needs, [NEEDS_REQUEST] * 20)
+    replies = await fired.replies()
+    stopped = [r for r in replies if (r.headers or {}).get(ERROR_CODE_HEADER) == "503"]
+    assert stopped
+    assert {(r.headers or {})[ERROR_HEADER] for r in stopped} == {"server stopping; retry"}
+
+
+@pytest.mark.parametrize(
+    "subject",
+    ["$SRV.PING", "$SRV.PING.mesh-provisioner", "$SRV.INFO.mesh-provisioner", "$SRV.STATS.mesh-provisioner"],
+)
+async def test_the_service_api_answers(server: LocalNats, bus: Bus, subject: str) -> None:
+    await bus.nc.request(buckets.VERB_SUBJECT, b"{}", timeout=2)
+    reply = json.loads((await bus.nc.request(subject, b"", timeout=2)).data)
+    assert reply["name"] == "mesh-provisioner"
+    assert reply["version"]
+    if "INFO" in subject:
+        assert [e["subject"] for e in reply["endpoints"]] == [buckets.VERB_SUBJECT]
+    if "STATS" in subject:
+        assert reply["endpoints"][0]["num_requests"] >= 1
