@@ -76,7 +76,8 @@ def load_server_settings(
 
     try:
         _refuse_unknown_environment(environ)
-        return _WithFile(**flags)
+        loaded = _WithFile(**flags)
+        return ServerSettings.model_validate(dict(loaded))  # the plain class: the file source was per call
     except ValidationError as err:
         raise SettingsError(_source_name(config_file), describe_validation(err)) from None
     except ValueError as err:  # the TOML file itself does not parse

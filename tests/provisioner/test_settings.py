@@ -1,0 +1,65 @@
+"""Server settings: flags over environment over config file over defaults; unknown names refused."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from provisioner.errors import SettingsError
+from provisioner.settings import ServerSettings, load_server_settings
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "server.toml"
+    path.write_text('compile_interval = 600\nbucket_replicas = 3\nmax_cursors = 5\ncursor_ttl = "PT30S"\n')
+    return path
+
+
+def test_defaults_without_flags_environment_or_file() -> None:
+    settings = load_server_settings({}, environ={})
+    assert settings.compile_interval == timedelta(hours=1)
+    assert settings == ServerSettings()
+
+
+def test_flags_over_environment_over_file_over_defaults(config_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MESH_PROVISIONER_BUCKET_REPLICAS", "2")
+    monkeypatch.setenv("MESH_PROVISIONER_MAX_CURSORS", "7")
+    settings = load_server_settings({"max_cursors": 9}, config_file, environ={})
+    assert settings.max_cursors == 9  # flag over environment and file
+    assert settings.bucket_replicas == 2  # environment over file
+    assert settings.compile_interval == timedelta(minutes=10)  # file over default
+    assert settings.cursor_ttl == timedelta(seconds=30)
+    assert settings.bucket_history == 1  # default
+
+
+def test_an_unknown_key_in_the_config_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "server.toml"
+    path.write_text("compile_intervall = 600\n")
+    with pytest.raises(SettingsError, match="compile_intervall"):
+        load_server_settings({}, path, environ={})
+
+
+def test_a_misspelt_environment_variable_is_an_error() -> None:
+    with pytest.raises(SettingsError, match="MESH_PROVISIONER_COMPILE_INTERVALL"):
+        load_server_settings({}, environ={"MESH_PROVISIONER_COMPILE_INTERVALL": "60"})
+
+
+def test_a_missing_config_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="not found"):
+        load_server_settings({}, tmp_path / "nowhere.toml", environ={})
+
+
+def test_a_config_file_that_is_not_toml_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "server.toml"
+    path.write_text("compile_interval = \n")
+    with pytest.raises(SettingsError, match="not valid TOML"):
+        load_server_settings({}, path, environ={})
+
+
+def test_a_bad_value_names_the_field_without_echoing_it() -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_server_settings({"bucket_replicas": 0}, environ={})
+    assert "bucket_replicas" in str(raised.value)

@@ -1,0 +1,80 @@
+"""`mesh-provisioner serve` as an operator runs it: SIGTERM during load (issue 2, item 7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+from anyio.abc import Process
+from anyio.streams.text import TextReceiveStream
+
+from provisioner.buckets import ensure_buckets
+from provisioner.query import ERROR_CODE_HEADER
+from registry import buckets
+from registry.bus import Bus
+from registry.local_nats import LocalNats
+from tests.provisioner.conftest import fire, put_many
+
+READY = f"serving {buckets.VERB_SUBJECT}"
+
+
+def clean_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "MESH_PROVISIONER_"))}
+
+
+@asynccontextmanager
+async def serve_process(url: str, *args: str) -> AsyncIterator[tuple[Process, list[str]]]:
+    """`python -m provisioner.cli serve` against `url`, yielded once it logs that it serves; its log lines so far."""
+    command = [sys.executable, "-m", "provisioner.cli", "serve", "--nats-url", url, *args]
+    async with await anyio.open_process(command, env=clean_environment()) as process:
+        assert process.stderr is not None
+        lines: list[str] = []
+        stream = TextReceiveStream(process.stderr)
+        try:
+            with anyio.fail_after(20):
+                async for chunk in stream:
+                    lines.extend(chunk.splitlines())
+                    if any(READY in line for line in lines):
+                        break
+            yield process, lines
+        finally:
+            if process.returncode is None:
+                process.kill()
+            async for chunk in stream:
+                lines.extend(chunk.splitlines())
+
+
+async def test_sigterm_during_load_answers_every_request_in_flight_and_exits_0(
+    nats_server: LocalNats, bus: Bus
+) -> None:
+    await ensure_buckets(bus)
+    await put_many(bus, buckets.NEEDS, {f"n{i % 5}.m{i:05d}.config.x": b'{"placeholder":"x"}' for i in range(1000)})
+    async with serve_process(nats_server.url, "--max-concurrent-requests", "2") as (process, lines):
+        fired = await fire(bus, [b'{"what":"needs"}'] * 20)
+        process.send_signal(signal.SIGTERM)
+        replies = await fired.replies(within=15)
+        with anyio.fail_after(15):
+            code = await process.wait()
+    assert [(r.headers or {}).get(ERROR_CODE_HEADER) for r in replies] == [None] * 20
+    assert [json.loads(r.data)["total"]["entries"] for r in replies] == [1000] * 20
+    assert code == 0, "\n".join(lines)
+    assert any("SIGTERM received" in line for line in lines)
+
+
+async def test_a_bad_domains_file_stops_serve_with_one_line_and_exit_2(nats_server: LocalNats, tmp_path: Path) -> None:
+    domains = tmp_path / "domains.toml"
+    domains.write_text('[domains.config]\nmodule = "mesh-config"\nkinds = ["config"]\n')
+    command = [
+        sys.executable, "-m", "provisioner.cli", "serve", "--nats-url", nats_server.url, "--domains-file", str(domains),
+    ]  # fmt: skip
+    result = await anyio.run_process(command, env=clean_environment(), check=False)
+    errors = result.stderr.decode().strip().splitlines()
+    assert result.returncode == 2
+    assert errors[-1].startswith("mesh-provisioner serve: ")
+    assert "domain 'config'" in errors[-1]
