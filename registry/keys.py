@@ -43,7 +43,13 @@ class _TokenTemplate:
     def render(self, parts: Mapping[str, str]) -> str:
         return _FIELD.sub(lambda m: parts[m.group(1)], self.text)
 
+    @cached_property
+    def _sole_field(self) -> str | None:
+        return self.fields[0] if len(self.fields) == 1 and self.text == f"<{self.fields[0]}>" else None
+
     def read(self, name: str) -> dict[str, str] | None:
+        if self._sole_field is not None:  # the common token: the whole name is the field
+            return {self._sole_field: name}
         match = self._pattern.fullmatch(name)
         if match is None:
             return None
