@@ -120,6 +120,7 @@ async def verb_service(
         service = await micro.add_service(bus.nc, name=buckets.SEAT, version=version(), description=DESCRIPTION)
         try:
             await service.add_endpoint(name=ENDPOINT, subject=buckets.VERB_SUBJECT, handler=on_request)
+            await bus.nc.flush()  # ready means the nats-server knows the subscription
             log.info("serving %s as service %s %s", buckets.VERB_SUBJECT, buckets.SEAT, service.id)
             yield RunningVerb(service, in_flight)
         except BaseException:
