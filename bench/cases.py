@@ -1,0 +1,272 @@
+"""The measurements of issue 4, each beside its floor, and the report that prints them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import nats
+from nats.aio.client import Client
+
+from bench.harness import (
+    Latency,
+    answers,
+    load_keys,
+    peak_rss_mb,
+    python_process,
+    sequential_latency,
+    throughput,
+    timed,
+    write_json,
+)
+from provisioner.query import ask
+from provisioner.registry_sync import sync_registry
+from registry import buckets
+from registry.bus import Bus, BusOptions, connect
+from registry.local_nats import local_nats
+
+ECHO_SUBJECT = "bench.echo"
+
+
+@dataclass
+class Figure:
+    name: str
+    value: float
+    unit: str
+    target: str = ""
+    met: bool | None = None
+
+
+@dataclass
+class Report:
+    figures: list[Figure] = field(default_factory=list)
+
+    def add(self, name: str, value: float, unit: str, *, target: str = "", met: bool | None = None) -> None:
+        self.figures.append(Figure(name, value, unit, target, met))
+        print(f"  {name}: {value:,.3f} {unit}" + (f"  [{target}: {'met' if met else 'MISSED'}]" if target else ""))
+
+    def table(self) -> str:
+        width = max(len(f.name) for f in self.figures)
+        lines = [f"{'measurement'.ljust(width)}  {'value':>14}  unit      target"]
+        for f in self.figures:
+            verdict = "" if f.met is None else ("met" if f.met else "MISSED")
+            lines.append(f"{f.name.ljust(width)}  {f.value:>14,.3f}  {f.unit:<8}  {f.target} {verdict}".rstrip())
+        return "\n".join(lines)
+
+    def save(self, path: Path) -> None:
+        write_json(path, {"figures": [asdict(f) for f in self.figures]})
+
+
+@dataclass(frozen=True)
+class Sizes:
+    sequential: int = 2000
+    workers: int = 50
+    per_worker: int = 100
+    growth: tuple[int, ...] = (1_000, 10_000, 100_000)
+    node_keys: int = 100
+    modules: int = 100
+    placeholders: int = 10
+    growth_rounds: int = 200
+
+    @staticmethod
+    def quick() -> Sizes:
+        return Sizes(sequential=200, per_worker=10, growth=(1_000, 5_000), modules=10, growth_rounds=30)
+
+
+def need_items(start_node: int, count: int, per_node: int) -> list[tuple[str, bytes]]:
+    """`count` needs keys spread over nodes of `per_node` keys each, as a client would write them."""
+    items = []
+    for index in range(start_node * per_node, start_node * per_node + count):
+        node, rest = divmod(index, per_node)
+        module, name = divmod(rest, 10)
+        key = buckets.NEEDS.shape.build(node=f"n{node:05d}", module=f"m{module}", kind="config", name=f"v{name}")
+        items.append((key, json.dumps({"placeholder": f"${{config:v{name}}}", "used_in": ["env.X"]}).encode()))
+    return items
+
+
+@asynccontextmanager
+async def server_process(url: str) -> AsyncIterator[int]:
+    nc = await nats.connect(url)
+    try:
+        args = ["-m", "provisioner.cli", "serve", "--nats-url", url]
+        async with python_process(args, ready=lambda: answers(nc, "$SRV.PING.mesh-provisioner")) as process:
+            yield process.pid
+    finally:
+        await nc.close()
+
+
+@asynccontextmanager
+async def echo_process(url: str) -> AsyncIterator[int]:
+    nc = await nats.connect(url)
+    try:
+        async with python_process(
+            ["-m", "bench.echo", url, ECHO_SUBJECT], ready=lambda: answers(nc, ECHO_SUBJECT)
+        ) as p:
+            yield p.pid
+    finally:
+        await nc.close()
+
+
+async def verb_against_echo(nc: Client, report: Report, sizes: Sizes) -> None:
+    print("verb what=registry against a bare echo responder")
+    registry_request = json.dumps({"what": "registry"}).encode()
+
+    async def ask_registry() -> None:
+        await nc.request(buckets.VERB_SUBJECT, registry_request, timeout=10)
+
+    async def ask_echo() -> None:
+        await nc.request(ECHO_SUBJECT, registry_request, timeout=10)
+
+    for call in (ask_registry, ask_echo):  # warm both
+        await sequential_latency(call, 50)
+    # Interleaved rounds, so that a noisy moment hits both sides alike.
+    verb_samples: list[float] = []
+    echo_samples: list[float] = []
+    for _ in range(sizes.sequential):
+        verb_samples.append(await timed(ask_registry))
+        echo_samples.append(await timed(ask_echo))
+    verb, echo = Latency.of(verb_samples), Latency.of(echo_samples)
+    report.add("registry p50", verb.p50_ms, "ms")
+    report.add("registry p99", verb.p99_ms, "ms")
+    report.add("echo p50", echo.p50_ms, "ms")
+    report.add("echo p99", echo.p99_ms, "ms")
+    ratio = verb.p50_ms / echo.p50_ms
+    report.add("registry p50 / echo p50", ratio, "x", target="<= 1.5", met=ratio <= 1.5)
+    verb_rps = await throughput(ask_registry, workers=sizes.workers, per_worker=sizes.per_worker)
+    echo_rps = await throughput(ask_echo, workers=sizes.workers, per_worker=sizes.per_worker)
+    report.add("registry throughput (50 requesters)", verb_rps, "req/s")
+    report.add("echo throughput (50 requesters)", echo_rps, "req/s")
+    ratio = verb_rps / echo_rps
+    report.add("registry / echo throughput", ratio, "x", target=">= 0.6", met=ratio >= 0.6)
+
+
+async def direct_filtered_read(nc: Client, node: str) -> int:
+    """The KV floor: the node's keys read straight from the bucket through a filtered watch."""
+    kv = await nc.jetstream().key_value(buckets.NEEDS.name)
+    watcher = await kv.watch(f"{node}.>", ignore_deletes=True, inactive_threshold=2.0)
+    count = 0
+    async for entry in watcher:
+        if entry is None:
+            break
+        count += 1
+    await watcher.stop()
+    return count
+
+
+async def direct_full_read(nc: Client) -> int:
+    kv = await nc.jetstream().key_value(buckets.NEEDS.name)
+    watcher = await kv.watch(">", ignore_deletes=True, inactive_threshold=2.0)
+    count = 0
+    async for entry in watcher:
+        if entry is None:
+            break
+        count += 1
+    await watcher.stop()
+    return count
+
+
+async def needs_of_one_node(bus: Bus, nc: Client, report: Report, sizes: Sizes, total: int) -> tuple[float, float]:
+    """p50 of `what=needs node=X` against the direct filtered read, at the bucket's current size."""
+    node = "n00000"
+
+    async def ask_needs() -> None:
+        answer = await ask(bus, {"what": "needs", "node": node})
+        assert len(answer["entries"]) == sizes.node_keys, len(answer["entries"])
+
+    async def read_direct() -> None:
+        assert await direct_filtered_read(nc, node) == sizes.node_keys
+
+    for call in (ask_needs, read_direct):
+        await sequential_latency(call, 10)
+    verb_samples: list[float] = []
+    direct_samples: list[float] = []
+    for _ in range(sizes.growth_rounds):
+        verb_samples.append(await timed(ask_needs))
+        direct_samples.append(await timed(read_direct))
+    verb, direct = Latency.of(verb_samples), Latency.of(direct_samples)
+    report.add(f"needs node=X p50 ({total:,} keys)", verb.p50_ms, "ms")
+    report.add(f"needs node=X p99 ({total:,} keys)", verb.p99_ms, "ms")
+    report.add(f"direct filtered read p50 ({total:,} keys)", direct.p50_ms, "ms")
+    return verb.p50_ms / direct.p50_ms, verb.p50_ms
+
+
+async def growth(bus: Bus, nc: Client, report: Report, sizes: Sizes) -> None:
+    print("needs node=X as the bucket grows")
+    loaded = 0
+    first_ratio, first_p50 = 0.0, 0.0
+    for total in sizes.growth:
+        await load_keys(nc, buckets.NEEDS.name, need_items(loaded, total - loaded, sizes.node_keys))
+        loaded = total
+        ratio, p50 = await needs_of_one_node(bus, nc, report, sizes, total)
+        if total == sizes.growth[0]:
+            first_ratio, first_p50 = ratio, p50
+            report.add("needs node=X p50 / direct read p50", ratio, "x", target="<= 1.5", met=ratio <= 1.5)
+    growth_ratio = p50 / first_p50
+    report.add(
+        f"needs node=X time({sizes.growth[-1]:,}) / time({sizes.growth[0]:,})",
+        growth_ratio,
+        "x",
+        target="<= 2",
+        met=growth_ratio <= 2,
+    )
+    del first_ratio
+
+
+async def whole_listing(bus: Bus, nc: Client, report: Report, sizes: Sizes, server_pid: int) -> None:
+    total = sizes.growth[-1]
+    print(f"what=needs unfiltered over {total:,} keys")
+    pages = 0
+
+    async def ask_all() -> None:
+        nonlocal pages
+        answer = await ask(bus, {"what": "needs"}, reply_wait=timedelta(seconds=60))
+        assert len(answer["entries"]) == total, len(answer["entries"])
+        pages = answer["pages"]
+
+    async def read_all() -> None:
+        assert await direct_full_read(nc) == total
+
+    verb_seconds = await timed(ask_all)
+    direct_seconds = await timed(read_all)
+    report.add("whole listing: time", verb_seconds, "s")
+    report.add("whole listing: pages", pages, "pages")
+    report.add("whole listing: keys per second", total / verb_seconds, "keys/s")
+    report.add("direct read of every key: keys per second", total / direct_seconds, "keys/s")
+    speed = direct_seconds / verb_seconds
+    report.add("whole listing speed / direct read speed", speed, "x", target=">= 0.5", met=speed >= 0.5)
+    rss = peak_rss_mb(server_pid)
+    report.add(f"server peak RSS after the {total:,}-key listing", rss, "MB", target="< 120", met=rss < 120)
+
+
+async def compile_unchanged(bus: Bus, report: Report) -> None:
+    print("the hourly compile with nothing changed")
+    kv = await bus.js.key_value(buckets.REGISTRY.name)
+    before = (await kv.status()).stream_info.state.last_seq
+    seconds = await timed(lambda: sync_registry(bus, kv, domains_file=None))
+    writes = (await kv.status()).stream_info.state.last_seq - before
+    report.add("compile, nothing changed: writes", writes, "writes", target="= 0", met=writes == 0)
+    report.add("compile, nothing changed: time", seconds * 1e3, "ms")
+
+
+async def run_all(state: Path, quick: bool) -> Report:
+    sizes = Sizes.quick() if quick else Sizes()
+    report = Report()
+    async with local_nats(state / "nats") as server:
+        nc = await nats.connect(server.url, name="bench")
+        try:
+            async with (
+                server_process(server.url) as server_pid,
+                echo_process(server.url),
+                connect(BusOptions(servers=(server.url,), name="bench", request_timeout=timedelta(seconds=30))) as bus,
+            ):
+                await verb_against_echo(nc, report, sizes)
+                await compile_unchanged(bus, report)
+                await growth(bus, nc, report, sizes)
+                await whole_listing(bus, nc, report, sizes, server_pid)
+        finally:
+            await nc.close()
+    return report
