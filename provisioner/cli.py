@@ -50,7 +50,7 @@ _SERVER_FLAGS: dict[str, tuple[str, Any, str]] = {
     "shutdown_timeout": ("--shutdown-timeout", float, "seconds to finish requests in flight on stop (10)"),
     "cursor_ttl": ("--cursor-ttl", float, "seconds a paged listing's cursor stays valid (default 120)"),
     "max_cursors": ("--max-cursors", int, "paged listings kept at once (default 32)"),
-    "cursor_cache_bytes": ("--cursor-cache-bytes", int, "bytes of pages kept in all (default 256 MiB)"),
+    "cursor_cache_bytes": ("--cursor-cache-bytes", int, "bytes of pages kept in all (default 268435456, 256 MiB)"),
 }
 _DURATIONS = {"compile_interval", "shutdown_timeout", "cursor_ttl"}
 
@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "registry now and every interval, and serve the verb until SIGTERM or SIGINT.",
         epilog=_EPILOG_SERVE, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    serve.add_argument("--config", type=Path, help="a TOML file of server settings")
+    serve.add_argument("--config", type=Path, metavar="PATH", help="a TOML file of server settings")
     _add_server_arguments(serve)
     add_bus_arguments(serve)
 
@@ -107,8 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example:\n  mesh-provisioner dev --state-dir ./state",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    dev.add_argument("--state-dir", type=Path, default=Path("state"), help="where nats-server keeps its data")
-    dev.add_argument("--config", type=Path, help="a TOML file of server settings")
+    dev.add_argument(
+        "--state-dir", type=Path, default=Path("state"), metavar="PATH", help="nats-server's data folder (./state)"
+    )
+    dev.add_argument("--config", type=Path, metavar="PATH", help="a TOML file of server settings")
     _add_server_arguments(dev)
 
     query = commands.add_parser(
@@ -122,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--module", help="narrow to one module; for collect, the contributor")
     query.add_argument("--collection", help="narrow to one collection (collect)")
     query.add_argument("--compact", action="store_true", help="print JSON on one line")
+    query.add_argument(
+        "--wait", type=float, default=30.0, metavar="SECONDS",
+        help="how long to wait for each page (default 30; the first page of a large listing takes longest)",
+    )  # fmt: skip
     add_bus_arguments(query)
     return parser
 
@@ -130,7 +136,8 @@ def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("server settings")
     for field, (flag, kind, help_text) in _SERVER_FLAGS.items():
         choices = ("file", "memory") if field == "bucket_storage" else None
-        group.add_argument(flag, dest=field, type=kind, default=None, choices=choices, help=help_text)
+        metavar = None if choices else {Path: "PATH", float: "SECONDS", int: "N"}[kind]
+        group.add_argument(flag, dest=field, type=kind, default=None, choices=choices, metavar=metavar, help=help_text)
 
 
 def _server_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -168,7 +175,7 @@ async def _dev(args: argparse.Namespace) -> int:
 async def _query(args: argparse.Namespace) -> int:
     request = {"what": args.what} | {f: getattr(args, f) for f in ("node", "module", "collection") if getattr(args, f)}
     async with connect(_bus_options(args, f"{buckets.SEAT}-query")) as bus:
-        answer = await ask(bus, request)
+        answer = await ask(bus, request, reply_wait=timedelta(seconds=args.wait))
     print(json.dumps(answer, indent=None if args.compact else 2, ensure_ascii=False))
     return EXIT_OK
 
