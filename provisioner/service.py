@@ -25,6 +25,7 @@ from datetime import timedelta
 from importlib import metadata
 
 import anyio
+import nats.errors
 from anyio.abc import TaskGroup
 from nats import micro
 from nats.micro.request import Request
@@ -153,12 +154,15 @@ async def _stop_taking_requests(service: Service) -> None:
     `Service.stop()` alone unsubscribes the endpoint, which drops requests nats-py has received but
     not yet handed to the handler; draining first hands them over. This reaches into nats-py 2.16's
     `Service._endpoints` and `Endpoint._subscription`: there is no public drain."""
-    for endpoint in service._endpoints:
-        subscription = endpoint._subscription
-        if subscription is not None:
-            await subscription.drain()
-    service._endpoints = []  # drained above; `stop()` would unsubscribe them again and fail
-    await service.stop()
+    try:
+        for endpoint in service._endpoints:
+            subscription = endpoint._subscription
+            if subscription is not None:
+                await subscription.drain()
+        service._endpoints = []  # drained above; `stop()` would unsubscribe them again and fail
+        await service.stop()
+    except nats.errors.Error as err:  # a closed connection takes no requests anyway
+        log.warning("could not stop the service's subscriptions cleanly: %s", err)
 
 
 async def _handle(

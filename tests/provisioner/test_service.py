@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import timedelta
 
 import pytest
@@ -90,3 +91,24 @@ async def test_the_service_api_answers(server: LocalNats, bus: Bus, subject: str
         assert [e["subject"] for e in reply["endpoints"]] == [buckets.VERB_SUBJECT]
     if "STATS" in subject:
         assert reply["endpoints"][0]["num_requests"] >= 1
+
+
+class BrokenCache(PageCache):
+    """A page cache that fails unexpectedly: the seam through which a bug reaches a handler."""
+
+    def page(self, cursor: str, given: Mapping[str, str]) -> bytes:
+        raise RuntimeError("password=hunter2 leaked in a repr")
+
+
+async def test_an_unexpected_error_is_answered_500_without_its_text(
+    many_needs: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with verb_service(many_needs, cache=BrokenCache()):
+        broken = await many_needs.nc.request(buckets.VERB_SUBJECT, b'{"cursor":"x.2"}', timeout=2)
+        after = await many_needs.nc.request(buckets.VERB_SUBJECT, b"{}", timeout=2)
+    headers = broken.headers or {}
+    assert (headers[ERROR_CODE_HEADER], headers[ERROR_HEADER]) == ("500", "internal error")
+    assert json.loads(broken.data) == {"error": "internal error"}
+    assert b"hunter2" not in broken.data
+    assert ERROR_CODE_HEADER not in (after.headers or {})
+    assert any(record.exc_info for record in caplog.records)
