@@ -97,7 +97,8 @@ def parse_request(body: bytes) -> Query:
         query = Query.model_validate(document)
     except ValidationError as err:
         raise RequestError(_describe(err)) from None
-    _check_applies(query)
+    if query.cursor is None:  # a continuation is checked against the listing it continues instead
+        _check_applies(query)
     return query
 
 

@@ -167,6 +167,8 @@ async def test_a_cursor_must_continue_the_same_query(small_payload_server: Local
         assert raised.value.code == "400"
         second = await ask_page(bus, {"what": "needs", "node": "n1", "cursor": first["next"]})
         assert second["page"] == 2
+        again = await ask_page(bus, {"node": "n1", "cursor": first["next"]})
+        assert again == second
 
 
 @pytest.mark.slow
