@@ -1,0 +1,110 @@
+"""The command line, run as a process: settings, commands, output and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.streams.text import TextReceiveStream
+
+from provisioner_client.reconcile import ClientPlan
+from provisioner_client.standins import StandIns
+from registry.local_nats import LocalNats
+
+from .conftest import NODE
+
+
+def client_env(nats_url: str, plan: ClientPlan, **extra: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "NATS_URL": nats_url,
+        "NATS_TIMEOUT": "2",
+        "MESH_PROVISIONER_CLIENT_NODE": NODE,
+        "MESH_PROVISIONER_CLIENT_MANIFESTS": str(plan.manifests),
+        "MESH_PROVISIONER_CLIENT_MATERIALIZE": str(plan.materialize),
+        "MESH_PROVISIONER_CLIENT_VERB_TIMEOUT": "1",
+        **extra,
+    }
+
+
+async def client(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    command = [sys.executable, "-c", "import sys; from provisioner_client.cli import main; sys.exit(main())", *args]
+    done = await anyio.run_process(command, env=env, check=False)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def test_reconcile_then_status_say_everything_is_applied(
+    domains: StandIns, nats_server: LocalNats, plan: ClientPlan
+) -> None:
+    env = client_env(nats_server.url, plan)
+    code, out, _ = await client("reconcile", env=env)
+    assert code == 0, out
+    assert f"app: applied -> {plan.materialize / 'app.env'} (written)" in out
+    code, out, _ = await client("status", "--json", env=env)
+    assert code == 0
+    status = json.loads(out)
+    assert {m: s["state"] for m, s in status["modules"].items()} == {
+        "app": "applied", "postgres": "applied", "tools": "applied"
+    }  # fmt: skip
+    assert status["modules"]["app"]["digest"] == status["modules"]["app"]["on_disk"]
+    assert status["modules"]["app"]["action"]["outcome"] == "succeeded"
+
+
+async def test_a_pending_module_exits_1_and_status_shows_why(
+    domains: StandIns, nats_server: LocalNats, plan: ClientPlan
+) -> None:
+    (plan.manifests / "extra.json").write_text(json.dumps({"module": "extra", "env": {"X": "${config:nope}"}}))
+    env = client_env(nats_server.url, plan)
+    code, out, _ = await client("reconcile", env=env)
+    assert code == 1
+    assert "extra: pending" in out
+    code, out, _ = await client("status", env=env)
+    assert code == 1
+    assert "extra: pending\n  digest:  -\n  reason:  ${config:nope}: no value at mesh-config_values key 'nope'" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "extra", "code", "says"),
+    [
+        pytest.param(
+            ["status"],
+            {"MESH_PROVISIONER_CLIENT_NOED": "x"},
+            2,
+            "unknown environment variable",
+            id="a mistyped variable is a usage error",
+        ),
+        pytest.param(["status", "--config", "/nonexistent.toml"], {}, 2, "does not exist", id="a missing config"),
+        pytest.param(["reconcile"], {"NATS_URL": "nats://127.0.0.1:1"}, 3, "connect to", id="no bus is exit 3"),
+    ],
+)
+async def test_failures_have_their_exit_code_and_one_line(
+    tmp_path: Path, args: list[str], extra: dict[str, str], code: int, says: str
+) -> None:
+    plan = ClientPlan(NODE, tmp_path, tmp_path / "env")
+    returned, _, err = await client(*args, env=client_env("nats://127.0.0.1:1", plan, **extra))
+    assert returned == code
+    last = err.splitlines()[-1]
+    assert last.startswith("mesh-provisioner-client: ")
+    assert says in last
+
+
+async def test_watch_mode_exits_cleanly_on_sigterm(domains: StandIns, nats_server: LocalNats, plan: ClientPlan) -> None:
+    env = client_env(nats_server.url, plan)
+    command = [sys.executable, "-c", "import sys; from provisioner_client.cli import main; sys.exit(main())",
+               "reconcile", "--watch"]  # fmt: skip
+    async with await anyio.open_process(command, env=env) as process:
+        assert process.stderr is not None
+        logged = ""
+        with anyio.fail_after(10):
+            async for chunk in TextReceiveStream(process.stderr):
+                logged += chunk
+                if "reconciled" in logged:
+                    break
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0
+    assert (plan.materialize / "app.env").exists()
