@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from provisioner_client.errors import ClientError, SettingsError
 from provisioner_client.logs import configure_logging
-from provisioner_client.reconcile import ClientPlan, Report, reconcile
+from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.settings import ENV_PREFIX, ClientSettings, load_settings
 from provisioner_client.status import read_status
 from provisioner_client.watching import WatchTiming, watch
@@ -124,7 +124,7 @@ async def _command(args: argparse.Namespace, settings: ClientSettings, bus_setti
         return await _watch(options, settings, plan)
     async with _connect_once(options) as bus:
         report = await reconcile(bus, plan)
-    print(summary(report))
+    print(report.summary())
     return EXIT_OK if report.ok else EXIT_PENDING
 
 
@@ -164,22 +164,3 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
             log.info("received %s; stopping", signal.Signals(received).name)
             scope.cancel()
             return
-
-
-def summary(report: Report) -> str:
-    """A few readable lines: what each module needed, its state and file."""
-    lines = []
-    for error in report.manifest_errors:
-        lines.append(f"manifest error: {error}")
-    for name, module in sorted(report.modules.items()):
-        applied = module.applied
-        where = f" -> {applied.file}" if applied.file else ""
-        changed = " (written)" if module.written else ""
-        lines.append(f"{name}: {applied.state}{where}{changed}")
-        lines.extend(f"  reason: {reason}" for reason in applied.reasons)
-        action = module.action
-        if action is not None and name in report.actions_run:
-            lines.append(f"  change action: {action.outcome}")
-    for path in report.removed:
-        lines.append(f"removed {path}")
-    return "\n".join(lines)

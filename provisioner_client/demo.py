@@ -24,7 +24,6 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
-from provisioner_client.cli import summary
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.standins import provision_own_buckets, stand_ins
 from provisioner_client.watching import WatchTiming, watch
@@ -84,7 +83,7 @@ async def describe(bus: Bus, plan: ClientPlan, report: Report) -> str:
     needs = await snapshot(bus, buckets.NEEDS.name, [f"{NODE}.>"])
     lines = [f"== node {plan.node}: manifests in {plan.manifests}", "", "needed (mesh-provisioner_needs):"]
     lines.extend(f"  {item.key}  {json.loads(item.value)['placeholder']}" for item in needs)
-    lines += ["", "applied (mesh-provisioner_applied) and env files:", summary(report), ""]
+    lines += ["", "applied (mesh-provisioner_applied) and env files:", report.summary(), ""]
     lines.append(f"env files are in {plan.materialize} (mode 0600); watching for changes, Ctrl-C stops")
     return "\n".join(lines)
 
@@ -92,7 +91,7 @@ async def describe(bus: Bus, plan: ClientPlan, report: Report) -> str:
 def _print_changes(report: Report) -> None:
     written = sorted(m for m, r in report.modules.items() if r.written)
     if written or report.removed or any(r.applied.state == "pending" for r in report.modules.values()):
-        print(summary(report), flush=True)
+        print(report.summary(), flush=True)
 
 
 async def _standalone(state_dir: Path) -> None:

@@ -125,9 +125,6 @@ def manifest_files(folder: Path) -> list[Path]:
 def load_manifests(folder: Path) -> Manifests:
     """Every manifest of `folder`; a bad file becomes an error, never stops the others."""
     found = Manifests()
-    if not folder.is_dir():
-        found.errors.append(ManifestError(folder, "the manifests folder does not exist"))
-        return found
     for path in manifest_files(folder):
         try:
             loaded = load_manifest(path)

@@ -79,9 +79,25 @@ class Report:
         actions = [self.modules[m].action for m in self.actions_run]
         return modules_ok and all(a is None or a.ok for a in actions) and not self.manifest_errors
 
+    def summary(self) -> str:
+        """A few readable lines: each module's state, file, reasons and change action."""
+        lines = [f"manifest error: {error}" for error in self.manifest_errors]
+        for name, module in sorted(self.modules.items()):
+            applied = module.applied
+            where = f" -> {applied.file}" if applied.file else ""
+            lines.append(f"{name}: {applied.state}{where}{' (written)' if module.written else ''}")
+            lines.extend(f"  reason: {reason}" for reason in applied.reasons)
+            action = module.action
+            if action is not None and name in self.actions_run:
+                lines.append(f"  change action: {action.outcome}")
+        lines.extend(f"removed {path}" for path in self.removed)
+        return "\n".join(lines)
+
 
 async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     scope = NodeScope(plan.node)
+    if not plan.manifests.is_dir():  # never read a missing folder as "no modules": that would remove them all
+        raise ManifestError(plan.manifests, "the manifests folder does not exist")
     manifests = load_manifests(plan.manifests)
     for error in manifests.errors:
         log.error("%s", error)

@@ -8,7 +8,7 @@ import logging
 import pytest
 from nats.aio.msg import Msg
 
-from provisioner_client.errors import ForeignKeyError
+from provisioner_client.errors import ForeignKeyError, ManifestError
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.scope import NodeScope
 from provisioner_client.standins import DEV_SECRETS, StandIns, stand_ins
@@ -161,3 +161,15 @@ def test_a_node_name_that_needs_escaping_owns_only_its_escaped_keys() -> None:
     assert scope.filter == "node=2E1.>"
     assert scope.owns("node=2E1.app")
     assert not scope.owns("node.1.app")
+
+
+async def test_a_missing_manifests_folder_is_an_error_not_an_empty_node(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    await reconcile(bus, plan)
+    moved = plan.manifests.rename(plan.manifests.with_name("elsewhere"))
+    with pytest.raises(ManifestError, match="the manifests folder does not exist"):
+        await reconcile(bus, plan)
+    assert (plan.materialize / "app.env").exists()
+    assert len(await snapshot(bus, buckets.APPLIED.name)) == 3
+    assert moved.is_dir()

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import anyio
+import pytest
 
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.standins import StandIns
@@ -38,9 +39,12 @@ class Reports:
         self._event = anyio.Event()
 
     async def until(self, check: Callable[[], bool], what: str) -> None:
-        with anyio.fail_after(BOUND):
-            while not check():
-                await self._event.wait()
+        try:
+            with anyio.fail_after(BOUND):
+                while not check():
+                    await self._event.wait()
+        except TimeoutError:
+            pytest.fail(f"{what} was not materialized within {BOUND} s")
 
 
 async def test_each_kind_of_change_is_materialized_within_a_bounded_time(
