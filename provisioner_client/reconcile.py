@@ -201,12 +201,12 @@ async def _apply(
             reasons.append(f"{placeholder}: {pending.reason}")
     old_action = previous.action if previous else None
     if reasons:
-        return _pending(folder, module, reasons, old_action)
+        return _pending(folder, module, reasons, previous)
     env = {name: substitute(text, lambda p: values[str(p)]) for name, text in manifest.env.items()}
     try:
         done = folder.materialize(module, render(module, env))
     except MaterializeError as err:
-        return _pending(folder, module, [str(err)], old_action)
+        return _pending(folder, module, [str(err)], previous)
     finally:
         values.clear()
         env.clear()
@@ -219,8 +219,10 @@ async def _apply(
     return ModuleReport(module, applied, written=done.written)
 
 
-def _pending(folder: EnvFolder, module: str, reasons: list[str], action: dict[str, object] | None) -> ModuleReport:
-    log.warning("module %s is pending: %s", module, "; ".join(reasons))
+def _pending(folder: EnvFolder, module: str, reasons: list[str], previous: AppliedValue | None) -> ModuleReport:
+    unchanged = previous is not None and previous.reasons == tuple(reasons)
+    log.log(logging.DEBUG if unchanged else logging.WARNING, "module %s is pending: %s", module, "; ".join(reasons))
+    action = previous.action if previous else None
     on_disk = folder.digest_on_disk(module)
     file = str(folder.path_of(module)) if on_disk else None
     return ModuleReport(module, AppliedValue(state="pending", digest=on_disk, file=file, reasons=tuple(reasons),
@@ -228,4 +230,4 @@ def _pending(folder: EnvFolder, module: str, reasons: list[str], action: dict[st
 
 
 def _held(folder: EnvFolder, module: str, error: ManifestError, previous: AppliedValue | None) -> ModuleReport:
-    return _pending(folder, module, [str(error)], previous.action if previous else None)
+    return _pending(folder, module, [str(error)], previous)
