@@ -22,7 +22,7 @@ from nats.js import api
 from nats.js.kv import KeyValue
 from nats.nuid import NUID
 
-from registry.bus import Bus, BusError
+from registry.bus import Bus, BusError, PermissionDenied
 
 log = logging.getLogger(__name__)
 
@@ -97,17 +97,20 @@ async def _wait(bus: Bus, listing: _Listing, operation: str) -> None:
             await listing.done.wait()
         if time.monotonic() - listing.progressed_at > idle_limit:
             denial = bus.recent_denial(listing.progressed_at - idle_limit)
-            raise BusError(operation, denial or f"no progress for {idle_limit:.0f} s after {len(listing.items)} keys")
+            if denial is not None:  # e.g. flow-control replies refused: the server holds the rest back
+                raise PermissionDenied(operation, denial)
+            raise BusError(operation, f"no progress for {idle_limit:.0f} s after {len(listing.items)} keys")
     if listing.error is not None:
         raise BusError(operation, listing.error)
 
 
 async def _receive(bus: Bus, listing: _Listing, msg: Msg) -> None:
-    listing.progressed_at = time.monotonic()
     headers = msg.headers
     if headers and headers.get("Status") == "100":
+        # Heartbeats keep coming while flow control is stalled: only keys count as progress.
         await _answer_control(bus, msg)
         return
+    listing.progressed_at = time.monotonic()
     if listing.done.is_set():
         return
     stream_seq, consumer_seq, pending = _ack_metadata(msg.reply)

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from registry.bus import Bus
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+from pydantic import SecretStr
+
+from registry.bus import Bus, BusOptions, PermissionDenied, connect
 from registry.kv import converge, snapshot
+from registry.local_nats import local_nats
 
 
 async def test_snapshot_of_an_empty_bucket_is_empty(bus: Bus) -> None:
@@ -35,3 +43,32 @@ async def test_converge_writes_only_differences_and_deletes_the_rest(bus: Bus) -
     revived = await converge(bus, kv, "c", current, {"n1.a": b"1", "n1.b": b"again", "n1.c": b"3"})
     assert revived.written == ["n1.b"]
     assert (await kv.get("n1.b")).value == b"again"
+
+
+_NO_FLOW_CONTROL = """
+accounts { A { jetstream: enabled, users = [
+  { user: writer, password: writer }
+  { user: lister, password: lister, permissions: {
+      publish: { allow: ["$JS.API.>"] }, subscribe: { allow: ["_INBOX.>"] } } }
+] } }
+"""
+
+
+async def test_snapshot_with_its_flow_control_refused_fails_as_denied_instead_of_hanging(tmp_path: Path) -> None:
+    """Heartbeats keep coming while flow control stalls; they must not count as progress."""
+    async with local_nats(tmp_path / "nats", _NO_FLOW_CONTROL) as server:
+        options = BusOptions(servers=(server.url,), request_timeout=timedelta(seconds=1))
+        async with connect(options.model_copy(update={"user": "writer", "password": SecretStr("writer")})) as writer:
+            kv = await writer.js.create_key_value(bucket="big", direct=True)
+            limit = anyio.Semaphore(200)
+
+            async def put(i: int) -> None:
+                async with limit:
+                    await kv.put(f"n1.k{i}", b"x" * 1000)
+
+            async with anyio.create_task_group() as tg:
+                for i in range(4000):  # about 4 MB: past what the server sends before asking flow control
+                    tg.start_soon(put, i)
+        async with connect(options.model_copy(update={"user": "lister", "password": SecretStr("lister")})) as lister:
+            with anyio.fail_after(10), pytest.raises(PermissionDenied, match=r"\$js\.fc\.kv_big"):
+                await snapshot(lister, "big", ["n1.>"])
