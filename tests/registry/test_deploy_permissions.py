@@ -25,6 +25,7 @@ from registry.catalogue import load_catalogue
 from registry.compile import registry_values
 from registry.kv import converge, snapshot
 from registry.local_nats import LocalNats, local_nats
+from registry.watch import scoped_watch
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PASSWORDS = {
@@ -137,6 +138,18 @@ async def test_a_node_writes_lists_and_gets_its_own_keys(as_user: Connect, provi
         await collect.put(contribution, b'{"items":["x"]}')
         one_collection = contribution.rsplit(".", 1)[0] + ".*"  # a wildcard inside the granted n1.>
         assert [item.key for item in await snapshot(bus, buckets.COLLECT.name, [one_collection])] == [contribution]
+        assert bus.recent_denial(0) is None
+
+
+async def test_a_node_watches_the_registry_and_its_own_keys(as_user: Connect, provisioned: None) -> None:
+    async with as_user("n1") as bus:
+        async with scoped_watch(bus, REGISTRY, ">") as registry_watch:
+            seen = [(await anext(registry_watch)).key for _ in range(13)]
+        assert len(set(seen)) == 13
+        collect = await bus.js.key_value(buckets.COLLECT.name)
+        async with scoped_watch(bus, buckets.COLLECT.name, "n1.>") as own:
+            await collect.put("n1.shell.web", b'{"items":[]}')
+            assert (await anext(own)).key == "n1.shell.web"
         assert bus.recent_denial(0) is None
 
 
