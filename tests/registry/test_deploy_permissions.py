@@ -11,6 +11,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -19,6 +20,8 @@ from nats import micro
 from nats.micro.request import Request
 from pydantic import SecretStr
 
+from provisioner.server import run_server
+from provisioner.settings import ServerSettings
 from registry import buckets, keys
 from registry.bus import Bus, BusError, BusOptions, PermissionDenied, connect
 from registry.catalogue import load_catalogue
@@ -40,6 +43,13 @@ NEEDS = buckets.NEEDS.name
 REGISTRY = buckets.REGISTRY.name
 BOUND = buckets.bound_bucket("postgres").name
 A_NEED = b'{"placeholder":"${config:x}"}'
+VERB_REQUESTS: tuple[dict[str, str], ...] = (
+    {},
+    {"what": "needs", "node": "n1"},
+    {"what": "needs", "module": "web"},
+    {"what": "applied"},
+    {"what": "collect", "node": "n1", "collection": "shell"},
+)
 
 Connect = Callable[[str], AbstractAsyncContextManager[Bus]]
 
@@ -213,6 +223,35 @@ async def test_the_operator_asks_the_verb_and_nothing_else(as_user: Connect, pro
         finally:
             await service.stop()
         assert seat.recent_denial(0) is None
+
+
+async def test_the_provisioner_server_runs_on_its_grants_alone(
+    as_user: Connect, server: LocalNats, caplog: pytest.LogCaptureFixture
+) -> None:
+    stop = anyio.Event()
+    options = BusOptions(
+        servers=(server.url,),
+        name=buckets.SEAT,
+        user="mesh-provisioner",
+        password=SecretStr(_password("mesh-provisioner")),
+        inbox_prefix="_INBOX_mesh-provisioner",
+        request_timeout=timedelta(seconds=1),
+    )
+    run = partial(run_server, bus_options=options, settings=ServerSettings(), stop=stop)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(run)
+        try:
+            async with as_user("n1") as node:
+                await (await node.js.key_value(NEEDS)).put("n1.web.config.x", A_NEED)
+            async with as_user("operator") as bus:
+                for request in VERB_REQUESTS:
+                    with bus.translate_errors(f"ask {request}"):
+                        reply = await bus.nc.request(buckets.VERB_SUBJECT, json.dumps(request).encode(), timeout=2)
+                    assert "Nats-Service-Error" not in (reply.headers or {}), (request, reply.headers, reply.data)
+                    assert isinstance(json.loads(reply.data), dict)
+        finally:
+            stop.set()
+    assert not [r for r in caplog.records if "permissions violation" in r.getMessage()]
 
 
 async def test_a_provider_reads_needs_and_writes_only_its_bound_bucket(as_user: Connect, provisioned: None) -> None:
