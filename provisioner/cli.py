@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -30,7 +31,7 @@ from provisioner.query import ask
 from provisioner.server import run_server, until_signalled
 from provisioner.settings import ENV_PREFIX, describe_validation, load_server_settings
 from registry import buckets
-from registry.bus import BusOptions, connect
+from registry.bus import BusError, BusOptions, connect
 from registry.errors import CatalogueError, RegistryError
 from registry.settings import add_bus_arguments, bus_settings_from
 
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--compact", action="store_true", help="print JSON on one line")
     query.add_argument(
         "--wait", type=float, default=30.0, metavar="SECONDS",
-        help="how long to wait for each page (default 30; the first page of a large listing takes longest)",
+        help="how long to wait to connect and for each page (default 30; a large listing's first page is slowest)",
     )  # fmt: skip
     add_bus_arguments(query)
     return parser
@@ -174,7 +175,14 @@ async def _dev(args: argparse.Namespace) -> int:
 
 async def _query(args: argparse.Namespace) -> int:
     request = {"what": args.what} | {f: getattr(args, f) for f in ("node", "module", "collection") if getattr(args, f)}
-    async with connect(_bus_options(args, f"{buckets.SEAT}-query")) as bus:
+    options = _bus_options(args, f"{buckets.SEAT}-query")
+    async with AsyncExitStack() as resources:
+        try:
+            with anyio.fail_after(args.wait):  # nats-py would retry a first connect forever
+                bus = await resources.enter_async_context(connect(options))
+        except TimeoutError:
+            servers = ", ".join(options.servers)
+            raise BusError(f"connect to {servers}", f"no connection within {args.wait:g} s") from None
         answer = await ask(bus, request, reply_wait=timedelta(seconds=args.wait))
     print(json.dumps(answer, indent=None if args.compact else 2, ensure_ascii=False))
     return EXIT_OK

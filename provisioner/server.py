@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from functools import partial
 
 import anyio
@@ -39,38 +40,51 @@ async def run_server(
     stop: anyio.Event,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Runs the server until `stop` is set; reports ready once the verb is served."""
-    async with connect(bus_options) as bus:
+    """Runs the server until `stop` is set; reports ready once the verb is served.
+
+    A `stop` before the server is ready (still waiting for NATS, say) gives up at once: there is
+    nothing in flight to finish."""
+    ready = anyio.Event()
+    async with AsyncExitStack() as resources, anyio.create_task_group() as tasks:
+        tasks.start_soon(_give_up_if_stopped_before, ready, stop, tasks.cancel_scope)
+        bus = await resources.enter_async_context(connect(bus_options))
         kvs = await ensure_buckets(
             bus,
             replicas=settings.bucket_replicas,
             storage=settings.bucket_storage,
             history=settings.bucket_history,
         )
+        compile_registry = partial(
+            keep_registry_compiled,
+            bus,
+            kvs[buckets.REGISTRY.name],
+            domains_file=settings.domains_file,
+            interval=settings.compile_interval,
+        )
+        await tasks.start(compile_registry)
         cache = PageCache(
             ttl=settings.cursor_ttl, max_listings=settings.max_cursors, max_bytes=settings.cursor_cache_bytes
         )
-        async with anyio.create_task_group() as tasks:
-            compile_registry = partial(
-                keep_registry_compiled,
-                bus,
-                kvs[buckets.REGISTRY.name],
-                domains_file=settings.domains_file,
-                interval=settings.compile_interval,
-            )
-            await tasks.start(compile_registry)
-            async with verb_service(
-                bus,
-                cache=cache,
-                max_concurrent=settings.max_concurrent_requests,
-                max_waiting=settings.max_waiting_requests,
-                shutdown_timeout=settings.shutdown_timeout,
-            ):
-                task_status.started()
-                await stop.wait()
-                log.info("stopping")
-            tasks.cancel_scope.cancel()
+        async with verb_service(
+            bus,
+            cache=cache,
+            max_concurrent=settings.max_concurrent_requests,
+            max_waiting=settings.max_waiting_requests,
+            shutdown_timeout=settings.shutdown_timeout,
+        ):
+            ready.set()
+            task_status.started()
+            await stop.wait()
+            log.info("stopping")
+        tasks.cancel_scope.cancel()
     log.info("stopped")
+
+
+async def _give_up_if_stopped_before(ready: anyio.Event, stop: anyio.Event, everything: CancelScope) -> None:
+    await stop.wait()
+    if not ready.is_set():
+        log.info("stopped before the server was ready")
+        everything.cancel()
 
 
 async def stop_on_signals(

@@ -48,3 +48,10 @@ async def test_query_a_filter_that_does_not_apply_exits_3_with_one_line(server: 
     assert (code, out) == (3, "")
     assert err.strip().splitlines() == ["mesh-provisioner query: the verb answered 400: 'node' does not apply to "
                                         "what='registry'; it takes no filter"]  # fmt: skip
+
+
+async def test_query_without_a_reachable_nats_exits_1_with_one_line() -> None:
+    code, out, err = await query("nats://127.0.0.1:1", "--wait", "0.5")
+    assert (code, out) == (1, "")
+    last = err.strip().splitlines()[-1]
+    assert last == "mesh-provisioner query: connect to nats://127.0.0.1:1: no connection within 0.5 s"

@@ -78,3 +78,16 @@ async def test_a_bad_domains_file_stops_serve_with_one_line_and_exit_2(nats_serv
     assert result.returncode == 2
     assert errors[-1].startswith("mesh-provisioner serve: ")
     assert "domain 'config'" in errors[-1]
+
+
+async def test_sigterm_before_nats_is_reachable_exits_0_at_once() -> None:
+    command = [sys.executable, "-m", "provisioner.cli", "serve", "--nats-url", "nats://127.0.0.1:1"]
+    async with await anyio.open_process(command, env=clean_environment()) as process:
+        assert process.stderr is not None
+        stream = TextReceiveStream(process.stderr)
+        with anyio.fail_after(10):
+            async for chunk in stream:
+                if "Connect call failed" in chunk:
+                    break
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0
