@@ -30,8 +30,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
+import anyio
+import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from provisioner.errors import RequestError, Unavailable
@@ -41,6 +44,8 @@ from registry.buckets import Bucket
 from registry.bus import Bus, BusError
 from registry.errors import KeyShapeError
 from registry.kv import KvItem, snapshot
+
+IN_THREAD_FROM = 2000  # items; below this a thread costs more than it spares the loop
 
 What = Literal["registry", "needs", "applied", "collect"]
 FILTERS = ("node", "module", "collection")
@@ -140,13 +145,20 @@ async def answer(bus: Bus, body: bytes, cache: PageCache) -> bytes:
     if query.cursor is not None:
         return cache.page(query.cursor, query.given())
     items = await list_keys(bus, query)
-    budget = page_budget(bus.nc.max_payload)
-    encoded = encode_listing(query.what, items, max_item_bytes=budget)
     listing_id = cache.new_listing_id()
-    pages = build_pages(query.what, encoded, budget=budget, listing_id=listing_id)
+    budget = page_budget(bus.nc.max_payload)
+    paginate = partial(paginate_listing, query.what, items, budget=budget, listing_id=listing_id)
+    # A large listing is encoded in a worker thread so that the event loop keeps answering others.
+    pages = await anyio.to_thread.run_sync(paginate) if len(items) > IN_THREAD_FROM else paginate()
     if len(pages) > 1:
         cache.keep(listing_id, query.given(), pages[1:])
     return pages[0]
+
+
+def paginate_listing(what: str, items: list[KvItem], *, budget: int, listing_id: str) -> list[bytes]:
+    """The pages of a listing (consumes `items`)."""
+    encoded = encode_listing(what, items, max_item_bytes=budget)
+    return build_pages(what, encoded, budget=budget, listing_id=listing_id)
 
 
 async def list_keys(bus: Bus, query: Query) -> list[KvItem]:
