@@ -7,3 +7,33 @@ listing), `paging` (answers split by bytes, cursors), `service` (the micro servi
 shutdown), `server` (the task group that runs it all), `dev` (a local nats-server plus the server),
 `query` (asking the verb and following pages), `logs` and `cli`.
 """
+
+from provisioner.dev import Participant, run_dev
+from provisioner.errors import (
+    CursorGone,
+    ProvisionerError,
+    RequestError,
+    SettingsError,
+    Unavailable,
+    VerbError,
+)
+from provisioner.query import ask, ask_page
+from provisioner.server import run_server, until_signalled
+from provisioner.settings import ServerSettings, load_server_settings
+
+__all__ = [
+    "CursorGone",
+    "Participant",
+    "ProvisionerError",
+    "RequestError",
+    "ServerSettings",
+    "SettingsError",
+    "Unavailable",
+    "VerbError",
+    "ask",
+    "ask_page",
+    "load_server_settings",
+    "run_dev",
+    "run_server",
+    "until_signalled",
+]

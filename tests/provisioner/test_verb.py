@@ -111,6 +111,8 @@ OUT_OF_SHAPE = {
     "n1.bad": (b"{}", "it has 2 tokens, the shape has 4"),
     "n1.a.b.c=2e": (b"{}", "upper-case hex"),
     "n1.a.b.caf\u00e9": (b"{}", "must be escaped"),
+    "n1.web.config.*": (b"{}", "character '*' at offset 0 must be escaped"),
+    "n1.web.config.>": (b"{}", "character '>' at offset 0 must be escaped"),
     "n1.web.config.broken": (b"{not json", "not JSON"),
     "n1.web.config.nan": (b"NaN", "not JSON"),
     "n1.web.config.latin1": (b'"caf\xe9"', "not UTF-8"),
