@@ -79,7 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     logging_group = common.add_argument_group("logging")
     logging_group.add_argument("--log-json", action="store_true", help="log one JSON object per line")
-    logging_group.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO; WARNING for query)")
+    logging_group.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="default INFO; WARNING for query",
+    )
 
     parser = argparse.ArgumentParser(
         prog="mesh-provisioner",
