@@ -51,7 +51,7 @@ _SERVER_FLAGS: dict[str, tuple[str, Any, str]] = {
     "shutdown_timeout": ("--shutdown-timeout", float, "seconds to finish requests in flight on stop (10)"),
     "cursor_ttl": ("--cursor-ttl", float, "seconds a paged listing's cursor stays valid (default 120)"),
     "max_cursors": ("--max-cursors", int, "paged listings kept at once (default 32)"),
-    "cursor_cache_bytes": ("--cursor-cache-bytes", int, "bytes of pages kept in all (default 268435456, 256 MiB)"),
+    "cursor_cache_bytes": ("--cursor-cache-bytes", int, "bytes of pages kept in all (default 134217728, 128 MiB)"),
 }
 _DURATIONS = {"compile_interval", "shutdown_timeout", "cursor_ttl"}
 

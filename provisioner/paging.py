@@ -110,7 +110,7 @@ class PageCache:
         *,
         ttl: timedelta = timedelta(seconds=120),
         max_listings: int = 32,
-        max_bytes: int = 256 * 1024 * 1024,
+        max_bytes: int = 128 * 1024 * 1024,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ttl = ttl.total_seconds()

@@ -47,7 +47,7 @@ class ServerSettings(BaseSettings):
     shutdown_timeout: timedelta = Field(default=timedelta(seconds=10), ge=timedelta(0))
     cursor_ttl: timedelta = Field(default=timedelta(seconds=120), gt=timedelta(0))
     max_cursors: int = Field(default=32, ge=1)
-    cursor_cache_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
+    cursor_cache_bytes: int = Field(default=128 * 1024 * 1024, ge=0)
 
 
 def load_server_settings(
