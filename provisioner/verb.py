@@ -28,6 +28,7 @@ for one node reads only that node's keys; keys out of shape under the narrowed t
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -44,6 +45,8 @@ from registry.buckets import Bucket
 from registry.bus import Bus, BusError
 from registry.errors import KeyShapeError
 from registry.kv import KvItem, snapshot
+
+log = logging.getLogger(__name__)
 
 IN_THREAD_FROM = 2000  # items; below this a thread costs more than it spares the loop
 
@@ -150,6 +153,7 @@ async def answer(bus: Bus, body: bytes, cache: PageCache) -> bytes:
     paginate = partial(paginate_listing, query.what, items, budget=budget, listing_id=listing_id)
     # A large listing is encoded in a worker thread so that the event loop keeps answering others.
     pages = await anyio.to_thread.run_sync(paginate) if len(items) > IN_THREAD_FROM else paginate()
+    log.debug("listed %s %s: %d pages", query.what, query.narrowing() or "everything", len(pages))
     if len(pages) > 1:
         cache.keep(listing_id, query.given(), pages[1:])
     return pages[0]
