@@ -64,7 +64,9 @@ async def test_sigterm_during_load_answers_every_request_in_flight_and_exits_0(
     assert [(r.headers or {}).get(ERROR_CODE_HEADER) for r in replies] == [None] * 20
     assert [json.loads(r.data)["total"]["entries"] for r in replies] == [1000] * 20
     assert code == 0, "\n".join(lines)
-    assert any("SIGTERM received" in line for line in lines)
+    order = ["SIGTERM received", "stopped taking requests", "provisioner.server: stopped"]
+    positions = [next(i for i, line in enumerate(lines) if step in line) for step in order]
+    assert positions == sorted(positions), "\n".join(lines)
 
 
 async def test_a_bad_domains_file_stops_serve_with_one_line_and_exit_2(nats_server: LocalNats, tmp_path: Path) -> None:
