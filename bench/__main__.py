@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 
-from bench.cases import Report, run_all
+from bench.cases import PARTS, Report, run_all
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -22,9 +22,17 @@ def main() -> None:
     parser.add_argument(
         "--out", type=Path, default=RESULTS, help=f"where to write the JSON figures (default {RESULTS})"
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=PARTS,
+        default=PARTS,
+        metavar="PART",
+        help=f"run only these parts: {', '.join(PARTS)} (default all; listing loads the keys growth measures)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mesh-bench-") as state:
-        report: Report = anyio.run(run_all, Path(state), args.quick)
+        report: Report = anyio.run(run_all, Path(state), args.quick, args.only)
     print(report.table())
     report.save(args.out)
     print(f"\nfigures written to {args.out}")

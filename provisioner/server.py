@@ -4,6 +4,7 @@
       ensure the four buckets
       compile the registry              at start (a failure here is fatal) ...
       ├── every compile_interval        ... then as a task of the group
+      ├── the registry view             follows the registry bucket for `what=registry`
       └── the verb service              until `stop` is set, then shut down in order
 
 `stop` is an `anyio.Event`: the CLI sets it on SIGTERM/SIGINT (`stop_on_signals`), tests and
@@ -25,8 +26,10 @@ from anyio.abc import TaskStatus
 from provisioner.buckets import ensure_buckets
 from provisioner.paging import PageCache
 from provisioner.registry_sync import keep_registry_compiled
+from provisioner.registry_view import RegistryView
 from provisioner.service import verb_service
 from provisioner.settings import ServerSettings
+from provisioner.verb import Verb
 from registry import buckets
 from registry.bus import BusOptions, connect
 
@@ -62,12 +65,14 @@ async def run_server(
             interval=settings.compile_interval,
         )
         await tasks.start(compile_registry)
+        registry = RegistryView()
+        await tasks.start(partial(registry.follow, bus))
         cache = PageCache(
             ttl=settings.cursor_ttl, max_listings=settings.max_cursors, max_bytes=settings.cursor_cache_bytes
         )
         async with verb_service(
             bus,
-            cache=cache,
+            verb=Verb(bus, cache, registry),
             max_concurrent=settings.max_concurrent_requests,
             max_waiting=settings.max_waiting_requests,
             shutdown_timeout=settings.shutdown_timeout,

@@ -32,8 +32,7 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from provisioner.errors import RequestError
-from provisioner.paging import PageCache
-from provisioner.verb import answer
+from provisioner.verb import Query, Verb
 from registry import buckets
 from registry.bus import Bus
 
@@ -98,7 +97,7 @@ class RunningVerb:
 async def verb_service(
     bus: Bus,
     *,
-    cache: PageCache,
+    verb: Verb,
     max_concurrent: int = 32,
     max_waiting: int = 1000,
     shutdown_timeout: timedelta = timedelta(seconds=10),
@@ -112,11 +111,14 @@ async def verb_service(
     async with anyio.create_task_group() as handlers:
 
         async def on_request(request: Request) -> None:
+            query = await _answer_at_once(verb, request)
+            if query is None:
+                return
             if in_flight.count >= max_concurrent + max_waiting:
                 await _respond_error(request, "503", "too many requests waiting; retry shortly")
                 return
             in_flight.enter()
-            handlers.start_soon(_handle, bus, cache, limiter, in_flight, request)
+            handlers.start_soon(_handle, verb, query, limiter, in_flight, request)
 
         service = await micro.add_service(bus.nc, name=buckets.SEAT, version=version(), description=DESCRIPTION)
         try:
@@ -165,19 +167,39 @@ async def _stop_taking_requests(service: Service) -> None:
         log.warning("could not stop the service's subscriptions cleanly: %s", err)
 
 
+async def _answer_at_once(verb: Verb, request: Request) -> Query | None:
+    """Answers what needs no bucket read in the handler itself; returns the query that does."""
+    try:
+        page = verb.at_once(request.data)
+    except RequestError as err:
+        await _refuse(request, err)
+    except Exception:
+        log.exception("request failed unexpectedly; answered 500")
+        await _respond_error(request, "500", INTERNAL_ERROR)
+    else:
+        if isinstance(page, bytes):
+            await _respond(request, page)
+            return None
+        return page
+    return None
+
+
 async def _handle(
-    bus: Bus, cache: PageCache, limiter: anyio.CapacityLimiter, in_flight: InFlight, request: Request
+    verb: Verb,
+    query: Query,
+    limiter: anyio.CapacityLimiter,
+    in_flight: InFlight,
+    request: Request,
 ) -> None:
     started = time.perf_counter()
     try:
         async with limiter:
             with in_flight.answering_one():
-                page = await answer(bus, request.data, cache)
+                page = await verb.by_listing(query)
         await _respond(request, page)
         log.debug("answered %d bytes in %.1f ms", len(page), (time.perf_counter() - started) * 1000)
     except RequestError as err:
-        log.info("request refused (%s): %s", err.code, err.reason)
-        await _respond_error(request, err.code, err.reason)
+        await _refuse(request, err)
     except anyio.get_cancelled_exc_class():
         with anyio.move_on_after(1, shield=True):
             await _respond_error(request, "503", STOPPING)
@@ -187,6 +209,11 @@ async def _handle(
         await _respond_error(request, "500", INTERNAL_ERROR)
     finally:
         in_flight.leave()
+
+
+async def _refuse(request: Request, err: RequestError) -> None:
+    log.info("request refused (%s): %s", err.code, err.reason)
+    await _respond_error(request, err.code, err.reason)
 
 
 async def _respond(request: Request, data: bytes) -> None:

@@ -32,7 +32,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.to_thread
@@ -45,6 +45,9 @@ from registry.buckets import Bucket
 from registry.bus import Bus, BusError
 from registry.errors import KeyShapeError
 from registry.kv import KvItem, snapshot
+
+if TYPE_CHECKING:
+    from provisioner.registry_view import RegistryView
 
 log = logging.getLogger(__name__)
 
@@ -141,22 +144,38 @@ _STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
 _COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
-async def answer(bus: Bus, body: bytes, cache: PageCache) -> bytes:
-    """The page that answers the request in `body`: the first of a new listing, or the one its
-    cursor names. Raises `RequestError` for a request the verb refuses."""
-    query = parse_request(body)
-    if query.cursor is not None:
-        return cache.page(query.cursor, query.given())
-    items = await list_keys(bus, query)
-    listing_id = cache.new_listing_id()
-    budget = page_budget(bus.nc.max_payload)
-    paginate = partial(paginate_listing, query.what, items, budget=budget, listing_id=listing_id)
-    # A large listing is encoded in a worker thread so that the event loop keeps answering others.
-    pages = await anyio.to_thread.run_sync(paginate) if len(items) > IN_THREAD_FROM else paginate()
-    log.debug("listed %s %s: %d pages", query.what, query.narrowing() or "everything", len(pages))
-    if len(pages) > 1:
-        cache.keep(listing_id, query.given(), pages[1:])
-    return pages[0]
+class Verb:
+    """Answers requests: at once from memory where it can (a cursor's page, the registry view),
+    otherwise by listing the bucket. Raises `RequestError` for a request the verb refuses."""
+
+    def __init__(self, bus: Bus, cache: PageCache, registry: RegistryView | None = None) -> None:
+        self.bus = bus
+        self.cache = cache
+        self.registry = registry
+
+    def at_once(self, body: bytes) -> bytes | Query:
+        """The answer when no bucket needs reading, else the parsed query for `by_listing`."""
+        query = parse_request(body)
+        if query.cursor is not None:
+            return self.cache.page(query.cursor, query.given())
+        if query.what == "registry" and self.registry is not None:
+            whole = self.registry.answer(page_budget(self.bus.nc.max_payload))
+            if whole is not None:
+                return whole
+        return query
+
+    async def by_listing(self, query: Query) -> bytes:
+        """The first page of a new listing; the pages after it are kept under a cursor."""
+        items = await list_keys(self.bus, query)
+        listing_id = self.cache.new_listing_id()
+        budget = page_budget(self.bus.nc.max_payload)
+        paginate = partial(paginate_listing, query.what, items, budget=budget, listing_id=listing_id)
+        # A large listing is encoded in a worker thread so that the event loop keeps answering others.
+        pages = await anyio.to_thread.run_sync(paginate) if len(items) > IN_THREAD_FROM else paginate()
+        log.debug("listed %s %s: %d pages", query.what, query.narrowing() or "everything", len(pages))
+        if len(pages) > 1:
+            self.cache.keep(listing_id, query.given(), pages[1:])
+        return pages[0]
 
 
 def paginate_listing(what: str, items: list[KvItem], *, budget: int, listing_id: str) -> list[bytes]:

@@ -13,6 +13,7 @@ from provisioner.buckets import ensure_buckets
 from provisioner.paging import PageCache
 from provisioner.query import ERROR_CODE_HEADER, ERROR_HEADER
 from provisioner.service import verb_service
+from provisioner.verb import Verb
 from registry import buckets
 from registry.bus import Bus
 from registry.local_nats import LocalNats
@@ -36,7 +37,7 @@ def total_of(reply: bytes) -> int:
 
 
 async def test_concurrent_requests_are_answered_concurrently(many_needs: Bus) -> None:
-    async with verb_service(many_needs, cache=PageCache(), max_concurrent=8) as running:
+    async with verb_service(many_needs, verb=Verb(many_needs, PageCache()), max_concurrent=8) as running:
         fired = await fire(many_needs, [NEEDS_REQUEST] * 8)
         replies = await fired.replies()
         assert [total_of(r.data) for r in replies] == [KEYS] * 8
@@ -44,14 +45,14 @@ async def test_concurrent_requests_are_answered_concurrently(many_needs: Bus) ->
 
 
 async def test_concurrency_is_bounded(many_needs: Bus) -> None:
-    async with verb_service(many_needs, cache=PageCache(), max_concurrent=1) as running:
+    async with verb_service(many_needs, verb=Verb(many_needs, PageCache()), max_concurrent=1) as running:
         fired = await fire(many_needs, [NEEDS_REQUEST] * 4)
         assert [total_of(r.data) for r in await fired.replies()] == [KEYS] * 4
         assert running.in_flight.peak == 1
 
 
 async def test_requests_beyond_the_waiting_room_are_answered_busy(many_needs: Bus) -> None:
-    async with verb_service(many_needs, cache=PageCache(), max_concurrent=1, max_waiting=0):
+    async with verb_service(many_needs, verb=Verb(many_needs, PageCache()), max_concurrent=1, max_waiting=0):
         fired = await fire(many_needs, [NEEDS_REQUEST] * 6)
         replies = await fired.replies()
     codes = [(r.headers or {}).get(ERROR_CODE_HEADER) for r in replies]
@@ -61,7 +62,7 @@ async def test_requests_beyond_the_waiting_room_are_answered_busy(many_needs: Bu
 
 
 async def test_stopping_answers_every_request_already_received(many_needs: Bus) -> None:
-    async with verb_service(many_needs, cache=PageCache(), max_concurrent=2):
+    async with verb_service(many_needs, verb=Verb(many_needs, PageCache()), max_concurrent=2):
         fired = await fire(many_needs, [NEEDS_REQUEST] * 6)
     replies = await fired.replies()
     assert [total_of(r.data) for r in replies] == [KEYS] * 6
@@ -70,7 +71,9 @@ async def test_stopping_answers_every_request_already_received(many_needs: Bus) 
 
 
 async def test_requests_still_in_flight_at_the_deadline_are_answered_stopping(many_needs: Bus) -> None:
-    async with verb_service(many_needs, cache=PageCache(), max_concurrent=1, shutdown_timeout=timedelta(0)):
+    async with verb_service(
+        many_needs, verb=Verb(many_needs, PageCache()), max_concurrent=1, shutdown_timeout=timedelta(0)
+    ):
         fired = await fire(many_needs, [NEEDS_REQUEST] * 20)
     replies = await fired.replies()
     stopped = [r for r in replies if (r.headers or {}).get(ERROR_CODE_HEADER) == "503"]
@@ -103,7 +106,7 @@ class BrokenCache(PageCache):
 async def test_an_unexpected_error_is_answered_500_without_its_text(
     many_needs: Bus, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with verb_service(many_needs, cache=BrokenCache()):
+    async with verb_service(many_needs, verb=Verb(many_needs, BrokenCache())):
         broken = await many_needs.nc.request(buckets.VERB_SUBJECT, b'{"cursor":"x.2"}', timeout=2)
         after = await many_needs.nc.request(buckets.VERB_SUBJECT, b"{}", timeout=2)
     headers = broken.headers or {}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 from nats.aio.msg import Msg
 
@@ -138,10 +140,32 @@ async def test_keys_out_of_shape_and_bad_values_are_reported_with_reasons(seeded
     assert [m["key"] for m in other_node["malformed"]] == ["n2.bad"]
 
 
+async def registry_once(bus: Bus, holds: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The registry answer, asked until it `holds`: the server's view follows the bucket by a watch."""
+    with anyio.fail_after(5):
+        while not holds(answer := await ask(bus, {})):
+            await anyio.sleep(0.01)
+    return answer
+
+
 async def test_a_registry_value_that_is_json_but_not_an_entry_is_reported_as_stored(seeded: Bus) -> None:
     await (await bucket(seeded, buckets.REGISTRY)).put("odd", b'{"whatever":1}')
-    answer = await ask(seeded, {})
-    assert {"key": "odd", "kind": "odd", "value": {"whatever": 1}} in answer["entries"]
+    odd = {"key": "odd", "kind": "odd", "value": {"whatever": 1}}
+    await registry_once(seeded, lambda answer: odd in answer["entries"])
+
+
+async def test_the_registry_answer_follows_drift_put_straight_into_the_bucket(seeded: Bus) -> None:
+    kv = await bucket(seeded, buckets.REGISTRY)
+    await kv.put("bogus", b'{"kind":"bogus"}')
+    await kv.put("n=", b"{}", validate_keys=False)
+    drifted = await registry_once(seeded, lambda answer: "bogus" in keys_of(answer) and answer["malformed"])
+    assert [m["key"] for m in drifted["malformed"]] == ["n="]
+    await kv.delete("bogus")
+    await kv.put("dir", b"not json")
+    mended = await registry_once(seeded, lambda answer: "dir" not in keys_of(answer))
+    assert "bogus" not in keys_of(mended)
+    assert "dir" in [m["key"] for m in mended["malformed"]]
+    assert len(mended["entries"]) == len(KINDS) - 1
 
 
 def error_of(msg: Msg) -> tuple[str, str, dict[str, Any]]:

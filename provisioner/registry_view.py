@@ -1,0 +1,58 @@
+"""The registry bucket as it stands, kept in memory by a watch, so `what=registry` reads no bucket.
+
+The registry is small (one key per kind) and asked often: every node client reads it. The view
+is filled by a snapshot at start, then follows the bucket through a watch, so a key put straight
+into the bucket (drift) is in the next answer within milliseconds, and the answer's bytes are
+encoded once per change instead of once per request. An answer that does not fit one page is
+left to the ordinary listing, which pages it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+from anyio.abc import TaskStatus
+
+from provisioner.verb import paginate_listing
+from registry import buckets
+from registry.bus import Bus
+from registry.kv import KvItem, snapshot
+from registry.watch import scoped_watch
+
+log = logging.getLogger(__name__)
+
+
+class RegistryView:
+    """The latest entry of every registry key, and the one-page answer they make."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, KvItem] = {}
+        self._answer: tuple[int, bytes | None] | None = None
+        self.ready = False
+
+    def apply(self, item: KvItem) -> None:
+        known = self._items.get(item.key)
+        if known is None or item.revision > known.revision:
+            self._items[item.key] = item
+            self._answer = None
+
+    def answer(self, budget: int) -> bytes | None:
+        """The whole `what=registry` answer, or None when it needs more than one page."""
+        if not self.ready:
+            return None
+        if self._answer is None or self._answer[0] != budget:
+            current = [item for item in self._items.values() if not item.deleted]
+            pages = paginate_listing("registry", current, budget=budget, listing_id="registry")
+            self._answer = (budget, pages[0] if len(pages) == 1 else None)
+        return self._answer[1]
+
+    async def follow(self, bus: Bus, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Fills the view, reports ready, then applies every change until cancelled."""
+        async with scoped_watch(bus, buckets.REGISTRY.name, ">") as watch:
+            for item in await snapshot(bus, buckets.REGISTRY.name, include_deleted=True):
+                self.apply(item)
+            self.ready = True
+            task_status.started()
+            async for event in watch:
+                self.apply(KvItem(event.key, event.value, event.revision, event.deleted))
