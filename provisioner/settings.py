@@ -30,6 +30,8 @@ from pydantic_settings import (
 from provisioner.errors import SettingsError
 
 ENV_PREFIX = "MESH_PROVISIONER_"
+# The node client's variables share the prefix; on a machine running both they are not ours to refuse.
+OTHER_PROGRAM_PREFIX = "MESH_PROVISIONER_CLIENT_"
 
 
 class ServerSettings(BaseSettings):
@@ -86,7 +88,12 @@ def load_server_settings(
 
 def _refuse_unknown_environment(environ: Mapping[str, str] | None) -> None:
     known = {f"{ENV_PREFIX}{name}".upper() for name in ServerSettings.model_fields}
-    unknown = sorted(n for n in (environ or {}) if n.upper().startswith(ENV_PREFIX) and n.upper() not in known)
+    ours = [
+        n
+        for n in (environ or {})
+        if n.upper().startswith(ENV_PREFIX) and not n.upper().startswith(OTHER_PROGRAM_PREFIX)
+    ]
+    unknown = sorted(n for n in ours if n.upper() not in known)
     if unknown:
         raise SettingsError("environment", f"unknown variable {unknown[0]}; known: {', '.join(sorted(known))}")
 

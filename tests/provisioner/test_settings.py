@@ -63,3 +63,8 @@ def test_a_bad_value_names_the_field_without_echoing_it() -> None:
     with pytest.raises(SettingsError) as raised:
         load_server_settings({"bucket_replicas": 0}, environ={})
     assert "bucket_replicas" in str(raised.value)
+
+
+def test_the_node_clients_variables_on_the_same_machine_are_left_to_it() -> None:
+    settings = load_server_settings({}, environ={"MESH_PROVISIONER_CLIENT_NODE": "n1"})
+    assert settings == ServerSettings()
