@@ -155,7 +155,8 @@ async def connect(options: BusOptions) -> AsyncIterator[Bus]:
     try:
         yield bus
     finally:
-        with anyio.move_on_after(options.drain_timeout.total_seconds(), shield=True):
+        # nats-py closes the connection itself once its drain times out: leave it time to.
+        with anyio.move_on_after(options.drain_timeout.total_seconds() + 2, shield=True):
             await _close(nc)
 
 
