@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+import anyio
 from nats import micro
 from nats.js.kv import KeyValue
 from nats.micro.request import Request
@@ -143,4 +144,5 @@ async def stand_ins(bus: Bus, node: str, *, with_vault: bool = True) -> AsyncIte
         await bus.nc.flush()
         yield parts
     finally:
-        await service.stop()
+        with anyio.move_on_after(2, shield=True):  # a stop cut short leaves a drain the connection waits on
+            await service.stop()

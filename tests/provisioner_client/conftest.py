@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,3 +35,10 @@ def plan(tmp_path: Path) -> ClientPlan:
     manifests = tmp_path / "manifests"
     shutil.copytree(EXAMPLES, manifests, ignore=shutil.ignore_patterns("*.md"))
     return ClientPlan(node=NODE, manifests=manifests, materialize=tmp_path / "env", verb_timeout=timedelta(seconds=1))
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_per_test() -> Iterator[None]:
+    """A resource a test leaks is reported by that test, not by whichever test the GC next runs in."""
+    yield
+    gc.collect()

@@ -45,7 +45,7 @@ async def test_a_lost_consumer_is_recreated_under_a_new_name_without_losing_a_ch
         await kv.put("n1.b", b"3")
         assert await next_events(watch, 2) == [("n1.a", b"2", False), ("n1.b", b"3", False)]
         assert watch.consumer_name not in (None, first)
-        assert watch.resets == 1
+        assert watch.resets >= 1
         await kv.put("n1.a", b"4")
         assert await next_events(watch, 1) == [("n1.a", b"4", False)]
 
