@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from provisioner_client.reconcile import ClientPlan, Report
-from provisioner_client.standins import StandIns
+from provisioner_client.standins import StandIns, provision_own_buckets, stand_ins
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
 from registry.bus import Bus
@@ -84,3 +84,21 @@ async def test_each_kind_of_change_is_materialized_within_a_bounded_time(
         await reports.until(lambda: app_env("ZSH_SNIPPETS").endswith("\nsetopt nobeep"), "a manifest replaced")
         tg.cancel_scope.cancel()
     assert reports.all[-1].ok
+
+
+async def test_watch_mode_backs_off_until_the_bus_can_answer_then_applies(
+    bus: Bus, plan: ClientPlan, caplog: pytest.LogCaptureFixture
+) -> None:
+    reports = Reports()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: watch(bus, plan, TIMING, on_report=reports))
+        with anyio.fail_after(BOUND):
+            while "reconcile failed" not in caplog.text:
+                await anyio.sleep(0.05)  # the loop logs each failed attempt; nothing else to wait on
+        await provision_own_buckets(bus)
+        async with stand_ins(bus, "node-1"):
+            await reports.until(
+                lambda: bool(reports.all) and reports.all[-1].ok, "the first reconcile once provisioned"
+            )
+        tg.cancel_scope.cancel()
+    assert "retrying in" in caplog.text
