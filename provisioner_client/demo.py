@@ -51,7 +51,7 @@ async def run_demo(
         await _wait_for_registry(bus)
         async with stand_ins(bus, NODE):
             report = await reconcile(bus, plan)
-            print(await describe(bus, plan, report), flush=True)
+            print(await describe(bus, plan, report, nats_url), flush=True)
             task_status.started()
             await watch(bus, plan, _TIMING, on_report=_print_changes)
 
@@ -79,12 +79,16 @@ async def _wait_for_registry(bus: Bus) -> None:
         await anyio.sleep(0.5)
 
 
-async def describe(bus: Bus, plan: ClientPlan, report: Report) -> str:
+async def describe(bus: Bus, plan: ClientPlan, report: Report, nats_url: str) -> str:
     needs = await snapshot(bus, buckets.NEEDS.name, [f"{NODE}.>"])
     lines = [f"== node {plan.node}: manifests in {plan.manifests}", "", "needed (mesh-provisioner_needs):"]
     lines.extend(f"  {item.key}  {json.loads(item.value)['placeholder']}" for item in needs)
     lines += ["", "applied (mesh-provisioner_applied) and env files:", report.summary(), ""]
     lines.append(f"env files are in {plan.materialize} (mode 0600); watching for changes, Ctrl-C stops")
+    lines.append(f"edit a manifest in {plan.manifests} and the env files follow; from another terminal:")
+    lines.append(
+        f"  mesh-provisioner-client status --node {plan.node} --materialize {plan.materialize} --nats-url {nats_url}"
+    )
     return "\n".join(lines)
 
 
