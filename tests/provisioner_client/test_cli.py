@@ -53,6 +53,10 @@ async def test_reconcile_then_status_say_everything_is_applied(
     }  # fmt: skip
     assert status["modules"]["app"]["digest"] == status["modules"]["app"]["on_disk"]
     assert status["modules"]["app"]["action"]["outcome"] == "succeeded"
+    (plan.materialize / "app.env").write_text("EDITED=1\n")
+    code, out, _ = await client("status", env=env)
+    assert code == 0
+    assert "(drifted; the next reconcile puts it back)" in out
 
 
 async def test_a_pending_module_exits_1_and_status_shows_why(
