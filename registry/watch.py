@@ -12,6 +12,11 @@ naming a later sequence than seen, or heartbeats missing for three intervals (th
 consumer deleted) make it re-create the consumer under a new name from the stream sequence after
 the last one seen, retrying with backoff while that fails. Nothing is lost or delivered twice.
 
+A consumer left behind (on stop or reset) expires on the server once nobody listens on its
+deliver subject for `inactive_threshold` (three heartbeats, at least 5 s). With
+`delete_on_stop=True` it is deleted at once instead, which needs publish on
+`$JS.API.CONSUMER.DELETE.KV_<b>.*`; without that grant the delete is a permission violation.
+
     async with scoped_watch(bus, "mesh-config_values", "db-url") as watch:
         async for event in watch:
             ...
@@ -59,6 +64,7 @@ class ScopedWatch:
     def __init__(
         self, bus: Bus, bucket: str, subject_filter: str, send: MemoryObjectSendStream[WatchEvent],
         receive: MemoryObjectReceiveStream[WatchEvent], *, heartbeat: timedelta, retry_max: timedelta,
+        delete_on_stop: bool = False,
     ) -> None:  # fmt: skip
         self.bus = bus
         self.bucket = bucket
@@ -69,6 +75,7 @@ class ScopedWatch:
         self._receive = receive
         self._heartbeat = heartbeat.total_seconds()
         self._retry_max = retry_max.total_seconds()
+        self._delete_on_stop = delete_on_stop
         self._prefix = f"$KV.{bucket}."
         self._sub: Subscription | None = None
         self._consumer_seq = 0
@@ -159,7 +166,7 @@ class ScopedWatch:
                 await sub.unsubscribe()
             except Exception:  # a closed connection has no subscription left to end
                 log.debug("unsubscribe failed", exc_info=True)
-        if name is not None:
+        if name is not None and self._delete_on_stop:
             try:
                 with anyio.move_on_after(1):
                     await self.bus.js.delete_consumer(f"KV_{self.bucket}", name)
@@ -204,11 +211,12 @@ class ScopedWatch:
 @asynccontextmanager
 async def scoped_watch(
     bus: Bus, bucket: str, subject_filter: str, *, heartbeat: timedelta = timedelta(seconds=2),
-    retry_max: timedelta = timedelta(seconds=30), buffer: int = 256,
+    retry_max: timedelta = timedelta(seconds=30), buffer: int = 256, delete_on_stop: bool = False,
 ) -> AsyncIterator[ScopedWatch]:  # fmt: skip
     """Watches the keys of `bucket` matching `subject_filter` (relative to the bucket)."""
     send, receive = anyio.create_memory_object_stream[WatchEvent](max_buffer_size=buffer)
-    watch = ScopedWatch(bus, bucket, subject_filter, send, receive, heartbeat=heartbeat, retry_max=retry_max)
+    watch = ScopedWatch(bus, bucket, subject_filter, send, receive, heartbeat=heartbeat, retry_max=retry_max,
+                        delete_on_stop=delete_on_stop)  # fmt: skip
     async with send, receive, anyio.create_task_group() as tg:
         await tg.start(watch.run)
         try:
