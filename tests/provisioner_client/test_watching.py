@@ -6,15 +6,18 @@ import json
 import os
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import anyio
 import pytest
+from anyio.abc import TaskStatus
 
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.standins import StandIns, provision_own_buckets, stand_ins
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
-from registry.bus import Bus
+from registry.bus import Bus, BusOptions, connect
+from registry.local_nats import LocalNats, local_nats
 from registry.models import BucketAnswer, RegistryEntry, to_json
 
 from .test_reconcile import sh_env
@@ -102,3 +105,37 @@ async def test_watch_mode_backs_off_until_the_bus_can_answer_then_applies(
             )
         tg.cancel_scope.cancel()
     assert "retrying in" in caplog.text
+
+
+async def test_watch_mode_rides_out_a_restart_of_the_bus(tmp_path: Path, plan: ClientPlan) -> None:
+    store = tmp_path / "restarting-nats"
+    stop_first, first_stopped, stop_second = anyio.Event(), anyio.Event(), anyio.Event()
+
+    async def server(port: int, stop: anyio.Event, stopped: anyio.Event, *, task_status: TaskStatus[LocalNats]) -> None:
+        async with local_nats(store, port=port) as running:
+            task_status.started(running)
+            await stop.wait()
+        stopped.set()
+
+    async with anyio.create_task_group() as servers:
+        first: LocalNats = await servers.start(server, -1, stop_first, first_stopped)
+        options = BusOptions(servers=(first.url,), name="client", reconnect_wait=timedelta(seconds=0.2))
+        async with connect(options) as bus, anyio.create_task_group() as tg:
+            await provision_own_buckets(bus)
+            domains = await tg.start(_stand_ins_until_cancelled, bus)
+            reports = Reports()
+            await tg.start(lambda task_status: watch(bus, plan, TIMING, on_report=reports, task_status=task_status))
+            stop_first.set()
+            await first_stopped.wait()
+            await servers.start(server, first.port, stop_second, anyio.Event())
+            await domains.config.put("log-level", b'"after-restart"')
+            await reports.until(lambda: sh_env(plan.materialize / "app.env")["LOG_LEVEL"] == "after-restart",
+                                "a value written after the bus restarted")  # fmt: skip
+            tg.cancel_scope.cancel()
+        stop_second.set()
+
+
+async def _stand_ins_until_cancelled(bus: Bus, *, task_status: TaskStatus[StandIns]) -> None:
+    async with stand_ins(bus, "node-1") as parts:
+        task_status.started(parts)
+        await anyio.sleep_forever()
