@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
-from provisioner.dev import run_dev
+from provisioner.dev import Participant, run_dev
 from provisioner.errors import ProvisionerError, SettingsError, VerbError
 from provisioner.logs import configure_logging
 from provisioner.query import ask
@@ -107,15 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_bus_arguments(serve)
 
     dev = commands.add_parser(
-        "dev", parents=[common], help="run a local nats-server and the server, for a first try",
+        "dev", parents=[common], help="run a local nats-server, the server and the demo loop, for a first try",
         description="Start a local nats-server with JetStream on loopback (data under --state-dir), then the "
-        "server against it, and print how to query it. Ctrl-C stops both.",
-        epilog="example:\n  mesh-provisioner dev --state-dir ./state",
+        "server against it, then the demo: stand-ins for the other domains (a config bucket, a vault verb, a "
+        "postgres provider's bound bucket, the controller's placement mirror) and a node client that "
+        "materializes deploy/examples/ into --state-dir/demo/env and keeps watching. Prints how to query it. "
+        "Ctrl-C stops everything.",
+        epilog="examples:\n  mesh-provisioner dev --state-dir ./state\n  mesh-provisioner dev --no-demo",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     dev.add_argument(
         "--state-dir", type=Path, default=Path("state"), metavar="PATH", help="nats-server's data folder (./state)"
     )
+    dev.add_argument("--no-demo", action="store_true", help="only nats-server and the server: no stand-ins, no client")
     dev.add_argument("--config", type=Path, metavar="PATH", help="a TOML file of server settings")
     _add_server_arguments(dev)
 
@@ -174,8 +178,20 @@ async def _serve(args: argparse.Namespace) -> int:
 
 async def _dev(args: argparse.Namespace) -> int:
     settings = load_server_settings(_server_flags(args), args.config, environ=os.environ)
-    await until_signalled(lambda stop: run_dev(state_dir=args.state_dir, settings=settings, stop=stop, out=sys.stdout))
+    participants = () if args.no_demo else (_demo(args.state_dir / "demo"),)
+    await until_signalled(
+        lambda stop: run_dev(
+            state_dir=args.state_dir, settings=settings, stop=stop, participants=participants, out=sys.stdout
+        )
+    )
     return EXIT_OK
+
+
+def _demo(state_dir: Path) -> Participant:
+    # Only the demo joins the server to the node client: `serve` never imports it.
+    from provisioner_client.demo import run_demo  # noqa: PLC0415
+
+    return partial(run_demo, state_dir=state_dir)
 
 
 async def _query(args: argparse.Namespace) -> int:
