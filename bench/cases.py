@@ -12,10 +12,12 @@ from pathlib import Path
 import nats
 from nats.aio.client import Client
 
+from bench.convergence import NODE, Fleet, Run, client_peak_rss_mb, measured_reconcile
 from bench.harness import (
     Latency,
     answers,
     load_keys,
+    median,
     peak_rss_mb,
     python_process,
     sequential_latency,
@@ -25,6 +27,8 @@ from bench.harness import (
 )
 from provisioner.query import ask
 from provisioner.registry_sync import sync_registry
+from provisioner_client.reconcile import ClientPlan
+from provisioner_client.standins import SECRET_SUBJECT, stand_ins
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.local_nats import local_nats
@@ -106,6 +110,17 @@ async def echo_process(url: str) -> AsyncIterator[int]:
         async with python_process(
             ["-m", "bench.echo", url, ECHO_SUBJECT], ready=lambda: answers(nc, ECHO_SUBJECT)
         ) as p:
+            yield p.pid
+    finally:
+        await nc.close()
+
+
+@asynccontextmanager
+async def vault_process(url: str) -> AsyncIterator[int]:
+    nc = await nats.connect(url)
+    secret = b'{"name": "db-password"}'
+    try:
+        async with python_process(["-m", "bench.vault", url], ready=lambda: answers(nc, SECRET_SUBJECT, secret)) as p:
             yield p.pid
     finally:
         await nc.close()
@@ -249,6 +264,36 @@ async def compile_unchanged(bus: Bus, report: Report) -> None:
     report.add("compile, nothing changed: time", seconds * 1e3, "ms")
 
 
+async def convergence(bus: Bus, url: str, report: Report, sizes: Sizes, state: Path) -> None:
+    print(f"a client reconciling {sizes.modules} modules x 10 placeholders")
+    fleet = Fleet(sizes.modules, state / "fleet")
+    manifests = fleet.write_manifests()
+    plan = ClientPlan(node=NODE, manifests=manifests, materialize=fleet.folder / "env")
+    async with stand_ins(bus, NODE, with_vault=False) as parts, vault_process(url):
+        await fleet.write_values(parts)
+        first = await measured_reconcile(bus, plan)
+        # The first run happens once; the unchanged run can be repeated, and its median is steadier.
+        repeats = [await measured_reconcile(bus, plan) for _ in range(5)]
+        second = Run(
+            median([r.seconds for r in repeats]),
+            max(r.kv_writes for r in repeats),
+            max(r.files_written for r in repeats),
+        )
+        rss = await client_peak_rss_mb(url, manifests, fleet.folder / "env-of-a-process")
+    report.add("first reconcile: time", first.seconds * 1e3, "ms")
+    report.add("first reconcile: KV writes", first.kv_writes, "writes")
+    report.add("first reconcile: env files written", first.files_written, "files")
+    report.add(
+        "second reconcile: KV writes (most of 5)", second.kv_writes, "writes", target="= 0", met=second.kv_writes == 0
+    )
+    files = second.files_written
+    report.add("second reconcile: env files written (most of 5)", files, "files", target="= 0", met=files == 0)
+    report.add("second reconcile: time (median of 5)", second.seconds * 1e3, "ms")
+    ratio = second.seconds / first.seconds
+    report.add("second reconcile time / first", ratio, "x", target="<= 0.3", met=ratio <= 0.3)
+    report.add(f"client peak RSS, {sizes.modules} modules", rss, "MB", target="< 80", met=rss < 80)
+
+
 PARTS = ("verb", "compile", "growth", "listing", "convergence")
 
 
@@ -271,6 +316,8 @@ async def run_all(state: Path, quick: bool, parts: Sequence[str] = PARTS) -> Rep
                     await growth(bus, nc, report, sizes)
                 if "listing" in parts:
                     await whole_listing(bus, nc, report, sizes, server_pid)
+                if "convergence" in parts:
+                    await convergence(bus, server.url, report, sizes, state)
         finally:
             await nc.close()
     return report

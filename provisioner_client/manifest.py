@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -82,7 +83,8 @@ class Manifest(BaseModel):
             raise ValueError("a collection name must not be empty")
         return value
 
-    def placeholders(self) -> dict[Placeholder, tuple[str, ...]]:
+    @cached_property
+    def _placeholders(self) -> dict[Placeholder, tuple[str, ...]]:
         """Each placeholder of the env, with the variables it is used in, in a stable order."""
         used: dict[Placeholder, list[str]] = {}
         for name, text in sorted(self.env.items()):
@@ -90,6 +92,10 @@ class Manifest(BaseModel):
                 if name not in used.setdefault(placeholder, []):
                     used[placeholder].append(name)
         return {p: tuple(names) for p, names in sorted(used.items())}
+
+    def placeholders(self) -> dict[Placeholder, tuple[str, ...]]:
+        """Each placeholder of the env, with the variables it is used in, in a stable order."""
+        return self._placeholders
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     resolver = Resolver(bus, await read_registry(bus), node=plan.node, verb_timeout=plan.verb_timeout)
     folder = EnvFolder(plan.materialize)
     previous = _applied_by_module(current[buckets.APPLIED.name])
+    await resolver.prefetch((m, p) for m, loaded in manifests.modules.items() for p in loaded.manifest.placeholders())
     for module, loaded in sorted(manifests.modules.items()):
         report.modules[module] = await _apply(resolver, folder, loaded, previous.get(module), report)
     for module, error in sorted(manifests.held.items()):

@@ -31,10 +31,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Generic, TypeVar
 
+import anyio
 import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
@@ -43,13 +46,15 @@ from pydantic import ValidationError
 from registry import buckets, keys
 from registry.bus import Bus, BusError
 from registry.errors import RegistryError
-from registry.keys import KeyShape
+from registry.keys import KeyShape, shape_of
 from registry.kv import snapshot
 from registry.models import BucketAnswer, CollectValue, RegistryEntry, VerbAnswer
 from registry.placeholders import Placeholder
-from registry.templates import NamePattern, render
+from registry.templates import pattern_of, render
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Pending(Exception):
@@ -94,6 +99,33 @@ async def read_registry(bus: Bus) -> Registry:
     return registry
 
 
+class _Once(Generic[T]):
+    """Each key fetched once per reconcile, however many ask for it at the same time; a `Pending`
+    is remembered like a value."""
+
+    def __init__(self) -> None:
+        self._done: dict[Hashable, T | Pending] = {}
+        self._running: dict[Hashable, anyio.Event] = {}
+
+    async def get(self, key: Hashable, fetch: Callable[[], Awaitable[T]]) -> T:
+        while key not in self._done:
+            running = self._running.get(key)
+            if running is not None:
+                await running.wait()  # the fetch under way ends in `_done`, or is tried again if it failed
+                continue
+            self._running[key] = anyio.Event()
+            try:
+                self._done[key] = await fetch()
+            except Pending as pending:
+                self._done[key] = pending
+            finally:
+                self._running.pop(key).set()
+        found = self._done[key]
+        if isinstance(found, Pending):
+            raise found
+        return found
+
+
 class Resolver:
     """Resolves placeholders for one reconcile; remembers every source it read, for watching."""
 
@@ -102,12 +134,32 @@ class Resolver:
         self._registry = registry
         self._node = node
         self._verb_timeout = verb_timeout
-        self._kvs: dict[str, KeyValue | Pending] = {}
-        self._cache: dict[tuple[str, ...], str | Pending] = {}
+        self._kvs: _Once[KeyValue] = _Once()
+        self._values: _Once[str] = _Once()
+        self._resolved: _Once[str] = _Once()
         self.sources: set[Source] = {REGISTRY_SOURCE}
         self.asked_verbs = False
 
+    async def prefetch(self, wanted: Iterable[tuple[str, Placeholder]], *, at_once: int = 64) -> None:
+        """Resolves every (module, placeholder) concurrently, so that `resolve` then answers from
+        memory: one reconcile costs about one round trip per `at_once` distinct values."""
+        queue = sorted(set(wanted), reverse=True)
+
+        async def worker() -> None:  # a few workers draining one list cost less than a task per value
+            while queue:
+                module, placeholder = queue.pop()
+                with suppress(Pending):  # remembered; `resolve` raises it again for its module
+                    await self.resolve(module, placeholder)
+
+        async with anyio.create_task_group() as tasks:
+            for _ in range(min(at_once, len(queue))):
+                tasks.start_soon(worker)
+
     async def resolve(self, module: str, placeholder: Placeholder) -> str:
+        """The value of `placeholder` for `module`, or `Pending` with why; each asked once per reconcile."""
+        return await self._resolved.get((module, placeholder), lambda: self._resolve_now(module, placeholder))
+
+    async def _resolve_now(self, module: str, placeholder: Placeholder) -> str:
         entry = self._registry.entries.get(placeholder.kind)
         if entry is None:
             problem = self._registry.problems.get(placeholder.kind)
@@ -122,7 +174,7 @@ class Resolver:
     def _fields(self, module: str, placeholder: Placeholder, entry: RegistryEntry) -> dict[str, str]:
         fields = {"node": self._node, "module": module, "kind": placeholder.kind, "name": placeholder.name}
         try:
-            fields.update(NamePattern(entry.answer.name).split(placeholder.name))
+            fields.update(pattern_of(entry.answer.name).split(placeholder.name))
             if isinstance(entry.answer, BucketAnswer):
                 fields.update({part: render(text, fields) for part, text in entry.answer.parts.items()})
         except RegistryError as err:
@@ -132,7 +184,7 @@ class Resolver:
     async def _read(self, answer: BucketAnswer, placeholder: Placeholder, fields: dict[str, str]) -> str:
         try:
             bucket = render(answer.bucket, fields)
-            shape = KeyShape(answer.key)
+            shape = shape_of(answer.key)
             if answer.read == "items":
                 prefix = _items_prefix(shape, fields)
                 return await self._cached(("items", bucket, prefix), lambda: self._items(bucket, shape, prefix))
@@ -145,28 +197,19 @@ class Resolver:
         return _text_of(value, f"{bucket} key {key!r}")
 
     async def _cached(self, key: tuple[str, ...], fetch: Callable[[], Awaitable[str]]) -> str:
-        if key not in self._cache:
-            try:
-                self._cache[key] = await fetch()
-            except Pending as pending:
-                self._cache[key] = pending
-        found = self._cache[key]
-        if isinstance(found, Pending):
-            raise found
-        return found
+        return await self._values.get(key, fetch)
 
     async def _bind(self, bucket: str) -> KeyValue:
-        if bucket not in self._kvs:
-            try:
-                with self._bus.translate_errors(f"bind {bucket}"):
-                    self._kvs[bucket] = await self._bus.js.key_value(bucket)
-            except BusError as err:
-                missing = isinstance(err.__cause__, nats.js.errors.BucketNotFoundError)
-                self._kvs[bucket] = Pending(f"bucket {bucket} does not exist" if missing else str(err))
-        found = self._kvs[bucket]
-        if isinstance(found, Pending):
-            raise found
-        return found
+        return await self._kvs.get(bucket, lambda: self._bind_now(bucket))
+
+    async def _bind_now(self, bucket: str) -> KeyValue:
+        try:
+            with self._bus.translate_errors(f"bind {bucket}"):
+                kv: KeyValue = await self._bus.js.key_value(bucket)
+        except BusError as err:
+            missing = isinstance(err.__cause__, nats.js.errors.BucketNotFoundError)
+            raise Pending(f"bucket {bucket} does not exist" if missing else str(err)) from None
+        return kv
 
     async def _get(self, bucket: str, key: str) -> str:
         self.sources.add(Source(bucket, key))
@@ -225,7 +268,7 @@ class Resolver:
 def _items_prefix(shape: KeyShape, fields: dict[str, str]) -> str:
     if shape.optional or len(shape.required) < 2:
         raise RegistryError(f"shape {shape.text} cannot be listed by items")
-    return KeyShape(".".join(token.text for token in shape.required[:-1])).build(**fields)
+    return shape_of(".".join(token.text for token in shape.required[:-1])).build(**fields)
 
 
 def _text_of(raw: str, where: str) -> str:

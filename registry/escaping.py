@@ -13,6 +13,7 @@ from registry.errors import TokenError
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_/")
 _ENCODED_BYTE = tuple(chr(b) if b in _SAFE else f"={b:02X}" for b in range(256))
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9\-_/]+")
 _CANONICAL_TOKEN = re.compile(r"(?:[A-Za-z0-9\-_/]|=[0-9A-F]{2})+")
 _ESCAPE_BYTES = re.compile(rb"=([0-9A-F]{2})")
 
@@ -21,6 +22,8 @@ def encode_token(name: str) -> str:
     """The token for `name`. An empty name has no token."""
     if not name:
         raise TokenError("", "a name must not be empty")
+    if _PLAIN_NAME.fullmatch(name):
+        return name  # nothing to escape: the token is the name itself
     return "".join(_ENCODED_BYTE[b] for b in name.encode("utf-8"))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from registry.errors import KeyShapeError, TemplateError, TokenError
 from registry.escaping import decode_token, encode_token
@@ -41,6 +41,8 @@ class _TokenTemplate:
         return re.compile(regex, re.DOTALL)
 
     def render(self, parts: Mapping[str, str]) -> str:
+        if self._sole_field is not None:
+            return parts[self._sole_field]
         return _FIELD.sub(lambda m: parts[m.group(1)], self.text)
 
     @cached_property
@@ -162,6 +164,12 @@ class KeyShape:
         if len(template.fields) != 1 or template.text != f"<{template.fields[0]}>":
             raise KeyShapeError("", self.text, f"cannot narrow by part of token {template.text}")
         return encode_token(given.pop(template.fields[0]))
+
+
+@lru_cache(maxsize=256)
+def shape_of(text: str) -> KeyShape:
+    """The shape written `text`, parsed once: registry answers name their shapes as text."""
+    return KeyShape(text)
 
 
 def _tokens_of(shape: str, text: str) -> tuple[_TokenTemplate, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 
 from registry.errors import TemplateError
 
@@ -51,3 +52,9 @@ class NamePattern:
         if len(pieces) < len(self.required) or any(not p for p in pieces):
             raise TemplateError(self.text, f"name {name!r} does not read as {self.text}")
         return dict(zip(self.fields, pieces, strict=False))
+
+
+@lru_cache(maxsize=256)
+def pattern_of(text: str) -> NamePattern:
+    """The name pattern written `text`, parsed once."""
+    return NamePattern(text)

@@ -1,0 +1,108 @@
+"""A node client managing many modules: the first reconcile, a second with nothing changed, and its memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from bench.harness import ROOT, timed
+from provisioner_client.reconcile import ClientPlan, reconcile
+from provisioner_client.standins import ASSIGNMENT, StandIns
+from registry import buckets
+from registry.bus import Bus
+
+NODE = "bench-node"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """`modules` manifests of `placeholders` placeholders each (10 by default) and the values they need."""
+
+    modules: int
+    folder: Path
+
+    def env_of(self, module: int) -> dict[str, str]:
+        return {
+            "SHARED_0": "${config:shared-0}",
+            "SHARED_1": "${config:shared-1}",
+            **{f"OWN_{j}": f"${{config:m{module}-k{j}}}" for j in range(4)},
+            "STATE": "${dir:state}",
+            "URL": "http://localhost:${port:http}/",
+            "PASSWORD": "${secret:db-password}",
+            "ALIASES": "${shell:zsh:normal}",
+        }
+
+    def write_manifests(self) -> Path:
+        manifests = self.folder / "manifests"
+        manifests.mkdir(parents=True, exist_ok=True)
+        for module in range(self.modules):
+            document = {
+                "module": f"m{module}",
+                "env": self.env_of(module),
+                "contributes": {"shell:zsh:normal": [f"alias m{module}='cd /srv/m{module}'"]},
+            }
+            (manifests / f"m{module}.json").write_text(json.dumps(document, indent=1))
+        return manifests
+
+    async def write_values(self, parts: StandIns) -> None:
+        for name in ("shared-0", "shared-1"):
+            await parts.config.put(name, json.dumps(f"value of {name}").encode())
+        for module in range(self.modules):
+            for j in range(4):
+                await parts.config.put(f"m{module}-k{j}", json.dumps(f"m{module} value {j}").encode())
+            plan = {"plan": {"dir": {"state": f"/var/lib/m{module}"}, "port": {"http": 8000 + module}}}
+            await parts.assignments.put(ASSIGNMENT.build(node=NODE, module=f"m{module}"), json.dumps(plan).encode())
+
+
+@dataclass(frozen=True)
+class Run:
+    seconds: float
+    kv_writes: int
+    files_written: int
+
+
+async def own_bucket_sequences(bus: Bus) -> int:
+    total = 0
+    for bucket in (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT):
+        total += (await bus.js.stream_info(bucket.stream)).state.last_seq
+    return total
+
+
+def file_stamps(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.glob("*.env")}
+
+
+async def measured_reconcile(bus: Bus, plan: ClientPlan) -> Run:
+    before_writes, before_files = await own_bucket_sequences(bus), file_stamps(plan.materialize)
+    report = None
+
+    async def run() -> None:
+        nonlocal report
+        report = await reconcile(bus, plan)
+
+    seconds = await timed(run)
+    assert report is not None and report.ok, report.summary() if report else "no report"
+    after = file_stamps(plan.materialize)
+    files = sum(1 for name, stamp in after.items() if before_files.get(name) != stamp)
+    return Run(seconds, await own_bucket_sequences(bus) - before_writes, files)
+
+
+async def client_peak_rss_mb(url: str, manifests: Path, materialize: Path) -> float:
+    """Peak RSS of `mesh-provisioner-client reconcile` as its own process over the same manifests."""
+    command = [
+        sys.executable, "-m", "provisioner_client.cli", "reconcile", "--node", NODE, "--manifests", str(manifests),
+        "--materialize", str(materialize), "--nats-url", url, "--log-level", "WARNING",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, cwd=ROOT, env=env)
+    _, status, usage = await anyio.to_thread.run_sync(os.wait4, process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.returncode == 0, f"the client exited {process.returncode}"
+    return usage.ru_maxrss / 1024
