@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-import anyio.to_thread
 
 from bench.harness import ROOT, timed
 from provisioner_client.reconcile import ClientPlan, reconcile
@@ -96,13 +94,12 @@ async def measured_reconcile(bus: Bus, plan: ClientPlan) -> Run:
 
 async def client_peak_rss_mb(url: str, manifests: Path, materialize: Path) -> float:
     """Peak RSS of `mesh-provisioner-client reconcile` as its own process over the same manifests."""
+    report = materialize.parent / "client-peak-rss"
     command = [
-        sys.executable, "-m", "provisioner_client.cli", "reconcile", "--node", NODE, "--manifests", str(manifests),
-        "--materialize", str(materialize), "--nats-url", url, "--log-level", "WARNING",
+        sys.executable, "-m", "bench.peak", str(report), "provisioner_client.cli", "reconcile", "--node", NODE,
+        "--manifests", str(manifests), "--materialize", str(materialize), "--nats-url", url, "--log-level", "WARNING",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(command, cwd=ROOT, env=env)
-    _, status, usage = await anyio.to_thread.run_sync(os.wait4, process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    assert process.returncode == 0, f"the client exited {process.returncode}"
-    return usage.ru_maxrss / 1024
+    result = await anyio.run_process(command, cwd=ROOT, env=env, check=False, stdout=None, stderr=None)
+    assert result.returncode == 0, f"the client exited {result.returncode}"
+    return float(report.read_text())

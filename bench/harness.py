@@ -63,7 +63,7 @@ async def throughput(call: Callable[[], Awaitable[object]], *, workers: int, per
     return workers * per_worker / (time.perf_counter() - started)
 
 
-def peak_rss_mb(pid: int) -> float:
+def peak_rss_mb(pid: int | str) -> float:
     """The process's peak resident set (VmHWM), in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):

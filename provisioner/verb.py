@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -140,6 +141,8 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# Plain tokens: their decoded parts are substrings of the key, so neither needs JSON escaping.
+_JSON_SAFE_KEY = re.compile(r"[-/_.a-zA-Z0-9]+")
 _STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
 _COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
@@ -232,8 +235,12 @@ def json_problem(value: bytes) -> str | None:
 
 def entry(key: str, parts: Mapping[str, str], value: bytes) -> bytes:
     """An entry's JSON, the stored value spliced in as it is (it was checked to be JSON)."""
-    head = _dumps({"key": key, **parts})
-    return head[:-1] + b',"value":' + value.strip() + b"}"
+    if _JSON_SAFE_KEY.fullmatch(key):  # the key and its parts need no JSON escaping: skip the encoder
+        fields = "".join(f',"{field}":"{text}"' for field, text in parts.items())
+        head = f'{{"key":"{key}"{fields},"value":'.encode()
+    else:
+        head = _dumps({"key": key, **parts})[:-1] + b',"value":'
+    return head + value.strip() + b"}"
 
 
 def malformed(key: str, reason: str) -> bytes:

@@ -18,6 +18,8 @@ from registry.escaping import decode_token, encode_token
 
 # nats-py's own key grammar; every key we build is checked against it.
 NATS_KEY = re.compile(r"^[-/_=\.a-zA-Z0-9]+$")
+# A key of plain tokens: nothing escaped, no empty token. Each token is its own name.
+_PLAIN_KEY = re.compile(r"[-/_a-zA-Z0-9]+(?:\.[-/_a-zA-Z0-9]+)*")
 _FIELD = re.compile(r"<([a-z][a-z0-9_-]*)>")
 _SHAPE = re.compile(r"^(?P<required>[^\[\]]+)(?:\[\.(?P<optional>[^\[\]]+)\])?$")
 
@@ -111,9 +113,18 @@ class KeyShape:
             raise KeyShapeError(key, self.text, "not a valid NATS key")
         return key
 
+    @cached_property
+    def _plain_fields(self) -> tuple[str, ...] | None:
+        """The fields, when every token is one whole field: such a shape parses plain keys fast."""
+        sole = [token._sole_field for token in self.tokens]
+        return tuple(f for f in sole if f is not None) if all(sole) else None
+
     def parse(self, key: str) -> dict[str, str]:
         """The parts of `key`, or a `KeyShapeError` that says why it is out of shape."""
         tokens = key.split(".")
+        fields = self._plain_fields
+        if fields is not None and _PLAIN_KEY.fullmatch(key) and len(tokens) in (len(self.required), len(fields)):
+            return dict(zip(fields, tokens, strict=False))  # no escape, no empty token: each name is its token
         if len(tokens) not in (len(self.required), len(self.tokens)):
             raise KeyShapeError(key, self.text, self._count_reason(len(tokens)))
         parts: dict[str, str] = {}
