@@ -55,4 +55,4 @@ class RegistryView:
             self.ready = True
             task_status.started()
             async for event in watch:
-                self.apply(KvItem(event.key, event.value, event.revision, event.deleted))
+                self.apply(event)

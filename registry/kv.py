@@ -113,7 +113,7 @@ async def _receive(bus: Bus, listing: _Listing, msg: Msg) -> None:
     listing.progressed_at = time.monotonic()
     if listing.done.is_set():
         return
-    stream_seq, consumer_seq, pending = _ack_metadata(msg.reply)
+    stream_seq, consumer_seq, pending = ack_metadata(msg.reply)
     if consumer_seq != listing.consumer_seq + 1:
         listing.error = f"messages were lost (consumer sequence {listing.consumer_seq} then {consumer_seq}); retry"
         listing.done.set()
@@ -132,7 +132,7 @@ async def _answer_control(bus: Bus, msg: Msg) -> None:
         await bus.nc.publish(reply)
 
 
-def _ack_metadata(reply: str) -> tuple[int, int, int]:
+def ack_metadata(reply: str) -> tuple[int, int, int]:
     """Stream sequence, consumer sequence and pending count from a JetStream ack subject."""
     tokens = reply.split(".")
     if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>

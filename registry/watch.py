@@ -13,9 +13,9 @@ consumer deleted) make it re-create the consumer under a new name from the strea
 the last one seen, retrying with backoff while that fails. Nothing is lost or delivered twice.
 
 A consumer left behind (on stop or reset) expires on the server once nobody listens on its
-deliver subject for `inactive_threshold` (three heartbeats, at least 5 s). With
-`delete_on_stop=True` it is deleted at once instead, which needs publish on
-`$JS.API.CONSUMER.DELETE.KV_<b>.*`; without that grant the delete is a permission violation.
+deliver subject for `inactive_threshold` (three heartbeats, at least 5 s). It is never deleted
+by the watcher: that would need a grant of `$JS.API.CONSUMER.DELETE.KV_<b>.*`, which cannot be
+narrowed to one's own consumers and would let a node delete the watches of others.
 
     async with scoped_watch(bus, "mesh-config_values", "db-url") as watch:
         async for event in watch:
@@ -30,7 +30,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
 from datetime import timedelta
 
 import anyio
@@ -42,7 +41,7 @@ from nats.js import api
 from nats.nuid import NUID
 
 from registry.bus import Bus, BusError
-from registry.kv import _ack_metadata
+from registry.kv import KvItem, ack_metadata
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +49,7 @@ _REMOVED = ("DEL", "PURGE")
 _nuid = NUID()
 
 
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    key: str
-    value: bytes
-    revision: int
-    deleted: bool = False
+WatchEvent = KvItem  # an event is the entry as it now stands, a deletion included
 
 
 class ScopedWatch:
@@ -64,7 +58,6 @@ class ScopedWatch:
     def __init__(
         self, bus: Bus, bucket: str, subject_filter: str, send: MemoryObjectSendStream[WatchEvent],
         receive: MemoryObjectReceiveStream[WatchEvent], *, heartbeat: timedelta, retry_max: timedelta,
-        delete_on_stop: bool = False,
     ) -> None:  # fmt: skip
         self.bus = bus
         self.bucket = bucket
@@ -75,7 +68,6 @@ class ScopedWatch:
         self._receive = receive
         self._heartbeat = heartbeat.total_seconds()
         self._retry_max = retry_max.total_seconds()
-        self._delete_on_stop = delete_on_stop
         self._prefix = f"$KV.{bucket}."
         self._sub: Subscription | None = None
         self._consumer_seq = 0
@@ -158,7 +150,8 @@ class ScopedWatch:
         )
 
     async def _stop_consumer(self) -> None:
-        sub, name = self._sub, self.consumer_name
+        """Stops listening; the consumer expires on the server (see the module's docstring)."""
+        sub = self._sub
         self._sub = self.consumer_name = None
         self._generation += 1
         if sub is not None:
@@ -166,12 +159,6 @@ class ScopedWatch:
                 await sub.unsubscribe()
             except Exception:  # a closed connection has no subscription left to end
                 log.debug("unsubscribe failed", exc_info=True)
-        if name is not None and self._delete_on_stop:
-            try:
-                with anyio.move_on_after(1):
-                    await self.bus.js.delete_consumer(f"KV_{self.bucket}", name)
-            except Exception:  # the server removes it after inactive_threshold anyway
-                log.debug("could not delete consumer %s; it expires", name, exc_info=True)
 
     async def _until_broken(self) -> str:
         while self._broken is None:
@@ -189,7 +176,7 @@ class ScopedWatch:
         if headers.get("Status") == "100":
             await self._answer_control(msg, headers)
             return
-        stream_seq, consumer_seq, _ = _ack_metadata(msg.reply)
+        stream_seq, consumer_seq, _ = ack_metadata(msg.reply)
         if consumer_seq != self._consumer_seq + 1:
             self._broken = f"consumer sequence {self._consumer_seq} then {consumer_seq}"
             return
@@ -211,12 +198,11 @@ class ScopedWatch:
 @asynccontextmanager
 async def scoped_watch(
     bus: Bus, bucket: str, subject_filter: str, *, heartbeat: timedelta = timedelta(seconds=2),
-    retry_max: timedelta = timedelta(seconds=30), buffer: int = 256, delete_on_stop: bool = False,
+    retry_max: timedelta = timedelta(seconds=30), buffer: int = 256,
 ) -> AsyncIterator[ScopedWatch]:  # fmt: skip
     """Watches the keys of `bucket` matching `subject_filter` (relative to the bucket)."""
     send, receive = anyio.create_memory_object_stream[WatchEvent](max_buffer_size=buffer)
-    watch = ScopedWatch(bus, bucket, subject_filter, send, receive, heartbeat=heartbeat, retry_max=retry_max,
-                        delete_on_stop=delete_on_stop)  # fmt: skip
+    watch = ScopedWatch(bus, bucket, subject_filter, send, receive, heartbeat=heartbeat, retry_max=retry_max)
     async with send, receive, anyio.create_task_group() as tg:
         await tg.start(watch.run)
         try:

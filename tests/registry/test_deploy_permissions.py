@@ -202,7 +202,7 @@ async def test_a_node_cannot_subscribe_to_writes_or_other_inboxes(as_user: Conne
             await bus.nc.subscribe(subject)
             await bus.nc.flush()
             with anyio.fail_after(2):
-                while subject.lower() not in (bus.recent_denial(0) or ""):  # noqa: ASYNC110 - Bus has no denial event
+                while subject.lower() not in (bus.recent_denial(0) or ""):
                     await anyio.sleep(0.01)
 
 
