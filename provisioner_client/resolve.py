@@ -47,7 +47,7 @@ from registry import buckets, keys
 from registry.bus import Bus, BusError
 from registry.errors import RegistryError
 from registry.keys import KeyShape, shape_of
-from registry.kv import snapshot
+from registry.kv import KvItem, get_latest, snapshot
 from registry.models import BucketAnswer, CollectValue, RegistryEntry, VerbAnswer
 from registry.placeholders import Placeholder
 from registry.templates import pattern_of, render
@@ -215,13 +215,24 @@ class Resolver:
         self.sources.add(Source(bucket, key))
         kv = await self._bind(bucket)
         try:
+            item = await get_latest(self._bus, bucket, key)
+        except BusError as err:
+            if not isinstance(err.__cause__, nats.errors.NoRespondersError):
+                raise Pending(str(err)) from None
+            item = await self._get_without_direct(kv, bucket, key)  # a bucket created without direct get
+        if item is None or item.deleted:
+            raise Pending(f"no value at {bucket} key {key!r}")
+        return item.value.decode("utf-8", errors="replace")
+
+    async def _get_without_direct(self, kv: KeyValue, bucket: str, key: str) -> KvItem | None:
+        try:
             with self._bus.translate_errors(f"get {bucket} {key}"):
                 entry = await kv.get(key)
         except BusError as err:
             if isinstance(err.__cause__, nats.js.errors.KeyNotFoundError):
-                raise Pending(f"no value at {bucket} key {key!r}") from None
+                return None
             raise Pending(str(err)) from None
-        return (entry.value or b"").decode("utf-8", errors="replace")
+        return KvItem(key, entry.value or b"", entry.revision or 0)
 
     async def _items(self, bucket: str, shape: KeyShape, prefix: str) -> str:
         subject_filter = f"{prefix}.*"

@@ -141,6 +141,23 @@ def ack_metadata(reply: str) -> tuple[int, int, int]:
     return int(tokens[7]), int(tokens[8]), int(tokens[10])
 
 
+async def get_latest(bus: Bus, bucket: str, key: str) -> KvItem | None:
+    """The latest entry of `key` by direct get (the key is in the subject, so a node's user can be
+    granted its own keys only), or None when the key was never written. Raises `BusError`; a
+    bucket created without `direct=True` has no responder (`nats.errors.NoRespondersError`)."""
+    subject = f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}"
+    with bus.translate_errors(f"get {bucket} {key}"):
+        msg = await bus.nc.request(subject, b"", timeout=bus.options.request_timeout.total_seconds())
+    headers = msg.headers or {}
+    status = headers.get("Status")
+    if status == "404":
+        return None
+    if status is not None:
+        raise BusError(f"get {bucket} {key}", f"status {status} {headers.get('Description', '')}".strip())
+    deleted = headers.get(_KV_OPERATION) in _REMOVED
+    return KvItem(key, msg.data, int(headers.get("Nats-Sequence", "0")), deleted)
+
+
 @dataclass
 class Changes:
     """What a converge did, key by key."""

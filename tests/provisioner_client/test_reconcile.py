@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from provisioner_client.reconcile import ClientPlan, reconcile
-from provisioner_client.standins import StandIns
+from provisioner_client.standins import CONFIG_BUCKET, StandIns
 from registry import buckets
 from registry.bus import Bus
 from registry.kv import snapshot
@@ -130,3 +130,17 @@ async def test_removing_a_module_removes_its_keys_and_file_and_nothing_else(
     assert sorted(p.name for p in plan.materialize.glob("*.env")) == ["app.env", "handmade.env", "tools.env"]
     assert foreign.read_text() == "MINE=1\n"
     assert "node-2.tools.config.x" in after[buckets.NEEDS.name]
+
+
+async def test_a_domain_bucket_created_without_direct_get_is_read_all_the_same(
+    provisioned: Bus, tmp_path: Path
+) -> None:
+    config = await provisioned.js.create_key_value(bucket=CONFIG_BUCKET)  # no direct get
+    await config.put("log-level", b'"debug"')
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "web.json").write_text(json.dumps({"module": "web", "env": {"LEVEL": "${config:log-level}"}}))
+    plan = ClientPlan(node=NODE, manifests=manifests, materialize=tmp_path / "env")
+    report = await reconcile(provisioned, plan)
+    assert report.ok, report.summary()
+    assert sh_env(plan.materialize / "web.env") == {"LEVEL": "debug"}

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+from nats.errors import NoRespondersError
 from pydantic import SecretStr
 
-from registry.bus import Bus, BusOptions, PermissionDenied, connect
-from registry.kv import converge, snapshot
+from registry.bus import Bus, BusError, BusOptions, PermissionDenied, connect
+from registry.kv import KvItem, converge, get_latest, snapshot
 from registry.local_nats import local_nats
 
 
@@ -72,3 +73,23 @@ async def test_snapshot_with_its_flow_control_refused_fails_as_denied_instead_of
         async with connect(options.model_copy(update={"user": "lister", "password": SecretStr("lister")})) as lister:
             with anyio.fail_after(10), pytest.raises(PermissionDenied, match=r"\$js\.fc\.kv_big"):
                 await snapshot(lister, "big", ["n1.>"])
+
+
+async def test_get_latest_reads_a_value_a_deletion_and_a_key_never_written(bus: Bus) -> None:
+    kv = await bus.js.create_key_value(bucket="g", direct=True)
+    revision = await kv.put("n1.a", b'"v"')
+    await kv.put("n1.gone", b"x")
+    await kv.delete("n1.gone")
+    assert await get_latest(bus, "g", "n1.a") == KvItem("n1.a", b'"v"', revision)
+    gone = await get_latest(bus, "g", "n1.gone")
+    assert gone is not None
+    assert gone.deleted
+    assert await get_latest(bus, "g", "n1.never") is None
+
+
+async def test_get_latest_of_a_bucket_without_direct_get_has_no_responder(bus: Bus) -> None:
+    kv = await bus.js.create_key_value(bucket="plain")
+    await kv.put("k", b"1")
+    with pytest.raises(BusError) as raised:
+        await get_latest(bus, "plain", "k")
+    assert isinstance(raised.value.__cause__, NoRespondersError)
