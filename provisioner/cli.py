@@ -26,13 +26,13 @@ from pydantic import ValidationError
 
 from provisioner.dev import Participant, run_dev
 from provisioner.errors import ProvisionerError, SettingsError, VerbError
-from provisioner.logs import configure_logging
 from provisioner.query import ask
 from provisioner.server import run_server, until_signalled
 from provisioner.settings import ENV_PREFIX, describe_validation, load_server_settings
 from registry import buckets
 from registry.bus import BusError, BusOptions, connect
 from registry.errors import CatalogueError, RegistryError
+from registry.logs import configure_logging
 from registry.settings import add_bus_arguments, bus_settings_from
 
 log = logging.getLogger(__name__)

@@ -20,14 +20,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    TomlConfigSettingsSource,
-)
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from provisioner.errors import SettingsError
+from registry.settings import load_with_file
 
 ENV_PREFIX = "MESH_PROVISIONER_"
 # The node client's variables share the prefix; on a machine running both they are not ours to refuse.
@@ -62,24 +58,9 @@ def load_server_settings(
     if config_file is not None and not config_file.is_file():
         raise SettingsError(str(config_file), "config file not found")
 
-    class _WithFile(ServerSettings):
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            if config_file is None:
-                return (init_settings, env_settings)
-            return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file))
-
     try:
         _refuse_unknown_environment(environ)
-        loaded = _WithFile(**flags)
-        return ServerSettings.model_validate(dict(loaded))  # the plain class: the file source was per call
+        return load_with_file(ServerSettings, flags, config_file)
     except ValidationError as err:
         raise SettingsError(_source_name(config_file), describe_validation(err)) from None
     except ValueError as err:  # the TOML file itself does not parse

@@ -31,12 +31,12 @@ import anyio
 from pydantic import ValidationError
 
 from provisioner_client.errors import ClientError, SettingsError
-from provisioner_client.logs import configure_logging
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.settings import ENV_PREFIX, ClientSettings, load_settings
 from provisioner_client.status import read_status
 from provisioner_client.watching import WatchTiming, watch
 from registry.bus import Bus, BusError, BusOptions, connect
+from registry.logs import configure_logging
 from registry.settings import BusSettings, add_bus_arguments, bus_settings_from
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bus = bus_settings_from(args)
     except (SettingsError, ValidationError) as err:
         return _fail(EXIT_USAGE, str(err))
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(json_lines=settings.log_format == "json", level=settings.log_level)
     try:
         return anyio.run(_command, args, settings, bus)
     except BusError as err:

@@ -17,23 +17,17 @@ Example TOML file:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextvars import ContextVar
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    TomlConfigSettingsSource,
-)
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from provisioner_client.errors import SettingsError
+from registry.settings import load_with_file
 
 ENV_PREFIX = "MESH_PROVISIONER_CLIENT_"
-_toml_file: ContextVar[Path | None] = ContextVar("_toml_file", default=None)
 
 
 class ClientSettings(BaseSettings):
@@ -60,20 +54,6 @@ class ClientSettings(BaseSettings):
                 return value
         return value
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml = _toml_file.get()
-        if toml is None:
-            return (init_settings, env_settings)
-        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=toml))
-
 
 def load_settings(flags: Mapping[str, Any], config: Path | None, environ: Mapping[str, str]) -> ClientSettings:
     """Settings from flags (those given), the environment and the TOML file `config`."""
@@ -84,15 +64,12 @@ def load_settings(flags: Mapping[str, Any], config: Path | None, environ: Mappin
         raise SettingsError(f"unknown environment variable {unknown[0]}; known: {', '.join(_env_names())}")
     if config is not None and not config.is_file():
         raise SettingsError(f"config file {config} does not exist")
-    token = _toml_file.set(config)
     try:
-        return ClientSettings(**{k: v for k, v in flags.items() if v is not None})
+        return load_with_file(ClientSettings, {k: v for k, v in flags.items() if v is not None}, config)
     except ValidationError as err:
         raise SettingsError(_describe(err, config)) from None
     except ValueError as err:  # a TOML file that does not parse
         raise SettingsError(f"config file {config}: {err}") from None
-    finally:
-        _toml_file.reset(token)
 
 
 def _fields() -> set[str]:

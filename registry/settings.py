@@ -12,10 +12,10 @@ import argparse
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from registry.bus import BusOptions
 
@@ -86,3 +86,27 @@ def bus_settings_from(args: argparse.Namespace) -> BusSettings:
         field: getattr(args, f"nats_{field}") for field in _FLAGS if getattr(args, f"nats_{field}", None) is not None
     }
     return BusSettings(**given)
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def load_with_file(settings_cls: type[S], flags: Mapping[str, Any], config_file: Path | None) -> S:
+    """`settings_cls` from `flags` over its environment variables over the TOML `config_file` over
+    its defaults. Raises pydantic's `ValidationError`, or `ValueError` for a file that is not TOML."""
+
+    class WithFile(settings_cls):  # type: ignore[valid-type, misc]
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            if config_file is None:
+                return (init_settings, env_settings)
+            return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+
+    return settings_cls.model_validate(dict(WithFile(**flags)))  # the plain class: the file was this call's

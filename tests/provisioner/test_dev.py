@@ -12,12 +12,12 @@ import anyio
 import pytest
 
 from provisioner.dev import run_dev
-from provisioner.logs import configure_logging
 from provisioner.query import ask
 from provisioner.settings import ServerSettings
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.local_nats import LocalNats
+from registry.logs import configure_logging
 from tests.provisioner.conftest import bucket, serving
 
 

@@ -1,4 +1,4 @@
-"""Logging for the programs: readable lines on a console, or one JSON object per line."""
+"""Logging at the edge of both programs: readable lines on a console, or one JSON object per line."""
 
 from __future__ import annotations
 
