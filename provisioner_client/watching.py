@@ -1,7 +1,9 @@
 """Watch mode: reconcile at start and again whenever something it depends on changes.
 
-- The registry and every bucket key or listing a reconcile read from are followed with
-  `registry.watch.scoped_watch` (one filter each, so they can be granted per node).
+- The registry and every bucket a reconcile read from are followed with
+  `registry.watch.scoped_watch`: one watch per bucket, over the node's own `<node>.>` where the
+  keys read lie under it (so it can be granted per node), else over the bucket; only changes of
+  the keys read wake the loop.
 - Manifests are polled (name, inode, mtime, size of each `*.json`): they are replaced atomically,
   and a watch on a path stops seeing a file once it is renamed over.
 - Verb-answered values (secrets) are re-asked on a refresh interval; the env file changes only
@@ -28,6 +30,7 @@ from provisioner_client.manifest import manifest_files
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolve import Source
 from registry.bus import Bus, BusError
+from registry.escaping import encode_token
 from registry.watch import scoped_watch
 
 log = logging.getLogger(__name__)
@@ -61,29 +64,60 @@ class Trigger:
         return reasons
 
 
-class _Followers:
-    """One scoped watch per source a reconcile read from; each change pulls the trigger."""
+def watch_scopes(sources: set[Source], node_token: str) -> dict[Source, set[str]]:
+    """One watch per bucket, not per key: the node's own `<node>.>` where every source of the
+    bucket lies under it, else the whole bucket; with the source filters whose changes matter.
 
-    def __init__(self, bus: Bus, tg: TaskGroup, trigger: Trigger, timing: WatchTiming) -> None:
+    A watch is a consumer on the server with its own heartbeats, so a client of many modules
+    would otherwise hold hundreds of them; the filters keep other keys' changes from waking it."""
+    own = f"{node_token}."
+    by_bucket: dict[str, set[str]] = {}
+    for source in sources:
+        by_bucket.setdefault(source.bucket, set()).add(source.filter)
+    return {
+        Source(bucket, f"{node_token}.>" if all(f.startswith(own) for f in filters) else ">"): filters
+        for bucket, filters in by_bucket.items()
+    }
+
+
+def subject_matches(subject_filter: str, key: str) -> bool:
+    """Whether `key` lies under `subject_filter` (tokens, `*` one token, `>` the rest)."""
+    wanted, parts = subject_filter.split("."), key.split(".")
+    for i, want in enumerate(wanted):
+        if want == ">":
+            return len(parts) > i
+        if i >= len(parts) or want not in ("*", parts[i]):
+            return False
+    return len(parts) == len(wanted)
+
+
+class _Followers:
+    """One scoped watch per bucket a reconcile read from; a change of a key it read pulls the trigger."""
+
+    def __init__(self, bus: Bus, tg: TaskGroup, trigger: Trigger, timing: WatchTiming, node_token: str) -> None:
         self._bus = bus
         self._tg = tg
         self._trigger = trigger
         self._timing = timing
+        self._node_token = node_token
         self._scopes: dict[Source, anyio.CancelScope] = {}
+        self._interest: dict[Source, set[str]] = {}
 
     def follow(self, sources: set[Source]) -> None:
-        for gone in set(self._scopes) - sources:
+        self._interest = watch_scopes(sources, self._node_token)
+        for gone in set(self._scopes) - set(self._interest):
             self._scopes.pop(gone).cancel()
-        for source in sorted(sources - set(self._scopes)):
-            scope = self._scopes[source] = anyio.CancelScope()
-            self._tg.start_soon(self._follow, source, scope)
+        for scope_source in sorted(set(self._interest) - set(self._scopes)):
+            scope = self._scopes[scope_source] = anyio.CancelScope()
+            self._tg.start_soon(self._follow, scope_source, scope)
 
     async def _follow(self, source: Source, scope: anyio.CancelScope) -> None:
         with scope:
             async with scoped_watch(self._bus, source.bucket, source.filter, heartbeat=self._timing.heartbeat,
                                     retry_max=self._timing.backoff_max) as watch:  # fmt: skip
                 async for event in watch:
-                    self._trigger.pull(f"{source.bucket} {event.key}")
+                    if any(subject_matches(f, event.key) for f in self._interest.get(source, ())):
+                        self._trigger.pull(f"{source.bucket} {event.key}")
 
 
 async def watch(
@@ -94,7 +128,7 @@ async def watch(
     trigger = Trigger()
     trigger.pull("start")
     async with anyio.create_task_group() as tg:
-        followers = _Followers(bus, tg, trigger, timing)
+        followers = _Followers(bus, tg, trigger, timing, encode_token(plan.node))
         tg.start_soon(_poll_manifests, plan.manifests, trigger, timing.poll)
         tg.start_soon(_refresh, trigger, timing.refresh)
         backoff = _Backoff(timing.backoff_max)

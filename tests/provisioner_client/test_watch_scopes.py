@@ -1,0 +1,54 @@
+"""Which watches a client holds: one per bucket, and which changes wake it (pure logic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from provisioner_client.resolve import Source
+from provisioner_client.watching import subject_matches, watch_scopes
+
+
+def test_one_watch_per_bucket_over_the_nodes_own_keys_or_the_whole_bucket() -> None:
+    sources = {
+        Source("mesh-provisioner_registry", ">"),
+        Source("mesh-config_values", "log-level"),
+        Source("mesh-config_values", "greeting"),
+        Source("mesh-controller_assignments", "n1.app"),
+        Source("mesh-controller_assignments", "n1.db"),
+        Source("postgres_bound", "n1.app.db.host"),
+        Source("mesh-provisioner_collect", "n1.shell=3Azsh=3Anormal.*"),
+    }
+    assert watch_scopes(sources, "n1") == {
+        Source("mesh-provisioner_registry", ">"): {">"},
+        Source("mesh-config_values", ">"): {"log-level", "greeting"},
+        Source("mesh-controller_assignments", "n1.>"): {"n1.app", "n1.db"},
+        Source("postgres_bound", "n1.>"): {"n1.app.db.host"},
+        Source("mesh-provisioner_collect", "n1.>"): {"n1.shell=3Azsh=3Anormal.*"},
+    }
+
+
+def test_a_node_named_as_a_prefix_of_another_is_not_its_owner() -> None:
+    assert watch_scopes({Source("b", "n10.app")}, "n1") == {Source("b", ">"): {"n10.app"}}
+
+
+@pytest.mark.parametrize(
+    ("subject_filter", "key", "matches"),
+    [
+        ("log-level", "log-level", True),
+        ("log-level", "greeting", False),
+        ("n1.*", "n1.app", True),
+        ("n1.*", "n1.app.x", False),
+        ("n1.c.*", "n1.c.web", True),
+        ("n1.c.*", "n1.d.web", False),
+        (">", "anything.at.all", True),
+        ("n1.>", "n1", False),
+        ("n1.>", "n1.a.b", True),
+    ],
+    ids=[
+        "the same key", "another key", "a token wildcard", "a token wildcard is one token",
+        "a collection's contributors", "another collection", "everything", "'>' needs a token",
+        "'>' takes the rest",
+    ],
+)  # fmt: skip
+def test_a_change_wakes_the_loop_only_under_a_key_it_read(subject_filter: str, key: str, matches: bool) -> None:
+    assert subject_matches(subject_filter, key) is matches
