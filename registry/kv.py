@@ -84,7 +84,7 @@ def _listing_config(bucket: str, filters: Sequence[str], inbox: str) -> api.Cons
         filter_subjects=subjects if len(subjects) > 1 else None,
         flow_control=True,
         idle_heartbeat=1.0,
-        inactive_threshold=5.0,
+        inactive_threshold=1.0,  # counts from when nobody listens: a listing leaves no consumer behind for long
         mem_storage=True,
         num_replicas=1,
     )

@@ -93,3 +93,13 @@ async def test_get_latest_of_a_bucket_without_direct_get_has_no_responder(bus: B
     with pytest.raises(BusError) as raised:
         await get_latest(bus, "plain", "k")
     assert isinstance(raised.value.__cause__, NoRespondersError)
+
+
+async def test_a_listing_leaves_no_consumer_behind_for_long(bus: Bus) -> None:
+    kv = await bus.js.create_key_value(bucket="short", direct=True)
+    await kv.put("n1.a", b"1")
+    for _ in range(20):
+        await snapshot(bus, "short", ["n1.>"])
+    with anyio.fail_after(10):  # a server answering many queries must not pile up consumers
+        while (await bus.js.stream_info("KV_short")).state.consumer_count:
+            await anyio.sleep(0.2)
