@@ -167,8 +167,7 @@ class Resolver:
         fields = self._fields(module, placeholder, entry)
         answer = entry.answer
         if isinstance(answer, VerbAnswer):
-            return await self._cached(("verb", answer.subject, module, placeholder.kind, placeholder.name),
-                                      lambda: self._ask(answer, module, placeholder))  # fmt: skip
+            return await self._ask(answer, module, placeholder)  # `resolve` asks once per module and name
         return await self._read(answer, placeholder, fields)
 
     def _fields(self, module: str, placeholder: Placeholder, entry: RegistryEntry) -> dict[str, str]:
@@ -187,17 +186,14 @@ class Resolver:
             shape = shape_of(answer.key)
             if answer.read == "items":
                 prefix = _items_prefix(shape, fields)
-                return await self._cached(("items", bucket, prefix), lambda: self._items(bucket, shape, prefix))
+                return await self._values.get(("items", bucket, prefix), lambda: self._items(bucket, shape, prefix))
             key = shape.build(**fields)
         except RegistryError as err:
             raise Pending(f"the registry's answer for kind {placeholder.kind!r} cannot be used: {err}") from None
-        value = await self._cached(("get", bucket, key), lambda: self._get(bucket, key))
+        value = await self._values.get(("get", bucket, key), lambda: self._get(bucket, key))
         if answer.read == "plan":
             return _from_plan(value, bucket, key, placeholder)
         return _text_of(value, f"{bucket} key {key!r}")
-
-    async def _cached(self, key: tuple[str, ...], fetch: Callable[[], Awaitable[str]]) -> str:
-        return await self._values.get(key, fetch)
 
     async def _bind(self, bucket: str) -> KeyValue:
         return await self._kvs.get(bucket, lambda: self._bind_now(bucket))
