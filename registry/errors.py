@@ -5,7 +5,9 @@
     ├── KeyShapeError       a key that does not fit its bucket's shape
     ├── PlaceholderError    a `${kind:name}` that cannot be read
     ├── TemplateError       a key or name template of the catalogue that cannot be read
-    └── CatalogueError      a domains file that is wrong, naming file, domain and field
+    ├── CatalogueError      a domains file that is wrong, naming file, domain and field
+    └── SettingsError       a setting of either program (flag, environment variable or config
+                            file) that is wrong, naming the setting but never its value
 
 Each error carries what was wrong as attributes and builds its own message.
 """
@@ -58,3 +60,12 @@ class CatalogueError(RegistryError):
         if field is not None:
             where += f", field {field!r}"
         super().__init__(f"{where}: {reason}")
+
+
+class SettingsError(RegistryError):
+    """Settings either program cannot start with; both CLIs answer it with exit code 2."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source}: {reason}")

@@ -1,54 +1,112 @@
-"""How both programs read their NATS options at the edge: flags, then environment, then defaults.
+"""The one edge both programs read their settings through: flags, environment, TOML file, defaults.
 
-The environment variables are those the NATS tools honour (`NATS_URL`, `NATS_CREDS`, `NATS_NKEY`,
-`NATS_USER`, `NATS_PASSWORD`, `NATS_TOKEN`, `NATS_CA`, `NATS_CERT`, `NATS_KEY`) plus
-`NATS_INBOX_PREFIX`. A program's own settings may also come from a TOML file (see each program's
-settings); a flag always wins.
+Every setting is a field of an `EdgeSettings` model, and everything an operator sees follows
+from the field: its flag (`--compile-interval`, or `--nats-url` under a flag prefix), its
+environment variable (the model's `env_prefix` + the name in capitals), its key in the `--config`
+file (top level for a program's own settings, the `[nats]` table for `BusSettings`) and its
+`--help` line (the field's description, its default and its variable). Precedence is
+flag > environment > file > default, and every value arrives as text or TOML and is validated by
+pydantic, so a wrong value is reported in one place (`describe_validation`) and one way
+(`SettingsError`, naming the field, its flag and its variable but never the value: it may be a
+secret). A misspelt variable under a program's prefix, a missing config file, a file that is not
+TOML and an unknown key in the file are refused, never silently defaulted.
+
+Example config file of the server:
+
+    compile_interval = "PT10M"
+    bucket_replicas = 3
+
+    [nats]
+    url = "nats://nats-1:4222,nats://nats-2:4222"
+    creds = "/etc/mesh-provisioner/seat.creds"
 """
 
 from __future__ import annotations
 
 import argparse
+import tomllib
+import types
+import typing
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import SecretStr, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from registry.bus import BusOptions
-
-_FLAGS: Mapping[str, tuple[str, str]] = {
-    "url": ("--nats-url", "NATS server URLs, comma-separated (env NATS_URL; default nats://127.0.0.1:4222)"),
-    "creds": ("--nats-creds", "a NATS credentials file (env NATS_CREDS)"),
-    "nkey": ("--nats-nkey", "an nkey seed file (env NATS_NKEY)"),
-    "user": ("--nats-user", "user name (env NATS_USER)"),
-    "password": ("--nats-password", "password; prefer the env NATS_PASSWORD, flags show in ps"),
-    "token": ("--nats-token", "an auth token; prefer the env NATS_TOKEN"),
-    "ca": ("--nats-ca", "a CA certificate file to verify the server's TLS (env NATS_CA)"),
-    "cert": ("--nats-cert", "a client certificate file for TLS (env NATS_CERT)"),
-    "key": ("--nats-key", "the client certificate's key file (env NATS_KEY)"),
-    "inbox_prefix": ("--nats-inbox-prefix", "this user's own reply-inbox prefix (env NATS_INBOX_PREFIX)"),
-}
+from registry.errors import SettingsError
+from registry.logs import LogFormat, LogLevel
 
 
-class BusSettings(BaseSettings):
-    """NATS connection settings as an operator gives them."""
+def _seconds_or_iso(value: object) -> object:
+    """A numeric string is seconds ("2", "0.5"); anything else is left to pydantic (a number of
+    seconds, ISO 8601 "PT1H"). Environment variables and flags are always text."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
-    model_config = SettingsConfigDict(env_prefix="NATS_", extra="forbid")
 
-    url: str = "nats://127.0.0.1:4222"
-    creds: Path | None = None
-    nkey: Path | None = None
-    user: str | None = None
-    password: SecretStr | None = None
-    token: SecretStr | None = None
-    ca: Path | None = None
-    cert: Path | None = None
-    key: Path | None = None
-    inbox_prefix: str = "_INBOX"
-    timeout: float = 5.0
+Duration = Annotated[timedelta, BeforeValidator(_seconds_or_iso)]
+"""A duration setting: seconds as a number or numeric text, or ISO 8601 (`PT1H`)."""
+
+
+class EdgeSettings(BaseSettings):
+    """A settings model read by `load_settings`; each field's `description` is its `--help` line.
+
+    `flag_prefix` names the model's flags (`"nats"`: `--nats-url`), `config_table` the TOML table
+    its keys live in (`None`: the top level), and `foreign_env_prefixes` the variables under its
+    `env_prefix` that belong to someone else and are not refused as misspellings."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    flag_prefix: ClassVar[str] = ""
+    config_table: ClassVar[str | None] = None
+    foreign_env_prefixes: ClassVar[tuple[str, ...]] = ()
+
+
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+class LogSettings(EdgeSettings):
+    """How a program logs; both programs' settings include these fields."""
+
+    log_format: LogFormat = Field(
+        default="text", description="log lines as readable text or as one JSON object per line"
+    )
+    log_level: Annotated[LogLevel, BeforeValidator(_upper)] = Field(
+        default="INFO", description="the least severe level logged"
+    )
+
+
+class BusSettings(EdgeSettings):
+    """NATS connection settings, read from the variables the NATS tools honour."""
+
+    # NATS_* is shared with the NATS tools (NATS_CONTEXT, ...): an unknown name is not ours to refuse.
+    model_config = SettingsConfigDict(env_prefix="NATS_")
+    flag_prefix: ClassVar[str] = "nats"
+    config_table: ClassVar[str | None] = "nats"
+    foreign_env_prefixes: ClassVar[tuple[str, ...]] = ("NATS_",)
+
+    url: str = Field(default="nats://127.0.0.1:4222", description="NATS server URLs, comma-separated")
+    creds: Path | None = Field(default=None, description="a NATS credentials file (JWT and nkey seed)")
+    nkey: Path | None = Field(default=None, description="an nkey seed file")
+    user: str | None = Field(default=None, description="user name")
+    password: SecretStr | None = Field(default=None, description="password; prefer the variable: flags show in ps")
+    token: SecretStr | None = Field(default=None, description="an auth token; prefer the variable: flags show in ps")
+    ca: Path | None = Field(default=None, description="a CA certificate file to verify the server's TLS")
+    cert: Path | None = Field(default=None, description="a client certificate file for TLS")
+    key: Path | None = Field(default=None, description="the client certificate's key file")
+    inbox_prefix: str = Field(default="_INBOX", description="this user's own reply-inbox prefix")
+    timeout: Duration = Field(
+        default=timedelta(seconds=5), gt=timedelta(0), description="how long a request to NATS may take"
+    )
 
     @field_validator("url")
     @classmethod
@@ -70,43 +128,167 @@ class BusSettings(BaseSettings):
             tls_cert=self.cert,
             tls_key=self.key,
             inbox_prefix=self.inbox_prefix,
-            request_timeout=timedelta(seconds=self.timeout),
+            request_timeout=self.timeout,
         )
 
 
-def add_bus_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("NATS connection")
-    for field, (flag, help_text) in _FLAGS.items():
-        group.add_argument(flag, dest=f"nats_{field}", default=None, metavar=field.upper(), help=help_text)
+S = TypeVar("S", bound=EdgeSettings)
+
+# Tables of the config file read by shared models; a program's own model reads the rest.
+_SHARED_TABLES = frozenset({BusSettings.config_table})
 
 
-def bus_settings_from(args: argparse.Namespace) -> BusSettings:
-    """Flags given on the command line over the environment over defaults."""
-    given: dict[str, Any] = {
-        field: getattr(args, f"nats_{field}") for field in _FLAGS if getattr(args, f"nats_{field}", None) is not None
-    }
-    return BusSettings(**given)
+# -- names -------------------------------------------------------------------------------------
 
 
-S = TypeVar("S", bound=BaseSettings)
+def flag_of(model_cls: type[EdgeSettings], field: str) -> str:
+    return "--" + "-".join(p for p in (model_cls.flag_prefix, field.replace("_", "-")) if p)
 
 
-def load_with_file(settings_cls: type[S], flags: Mapping[str, Any], config_file: Path | None) -> S:
-    """`settings_cls` from `flags` over its environment variables over the TOML `config_file` over
-    its defaults. Raises pydantic's `ValidationError`, or `ValueError` for a file that is not TOML."""
+def env_of(model_cls: type[EdgeSettings], field: str) -> str:
+    return f"{model_cls.model_config.get('env_prefix', '')}{field}".upper()
 
-    class WithFile(settings_cls):  # type: ignore[valid-type, misc]
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            if config_file is None:
-                return (init_settings, env_settings)
-            return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file))
 
-    return settings_cls.model_validate(dict(WithFile(**flags)))  # the plain class: the file was this call's
+def _file_key_of(model_cls: type[EdgeSettings], field: str) -> str:
+    return f"[{model_cls.config_table}] {field}" if model_cls.config_table else field
+
+
+def _dest_of(model_cls: type[EdgeSettings], field: str) -> str:
+    return flag_of(model_cls, field)[2:].replace("-", "_")
+
+
+# -- flags -------------------------------------------------------------------------------------
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser, model_cls: type[EdgeSettings], title: str) -> None:
+    """A `--flag` for every field of `model_cls`, in a help group `title`. Values stay text for
+    pydantic to validate; read the given ones back with `given_flags`."""
+    group = parser.add_argument_group(title)
+    for name, field in model_cls.model_fields.items():
+        group.add_argument(
+            flag_of(model_cls, name),
+            dest=_dest_of(model_cls, name),
+            default=None,
+            metavar=_metavar(name, field),
+            help=_help(model_cls, name, field).replace("%", "%%"),
+        )
+
+
+def given_flags(args: argparse.Namespace, model_cls: type[EdgeSettings]) -> dict[str, str]:
+    """The fields of `model_cls` given on the command line, as the text given."""
+    given = {name: getattr(args, _dest_of(model_cls, name), None) for name in model_cls.model_fields}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _help(model_cls: type[EdgeSettings], name: str, field: FieldInfo) -> str:
+    default = "required" if field.is_required() else f"default {_shown(field.get_default(call_default_factory=True))}"
+    where = f"env {env_of(model_cls, name)}, file {_file_key_of(model_cls, name)}"
+    return f"{field.description or name.replace('_', ' ')} ({default}; {where})"
+
+
+def _shown(value: object) -> str:
+    if value is None or value == ():
+        return "none"
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g} s"
+    return str(value)
+
+
+def _metavar(name: str, field: FieldInfo) -> str:
+    annotation = _without_none(field.annotation)
+    if typing.get_origin(annotation) is Literal:
+        return "{" + ",".join(str(choice) for choice in typing.get_args(annotation)) + "}"
+    known = {timedelta: "SECONDS", Path: "PATH", int: "N"}
+    return known.get(annotation, name.upper()) if isinstance(annotation, type) else name.upper()
+
+
+def _without_none(annotation: Any) -> Any:
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        rest = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return rest[0] if len(rest) == 1 else annotation
+    return annotation
+
+
+# -- loading -----------------------------------------------------------------------------------
+
+
+def load_settings(
+    model_cls: type[S], flags: Mapping[str, Any], config_file: Path | None, environ: Mapping[str, str]
+) -> S:
+    """`model_cls` from `flags` over `environ` over `config_file` over its defaults.
+
+    Only `environ` is read (never `os.environ`), so a caller and its tests say what the
+    environment is. Raises `SettingsError` for anything that cannot be read."""
+    _refuse_unknown_variables(model_cls, environ)
+    values = _file_values(model_cls, config_file) | _env_values(model_cls, environ)
+    values |= {name: value for name, value in flags.items() if value is not None}
+    try:
+        return model_cls.model_validate(values)
+    except ValidationError as err:
+        raise SettingsError(_sources(model_cls, config_file), describe_validation(err, model_cls)) from None
+
+
+def _env_values(model_cls: type[EdgeSettings], environ: Mapping[str, str]) -> dict[str, str]:
+    upper = {name.upper(): value for name, value in environ.items()}
+    return {name: upper[env_of(model_cls, name)] for name in model_cls.model_fields if env_of(model_cls, name) in upper}
+
+
+def _refuse_unknown_variables(model_cls: type[EdgeSettings], environ: Mapping[str, str]) -> None:
+    prefix = env_of(model_cls, "")
+    if not prefix:
+        return
+    known = {env_of(model_cls, name) for name in model_cls.model_fields}
+    ours = (n.upper() for n in environ if n.upper().startswith(prefix))
+    unknown = sorted(n for n in ours if n not in known and not n.startswith(model_cls.foreign_env_prefixes))
+    if unknown:
+        names = ", ".join(sorted(known))
+        raise SettingsError("settings", f"unknown environment variable {unknown[0]}; known: {names}")
+
+
+def _file_values(model_cls: type[EdgeSettings], config_file: Path | None) -> dict[str, Any]:
+    if config_file is None:
+        return {}
+    source = f"config file {config_file}"
+    try:
+        data = tomllib.loads(config_file.read_text(encoding="utf-8"))
+    except (FileNotFoundError, IsADirectoryError):
+        raise SettingsError(source, "not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SettingsError(source, f"cannot be read: {err}") from None
+    except tomllib.TOMLDecodeError as err:  # its message names line and column, not the text
+        raise SettingsError(source, f"is not valid TOML: {err}") from None
+    if model_cls.config_table is None:
+        return {key: value for key, value in data.items() if key not in _SHARED_TABLES}
+    table = data.get(model_cls.config_table, {})
+    if not isinstance(table, dict):
+        raise SettingsError(source, f"{model_cls.config_table!r} must be a table: [{model_cls.config_table}]")
+    return table
+
+
+def _sources(model_cls: type[EdgeSettings], config_file: Path | None) -> str:
+    flags = f"--{model_cls.flag_prefix}-* flags" if model_cls.flag_prefix else "flags"
+    file = f", config file {config_file}" if config_file else ""
+    if file and model_cls.config_table:
+        file += f" [{model_cls.config_table}]"
+    return f"settings ({flags}, {env_of(model_cls, '')}* environment{file})"
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def describe_validation(err: ValidationError, model_cls: type[EdgeSettings] | None = None) -> str:
+    """Every problem in `err`, `; `-separated, naming the field (with its flag and environment
+    variable when `model_cls` is given) and pydantic's complaint, never the value given."""
+    return "; ".join(_describe_one(error, model_cls) for error in err.errors(include_url=False, include_input=False))
+
+
+def _describe_one(error: Any, model_cls: type[EdgeSettings] | None) -> str:
+    field = ".".join(str(part) for part in error["loc"]) or "?"
+    if model_cls is None:
+        return f"{field}: {error['msg']}"
+    if error["type"] == "extra_forbidden":
+        return f"{field}: unknown setting; known: {', '.join(model_cls.model_fields)}"
+    top = str(error["loc"][0]) if error["loc"] else ""
+    if top not in model_cls.model_fields:
+        return f"{field}: {error['msg']}"
+    return f"{field}: {error['msg']} (flag {flag_of(model_cls, top)}, env {env_of(model_cls, top)})"
