@@ -1,14 +1,13 @@
 """The errors of the server package.
 
     ProvisionerError
-    ├── SettingsError       a setting (flag, environment variable or config file) that is wrong
     ├── RequestError        a verb request answered with a service error; carries its code
     │   ├── CursorGone      a paging cursor that is unknown or expired (410)
     │   └── Unavailable     the buckets could not be read just now (503)
     └── VerbError           the verb answered our own request with a service error (query side)
 
-Errors of the shared library (`registry.errors.RegistryError`, `registry.bus.BusError`) pass
-through unchanged; the CLI catches both bases at its edge.
+Errors of the shared library (`registry.errors.RegistryError`: `BusError`, and `SettingsError` for
+settings of either program) pass through unchanged; the CLI catches both bases at its edge.
 """
 
 from __future__ import annotations
@@ -16,13 +15,6 @@ from __future__ import annotations
 
 class ProvisionerError(Exception):
     """Base of every error the server package raises."""
-
-
-class SettingsError(ProvisionerError):
-    def __init__(self, source: str, reason: str) -> None:
-        self.source = source
-        self.reason = reason
-        super().__init__(f"{source}: {reason}")
 
 
 class RequestError(ProvisionerError):

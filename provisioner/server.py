@@ -7,15 +7,13 @@
       ├── the registry view             follows the registry bucket for `what=registry`
       └── the verb service              until `stop` is set, then shut down in order
 
-`stop` is an `anyio.Event`: the CLI sets it on SIGTERM/SIGINT (`stop_on_signals`), tests and
-`dev` set it themselves.
+`stop` is an `anyio.Event`: the CLI sets it on SIGTERM/SIGINT (`registry.signals`), tests and
+`mesh-provisioner-dev` set it themselves.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
-from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from functools import partial
 
@@ -90,28 +88,3 @@ async def _give_up_if_stopped_before(ready: anyio.Event, stop: anyio.Event, ever
     if not ready.is_set():
         log.info("stopped before the server was ready")
         everything.cancel()
-
-
-async def stop_on_signals(
-    stop: anyio.Event, force: CancelScope, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-) -> None:
-    """The first SIGTERM or SIGINT sets `stop`; a second one cancels `force` at once."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        task_status.started()
-        async for received in signals:
-            name = signal.Signals(received).name
-            if not stop.is_set():
-                log.info("%s received: stopping (send it again to stop at once)", name)
-                stop.set()
-            else:
-                log.warning("%s received again: stopping at once", name)
-                force.cancel()
-
-
-async def until_signalled(body: Callable[[anyio.Event], Awaitable[None]]) -> None:
-    """Runs `body(stop)` with `stop` set by the first SIGTERM/SIGINT."""
-    stop = anyio.Event()
-    async with anyio.create_task_group() as tasks:
-        await tasks.start(stop_on_signals, stop, tasks.cancel_scope)
-        await body(stop)
-        tasks.cancel_scope.cancel()

@@ -1,92 +1,75 @@
-"""The server's own settings, read once at the edge.
+"""The server's own settings, read once at the edge by `registry.settings.load_settings`.
 
 Precedence: command-line flags, then environment variables `MESH_PROVISIONER_<FIELD>`, then the
-TOML config file given by `--config` (top-level keys named as the fields), then the defaults.
-Unknown keys are errors. Durations are seconds or ISO 8601 (`PT1H`). NATS connection options
-are separate: `registry.settings.BusSettings` (`NATS_*` and `--nats-*`).
+TOML config file given by `--config` (top-level keys named as the fields; NATS options in its
+`[nats]` table), then the defaults. Unknown names are errors. Durations are seconds or ISO 8601
+(`PT1H`). NATS connection options are `registry.settings.BusSettings` (`--nats-*`, `NATS_*`).
 
 Example config file:
 
     domains_file = "/etc/mesh-provisioner/domains.toml"
     compile_interval = 3600
     bucket_replicas = 3
+    log_format = "json"
+
+    [nats]
+    url = "nats://nats-1:4222,nats://nats-2:4222"
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BeforeValidator, Field
+from pydantic_settings import SettingsConfigDict
 
-from provisioner.errors import SettingsError
-from registry.settings import load_with_file
+from registry.logs import LogLevel
+from registry.settings import Duration, LogSettings
 
 ENV_PREFIX = "MESH_PROVISIONER_"
-# The node client's variables share the prefix; on a machine running both they are not ours to refuse.
-OTHER_PROGRAM_PREFIX = "MESH_PROVISIONER_CLIENT_"
 
 
-class ServerSettings(BaseSettings):
+class ServerSettings(LogSettings):
     """Everything `mesh-provisioner serve` can be told besides how to reach NATS."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
+    # The node client's variables share the prefix; on a machine running both they are not ours to refuse.
+    foreign_env_prefixes: ClassVar[tuple[str, ...]] = ("MESH_PROVISIONER_CLIENT_",)
 
-    domains_file: Path | None = Field(default=None, description="TOML file adding or overriding domains")
-    compile_interval: timedelta = Field(default=timedelta(hours=1), gt=timedelta(0))
-    bucket_replicas: int = Field(default=1, ge=1, le=5)
-    bucket_storage: Literal["file", "memory"] = "file"
-    bucket_history: int = Field(default=1, ge=1, le=64)
-    max_concurrent_requests: int = Field(default=32, ge=1)
-    max_waiting_requests: int = Field(default=1000, ge=0)
-    shutdown_timeout: timedelta = Field(default=timedelta(seconds=10), ge=timedelta(0))
-    cursor_ttl: timedelta = Field(default=timedelta(seconds=120), gt=timedelta(0))
-    max_cursors: int = Field(default=32, ge=1)
-    cursor_cache_bytes: int = Field(default=128 * 1024 * 1024, ge=0)
-
-
-def load_server_settings(
-    flags: Mapping[str, Any], config_file: Path | None = None, *, environ: Mapping[str, str] | None = None
-) -> ServerSettings:
-    """Settings from `flags` (only those given) over the environment over `config_file`.
-
-    `environ` is only checked for misspelt `MESH_PROVISIONER_*` names (pydantic-settings ignores
-    unknown environment variables); the values are read by pydantic-settings itself."""
-    if config_file is not None and not config_file.is_file():
-        raise SettingsError(str(config_file), "config file not found")
-
-    try:
-        _refuse_unknown_environment(environ)
-        return load_with_file(ServerSettings, flags, config_file)
-    except ValidationError as err:
-        raise SettingsError(_source_name(config_file), describe_validation(err)) from None
-    except ValueError as err:  # the TOML file itself does not parse
-        raise SettingsError(str(config_file), f"is not valid TOML: {err}") from None
+    domains_file: Path | None = Field(default=None, description="a TOML file adding or overriding domains")
+    compile_interval: Duration = Field(
+        default=timedelta(hours=1), gt=timedelta(0), description="how often the registry is compiled again"
+    )
+    bucket_replicas: int = Field(default=1, ge=1, le=5, description="replicas of the buckets the server creates")
+    bucket_storage: Literal["file", "memory"] = Field(
+        default="file", description="storage of the buckets the server creates"
+    )
+    bucket_history: int = Field(default=1, ge=1, le=64, description="values kept per key in the buckets it creates")
+    max_concurrent_requests: int = Field(default=32, ge=1, description="verb requests answered at once")
+    max_waiting_requests: int = Field(
+        default=1000, ge=0, description="requests waiting beyond those; more are answered 503"
+    )
+    shutdown_timeout: Duration = Field(
+        default=timedelta(seconds=10), ge=timedelta(0), description="how long requests in flight may take on stop"
+    )
+    cursor_ttl: Duration = Field(
+        default=timedelta(seconds=120), gt=timedelta(0), description="how long a paged listing's cursor stays valid"
+    )
+    max_cursors: int = Field(default=32, ge=1, description="paged listings kept at once")
+    cursor_cache_bytes: int = Field(
+        default=128 * 1024 * 1024, ge=0, description="bytes of pages kept for all listings together"
+    )
 
 
-def _refuse_unknown_environment(environ: Mapping[str, str] | None) -> None:
-    known = {f"{ENV_PREFIX}{name}".upper() for name in ServerSettings.model_fields}
-    ours = [
-        n
-        for n in (environ or {})
-        if n.upper().startswith(ENV_PREFIX) and not n.upper().startswith(OTHER_PROGRAM_PREFIX)
-    ]
-    unknown = sorted(n for n in ours if n.upper() not in known)
-    if unknown:
-        raise SettingsError("environment", f"unknown variable {unknown[0]}; known: {', '.join(sorted(known))}")
+class QuerySettings(LogSettings):
+    """`mesh-provisioner query` reads only how to log: quieter by default, and it leaves the
+    server's other `MESH_PROVISIONER_*` variables (set in the same shell, say) alone."""
 
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
+    foreign_env_prefixes: ClassVar[tuple[str, ...]] = (ENV_PREFIX,)
 
-def _source_name(config_file: Path | None) -> str:
-    files = f", config file {config_file}" if config_file else ""
-    return f"settings (flags, {ENV_PREFIX}* environment{files})"
-
-
-def describe_validation(err: ValidationError) -> str:
-    """The first problem, naming the field but never echoing its value (it may be a secret)."""
-    first = err.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "?"
-    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{field}: {first['msg']}{more}"
+    log_level: Annotated[LogLevel, BeforeValidator(str.upper)] = Field(
+        default="WARNING", description="the least severe level logged"
+    )

@@ -1,13 +1,12 @@
 """The node client of mesh-provisioner: registers a node's needs, resolves placeholders through
 the registry, materializes env files, records what was applied and contributes collections.
 
-The command line is `provisioner_client.cli`; the demo's entry is `run_demo`.
+The command line is `provisioner_client.cli`.
 """
 
-from provisioner_client.demo import run_demo
-from provisioner_client.errors import ClientError, ForeignKeyError, ManifestError, MaterializeError, SettingsError
+from provisioner_client.errors import ClientError, ForeignKeyError, ManifestError, MaterializeError
 from provisioner_client.reconcile import ClientPlan, ModuleReport, Report, reconcile
-from provisioner_client.settings import ClientSettings, load_settings
+from provisioner_client.settings import ClientSettings
 from provisioner_client.status import NodeStatus, read_status
 from provisioner_client.watching import WatchTiming, watch
 
@@ -21,11 +20,8 @@ __all__ = [
     "ModuleReport",
     "NodeStatus",
     "Report",
-    "SettingsError",
     "WatchTiming",
-    "load_settings",
     "read_status",
     "reconcile",
-    "run_demo",
     "watch",
 ]

@@ -3,10 +3,10 @@
     ClientError
     ├── ForeignKeyError     a key outside `<node>.>` of this node, refused before the bus
     ├── ManifestError       a manifest that cannot be read, naming the file and what is wrong
-    ├── MaterializeError    an env file that cannot be written or is not the client's to write
-    └── SettingsError       settings that cannot be read, naming the setting
+    └── MaterializeError    an env file that cannot be written or is not the client's to write
 
-Bus failures are `registry.bus.BusError`; the CLI catches both bases at its edge.
+Bus failures are `registry.errors.BusError` and settings that cannot be read
+`registry.errors.SettingsError`, shared with the server; the CLI catches them at its edge.
 """
 
 from __future__ import annotations
@@ -39,9 +39,3 @@ class MaterializeError(ClientError):
         self.path = path
         self.reason = reason
         super().__init__(f"env file {path}: {reason}")
-
-
-class SettingsError(ClientError):
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(f"settings: {reason}")

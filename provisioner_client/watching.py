@@ -121,27 +121,39 @@ class _Followers:
 
 
 async def watch(
-    bus: Bus, plan: ClientPlan, timing: WatchTiming, *, on_report: Callable[[Report], None] | None = None,
-    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    bus: Bus, plan: ClientPlan, timing: WatchTiming, *, stop: anyio.Event | None = None,
+    on_report: Callable[[Report], None] | None = None, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:  # fmt: skip
-    """Reconciles until cancelled; ready after the first reconcile that reached the bus."""
+    """Reconciles until `stop` is set, then returns after the reconcile in progress (its change
+    actions finish: cancelling would kill them), or until cancelled; ready after the first
+    reconcile that reached the bus."""
+    stopping = anyio.Event() if stop is None else stop
     trigger = Trigger()
     trigger.pull("start")
+
+    async def wake_on_stop() -> None:
+        await stopping.wait()
+        trigger.pull("stop")
+
     async with anyio.create_task_group() as tg:
-        followers = _Followers(bus, tg, trigger, timing, encode_token(plan.node))
+        followers = _Followers(bus, tg, trigger, timing, plan.node)
         tg.start_soon(_poll_manifests, plan.manifests, trigger, timing.poll)
         tg.start_soon(_refresh, trigger, timing.refresh)
+        tg.start_soon(wake_on_stop)
         backoff = _Backoff(timing.backoff_max)
         started = False
-        while True:
+        while not stopping.is_set():
             reasons = await trigger.wait(timing.debounce)
+            if stopping.is_set():
+                break
             log.debug("reconciling for %s", ", ".join(sorted(reasons)))
             try:
                 report = await reconcile(bus, plan)
             except (BusError, ClientError) as err:
                 delay = backoff.next()
                 log.warning("reconcile failed: %s; retrying in %.1f s", err, delay)
-                await anyio.sleep(delay)
+                with anyio.move_on_after(delay):
+                    await stopping.wait()
                 trigger.pull("retry")
                 continue
             backoff.reset()
@@ -152,6 +164,7 @@ async def watch(
             if not started:
                 task_status.started()
                 started = True
+        tg.cancel_scope.cancel()
 
 
 class _Backoff:

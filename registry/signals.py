@@ -63,7 +63,10 @@ async def until_signalled(body: Callable[[anyio.Event], Awaitable[T]], *, grace:
             await tasks.start(stop_on_signals, stop, tasks.cancel_scope)
             if grace is not None:
                 tasks.start_soon(force_after, stop, grace, tasks.cancel_scope)
-            outcome.append(await body(stop))
+            result = await body(stop)
+            # A body that finished inside a shield (a drain, say) after the force still was cut short.
+            if not tasks.cancel_scope.cancel_called:
+                outcome.append(result)
             tasks.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         raise _sole(group) from None

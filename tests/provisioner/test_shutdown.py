@@ -1,9 +1,8 @@
-"""`mesh-provisioner serve` as an operator runs it: SIGTERM during load (issue 2, item 7)."""
+"""`mesh-provisioner serve` as an operator runs it: SIGTERM during load (issue 2, item 7); a second forces."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -14,18 +13,15 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
+from mesh_dev.local_nats import LocalNats
 from provisioner.buckets import ensure_buckets
-from provisioner.query import ERROR_CODE_HEADER
 from registry import buckets
 from registry.bus import Bus
-from registry.local_nats import LocalNats
-from tests.provisioner.conftest import fire, put_many
+from registry.kv import BucketConfig
+from registry.verb_client import ERROR_CODE_HEADER
+from tests.helpers import clean_environment, fire, put_many
 
 READY = f"serving {buckets.VERB_SUBJECT}"
-
-
-def clean_environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "MESH_PROVISIONER_"))}
 
 
 @asynccontextmanager
@@ -53,7 +49,7 @@ async def serve_process(url: str, *args: str) -> AsyncIterator[tuple[Process, li
 async def test_sigterm_during_load_answers_every_request_in_flight_and_exits_0(
     nats_server: LocalNats, bus: Bus
 ) -> None:
-    await ensure_buckets(bus)
+    await ensure_buckets(bus, BucketConfig())
     await put_many(bus, buckets.NEEDS, {f"n{i % 5}.m{i:05d}.config.x": b'{"placeholder":"x"}' for i in range(1000)})
     async with serve_process(nats_server.url, "--max-concurrent-requests", "2") as (process, lines):
         fired = await fire(bus, [b'{"what":"needs"}'] * 20)
@@ -67,6 +63,33 @@ async def test_sigterm_during_load_answers_every_request_in_flight_and_exits_0(
     order = ["SIGTERM received", "stopped taking requests", "provisioner.server: stopped"]
     positions = [next(i for i, line in enumerate(lines) if step in line) for step in order]
     assert positions == sorted(positions), "\n".join(lines)
+
+
+async def test_a_second_sigterm_stops_at_once(nats_server: LocalNats) -> None:
+    """While NATS is frozen (SIGSTOP) the clean stop cannot finish: it waits for the bus. The second
+    SIGTERM forces the stop; exit code 1 says it was not clean. NATS is thawed only after the
+    second signal was taken, so that the bus's own bounded clean-up (a shielded drain) is quick."""
+    async with serve_process(nats_server.url, "--shutdown-timeout", "60") as (process, lines):
+        nats_server.process.send_signal(signal.SIGSTOP)
+        try:
+            process.send_signal(signal.SIGTERM)
+            await _until_logged(process, lines, "SIGTERM received: stopping")
+            process.send_signal(signal.SIGTERM)
+            await _until_logged(process, lines, "SIGTERM received again: stopping at once")
+        finally:
+            nats_server.process.send_signal(signal.SIGCONT)
+        with anyio.fail_after(20):  # a failure guard only
+            code = await process.wait()
+    assert code == 1, "\n".join(lines)
+
+
+async def _until_logged(process: Process, lines: list[str], text: str) -> None:
+    assert process.stderr is not None
+    with anyio.fail_after(20):
+        async for chunk in TextReceiveStream(process.stderr):
+            lines.extend(chunk.splitlines())
+            if any(text in line for line in lines):
+                return
 
 
 async def test_a_bad_domains_file_stops_serve_with_one_line_and_exit_2(nats_server: LocalNats, tmp_path: Path) -> None:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import anyio
 import pytest
+from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
+from mesh_dev.local_nats import LocalNats
+from mesh_dev.standins import StandIns
 from provisioner_client.reconcile import ClientPlan
-from provisioner_client.standins import StandIns
-from registry.local_nats import LocalNats
-
-from .conftest import NODE
+from tests.helpers import NODE
 
 
 def client_env(nats_url: str, plan: ClientPlan, **extra: str) -> dict[str, str]:
@@ -82,7 +82,9 @@ async def test_a_pending_module_exits_1_and_status_shows_why(
             "unknown environment variable",
             id="a mistyped variable is a usage error",
         ),
-        pytest.param(["status", "--config", "/nonexistent.toml"], {}, 2, "does not exist", id="a missing config"),
+        pytest.param(["status", "--config", "/nonexistent.toml"], {}, 2, "not found", id="a missing config"),
+        pytest.param(["status", "--backoff-max", "-1"], {}, 2, "backoff_max", id="a bad flag"),
+        pytest.param(["status"], {"MESH_PROVISIONER_CLIENT_POLL": "often"}, 2, "--poll", id="a bad variable"),
         pytest.param(["reconcile"], {"NATS_URL": "nats://127.0.0.1:1"}, 3, "connect to", id="no bus is exit 3"),
     ],
 )
@@ -112,3 +114,56 @@ async def test_watch_mode_exits_cleanly_on_sigterm(domains: StandIns, nats_serve
             process.send_signal(signal.SIGTERM)
             assert await process.wait() == 0
     assert (plan.materialize / "app.env").exists()
+
+
+CLIENT = [sys.executable, "-c", "import sys; from provisioner_client.cli import main; sys.exit(main())"]
+
+
+def slow_action(plan: ClientPlan, command: list[str]) -> None:
+    """The plan's only module: no placeholder, and a change action `command`."""
+    for path in plan.manifests.glob("*.json"):
+        path.unlink()
+    manifest = {"module": "slow", "env": {"GREETING": "hello"}, "on_change": {"command": command}}
+    (plan.manifests / "slow.json").write_text(json.dumps(manifest))
+
+
+async def until_logged(process: Process, text: str) -> str:
+    assert process.stderr is not None
+    logged = ""
+    async for chunk in TextReceiveStream(process.stderr):
+        logged += chunk
+        if text in logged:
+            return logged
+    raise AssertionError(f"{text!r} never logged:\n{logged}")
+
+
+@pytest.mark.parametrize("args", [pytest.param(["--watch"], id="watch"), pytest.param([], id="one-shot")])
+async def test_the_first_sigterm_lets_the_running_change_action_finish(
+    domains: StandIns, nats_server: LocalNats, plan: ClientPlan, tmp_path: Path, args: list[str]
+) -> None:
+    done = tmp_path / "action-finished"
+    slow_action(plan, ["sh", "-c", f"sleep 2; touch {done}"])
+    env = client_env(nats_server.url, plan)
+    async with await anyio.open_process([*CLIENT, "reconcile", *args], env=env) as process:
+        with anyio.fail_after(30):  # a failure guard only
+            await until_logged(process, "running the change action of module slow")
+            process.send_signal(signal.SIGTERM)
+            code = await process.wait()
+    assert done.exists()
+    assert code == 0
+
+
+async def test_a_second_sigterm_stops_the_client_at_once(
+    domains: StandIns, nats_server: LocalNats, plan: ClientPlan, tmp_path: Path
+) -> None:
+    slow_action(plan, ["sleep", "600"])
+    env = client_env(nats_server.url, plan)
+    command = [*CLIENT, "reconcile", "--watch", "--shutdown-timeout", "600"]
+    async with await anyio.open_process(command, env=env) as process:
+        with anyio.fail_after(30):  # a failure guard only: the first signal alone would wait 10 minutes
+            await until_logged(process, "running the change action of module slow")
+            process.send_signal(signal.SIGTERM)
+            logged = await until_logged(process, "SIGTERM received: stopping")
+            process.send_signal(signal.SIGTERM)
+            code = await process.wait()
+    assert code == 1, logged

@@ -8,8 +8,7 @@ import provisioner_client
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(provisioner_client.__all__) == [
         "ClientError", "ClientPlan", "ClientSettings", "ForeignKeyError", "ManifestError", "MaterializeError",
-        "ModuleReport", "NodeStatus", "Report", "SettingsError", "WatchTiming", "load_settings", "read_status",
-        "reconcile", "run_demo", "watch",
+        "ModuleReport", "NodeStatus", "Report", "WatchTiming", "read_status", "reconcile", "watch",
     ]  # fmt: skip
     for name in provisioner_client.__all__:
         assert getattr(provisioner_client, name) is not None
