@@ -1,4 +1,4 @@
-"""The README's run command end to end: `mesh-provisioner dev` materializes the examples and stops cleanly."""
+"""The README's run command end to end: `mesh-provisioner-dev` materializes the examples and stops cleanly."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "deploy" / "examples"
 def test_dev_runs_the_whole_loop_and_stops_on_sigterm(tmp_path: Path) -> None:
     env_dir = tmp_path / "state" / "demo" / "env"
     modules = sorted(p.stem for p in EXAMPLES.glob("*.json"))
-    command = [sys.executable, "-m", "provisioner.cli", "dev", "--state-dir", str(tmp_path / "state")]
+    command = [sys.executable, "-m", "mesh_dev.cli", "--state-dir", str(tmp_path / "state")]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -31,5 +31,5 @@ def test_dev_runs_the_whole_loop_and_stops_on_sigterm(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, output
-    assert "mesh-provisioner dev is running" in output
+    assert "mesh-provisioner-dev is running" in output
     assert "applied" in output

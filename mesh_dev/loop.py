@@ -1,7 +1,8 @@
-"""`mesh-provisioner dev`: a local nats-server with JetStream under a state folder, then the server.
+"""The development loop: a local nats-server with JetStream under a state folder, then the server.
 
 Further participants (the node client's demo, say) are started in the same task group once the
 server is ready; each is called with the NATS URL and cancelled when the server is asked to stop.
+`mesh-provisioner-dev` (`mesh_dev.cli`) runs it until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from typing import Any, TextIO
 
 import anyio
 
+from mesh_dev.local_nats import local_nats
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
 from registry import buckets
 from registry.bus import BusOptions
-from registry.local_nats import local_nats
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ async def run_dev(
 
 def welcome(url: str, state_dir: Path) -> str:
     return f"""
-mesh-provisioner dev is running.
+mesh-provisioner-dev is running.
   NATS:   {url}   (JetStream data under {state_dir / "nats"})
   verb:   {buckets.VERB_SUBJECT}
 
