@@ -142,10 +142,12 @@ _SHARED_TABLES = frozenset({BusSettings.config_table})
 
 
 def flag_of(model_cls: type[EdgeSettings], field: str) -> str:
+    """The command-line flag of `field`: `--compile-interval`, `--nats-url`."""
     return "--" + "-".join(p for p in (model_cls.flag_prefix, field.replace("_", "-")) if p)
 
 
 def env_of(model_cls: type[EdgeSettings], field: str) -> str:
+    """The environment variable of `field`: `MESH_PROVISIONER_COMPILE_INTERVAL`, `NATS_URL`."""
     return f"{model_cls.model_config.get('env_prefix', '')}{field}".upper()
 
 
