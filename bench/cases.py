@@ -25,13 +25,13 @@ from bench.harness import (
     timed,
     write_json,
 )
-from provisioner.query import ask
+from mesh_dev.local_nats import local_nats
+from mesh_dev.standins import SECRET_SUBJECT, stand_ins
 from provisioner.registry_sync import sync_registry
 from provisioner_client.reconcile import ClientPlan
-from provisioner_client.standins import SECRET_SUBJECT, stand_ins
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
-from registry.local_nats import local_nats
+from registry.verb_client import ask
 
 ECHO_SUBJECT = "bench.echo"
 
@@ -257,26 +257,26 @@ async def whole_listing(bus: Bus, nc: Client, report: Report, sizes: Sizes, serv
     report.add(f"server peak RSS after the {total:,}-key listing", rss, "MB", target="< 120", met=rss < 120)
 
 
-async def compile_unchanged(bus: Bus, report: Report) -> None:
+async def compile_unchanged(bus: Bus, nc: Client, report: Report) -> None:
     print("the hourly compile with nothing changed")
-    kv = await bus.js.key_value(buckets.REGISTRY.name)
-    before = (await kv.status()).stream_info.state.last_seq
-    seconds = await timed(lambda: sync_registry(bus, kv, domains_file=None))
-    writes = (await kv.status()).stream_info.state.last_seq - before
+    js = nc.jetstream()
+    before = (await js.stream_info(buckets.REGISTRY.stream)).state.last_seq
+    seconds = await timed(lambda: sync_registry(bus, domains_file=None))
+    writes = (await js.stream_info(buckets.REGISTRY.stream)).state.last_seq - before
     report.add("compile, nothing changed: writes", writes, "writes", target="= 0", met=writes == 0)
     report.add("compile, nothing changed: time", seconds * 1e3, "ms")
 
 
-async def convergence(bus: Bus, url: str, report: Report, sizes: Sizes, state: Path) -> None:
+async def convergence(bus: Bus, nc: Client, url: str, report: Report, *, sizes: Sizes, state: Path) -> None:
     print(f"a client reconciling {sizes.modules} modules x 10 placeholders")
     fleet = Fleet(sizes.modules, state / "fleet")
     manifests = fleet.write_manifests()
     plan = ClientPlan(node=NODE, manifests=manifests, materialize=fleet.folder / "env")
     async with stand_ins(bus, NODE, with_vault=False) as parts, vault_process(url):
-        await fleet.write_values(parts)
-        first = await measured_reconcile(bus, plan)
+        await fleet.write_values(bus, parts)
+        first = await measured_reconcile(bus, nc, plan)
         # The first run happens once; the unchanged run can be repeated, and its median is steadier.
-        repeats = [await measured_reconcile(bus, plan) for _ in range(5)]
+        repeats = [await measured_reconcile(bus, nc, plan) for _ in range(5)]
         second = Run(
             median([r.seconds for r in repeats]),
             max(r.kv_writes for r in repeats),
@@ -314,13 +314,13 @@ async def run_all(state: Path, quick: bool, parts: Sequence[str] = PARTS) -> Rep
                 if "verb" in parts:
                     await verb_against_echo(nc, report, sizes)
                 if "compile" in parts:
-                    await compile_unchanged(bus, report)
+                    await compile_unchanged(bus, nc, report)
                 if "growth" in parts or "listing" in parts:
                     await growth(bus, nc, report, sizes)
                 if "listing" in parts:
                     await whole_listing(bus, nc, report, sizes, server_pid)
                 if "convergence" in parts:
-                    await convergence(bus, server.url, report, sizes, state)
+                    await convergence(bus, nc, server.url, report, sizes=sizes, state=state)
         finally:
             await nc.close()
     return report

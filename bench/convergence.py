@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+from nats.aio.client import Client
 
 from bench.harness import ROOT, timed
+from mesh_dev.standins import ASSIGNMENT, StandIns
 from provisioner_client.reconcile import ClientPlan, reconcile
-from provisioner_client.standins import ASSIGNMENT, StandIns
 from registry import buckets
 from registry.bus import Bus
+from registry.kv import put
 
 NODE = "bench-node"
 
@@ -49,14 +51,15 @@ class Fleet:
             (manifests / f"m{module}.json").write_text(json.dumps(document, indent=1))
         return manifests
 
-    async def write_values(self, parts: StandIns) -> None:
+    async def write_values(self, bus: Bus, parts: StandIns) -> None:
         for name in ("shared-0", "shared-1"):
-            await parts.config.put(name, json.dumps(f"value of {name}").encode())
+            await put(bus, parts.config, name, json.dumps(f"value of {name}").encode())
         for module in range(self.modules):
             for j in range(4):
-                await parts.config.put(f"m{module}-k{j}", json.dumps(f"m{module} value {j}").encode())
+                await put(bus, parts.config, f"m{module}-k{j}", json.dumps(f"m{module} value {j}").encode())
             plan = {"plan": {"dir": {"state": f"/var/lib/m{module}"}, "port": {"http": 8000 + module}}}
-            await parts.assignments.put(ASSIGNMENT.build(node=NODE, module=f"m{module}"), json.dumps(plan).encode())
+            key = ASSIGNMENT.build(node=NODE, module=f"m{module}")
+            await put(bus, parts.assignments, key, json.dumps(plan).encode())
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,10 @@ class Run:
     files_written: int
 
 
-async def own_bucket_sequences(bus: Bus) -> int:
+async def own_bucket_sequences(nc: Client) -> int:
     total = 0
     for bucket in (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT):
-        total += (await bus.js.stream_info(bucket.stream)).state.last_seq
+        total += (await nc.jetstream().stream_info(bucket.stream)).state.last_seq
     return total
 
 
@@ -77,8 +80,8 @@ def file_stamps(folder: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.glob("*.env")}
 
 
-async def measured_reconcile(bus: Bus, plan: ClientPlan) -> Run:
-    before_writes, before_files = await own_bucket_sequences(bus), file_stamps(plan.materialize)
+async def measured_reconcile(bus: Bus, nc: Client, plan: ClientPlan) -> Run:
+    before_writes, before_files = await own_bucket_sequences(nc), file_stamps(plan.materialize)
     report = None
 
     async def run() -> None:
@@ -89,7 +92,7 @@ async def measured_reconcile(bus: Bus, plan: ClientPlan) -> Run:
     assert report is not None and report.ok, report.summary() if report else "no report"
     after = file_stamps(plan.materialize)
     files = sum(1 for name, stamp in after.items() if before_files.get(name) != stamp)
-    return Run(seconds, await own_bucket_sequences(bus) - before_writes, files)
+    return Run(seconds, await own_bucket_sequences(nc) - before_writes, files)
 
 
 async def client_peak_rss_mb(url: str, manifests: Path, materialize: Path) -> float:

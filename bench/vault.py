@@ -5,21 +5,24 @@ from __future__ import annotations
 import sys
 
 import anyio
-import nats
-from nats import micro
 
-from provisioner_client.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, Vault
+from mesh_dev.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, Vault
+from registry.bus import BusOptions, connect
+from registry.service import EndpointSpec, serve
 
 
-async def serve(url: str) -> None:
-    nc = await nats.connect(url, name="bench-vault")
+async def serve_vault(url: str) -> None:
     vault = Vault()
-    service = await micro.add_service(nc, name="mesh-vault", version="0.1.0", description="development vault")
-    await service.add_endpoint(name="secret", subject=SECRET_SUBJECT, handler=vault.answer_secret)
-    await service.add_endpoint(name="consumers", subject=CONSUMERS_SUBJECT, handler=vault.answer_consumers)
-    await nc.flush()
-    await anyio.sleep_forever()
+    endpoints = [
+        EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
+        EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
+    ]
+    async with (
+        connect(BusOptions(servers=(url,), name="bench-vault")) as bus,
+        serve(bus, name="mesh-vault", version="0.1.0", description="development vault", endpoints=endpoints),
+    ):
+        await anyio.sleep_forever()
 
 
 if __name__ == "__main__":
-    anyio.run(serve, sys.argv[1])
+    anyio.run(serve_vault, sys.argv[1])

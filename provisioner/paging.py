@@ -1,18 +1,9 @@
 """Answers split into pages by bytes, and the cursors that fetch the pages after the first.
 
-Every answer is one JSON object:
-
-    {"what": "needs",
-     "entries": [...], "malformed": [...],       this page's share, entries first, each sorted by key
-     "page": 1, "pages": 3,                       this page's number and how many the listing has
-     "total": {"entries": 41234, "malformed": 2}, counts over the whole listing
-     "next": "<cursor>" or null}                  ask again with {"cursor": next} for the next page
-
-A page fits the connection's `max_payload` with a margin. The listing is read once, on the first
-request; the pages after the first are kept under a random cursor for `cursor_ttl` (each use
-renews it), at most `max_cursors` listings and `cursor_cache_bytes` in all (oldest dropped
-first). A continuation may repeat the original fields, but they must match. An unknown or expired
-cursor is answered 410: restart the listing. A listing is forgotten once its last page is sent.
+The page's shape, `total` and the cursor's rules are the verb's contract (README, "Paging"). A
+page fits the connection's `max_payload` with a margin. The listing is read once, on the first
+request, and its later pages are kept here, bounded in count (`max_cursors`) and bytes
+(`cursor_cache_bytes`), oldest dropped first, each for `cursor_ttl` after its last use.
 """
 
 from __future__ import annotations

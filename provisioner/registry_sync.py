@@ -13,7 +13,6 @@ from pathlib import Path
 
 import anyio
 from anyio.abc import TaskStatus
-from nats.js.kv import KeyValue
 
 from registry import buckets
 from registry.bus import Bus
@@ -25,37 +24,29 @@ from registry.kv import Changes, converge, snapshot
 log = logging.getLogger(__name__)
 
 
-async def sync_registry(bus: Bus, kv: KeyValue, *, domains_file: Path | None) -> Changes:
+async def sync_registry(bus: Bus, *, domains_file: Path | None) -> Changes:
     """Compiles the catalogue and converges the registry bucket to it; says what changed."""
     desired = registry_values(load_catalogue(domains_file))
-    current = await snapshot(bus, buckets.REGISTRY.name, include_deleted=True)
-    changes = await converge(bus, kv, buckets.REGISTRY.name, current, desired)
+    current = await snapshot(bus, buckets.REGISTRY, include_deleted=True)
+    changes = await converge(bus, buckets.REGISTRY, current, desired)
     if changes:
-        log.info(
-            "registry compiled: %s (written: %s; deleted: %s)",
-            changes.summary(),
-            ", ".join(changes.written) or "-",
-            ", ".join(changes.deleted) or "-",
-        )
+        log.info("registry compiled: %s (written: %s; deleted: %s)", changes.summary(),
+                 ", ".join(changes.written) or "-", ", ".join(changes.deleted) or "-")  # fmt: skip
     else:
         log.info("registry compiled: unchanged, %d kinds", len(desired))
     return changes
 
 
 async def keep_registry_compiled(
-    bus: Bus,
-    kv: KeyValue,
-    *,
-    domains_file: Path | None,
-    interval: timedelta,
+    bus: Bus, *, domains_file: Path | None, interval: timedelta,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
+) -> None:  # fmt: skip
     """Compiles now (failing loudly), then every `interval` (logging failures and carrying on)."""
-    await sync_registry(bus, kv, domains_file=domains_file)
+    await sync_registry(bus, domains_file=domains_file)
     task_status.started()
     while True:
         await anyio.sleep(interval.total_seconds())
         try:
-            await sync_registry(bus, kv, domains_file=domains_file)
+            await sync_registry(bus, domains_file=domains_file)
         except RegistryError as err:
             log.error("registry compile failed, the bucket keeps its last values: %s", err)  # noqa: TRY400

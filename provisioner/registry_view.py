@@ -14,7 +14,7 @@ import logging
 import anyio
 from anyio.abc import TaskStatus
 
-from provisioner.verb import paginate_listing
+from provisioner.listing import paginate_listing
 from registry import buckets
 from registry.bus import Bus
 from registry.kv import KvItem, snapshot
@@ -49,8 +49,8 @@ class RegistryView:
 
     async def follow(self, bus: Bus, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Fills the view, reports ready, then applies every change until cancelled."""
-        async with scoped_watch(bus, buckets.REGISTRY.name, ">") as watch:
-            for item in await snapshot(bus, buckets.REGISTRY.name, include_deleted=True):
+        async with scoped_watch(bus, buckets.REGISTRY, ">") as watch:
+            for item in await snapshot(bus, buckets.REGISTRY, include_deleted=True):
                 self.apply(item)
             self.ready = True
             task_status.started()

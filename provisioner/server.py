@@ -28,8 +28,8 @@ from provisioner.registry_view import RegistryView
 from provisioner.service import verb_service
 from provisioner.settings import ServerSettings
 from provisioner.verb import Verb
-from registry import buckets
 from registry.bus import BusOptions, connect
+from registry.kv import BucketConfig
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +49,12 @@ async def run_server(
     async with AsyncExitStack() as resources, anyio.create_task_group() as tasks:
         tasks.start_soon(_give_up_if_stopped_before, ready, stop, tasks.cancel_scope)
         bus = await resources.enter_async_context(connect(bus_options))
-        kvs = await ensure_buckets(
-            bus,
-            replicas=settings.bucket_replicas,
-            storage=settings.bucket_storage,
-            history=settings.bucket_history,
+        bucket_config = BucketConfig(
+            history=settings.bucket_history, replicas=settings.bucket_replicas, storage=settings.bucket_storage
         )
+        await ensure_buckets(bus, bucket_config)
         compile_registry = partial(
-            keep_registry_compiled,
-            bus,
-            kvs[buckets.REGISTRY.name],
-            domains_file=settings.domains_file,
-            interval=settings.compile_interval,
+            keep_registry_compiled, bus, domains_file=settings.domains_file, interval=settings.compile_interval
         )
         await tasks.start(compile_registry)
         registry = RegistryView()

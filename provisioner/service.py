@@ -15,7 +15,6 @@ request already received is still handed over), wait for the requests in flight 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,16 +24,14 @@ from datetime import timedelta
 from importlib import metadata
 
 import anyio
-import nats.errors
 from anyio.abc import TaskGroup
-from nats import micro
-from nats.micro.request import Request
-from nats.micro.service import Service
 
 from provisioner.errors import RequestError
-from provisioner.verb import Query, Verb
+from provisioner.request import Query, parse_request
+from provisioner.verb import Verb
 from registry import buckets
 from registry.bus import Bus
+from registry.service import EndpointSpec, RunningService, ServiceRequest, serve
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +86,7 @@ class InFlight:
 
 @dataclass(frozen=True)
 class RunningVerb:
-    service: Service
+    service: RunningService
     in_flight: InFlight
 
 
@@ -110,34 +107,32 @@ async def verb_service(
     in_flight = InFlight()
     async with anyio.create_task_group() as handlers:
 
-        async def on_request(request: Request) -> None:
+        async def on_request(request: ServiceRequest) -> None:
             query = await _answer_at_once(verb, request)
             if query is None:
                 return
             if in_flight.count >= max_concurrent + max_waiting:
-                await _respond_error(request, "503", "too many requests waiting; retry shortly")
+                await request.respond_error("503", "too many requests waiting; retry shortly")
                 return
             in_flight.enter()
             handlers.start_soon(_handle, verb, query, limiter, in_flight, request)
 
-        service = await micro.add_service(bus.nc, name=buckets.SEAT, version=version(), description=DESCRIPTION)
-        try:
-            await service.add_endpoint(name=ENDPOINT, subject=buckets.VERB_SUBJECT, handler=on_request)
-            await bus.nc.flush()  # ready means the nats-server knows the subscription
+        endpoint = EndpointSpec(ENDPOINT, buckets.VERB_SUBJECT, on_request)
+        async with serve(bus, name=buckets.SEAT, version=version(), description=DESCRIPTION,
+                         endpoints=[endpoint]) as service:  # fmt: skip
             log.info("serving %s as service %s %s", buckets.VERB_SUBJECT, buckets.SEAT, service.id)
-            yield RunningVerb(service, in_flight)
-        except BaseException:
-            handlers.cancel_scope.cancel()
-            with anyio.move_on_after(shutdown_timeout.total_seconds(), shield=True):
-                await _stop_taking_requests(service)
-            raise
-        await _shut_down(service, handlers, in_flight, shutdown_timeout)
+            try:
+                yield RunningVerb(service, in_flight)
+            except BaseException:
+                handlers.cancel_scope.cancel()
+                raise
+            await _shut_down(service, handlers, in_flight, shutdown_timeout)
 
 
-async def _shut_down(service: Service, handlers: TaskGroup, in_flight: InFlight, deadline: timedelta) -> None:
+async def _shut_down(service: RunningService, handlers: TaskGroup, in_flight: InFlight, deadline: timedelta) -> None:
     started = time.monotonic()
     with anyio.move_on_after(max(deadline.total_seconds(), STOP_TAKING_AT_LEAST), shield=True):
-        await _stop_taking_requests(service)
+        await service.stop_taking_requests()
     log.info("stopped taking requests; waiting for %d in flight", in_flight.count)
     with anyio.move_on_after(deadline.total_seconds() - (time.monotonic() - started), shield=True):
         await in_flight.idle()
@@ -150,37 +145,20 @@ async def _shut_down(service: Service, handlers: TaskGroup, in_flight: InFlight,
     handlers.cancel_scope.cancel()
 
 
-async def _stop_taking_requests(service: Service) -> None:
-    """Drains the endpoint's subscription, then stops the service's control subscriptions.
-
-    `Service.stop()` alone unsubscribes the endpoint, which drops requests nats-py has received but
-    not yet handed to the handler; draining first hands them over. This reaches into nats-py 2.16's
-    `Service._endpoints` and `Endpoint._subscription`: there is no public drain."""
-    try:
-        for endpoint in service._endpoints:
-            subscription = endpoint._subscription
-            if subscription is not None:
-                await subscription.drain()
-        service._endpoints = []  # drained above; `stop()` would unsubscribe them again and fail
-        await service.stop()
-    except nats.errors.Error as err:  # a closed connection takes no requests anyway
-        log.warning("could not stop the service's subscriptions cleanly: %s", err)
-
-
-async def _answer_at_once(verb: Verb, request: Request) -> Query | None:
+async def _answer_at_once(verb: Verb, request: ServiceRequest) -> Query | None:
     """Answers what needs no bucket read in the handler itself; returns the query that does."""
     try:
-        page = verb.at_once(request.data)
+        query = parse_request(request.data)
+        page = verb.from_memory(query)
     except RequestError as err:
         await _refuse(request, err)
     except Exception:
         log.exception("request failed unexpectedly; answered 500")
-        await _respond_error(request, "500", INTERNAL_ERROR)
+        await request.respond_error("500", INTERNAL_ERROR)
     else:
-        if isinstance(page, bytes):
-            await _respond(request, page)
-            return None
-        return page
+        if page is None:
+            return query
+        await request.respond(page)
     return None
 
 
@@ -189,44 +167,28 @@ async def _handle(
     query: Query,
     limiter: anyio.CapacityLimiter,
     in_flight: InFlight,
-    request: Request,
+    request: ServiceRequest,
 ) -> None:
     started = time.perf_counter()
     try:
         async with limiter:
             with in_flight.answering_one():
                 page = await verb.by_listing(query)
-        await _respond(request, page)
+        await request.respond(page)
         log.debug("answered %d bytes in %.1f ms", len(page), (time.perf_counter() - started) * 1000)
     except RequestError as err:
         await _refuse(request, err)
     except anyio.get_cancelled_exc_class():
         with anyio.move_on_after(1, shield=True):
-            await _respond_error(request, "503", STOPPING)
+            await request.respond_error("503", STOPPING)
         raise
     except Exception:
         log.exception("request failed unexpectedly; answered 500")
-        await _respond_error(request, "500", INTERNAL_ERROR)
+        await request.respond_error("500", INTERNAL_ERROR)
     finally:
         in_flight.leave()
 
 
-async def _refuse(request: Request, err: RequestError) -> None:
-    log.info("request refused (%s): %s", err.code, err.reason)
-    await _respond_error(request, err.code, err.reason)
-
-
-async def _respond(request: Request, data: bytes) -> None:
-    try:
-        await request.respond(data)
-    except Exception as err:  # a closed connection or a request without a reply subject
-        log.warning("could not answer a request: %s", err)
-
-
-async def _respond_error(request: Request, code: str, reason: str) -> None:
-    description = " ".join(reason.split())  # a header value holds no line breaks
-    body = json.dumps({"error": reason}).encode()
-    try:
-        await request.respond_error(code, description, data=body)
-    except Exception as err:  # a closed connection or a request without a reply subject
-        log.warning("could not answer a request with error %s: %s", code, err)
+async def _refuse(request: ServiceRequest, err: RequestError) -> None:
+    log.info("request refused (%s): %s", err.code, err.reason, extra={"code": err.code})
+    await request.respond_error(err.code, err.reason)

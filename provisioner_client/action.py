@@ -14,32 +14,13 @@ import os
 import signal
 import subprocess
 from datetime import UTC, datetime
-from typing import Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict
 
 from provisioner_client.manifest import OnChange
+from registry.models import ActionRecord, Outcome
 
 log = logging.getLogger(__name__)
-
-Outcome = Literal["succeeded", "failed", "timed out", "could not start"]
-
-
-class ActionRecord(BaseModel):
-    """The outcome of a module's change action, as kept in `applied`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    command: tuple[str, ...]
-    digest: str
-    outcome: Outcome
-    exit_code: int | None = None
-    finished_at: str
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome == "succeeded"
 
 
 async def run_action(module: str, on_change: OnChange, digest: str) -> ActionRecord:

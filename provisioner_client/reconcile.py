@@ -22,17 +22,18 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from provisioner_client.action import ActionRecord, run_action
+from provisioner_client.action import run_action
 from provisioner_client.envfile import EnvFolder, render
 from provisioner_client.errors import ManifestError, MaterializeError
 from provisioner_client.manifest import LoadedManifest, Manifests, load_manifests
 from provisioner_client.resolve import Pending, Resolver, Source, read_registry
 from provisioner_client.scope import NodeScope
 from registry import buckets
+from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.errors import RegistryError
 from registry.kv import Changes, KvItem
-from registry.models import AppliedValue, CollectValue, NeedValue, to_json
+from registry.models import ActionRecord, AppliedValue, CollectValue, NeedValue, to_json
 from registry.placeholders import substitute
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class ModuleReport:
 
     @property
     def action(self) -> ActionRecord | None:
-        return ActionRecord.model_validate(self.applied.action) if self.applied.action else None
+        return self.applied.action
 
 
 @dataclass
@@ -69,7 +70,6 @@ class Report:
     removed: list[Path] = field(default_factory=list)
     writes: dict[str, Changes] = field(default_factory=dict)
     sources: set[Source] = field(default_factory=set)
-    asked_verbs: bool = False
     actions_run: list[str] = field(default_factory=list)
 
     @property
@@ -102,12 +102,10 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     for error in manifests.errors:
         log.error("%s", error)
     report = Report(plan.node, manifest_errors=list(manifests.errors))
-    current = {b.name: await scope.read(bus, b.name) for b in (buckets.NEEDS, buckets.COLLECT, buckets.APPLIED)}
+    current = {b.name: await scope.read(bus, b) for b in (buckets.NEEDS, buckets.COLLECT, buckets.APPLIED)}
+    await _converge(bus, scope, report, buckets.NEEDS, current=current, desired=_needs(plan.node, manifests, current))
     await _converge(
-        bus, scope, report, buckets.NEEDS.name, current=current, desired=_needs(plan.node, manifests, current)
-    )
-    await _converge(
-        bus, scope, report, buckets.COLLECT.name, current=current, desired=_collect(plan.node, manifests, current)
+        bus, scope, report, buckets.COLLECT, current=current, desired=_collect(plan.node, manifests, current)
     )
     resolver = Resolver(bus, await read_registry(bus), node=plan.node, verb_timeout=plan.verb_timeout)
     folder = EnvFolder(plan.materialize)
@@ -120,23 +118,21 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     applied = {
         buckets.APPLIED.shape.build(node=plan.node, module=m): to_json(r.applied) for m, r in report.modules.items()
     }
-    await _converge(bus, scope, report, buckets.APPLIED.name, current=current, desired=applied)
+    await _converge(bus, scope, report, buckets.APPLIED, current=current, desired=applied)
     report.removed = folder.remove_except(set(report.modules))
     report.sources = resolver.sources
-    report.asked_verbs = resolver.asked_verbs
     return report
 
 
 async def _converge(
-    bus: Bus, scope: NodeScope, report: Report, bucket: str, *, current: Mapping[str, Sequence[KvItem]],
+    bus: Bus, scope: NodeScope, report: Report, bucket: Bucket, *, current: Mapping[str, Sequence[KvItem]],
     desired: Mapping[str, bytes],
 ) -> None:  # fmt: skip
-    with bus.translate_errors(f"bind {bucket}"):
-        kv = await bus.js.key_value(bucket)
-    changes = await scope.converge(bus, kv, bucket, current[bucket], desired)
-    report.writes[bucket] = changes
+    changes = await scope.converge(bus, bucket, current[bucket.name], desired)
+    report.writes[bucket.name] = changes
     if changes:
-        log.info("node %s: %s %s", scope.node, bucket, changes.summary())
+        log.info("node %s: %s %s", scope.node, bucket.name, changes.summary(),
+                 extra={"node": scope.node, "bucket": bucket.name})  # fmt: skip
 
 
 def _needs(node: str, manifests: Manifests, current: Mapping[str, Sequence[KvItem]]) -> dict[str, bytes]:
@@ -212,9 +208,8 @@ async def _apply(
         values.clear()
         env.clear()
     action = old_action
-    if manifest.on_change is not None and (old_action is None or old_action.get("digest") != done.digest):
-        record = await run_action(module, manifest.on_change, done.digest)
-        action = record.model_dump(mode="json")
+    if manifest.on_change is not None and (old_action is None or old_action.digest != done.digest):
+        action = await run_action(module, manifest.on_change, done.digest)
         report.actions_run.append(module)
     applied = AppliedValue(state="applied", digest=done.digest, file=str(done.path), action=action)
     return ModuleReport(module, applied, written=done.written)

@@ -1,30 +1,13 @@
 """Resolution: a placeholder's value, found only through the registry.
 
-The client reads `mesh-provisioner_registry` (every key; each value a `RegistryEntry`) to learn
-where each kind is answered; nothing about domains is known here. For `${kind:name}` the entry's
-answer `name` pattern splits the name into fields. The fields a template may use are `node`,
-`module` (the consuming module), `kind`, `name`, the pattern's fields and the answer's `parts`
-(text templates rendered from the others).
+The client reads the registry bucket to learn where each kind is answered; nothing about domains
+is known here. How a registry answer is read (`value`, `plan`, `items`, a verb) is the contract
+in the README ("The registry"); this module follows it. Each value is fetched once per reconcile
+however many modules use it, concurrently (`Resolver.prefetch`), and every place read is kept
+as a `Source` so that watch mode can follow exactly those keys.
 
-A bucket answer names the bucket `render(answer.bucket, fields)` and the key
-`KeyShape(answer.key).build(**fields)` (an optional tail is used when its fields are given):
-
-- `read = "value"`: the JSON at the key. A JSON string is used as is; any other JSON is used
-  compact-encoded (`5432`, `{"a":1}`); `null`, a missing or a deleted key is a missing value.
-- `read = "plan"`: the value at the key is `{"plan": {"<kind>": {"<name>": value}}}` (the
-  controller's assignments mirror, key `<node>.<module>`); `plan[kind][name]` is used as above.
-- `read = "items"`: every key under the shape without its last field, listed through one
-  server-side filter (`<node>.<collection>.*` in the collect bucket); each value is
-  `{"items": [...]}`. Items are ordered by the last field (the contributor), then as given, and
-  joined by newlines. A collection nobody contributes to is empty text.
-
-A verb answer is asked on request/reply of `answer.subject` with the JSON body
-`{"node", "module", "kind", "name"}`; the answer is `{"value": "<text>"}`, or a service error
-(`Nats-Service-Error` / `Nats-Service-Error-Code` headers). Verb values are secrets: they are
-never stored, logged or put in a reason, and live only during one reconcile.
-
-Whatever cannot be resolved (a kind the registry does not know, a missing bucket or value, a
-verb that times out or errors) raises `Pending` with the reason; the module then stays pending.
+Verb values are secrets: never stored, logged or put in a reason, and they live only during one
+reconcile. Whatever cannot be resolved raises `Pending` with the reason; its module stays pending.
 """
 
 from __future__ import annotations
@@ -38,19 +21,18 @@ from datetime import timedelta
 from typing import Generic, TypeVar
 
 import anyio
-import nats.errors
-import nats.js.errors
-from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
 from registry import buckets, keys
-from registry.bus import Bus, BusError
-from registry.errors import RegistryError
+from registry.buckets import Bucket
+from registry.bus import Bus
+from registry.errors import BusError, BusTimeout, NoResponders, RegistryError, ServiceError
 from registry.keys import KeyShape, shape_of
-from registry.kv import KvItem, get_latest, snapshot
+from registry.kv import bucket_config, get_latest, snapshot
 from registry.models import BucketAnswer, CollectValue, RegistryEntry, VerbAnswer
 from registry.placeholders import Placeholder
 from registry.templates import pattern_of, render
+from registry.verb_client import ask_service
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +47,11 @@ class Pending(Exception):
         super().__init__(reason)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Source:
     """A place a value was read from: a bucket and a subject filter relative to it."""
 
-    bucket: str
+    bucket: Bucket
     filter: str
 
 
@@ -81,16 +63,16 @@ class Registry:
     problems: dict[str, str] = field(default_factory=dict)
 
 
-REGISTRY_SOURCE = Source(buckets.REGISTRY.name, ">")
+REGISTRY_SOURCE = Source(buckets.REGISTRY, ">")
 
 
 async def read_registry(bus: Bus) -> Registry:
     registry = Registry()
-    for item in await snapshot(bus, buckets.REGISTRY.name):
+    for item in await snapshot(bus, buckets.REGISTRY):
         try:
             kind = keys.REGISTRY.parse(item.key)["kind"]
         except RegistryError as err:
-            log.warning("registry key out of shape: %s", err)
+            log.warning("registry key out of shape: %s", err, extra={"key": item.key})
             continue
         try:
             registry.entries[kind] = RegistryEntry.model_validate_json(item.value)
@@ -134,11 +116,10 @@ class Resolver:
         self._registry = registry
         self._node = node
         self._verb_timeout = verb_timeout
-        self._kvs: _Once[KeyValue] = _Once()
+        self._buckets: _Once[None] = _Once()
         self._values: _Once[str] = _Once()
         self._resolved: _Once[str] = _Once()
         self.sources: set[Source] = {REGISTRY_SOURCE}
-        self.asked_verbs = False
 
     async def prefetch(self, wanted: Iterable[tuple[str, Placeholder]], *, at_once: int = 64) -> None:
         """Resolves every (module, placeholder) concurrently, so that `resolve` then answers from
@@ -182,58 +163,45 @@ class Resolver:
 
     async def _read(self, answer: BucketAnswer, placeholder: Placeholder, fields: dict[str, str]) -> str:
         try:
-            bucket = render(answer.bucket, fields)
             shape = shape_of(answer.key)
+            bucket = Bucket(render(answer.bucket, fields), shape)
             if answer.read == "items":
                 prefix = _items_prefix(shape, fields)
-                return await self._values.get(("items", bucket, prefix), lambda: self._items(bucket, shape, prefix))
+                return await self._values.get(("items", bucket.name, prefix), lambda: self._items(bucket, prefix))
             key = shape.build(**fields)
         except RegistryError as err:
             raise Pending(f"the registry's answer for kind {placeholder.kind!r} cannot be used: {err}") from None
-        value = await self._values.get(("get", bucket, key), lambda: self._get(bucket, key))
+        value = await self._values.get(("get", bucket.name, key), lambda: self._get(bucket, key))
         if answer.read == "plan":
-            return _from_plan(value, bucket, key, placeholder)
-        return _text_of(value, f"{bucket} key {key!r}")
+            return _from_plan(value, bucket.name, key, placeholder)
+        return _text_of(value, f"{bucket.name} key {key!r}")
 
-    async def _bind(self, bucket: str) -> KeyValue:
-        return await self._kvs.get(bucket, lambda: self._bind_now(bucket))
+    async def _exists(self, bucket: Bucket) -> None:
+        await self._buckets.get(bucket.name, lambda: self._look_up(bucket))
 
-    async def _bind_now(self, bucket: str) -> KeyValue:
+    async def _look_up(self, bucket: Bucket) -> None:
         try:
-            with self._bus.translate_errors(f"bind {bucket}"):
-                kv: KeyValue = await self._bus.js.key_value(bucket)
+            found = await bucket_config(self._bus, bucket)
         except BusError as err:
-            missing = isinstance(err.__cause__, nats.js.errors.BucketNotFoundError)
-            raise Pending(f"bucket {bucket} does not exist" if missing else str(err)) from None
-        return kv
+            raise Pending(str(err)) from None
+        if found is None:
+            raise Pending(f"bucket {bucket.name} does not exist")
 
-    async def _get(self, bucket: str, key: str) -> str:
+    async def _get(self, bucket: Bucket, key: str) -> str:
         self.sources.add(Source(bucket, key))
-        kv = await self._bind(bucket)
+        await self._exists(bucket)
         try:
             item = await get_latest(self._bus, bucket, key)
         except BusError as err:
-            if not isinstance(err.__cause__, nats.errors.NoRespondersError):
-                raise Pending(str(err)) from None
-            item = await self._get_without_direct(kv, bucket, key)  # a bucket created without direct get
+            raise Pending(str(err)) from None
         if item is None or item.deleted:
-            raise Pending(f"no value at {bucket} key {key!r}")
+            raise Pending(f"no value at {bucket.name} key {key!r}")
         return item.value.decode("utf-8", errors="replace")
 
-    async def _get_without_direct(self, kv: KeyValue, bucket: str, key: str) -> KvItem | None:
-        try:
-            with self._bus.translate_errors(f"get {bucket} {key}"):
-                entry = await kv.get(key)
-        except BusError as err:
-            if isinstance(err.__cause__, nats.js.errors.KeyNotFoundError):
-                return None
-            raise Pending(str(err)) from None
-        return KvItem(key, entry.value or b"", entry.revision or 0)
-
-    async def _items(self, bucket: str, shape: KeyShape, prefix: str) -> str:
+    async def _items(self, bucket: Bucket, prefix: str) -> str:
         subject_filter = f"{prefix}.*"
         self.sources.add(Source(bucket, subject_filter))
-        await self._bind(bucket)
+        await self._exists(bucket)
         try:
             listed = await snapshot(self._bus, bucket, [subject_filter])
         except BusError as err:
@@ -241,28 +209,25 @@ class Resolver:
         contributions: list[tuple[str, tuple[str, ...]]] = []
         for item in listed:
             try:
-                contributor = shape.parse(item.key)[shape.fields[-1]]
+                contributor = bucket.shape.parse(item.key)[bucket.shape.fields[-1]]
                 contributions.append((contributor, CollectValue.model_validate_json(item.value).items))
             except (RegistryError, ValidationError):
-                log.warning("skipped %s key %r: not a contribution", bucket, item.key)
+                log.warning("skipped %s key %r: not a contribution", bucket.name, item.key,
+                            extra={"bucket": bucket.name, "key": item.key})  # fmt: skip
         return "\n".join(i for _, items in sorted(contributions) for i in items)
 
     async def _ask(self, answer: VerbAnswer, module: str, placeholder: Placeholder) -> str:
-        self.asked_verbs = True
         body = json.dumps({"node": self._node, "module": module, "kind": placeholder.kind, "name": placeholder.name})
-        timeout = self._verb_timeout.total_seconds()
         try:
-            reply = await self._bus.nc.request(answer.subject, body.encode(), timeout=timeout)
-        except nats.errors.NoRespondersError:
+            reply = await ask_service(self._bus, answer.subject, body.encode(), reply_wait=self._verb_timeout)
+        except NoResponders:
             raise Pending(f"nobody answers {answer.subject}") from None
-        except (nats.errors.TimeoutError, TimeoutError):
-            raise Pending(f"{answer.subject} did not answer within {timeout:g} s") from None
-        except nats.errors.Error as err:
-            raise Pending(f"{answer.subject} could not be asked: {type(err).__name__}") from None
-        headers = reply.headers or {}
-        if "Nats-Service-Error" in headers or "Nats-Service-Error-Code" in headers:
-            code = headers.get("Nats-Service-Error-Code", "?")
-            raise Pending(f"{answer.subject} answered error {code}: {headers.get('Nats-Service-Error', '')}")
+        except BusTimeout:
+            raise Pending(f"{answer.subject} did not answer within {self._verb_timeout.total_seconds():g} s") from None
+        except ServiceError as err:
+            raise Pending(f"{answer.subject} answered error {err.code}: {err.description}") from None
+        except BusError as err:
+            raise Pending(f"{answer.subject} could not be asked: {err.reason}") from None
         try:
             value = json.loads(reply.data)["value"]
         except (ValueError, KeyError, TypeError):

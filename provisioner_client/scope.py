@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from nats.js.kv import KeyValue
-
 from provisioner_client.errors import ForeignKeyError
+from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.escaping import encode_token
+from registry.keys import under
 from registry.kv import Changes, KvItem, converge, snapshot
 
 
@@ -26,7 +26,7 @@ class NodeScope:
     @property
     def filter(self) -> str:
         """The single subject filter (relative to a bucket) of this node's keys."""
-        return f"{self.token}.>"
+        return under(self.node)
 
     def owns(self, key: str) -> bool:
         return key.startswith(f"{self.token}.") and len(key) > len(self.token) + 1
@@ -36,14 +36,14 @@ class NodeScope:
             if not self.owns(key):
                 raise ForeignKeyError(bucket, key, self.node)
 
-    async def read(self, bus: Bus, bucket: str) -> list[KvItem]:
+    async def read(self, bus: Bus, bucket: Bucket) -> list[KvItem]:
         """This node's keys of `bucket`, deletions included, through one server-side filter."""
         return await snapshot(bus, bucket, [self.filter], include_deleted=True)
 
     async def converge(
-        self, bus: Bus, kv: KeyValue, bucket: str, current: Sequence[KvItem], desired: Mapping[str, bytes]
+        self, bus: Bus, bucket: Bucket, current: Sequence[KvItem], desired: Mapping[str, bytes]
     ) -> Changes:
         """`registry.kv.converge`, after checking every key it could touch is this node's."""
-        self.check(bucket, desired)
-        self.check(bucket, (item.key for item in current if not item.deleted))
-        return await converge(bus, kv, bucket, current, desired)
+        self.check(bucket.name, desired)
+        self.check(bucket.name, (item.key for item in current if not item.deleted))
+        return await converge(bus, bucket, current, desired)

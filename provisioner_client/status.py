@@ -69,8 +69,8 @@ def _module_lines(name: str, status: ModuleStatus) -> list[str]:
         lines.append(f"  on disk: {status.on_disk or 'missing'} (drifted; the next reconcile puts it back)")
     if applied.action:
         action = applied.action
-        exit_code = f", exit code {action.get('exit_code')}" if action.get("exit_code") is not None else ""
-        lines.append(f"  action:  {action.get('outcome')}{exit_code} at {action.get('finished_at')}")
+        exit_code = f", exit code {action.exit_code}" if action.exit_code is not None else ""
+        lines.append(f"  action:  {action.outcome}{exit_code} at {action.finished_at}")
     lines.extend(f"  reason:  {reason}" for reason in applied.reasons)
     return lines
 
@@ -80,7 +80,7 @@ async def read_status(bus: Bus, node: str, materialize: Path) -> NodeStatus:
     folder = EnvFolder(materialize)
     modules: dict[str, ModuleStatus] = {}
     unreadable: dict[str, str] = {}
-    for item in await scope.read(bus, buckets.APPLIED.name):
+    for item in await scope.read(bus, buckets.APPLIED):
         if item.deleted:
             continue
         try:

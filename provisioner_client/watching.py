@@ -29,8 +29,10 @@ from provisioner_client.errors import ClientError
 from provisioner_client.manifest import manifest_files
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolve import Source
-from registry.bus import Bus, BusError
-from registry.escaping import encode_token
+from registry.buckets import Bucket
+from registry.bus import Bus
+from registry.errors import BusError
+from registry.keys import under
 from registry.watch import scoped_watch
 
 log = logging.getLogger(__name__)
@@ -64,18 +66,19 @@ class Trigger:
         return reasons
 
 
-def watch_scopes(sources: set[Source], node_token: str) -> dict[Source, set[str]]:
+def watch_scopes(sources: set[Source], node: str) -> dict[Source, set[str]]:
     """One watch per bucket, not per key: the node's own `<node>.>` where every source of the
     bucket lies under it, else the whole bucket; with the source filters whose changes matter.
 
     A watch is a consumer on the server with its own heartbeats, so a client of many modules
     would otherwise hold hundreds of them; the filters keep other keys' changes from waking it."""
-    own = f"{node_token}."
-    by_bucket: dict[str, set[str]] = {}
+    own_keys = under(node)
+    own = own_keys[:-1]
+    by_bucket: dict[Bucket, set[str]] = {}
     for source in sources:
         by_bucket.setdefault(source.bucket, set()).add(source.filter)
     return {
-        Source(bucket, f"{node_token}.>" if all(f.startswith(own) for f in filters) else ">"): filters
+        Source(bucket, own_keys if all(f.startswith(own) for f in filters) else ">"): filters
         for bucket, filters in by_bucket.items()
     }
 
@@ -94,20 +97,20 @@ def subject_matches(subject_filter: str, key: str) -> bool:
 class _Followers:
     """One scoped watch per bucket a reconcile read from; a change of a key it read pulls the trigger."""
 
-    def __init__(self, bus: Bus, tg: TaskGroup, trigger: Trigger, timing: WatchTiming, node_token: str) -> None:
+    def __init__(self, bus: Bus, tg: TaskGroup, trigger: Trigger, timing: WatchTiming, node: str) -> None:
         self._bus = bus
         self._tg = tg
         self._trigger = trigger
         self._timing = timing
-        self._node_token = node_token
+        self._node = node
         self._scopes: dict[Source, anyio.CancelScope] = {}
         self._interest: dict[Source, set[str]] = {}
 
     def follow(self, sources: set[Source]) -> None:
-        self._interest = watch_scopes(sources, self._node_token)
+        self._interest = watch_scopes(sources, self._node)
         for gone in set(self._scopes) - set(self._interest):
             self._scopes.pop(gone).cancel()
-        for scope_source in sorted(set(self._interest) - set(self._scopes)):
+        for scope_source in sorted(set(self._interest) - set(self._scopes), key=lambda s: (s.bucket.name, s.filter)):
             scope = self._scopes[scope_source] = anyio.CancelScope()
             self._tg.start_soon(self._follow, scope_source, scope)
 
@@ -117,7 +120,7 @@ class _Followers:
                                     retry_max=self._timing.backoff_max) as watch:  # fmt: skip
                 async for event in watch:
                     if any(subject_matches(f, event.key) for f in self._interest.get(source, ())):
-                        self._trigger.pull(f"{source.bucket} {event.key}")
+                        self._trigger.pull(f"{source.bucket.name} {event.key}")
 
 
 async def watch(

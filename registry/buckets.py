@@ -1,4 +1,7 @@
-"""The buckets of the wire contract, each with its key shape."""
+"""The buckets of the wire contract, and every subject and stream name a bucket is reached by.
+
+No other module writes `KV_<bucket>`, `$KV.<bucket>.<key>` or a JetStream API subject by hand.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +15,49 @@ PREFIX = "mesh-provisioner"
 
 @dataclass(frozen=True)
 class Bucket:
+    """A KV bucket: its name and its key shape."""
+
     name: str
     shape: KeyShape
 
     @property
     def stream(self) -> str:
         return f"KV_{self.name}"
+
+    @property
+    def subject_prefix(self) -> str:
+        """What a key's subject starts with: `$KV.<bucket>.`."""
+        return f"$KV.{self.name}."
+
+    def subject(self, key_or_filter: str) -> str:
+        """The subject of a key, or of a subject filter relative to the bucket (`n1.>`)."""
+        return f"{self.subject_prefix}{key_or_filter}"
+
+    def key_of(self, subject: str) -> str:
+        return subject[len(self.subject_prefix) :]
+
+    def direct_get_subject(self, key: str) -> str:
+        """Direct get of one key: the key is in the subject, so it can be granted per node."""
+        return f"$JS.API.DIRECT.GET.{self.stream}.{self.subject(key)}"
+
+    def consumer_create_api(self, name: str, subject_filter: str | None) -> str:
+        """The API subject creating consumer `name`; with one filter, the filter is in the subject
+        (`CONSUMER.CREATE.KV_<b>.<name>.$KV.<b>.<filter>`), so it can be granted per node."""
+        base = f"CONSUMER.CREATE.{self.stream}.{name}"
+        return f"{base}.{self.subject(subject_filter)}" if subject_filter is not None else base
+
+    @property
+    def info_api(self) -> str:
+        return f"STREAM.INFO.{self.stream}"
+
+    @property
+    def message_get_api(self) -> str:
+        """A stream message get: the subject is in the body, so it reads bucket-wide."""
+        return f"STREAM.MSG.GET.{self.stream}"
+
+    @property
+    def create_api(self) -> str:
+        return f"STREAM.CREATE.{self.stream}"
 
 
 REGISTRY = Bucket(f"{PREFIX}_registry", keys.REGISTRY)
@@ -29,7 +69,3 @@ OWN = (REGISTRY, NEEDS, APPLIED, COLLECT)
 
 SEAT = PREFIX
 VERB_SUBJECT = f"{PREFIX}.provisioning"
-
-
-def bound_bucket(provider_module: str) -> Bucket:
-    return Bucket(f"{provider_module}_bound", keys.BOUND)

@@ -1,45 +1,54 @@
-"""The NATS connection both programs use: options, reconnect-forever, and error translation.
+"""The NATS connection, the one place besides `registry.service` that touches nats-py.
+
+Everything the programs do on the bus goes through `Bus`: publish, request, subscribe, the
+JetStream API and KV writes. nats-py's exceptions are translated here into the typed errors of
+`registry.errors` (`NotFound`, `NoResponders`, `BusTimeout`, `PermissionDenied`,
+`ConnectionClosed`, `JetStreamError`), each raised `from` the nats-py error so the cause stays.
 
 nats-py reports a denied publish only on the connection's error callback, while the call that
-made it times out vaguely later; `Bus` remembers recent permission violations so that
-`translate_errors` can say "permission denied" instead of "timeout".
+made it times out vaguely later; `Bus` remembers recent permission violations so that a failed
+call can say "permission denied for <subject>" instead of "timeout".
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import nats
 import nats.errors
-import nats.js.errors
 from nats.aio.client import Client
-from nats.js import JetStreamContext
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription as NatsSubscription
+from pydantic import BaseModel, ConfigDict, SecretStr
 
-from registry.errors import RegistryError
+from registry.errors import (
+    BusError,
+    BusTimeout,
+    ConnectionClosed,
+    JetStreamError,
+    NoResponders,
+    NotFound,
+    PermissionDenied,
+    WrongLastSequence,
+)
 
 log = logging.getLogger(__name__)
 
-
-class BusError(RegistryError):
-    """A NATS operation failed; says which and why."""
-
-    def __init__(self, operation: str, reason: str) -> None:
-        self.operation = operation
-        self.reason = reason
-        super().__init__(f"{operation}: {reason}")
-
-
-class PermissionDenied(BusError):
-    pass
+# JetStream error codes that mean "there is no such thing".
+_NOT_FOUND = {10059, 10014, 10037}  # stream, consumer, message
+_DENIED_SUBJECT = re.compile(r'(?:publish|subscription) to "?([^"\s]+)"?', re.IGNORECASE)
 
 
 class BusOptions(BaseModel):
@@ -61,36 +70,159 @@ class BusOptions(BaseModel):
     connect_timeout: timedelta = timedelta(seconds=5)
     reconnect_wait: timedelta = timedelta(seconds=1)
     request_timeout: timedelta = timedelta(seconds=5)
-    drain_timeout: timedelta = Field(default=timedelta(seconds=5))
+    drain_timeout: timedelta = timedelta(seconds=5)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message as received: its subject, body, headers (empty when none) and reply subject."""
+
+    subject: str
+    data: bytes
+    headers: Mapping[str, str]
+    reply: str
+
+    @staticmethod
+    def of(msg: Msg) -> Message:
+        return Message(msg.subject, msg.data, msg.headers or {}, msg.reply)
+
+
+Handler = Callable[[Message], Awaitable[None]]
+
+
+class Subscription:
+    """A subscription of ours; ending it twice, or on a closed connection, is harmless."""
+
+    def __init__(self, sub: NatsSubscription) -> None:
+        self._sub: NatsSubscription | None = sub
+
+    async def unsubscribe(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except nats.errors.Error:  # a closed connection has no subscription left to end
+                log.debug("unsubscribe on a closed connection", exc_info=True)
 
 
 class Bus:
-    """A live connection: the nats-py client, its JetStream context and its recent errors."""
+    """A live connection: requests, subscriptions, JetStream, and its recent permission denials."""
 
     def __init__(self, nc: Client, options: BusOptions) -> None:
-        self.nc = nc
+        self._nc = nc
         self.options = options
-        self.js: JetStreamContext = nc.jetstream(timeout=options.request_timeout.total_seconds())
-        self._denials: deque[tuple[float, str]] = deque(maxlen=32)
+        self.closed = anyio.Event()  # set when the connection is closed for good
+        self._denials: deque[tuple[float, str, str]] = deque(maxlen=32)
 
-    def note_denial(self, message: str) -> None:
-        self._denials.append((time.monotonic(), message))
+    @property
+    def max_payload(self) -> int:
+        return self._nc.max_payload
 
-    def recent_denial(self, since: float) -> str | None:
-        found = [message for at, message in self._denials if at >= since]
+    @property
+    def timeout(self) -> float:
+        return self.options.request_timeout.total_seconds()
+
+    def new_inbox(self) -> str:
+        return self._nc.new_inbox()
+
+    def note_denial(self, text: str) -> None:
+        found = _DENIED_SUBJECT.search(text)
+        self._denials.append((time.monotonic(), found.group(1) if found else "?", text))
+
+    def recent_denial(self, since: float) -> tuple[str, str] | None:
+        """The subject and text of the last permission violation since `since` (monotonic)."""
+        found = [(subject, text) for at, subject, text in self._denials if at >= since]
         return found[-1] if found else None
 
     @contextmanager
-    def translate_errors(self, operation: str) -> Iterator[None]:
-        """Maps nats-py's exceptions to `BusError`, naming a permission denial when there was one."""
+    def translated(self, operation: str) -> Iterator[None]:
+        """Maps nats-py's exceptions to ours, naming a permission denial seen during the call."""
         started = time.monotonic()
         try:
             yield
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as err:
-            denial = self.recent_denial(started)
-            if denial is not None:
-                raise PermissionDenied(operation, denial) from err
-            raise BusError(operation, _describe(err)) from err
+        except (nats.errors.Error, TimeoutError) as err:
+            raise self._translate(operation, err, started) from err
+
+    def _translate(self, operation: str, err: BaseException, started: float) -> BusError:
+        denial = self.recent_denial(started)
+        if denial is not None:
+            return PermissionDenied(operation, denial[0], denial[1])
+        if isinstance(err, nats.errors.NoRespondersError):
+            return NoResponders(operation, "nobody answers")
+        if isinstance(err, nats.errors.TimeoutError | TimeoutError):
+            return BusTimeout(operation, "no answer in time")
+        if isinstance(err, nats.errors.ConnectionClosedError):
+            return ConnectionClosed(operation, "the connection is closed")
+        return BusError(operation, _describe(err))
+
+    async def publish(
+        self, subject: str, data: bytes = b"", *, reply: str = "", headers: Mapping[str, str] | None = None
+    ) -> None:
+        with self.translated(f"publish {subject}"):
+            await self._nc.publish(subject, data, reply=reply, headers=dict(headers) if headers else None)
+
+    async def request(
+        self,
+        subject: str,
+        data: bytes = b"",
+        *,
+        reply_wait: timedelta | None = None,
+        headers: Mapping[str, str] | None = None,
+        operation: str | None = None,
+    ) -> Message:
+        """The reply to `data` on `subject`; `NoResponders`, `BusTimeout` or `PermissionDenied` else."""
+        with self.translated(operation or f"request {subject}"):
+            msg = await self._nc.request(
+                subject, data, timeout=_seconds(reply_wait) or self.timeout, headers=dict(headers) if headers else None
+            )
+        return Message.of(msg)
+
+    async def subscribe(self, subject: str, handler: Handler) -> Subscription:
+        async def on_message(msg: Msg) -> None:
+            await handler(Message.of(msg))
+
+        with self.translated(f"subscribe {subject}"):
+            return Subscription(await self._nc.subscribe(subject, cb=on_message))
+
+    async def flush(self) -> None:
+        """Returns once the server has processed everything sent before."""
+        with self.translated("flush"):
+            await self._nc.flush(timeout=int(self.timeout) or 1)
+
+    async def jetstream(self, api: str, body: Mapping[str, Any] | None = None, *, operation: str) -> dict[str, Any]:
+        """The JSON answer of `$JS.API.<api>`; a JetStream error raises `JetStreamError` (or `NotFound`)."""
+        data = json.dumps(body).encode() if body is not None else b""
+        reply = await self.request(f"$JS.API.{api}", data, operation=operation)
+        answer: dict[str, Any] = json.loads(reply.data)
+        raise_for_jetstream_error(operation, answer)
+        return answer
+
+    async def store(self, subject: str, data: bytes, *, headers: Mapping[str, str], operation: str) -> int:
+        """Publishes into a stream and waits for its acknowledgement; the stored sequence."""
+        try:
+            reply = await self.request(subject, data, headers=headers, operation=operation)
+        except NoResponders as err:
+            raise NotFound(operation, "no stream stores this subject") from err
+        answer: dict[str, Any] = json.loads(reply.data)
+        raise_for_jetstream_error(operation, answer)
+        return int(answer["seq"])
+
+
+def raise_for_jetstream_error(operation: str, answer: Mapping[str, Any]) -> None:
+    error = answer.get("error")
+    if not isinstance(error, dict):
+        return
+    code, err_code = int(error.get("code", 0)), int(error.get("err_code", 0))
+    description = str(error.get("description", "JetStream error"))
+    if err_code in _NOT_FOUND:
+        raise NotFound(operation, description)
+    if err_code == WrongLastSequence.ERR_CODE:
+        raise WrongLastSequence(operation, code, err_code, description)
+    raise JetStreamError(operation, code, err_code, description)
+
+
+def _seconds(duration: timedelta | None) -> float | None:
+    return duration.total_seconds() if duration is not None else None
 
 
 def _describe(err: BaseException) -> str:
@@ -108,32 +240,43 @@ def tls_context(options: BusOptions) -> ssl.SSLContext | None:
     return context
 
 
-@asynccontextmanager
-async def connect(options: BusOptions) -> AsyncIterator[Bus]:
-    """A connection that reconnects forever and logs each loss and recovery; drained on exit."""
-    holder: list[Bus] = []
+class _Callbacks:
+    """nats-py's connection callbacks: log each loss and recovery, note denials, tell a close."""
 
-    async def on_error(err: Exception) -> None:
+    def __init__(self) -> None:
+        self.bus: Bus | None = None
+
+    async def on_error(self, err: Exception) -> None:
         text = str(err)
-        if "permissions violation" in text.lower() and holder:
-            holder[0].note_denial(text)
+        if "permissions violation" in text.lower() and self.bus is not None:
+            self.bus.note_denial(text)
         log.warning("nats error: %s", text)
 
-    async def on_disconnected() -> None:
-        if holder and holder[0].nc.is_closed:
+    async def on_disconnected(self) -> None:
+        if self.bus is not None and self.bus.closed.is_set():
             return  # nats-py calls this on a close we asked for too: that is no loss
         log.warning("nats connection lost; reconnecting")
 
-    async def on_reconnected() -> None:
-        log.info("nats connection recovered to %s", _server_of(holder[0].nc) if holder else "?")
+    async def on_reconnected(self) -> None:
+        log.info("nats connection recovered to %s", _server_of(self.bus._nc) if self.bus else "?")
 
+    async def on_closed(self) -> None:
+        if self.bus is not None:
+            self.bus.closed.set()
+
+
+@asynccontextmanager
+async def connect(options: BusOptions) -> AsyncIterator[Bus]:
+    """A connection that reconnects forever and logs each loss and recovery; drained on exit."""
+    callbacks = _Callbacks()
     try:
         nc = await nats.connect(
             servers=list(options.servers),
             name=options.name,
-            error_cb=on_error,
-            disconnected_cb=on_disconnected,
-            reconnected_cb=on_reconnected,
+            error_cb=callbacks.on_error,
+            disconnected_cb=callbacks.on_disconnected,
+            reconnected_cb=callbacks.on_reconnected,
+            closed_cb=callbacks.on_closed,
             allow_reconnect=True,
             max_reconnect_attempts=-1,
             reconnect_time_wait=options.reconnect_wait.total_seconds(),
@@ -148,16 +291,21 @@ async def connect(options: BusOptions) -> AsyncIterator[Bus]:
             drain_timeout=int(options.drain_timeout.total_seconds()) or 1,
         )
     except Exception as err:
-        raise BusError(f"connect to {', '.join(options.servers)}", _describe(err)) from None
+        raise BusError(f"connect to {', '.join(options.servers)}", _describe(err)) from err
     bus = Bus(nc, options)
-    holder.append(bus)
+    callbacks.bus = bus
     log.info("connected to nats at %s as %s", _server_of(nc), options.name)
     try:
         yield bus
     finally:
         # nats-py closes the connection itself once its drain times out: leave it time to.
         with anyio.move_on_after(options.drain_timeout.total_seconds() + 2, shield=True):
-            await _close(nc)
+            await _close(bus, nc)
+
+
+def nats_client(bus: Bus) -> Client:
+    """The nats-py client under `bus`, for `registry.service` alone (the micro service API)."""
+    return bus._nc
 
 
 def _server_of(nc: Client) -> str:
@@ -165,7 +313,8 @@ def _server_of(nc: Client) -> str:
     return url.netloc if url is not None else "?"
 
 
-async def _close(nc: Client) -> None:
+async def _close(bus: Bus, nc: Client) -> None:
+    bus.closed.set()
     if nc.is_closed:
         return
     try:

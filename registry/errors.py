@@ -6,8 +6,18 @@
     ├── PlaceholderError    a `${kind:name}` that cannot be read
     ├── TemplateError       a key or name template of the catalogue that cannot be read
     ├── CatalogueError      a domains file that is wrong, naming file, domain and field
-    └── SettingsError       a setting of either program (flag, environment variable or config
-                            file) that is wrong, naming the setting but never its value
+    ├── SettingsError       a setting of either program (flag, environment variable or config
+    │                       file) that is wrong, naming the setting but never its value
+    └── BusError            a NATS operation that failed: `operation` and `reason`, the cause kept
+        ├── NotFound            a bucket, stream or key that does not exist
+        ├── NoResponders        nobody serves the subject asked
+        ├── BusTimeout          no answer in time
+        ├── PermissionDenied    the bus refused a subject (`subject`) to this connection
+        ├── ConnectionClosed    the connection is closed for good
+        ├── JetStreamError      JetStream answered an error: `code` and `err_code`
+        │   └── WrongLastSequence   a conditional write lost to another writer (10071)
+        ├── ServiceError        a service (the verb, the vault) answered `code` and `description`
+        └── ConvergeError       a converge failed part-way; `done` says what was already written
 
 Each error carries what was wrong as attributes and builds its own message.
 """
@@ -69,3 +79,65 @@ class SettingsError(RegistryError):
         self.source = source
         self.reason = reason
         super().__init__(f"{source}: {reason}")
+
+
+class BusError(RegistryError):
+    """A NATS operation failed; says which and why. The nats-py error, if any, is the `__cause__`."""
+
+    def __init__(self, operation: str, reason: str) -> None:
+        self.operation = operation
+        self.reason = reason
+        super().__init__(f"{operation}: {reason}")
+
+
+class NotFound(BusError):
+    pass
+
+
+class NoResponders(BusError):
+    pass
+
+
+class BusTimeout(BusError):
+    pass
+
+
+class PermissionDenied(BusError):
+    def __init__(self, operation: str, subject: str, reason: str) -> None:
+        self.subject = subject
+        super().__init__(operation, reason)
+
+
+class ConnectionClosed(BusError):
+    pass
+
+
+class JetStreamError(BusError):
+    def __init__(self, operation: str, code: int, err_code: int, description: str) -> None:
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+        super().__init__(operation, f"{description} (code {code}, error {err_code})")
+
+
+class WrongLastSequence(JetStreamError):
+    ERR_CODE = 10071
+
+
+class ServiceError(BusError):
+    """A service answered with the micro service error headers."""
+
+    def __init__(self, operation: str, code: str, description: str) -> None:
+        self.code = code
+        self.description = description
+        super().__init__(operation, f"answered {code}: {description}")
+
+
+class ConvergeError(BusError):
+    """A converge failed part-way; `done` says what had already been written or deleted."""
+
+    def __init__(self, bucket: str, key: str, reason: str, done: str) -> None:
+        self.bucket = bucket
+        self.key = key
+        self.done = done
+        super().__init__(f"converge {bucket}", f"key {key!r}: {reason} (already done: {done})")

@@ -177,6 +177,12 @@ class KeyShape:
         return encode_token(given.pop(template.fields[0]))
 
 
+def under(*names: str) -> str:
+    """The subject filter (relative to a bucket) of every key below the tokens of `names`:
+    `under("n1")` is `n1.>`, `under("a.b")` is `a=2Eb.>`."""
+    return ".".join([*(encode_token(name) for name in names), ">"])
+
+
 @lru_cache(maxsize=256)
 def shape_of(text: str) -> KeyShape:
     """The shape written `text`, parsed once: registry answers name their shapes as text."""

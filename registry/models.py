@@ -7,7 +7,7 @@ Serialised with `to_json`: sorted keys, no spaces, so equal values are equal byt
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -65,6 +65,23 @@ class NeedValue(_Model):
     used_in: tuple[str, ...] = ()
 
 
+Outcome = Literal["succeeded", "failed", "timed out", "could not start"]
+
+
+class ActionRecord(_Model):
+    """The outcome of a module's change action, for the env file of `digest`; never its output."""
+
+    command: tuple[str, ...]
+    digest: str
+    outcome: Outcome
+    exit_code: int | None = None
+    finished_at: str
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "succeeded"
+
+
 class AppliedValue(_Model):
     """The value of `<node>.<module>` in `mesh-provisioner_applied`. Digests only, never a value."""
 
@@ -72,7 +89,7 @@ class AppliedValue(_Model):
     digest: str | None = None
     file: str | None = None
     reasons: tuple[str, ...] = ()
-    action: dict[str, Any] | None = None
+    action: ActionRecord | None = None
 
 
 class CollectValue(_Model):

@@ -10,7 +10,9 @@ kind of stop for a program whose work has no deadline of its own.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
@@ -25,10 +27,40 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# After a forced stop, what still runs is shielded clean-up (a drain of a connection whose server
+# does not answer, say). It gets this long, then the process exits without it.
+LAST_RESORT_SECONDS = 2.0
+EXIT_FORCED = 1
+
+
+class _LastResort:
+    """Exits the process if a forced stop has not ended `LAST_RESORT_SECONDS` after it; disarmed
+    once `until_signalled` returns."""
+
+    def __init__(self) -> None:
+        self._timer: threading.Timer | None = None
+
+    def arm(self) -> None:
+        if self._timer is None:
+            self._timer = threading.Timer(LAST_RESORT_SECONDS, _exit_now)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def _exit_now() -> None:
+    log.error("clean-up still running %g s after a forced stop: exiting without it", LAST_RESORT_SECONDS)
+    logging.shutdown()
+    os._exit(EXIT_FORCED)
+
 
 async def stop_on_signals(
-    stop: anyio.Event, force: CancelScope, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-) -> None:
+    stop: anyio.Event, force: CancelScope, last_resort: _LastResort, *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:  # fmt: skip
     """The first SIGTERM or SIGINT sets `stop`; a second one cancels `force` at once."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         task_status.started()
@@ -40,14 +72,16 @@ async def stop_on_signals(
             else:
                 log.warning("%s received again: stopping at once", name, extra=event(signal=name))
                 force.cancel()
+                last_resort.arm()
 
 
-async def force_after(stop: anyio.Event, grace: timedelta, force: CancelScope) -> None:
+async def force_after(stop: anyio.Event, grace: timedelta, force: CancelScope, last_resort: _LastResort) -> None:
     """Cancels `force` once `grace` has passed since `stop` was set."""
     await stop.wait()
     await anyio.sleep(grace.total_seconds())
     log.warning("still stopping %g s after being asked to: stopping at once", grace.total_seconds())
     force.cancel()
+    last_resort.arm()
 
 
 async def until_signalled(body: Callable[[anyio.Event], Awaitable[T]], *, grace: timedelta | None = None) -> T | None:
@@ -58,11 +92,12 @@ async def until_signalled(body: Callable[[anyio.Event], Awaitable[T]], *, grace:
     listens for the signals, so a CLI catches it by its class."""
     stop = anyio.Event()
     outcome: list[T] = []
+    last_resort = _LastResort()
     try:
         async with anyio.create_task_group() as tasks:
-            await tasks.start(stop_on_signals, stop, tasks.cancel_scope)
+            await tasks.start(stop_on_signals, stop, tasks.cancel_scope, last_resort)
             if grace is not None:
-                tasks.start_soon(force_after, stop, grace, tasks.cancel_scope)
+                tasks.start_soon(force_after, stop, grace, tasks.cancel_scope, last_resort)
             result = await body(stop)
             # A body that finished inside a shield (a drain, say) after the force still was cut short.
             if not tasks.cancel_scope.cancel_called:
@@ -70,6 +105,8 @@ async def until_signalled(body: Callable[[anyio.Event], Awaitable[T]], *, grace:
             tasks.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         raise _sole(group) from None
+    finally:
+        last_resort.disarm()
     return outcome[0] if outcome else None
 
 

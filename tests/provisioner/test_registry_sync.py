@@ -5,31 +5,29 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from nats.js.errors import KeyNotFoundError
+from nats.js import JetStreamContext
 
+from mesh_dev.local_nats import LocalNats
 from provisioner.buckets import ensure_bucket, ensure_buckets
 from provisioner.registry_sync import sync_registry
 from registry import buckets
 from registry.bus import Bus
 from registry.catalogue import KINDS
-from registry.kv import snapshot
-from registry.local_nats import LocalNats
+from registry.kv import BucketConfig, get_latest, snapshot
 from registry.models import RegistryEntry
-from tests.provisioner.conftest import bucket, serving
+from tests.helpers import serving
 
 
 async def registry_revisions(bus: Bus) -> dict[str, int]:
-    return {item.key: item.revision for item in await snapshot(bus, buckets.REGISTRY.name)}
+    return {item.key: item.revision for item in await snapshot(bus, buckets.REGISTRY)}
 
 
-async def last_sequence(bus: Bus) -> int:
-    status = await (await bucket(bus, buckets.REGISTRY)).status()
-    return status.stream_info.state.last_seq
+async def last_sequence(js: JetStreamContext) -> int:
+    return (await js.stream_info(buckets.REGISTRY.stream)).state.last_seq
 
 
 async def test_start_on_an_empty_server_writes_every_kind(server: LocalNats, bus: Bus) -> None:
-    items = await snapshot(bus, buckets.REGISTRY.name)
+    items = await snapshot(bus, buckets.REGISTRY)
     entries = {item.key: RegistryEntry.model_validate_json(item.value) for item in items}
     assert sorted(entries) == sorted(KINDS)
     for kind, entry in entries.items():
@@ -44,33 +42,35 @@ async def test_start_on_an_empty_server_writes_every_kind(server: LocalNats, bus
         assert "bucket" not in value["answer"]
 
 
-async def test_start_makes_the_four_buckets_with_direct_get(server: LocalNats, bus: Bus) -> None:
+async def test_start_makes_the_four_buckets_with_direct_get(server: LocalNats, js: JetStreamContext) -> None:
     for own in buckets.OWN:
-        status = await (await bucket(bus, own)).status()
-        assert status.stream_info.config.allow_direct, own.name
+        info = await js.stream_info(own.stream)
+        assert info.config.allow_direct, own.name
 
 
-async def test_restart_with_nothing_changed_writes_nothing(nats_server: LocalNats, bus: Bus) -> None:
+async def test_restart_with_nothing_changed_writes_nothing(nats_server: LocalNats, js: JetStreamContext) -> None:
     async with serving(nats_server.url):
         pass
-    before = await last_sequence(bus)
+    before = await last_sequence(js)
     async with serving(nats_server.url):
         pass
-    assert await last_sequence(bus) == before
+    assert await last_sequence(js) == before
 
 
-async def test_restart_deletes_a_bogus_kind_and_keeps_the_other_revisions(nats_server: LocalNats, bus: Bus) -> None:
+async def test_restart_deletes_a_bogus_kind_and_keeps_the_other_revisions(
+    nats_server: LocalNats, bus: Bus, js: JetStreamContext
+) -> None:
     async with serving(nats_server.url):
         pass
-    kv = await bucket(bus, buckets.REGISTRY)
-    await kv.put("bogus", b'{"kind":"bogus"}')
+    registry = await js.key_value(buckets.REGISTRY.name)
+    await registry.put("bogus", b'{"kind":"bogus"}')
     revisions = await registry_revisions(bus)
     async with serving(nats_server.url):
         pass
     after = await registry_revisions(bus)
     assert "bogus" not in after
-    with pytest.raises(KeyNotFoundError):
-        await kv.get("bogus")
+    gone = await get_latest(bus, buckets.REGISTRY, "bogus")
+    assert gone is not None and gone.deleted
     del revisions["bogus"]
     assert after == revisions
 
@@ -85,20 +85,19 @@ async def test_a_domains_file_that_drops_a_kind_deletes_it(nats_server: LocalNat
     assert sorted(await registry_revisions(bus)) == sorted(set(KINDS) - {"consumers"})
 
 
-async def test_a_second_compile_of_an_unchanged_catalogue_changes_nothing(bus: Bus) -> None:
-    kvs = await ensure_buckets(bus)
-    kv = kvs[buckets.REGISTRY.name]
-    first = await sync_registry(bus, kv, domains_file=None)
+async def test_a_second_compile_of_an_unchanged_catalogue_changes_nothing(bus: Bus, js: JetStreamContext) -> None:
+    await ensure_buckets(bus, BucketConfig())
+    first = await sync_registry(bus, domains_file=None)
     assert sorted(first.written) == sorted(KINDS)
-    before = await last_sequence(bus)
-    assert not await sync_registry(bus, kv, domains_file=None)
-    assert await last_sequence(bus) == before
+    before = await last_sequence(js)
+    assert not await sync_registry(bus, domains_file=None)
+    assert await last_sequence(js) == before
 
 
-async def test_an_existing_bucket_is_bound_not_recreated(bus: Bus) -> None:
-    existing = await bus.js.create_key_value(bucket=buckets.NEEDS.name, history=5)
+async def test_an_existing_bucket_is_bound_not_recreated(bus: Bus, js: JetStreamContext) -> None:
+    existing = await js.create_key_value(bucket=buckets.NEEDS.name, history=5)
     await existing.put("n1.m.config.x", b"{}")
-    kv = await ensure_bucket(bus, buckets.NEEDS.name, replicas=1, storage="file", history=1)
-    status = await kv.status()
-    assert status.stream_info.config.max_msgs_per_subject == 5
-    assert (await kv.get("n1.m.config.x")).value == b"{}"
+    await ensure_bucket(bus, buckets.NEEDS, BucketConfig(history=1))
+    info = await js.stream_info(buckets.NEEDS.stream)
+    assert info.config.max_msgs_per_subject == 5
+    assert (await existing.get("n1.m.config.x")).value == b"{}"

@@ -7,17 +7,19 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 import pytest
-from nats.errors import NoRespondersError
+from nats.aio.client import Client
 
+from mesh_dev.local_nats import LocalNats
 from provisioner.buckets import ensure_buckets
 from provisioner.paging import PageCache
-from provisioner.query import ERROR_CODE_HEADER, ERROR_HEADER
 from provisioner.service import verb_service
 from provisioner.verb import Verb
 from registry import buckets
 from registry.bus import Bus
-from registry.local_nats import LocalNats
-from tests.provisioner.conftest import fire, put_many
+from registry.errors import NoResponders
+from registry.kv import BucketConfig
+from registry.verb_client import ERROR_CODE_HEADER, ERROR_HEADER
+from tests.helpers import fire, put_many
 
 NEEDS_REQUEST = b'{"what":"needs"}'
 KEYS = 1000
@@ -25,7 +27,7 @@ KEYS = 1000
 
 @pytest.fixture
 async def many_needs(bus: Bus) -> Bus:
-    await ensure_buckets(bus)
+    await ensure_buckets(bus, BucketConfig())
     await put_many(bus, buckets.NEEDS, {f"n{i % 7}.m{i:05d}.config.x": b'{"placeholder":"x"}' for i in range(KEYS)})
     return bus
 
@@ -55,7 +57,7 @@ async def test_requests_beyond_the_waiting_room_are_answered_busy(many_needs: Bu
     async with verb_service(many_needs, verb=Verb(many_needs, PageCache()), max_concurrent=1, max_waiting=0):
         fired = await fire(many_needs, [NEEDS_REQUEST] * 6)
         replies = await fired.replies()
-    codes = [(r.headers or {}).get(ERROR_CODE_HEADER) for r in replies]
+    codes = [r.headers.get(ERROR_CODE_HEADER) for r in replies]
     assert codes[0] is None
     assert "503" in codes
     assert set(codes) <= {None, "503"}
@@ -66,8 +68,8 @@ async def test_stopping_answers_every_request_already_received(many_needs: Bus) 
         fired = await fire(many_needs, [NEEDS_REQUEST] * 6)
     replies = await fired.replies()
     assert [total_of(r.data) for r in replies] == [KEYS] * 6
-    with pytest.raises(NoRespondersError):
-        await many_needs.nc.request(buckets.VERB_SUBJECT, b"{}", timeout=1)
+    with pytest.raises(NoResponders):
+        await many_needs.request(buckets.VERB_SUBJECT, b"{}", reply_wait=timedelta(seconds=1))
 
 
 async def test_requests_still_in_flight_at_the_deadline_are_answered_stopping(many_needs: Bus) -> None:
@@ -76,18 +78,18 @@ async def test_requests_still_in_flight_at_the_deadline_are_answered_stopping(ma
     ):
         fired = await fire(many_needs, [NEEDS_REQUEST] * 20)
     replies = await fired.replies()
-    stopped = [r for r in replies if (r.headers or {}).get(ERROR_CODE_HEADER) == "503"]
+    stopped = [r for r in replies if r.headers.get(ERROR_CODE_HEADER) == "503"]
     assert stopped
-    assert {(r.headers or {})[ERROR_HEADER] for r in stopped} == {"server stopping; retry"}
+    assert {r.headers[ERROR_HEADER] for r in stopped} == {"server stopping; retry"}
 
 
 @pytest.mark.parametrize(
     "subject",
     ["$SRV.PING", "$SRV.PING.mesh-provisioner", "$SRV.INFO.mesh-provisioner", "$SRV.STATS.mesh-provisioner"],
 )
-async def test_the_service_api_answers(server: LocalNats, bus: Bus, subject: str) -> None:
-    await bus.nc.request(buckets.VERB_SUBJECT, b"{}", timeout=2)
-    reply = json.loads((await bus.nc.request(subject, b"", timeout=2)).data)
+async def test_the_service_api_answers(server: LocalNats, nc: Client, subject: str) -> None:
+    await nc.request(buckets.VERB_SUBJECT, b"{}", timeout=2)
+    reply = json.loads((await nc.request(subject, b"", timeout=2)).data)
     assert reply["name"] == "mesh-provisioner"
     assert reply["version"]
     if "INFO" in subject:
@@ -107,11 +109,10 @@ async def test_an_unexpected_error_is_answered_500_without_its_text(
     many_needs: Bus, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with verb_service(many_needs, verb=Verb(many_needs, BrokenCache())):
-        broken = await many_needs.nc.request(buckets.VERB_SUBJECT, b'{"cursor":"x.2"}', timeout=2)
-        after = await many_needs.nc.request(buckets.VERB_SUBJECT, b"{}", timeout=2)
-    headers = broken.headers or {}
-    assert (headers[ERROR_CODE_HEADER], headers[ERROR_HEADER]) == ("500", "internal error")
+        broken = await many_needs.request(buckets.VERB_SUBJECT, b'{"cursor":"x.2"}', reply_wait=timedelta(seconds=2))
+        after = await many_needs.request(buckets.VERB_SUBJECT, b"{}", reply_wait=timedelta(seconds=2))
+    assert (broken.headers[ERROR_CODE_HEADER], broken.headers[ERROR_HEADER]) == ("500", "internal error")
     assert json.loads(broken.data) == {"error": "internal error"}
     assert b"hunter2" not in broken.data
-    assert ERROR_CODE_HEADER not in (after.headers or {})
+    assert ERROR_CODE_HEADER not in after.headers
     assert any(record.exc_info for record in caplog.records)

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
 import pytest
-from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 
-from provisioner.errors import VerbError
-from provisioner.query import ERROR_CODE_HEADER, ERROR_HEADER, ask, request_raw
+from mesh_dev.local_nats import LocalNats
 from registry import buckets
-from registry.bus import Bus
+from registry.bus import Bus, Message
 from registry.catalogue import KINDS
-from registry.local_nats import LocalNats
-from tests.provisioner.conftest import bucket, put_all
+from registry.errors import ServiceError
+from registry.verb_client import ERROR_CODE_HEADER, ERROR_HEADER, ask
 
 NEED = b'{"placeholder":"${config:x}","used_in":["a.conf"]}'
 NEEDS = {
@@ -34,11 +34,16 @@ COLLECT = {
 }
 
 
+async def put_all(kv: KeyValue, values: Mapping[str, bytes], *, validate_keys: bool = True) -> None:
+    for key, value in values.items():
+        await kv.put(key, value, validate_keys=validate_keys)
+
+
 @pytest.fixture
-async def seeded(server: LocalNats, bus: Bus) -> Bus:
-    await put_all(await bucket(bus, buckets.NEEDS), NEEDS)
-    await put_all(await bucket(bus, buckets.APPLIED), APPLIED)
-    await put_all(await bucket(bus, buckets.COLLECT), COLLECT)
+async def seeded(server: LocalNats, bus: Bus, js: JetStreamContext) -> Bus:
+    await put_all(await js.key_value(buckets.NEEDS.name), NEEDS)
+    await put_all(await js.key_value(buckets.APPLIED.name), APPLIED)
+    await put_all(await js.key_value(buckets.COLLECT.name), COLLECT)
     return bus
 
 
@@ -47,7 +52,7 @@ def keys_of(answer: dict[str, Any]) -> list[str]:
 
 
 async def test_an_empty_body_asks_for_the_registry(seeded: Bus) -> None:
-    msg = await request_raw(seeded, b"")
+    msg = await seeded.request(buckets.VERB_SUBJECT, b"")
     answer = json.loads(msg.data)
     assert answer["what"] == "registry"
     assert [e["kind"] for e in answer["entries"]] == sorted(KINDS)
@@ -122,8 +127,8 @@ OUT_OF_SHAPE = {
 }
 
 
-async def test_keys_out_of_shape_and_bad_values_are_reported_with_reasons(seeded: Bus) -> None:
-    kv = await bucket(seeded, buckets.NEEDS)
+async def test_keys_out_of_shape_and_bad_values_are_reported_with_reasons(seeded: Bus, js: JetStreamContext) -> None:
+    kv = await js.key_value(buckets.NEEDS.name)
     await put_all(kv, {key: value for key, (value, _) in OUT_OF_SHAPE.items()}, validate_keys=False)
     await kv.put("n2.bad", b"{}")
     answer = await ask(seeded, {"what": "needs", "node": "n1"})
@@ -148,14 +153,18 @@ async def registry_once(bus: Bus, holds: Callable[[dict[str, Any]], bool]) -> di
     return answer
 
 
-async def test_a_registry_value_that_is_json_but_not_an_entry_is_reported_as_stored(seeded: Bus) -> None:
-    await (await bucket(seeded, buckets.REGISTRY)).put("odd", b'{"whatever":1}')
+async def test_a_registry_value_that_is_json_but_not_an_entry_is_reported_as_stored(
+    seeded: Bus, js: JetStreamContext
+) -> None:
+    await (await js.key_value(buckets.REGISTRY.name)).put("odd", b'{"whatever":1}')
     odd = {"key": "odd", "kind": "odd", "value": {"whatever": 1}}
     await registry_once(seeded, lambda answer: odd in answer["entries"])
 
 
-async def test_the_registry_answer_follows_drift_put_straight_into_the_bucket(seeded: Bus) -> None:
-    kv = await bucket(seeded, buckets.REGISTRY)
+async def test_the_registry_answer_follows_drift_put_straight_into_the_bucket(
+    seeded: Bus, js: JetStreamContext
+) -> None:
+    kv = await js.key_value(buckets.REGISTRY.name)
     await kv.put("bogus", b'{"kind":"bogus"}')
     await kv.put("n=", b"{}", validate_keys=False)
     drifted = await registry_once(seeded, lambda answer: "bogus" in keys_of(answer) and answer["malformed"])
@@ -168,9 +177,8 @@ async def test_the_registry_answer_follows_drift_put_straight_into_the_bucket(se
     assert len(mended["entries"]) == len(KINDS) - 1
 
 
-def error_of(msg: Msg) -> tuple[str, str, dict[str, Any]]:
-    headers = msg.headers or {}
-    return headers[ERROR_CODE_HEADER], headers[ERROR_HEADER], json.loads(msg.data)
+def error_of(msg: Message) -> tuple[str, str, dict[str, Any]]:
+    return msg.headers[ERROR_CODE_HEADER], msg.headers[ERROR_HEADER], json.loads(msg.data)
 
 
 @pytest.mark.parametrize(
@@ -199,7 +207,7 @@ def error_of(msg: Msg) -> tuple[str, str, dict[str, Any]]:
 async def test_a_bad_request_gets_a_service_error_and_the_server_keeps_serving(
     seeded: Bus, body: bytes, code: str, says: str
 ) -> None:
-    got_code, description, document = error_of(await request_raw(seeded, body))
+    got_code, description, document = error_of(await seeded.request(buckets.VERB_SUBJECT, body))
     assert (got_code, says in description) == (code, True), description
     assert document == {"error": description}
     answer = await ask(seeded, {"what": "applied"})
@@ -207,6 +215,6 @@ async def test_a_bad_request_gets_a_service_error_and_the_server_keeps_serving(
 
 
 async def test_query_raises_the_verb_error(seeded: Bus) -> None:
-    with pytest.raises(VerbError) as raised:
+    with pytest.raises(ServiceError) as raised:
         await ask(seeded, {"what": "nothing"})
     assert raised.value.code == "400"

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import gc
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from mesh_dev.standins import StandIns, provision_own_buckets, stand_ins
 from provisioner_client.reconcile import ClientPlan
-from provisioner_client.standins import StandIns, provision_own_buckets, stand_ins
 from registry.bus import Bus
-
-NODE = "node-1"
-EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
+from tests.helpers import EXAMPLES, NODE, in_own_task
 
 
 @pytest.fixture
@@ -26,7 +23,7 @@ async def provisioned(bus: Bus) -> Bus:
 
 @pytest.fixture
 async def domains(provisioned: Bus) -> AsyncIterator[StandIns]:
-    async with stand_ins(provisioned, NODE) as parts:
+    async with in_own_task(stand_ins(provisioned, NODE)) as parts:
         yield parts
 
 
@@ -35,10 +32,3 @@ def plan(tmp_path: Path) -> ClientPlan:
     manifests = tmp_path / "manifests"
     shutil.copytree(EXAMPLES, manifests, ignore=shutil.ignore_patterns("*.md"))
     return ClientPlan(node=NODE, manifests=manifests, materialize=tmp_path / "env", verb_timeout=timedelta(seconds=1))
-
-
-@pytest.fixture(autouse=True)
-def _collect_garbage_per_test() -> Iterator[None]:
-    """A resource a test leaks is reported by that test, not by whichever test the GC next runs in."""
-    yield
-    gc.collect()

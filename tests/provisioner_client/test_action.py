@@ -6,9 +6,10 @@ import json
 
 import pytest
 
+from mesh_dev.standins import StandIns
 from provisioner_client.reconcile import ClientPlan, reconcile
-from provisioner_client.standins import StandIns
 from registry.bus import Bus
+from registry.kv import put
 
 
 @pytest.mark.parametrize(
@@ -35,6 +36,6 @@ async def test_the_action_runs_once_per_change_and_its_outcome_is_recorded(
     again = await reconcile(bus, plan)
     assert "svc" not in again.actions_run
     assert again.modules["svc"].action == action
-    await domains.config.put("log-level", b'"debug"')
+    await put(bus, domains.config, "log-level", b'"debug"')
     changed = await reconcile(bus, plan)
     assert "svc" in changed.actions_run

@@ -7,10 +7,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from provisioner_client.demo import run_demo
-from provisioner_client.standins import provision_own_buckets
+from mesh_dev.demo import run_demo
+from mesh_dev.local_nats import LocalNats
+from mesh_dev.standins import provision_own_buckets
 from registry.bus import Bus
-from registry.local_nats import LocalNats
 
 
 async def test_the_demo_applies_every_example_and_says_where_the_files_are(

@@ -13,7 +13,7 @@ from provisioner_client.envfile import EnvFolder, quote, render
 from provisioner_client.errors import MaterializeError
 
 _SHELL_NEED_ESCAPE = '"\\`$'
-values = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40)
+values = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\0"), max_size=40)
 
 
 def systemd_reads(content: str) -> dict[str, str]:

@@ -6,21 +6,25 @@ import json
 import logging
 
 import pytest
+from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
+from mesh_dev.standins import DEV_SECRETS, StandIns, stand_ins
 from provisioner_client.errors import ForeignKeyError, ManifestError
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.scope import NodeScope
-from provisioner_client.standins import DEV_SECRETS, StandIns, stand_ins
 from registry import buckets
 from registry.bus import Bus
-from registry.kv import snapshot
+from registry.kv import get_latest, snapshot
 from registry.models import AppliedValue
+from tests.helpers import NODE
 
 
 async def applied_of(bus: Bus, module: str) -> AppliedValue:
-    kv = await bus.js.key_value(buckets.APPLIED.name)
-    return AppliedValue.model_validate_json((await kv.get(f"node-1.{module}")).value or b"")
+    item = await get_latest(bus, buckets.APPLIED, buckets.APPLIED.shape.build(node=NODE, module=module))
+    assert item is not None and not item.deleted, module
+    return AppliedValue.model_validate_json(item.value)
 
 
 def write_manifest(plan: ClientPlan, name: str, document: object) -> None:
@@ -29,7 +33,7 @@ def write_manifest(plan: ClientPlan, name: str, document: object) -> None:
 
 
 async def test_the_secret_never_reaches_a_stream_or_a_log_line(
-    domains: StandIns, bus: Bus, plan: ClientPlan, caplog: pytest.LogCaptureFixture
+    domains: StandIns, bus: Bus, js: JetStreamContext, plan: ClientPlan, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     report = await reconcile(bus, plan)
@@ -38,9 +42,9 @@ async def test_the_secret_never_reaches_a_stream_or_a_log_line(
     assert report.ok
     secrets = [s.encode() for s in [*DEV_SECRETS.values(), "rotated-s3cret-value"]]
     scanned = 0
-    for info in await bus.js.streams_info():
+    for info in await js.streams_info():
         for sequence in range(info.state.first_seq, info.state.last_seq + 1):
-            message = await bus.js.get_msg(info.config.name or "", seq=sequence)
+            message = await js.get_msg(info.config.name or "", seq=sequence)
             scanned += 1
             for secret in secrets:
                 assert secret not in (message.data or b""), f"{info.config.name} message {sequence}"
@@ -83,13 +87,13 @@ async def test_a_malformed_manifest_is_named_and_the_other_modules_still_apply(
 async def test_a_manifest_that_breaks_keeps_its_module_as_it_was(domains: StandIns, bus: Bus, plan: ClientPlan) -> None:
     await reconcile(bus, plan)
     before = (plan.materialize / "postgres.env").read_bytes()
-    needs_before = {i.key for i in await snapshot(bus, buckets.NEEDS.name)}
+    needs_before = {i.key for i in await snapshot(bus, buckets.NEEDS)}
     write_manifest(plan, "postgres.json", '{"module": "postgres", "env": {"PG_PORT": 5432}}')
     report = await reconcile(bus, plan)
     assert report.modules["postgres"].applied.state == "pending"
     assert "env.PG_PORT: Input should be a valid string" in report.modules["postgres"].applied.reasons[0]
     assert (plan.materialize / "postgres.env").read_bytes() == before
-    assert {i.key for i in await snapshot(bus, buckets.NEEDS.name)} == needs_before
+    assert {i.key for i in await snapshot(bus, buckets.NEEDS)} == needs_before
 
 
 @pytest.mark.parametrize(
@@ -124,7 +128,7 @@ async def test_an_unresolvable_placeholder_leaves_the_module_pending_and_its_fil
 
 
 async def test_a_vault_that_does_not_answer_leaves_the_module_pending(provisioned: Bus, plan: ClientPlan) -> None:
-    async with stand_ins(provisioned, "node-1", with_vault=False):
+    async with stand_ins(provisioned, NODE, with_vault=False):
         report = await reconcile(provisioned, plan)
     reasons = report.modules["app"].applied.reasons
     assert reasons == ("${secret:db-password}: nobody answers mesh-vault.secret",)
@@ -133,27 +137,31 @@ async def test_a_vault_that_does_not_answer_leaves_the_module_pending(provisione
 
 
 async def test_a_vault_that_hangs_leaves_the_module_pending_after_the_timeout(
-    provisioned: Bus, plan: ClientPlan
+    provisioned: Bus, nc: Client, plan: ClientPlan
 ) -> None:
     async def swallow(msg: Msg) -> None:
         pass
 
-    async with stand_ins(provisioned, "node-1", with_vault=False):
-        await provisioned.nc.subscribe("mesh-vault.*", cb=swallow)
+    async with stand_ins(provisioned, NODE, with_vault=False):
+        await nc.subscribe("mesh-vault.*", cb=swallow)
+        await nc.flush()
         report = await reconcile(provisioned, plan)
     assert report.modules["app"].applied.reasons == (
         "${secret:db-password}: mesh-vault.secret did not answer within 1 s",
     )
 
 
-async def test_the_client_refuses_another_nodes_key_before_the_bus(provisioned: Bus) -> None:
+async def last_sequence(js: JetStreamContext) -> int:
+    return (await js.stream_info(buckets.NEEDS.stream)).state.last_seq
+
+
+async def test_the_client_refuses_another_nodes_key_before_the_bus(provisioned: Bus, js: JetStreamContext) -> None:
     scope = NodeScope("node-1")
-    kv = await provisioned.js.key_value(buckets.NEEDS.name)
-    sequence = (await kv.status()).stream_info.state.last_seq
+    sequence = await last_sequence(js)
     for key in ["node-2.app.config.x", "node-10.app", "node-1", "node-1x.app"]:
         with pytest.raises(ForeignKeyError, match=f"refused to write mesh-provisioner_needs key '{key}'"):
-            await scope.converge(provisioned, kv, buckets.NEEDS.name, [], {"node-1.app.config.x": b"{}", key: b"{}"})
-    assert (await kv.status()).stream_info.state.last_seq == sequence
+            await scope.converge(provisioned, buckets.NEEDS, [], {"node-1.app.config.x": b"{}", key: b"{}"})
+    assert await last_sequence(js) == sequence
 
 
 def test_a_node_name_that_needs_escaping_owns_only_its_escaped_keys() -> None:
@@ -171,5 +179,5 @@ async def test_a_missing_manifests_folder_is_an_error_not_an_empty_node(
     with pytest.raises(ManifestError, match="the manifests folder does not exist"):
         await reconcile(bus, plan)
     assert (plan.materialize / "app.env").exists()
-    assert len(await snapshot(bus, buckets.APPLIED.name)) == 3
+    assert len(await snapshot(bus, buckets.APPLIED)) == 3
     assert moved.is_dir()

@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import json
 import stat
-import subprocess
 from pathlib import Path
 
+from nats.js import JetStreamContext
+
+from mesh_dev.standins import CONFIG, StandIns
 from provisioner_client.reconcile import ClientPlan, reconcile
-from provisioner_client.standins import CONFIG_BUCKET, StandIns
 from registry import buckets
 from registry.bus import Bus
 from registry.kv import snapshot
-
-from .conftest import NODE
-
-
-def sh_env(path: Path) -> dict[str, str]:
-    """The variables of an env file as POSIX sh reads it."""
-    script = f'set -a; . "{path}"; env -0'
-    out = subprocess.run(["sh", "-c", script], capture_output=True, check=True, env={}).stdout
-    pairs = (entry.split("=", 1) for entry in out.decode().split("\0") if entry)
-    return {k: v for k, v in pairs if k not in {"PWD", "SHLVL", "_", "OLDPWD"}}
+from tests.helpers import NODE, sh_env
 
 
 async def test_every_kind_resolves_into_an_env_file_of_mode_0600(domains: StandIns, bus: Bus, plan: ClientPlan) -> None:
@@ -49,16 +41,16 @@ async def test_every_kind_resolves_into_an_env_file_of_mode_0600(domains: StandI
         "PG_DATA": "/var/lib/postgresql",
         "PG_PORT": "5432",
     }
-    applied = {i.key: json.loads(i.value) for i in await snapshot(bus, buckets.APPLIED.name)}
+    applied = {i.key: json.loads(i.value) for i in await snapshot(bus, buckets.APPLIED)}
     assert {k: v["state"] for k, v in applied.items()} == {
         "node-1.app": "applied", "node-1.postgres": "applied", "node-1.tools": "applied"
     }  # fmt: skip
     assert applied["node-1.app"]["action"]["outcome"] == "succeeded"
-    needs = {i.key for i in await snapshot(bus, buckets.NEEDS.name)}
+    needs = {i.key for i in await snapshot(bus, buckets.NEEDS)}
     assert "node-1.app.secret.db-password" in needs
     assert "node-1.app.bound.postgres=3Adb=3Ahost" in needs
     assert "node-1.app.shell.zsh=3Anormal" in needs
-    collect = {i.key for i in await snapshot(bus, buckets.COLLECT.name)}
+    collect = {i.key for i in await snapshot(bus, buckets.COLLECT)}
     assert collect == {
         "node-1.app-plugins.app", "node-1.app-plugins.postgres", "node-1.shell=3Azsh=3Anormal.app",
         "node-1.shell=3Azsh=3Anormal.tools", "node-1.environment=3Aapp.postgres",
@@ -66,8 +58,8 @@ async def test_every_kind_resolves_into_an_env_file_of_mode_0600(domains: StandI
     }  # fmt: skip
 
 
-async def stream_sequences(bus: Bus) -> dict[str, int]:
-    return {info.config.name: info.state.last_seq for info in await bus.js.streams_info() if info.config.name}
+async def stream_sequences(js: JetStreamContext) -> dict[str, int]:
+    return {info.config.name: info.state.last_seq for info in await js.streams_info() if info.config.name}
 
 
 def file_stamps(folder: Path) -> dict[str, tuple[int, int]]:
@@ -75,16 +67,16 @@ def file_stamps(folder: Path) -> dict[str, tuple[int, int]]:
 
 
 async def test_a_second_reconcile_with_nothing_changed_writes_nothing(
-    domains: StandIns, bus: Bus, plan: ClientPlan
+    domains: StandIns, bus: Bus, js: JetStreamContext, plan: ClientPlan
 ) -> None:
     await reconcile(bus, plan)
-    sequences, stamps = await stream_sequences(bus), file_stamps(plan.materialize)
+    sequences, stamps = await stream_sequences(js), file_stamps(plan.materialize)
     again = await reconcile(bus, plan)
     assert again.ok
     assert not any(again.writes.values())
     assert not any(m.written for m in again.modules.values())
     assert again.actions_run == []
-    assert await stream_sequences(bus) == sequences
+    assert await stream_sequences(js) == sequences
     assert file_stamps(plan.materialize) == stamps
 
 
@@ -105,17 +97,17 @@ async def test_an_edited_env_file_and_a_changed_mode_are_put_back(
 
 
 async def test_removing_a_module_removes_its_keys_and_file_and_nothing_else(
-    domains: StandIns, bus: Bus, plan: ClientPlan
+    domains: StandIns, bus: Bus, js: JetStreamContext, plan: ClientPlan
 ) -> None:
     await reconcile(bus, plan)
     foreign = plan.materialize / "handmade.env"
     foreign.write_text("MINE=1\n")
-    other_node = await bus.js.key_value(buckets.NEEDS.name)
+    other_node = await js.key_value(buckets.NEEDS.name)
     await other_node.put("node-2.tools.config.x", b"{}")
-    before = {b.name: {i.key for i in await snapshot(bus, b.name)} for b in buckets.OWN}
+    before = {b.name: {i.key for i in await snapshot(bus, b)} for b in buckets.OWN}
     (plan.manifests / "postgres.json").unlink()
     report = await reconcile(bus, plan)
-    after = {b.name: {i.key for i in await snapshot(bus, b.name)} for b in buckets.OWN}
+    after = {b.name: {i.key for i in await snapshot(bus, b)} for b in buckets.OWN}
     gone = {name: before[name] - after[name] for name in before}
     assert gone[buckets.NEEDS.name] == {
         "node-1.postgres.consumers.db", "node-1.postgres.dir.data", "node-1.postgres.port.postgres"
@@ -133,9 +125,9 @@ async def test_removing_a_module_removes_its_keys_and_file_and_nothing_else(
 
 
 async def test_a_domain_bucket_created_without_direct_get_is_read_all_the_same(
-    provisioned: Bus, tmp_path: Path
+    provisioned: Bus, js: JetStreamContext, tmp_path: Path
 ) -> None:
-    config = await provisioned.js.create_key_value(bucket=CONFIG_BUCKET)  # no direct get
+    config = await js.create_key_value(bucket=CONFIG.name)  # no direct get
     await config.put("log-level", b'"debug"')
     manifests = tmp_path / "manifests"
     manifests.mkdir()

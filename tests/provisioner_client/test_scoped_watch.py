@@ -5,42 +5,50 @@ from __future__ import annotations
 from datetime import timedelta
 
 import anyio
+from nats.js import JetStreamContext
 
+from registry.buckets import Bucket
 from registry.bus import Bus
-from registry.watch import ScopedWatch, WatchEvent, scoped_watch
+from registry.keys import APPLIED
+from registry.kv import KvItem
+from registry.watch import ScopedWatch, scoped_watch
 
-FAST = {"heartbeat": timedelta(seconds=0.5), "retry_max": timedelta(seconds=0.5)}
+W = Bucket("w", APPLIED)
+
+FAST = timedelta(seconds=0.5)  # heartbeat and longest retry delay
 
 
 async def next_events(watch: ScopedWatch, count: int) -> list[tuple[str, bytes, bool]]:
-    events: list[WatchEvent] = []
+    events: list[KvItem] = []
     with anyio.fail_after(10):
         while len(events) < count:
             events.append(await anext(watch))
     return [(e.key, e.value, e.deleted) for e in events]
 
 
-async def test_it_sends_current_values_then_changes_of_its_own_keys_only(bus: Bus) -> None:
-    kv = await bus.js.create_key_value(bucket="w", direct=True)
+async def test_it_sends_current_values_then_changes_of_its_own_keys_only(bus: Bus, js: JetStreamContext) -> None:
+    kv = await js.create_key_value(bucket="w", direct=True)
     await kv.put("n1.a", b"1")
     await kv.put("n1.b", b"2")
     await kv.delete("n1.b")
     await kv.put("n2.a", b"other")
-    async with scoped_watch(bus, "w", "n1.>", **FAST) as watch:
+    async with scoped_watch(bus, W, "n1.>", heartbeat=FAST, retry_max=FAST) as watch:
         assert await next_events(watch, 2) == [("n1.a", b"1", False), ("n1.b", b"", True)]
         await kv.put("n2.a", b"not mine")
         await kv.put("n1.c", b"3")
         assert await next_events(watch, 1) == [("n1.c", b"3", False)]
 
 
-async def test_a_lost_consumer_is_recreated_under_a_new_name_without_losing_a_change(bus: Bus) -> None:
-    kv = await bus.js.create_key_value(bucket="w", direct=True)
+async def test_a_lost_consumer_is_recreated_under_a_new_name_without_losing_a_change(
+    bus: Bus, js: JetStreamContext
+) -> None:
+    kv = await js.create_key_value(bucket="w", direct=True)
     await kv.put("n1.a", b"1")
-    async with scoped_watch(bus, "w", "n1.>", **FAST) as watch:
+    async with scoped_watch(bus, W, "n1.>", heartbeat=FAST, retry_max=FAST) as watch:
         assert await next_events(watch, 1) == [("n1.a", b"1", False)]
         first = watch.consumer_name
         assert first is not None
-        await bus.js.delete_consumer("KV_w", first)
+        await js.delete_consumer("KV_w", first)
         await kv.put("n1.a", b"2")
         await kv.put("n1.b", b"3")
         assert await next_events(watch, 2) == [("n1.a", b"2", False), ("n1.b", b"3", False)]
@@ -50,16 +58,16 @@ async def test_a_lost_consumer_is_recreated_under_a_new_name_without_losing_a_ch
         assert await next_events(watch, 1) == [("n1.a", b"4", False)]
 
 
-async def test_a_bucket_created_later_is_watched_once_it_exists(bus: Bus) -> None:
-    async with scoped_watch(bus, "late", "k", **FAST) as watch:
-        kv = await bus.js.create_key_value(bucket="late", direct=True)
+async def test_a_bucket_created_later_is_watched_once_it_exists(bus: Bus, js: JetStreamContext) -> None:
+    async with scoped_watch(bus, Bucket("late", APPLIED), "k", heartbeat=FAST, retry_max=FAST) as watch:
+        kv = await js.create_key_value(bucket="late", direct=True)
         await kv.put("k", b"v")
         assert await next_events(watch, 1) == [("k", b"v", False)]
 
 
-async def test_its_consumer_is_left_to_expire_on_stop(bus: Bus) -> None:
-    await bus.js.create_key_value(bucket="w", direct=True)
-    async with scoped_watch(bus, "w", "n1.>", **FAST) as kept:
+async def test_its_consumer_is_left_to_expire_on_stop(bus: Bus, js: JetStreamContext) -> None:
+    await js.create_key_value(bucket="w", direct=True)
+    async with scoped_watch(bus, W, "n1.>", heartbeat=FAST, retry_max=FAST) as kept:
         kept_name = kept.consumer_name
-    names = {info.name for info in await bus.js.consumers_info("KV_w")}
+    names = {info.name for info in await js.consumers_info("KV_w")}
     assert kept_name in names, "no CONSUMER.DELETE is granted: it expires after its inactive threshold"

@@ -4,31 +4,35 @@ from __future__ import annotations
 
 import pytest
 
+from mesh_dev.standins import ASSIGNMENTS, BOUND_BUCKET, CONFIG
 from provisioner_client.resolve import Source
 from provisioner_client.watching import subject_matches, watch_scopes
+from registry import buckets, keys
+from registry.buckets import Bucket
 
 
 def test_one_watch_per_bucket_over_the_nodes_own_keys_or_the_whole_bucket() -> None:
     sources = {
-        Source("mesh-provisioner_registry", ">"),
-        Source("mesh-config_values", "log-level"),
-        Source("mesh-config_values", "greeting"),
-        Source("mesh-controller_assignments", "n1.app"),
-        Source("mesh-controller_assignments", "n1.db"),
-        Source("postgres_bound", "n1.app.db.host"),
-        Source("mesh-provisioner_collect", "n1.shell=3Azsh=3Anormal.*"),
+        Source(buckets.REGISTRY, ">"),
+        Source(CONFIG, "log-level"),
+        Source(CONFIG, "greeting"),
+        Source(ASSIGNMENTS, "n1.app"),
+        Source(ASSIGNMENTS, "n1.db"),
+        Source(BOUND_BUCKET, "n1.app.db.host"),
+        Source(buckets.COLLECT, "n1.shell=3Azsh=3Anormal.*"),
     }
     assert watch_scopes(sources, "n1") == {
-        Source("mesh-provisioner_registry", ">"): {">"},
-        Source("mesh-config_values", ">"): {"log-level", "greeting"},
-        Source("mesh-controller_assignments", "n1.>"): {"n1.app", "n1.db"},
-        Source("postgres_bound", "n1.>"): {"n1.app.db.host"},
-        Source("mesh-provisioner_collect", "n1.>"): {"n1.shell=3Azsh=3Anormal.*"},
+        Source(buckets.REGISTRY, ">"): {">"},
+        Source(CONFIG, ">"): {"log-level", "greeting"},
+        Source(ASSIGNMENTS, "n1.>"): {"n1.app", "n1.db"},
+        Source(BOUND_BUCKET, "n1.>"): {"n1.app.db.host"},
+        Source(buckets.COLLECT, "n1.>"): {"n1.shell=3Azsh=3Anormal.*"},
     }
 
 
 def test_a_node_named_as_a_prefix_of_another_is_not_its_owner() -> None:
-    assert watch_scopes({Source("b", "n10.app")}, "n1") == {Source("b", ">"): {"n10.app"}}
+    b = Bucket("b", keys.APPLIED)
+    assert watch_scopes({Source(b, "n10.app")}, "n1") == {Source(b, ">"): {"n10.app"}}
 
 
 @pytest.mark.parametrize(

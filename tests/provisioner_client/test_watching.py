@@ -11,16 +11,17 @@ from pathlib import Path
 import anyio
 import pytest
 from anyio.abc import TaskStatus
+from nats.js import JetStreamContext
 
+from mesh_dev.local_nats import LocalNats, local_nats
+from mesh_dev.standins import StandIns, provision_own_buckets, stand_ins
 from provisioner_client.reconcile import ClientPlan, Report
-from provisioner_client.standins import StandIns, provision_own_buckets, stand_ins
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
-from registry.local_nats import LocalNats, local_nats
+from registry.kv import put
 from registry.models import BucketAnswer, RegistryEntry, to_json
-
-from .test_reconcile import sh_env
+from tests.helpers import logged, sh_env
 
 TIMING = WatchTiming(
     debounce=timedelta(seconds=0.1), refresh=timedelta(seconds=1), poll=timedelta(seconds=0.2),
@@ -51,7 +52,7 @@ class Reports:
 
 
 async def test_each_kind_of_change_is_materialized_within_a_bounded_time(
-    domains: StandIns, bus: Bus, plan: ClientPlan
+    domains: StandIns, bus: Bus, js: JetStreamContext, plan: ClientPlan
 ) -> None:
     app = plan.materialize / "app.env"
     reports = Reports()
@@ -63,16 +64,16 @@ async def test_each_kind_of_change_is_materialized_within_a_bounded_time(
         await tg.start(lambda task_status: watch(bus, plan, TIMING, on_report=reports, task_status=task_status))
         assert app_env("LOG_LEVEL") == "info"
 
-        await domains.config.put("log-level", b'"debug"')
+        await put(bus, domains.config, "log-level", b'"debug"')
         await reports.until(lambda: app_env("LOG_LEVEL") == "debug", "a config value")
 
         domains.vault.rotate("db-password", "rotated-password")
         await reports.until(lambda: "rotated-password" in app_env("DATABASE_URL"), "a rotated secret")
 
-        other = await bus.js.create_key_value(bucket="mesh-config_other", direct=True)
+        other = await js.create_key_value(bucket="mesh-config_other", direct=True)
         await other.put("greeting", b'"hi"')
         await other.put("log-level", b'"warning"')
-        registry = await bus.js.key_value(buckets.REGISTRY.name)
+        registry = await js.key_value(buckets.REGISTRY.name)
         entry = RegistryEntry(kind="config", domain="config", module="mesh-config",
                               answer=BucketAnswer(bucket="mesh-config_other", key="<name>"))  # fmt: skip
         await registry.put("config", to_json(entry))
@@ -93,17 +94,16 @@ async def test_watch_mode_backs_off_until_the_bus_can_answer_then_applies(
     bus: Bus, plan: ClientPlan, caplog: pytest.LogCaptureFixture
 ) -> None:
     reports = Reports()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: watch(bus, plan, TIMING, on_report=reports))
-        with anyio.fail_after(BOUND):
-            while "reconcile failed" not in caplog.text:
-                await anyio.sleep(0.05)  # the loop logs each failed attempt; nothing else to wait on
-        await provision_own_buckets(bus)
-        async with stand_ins(bus, "node-1"):
-            await reports.until(
-                lambda: bool(reports.all) and reports.all[-1].ok, "the first reconcile once provisioned"
-            )
-        tg.cancel_scope.cancel()
+    with logged("reconcile failed", "provisioner_client.watching") as failed:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: watch(bus, plan, TIMING, on_report=reports))
+            await failed.wait(within=BOUND)  # the loop logs each failed attempt; nothing else tells of one
+            await provision_own_buckets(bus)
+            async with stand_ins(bus, "node-1"):
+                await reports.until(
+                    lambda: bool(reports.all) and reports.all[-1].ok, "the first reconcile once provisioned"
+                )
+            tg.cancel_scope.cancel()
     assert "retrying in" in caplog.text
 
 
@@ -128,7 +128,7 @@ async def test_watch_mode_rides_out_a_restart_of_the_bus(tmp_path: Path, plan: C
             stop_first.set()
             await first_stopped.wait()
             await servers.start(server, first.port, stop_second, anyio.Event())
-            await domains.config.put("log-level", b'"after-restart"')
+            await put(bus, domains.config, "log-level", b'"after-restart"')
             await reports.until(lambda: sh_env(plan.materialize / "app.env")["LOG_LEVEL"] == "after-restart",
                                 "a value written after the bus restarted")  # fmt: skip
             tg.cancel_scope.cancel()

@@ -1,8 +1,9 @@
 """The grants of deploy/accounts.conf, proved against a real nats-server running that very text.
 
-Each user connects with its own inbox prefix, as deploy/ tells it to. Denials surface as
-`PermissionDenied` through `Bus.translate_errors`: the server reports the violation on the
-connection's error callback, the call itself only times out (kept short here).
+Each user connects with its own inbox prefix, as deploy/ tells it to, and acts through our `Bus`
+and the library's calls, as the programs do. Denials surface as `PermissionDenied` naming the
+subject: the server reports the violation on the connection's error callback, the call itself
+only times out (kept short here).
 """
 
 from __future__ import annotations
@@ -16,19 +17,22 @@ from pathlib import Path
 
 import anyio
 import pytest
-from nats import micro
-from nats.micro.request import Request
 from pydantic import SecretStr
 
+from mesh_dev.local_nats import LocalNats, local_nats
+from provisioner.buckets import ensure_buckets
+from provisioner.registry_sync import sync_registry
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
 from registry import buckets, keys
-from registry.bus import Bus, BusError, BusOptions, PermissionDenied, connect
-from registry.catalogue import load_catalogue
-from registry.compile import registry_values
-from registry.kv import converge, snapshot
-from registry.local_nats import LocalNats, local_nats
+from registry.buckets import Bucket
+from registry.bus import Bus, BusOptions, Message, connect
+from registry.errors import BusError, PermissionDenied
+from registry.kv import BucketConfig, bucket_config, converge, create_bucket, get_latest, put, snapshot
+from registry.service import EndpointSpec, ServiceRequest, serve
+from registry.verb_client import ERROR_HEADER
 from registry.watch import scoped_watch
+from tests.helpers import in_own_task
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PASSWORDS = {
@@ -39,9 +43,9 @@ PASSWORDS = {
     "operator": "PASSWORD_OPERATOR",
     "postgres": "PASSWORD_POSTGRES",
 }
-NEEDS = buckets.NEEDS.name
-REGISTRY = buckets.REGISTRY.name
-BOUND = buckets.bound_bucket("postgres").name
+NEEDS = buckets.NEEDS
+REGISTRY = buckets.REGISTRY
+BOUND = Bucket("postgres_bound", keys.BOUND)
 A_NEED = b'{"placeholder":"${config:x}"}'
 VERB_REQUESTS: tuple[dict[str, str], ...] = (
     {},
@@ -54,10 +58,11 @@ VERB_REQUESTS: tuple[dict[str, str], ...] = (
 Connect = Callable[[str], AbstractAsyncContextManager[Bus]]
 
 
-async def _denied(bus: Bus, subject: str, call: Awaitable[object]) -> None:
+async def _denied(subject: str, call: Awaitable[object]) -> None:
     """`call` fails as `PermissionDenied`, naming the publish `subject` (the server lower-cases it)."""
-    with pytest.raises(PermissionDenied) as caught, bus.translate_errors(f"publish to {subject}"):
+    with pytest.raises(PermissionDenied) as caught:
         await call
+    assert caught.value.subject.startswith(subject.lower()), caught.value.subject
     assert f'permissions violation for publish to "{subject.lower()}' in caught.value.reason
 
 
@@ -72,7 +77,7 @@ def _server_config() -> str:
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[LocalNats]:
-    async with local_nats(tmp_path / "nats", _server_config()) as started:
+    async with in_own_task(local_nats(tmp_path / "nats", _server_config())) as started:
         yield started
 
 
@@ -97,11 +102,8 @@ def as_user(server: LocalNats) -> Connect:
 async def provisioned(as_user: Connect) -> None:
     """The provisioner's start: the four buckets, created for direct get, and the registry written."""
     async with as_user("mesh-provisioner") as bus:
-        for bucket in buckets.OWN:
-            await bus.js.create_key_value(bucket=bucket.name, direct=True)
-        registry = await bus.js.key_value(REGISTRY)
-        current = await snapshot(bus, REGISTRY, include_deleted=True)
-        await converge(bus, registry, REGISTRY, current, registry_values(load_catalogue()))
+        await ensure_buckets(bus, BucketConfig())
+        await sync_registry(bus, domains_file=None)
         assert bus.recent_denial(0) is None
 
 
@@ -114,40 +116,39 @@ async def test_the_provisioner_creates_its_buckets_and_writes_the_registry(as_us
         kinds = {item.key for item in await snapshot(bus, REGISTRY)}
         assert len(kinds) == 13
         for bucket in buckets.OWN:
-            status = await (await bus.js.key_value(bucket.name)).status()
-            assert status.stream_info.config.allow_direct
+            config = await bucket_config(bus, bucket)
+            assert config is not None and config["allow_direct"], bucket.name
         assert bus.recent_denial(0) is None
 
 
 async def test_a_node_reads_the_whole_registry(as_user: Connect, provisioned: None) -> None:
     async with as_user("n1") as bus:
         assert len(await snapshot(bus, REGISTRY)) == 13
-        registry = await bus.js.key_value(REGISTRY)
-        entry = await registry.get("secret")
-        assert json.loads(entry.value or b"")["answer"]["via"] == "verb"
+        entry = await get_latest(bus, REGISTRY, "secret")
+        assert entry is not None
+        assert json.loads(entry.value)["answer"]["via"] == "verb"
 
 
 async def test_a_node_writes_lists_and_gets_its_own_keys(as_user: Connect, provisioned: None) -> None:
     async with as_user("n1") as bus:
-        kv = await bus.js.key_value(NEEDS)
+        assert await bucket_config(bus, NEEDS) is not None
         assert await snapshot(bus, NEEDS, ["n1.>"]) == []
         desired = {"n1.web.config.x": A_NEED, "n1.web.secret.db": A_NEED}
-        changes = await converge(bus, kv, NEEDS, [], desired)
+        changes = await converge(bus, NEEDS, [], desired)
         assert sorted(changes.written) == sorted(desired)
         listed = await snapshot(bus, NEEDS, ["n1.>"], include_deleted=True)
         assert {item.key: item.value for item in listed} == desired
-        assert not await converge(bus, kv, NEEDS, listed, desired)
+        assert not await converge(bus, NEEDS, listed, desired)
         del desired["n1.web.secret.db"]
-        assert (await converge(bus, kv, NEEDS, listed, desired)).deleted == ["n1.web.secret.db"]
-        assert (await kv.get("n1.web.config.x")).value == A_NEED
-        applied = await bus.js.key_value(buckets.APPLIED.name)
-        await applied.put("n1.web", b"{}")
-        assert [item.key for item in await snapshot(bus, buckets.APPLIED.name, ["n1.>"])] == ["n1.web"]
-        collect = await bus.js.key_value(buckets.COLLECT.name)
+        assert (await converge(bus, NEEDS, listed, desired)).deleted == ["n1.web.secret.db"]
+        got = await get_latest(bus, NEEDS, "n1.web.config.x")
+        assert got is not None and got.value == A_NEED
+        await put(bus, buckets.APPLIED, "n1.web", b"{}")
+        assert [item.key for item in await snapshot(bus, buckets.APPLIED, ["n1.>"])] == ["n1.web"]
         contribution = keys.COLLECT.build(node="n1", collection="shell:zsh", contributor="web")
-        await collect.put(contribution, b'{"items":["x"]}')
+        await put(bus, buckets.COLLECT, contribution, b'{"items":["x"]}')
         one_collection = contribution.rsplit(".", 1)[0] + ".*"  # a wildcard inside the granted n1.>
-        assert [item.key for item in await snapshot(bus, buckets.COLLECT.name, [one_collection])] == [contribution]
+        assert [item.key for item in await snapshot(bus, buckets.COLLECT, [one_collection])] == [contribution]
         assert bus.recent_denial(0) is None
 
 
@@ -156,72 +157,68 @@ async def test_a_node_watches_the_registry_and_its_own_keys(as_user: Connect, pr
         async with scoped_watch(bus, REGISTRY, ">") as registry_watch:
             seen = [(await anext(registry_watch)).key for _ in range(13)]
         assert len(set(seen)) == 13
-        collect = await bus.js.key_value(buckets.COLLECT.name)
-        async with scoped_watch(bus, buckets.COLLECT.name, "n1.>") as own:
-            await collect.put("n1.shell.web", b'{"items":[]}')
+        async with scoped_watch(bus, buckets.COLLECT, "n1.>") as own:
+            await put(bus, buckets.COLLECT, "n1.shell.web", b'{"items":[]}')
             assert (await anext(own)).key == "n1.shell.web"
         assert bus.recent_denial(0) is None
 
 
 async def test_a_node_cannot_write_another_nodes_key(as_user: Connect, provisioned: None) -> None:
     async with as_user("n1") as bus:
-        kv = await bus.js.key_value(NEEDS)
-        await _denied(bus, f"$KV.{NEEDS}.n2.web.config.x", kv.put("n2.web.config.x", A_NEED))
+        await _denied(f"$KV.{NEEDS.name}.n2.web.config.x", put(bus, NEEDS, "n2.web.config.x", A_NEED))
         with pytest.raises(BusError, match="permissions violation"):
-            await converge(bus, kv, NEEDS, [], {"n2.web.config.x": A_NEED})
+            await converge(bus, NEEDS, [], {"n2.web.config.x": A_NEED})
 
 
 async def test_a_node_cannot_write_the_registry(as_user: Connect, provisioned: None) -> None:
     async with as_user("n1") as bus:
-        registry = await bus.js.key_value(REGISTRY)
-        await _denied(bus, f"$KV.{REGISTRY}.secret", registry.put("secret", b"{}"))
+        await _denied(f"$KV.{REGISTRY.name}.secret", put(bus, REGISTRY, "secret", b"{}"))
 
 
 async def test_a_node_cannot_list_or_get_another_nodes_keys(as_user: Connect, provisioned: None) -> None:
     async with as_user("n2") as bus:
-        kv = await bus.js.key_value(NEEDS)
-        await kv.put("n2.web.config.x", A_NEED)
+        await put(bus, NEEDS, "n2.web.config.x", A_NEED)
     async with as_user("n1") as bus:
-        await _denied(bus, f"$JS.API.CONSUMER.CREATE.KV_{NEEDS}.", snapshot(bus, NEEDS, ["n2.>"]))
-        await _denied(bus, f"$JS.API.CONSUMER.CREATE.KV_{NEEDS}.", snapshot(bus, NEEDS))
-        kv = await bus.js.key_value(NEEDS)
-        direct_get = f"$JS.API.DIRECT.GET.KV_{NEEDS}.$KV.{NEEDS}.n2.web.config.x"
-        await _denied(bus, direct_get, kv.get("n2.web.config.x"))
+        await _denied(f"$JS.API.CONSUMER.CREATE.{NEEDS.stream}.", snapshot(bus, NEEDS, ["n2.>"]))
+        await _denied(f"$JS.API.CONSUMER.CREATE.{NEEDS.stream}.", snapshot(bus, NEEDS))
+        await _denied(NEEDS.direct_get_subject("n2.web.config.x"), get_latest(bus, NEEDS, "n2.web.config.x"))
 
 
 async def test_a_node_lists_its_keys_with_one_filter_only(as_user: Connect, provisioned: None) -> None:
     """Two filters (`n1`, `n1.>`) leave the filter out of the create subject: not grantable."""
     async with as_user("n1") as bus:
-        await _denied(bus, f"$JS.API.CONSUMER.CREATE.KV_{NEEDS}.", snapshot(bus, NEEDS, ["n1", "n1.>"]))
+        await _denied(f"$JS.API.CONSUMER.CREATE.{NEEDS.stream}.", snapshot(bus, NEEDS, ["n1", "n1.>"]))
+
+
+async def _ignore(msg: Message) -> None:
+    pass
 
 
 async def test_a_node_cannot_subscribe_to_writes_or_other_inboxes(as_user: Connect, provisioned: None) -> None:
     """A denied subscribe never raises: the violation reaches only the error callback."""
     async with as_user("n1") as bus:
-        for subject in (f"$KV.{NEEDS}.>", "_INBOX_n2.>", "_INBOX.>"):
-            await bus.nc.subscribe(subject)
-            await bus.nc.flush()
+        for subject in (NEEDS.subject(">"), "_INBOX_n2.>", "_INBOX.>"):
+            await bus.subscribe(subject, _ignore)
+            await bus.flush()
             with anyio.fail_after(2):
-                while subject.lower() not in (bus.recent_denial(0) or ""):
+                while (denial := bus.recent_denial(0)) is None or denial[0] != subject.lower():
                     await anyio.sleep(0.01)
 
 
 async def test_the_operator_asks_the_verb_and_nothing_else(as_user: Connect, provisioned: None) -> None:
-    async def answer(request: Request) -> None:
+    async def answer(request: ServiceRequest) -> None:
         await request.respond(b'{"entries":[]}')
 
-    async with as_user("mesh-provisioner") as seat:
-        service = await micro.add_service(seat.nc, name=buckets.SEAT, version="0.1.0")
-        await service.add_endpoint(name="provisioning", subject=buckets.VERB_SUBJECT, handler=answer)
-        try:
-            async with as_user("operator") as bus:
-                with bus.translate_errors("ask the verb"):
-                    reply = await bus.nc.request(buckets.VERB_SUBJECT, b"{}", timeout=1)
-                assert reply.data == b'{"entries":[]}'
-                for subject in ("mesh-vault.secret", "$SRV.PING", f"$JS.API.STREAM.INFO.KV_{REGISTRY}"):
-                    await _denied(bus, subject, bus.nc.request(subject, b"{}", timeout=1))
-        finally:
-            await service.stop()
+    endpoint = EndpointSpec("provisioning", buckets.VERB_SUBJECT, answer)
+    async with (
+        as_user("mesh-provisioner") as seat,
+        serve(seat, name=buckets.SEAT, version="0.1.0", description="a stand-in verb", endpoints=[endpoint]),
+    ):
+        async with as_user("operator") as bus:
+            reply = await bus.request(buckets.VERB_SUBJECT, b"{}", reply_wait=timedelta(seconds=1))
+            assert reply.data == b'{"entries":[]}'
+            for subject in ("mesh-vault.secret", "$SRV.PING", f"$JS.API.{REGISTRY.info_api}"):
+                await _denied(subject, bus.request(subject, b"{}", reply_wait=timedelta(seconds=1)))
         assert seat.recent_denial(0) is None
 
 
@@ -242,12 +239,13 @@ async def test_the_provisioner_server_runs_on_its_grants_alone(
         await tasks.start(run)
         try:
             async with as_user("n1") as node:
-                await (await node.js.key_value(NEEDS)).put("n1.web.config.x", A_NEED)
+                await put(node, NEEDS, "n1.web.config.x", A_NEED)
             async with as_user("operator") as bus:
                 for request in VERB_REQUESTS:
-                    with bus.translate_errors(f"ask {request}"):
-                        reply = await bus.nc.request(buckets.VERB_SUBJECT, json.dumps(request).encode(), timeout=2)
-                    assert "Nats-Service-Error" not in (reply.headers or {}), (request, reply.headers, reply.data)
+                    reply = await bus.request(
+                        buckets.VERB_SUBJECT, json.dumps(request).encode(), reply_wait=timedelta(seconds=2)
+                    )
+                    assert ERROR_HEADER not in reply.headers, (request, reply.headers, reply.data)
                     assert isinstance(json.loads(reply.data), dict)
         finally:
             stop.set()
@@ -256,15 +254,17 @@ async def test_the_provisioner_server_runs_on_its_grants_alone(
 
 async def test_a_provider_reads_needs_and_writes_only_its_bound_bucket(as_user: Connect, provisioned: None) -> None:
     async with as_user("n1") as bus:
-        await (await bus.js.key_value(NEEDS)).put("n1.web.bound.postgres=3Adb", A_NEED)
+        await put(bus, NEEDS, "n1.web.bound.postgres=3Adb", A_NEED)
     async with as_user("postgres") as bus:
         assert [item.key for item in await snapshot(bus, NEEDS)] == ["n1.web.bound.postgres=3Adb"]
-        bound = await bus.js.create_key_value(bucket=BOUND, direct=True)
-        await converge(bus, bound, BOUND, [], {"n1.web.db.host": b'"db1"', "n2.web.db.host": b'"db2"'})
-        needs = await bus.js.key_value(NEEDS)
-        await _denied(bus, f"$KV.{NEEDS}.n1.web", needs.put("n1.web.bound.postgres=3Adb", b"{}"))
+        await create_bucket(bus, BOUND, BucketConfig())
+        await converge(bus, BOUND, [], {"n1.web.db.host": b'"db1"', "n2.web.db.host": b'"db2"'})
+        await _denied(f"$KV.{NEEDS.name}.n1.web", put(bus, NEEDS, "n1.web.bound.postgres=3Adb", b"{}"))
     async with as_user("n1") as bus:
-        bound = await bus.js.key_value(BOUND)
-        assert (await bound.get("n1.web.db.host")).value == b'"db1"'
+        assert await bucket_config(bus, BOUND) is not None
+        bound = await get_latest(bus, BOUND, "n1.web.db.host")
+        assert bound is not None and bound.value == b'"db1"'
         assert [item.key for item in await snapshot(bus, BOUND, ["n1.>"])] == ["n1.web.db.host"]
-        await _denied(bus, f"$JS.API.DIRECT.GET.KV_{BOUND}.$KV.{BOUND}.n2.", bound.get("n2.web.db.host"))
+        await _denied(
+            f"$JS.API.DIRECT.GET.{BOUND.stream}.$KV.{BOUND.name}.n2.", get_latest(bus, BOUND, "n2.web.db.host")
+        )

@@ -7,8 +7,10 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from nats.js import JetStreamContext
 
 from registry import keys
+from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.errors import KeyShapeError
 from registry.keys import KeyShape
@@ -163,9 +165,11 @@ def test_narrowing_by_a_field_the_shape_lacks_is_refused() -> None:
         keys.NEEDS.filters(collection="shell")
 
 
-async def test_a_nodes_filters_keep_its_malformed_keys_and_not_a_longer_node_name(bus: Bus) -> None:
-    kv = await bus.js.create_key_value(bucket="narrow", direct=True)
+async def test_a_nodes_filters_keep_its_malformed_keys_and_not_a_longer_node_name(
+    bus: Bus, js: JetStreamContext
+) -> None:
+    kv = await js.create_key_value(bucket="narrow", direct=True)
     for key in ["n1.web.shell.zsh", "n1.bad", "n1", "n10.x", "n10.web.shell.zsh", "n2.web.shell.zsh"]:
         await kv.put(key, b"{}")
-    items = await snapshot(bus, "narrow", keys.NEEDS.filters(node="n1"))
+    items = await snapshot(bus, Bucket("narrow", keys.NEEDS), keys.NEEDS.filters(node="n1"))
     assert sorted(item.key for item in items) == ["n1", "n1.bad", "n1.web.shell.zsh"]

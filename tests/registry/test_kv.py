@@ -6,42 +6,50 @@ from datetime import timedelta
 from pathlib import Path
 
 import anyio
+import nats
 import pytest
-from nats.errors import NoRespondersError
+from nats.js import JetStreamContext
 from pydantic import SecretStr
 
-from registry.bus import Bus, BusError, BusOptions, PermissionDenied, connect
-from registry.kv import KvItem, converge, get_latest, snapshot
-from registry.local_nats import local_nats
+from mesh_dev.local_nats import local_nats
+from registry.buckets import Bucket
+from registry.bus import Bus, BusOptions, connect
+from registry.errors import PermissionDenied, WrongLastSequence
+from registry.keys import APPLIED
+from registry.kv import KvItem, converge, get_latest, snapshot, update
 
 
-async def test_snapshot_of_an_empty_bucket_is_empty(bus: Bus) -> None:
-    await bus.js.create_key_value(bucket="empty", direct=True)
-    assert await snapshot(bus, "empty") == []
+def bucket(name: str) -> Bucket:
+    return Bucket(name, APPLIED)
 
 
-async def test_snapshot_keeps_only_the_filtered_keys_and_latest_values(bus: Bus) -> None:
-    kv = await bus.js.create_key_value(bucket="b", direct=True)
+async def test_snapshot_of_an_empty_bucket_is_empty(bus: Bus, js: JetStreamContext) -> None:
+    await js.create_key_value(bucket="empty", direct=True)
+    assert await snapshot(bus, bucket("empty")) == []
+
+
+async def test_snapshot_keeps_only_the_filtered_keys_and_latest_values(bus: Bus, js: JetStreamContext) -> None:
+    kv = await js.create_key_value(bucket="b", direct=True)
     for key, value in [("n1.a", b"1"), ("n1.a", b"2"), ("n2.a", b"3"), ("n1", b"4"), ("n10.a", b"5")]:
         await kv.put(key, value)
-    items = await snapshot(bus, "b", ["n1", "n1.>"])
+    items = await snapshot(bus, bucket("b"), ["n1", "n1.>"])
     assert sorted((i.key, i.value) for i in items) == [("n1", b"4"), ("n1.a", b"2")]
 
 
-async def test_converge_writes_only_differences_and_deletes_the_rest(bus: Bus) -> None:
-    kv = await bus.js.create_key_value(bucket="c", direct=True)
-    first = await converge(bus, kv, "c", [], {"n1.a": b"1", "n1.b": b"2"})
+async def test_converge_writes_only_differences_and_deletes_the_rest(bus: Bus, js: JetStreamContext) -> None:
+    kv = await js.create_key_value(bucket="c", direct=True)
+    first = await converge(bus, bucket("c"), [], {"n1.a": b"1", "n1.b": b"2"})
     assert sorted(first.written) == ["n1.a", "n1.b"]
-    current = await snapshot(bus, "c", ["n1.>"], include_deleted=True)
-    second = await converge(bus, kv, "c", current, {"n1.a": b"1", "n1.c": b"3"})
+    current = await snapshot(bus, bucket("c"), ["n1.>"], include_deleted=True)
+    second = await converge(bus, bucket("c"), current, {"n1.a": b"1", "n1.c": b"3"})
     assert (second.written, second.deleted) == (["n1.c"], ["n1.b"])
     sequence = (await kv.status()).stream_info.state.last_seq
-    current = await snapshot(bus, "c", ["n1.>"], include_deleted=True)
-    third = await converge(bus, kv, "c", current, {"n1.a": b"1", "n1.c": b"3"})
+    current = await snapshot(bus, bucket("c"), ["n1.>"], include_deleted=True)
+    third = await converge(bus, bucket("c"), current, {"n1.a": b"1", "n1.c": b"3"})
     assert not third
     assert (await kv.status()).stream_info.state.last_seq == sequence
-    current = await snapshot(bus, "c", ["n1.>"], include_deleted=True)
-    revived = await converge(bus, kv, "c", current, {"n1.a": b"1", "n1.b": b"again", "n1.c": b"3"})
+    current = await snapshot(bus, bucket("c"), ["n1.>"], include_deleted=True)
+    revived = await converge(bus, bucket("c"), current, {"n1.a": b"1", "n1.b": b"again", "n1.c": b"3"})
     assert revived.written == ["n1.b"]
     assert (await kv.get("n1.b")).value == b"again"
 
@@ -59,47 +67,64 @@ async def test_snapshot_with_its_flow_control_refused_fails_as_denied_instead_of
     """Heartbeats keep coming while flow control stalls; they must not count as progress."""
     async with local_nats(tmp_path / "nats", _NO_FLOW_CONTROL) as server:
         options = BusOptions(servers=(server.url,), request_timeout=timedelta(seconds=1))
-        async with connect(options.model_copy(update={"user": "writer", "password": SecretStr("writer")})) as writer:
-            kv = await writer.js.create_key_value(bucket="big", direct=True)
-            limit = anyio.Semaphore(200)
+        writer = await nats.connect(server.url, user="writer", password="writer")
+        kv = await writer.jetstream().create_key_value(bucket="big", direct=True)
+        limit = anyio.Semaphore(200)
 
-            async def put(i: int) -> None:
-                async with limit:
-                    await kv.put(f"n1.k{i}", b"x" * 1000)
+        async def put(i: int) -> None:
+            async with limit:
+                await kv.put(f"n1.k{i}", b"x" * 1000)
 
-            async with anyio.create_task_group() as tg:
-                for i in range(4000):  # about 4 MB: past what the server sends before asking flow control
-                    tg.start_soon(put, i)
+        async with anyio.create_task_group() as tg:
+            for i in range(4000):  # about 4 MB: past what the server sends before asking flow control
+                tg.start_soon(put, i)
+        await writer.drain()
         async with connect(options.model_copy(update={"user": "lister", "password": SecretStr("lister")})) as lister:
             with anyio.fail_after(10), pytest.raises(PermissionDenied, match=r"\$js\.fc\.kv_big"):
-                await snapshot(lister, "big", ["n1.>"])
+                await snapshot(lister, bucket("big"), ["n1.>"])
 
 
-async def test_get_latest_reads_a_value_a_deletion_and_a_key_never_written(bus: Bus) -> None:
-    kv = await bus.js.create_key_value(bucket="g", direct=True)
+async def test_get_latest_reads_a_value_a_deletion_and_a_key_never_written(bus: Bus, js: JetStreamContext) -> None:
+    kv = await js.create_key_value(bucket="g", direct=True)
     revision = await kv.put("n1.a", b'"v"')
     await kv.put("n1.gone", b"x")
     await kv.delete("n1.gone")
-    assert await get_latest(bus, "g", "n1.a") == KvItem("n1.a", b'"v"', revision)
-    gone = await get_latest(bus, "g", "n1.gone")
+    assert await get_latest(bus, bucket("g"), "n1.a") == KvItem("n1.a", b'"v"', revision)
+    gone = await get_latest(bus, bucket("g"), "n1.gone")
     assert gone is not None
     assert gone.deleted
-    assert await get_latest(bus, "g", "n1.never") is None
+    assert await get_latest(bus, bucket("g"), "n1.never") is None
 
 
-async def test_get_latest_of_a_bucket_without_direct_get_has_no_responder(bus: Bus) -> None:
-    kv = await bus.js.create_key_value(bucket="plain")
+async def test_get_latest_of_a_bucket_without_direct_get_reads_through_the_stream(
+    bus: Bus, js: JetStreamContext
+) -> None:
+    kv = await js.create_key_value(bucket="plain")
     await kv.put("k", b"1")
-    with pytest.raises(BusError) as raised:
-        await get_latest(bus, "plain", "k")
-    assert isinstance(raised.value.__cause__, NoRespondersError)
+    found = await get_latest(bus, bucket("plain"), "k")
+    assert found is not None
+    assert (found.key, found.value, found.deleted) == ("k", b"1", False)
+    await kv.delete("k")
+    gone = await get_latest(bus, bucket("plain"), "k")
+    assert gone is not None and gone.deleted
+    assert await get_latest(bus, bucket("plain"), "never") is None
 
 
-async def test_a_listing_leaves_no_consumer_behind_for_long(bus: Bus) -> None:
-    kv = await bus.js.create_key_value(bucket="short", direct=True)
+async def test_a_listing_leaves_no_consumer_behind_for_long(bus: Bus, js: JetStreamContext) -> None:
+    kv = await js.create_key_value(bucket="short", direct=True)
     await kv.put("n1.a", b"1")
     for _ in range(20):
-        await snapshot(bus, "short", ["n1.>"])
+        await snapshot(bus, bucket("short"), ["n1.>"])
     with anyio.fail_after(10):  # a server answering many queries must not pile up consumers
-        while (await bus.js.stream_info("KV_short")).state.consumer_count:
+        while (await js.stream_info("KV_short")).state.consumer_count:
             await anyio.sleep(0.2)
+
+
+async def test_a_conditional_write_loses_to_another_writer_with_a_typed_error(bus: Bus, js: JetStreamContext) -> None:
+    kv = await js.create_key_value(bucket="race", direct=True)
+    first = await kv.put("n1.a", b"1")
+    await kv.put("n1.a", b"theirs")
+    with pytest.raises(WrongLastSequence) as raised:
+        await update(bus, bucket("race"), "n1.a", b"mine", last=first)
+    assert raised.value.err_code == 10071
+    assert (await kv.get("n1.a")).value == b"theirs"

@@ -2,12 +2,12 @@
 
 `run_demo(nats_url, state_dir)` expects the provisioner server on that bus (it writes the
 registry); `mesh-provisioner dev` starts both and hands it the URL. It starts the stand-ins
-(`provisioner_client.standins`), copies the example manifests to `<state_dir>/manifests`,
+(`mesh_dev.standins`), copies the example manifests to `<state_dir>/manifests`,
 reconciles node `node-1` into `<state_dir>/env`, prints what was needed and applied, then keeps
 watching until cancelled: edit a manifest there, or a value in `mesh-config_values`, and watch
 the env file follow.
 
-`python -m provisioner_client.demo [state_dir]` runs the same against a local nats-server of its
+`python -m mesh_dev.demo [state_dir]` runs the same against a local nats-server of its
 own, writing the buckets and registry itself in place of the server.
 """
 
@@ -24,13 +24,14 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
+from mesh_dev.local_nats import local_nats
+from mesh_dev.standins import provision_own_buckets, stand_ins
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
-from provisioner_client.standins import provision_own_buckets, stand_ins
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
-from registry.kv import snapshot
-from registry.local_nats import local_nats
+from registry.errors import BusError
+from registry.kv import bucket_config, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +68,10 @@ async def _wait_for_registry(bus: Bus) -> None:
     warned = False
     while True:
         try:
-            if await snapshot(bus, buckets.REGISTRY.name):
-                for bucket in buckets.OWN:
-                    await bus.js.key_value(bucket.name)
+            existing = [await bucket_config(bus, bucket) for bucket in buckets.OWN]
+            if all(existing) and await snapshot(bus, buckets.REGISTRY):
                 return
-        except Exception as err:  # the server may still be creating its buckets
+        except BusError as err:  # the server may still be creating its buckets
             log.debug("registry not ready: %s", err)
         if not warned:
             log.info("waiting for the provisioner server to write %s", buckets.REGISTRY.name)
@@ -80,7 +80,7 @@ async def _wait_for_registry(bus: Bus) -> None:
 
 
 async def describe(bus: Bus, plan: ClientPlan, report: Report, nats_url: str) -> str:
-    needs = await snapshot(bus, buckets.NEEDS.name, [f"{NODE}.>"])
+    needs = await snapshot(bus, buckets.NEEDS, buckets.NEEDS.shape.filters(node=plan.node))
     lines = [f"== node {plan.node}: manifests in {plan.manifests}", "", "needed (mesh-provisioner_needs):"]
     lines.extend(f"  {item.key}  {json.loads(item.value)['placeholder']}" for item in needs)
     lines += ["", "applied (mesh-provisioner_applied) and env files:", report.summary(), ""]

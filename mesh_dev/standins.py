@@ -10,8 +10,8 @@
   secrets are development values, never for production.
 
 `provision_own_buckets` does what the provisioner server does at start (the four
-`mesh-provisioner_*` buckets with `direct=True`, the built-in registry): for a demo without the
-server and for tests.
+`mesh-provisioner_*` buckets, the built-in registry), with the server's own functions: for a
+demo without the server and for tests.
 """
 
 from __future__ import annotations
@@ -22,26 +22,22 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-import anyio
-from nats import micro
-from nats.js.kv import KeyValue
-from nats.micro.request import Request
-
-from registry import buckets
+from provisioner.buckets import ensure_buckets
+from provisioner.registry_sync import sync_registry
+from registry.buckets import Bucket
 from registry.bus import Bus
-from registry.catalogue import load_catalogue
-from registry.compile import registry_values
 from registry.keys import BOUND, KeyShape
-from registry.kv import converge, snapshot
+from registry.kv import BucketConfig, create_bucket, put
+from registry.service import EndpointSpec, ServiceRequest, serve
 
 log = logging.getLogger(__name__)
 
-CONFIG_BUCKET = "mesh-config_values"
-BOUND_BUCKET = "postgres_bound"
-ASSIGNMENTS_BUCKET = "mesh-controller_assignments"
+ASSIGNMENT = KeyShape("<node>.<module>")
+CONFIG = Bucket("mesh-config_values", KeyShape("<name>"))
+BOUND_BUCKET = Bucket("postgres_bound", BOUND)
+ASSIGNMENTS = Bucket("mesh-controller_assignments", ASSIGNMENT)
 SECRET_SUBJECT = "mesh-vault.secret"  # noqa: S105 - a subject, not a password
 CONSUMERS_SUBJECT = "mesh-vault.consumers"
-ASSIGNMENT = KeyShape("<node>.<module>")
 
 DEV_CONFIG: Mapping[str, object] = {
     "log-level": "info",
@@ -74,11 +70,8 @@ def dev_bound(node: str) -> dict[str, object]:
 
 async def provision_own_buckets(bus: Bus) -> None:
     """Creates the provisioner's buckets and writes the built-in registry, as the server does."""
-    for bucket in buckets.OWN:
-        await bus.js.create_key_value(bucket=bucket.name, direct=True)
-    kv = await bus.js.key_value(buckets.REGISTRY.name)
-    current = await snapshot(bus, buckets.REGISTRY.name, include_deleted=True)
-    await converge(bus, kv, buckets.REGISTRY.name, current, registry_values(load_catalogue()))
+    await ensure_buckets(bus, BucketConfig())
+    await sync_registry(bus, domains_file=None)
 
 
 @dataclass
@@ -91,13 +84,13 @@ class Vault:
     def rotate(self, name: str, value: str) -> None:
         self.secrets[name] = value
 
-    async def answer_secret(self, request: Request) -> None:
+    async def answer_secret(self, request: ServiceRequest) -> None:
         await self._answer(request, self.secrets, "secret")
 
-    async def answer_consumers(self, request: Request) -> None:
+    async def answer_consumers(self, request: ServiceRequest) -> None:
         await self._answer(request, self.consumers, "consumers")
 
-    async def _answer(self, request: Request, values: Mapping[str, str], what: str) -> None:
+    async def _answer(self, request: ServiceRequest, values: Mapping[str, str], what: str) -> None:
         try:
             body = json.loads(request.data or b"{}")
             name = body["name"] if isinstance(body, dict) else None
@@ -114,35 +107,31 @@ class Vault:
 
 @dataclass
 class StandIns:
-    config: KeyValue
-    bound: KeyValue
-    assignments: KeyValue
+    config: Bucket
+    bound: Bucket
+    assignments: Bucket
     vault: Vault
 
 
 @asynccontextmanager
 async def stand_ins(bus: Bus, node: str, *, with_vault: bool = True) -> AsyncIterator[StandIns]:
     """The config, bound and placement buckets filled for `node`, and the vault serving."""
-    config = await bus.js.create_key_value(bucket=CONFIG_BUCKET, direct=True)
-    bound = await bus.js.create_key_value(bucket=BOUND_BUCKET, direct=True)
-    assignments = await bus.js.create_key_value(bucket=ASSIGNMENTS_BUCKET, direct=True)
+    for bucket in (CONFIG, BOUND_BUCKET, ASSIGNMENTS):
+        await create_bucket(bus, bucket, BucketConfig())
     for name, value in DEV_CONFIG.items():
-        await config.put(name, json.dumps(value).encode())
+        await put(bus, CONFIG, name, json.dumps(value).encode())
     for key, value in dev_bound(node).items():
-        await bound.put(key, json.dumps(value).encode())
+        await put(bus, BOUND_BUCKET, key, json.dumps(value).encode())
     for module, plan in dev_plans(node).items():
-        await assignments.put(ASSIGNMENT.build(node=node, module=module), json.dumps({"plan": plan}).encode())
+        await put(bus, ASSIGNMENTS, ASSIGNMENT.build(node=node, module=module), json.dumps({"plan": plan}).encode())
     vault = Vault()
-    parts = StandIns(config, bound, assignments, vault)
+    parts = StandIns(CONFIG, BOUND_BUCKET, ASSIGNMENTS, vault)
     if not with_vault:
         yield parts
         return
-    service = await micro.add_service(bus.nc, name="mesh-vault", version="0.1.0", description="development vault")
-    try:
-        await service.add_endpoint(name="secret", subject=SECRET_SUBJECT, handler=vault.answer_secret)
-        await service.add_endpoint(name="consumers", subject=CONSUMERS_SUBJECT, handler=vault.answer_consumers)
-        await bus.nc.flush()
+    endpoints = [
+        EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
+        EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
+    ]
+    async with serve(bus, name="mesh-vault", version="0.1.0", description="development vault", endpoints=endpoints):
         yield parts
-    finally:
-        with anyio.move_on_after(2, shield=True):  # a stop cut short leaves a drain the connection waits on
-            await service.stop()

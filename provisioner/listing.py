@@ -1,0 +1,82 @@
+"""A listing's entries and malformed keys as JSON, split into pages.
+
+Each entry is its key, the parts its bucket's shape names, and the stored JSON value spliced in
+as it is; a key out of shape, a value that is not strict JSON, or an entry larger than a page is
+a malformed key with the reason instead (see the README, "The verb").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from provisioner.paging import Encoded, build_pages
+from provisioner.request import LISTABLE, strict_json
+from registry.errors import KeyShapeError
+from registry.kv import KvItem
+
+# Plain tokens: their decoded parts are substrings of the key, so neither needs JSON escaping.
+_JSON_SAFE_KEY = re.compile(r"[-/_.a-zA-Z0-9]+")
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def paginate_listing(what: str, items: list[KvItem], *, budget: int, listing_id: str) -> list[bytes]:
+    """The pages of a listing (consumes `items`)."""
+    encoded = encode_listing(what, items, max_item_bytes=budget)
+    return build_pages(what, encoded, budget=budget, listing_id=listing_id)
+
+
+def encode_listing(what: str, items: list[KvItem], *, max_item_bytes: int) -> Encoded:
+    """Each item as the JSON of an entry or of a malformed key. Consumes `items` to keep memory low."""
+    shape = LISTABLE[what].bucket.shape
+    items.sort(key=lambda item: item.key, reverse=True)
+    encoded = Encoded([], [])
+    while items:
+        item = items.pop()
+        try:
+            parts = shape.parse(item.key)
+        except KeyShapeError as err:
+            encoded.malformed.append(malformed(item.key, err.reason))
+            continue
+        problem = json_problem(item.value)
+        if problem is not None:
+            encoded.malformed.append(malformed(item.key, problem))
+            continue
+        piece = entry(item.key, parts, item.value)
+        if len(piece) > max_item_bytes:
+            reason = f"the entry is {len(piece)} bytes, more than one answer message carries ({max_item_bytes})"
+            encoded.malformed.append(malformed(item.key, reason))
+            continue
+        encoded.entries.append(piece)
+    return encoded
+
+
+def json_problem(value: bytes) -> str | None:
+    """Why `value` is not strict JSON, or None when it is."""
+    try:
+        strict_json(value.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "the value is not UTF-8 text"
+    except ValueError as err:
+        return f"the value is not JSON: {err}"
+    return None
+
+
+def entry(key: str, parts: Mapping[str, str], value: bytes) -> bytes:
+    """An entry's JSON, the stored value spliced in as it is (it was checked to be JSON)."""
+    if _JSON_SAFE_KEY.fullmatch(key):  # the key and its parts need no JSON escaping: skip the encoder
+        fields = "".join(f',"{field}":"{text}"' for field, text in parts.items())
+        head = f'{{"key":"{key}"{fields},"value":'.encode()
+    else:
+        head = _dumps({"key": key, **parts})[:-1] + b',"value":'
+    return head + value.strip() + b"}"
+
+
+def malformed(key: str, reason: str) -> bytes:
+    return _dumps({"key": key, "reason": reason})
+
+
+def _dumps(document: Mapping[str, Any]) -> bytes:
+    return _COMPACT_JSON.encode(document).encode("utf-8")

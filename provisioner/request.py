@@ -1,0 +1,113 @@
+"""A request of the verb: what it may ask, validated, and which bucket and key parts it reads.
+
+The request's fields and the error contract are described in the README ("The verb"). A body
+that is not a JSON object, an unknown field or `what`, or a field that does not apply to `what`
+is a `RequestError` (answered 400) whose reason says what was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from provisioner.errors import RequestError
+from registry import buckets
+from registry.buckets import Bucket
+
+What = Literal["registry", "needs", "applied", "collect"]
+FILTERS = ("node", "module", "collection")
+
+
+@dataclass(frozen=True)
+class Listable:
+    """A `what`: its bucket, and which request field narrows which part of the key."""
+
+    bucket: Bucket
+    narrows: Mapping[str, str]
+
+
+LISTABLE: Mapping[str, Listable] = {
+    "registry": Listable(buckets.REGISTRY, {}),
+    "needs": Listable(buckets.NEEDS, {"node": "node", "module": "module"}),
+    "applied": Listable(buckets.APPLIED, {"node": "node", "module": "module"}),
+    "collect": Listable(buckets.COLLECT, {"node": "node", "module": "contributor", "collection": "collection"}),
+}
+
+
+class Query(BaseModel):
+    """A validated request of the verb."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    what: What = "registry"
+    node: str | None = Field(default=None, min_length=1)
+    module: str | None = Field(default=None, min_length=1)
+    collection: str | None = Field(default=None, min_length=1)
+    cursor: str | None = Field(default=None, min_length=1)
+
+    def narrowing(self) -> dict[str, str]:
+        """The key parts this query narrows to, named as its bucket's shape names them."""
+        narrows = LISTABLE[self.what].narrows
+        return {part: value for field, part in narrows.items() if (value := getattr(self, field)) is not None}
+
+    def given(self) -> dict[str, str]:
+        """The fields the requester gave, besides the cursor: what a continuation must repeat."""
+        return {f: getattr(self, f) for f in sorted(self.model_fields_set) if f != "cursor"}
+
+
+def parse_request(body: bytes) -> Query:
+    """The query in `body`, or a `RequestError` that says what is wrong with it."""
+    if not body.strip():
+        return Query()
+    try:
+        document = strict_json(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise RequestError(f"the body is not JSON: {err}") from None
+    if not isinstance(document, dict):
+        raise RequestError(f"the body must be a JSON object, not {_json_type(document)}")
+    try:
+        query = Query.model_validate(document)
+    except ValidationError as err:
+        raise RequestError(_describe(err)) from None
+    if query.cursor is None:  # a continuation is checked against the listing it continues instead
+        _check_applies(query)
+    return query
+
+
+def _check_applies(query: Query) -> None:
+    applicable = LISTABLE[query.what].narrows
+    for field in FILTERS:
+        if getattr(query, field) is not None and field not in applicable:
+            takes = ", ".join(applicable) or "no filter"
+            raise RequestError(f"'{field}' does not apply to what={query.what!r}; it takes {takes}")
+
+
+def _describe(err: ValidationError) -> str:
+    first = err.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else ""
+    if first["type"] == "extra_forbidden":
+        return f"unknown field {field!r}; a request has {', '.join(Query.model_fields)}"
+    if field == "what" and first["type"] == "literal_error":
+        return f"unknown what {first['input']!r}; one of {', '.join(LISTABLE)}"
+    return f"field {field!r}: {first['msg']}"
+
+
+def _json_type(document: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return names.get(type(document), "null")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_json(text: str) -> Any:
+    """`text` as JSON, refusing NaN and Infinity; raises `ValueError`."""
+    return _STRICT_JSON.decode(text)
+
+
+_STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant)

@@ -1,0 +1,143 @@
+"""Serving a NATS micro service (`$SRV.PING`, `$SRV.INFO`, `$SRV.STATS` answer): the verb, the vault.
+
+The only module besides `registry.bus` that touches nats-py. A handler gets a `ServiceRequest`
+(body, headers, `respond`, `respond_error`); answering never raises: a request whose requester
+is gone, or a closed connection, is logged and dropped.
+
+Stopping in order needs one thing nats-py has no public call for: draining an endpoint's
+subscription, so that requests already received are handed to the handler rather than dropped
+(`Service.stop()` unsubscribes). That reaches nats-py's `Service._endpoints` and
+`Endpoint._subscription`; `check_internals()` runs when a service starts and refuses to start on
+a nats-py without them, rather than lose requests silently on a later stop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+from nats import micro
+from nats.micro.request import Request
+from nats.micro.service import Endpoint, Service
+
+from registry.bus import Bus, nats_client
+from registry.errors import BusError
+
+log = logging.getLogger(__name__)
+
+STOP_AT_MOST = 5.0  # seconds an unordered stop (an error, a cancellation) may take
+
+
+class ServiceRequest:
+    """One request to an endpoint, as our code sees it."""
+
+    def __init__(self, request: Request) -> None:
+        self._request = request
+
+    @property
+    def data(self) -> bytes:
+        return self._request.data
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._request.headers or {}
+
+    async def respond(self, data: bytes) -> None:
+        try:
+            await self._request.respond(data)
+        except Exception as err:  # a closed connection or a request without a reply subject
+            log.warning("could not answer a request: %s", err)
+
+    async def respond_error(self, code: str, reason: str) -> None:
+        """The service error headers (code, reason on one line) and `{"error": reason}` as the body."""
+        description = " ".join(reason.split())  # a header value holds no line breaks
+        body = json.dumps({"error": reason}).encode()
+        try:
+            await self._request.respond_error(code, description, data=body)
+        except Exception as err:  # a closed connection or a request without a reply subject
+            log.warning("could not answer a request with error %s: %s", code, err, extra={"code": code})
+
+
+RequestHandler = Callable[[ServiceRequest], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    name: str
+    subject: str
+    handler: RequestHandler
+
+
+class RunningService:
+    """A started service: its id, and the ordered stop."""
+
+    def __init__(self, service: Service) -> None:
+        self._service = service
+        self._stopped = False
+
+    @property
+    def id(self) -> str:
+        return self._service.id
+
+    async def stop_taking_requests(self) -> None:
+        """Drains each endpoint (requests received are still handed over), then stops the rest."""
+        if self._stopped:
+            return
+        self._stopped = True
+        service = self._service
+        try:
+            for endpoint in service._endpoints:
+                subscription = endpoint._subscription
+                if subscription is not None:
+                    await subscription.drain()
+            service._endpoints = []  # drained above; `stop()` would unsubscribe them again and fail
+            await service.stop()
+        except Exception as err:  # a closed connection takes no requests anyway
+            log.warning("could not stop the service's subscriptions cleanly: %s", err)
+
+
+def check_internals() -> None:
+    """Refuses a nats-py whose service internals the ordered stop relies on have changed."""
+    missing = [name for name, owner in (("_endpoints", Service), ("_subscription", Endpoint))
+               if name not in _attributes_of(owner)]  # fmt: skip
+    if missing:
+        raise BusError("start a service", f"this nats-py has no {', '.join(missing)}; pin the version in pyproject")
+
+
+def _attributes_of(cls: type) -> set[str]:
+    names = set(vars(cls))
+    init = getattr(cls, "__init__", None)
+    code = getattr(init, "__code__", None)
+    return names | set(code.co_names if code is not None else ())
+
+
+@asynccontextmanager
+async def serve(
+    bus: Bus, *, name: str, version: str, description: str, endpoints: Sequence[EndpointSpec]
+) -> AsyncIterator[RunningService]:
+    """The service answering on its endpoints until the block exits; the caller stops it in order
+    with `stop_taking_requests()` (a second stop on exit is harmless)."""
+    check_internals()
+    with bus.translated(f"start service {name}"):
+        service = await micro.add_service(nats_client(bus), name=name, version=version, description=description)
+    running = RunningService(service)
+    try:
+        for spec in endpoints:
+            with bus.translated(f"add endpoint {spec.subject}"):
+                await service.add_endpoint(name=spec.name, subject=spec.subject, handler=_adapted(spec.handler))
+        await bus.flush()  # ready means the nats-server knows the subscriptions
+        yield running
+    finally:
+        with anyio.move_on_after(STOP_AT_MOST, shield=True):
+            await running.stop_taking_requests()
+
+
+def _adapted(handler: RequestHandler) -> Callable[[Request], Awaitable[None]]:
+    async def on_request(request: Request) -> None:
+        await handler(ServiceRequest(request))
+
+    return on_request

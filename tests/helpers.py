@@ -1,0 +1,149 @@
+"""Helpers shared by the test modules: imported from here, never from one test module into another."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+
+from provisioner.server import run_server
+from provisioner.settings import ServerSettings
+from registry import buckets
+from registry.buckets import Bucket
+from registry.bus import Bus, BusOptions, Message
+from registry.kv import put
+
+T = TypeVar("T")
+
+NODE = "node-1"
+EXAMPLES = Path(__file__).parents[1] / "deploy" / "examples"
+
+
+@asynccontextmanager
+async def in_own_task(context: AbstractAsyncContextManager[T]) -> AsyncIterator[T]:
+    """`context` entered and left by a task of its own, for an async fixture.
+
+    pytest-asyncio sets a fixture up and tears it down in two different tasks, while an anyio task
+    group or cancel scope must be left by the task that entered it (pytest-asyncio issue 1191)."""
+    loop = asyncio.get_running_loop()
+    entered: asyncio.Future[T] = loop.create_future()
+    leave = asyncio.Event()
+
+    async def hold() -> None:
+        async with context as value:
+            entered.set_result(value)
+            await leave.wait()
+
+    holder = loop.create_task(hold())
+    try:
+        either: list[asyncio.Future[Any]] = [entered, holder]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not entered.done():
+            holder.result()  # entering failed: raise why
+        yield entered.result()
+    finally:
+        leave.set()
+        await holder
+
+
+@asynccontextmanager
+async def serving(url: str, **settings: Any) -> AsyncIterator[None]:
+    """The server running against `url` for the block (ready when it starts), stopped cleanly after."""
+    stop = anyio.Event()
+    options = BusOptions(servers=(url,), name=buckets.SEAT)
+    run = partial(run_server, bus_options=options, settings=ServerSettings(**settings), stop=stop)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(run)
+        try:
+            yield
+        finally:
+            stop.set()
+
+
+def clean_environment() -> dict[str, str]:
+    """This process's environment without the settings either program would read from it."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "MESH_PROVISIONER_"))}
+
+
+async def put_many(bus: Bus, bucket: Bucket, values: Mapping[str, bytes]) -> None:
+    """Writes `values` pipelined (plain publishes into the bucket's stream), then waits for the last
+    one's acknowledgement: the stream stores one connection's messages in order."""
+    *rest, (last_key, last_value) = values.items()
+    for key, value in rest:
+        await bus.publish(bucket.subject(key), value)
+    await put(bus, bucket, last_key, last_value)
+
+
+class Fired:
+    """Requests published at once, each with its own reply subject; `replies()` waits for them all."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.received: dict[int, Message] = {}
+        self._all = anyio.Event()
+
+    async def on_reply(self, msg: Message) -> None:
+        self.received[int(msg.subject.rsplit(".", 1)[1])] = msg
+        if len(self.received) == self.count:
+            self._all.set()
+
+    async def replies(self, within: float = 10.0) -> list[Message]:
+        with anyio.fail_after(within):
+            await self._all.wait()
+        return [self.received[i] for i in range(self.count)]
+
+
+async def fire(bus: Bus, bodies: Sequence[bytes]) -> Fired:
+    """Publishes every request to the verb, then flushes: once this returns the server has them all."""
+    fired = Fired(len(bodies))
+    prefix = bus.new_inbox()
+    await bus.subscribe(f"{prefix}.*", fired.on_reply)
+    for number, body in enumerate(bodies):
+        await bus.publish(buckets.VERB_SUBJECT, body, reply=f"{prefix}.{number}")
+    await bus.flush()
+    return fired
+
+
+def sh_env(path: Path) -> dict[str, str]:
+    """The variables of an env file as POSIX sh reads it."""
+    script = f'set -a; . "{path}"; env -0'
+    out = subprocess.run(["sh", "-c", script], capture_output=True, check=True, env={}).stdout
+    pairs = (entry.split("=", 1) for entry in out.decode().split("\0") if entry)
+    return {k: v for k, v in pairs if k not in {"PWD", "SHLVL", "_", "OLDPWD"}}
+
+
+class LogWaiter(logging.Handler):
+    """Sets an event once a record whose message holds `text` is logged."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.text = text
+        self.seen = anyio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+    async def wait(self, within: float) -> None:
+        with anyio.fail_after(within):
+            await self.seen.wait()
+
+
+@contextmanager
+def logged(text: str, logger: str = "") -> Iterator[LogWaiter]:
+    """A `LogWaiter` for `text` on `logger` (the root by default) for the block."""
+    waiter = LogWaiter(text)
+    target = logging.getLogger(logger)
+    target.addHandler(waiter)
+    try:
+        yield waiter
+    finally:
+        target.removeHandler(waiter)
