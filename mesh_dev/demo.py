@@ -1,7 +1,7 @@
 """The demo: the other domains' stand-ins, a client over `deploy/examples/`, and a summary.
 
 `run_demo(nats_url, state_dir)` expects the provisioner server on that bus (it writes the
-registry); `mesh-provisioner dev` starts both and hands it the URL. It starts the stand-ins
+registry); `mesh-provisioner-dev` starts both and hands it the URL. It starts the stand-ins
 (`mesh_dev.standins`), copies the example manifests to `<state_dir>/manifests`,
 reconciles node `node-1` into `<state_dir>/env`, prints what was needed and applied, then keeps
 watching until cancelled: edit a manifest there, or a value in `mesh-config_values`, and watch

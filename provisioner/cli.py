@@ -23,7 +23,7 @@ from pathlib import Path
 
 import anyio
 
-from provisioner.errors import ProvisionerError, VerbError
+from provisioner.errors import ProvisionerError
 from provisioner.server import run_server
 from provisioner.settings import ENV_PREFIX, QuerySettings, ServerSettings
 from registry import buckets
@@ -176,7 +176,7 @@ def _ours(err: BaseException) -> ProvisionerError | RegistryError | None:
 
 
 def _exit_code(err: ProvisionerError | RegistryError) -> int:
-    if isinstance(err, VerbError | ServiceError):
+    if isinstance(err, ServiceError):
         return EXIT_VERB_ERROR
     if isinstance(err, SettingsError | CatalogueError):
         return EXIT_USAGE

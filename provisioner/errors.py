@@ -1,10 +1,9 @@
 """The errors of the server package.
 
     ProvisionerError
-    ├── RequestError        a verb request answered with a service error; carries its code
+    └── RequestError        a verb request answered with a service error; carries its code
     │   ├── CursorGone      a paging cursor that is unknown or expired (410)
     │   └── Unavailable     the buckets could not be read just now (503)
-    └── VerbError           the verb answered our own request with a service error (query side)
 
 Errors of the shared library (`registry.errors.RegistryError`: `BusError`, and `SettingsError` for
 settings of either program) pass through unchanged; the CLI catches both bases at its edge.
@@ -36,12 +35,3 @@ class CursorGone(RequestError):
 
 class Unavailable(RequestError):
     code = "503"
-
-
-class VerbError(ProvisionerError):
-    """The verb answered with a service error; raised by `provisioner.query`."""
-
-    def __init__(self, code: str, description: str) -> None:
-        self.code = code
-        self.description = description
-        super().__init__(f"the verb answered {code}: {description}")

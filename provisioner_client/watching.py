@@ -11,7 +11,8 @@
 
 Any change wakes the loop; it waits out a short debounce, then runs one full reconcile (cheap when
 nothing changed: zero writes). A reconcile that fails because the bus is away is retried with
-exponential backoff. Stopping is cancelling the task group the loop runs in.
+exponential backoff. A `stop` event ends the loop after the reconcile in progress (its change
+action included); cancelling the task group it runs in stops it at once.
 """
 
 from __future__ import annotations

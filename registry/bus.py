@@ -20,7 +20,6 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -73,14 +72,18 @@ class BusOptions(BaseModel):
     drain_timeout: timedelta = timedelta(seconds=5)
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
-    """A message as received: its subject, body, headers (empty when none) and reply subject."""
+    """A message as received: its subject, body, headers (empty when none) and reply subject.
 
-    subject: str
-    data: bytes
-    headers: Mapping[str, str]
-    reply: str
+    A plain class with slots: one is made per message of every listing, so construction is kept cheap."""
+
+    __slots__ = ("data", "headers", "reply", "subject")
+
+    def __init__(self, subject: str, data: bytes, headers: Mapping[str, str], reply: str) -> None:
+        self.subject = subject
+        self.data = data
+        self.headers = headers
+        self.reply = reply
 
     @staticmethod
     def of(msg: Msg) -> Message:
@@ -178,7 +181,7 @@ class Bus:
         return Message.of(msg)
 
     async def subscribe(self, subject: str, handler: Handler) -> Subscription:
-        async def on_message(msg: Msg) -> None:
+        async def on_message(msg: Msg) -> None:  # nats-py wants a coroutine function here
             await handler(Message.of(msg))
 
         with self.translated(f"subscribe {subject}"):

@@ -35,6 +35,8 @@ STOP_AT_MOST = 5.0  # seconds an unordered stop (an error, a cancellation) may t
 class ServiceRequest:
     """One request to an endpoint, as our code sees it."""
 
+    __slots__ = ("_request",)
+
     def __init__(self, request: Request) -> None:
         self._request = request
 
@@ -137,7 +139,7 @@ async def serve(
 
 
 def _adapted(handler: RequestHandler) -> Callable[[Request], Awaitable[None]]:
-    async def on_request(request: Request) -> None:
-        await handler(ServiceRequest(request))
+    def on_request(request: Request) -> Awaitable[None]:  # hands over the handler's coroutine: no frame of its own
+        return handler(ServiceRequest(request))
 
     return on_request

@@ -7,7 +7,7 @@ import provisioner
 
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(provisioner.__all__) == [
-        "CursorGone", "ProvisionerError", "RequestError", "ServerSettings", "Unavailable", "VerbError", "run_server",
+        "CursorGone", "ProvisionerError", "RequestError", "ServerSettings", "Unavailable", "run_server",
     ]  # fmt: skip
     for name in provisioner.__all__:
         assert getattr(provisioner, name).__module__.startswith("provisioner."), name
