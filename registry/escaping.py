@@ -56,11 +56,3 @@ def _why_not_canonical(token: str) -> str:
         elif ord(char) > 127 or ord(char) not in _SAFE:
             return f"character {char!r} at offset {i} must be escaped"
     return "it does not decode"  # pragma: no cover - the regex and this scan agree
-
-
-def is_canonical(token: str) -> bool:
-    try:
-        decode_token(token)
-    except TokenError:
-        return False
-    return True
