@@ -92,8 +92,14 @@ def _describe(err: ValidationError) -> str:
     if first["type"] == "extra_forbidden":
         return f"unknown field {field!r}; a request has {', '.join(Query.model_fields)}"
     if field == "what" and first["type"] == "literal_error":
-        return f"unknown what {first['input']!r}; one of {', '.join(LISTABLE)}"
+        return f"unknown what {_quoted(first['input'])}; one of {', '.join(LISTABLE)}"
     return f"field {field!r}: {first['msg']}"
+
+
+def _quoted(value: Any, limit: int = 64) -> str:
+    """A requester's value quoted in a reason, never longer than `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _json_type(document: Any) -> str:

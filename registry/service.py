@@ -55,13 +55,27 @@ class ServiceRequest:
             log.warning("could not answer a request: %s", err)
 
     async def respond_error(self, code: str, reason: str) -> None:
-        """The service error headers (code, reason on one line) and `{"error": reason}` as the body."""
+        """The service error headers (code, reason on one line) and `{"error": reason}` as the body.
+
+        The reason is capped: it may quote what the requester sent, and an answer over the
+        connection's `max_payload` would make the server close this connection for good."""
+        reason = capped(reason)
         description = " ".join(reason.split())  # a header value holds no line breaks
         body = json.dumps({"error": reason}).encode()
         try:
             await self._request.respond_error(code, description, data=body)
         except Exception as err:  # a closed connection or a request without a reply subject
             log.warning("could not answer a request with error %s: %s", code, err, extra={"code": code})
+
+
+MAX_REASON_CHARS = 1024
+
+
+def capped(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """`text`, cut to `limit` characters with a note of how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters left out)"
 
 
 RequestHandler = Callable[[ServiceRequest], Awaitable[None]]

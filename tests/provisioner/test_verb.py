@@ -218,3 +218,20 @@ async def test_query_raises_the_verb_error(seeded: Bus) -> None:
     with pytest.raises(ServiceError) as raised:
         await ask(seeded, {"what": "nothing"})
     assert raised.value.code == "400"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [json.dumps({"what": "w" * 600_000}).encode(), json.dumps({"whatever" + "x" * 600_000: 1}).encode()],
+    ids=["a 600 KB unknown what", "a 600 KB unknown field name"],
+)
+async def test_a_refusal_never_echoes_a_huge_input_and_the_seat_keeps_serving(seeded: Bus, body: bytes) -> None:
+    """An echoed reason over max_payload would get the seat's connection closed for good (issue 9, item 1)."""
+    reply = await seeded.request(buckets.VERB_SUBJECT, body)
+    code, description, document = error_of(reply)
+    assert code == "400"
+    assert len(reply.data) < 4096
+    assert len(description) < 2048
+    assert document == {"error": description}
+    for _ in range(3):  # the seat is still there, answering
+        assert keys_of(await ask(seeded, {"what": "applied"})) == sorted(APPLIED)
