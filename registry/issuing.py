@@ -1,0 +1,55 @@
+"""Issuing a mesh's grants to a folder: what `mesh-provisioner grants` writes.
+
+    <out>/accounts.conf       the accounts block for nats-server (static configuration)
+    <out>/grants.json         the same grants as data, for the controller and the seat
+    <keys>/<party>.nk         one nkey seed per party: seat.nk, vault.nk, node-n1.nk, ... (`keys`
+                              is `out` unless given: seeds are secrets, keep them apart)
+
+The controller can call `issue_grants` itself. Seeds already in `keys` are kept, so running it
+again with one more node changes only what that node adds, and the output is reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry.accounts_conf import render_accounts
+from registry.catalogue import load_catalogue
+from registry.credentials import issue_user_keys
+from registry.grants import Grants, data_parties, derive_grants, verb_subjects
+from registry.parties import Kind, Party
+
+
+@dataclass(frozen=True)
+class MeshParties:
+    """Who the grants are for, by name."""
+
+    nodes: Sequence[str]
+    providers: Sequence[str] = ()
+    operators: Sequence[str] = ()
+
+    def all(self) -> list[Party]:
+        return [
+            *data_parties(),
+            *(Party(kind=Kind.NODE, name=n) for n in self.nodes),
+            *(Party(kind=Kind.PROVIDER, name=p) for p in self.providers),
+            *(Party(kind=Kind.OPERATOR, name=o) for o in self.operators),
+        ]
+
+
+def issue_grants(
+    out: Path, parties: MeshParties, *, domains_file: Path | None = None, keys: Path | None = None
+) -> Grants:
+    """Writes the static configuration and the grants as data to `out`; the seeds are read from,
+    or newly written to, `keys` (default `out`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    domains = load_catalogue(domains_file)
+    user_keys = issue_user_keys(parties.all(), keys or out)
+    grants = derive_grants(
+        domains, nodes=parties.nodes, providers=parties.providers, operators=parties.operators, user_keys=user_keys
+    )
+    (out / "accounts.conf").write_text(render_accounts(grants, verb_subjects(domains)), encoding="utf-8")
+    (out / "grants.json").write_text(grants.to_json(), encoding="utf-8")  # public keys only: no secret
+    return grants
