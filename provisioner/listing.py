@@ -1,7 +1,8 @@
 """A listing's entries and malformed keys as JSON, split into pages.
 
-Each entry is its key, the parts its bucket's shape names, and the stored JSON value spliced in
-as it is; a key out of shape, a value that is not strict JSON, or an entry larger than a page is
+Each entry is its key, the parts its bucket's shape names, its revision (the entry's stream
+sequence: what a conditional write of that key compares against), and the stored JSON value
+spliced in as it is; a key out of shape, a value that is not strict JSON, or an entry larger than a page is
 a malformed key with the reason instead (see the README, "The verb").
 """
 
@@ -44,7 +45,7 @@ def encode_listing(what: str, items: list[KvItem], *, max_item_bytes: int) -> En
         if problem is not None:
             encoded.malformed.append(malformed(item.key, problem))
             continue
-        piece = entry(item.key, parts, item.value)
+        piece = entry(item.key, parts, item.revision, item.value)
         if len(piece) > max_item_bytes:
             reason = f"the entry is {len(piece)} bytes, more than one answer message carries ({max_item_bytes})"
             encoded.malformed.append(malformed(item.key, reason))
@@ -64,13 +65,13 @@ def json_problem(value: bytes) -> str | None:
     return None
 
 
-def entry(key: str, parts: Mapping[str, str], value: bytes) -> bytes:
+def entry(key: str, parts: Mapping[str, str], revision: int, value: bytes) -> bytes:
     """An entry's JSON, the stored value spliced in as it is (it was checked to be JSON)."""
     if _JSON_SAFE_KEY.fullmatch(key):  # the key and its parts need no JSON escaping: skip the encoder
         fields = "".join(f',"{field}":"{text}"' for field, text in parts.items())
-        head = f'{{"key":"{key}"{fields},"value":'.encode()
+        head = f'{{"key":"{key}"{fields},"revision":{revision:d},"value":'.encode()
     else:
-        head = _dumps({"key": key, **parts})[:-1] + b',"value":'
+        head = _dumps({"key": key, **parts, "revision": revision})[:-1] + b',"value":'
     return head + value.strip() + b"}"
 
 

@@ -51,6 +51,10 @@ def keys_of(answer: dict[str, Any]) -> list[str]:
     return [entry["key"] for entry in answer["entries"]]
 
 
+async def revision_in(js: JetStreamContext, bucket: str, key: str) -> int:
+    return (await (await js.key_value(bucket)).get(key)).revision or 0
+
+
 async def test_an_empty_body_asks_for_the_registry(seeded: Bus) -> None:
     msg = await seeded.request(buckets.VERB_SUBJECT, b"")
     answer = json.loads(msg.data)
@@ -61,13 +65,16 @@ async def test_an_empty_body_asks_for_the_registry(seeded: Bus) -> None:
     assert answer["total"] == {"entries": 13, "malformed": 0}
 
 
-async def test_needs_entries_carry_their_decoded_parts_and_value(seeded: Bus) -> None:
+async def test_needs_entries_carry_their_decoded_parts_revision_and_value(seeded: Bus, js: JetStreamContext) -> None:
     answer = await ask(seeded, {"what": "needs", "node": "n1", "module": "web"})
+    db, token = [
+        await revision_in(js, buckets.NEEDS.name, k) for k in ("n1.web.config.db=3Aurl", "n1.web.secret.token")
+    ]
     assert answer["entries"] == [
         {"key": "n1.web.config.db=3Aurl", "node": "n1", "module": "web", "kind": "config", "name": "db:url",
-         "value": json.loads(NEED)},
+         "revision": db, "value": json.loads(NEED)},
         {"key": "n1.web.secret.token", "node": "n1", "module": "web", "kind": "secret", "name": "token",
-         "value": json.loads(NEED)},
+         "revision": token, "value": json.loads(NEED)},
     ]  # fmt: skip
     assert answer["malformed"] == []
 
@@ -106,12 +113,22 @@ async def test_each_filter_narrows_to_its_keys(seeded: Bus, request_: dict[str, 
     assert answer["what"] == request_["what"]
 
 
-async def test_collect_entries_name_collection_and_contributor(seeded: Bus) -> None:
+async def test_collect_entries_name_collection_and_contributor(seeded: Bus, js: JetStreamContext) -> None:
     answer = await ask(seeded, {"what": "collect", "node": "n2"})
+    revision = await revision_in(js, buckets.COLLECT.name, "n2.shell=3Azsh=3Anormal.web")
     assert answer["entries"] == [
         {"key": "n2.shell=3Azsh=3Anormal.web", "node": "n2", "collection": "shell:zsh:normal", "contributor": "web",
-         "value": {"items": ["x"]}},
+         "revision": revision, "value": {"items": ["x"]}},
     ]  # fmt: skip
+
+
+async def test_an_entry_written_again_is_answered_at_its_new_revision(seeded: Bus, js: JetStreamContext) -> None:
+    kv = await js.key_value(buckets.APPLIED.name)
+    before = (await ask(seeded, {"what": "applied", "node": "n1", "module": "web"}))["entries"][0]["revision"]
+    written = await kv.put("n1.web", b'{"state":"pending"}')
+    after = (await ask(seeded, {"what": "applied", "node": "n1", "module": "web"}))["entries"][0]
+    assert (after["revision"], after["value"]) == (written, {"state": "pending"})
+    assert written > before
 
 
 OUT_OF_SHAPE = {
@@ -156,8 +173,8 @@ async def registry_once(bus: Bus, holds: Callable[[dict[str, Any]], bool]) -> di
 async def test_a_registry_value_that_is_json_but_not_an_entry_is_reported_as_stored(
     seeded: Bus, js: JetStreamContext
 ) -> None:
-    await (await js.key_value(buckets.REGISTRY.name)).put("odd", b'{"whatever":1}')
-    odd = {"key": "odd", "kind": "odd", "value": {"whatever": 1}}
+    revision = await (await js.key_value(buckets.REGISTRY.name)).put("odd", b'{"whatever":1}')
+    odd = {"key": "odd", "kind": "odd", "revision": revision, "value": {"whatever": 1}}
     await registry_once(seeded, lambda answer: odd in answer["entries"])
 
 
