@@ -7,7 +7,9 @@
 - vault: a `nats.micro` service `mesh-vault` answering `mesh-vault.secret` and
   `mesh-vault.consumers`. Request `{"node", "module", "kind", "name"}`; answer `{"value": "..."}`,
   or service error 404 for an unknown name and 400 for a body that is not such an object. The
-  secrets are development values, never for production.
+  secrets are development values, never for production. Given the grants (`PartyMap`), it does
+  what a real vault must: a node is answered about its own node only (the asking account comes
+  from `Nats-Request-Info`, never the body), and an account no grant names is refused (403).
 
 `provision_own_buckets` does what the provisioner server does at start (the four
 `mesh-provisioner_*` buckets, the built-in registry), with the server's own functions: for a
@@ -28,7 +30,8 @@ from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.keys import BOUND, KeyShape
 from registry.kv import BucketConfig, create_bucket, put
-from registry.service import EndpointSpec, ServiceRequest, serve
+from registry.parties import Kind, PartyMap, UnknownAccount
+from registry.service import EndpointSpec, ServiceRequest, capped, serve
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +79,12 @@ async def provision_own_buckets(bus: Bus) -> None:
 
 @dataclass
 class Vault:
-    """Development secrets answered on the vault's verbs; `rotate` changes one."""
+    """Development secrets answered on the vault's verbs; `rotate` changes one. With `parties`,
+    a node asking about another node (the body's `node` is not its own) is refused 403."""
 
     secrets: dict[str, str] = field(default_factory=lambda: dict(DEV_SECRETS))
     consumers: dict[str, str] = field(default_factory=lambda: dict(DEV_CONSUMERS))
+    parties: PartyMap | None = None
 
     def rotate(self, name: str, value: str) -> None:
         self.secrets[name] = value
@@ -95,14 +100,32 @@ class Vault:
             body = json.loads(request.data or b"{}")
             name = body["name"] if isinstance(body, dict) else None
         except (ValueError, KeyError):
-            name = None
+            body, name = None, None
         if not isinstance(name, str):
             await request.respond_error("400", 'expected {"node", "module", "kind", "name"}')
+            return
+        refusal = self.refusal(request.headers, body.get("node") if isinstance(body, dict) else None)
+        if refusal is not None:
+            await request.respond_error("403", refusal)
             return
         if name not in values:
             await request.respond_error("404", f"no development {what} named {name!r}")
             return
         await request.respond(json.dumps({"value": values[name]}).encode())
+
+    def refusal(self, headers: Mapping[str, str], node: object) -> str | None:
+        """Why the asking party may not have this answer, or None. The party comes from the bus;
+        the body's `node` only has to be the asking node's own."""
+        if self.parties is None:
+            return None
+        try:
+            party = self.parties.who_asks(headers)
+        except UnknownAccount as err:
+            return str(err)
+        if party is None or party.kind != Kind.NODE or node == party.name:
+            return None
+        asked_for = f"node {capped(node, 64)}" if isinstance(node, str) else "no node"
+        return f"a node is answered about its own secrets; asked by node {capped(party.name, 64)} for {asked_for}"
 
 
 @dataclass

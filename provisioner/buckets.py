@@ -1,35 +1,80 @@
-"""Making sure the four buckets of the contract exist, without ever recreating one.
+"""Making sure the seat's buckets exist, with a configuration no party can wipe or bend.
 
-Each bucket is used as it is when it exists and created only when missing, with direct get
-enabled so that a node's reads can be narrowed to its own keys. A bucket's configuration cannot
-change in place: an existing bucket without direct get is used as it is, with a warning.
+The seat creates its four buckets, and the `<provider>_bound` bucket of each configured provider
+(no provider may create a stream: that grant would let it choose the stream's subjects), each
+with the same fixed configuration (`registry.kv.BucketConfig`): rollup headers refused, a value
+and a bucket size limit, direct get on (a node's reads are granted key by key), deletion of the
+stream denied. An existing bucket is used as it is, never recreated; one that is weaker than
+that is reported with one ERROR line saying what differs and the command that fixes it, and the
+server still starts: refusing to start would take the whole mesh down over a fixable setting.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from registry import buckets
 from registry.buckets import Bucket
 from registry.bus import Bus
+from registry.grants import bound_bucket
 from registry.kv import BucketConfig, bucket_config, create_bucket
 
 log = logging.getLogger(__name__)
 
 
-async def ensure_buckets(bus: Bus, config: BucketConfig) -> None:
-    """Creates each of the four buckets of the contract that is missing."""
-    for bucket in buckets.OWN:
+def seat_buckets(providers: Iterable[str] = ()) -> list[Bucket]:
+    """Every bucket the seat creates: its own four and each provider's `_bound` bucket."""
+    return [*buckets.OWN, *(bound_bucket(provider) for provider in providers)]
+
+
+async def ensure_buckets(bus: Bus, config: BucketConfig, providers: Iterable[str] = ()) -> None:
+    """Creates each of the seat's buckets that is missing; reports those that are weaker."""
+    for bucket in seat_buckets(providers):
         await ensure_bucket(bus, bucket, config)
 
 
 async def ensure_bucket(bus: Bus, bucket: Bucket, config: BucketConfig) -> None:
     existing = await bucket_config(bus, bucket)
     if existing is not None:
-        if not existing.get("allow_direct"):
-            log.warning("bucket %s exists without direct get; node reads cannot be narrowed to their keys",
-                        bucket.name, extra={"bucket": bucket.name})  # fmt: skip
+        _report_if_weaker(bucket, existing, config)
         return
     await create_bucket(bus, bucket, config)
-    log.info("bucket %s created (replicas %d, %s storage, history %d)", bucket.name, config.replicas,
-             config.storage, config.history, extra={"bucket": bucket.name})  # fmt: skip
+    log.info("bucket %s created (replicas %d, %s storage, history %d, values up to %d bytes, %d bytes in all)",
+             bucket.name, config.replicas, config.storage, config.history, config.max_value_size, config.max_bytes,
+             extra={"bucket": bucket.name})  # fmt: skip
+
+
+def weaknesses(existing: Mapping[str, Any], wanted: BucketConfig) -> list[tuple[str, str]]:
+    """How an existing bucket's stream is weaker than the seat creates it: (what, the flag of
+    `nats stream edit` that fixes it) for each difference."""
+    found: list[tuple[str, str]] = []
+    if existing.get("allow_rollup_hdrs", False):
+        found.append(("rollup headers allowed (one put with Nats-Rollup: all wipes every key)", "--no-allow-rollup"))
+    found += _limit("value size", existing.get("max_msg_size"), wanted.max_value_size, "--max-msg-size")
+    found += _limit("bucket size", existing.get("max_bytes"), wanted.max_bytes, "--max-bytes")
+    if wanted.direct and not existing.get("allow_direct", False):
+        found.append(("no direct get (a node's reads cannot be granted key by key)", "--allow-direct"))
+    if not existing.get("deny_delete", False):
+        found.append(("deletes through the stream API allowed", "--deny-delete"))
+    return found
+
+
+def _limit(what: str, current: int | None, wanted: int, flag: str) -> list[tuple[str, str]]:
+    if current is None or current <= 0:
+        return [(f"no {what} limit (wanted {wanted})", f"{flag} {wanted}")]
+    if current > wanted:
+        return [(f"{what} limit {current}, larger than {wanted}", f"{flag} {wanted}")]
+    return []
+
+
+def _report_if_weaker(bucket: Bucket, existing: Mapping[str, Any], wanted: BucketConfig) -> None:
+    found = weaknesses(existing, wanted)
+    if not found:
+        return
+    differs = "; ".join(what for what, _ in found)
+    fix = f"nats stream edit {bucket.stream} {' '.join(flag for _, flag in found)}"
+    log.error("bucket %s is weaker than the seat creates it: %s. Fix it with `%s`, or recreate it: back up its "
+              "keys, delete the stream and restart the seat", bucket.name, differs, fix,
+              extra={"bucket": bucket.name})  # fmt: skip

@@ -3,7 +3,9 @@
 The page's shape, `total` and the cursor's rules are the verb's contract (README, "Paging"). A
 page fits the connection's `max_payload` with a margin. The listing is read once, on the first
 request, and its later pages are kept here, bounded in count (`max_cursors`) and bytes
-(`cursor_cache_bytes`), oldest dropped first, each for `cursor_ttl` after its last use.
+(`cursor_cache_bytes`), oldest dropped first, each for `cursor_ttl` after its last use. A listing
+is kept with the party that started it: a cursor is a bearer token, and another party holding it
+(a node that saw it go by) must not read a listing scoped to someone else.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from provisioner.errors import CursorGone, RequestError
+from registry.parties import Party
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +94,7 @@ class _Kept:
     pages: list[bytes]  # pages[0] is page 2
     size: int
     expires: float
+    owner: Party | None
 
 
 class PageCache:
@@ -121,8 +125,10 @@ class PageCache:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def keep(self, listing_id: str, given: Mapping[str, str], later_pages: list[bytes]) -> None:
-        """Keeps pages 2.. of a listing whose first page is being sent."""
+    def keep(
+        self, listing_id: str, given: Mapping[str, str], later_pages: list[bytes], owner: Party | None = None
+    ) -> None:
+        """Keeps pages 2.. of a listing whose first page is being sent to `owner`."""
         self._expire()
         size = sum(len(p) for p in later_pages)
         while self._kept and (len(self._kept) >= self._max_listings or self.size + size > self._max_bytes):
@@ -131,14 +137,15 @@ class PageCache:
             log.info("page cache full: dropped an unfinished listing to keep a new one")
         if size > self._max_bytes:
             log.warning("a listing of %d bytes is kept although the page cache holds %d", size, self._max_bytes)
-        self._kept[listing_id] = _Kept(dict(given), later_pages, size, self._clock() + self._ttl)
+        self._kept[listing_id] = _Kept(dict(given), later_pages, size, self._clock() + self._ttl, owner)
 
-    def page(self, cursor: str, given: Mapping[str, str]) -> bytes:
-        """The page `cursor` names; the fields given with it must be those of the first request."""
+    def page(self, cursor: str, given: Mapping[str, str], asker: Party | None = None) -> bytes:
+        """The page `cursor` names, for the party that started its listing only (to any other it
+        is unknown); the fields given with it must be those of the first request."""
         self._expire()
         listing_id, _, number = cursor.rpartition(".")
         kept = self._kept.get(listing_id)
-        if kept is None or not number.isdigit() or not 2 <= int(number) <= len(kept.pages) + 1:
+        if kept is None or kept.owner != asker or not (number.isdigit() and 2 <= int(number) <= len(kept.pages) + 1):
             raise CursorGone()
         differing = sorted(f for f, v in given.items() if kept.given.get(f, _DEFAULTS.get(f)) != v)
         if differing:

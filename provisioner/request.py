@@ -3,6 +3,9 @@
 The request's fields and the error contract are described in the README ("The verb"). A body
 that is not a JSON object, an unknown field or `what`, or a field that does not apply to `what`
 is a `RequestError` (answered 400) whose reason says what was wrong.
+
+Who asks decides the scope (`scoped`), never the body: the bus tells the party
+(`registry.parties.PartyMap.who_asks`), and a node is answered about its own keys only.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from provisioner.errors import RequestError
 from registry import buckets
 from registry.buckets import Bucket
+from registry.parties import Party
+from registry.service import capped
 
 What = Literal["registry", "needs", "applied", "collect"]
 FILTERS = ("node", "module", "collection")
@@ -57,6 +62,36 @@ class Query(BaseModel):
     def given(self) -> dict[str, str]:
         """The fields the requester gave, besides the cursor: what a continuation must repeat."""
         return {f: getattr(self, f) for f in sorted(self.model_fields_set) if f != "cursor"}
+
+
+class Forbidden(RequestError):
+    """A request its party may not make (403): the scope comes from the bus, never from the body."""
+
+    code = "403"
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A query as scoped to the party that asked it (`None`: from inside the data account)."""
+
+    query: Query
+    party: Party | None
+
+
+def scoped(query: Query, party: Party | None) -> Query:
+    """`query` as `party` may have it answered: a node about its own keys (needs, applied and
+    collect narrowed to its node), everyone else about the mesh. A continuation is left as it is:
+    its listing was scoped when it started, and its cursor serves only the party that started it."""
+    if party is None or party.sees_the_mesh:
+        return query
+    if query.node is not None and query.node != party.name:
+        raise Forbidden(
+            "a node is answered about its own keys; "
+            f"asked by node {capped(party.name, 64)} for node {capped(query.node, 64)}"
+        )
+    if query.what == "registry" or query.cursor is not None:
+        return query
+    return query.model_copy(update={"node": party.name})
 
 
 def parse_request(body: bytes) -> Query:

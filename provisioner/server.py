@@ -1,7 +1,8 @@
 """The running server: one task group owning the registry compile and the verb service.
 
+    read the grants file              who is who on the bus, for the verb's scope
     async with connect(...)            reconnects forever; drained last
-      ensure the four buckets
+      ensure the seat's buckets         its four and each configured provider's `_bound`
       compile the registry              at start (a failure here is fatal) ...
       ├── every compile_interval        ... then as a task of the group
       ├── the registry view             follows the registry bucket for `what=registry`
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 from contextlib import AsyncExitStack
 from functools import partial
+from pathlib import Path
 
 import anyio
 from anyio import CancelScope
@@ -28,8 +30,12 @@ from provisioner.registry_view import RegistryView
 from provisioner.service import verb_service
 from provisioner.settings import ServerSettings
 from provisioner.verb import Verb
-from registry.bus import BusOptions, connect
+from registry.bus import Bus, BusOptions, connect
+from registry.errors import SettingsError
+from registry.grants import load_party_map
 from registry.kv import BucketConfig
+from registry.parties import PartyMap
+from registry.settings import env_of, flag_of
 
 log = logging.getLogger(__name__)
 
@@ -39,20 +45,21 @@ async def run_server(
     bus_options: BusOptions,
     settings: ServerSettings,
     stop: anyio.Event,
+    parties: PartyMap | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Runs the server until `stop` is set; reports ready once the verb is served.
 
-    A `stop` before the server is ready (still waiting for NATS, say) gives up at once: there is
-    nothing in flight to finish."""
+    The verb scopes its answers by `parties`, else by the parties of `settings.grants_file`,
+    else not at all. A `stop` before the server is ready (still waiting for NATS, say) gives up
+    at once: there is nothing in flight to finish."""
     ready = anyio.Event()
+    if parties is None and settings.grants_file is not None:
+        parties = read_grants(settings.grants_file)
     async with AsyncExitStack() as resources, anyio.create_task_group() as tasks:
         tasks.start_soon(_give_up_if_stopped_before, ready, stop, tasks.cancel_scope)
         bus = await resources.enter_async_context(connect(bus_options))
-        bucket_config = BucketConfig(
-            history=settings.bucket_history, replicas=settings.bucket_replicas, storage=settings.bucket_storage
-        )
-        await ensure_buckets(bus, bucket_config)
+        await ensure_buckets(bus, bucket_config_of(settings, bus), settings.providers)
         compile_registry = partial(
             keep_registry_compiled, bus, domains_file=settings.domains_file, interval=settings.compile_interval
         )
@@ -64,7 +71,7 @@ async def run_server(
         )
         async with verb_service(
             bus,
-            verb=Verb(bus, cache, registry),
+            verb=Verb(bus, cache, registry, parties),
             max_concurrent=settings.max_concurrent_requests,
             max_waiting=settings.max_waiting_requests,
             shutdown_timeout=settings.shutdown_timeout,
@@ -75,6 +82,31 @@ async def run_server(
             log.info("stopping")
         tasks.cancel_scope.cancel()
     log.info("stopped")
+
+
+def read_grants(path: Path) -> PartyMap:
+    """The parties of the grants file; a file that cannot be read is a settings error (exit 2)."""
+    try:
+        return load_party_map(path)
+    except (OSError, ValueError) as err:
+        where = f"grants_file ({flag_of(ServerSettings, 'grants_file')}, {env_of(ServerSettings, 'grants_file')})"
+        raise SettingsError(where, f"{path} cannot be read as grants.json: {str(err)[:300]}") from None
+
+
+def bucket_config_of(settings: ServerSettings, bus: Bus) -> BucketConfig:
+    """The configuration of the buckets the seat creates; a value limit must leave room under
+    the connection's max_payload for the subject and headers of a put."""
+    if settings.bucket_max_value_size >= bus.max_payload:
+        where = f"bucket_max_value_size ({flag_of(ServerSettings, 'bucket_max_value_size')})"
+        reason = f"{settings.bucket_max_value_size} is not under the bus's max_payload {bus.max_payload}"
+        raise SettingsError(where, reason)
+    return BucketConfig(
+        history=settings.bucket_history,
+        replicas=settings.bucket_replicas,
+        storage=settings.bucket_storage,
+        max_value_size=settings.bucket_max_value_size,
+        max_bytes=settings.bucket_max_bytes,
+    )
 
 
 async def _give_up_if_stopped_before(ready: anyio.Event, stop: anyio.Event, everything: CancelScope) -> None:

@@ -4,7 +4,7 @@ nats-py calls a micro handler one request at a time, so the handler only hands e
 task of our own task group; at most `max_concurrent` are answered at once and `max_waiting` more
 wait for a slot, beyond which a request is answered 503 at once.
 
-Errors: a `RequestError` is answered with its code (400, 410, 503) in the `Nats-Service-Error-Code`
+Errors: a `RequestError` is answered with its code (400, 403, 410, 503) in the `Nats-Service-Error-Code`
 header, its reason in `Nats-Service-Error` and `{"error": reason}` as the body. Anything else is
 logged with its traceback and answered 500 "internal error", never with its text.
 
@@ -27,7 +27,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from provisioner.errors import RequestError
-from provisioner.request import Query, parse_request
+from provisioner.request import Asked
 from provisioner.verb import Verb
 from registry import buckets
 from registry.bus import Bus
@@ -108,14 +108,14 @@ async def verb_service(
     async with anyio.create_task_group() as handlers:
 
         async def on_request(request: ServiceRequest) -> None:
-            query = await _answer_at_once(verb, request)
-            if query is None:
+            asked = await _answer_at_once(verb, request)
+            if asked is None:
                 return
             if in_flight.count >= max_concurrent + max_waiting:
                 await request.respond_error("503", "too many requests waiting; retry shortly")
                 return
             in_flight.enter()
-            handlers.start_soon(_handle, verb, query, limiter, in_flight, request)
+            handlers.start_soon(_handle, verb, asked, limiter, in_flight, request)
 
         endpoint = EndpointSpec(ENDPOINT, buckets.VERB_SUBJECT, on_request)
         async with serve(bus, name=buckets.SEAT, version=version(), description=DESCRIPTION,
@@ -145,11 +145,11 @@ async def _shut_down(service: RunningService, handlers: TaskGroup, in_flight: In
     handlers.cancel_scope.cancel()
 
 
-async def _answer_at_once(verb: Verb, request: ServiceRequest) -> Query | None:
-    """Answers what needs no bucket read in the handler itself; returns the query that does."""
+async def _answer_at_once(verb: Verb, request: ServiceRequest) -> Asked | None:
+    """Answers what needs no bucket read in the handler itself; returns the request that does."""
     try:
-        query = parse_request(request.data)
-        page = verb.from_memory(query)
+        asked = verb.asked(request.data, request.headers)
+        page = verb.from_memory(asked)
     except RequestError as err:
         await _refuse(request, err)
     except Exception:
@@ -157,14 +157,14 @@ async def _answer_at_once(verb: Verb, request: ServiceRequest) -> Query | None:
         await request.respond_error("500", INTERNAL_ERROR)
     else:
         if page is None:
-            return query
+            return asked
         await request.respond(page)
     return None
 
 
 async def _handle(
     verb: Verb,
-    query: Query,
+    asked: Asked,
     limiter: anyio.CapacityLimiter,
     in_flight: InFlight,
     request: ServiceRequest,
@@ -173,7 +173,7 @@ async def _handle(
     try:
         async with limiter:
             with in_flight.answering_one():
-                page = await verb.by_listing(query)
+                page = await verb.by_listing(asked)
         await request.respond(page)
         log.debug("answered %d bytes in %.1f ms", len(page), (time.perf_counter() - started) * 1000)
     except RequestError as err:

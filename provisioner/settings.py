@@ -8,6 +8,8 @@ TOML config file given by `--config` (top-level keys named as the fields; NATS o
 Example config file:
 
     domains_file = "/etc/mesh-provisioner/domains.toml"
+    grants_file = "/etc/mesh-provisioner/grants.json"
+    providers = ["postgres"]
     compile_interval = 3600
     bucket_replicas = 3
     log_format = "json"
@@ -20,15 +22,24 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, StringConstraints
 from pydantic_settings import SettingsConfigDict
 
 from registry.logs import LogLevel
 from registry.settings import Duration, LogSettings
 
 ENV_PREFIX = "MESH_PROVISIONER_"
+
+
+def _comma_separated(value: Any) -> Any:
+    """A list given as text (a flag, an environment variable) is comma-separated names."""
+    return [name.strip() for name in value.split(",") if name.strip()] if isinstance(value, str) else value
+
+
+# A provider module's name makes its bucket's name `<provider>_bound`: only what a bucket name holds.
+ProviderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$")]
 
 
 class ServerSettings(LogSettings):
@@ -39,6 +50,14 @@ class ServerSettings(LogSettings):
     foreign_env_prefixes: ClassVar[tuple[str, ...]] = ("MESH_PROVISIONER_CLIENT_",)
 
     domains_file: Path | None = Field(default=None, description="a TOML file adding or overriding domains")
+    grants_file: Path | None = Field(
+        default=None,
+        description="the grants.json written by `mesh-provisioner grants`; without it every request is answered "
+        "about the mesh, as in a single-account development bus",
+    )
+    providers: Annotated[list[ProviderName], BeforeValidator(_comma_separated)] = Field(
+        default_factory=list, description="provider modules (comma-separated) whose <provider>_bound bucket it creates"
+    )
     compile_interval: Duration = Field(
         default=timedelta(hours=1), gt=timedelta(0), description="how often the registry is compiled again"
     )
@@ -47,6 +66,12 @@ class ServerSettings(LogSettings):
         default="file", description="storage of the buckets the server creates"
     )
     bucket_history: int = Field(default=1, ge=1, le=64, description="values kept per key in the buckets it creates")
+    bucket_max_value_size: int = Field(
+        default=64 * 1024, ge=1024, description="bytes one value may hold in the buckets it creates (under max_payload)"
+    )
+    bucket_max_bytes: int = Field(
+        default=1024**3, ge=1024 * 1024, description="bytes each bucket it creates may hold in all"
+    )
     max_concurrent_requests: int = Field(default=32, ge=1, description="verb requests answered at once")
     max_waiting_requests: int = Field(
         default=1000, ge=0, description="requests waiting beyond those; more are answered 503"

@@ -4,11 +4,17 @@ A cursor's page and the registry (kept by `RegistryView`) are answered at once, 
 handler; anything else reads the bucket under the query's narrowing (server-side subject filters
 of its key shape, so a query for one node never reads the whole bucket), encodes it and keeps the
 pages after the first under a cursor. The contract of requests and answers is in the README.
+
+Who asks comes from the bus: with a `PartyMap` (the grants the controller issued), the header
+`Nats-Request-Info` names the asking account, and the query is scoped to that party
+(`provisioner.request.scoped`). Without one, every request is answered about the mesh, as on a
+single-account development bus.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from functools import partial
 
 import anyio
@@ -18,10 +24,11 @@ from provisioner.errors import Unavailable
 from provisioner.listing import paginate_listing
 from provisioner.paging import PageCache, page_budget
 from provisioner.registry_view import RegistryView
-from provisioner.request import LISTABLE, Query
+from provisioner.request import LISTABLE, Asked, Forbidden, Query, parse_request, scoped
 from registry.bus import Bus
 from registry.errors import BusError
 from registry.kv import KvItem, snapshot
+from registry.parties import Party, PartyMap, UnknownAccount
 
 log = logging.getLogger(__name__)
 
@@ -31,21 +38,41 @@ IN_THREAD_FROM = 2000  # items; below this a thread costs more than it spares th
 class Verb:
     """Answers validated queries; raises `RequestError` for one the verb refuses."""
 
-    def __init__(self, bus: Bus, cache: PageCache, registry: RegistryView | None = None) -> None:
+    def __init__(
+        self, bus: Bus, cache: PageCache, registry: RegistryView | None = None, parties: PartyMap | None = None
+    ) -> None:
         self.bus = bus
         self.cache = cache
         self.registry = registry
+        self.parties = parties
 
-    def from_memory(self, query: Query) -> bytes | None:
+    def asked(self, body: bytes, headers: Mapping[str, str]) -> Asked:
+        """The request validated and scoped to the party the bus says sent it; `Forbidden` for an
+        account no grant was issued to, or a node asking about another node."""
+        party = self.who_asks(headers)
+        return Asked(scoped(parse_request(body), party), party)
+
+    def who_asks(self, headers: Mapping[str, str]) -> Party | None:
+        if self.parties is None:
+            return None
+        try:
+            return self.parties.who_asks(headers)
+        except UnknownAccount as err:
+            raise Forbidden(str(err)) from None
+
+    def from_memory(self, asked: Asked) -> bytes | None:
         """The answer when no bucket needs reading (a cursor's page, the registry), else None."""
+        query = asked.query
         if query.cursor is not None:
-            return self.cache.page(query.cursor, query.given())
+            return self.cache.page(query.cursor, query.given(), asked.party)
         if query.what == "registry" and self.registry is not None:
             return self.registry.answer(page_budget(self.bus.max_payload))
         return None
 
-    async def by_listing(self, query: Query) -> bytes:
-        """The first page of a new listing; the pages after it are kept under a cursor."""
+    async def by_listing(self, asked: Asked) -> bytes:
+        """The first page of a new listing; the pages after it are kept under a cursor for the
+        party that asked."""
+        query = asked.query
         items = await list_keys(self.bus, query)
         listing_id = self.cache.new_listing_id()
         budget = page_budget(self.bus.max_payload)
@@ -55,7 +82,7 @@ class Verb:
         log.debug("listed %s %s: %d pages", query.what, query.narrowing() or "everything", len(pages),
                   extra={"what": query.what})  # fmt: skip
         if len(pages) > 1:
-            self.cache.keep(listing_id, query.given(), pages[1:])
+            self.cache.keep(listing_id, query.given(), pages[1:], asked.party)
         return pages[0]
 
 

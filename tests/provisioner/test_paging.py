@@ -18,6 +18,7 @@ from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.errors import ServiceError
 from registry.kv import put
+from registry.parties import Kind, Party
 from registry.verb_client import ask, ask_page
 from tests.helpers import in_own_task, put_many, serving
 
@@ -116,6 +117,16 @@ def test_a_cursor_naming_no_kept_page_is_gone(cursor: str) -> None:
     assert raised.value.code == "410"
 
 
+def test_a_cursor_serves_only_the_party_that_started_its_listing() -> None:
+    n1, n2 = Party(kind=Kind.NODE, name="n1"), Party(kind=Kind.NODE, name="n2")
+    cache = PageCache()
+    cache.keep("L", {"what": "needs", "node": "n1"}, [b"p2"], owner=n1)
+    for other in (n2, Party(kind=Kind.OPERATOR, name="ops"), None):
+        with pytest.raises(CursorGone):
+            cache.page("L.2", {}, other)
+    assert cache.page("L.2", {}, n1) == b"p2"
+
+
 def test_the_oldest_listing_is_dropped_to_keep_within_bounds() -> None:
     cache = PageCache(max_listings=2, max_bytes=10)
     cache.keep("A", {}, [b"1234"])
@@ -131,7 +142,10 @@ def test_the_oldest_listing_is_dropped_to_keep_within_bounds() -> None:
 
 @asynccontextmanager
 async def small_payload_nats(tmp_path: Path) -> AsyncIterator[LocalNats]:
-    async with local_nats(tmp_path / "nats", "max_payload: 16384") as server, serving(server.url):
+    async with (
+        local_nats(tmp_path / "nats", "max_payload: 16384") as server,
+        serving(server.url, bucket_max_value_size=8192),
+    ):
         yield server
 
 

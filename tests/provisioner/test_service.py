@@ -18,6 +18,7 @@ from registry import buckets
 from registry.bus import Bus
 from registry.errors import NoResponders
 from registry.kv import BucketConfig
+from registry.parties import Party
 from registry.verb_client import ERROR_CODE_HEADER, ERROR_HEADER
 from tests.helpers import fire, put_many
 
@@ -101,7 +102,7 @@ async def test_the_service_api_answers(server: LocalNats, nc: Client, subject: s
 class BrokenCache(PageCache):
     """A page cache that fails unexpectedly: the seam through which a bug reaches a handler."""
 
-    def page(self, cursor: str, given: Mapping[str, str]) -> bytes:
+    def page(self, cursor: str, given: Mapping[str, str], asker: Party | None = None) -> bytes:
         raise RuntimeError("password=hunter2 leaked in a repr")
 
 

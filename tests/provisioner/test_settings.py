@@ -80,3 +80,18 @@ def test_a_bad_value_names_the_field_its_flag_and_variable() -> None:
 
 def test_the_node_clients_variables_on_the_same_machine_are_left_to_it() -> None:
     assert load({}, environ={"MESH_PROVISIONER_CLIENT_NODE": "n1"}) == load({})
+
+
+def test_providers_are_comma_separated_names_in_a_flag_or_variable_and_a_list_in_the_file(tmp_path: Path) -> None:
+    assert load({"providers": "postgres, mysql"}).providers == ["postgres", "mysql"]
+    assert load({}, environ={"MESH_PROVISIONER_PROVIDERS": "postgres"}).providers == ["postgres"]
+    path = tmp_path / "server.toml"
+    path.write_text('providers = ["postgres"]\ngrants_file = "/etc/mesh/grants.json"\n')
+    settings = load({}, path)
+    assert (settings.providers, settings.grants_file) == (["postgres"], Path("/etc/mesh/grants.json"))
+    assert (load({}).providers, load({}).grants_file) == ([], None)
+
+
+def test_a_provider_name_that_cannot_name_a_bucket_is_an_error() -> None:
+    with pytest.raises(SettingsError, match="providers"):
+        load({"providers": "post.gres"})

@@ -1,0 +1,275 @@
+"""The seat and the vault answer by who asks (issue 8): the party comes from `Nats-Request-Info`,
+set by nats-server on a `share: true` import, never from the request body.
+
+Each test runs a real multi-account nats-server: the data and the seat in account `MESH`
+(connections without credentials land there as the seat), and nodes, an operator and a stranger
+in accounts of their own, each importing the verb and the vault's secret verb with `share: true`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import SecretStr
+
+from mesh_dev.local_nats import LocalNats, local_nats
+from mesh_dev.standins import SECRET_SUBJECT, Vault
+from provisioner.server import run_server
+from provisioner.settings import ServerSettings
+from registry import buckets
+from registry.bus import Bus, BusOptions, connect
+from registry.errors import ServiceError
+from registry.grants import AccountGrant, Grants
+from registry.kv import get_latest
+from registry.parties import REQUEST_INFO, Kind, Party, PartyMap
+from registry.service import EndpointSpec, serve
+from registry.verb_client import ask
+from tests.helpers import in_own_task, put_many
+
+N1, N2 = Party(kind=Kind.NODE, name="n1"), Party(kind=Kind.NODE, name="n2")
+OPS = Party(kind=Kind.OPERATOR, name="ops")
+STRANGER = "stranger"  # an account on the bus that no grant names
+PARTIES = PartyMap.of([(N1, None), (N2, None), (OPS, None)])
+NEED = b'{"placeholder":"${config:x}","used_in":["X"]}'
+NEEDS = {
+    "n1.web.config.a": NEED,
+    "n1.bad": b"{}",
+    "n2.web.config.a": NEED,
+    "n2.web.secret.b": NEED,
+}
+APPLIED = {"n1.web": b'{"state":"applied"}', "n2.web": b'{"state":"applied"}'}
+COLLECT = {"n1.shell=3Azsh.web": b'{"items":["a"]}', "n2.shell=3Azsh.web": b'{"items":["b"]}'}
+SHARED = [buckets.VERB_SUBJECT, SECRET_SUBJECT]
+
+
+def accounts_config(accounts: Sequence[str]) -> str:
+    """A static configuration: MESH exports the verbs, each other account imports them shared;
+    each account's one user is named and has the password of its account."""
+    exports = ", ".join(f'{{service: "{subject}"}}' for subject in SHARED)
+    imports = ", ".join(f'{{service: {{account: MESH, subject: "{subject}"}}, share: true}}' for subject in SHARED)
+    blocks = [
+        f"MESH: {{ jetstream: enabled, users: [{{user: seat, password: seat}}], exports: [{exports}] }}",
+        *(f'"{a}": {{ users: [{{user: "{a}", password: "{a}"}}], imports: [{imports}] }}' for a in accounts),
+    ]
+    return "accounts {\n  " + "\n  ".join(blocks) + "\n}\nno_auth_user: seat\n"
+
+
+@asynccontextmanager
+async def mesh(
+    state: Path, extra: str = "", parties: PartyMap | None = PARTIES, **settings: Any
+) -> AsyncIterator[LocalNats]:
+    """The multi-account server, seeded, with the seat serving the verb scoped by `parties`."""
+    config = accounts_config([N1.account, N2.account, OPS.account, STRANGER]) + extra
+    async with local_nats(state, config) as server, anyio.create_task_group() as tasks:
+        stop = anyio.Event()
+        options = BusOptions(servers=(server.url,), name=buckets.SEAT)
+        run = partial(run_server, bus_options=options, settings=ServerSettings(**settings), stop=stop, parties=parties)
+        await tasks.start(run)
+        async with connect(options) as seat:
+            for bucket, values in ((buckets.NEEDS, NEEDS), (buckets.APPLIED, APPLIED), (buckets.COLLECT, COLLECT)):
+                await put_many(seat, bucket, values)
+        try:
+            yield server
+        finally:
+            stop.set()
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[LocalNats]:
+    async with in_own_task(mesh(tmp_path / "nats")) as running:
+        yield running
+
+
+@asynccontextmanager
+async def as_account(server: LocalNats, account: str) -> AsyncIterator[Bus]:
+    options = BusOptions(servers=(server.url,), name=account, user=account, password=SecretStr(account))
+    async with connect(options) as bus:
+        yield bus
+
+
+async def asked_by(server: LocalNats, account: str, request: dict[str, str]) -> dict[str, Any]:
+    async with as_account(server, account) as bus:
+        return await ask(bus, request)
+
+
+def keys_of(answer: dict[str, Any]) -> list[str]:
+    return [entry["key"] for entry in answer["entries"]] + [m["key"] for m in answer["malformed"]]
+
+
+@pytest.mark.parametrize("what", ["needs", "applied", "collect"])
+async def test_a_node_is_answered_about_its_own_keys_only(server: LocalNats, what: str) -> None:
+    answer = await asked_by(server, N1.account, {"what": what})
+    assert keys_of(answer)
+    assert all(key.startswith("n1.") for key in keys_of(answer)), keys_of(answer)
+
+
+async def test_a_node_sees_its_malformed_keys_too(server: LocalNats) -> None:
+    answer = await asked_by(server, N1.account, {"what": "needs"})
+    assert [m["key"] for m in answer["malformed"]] == ["n1.bad"]
+
+
+@pytest.mark.parametrize("what", ["needs", "applied", "collect"])
+async def test_a_node_asking_for_another_node_is_refused_403(server: LocalNats, what: str) -> None:
+    with pytest.raises(ServiceError) as refused:
+        await asked_by(server, N1.account, {"what": what, "node": "n2"})
+    assert refused.value.code == "403"
+    assert "asked by node n1 for node n2" in refused.value.description
+
+
+async def test_a_node_is_answered_the_whole_registry(server: LocalNats) -> None:
+    seen_by_node = await asked_by(server, N1.account, {})
+    async with connect(BusOptions(servers=(server.url,), name="seat")) as seat:
+        assert seen_by_node["entries"] == (await ask(seat, {}))["entries"]
+
+
+@pytest.mark.parametrize("account", [OPS.account, None], ids=["an operator", "the data account itself"])
+async def test_operators_and_the_data_account_see_the_mesh(server: LocalNats, account: str | None) -> None:
+    if account is None:
+        async with connect(BusOptions(servers=(server.url,), name="seat")) as seat:
+            answer = await ask(seat, {"what": "needs"})
+    else:
+        answer = await asked_by(server, account, {"what": "needs"})
+    assert sorted(keys_of(answer)) == sorted(NEEDS)
+    narrowed = await asked_by(server, OPS.account, {"what": "needs", "node": "n2"})
+    assert sorted(keys_of(narrowed)) == ["n2.web.config.a", "n2.web.secret.b"]
+
+
+async def test_an_account_no_grant_names_is_refused_403(server: LocalNats) -> None:
+    with pytest.raises(ServiceError) as refused:
+        await asked_by(server, STRANGER, {})
+    assert refused.value.code == "403"
+    assert "stranger" in refused.value.description
+
+
+async def test_a_forged_request_info_header_is_replaced_by_the_bus(server: LocalNats) -> None:
+    """The attack: node n1 claims to be the operator in the very header the seat trusts."""
+    forged = json.dumps({"acc": OPS.account, "user": OPS.account})
+    async with as_account(server, N1.account) as bus:
+        msg = await bus.request(buckets.VERB_SUBJECT, b'{"what":"needs"}', headers={REQUEST_INFO: forged})
+    assert "Nats-Service-Error-Code" not in msg.headers
+    assert all(key.startswith("n1.") for key in keys_of(json.loads(msg.data)))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"what":"needs","node":"n2"}', b'{"what":"needs","acc":"operator-ops"}', b'{"what":"needs","node":""}'],
+    ids=["another node", "an account in the body", "an empty node"],
+)
+async def test_a_body_claiming_more_changes_nothing(server: LocalNats, body: bytes) -> None:
+    async with as_account(server, N1.account) as bus:
+        msg = await bus.request(buckets.VERB_SUBJECT, body)
+    assert msg.headers.get("Nats-Service-Error-Code") in ("400", "403")
+    assert b"n2.web" not in msg.data
+    async with connect(BusOptions(servers=(server.url,), name="seat")) as seat:
+        for key, value in NEEDS.items():
+            item = await get_latest(seat, buckets.NEEDS, key)
+            assert item is not None
+            assert item.value == value
+
+
+@asynccontextmanager
+async def paged_mesh(state: Path) -> AsyncIterator[LocalNats]:
+    """A small max_payload and many n1 keys: n1's listing takes several pages."""
+    async with mesh(state, "max_payload: 16384\n", bucket_max_value_size=8192) as server:
+        async with connect(BusOptions(servers=(server.url,), name="seat")) as seat:
+            await put_many(seat, buckets.NEEDS, {f"n1.m{i:04d}.config.x": NEED for i in range(400)})
+        yield server
+
+
+@pytest.fixture
+async def paged(tmp_path: Path) -> AsyncIterator[LocalNats]:
+    async with in_own_task(paged_mesh(tmp_path / "nats")) as running:
+        yield running
+
+
+async def one_page(server: LocalNats, account: str, request: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
+    """One answer message as it is (no page followed): its error code, if any, and its body."""
+    async with as_account(server, account) as bus:
+        msg = await bus.request(buckets.VERB_SUBJECT, json.dumps(request).encode())
+    return msg.headers.get("Nats-Service-Error-Code"), json.loads(msg.data)
+
+
+@pytest.mark.parametrize("other", [N2.account, OPS.account], ids=["another node", "an operator"])
+async def test_a_cursor_continues_only_for_the_party_that_started_it(paged: LocalNats, other: str) -> None:
+    _, first = await one_page(paged, N1.account, {"what": "needs"})
+    assert first["next"] is not None
+    code, refused = await one_page(paged, other, {"cursor": first["next"]})
+    assert (code, "entries" in refused) == ("410", False)
+    code, following = await one_page(paged, N1.account, {"cursor": first["next"]})
+    assert (code, following["page"]) == (None, 2)
+    assert all(key.startswith("n1.") for key in keys_of(following))
+
+
+async def test_a_node_follows_its_pages_to_its_whole_listing(paged: LocalNats) -> None:
+    answer = await asked_by(paged, N1.account, {"what": "needs"})
+    assert answer["total"]["entries"] == 401
+    assert len(keys_of(answer)) == 402
+
+
+async def test_the_grants_file_decides_the_scope(tmp_path: Path) -> None:
+    grants = tmp_path / "grants.json"
+    parties = [AccountGrant(party=p, account=p.account, user_key="U" + "A" * 55) for p in (N1, N2, OPS)]
+    grants.write_text(Grants(data=(), parties=tuple(parties)).to_json())
+    async with mesh(tmp_path / "nats", grants_file=grants, parties=None) as server:
+        answer = await asked_by(server, N1.account, {"what": "applied"})
+        assert keys_of(answer) == ["n1.web"]
+        with pytest.raises(ServiceError) as refused:
+            await asked_by(server, STRANGER, {"what": "applied"})
+        assert refused.value.code == "403"
+
+
+# -- the development vault ---------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def vault_mesh(state: Path) -> AsyncIterator[LocalNats]:
+    config = accounts_config([N1.account, N2.account, OPS.account, STRANGER])
+    async with local_nats(state, config) as server, connect(BusOptions(servers=(server.url,), name="vault")) as bus:
+        endpoint = EndpointSpec("secret", SECRET_SUBJECT, Vault(parties=PARTIES).answer_secret)
+        async with serve(bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=[endpoint]):
+            yield server
+
+
+@pytest.fixture
+async def vault(tmp_path: Path) -> AsyncIterator[LocalNats]:
+    async with in_own_task(vault_mesh(tmp_path / "nats")) as running:
+        yield running
+
+
+async def ask_secret(server: LocalNats, account: str, body: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
+    async with as_account(server, account) as bus:
+        msg = await bus.request(SECRET_SUBJECT, json.dumps(body).encode())
+    return msg.headers.get("Nats-Service-Error-Code"), json.loads(msg.data)
+
+
+SECRET = {"module": "app", "kind": "secret", "name": "db-password"}
+
+
+async def test_the_vault_answers_a_node_about_its_own_secret(vault: LocalNats) -> None:
+    code, answer = await ask_secret(vault, N1.account, {"node": "n1", **SECRET})
+    assert (code, answer) == (None, {"value": "dev-only-s3cret-password"})
+
+
+@pytest.mark.parametrize("node", [{"node": "n2"}, {}], ids=["another node", "no node"])
+async def test_the_vault_refuses_a_node_asking_for_another_nodes_secret(vault: LocalNats, node: dict[str, str]) -> None:
+    code, answer = await ask_secret(vault, N1.account, {**node, **SECRET})
+    assert code == "403"
+    assert "value" not in answer
+    assert "asked by node n1" in answer["error"]
+
+
+async def test_the_vault_refuses_an_account_no_grant_names(vault: LocalNats) -> None:
+    code, answer = await ask_secret(vault, STRANGER, {"node": "n1", **SECRET})
+    assert (code, "value" in answer) == ("403", False)
+
+
+async def test_the_vault_answers_an_operator_about_any_node(vault: LocalNats) -> None:
+    code, answer = await ask_secret(vault, OPS.account, {"node": "n2", **SECRET})
+    assert (code, answer) == (None, {"value": "dev-only-s3cret-password"})
