@@ -6,7 +6,7 @@ the buckets exist), `registry_sync` (catalogue → registry bucket), `registry_v
 as it stands, answering `what=registry`), `request` (what a request may ask), `listing` (entries
 and malformed keys as JSON pages), `verb` (answering from memory or by listing), `paging`
 (cursors), `service` (the micro service, concurrency, shutdown), `server`
-(the task group that runs it all) and `cli`. Reading settings, logging and signals are the shared
+(the task group that runs it all), `removal` (a node's keys removed, for the controller) and `cli`. Reading settings, logging and signals are the shared
 edge in `registry`, and so is everything that touches NATS (`registry.bus`); running it all on
 one machine is `mesh_dev`, above this package.
 """
@@ -17,14 +17,18 @@ from provisioner.errors import (
     RequestError,
     Unavailable,
 )
+from provisioner.removal import remove_node
+from provisioner.request import Forbidden
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
 
 __all__ = [
     "CursorGone",
+    "Forbidden",
     "ProvisionerError",
     "RequestError",
     "ServerSettings",
     "Unavailable",
+    "remove_node",
     "run_server",
 ]

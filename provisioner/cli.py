@@ -1,10 +1,14 @@
-"""The `mesh-provisioner` command: `serve` and `query`, a thin layer over callable functions.
+"""The `mesh-provisioner` command: `serve`, `query` and `remove-node`, a thin layer over callable
+functions.
 
 Exit codes:
-    0  done; `serve` also after a clean stop on SIGTERM or SIGINT
-    1  a runtime failure: NATS unreachable, a bucket or the registry could not be written, or a
-       second SIGTERM/SIGINT that stopped `serve` at once, cutting requests in flight
-    2  a usage or settings error (a flag, a MESH_PROVISIONER_* variable, the config or domains file)
+    0  done; `serve` also after a clean stop on SIGTERM or SIGINT; `remove-node` also when there
+       was nothing to remove
+    1  a runtime failure: NATS unreachable, a bucket or the registry could not be written, a key
+       that could not be removed, or a second SIGTERM/SIGINT that stopped `serve` at once,
+       cutting requests in flight
+    2  a usage or settings error (a flag, a MESH_PROVISIONER_* variable, the config, domains or
+       grants file); `remove-node` not confirmed (nothing was removed)
     3  `query`: the verb answered with an error
 """
 
@@ -22,13 +26,17 @@ from functools import partial
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 
 from provisioner.errors import ProvisionerError
+from provisioner.removal import node_keys, remove_keys
 from provisioner.server import run_server
 from provisioner.settings import ENV_PREFIX, QuerySettings, ServerSettings
 from registry import buckets
-from registry.bus import BusOptions, connect
+from registry.buckets import Bucket
+from registry.bus import Bus, BusOptions, connect
 from registry.errors import BusError, CatalogueError, RegistryError, ServiceError, SettingsError
+from registry.kv import KvItem
 from registry.logs import configure_logging
 from registry.settings import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
 from registry.signals import until_signalled
@@ -61,6 +69,17 @@ examples:
   mesh-provisioner query collect --collection shell:zsh:normal
 """
 
+_EPILOG_REMOVE = """\
+Connect as `serve` does, with the seat's credentials in the data account. The node's keys are
+those under its name escaped as a key token (node a.b: a=2Eb.>, never a.>); each gets a delete
+marker at the revision it was listed at. Stop the node's client first: a key it writes again
+meanwhile is left alone and reported (exit 1).
+
+examples:
+  mesh-provisioner remove-node n1                  list n1's keys and ask before removing them
+  mesh-provisioner remove-node n1 --yes --nats-nkey seat.nk
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -71,9 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--help`.\n\n" + (__doc__ or "").split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,query}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,query,remove-node}")
     _add_serve(commands)
     _add_query(commands)
+    _add_remove_node(commands)
     return parser
 
 
@@ -108,6 +128,21 @@ def _add_query(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--config", type=Path, metavar="PATH", help="a TOML file whose [nats] table has NATS options")
     add_settings_arguments(query, QuerySettings, "logging")
     add_settings_arguments(query, BusSettings, "NATS connection")
+
+
+def _add_remove_node(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    remove = commands.add_parser(
+        "remove-node", help="remove every key of a node from the needs, applied and collect buckets",
+        description="List every key of NODE in the needs, applied and collect buckets, remove each, and "
+        "print what was removed.",
+        epilog=_EPILOG_REMOVE, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    remove.add_argument("node", metavar="NODE", help="the node's name, as its client is told it (never escaped)")
+    remove.add_argument("--yes", action="store_true", help="remove without asking")
+    remove.add_argument("--wait", type=float, default=30.0, metavar="SECONDS", help="how long to wait to connect")
+    remove.add_argument("--config", type=Path, metavar="PATH", help="a TOML file whose [nats] table has NATS options")
+    add_settings_arguments(remove, QuerySettings, "logging")
+    add_settings_arguments(remove, BusSettings, "NATS connection")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -148,13 +183,52 @@ def _query(args: argparse.Namespace) -> int:
 
 async def _ask(options: BusOptions, request: dict[str, str], *, wait: float) -> dict[str, object]:
     async with AsyncExitStack() as resources:
-        try:
-            with anyio.fail_after(wait):  # nats-py would retry a first connect forever
-                bus = await resources.enter_async_context(connect(options))
-        except TimeoutError:
-            servers = ", ".join(options.servers)
-            raise BusError(f"connect to {servers}", f"no connection within {wait:g} s") from None
+        bus = await _connected(resources, options, wait=wait)
         return await ask(bus, request, reply_wait=timedelta(seconds=wait))
+
+
+async def _connected(resources: AsyncExitStack, options: BusOptions, *, wait: float) -> Bus:
+    try:
+        with anyio.fail_after(wait):  # nats-py would retry a first connect forever
+            return await resources.enter_async_context(connect(options))
+    except TimeoutError:
+        servers = ", ".join(options.servers)
+        raise BusError(f"connect to {servers}", f"no connection within {wait:g} s") from None
+
+
+def _remove_node(args: argparse.Namespace) -> int:
+    logging_settings = load_settings(QuerySettings, given_flags(args, QuerySettings), None, os.environ)
+    options = _bus_options(args, f"{buckets.SEAT}-remove-node")
+    _configure_logging(logging_settings)
+    return anyio.run(partial(_remove, options, args.node, confirmed=args.yes, wait=args.wait))
+
+
+async def _remove(options: BusOptions, node: str, *, confirmed: bool, wait: float) -> int:
+    """Lists the node's keys, asks unless `confirmed`, removes them and prints what was removed."""
+    async with AsyncExitStack() as resources:
+        bus = await _connected(resources, options, wait=wait)
+        found = await node_keys(bus, node)
+        if not any(found.values()):
+            print(f"nothing to remove: node {node!r} has no key in the needs, applied or collect buckets")
+            return EXIT_OK
+        if not confirmed and not await anyio.to_thread.run_sync(_confirm, node, found):
+            print("nothing removed; pass --yes to remove without asking", file=sys.stderr)
+            return EXIT_USAGE
+        removed = await remove_keys(bus, found)
+    for bucket, keys in removed.items():
+        print("\n".join(f"removed {bucket} {key}" for key in keys))
+    print(f"removed {sum(len(keys) for keys in removed.values())} keys of node {node!r}")
+    return EXIT_OK
+
+
+def _confirm(node: str, found: dict[Bucket, list[KvItem]]) -> bool:
+    """Shows what would be removed and asks on a terminal; anywhere else, `--yes` is needed."""
+    for bucket, items in found.items():
+        print("\n".join(f"{bucket.name} {item.key}" for item in sorted(items, key=lambda item: item.key)))
+    count = sum(len(items) for items in found.values())
+    if not sys.stdin.isatty():
+        return False
+    return input(f"remove these {count} keys of node {node!r}? [y/N] ").strip().lower() in ("y", "yes")
 
 
 def _bus_options(args: argparse.Namespace, name: str) -> BusOptions:
@@ -165,7 +239,11 @@ def _configure_logging(settings: LogSettings) -> None:
     configure_logging(log_format=settings.log_format, level=settings.log_level)
 
 
-_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"serve": _serve, "query": _query}
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "serve": _serve,
+    "query": _query,
+    "remove-node": _remove_node,
+}
 
 
 def _ours(err: BaseException) -> ProvisionerError | RegistryError | None:

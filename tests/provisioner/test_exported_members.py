@@ -7,7 +7,8 @@ import provisioner
 
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(provisioner.__all__) == [
-        "CursorGone", "ProvisionerError", "RequestError", "ServerSettings", "Unavailable", "run_server",
+        "CursorGone", "Forbidden", "ProvisionerError", "RequestError", "ServerSettings", "Unavailable",
+        "remove_node", "run_server",
     ]  # fmt: skip
     for name in provisioner.__all__:
         assert getattr(provisioner, name).__module__.startswith("provisioner."), name
