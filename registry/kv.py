@@ -161,12 +161,16 @@ async def _step(bucket: Bucket, key: str, changes: Changes, kind: Literal["writt
 
 @dataclass(frozen=True)
 class BucketConfig:
-    """What the seat asks of a bucket it creates."""
+    """What the seat asks of a bucket it creates. Rollup headers are always refused (a party's own
+    put with `Nats-Rollup: all` would wipe every key) and deletion of the stream is denied; the
+    limits bound what one party can fill a shared bucket with."""
 
     history: int = 1
     replicas: int = 1
     storage: Literal["file", "memory"] = "file"
     direct: bool = True
+    max_value_size: int = 64 * 1024
+    max_bytes: int = 1024**3
 
 
 async def bucket_config(bus: Bus, bucket: Bucket) -> dict[str, Any] | None:
@@ -180,23 +184,24 @@ async def bucket_config(bus: Bus, bucket: Bucket) -> dict[str, Any] | None:
 
 
 async def create_bucket(bus: Bus, bucket: Bucket, config: BucketConfig) -> None:
-    """Creates `bucket` as nats-py's `create_key_value` would; the same config again succeeds."""
+    """Creates `bucket` as nats-py's `create_key_value` would, but refusing rollups and with the
+    limits of `config`; the same config again succeeds."""
     stream = {
         "name": bucket.stream,
         "subjects": [bucket.subject(">")],
         "retention": "limits",
         "max_consumers": -1,
         "max_msgs": -1,
-        "max_bytes": -1,
+        "max_bytes": config.max_bytes,
         "max_age": 0,
         "max_msgs_per_subject": config.history,
-        "max_msg_size": -1,
+        "max_msg_size": config.max_value_size,
         "storage": config.storage,
         "discard": "new",
         "num_replicas": config.replicas,
         "duplicate_window": 120_000_000_000,
         "allow_direct": config.direct,
-        "allow_rollup_hdrs": True,
+        "allow_rollup_hdrs": False,
         "allow_msg_ttl": True,
         "deny_delete": True,
     }
