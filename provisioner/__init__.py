@@ -4,11 +4,12 @@ serves the read-only verb `mesh-provisioner.provisioning` over the four buckets 
 Modules, one concept each: `settings` (what the server can be told), `buckets` (making sure
 the buckets exist), `registry_sync` (catalogue → registry bucket), `registry_view` (the registry
 as it stands, answering `what=registry`), `request` (what a request may ask), `listing` (entries
-and malformed keys as JSON pages), `verb` (answering from memory or by listing), `paging`
-(cursors), `service` (the micro service, concurrency, shutdown), `server`
-(the task group that runs it all), `removal` (a node's keys removed, for the controller) and `cli`. Reading settings, logging and signals are the shared
-edge in `registry`, and so is everything that touches NATS (`registry.bus`); running it all on
-one machine is `mesh_dev`, above this package.
+and malformed keys as JSON pages), `verb` (answering from memory or by listing, scoped to who
+asks), `paging` (cursors), `service` (the micro service, concurrency, shutdown), `server` (the
+task group that runs it all), `removal` (a node's keys removed, for the controller) and `cli`.
+Reading settings, logging and signals are the shared edge in `registry`, and so is everything
+that touches NATS (`registry.bus`); running it all on one machine is `mesh_dev`, above this
+package.
 """
 
 from provisioner.errors import (
