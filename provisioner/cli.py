@@ -1,5 +1,5 @@
-"""The `mesh-provisioner` command: `serve`, `query` and `remove-node`, a thin layer over callable
-functions.
+"""The `mesh-provisioner` command: `serve`, `query`, `remove-node` and `grants`, a thin layer over
+callable functions.
 
 Exit codes:
     0  done; `serve` also after a clean stop on SIGTERM or SIGINT; `remove-node` also when there
@@ -29,6 +29,7 @@ import anyio
 import anyio.to_thread
 
 from provisioner.errors import ProvisionerError
+from provisioner.grants_command import add_grants_command, run_grants
 from provisioner.removal import node_keys, remove_keys
 from provisioner.server import run_server
 from provisioner.settings import ENV_PREFIX, QuerySettings, ServerSettings
@@ -90,10 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--help`.\n\n" + (__doc__ or "").split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,query,remove-node}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,query,remove-node,grants}")
     _add_serve(commands)
     _add_query(commands)
     _add_remove_node(commands)
+    add_grants_command(commands)
     return parser
 
 
@@ -235,6 +237,11 @@ def _bus_options(args: argparse.Namespace, name: str) -> BusOptions:
     return load_settings(BusSettings, given_flags(args, BusSettings), args.config, os.environ).options(name)
 
 
+def _grants(args: argparse.Namespace) -> int:
+    print(run_grants(args))
+    return EXIT_OK
+
+
 def _configure_logging(settings: LogSettings) -> None:
     configure_logging(log_format=settings.log_format, level=settings.log_level)
 
@@ -243,6 +250,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve,
     "query": _query,
     "remove-node": _remove_node,
+    "grants": _grants,
 }
 
 

@@ -1,0 +1,123 @@
+"""A mesh on a real nats-server started with the configuration `mesh-provisioner grants` writes:
+the seat serving in the data account, and a connection for any party on its own nkey."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import anyio
+import nats
+from nats.aio.client import Client
+
+from mesh_dev.local_nats import LocalNats, local_nats
+from provisioner.server import run_server
+from provisioner.settings import ServerSettings
+from registry import buckets
+from registry.bus import Bus, BusOptions, connect
+from registry.credentials import seed_path
+from registry.grants import Grants
+from registry.issuing import MeshParties, issue_grants
+from registry.jwt_auth import SERVER_AUTH, SYSTEM_USER, creds_path, load_jwt_auth, render_server_auth
+from registry.parties import Kind, Party
+
+NODES = ("n1", "n2")
+PROVIDERS = ("postgres",)
+OPERATORS = ("ops",)
+
+
+def party(kind: Kind, name: str = "") -> Party:
+    return Party(kind=kind, name=name or {Kind.SEAT: buckets.SEAT, Kind.VAULT: "vault"}.get(kind, name))
+
+
+@dataclass(frozen=True)
+class Mesh:
+    server: LocalNats
+    keys: Path
+    grants: Grants
+
+    def options(self, who: Party) -> BusOptions:
+        return BusOptions(servers=(self.server.url,), name=who.label, nkey_seed=seed_path(self.keys, who))
+
+    @asynccontextmanager
+    async def connect(self, who: Party) -> AsyncIterator[Bus]:
+        async with connect(self.options(who)) as bus:
+            yield bus
+
+    async def raw(self, who: Party) -> Client:
+        """nats-py itself on `who`'s key: an attacker is not bound to our library."""
+        return await nats.connect(self.server.url, nkeys_seed=str(seed_path(self.keys, who)), name=who.label)
+
+
+@asynccontextmanager
+async def mesh_server(
+    state: Path, *, nodes: Sequence[str] = NODES, providers: Sequence[str] = PROVIDERS,
+    operators: Sequence[str] = OPERATORS,
+) -> AsyncIterator[Mesh]:  # fmt: skip
+    """nats-server with the generated accounts and the seat serving in the data account."""
+    keys = state / "keys"
+    grants = issue_grants(keys, MeshParties(nodes=nodes, providers=providers, operators=operators))
+    config_dir = state / "nats"
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / "accounts.conf").write_text((keys / "accounts.conf").read_text())
+    async with local_nats(config_dir, "include ./accounts.conf") as server:
+        mesh = Mesh(server, keys, grants)
+        settings = ServerSettings(grants_file=keys / "grants.json", providers=list(providers))
+        stop = anyio.Event()
+        run = partial(run_server, bus_options=mesh.options(party(Kind.SEAT)), settings=settings, stop=stop)
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(run)
+            try:
+                yield mesh
+            finally:
+                stop.set()
+
+
+@dataclass(frozen=True)
+class JwtMesh(Mesh):
+    """The same mesh in JWT mode: nats-server trusts the operator, every party connects with its
+    `.creds`, and `out` holds the grants, the JWTs and `jwt/server-auth.conf`."""
+
+    out: Path
+
+    def options(self, who: Party | str) -> BusOptions:
+        label = who if isinstance(who, str) else who.label
+        return BusOptions(servers=(self.server.url,), name=label, creds=creds_path(self.keys, label))
+
+    @asynccontextmanager
+    async def system(self) -> AsyncIterator[Bus]:
+        """The system account's user: pushes and deletes accounts."""
+        async with connect(self.options(SYSTEM_USER)) as bus:
+            yield bus
+
+    async def raw(self, who: Party) -> Client:
+        return await nats.connect(self.server.url, user_credentials=str(creds_path(self.keys, who.label)))
+
+    def issue(self, nodes: Sequence[str]) -> Grants:
+        """The grants issued again for `nodes` (the keys already issued are kept)."""
+        return issue_grants(self.out, MeshParties(nodes=nodes, providers=PROVIDERS, operators=OPERATORS),
+                            keys=self.keys, jwt=True)  # fmt: skip
+
+
+@asynccontextmanager
+async def jwt_mesh_server(state: Path, *, nodes: Sequence[str] = NODES) -> AsyncIterator[JwtMesh]:
+    """nats-server in JWT mode with the accounts of the issued grants preloaded (its resolver takes
+    more at run time), and the seat serving in the data account."""
+    keys, out, config_dir = state / "keys", state / "grants", state / "nats"
+    grants = issue_grants(out, MeshParties(nodes=nodes, providers=PROVIDERS, operators=OPERATORS), keys=keys, jwt=True)
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / SERVER_AUTH).write_text(render_server_auth(load_jwt_auth(out), config_dir / "resolver"))
+    async with local_nats(config_dir, f"include ./{SERVER_AUTH}") as server:
+        mesh = JwtMesh(server, keys, grants, out)
+        settings = ServerSettings(grants_file=out / "grants.json", providers=list(PROVIDERS))
+        stop = anyio.Event()
+        run = partial(run_server, bus_options=mesh.options(party(Kind.SEAT)), settings=settings, stop=stop)
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(run)
+            try:
+                yield mesh
+            finally:
+                stop.set()

@@ -1,0 +1,260 @@
+"""Issue 8's attacks, each on a real nats-server running the configuration `mesh-provisioner grants`
+writes, each judged by the data: the target's keys, revisions and contents are unchanged after.
+
+On the single-account configuration these attacks succeeded (issue 8 lists how); across accounts
+a reply subject names the requester's own namespace, and a party holds no JetStream API in the
+data account.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+
+from provisioner.buckets import ensure_buckets
+from registry import buckets
+from registry.buckets import Bucket
+from registry.bus import Bus
+from registry.errors import BusError, ServiceError
+from registry.kv import BucketConfig, get_latest, put, snapshot, update
+from registry.parties import Kind
+from registry.verb_client import ask
+from tests.helpers import in_own_task
+from tests.isolation import Mesh, mesh_server, party
+
+N1, N2 = party(Kind.NODE, "n1"), party(Kind.NODE, "n2")
+POSTGRES, OPS, SEAT = party(Kind.PROVIDER, "postgres"), party(Kind.OPERATOR, "ops"), party(Kind.SEAT)
+A_NEED = b'{"placeholder":"${config:x}","used_in":["X"]}'
+
+
+@pytest.fixture
+async def mesh(tmp_path: Path) -> AsyncIterator[Mesh]:
+    async with in_own_task(mesh_server(tmp_path)) as running:
+        yield running
+
+
+@pytest.fixture
+async def seat(mesh: Mesh) -> AsyncIterator[Bus]:
+    async with in_own_task(mesh.connect(SEAT)) as bus:
+        for node in ("n1", "n2"):
+            await put(bus, buckets.NEEDS, f"{node}.web.config.x", A_NEED)
+            await put(bus, buckets.APPLIED, f"{node}.web", b'{"state":"applied"}')
+            await put(bus, buckets.COLLECT, f"{node}.shell=3Azsh.web", b'{"items":["a"]}')
+        yield bus
+
+
+@pytest.fixture
+async def attacker(mesh: Mesh, seat: Bus) -> AsyncIterator[Client]:
+    """Node n1 through nats-py itself: it may send anything its account lets it."""
+    client = await mesh.raw(N1)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def everything(seat: Bus) -> dict[str, list[tuple[str, bytes, int, bool]]]:
+    """Every key of the four buckets as the seat sees them: key, value, revision, deleted."""
+    found = {}
+    for bucket in buckets.OWN:
+        items = await snapshot(seat, bucket, include_deleted=True)
+        found[bucket.name] = sorted((i.key, i.value, i.revision, i.deleted) for i in items)
+    return found
+
+
+async def unchanged_after(seat: Bus, attack: Any) -> None:
+    before = await everything(seat)
+    with contextlib.suppress(Exception):  # the attack may fail loudly or quietly: only the data is judged
+        await attack()
+    # Nothing can be awaited for an answer that must never land: give it the time it would take.
+    await anyio.sleep(0.2)
+    assert await everything(seat) == before
+
+
+async def test_a_node_writes_and_reads_its_own_keys_and_asks_the_verb(mesh: Mesh, seat: Bus) -> None:
+    async with mesh.connect(N1) as n1:
+        current = await get_latest(n1, buckets.NEEDS, "n1.web.config.x")
+        assert current is not None
+        await update(n1, buckets.NEEDS, "n1.web.config.x", b'{"placeholder":"${config:y}"}', last=current.revision)
+        answer = await ask(n1, {"what": "needs"})
+    assert [e["key"] for e in answer["entries"]] == ["n1.web.config.x"]
+    stored = await get_latest(seat, buckets.NEEDS, "n1.web.config.x")
+    assert stored is not None and b"config:y" in stored.value
+
+
+@pytest.mark.parametrize(
+    ("bucket", "key"),
+    [(buckets.NEEDS, "n2.web.config.x"), (buckets.APPLIED, "n2.web"), (buckets.REGISTRY, "secret")],
+    ids=["another node's need", "another node's applied record", "the registry"],
+)
+async def test_a_node_cannot_write_outside_its_own_keys(mesh: Mesh, seat: Bus, bucket: Bucket, key: str) -> None:
+    async with mesh.connect(N1) as n1:
+
+        async def attack() -> None:
+            with pytest.raises(BusError):
+                await put(n1, bucket, key, b'{"evil":true}')
+
+        await unchanged_after(seat, attack)
+
+
+REPLY_TARGETS = [
+    "$KV.mesh-provisioner_registry.secret",
+    "$KV.mesh-provisioner_needs.n2.web.config.x",
+    "$KV.mesh-provisioner_applied.n2.web",
+    "$JS.API.STREAM.PURGE.KV_mesh-provisioner_applied",
+    "$JS.API.STREAM.DELETE.KV_mesh-provisioner_collect",
+]
+REPLY_IDS = ["into the registry", "into n2's need", "into n2's applied", "purge applied", "delete collect"]
+
+
+@pytest.mark.parametrize("target", REPLY_TARGETS, ids=REPLY_IDS)
+async def test_a_direct_get_answered_to_a_chosen_reply_subject_lands_nowhere(
+    seat: Bus, attacker: Client, target: str
+) -> None:
+    own_get = f"$JS.API.DIRECT.GET.{buckets.NEEDS.stream}.{buckets.NEEDS.subject('n1.web.config.x')}"
+
+    async def attack() -> None:
+        await attacker.publish(own_get, b"", reply=target)
+        await attacker.flush()
+
+    await unchanged_after(seat, attack)
+
+
+@pytest.mark.parametrize("target", REPLY_TARGETS, ids=REPLY_IDS)
+async def test_a_put_acknowledged_to_a_chosen_reply_subject_lands_nowhere(
+    seat: Bus, attacker: Client, target: str
+) -> None:
+    own_key = buckets.COLLECT.subject("n1.shell=3Azsh.web")
+
+    async def attack() -> None:
+        await attacker.publish(own_key, b'{"items":["a"]}', reply=target)
+        await attacker.flush()
+
+    before = await everything(seat)
+    await attack()
+    await anyio.sleep(0.2)
+    after = await everything(seat)
+    own = buckets.COLLECT.name
+    assert {k: v for k, v in after.items() if k != own} == {k: v for k, v in before.items() if k != own}
+    assert [i for i in after[own] if not i[0].startswith("n1.")] == [
+        i for i in before[own] if not i[0].startswith("n1.")
+    ]
+
+
+@pytest.mark.parametrize("target", REPLY_TARGETS, ids=REPLY_IDS)
+async def test_the_verbs_answer_to_a_chosen_reply_subject_lands_nowhere(
+    seat: Bus, attacker: Client, target: str
+) -> None:
+    async def attack() -> None:
+        await attacker.publish(buckets.VERB_SUBJECT, b"{}", reply=target)
+        await attacker.flush()
+
+    await unchanged_after(seat, attack)
+
+
+@pytest.mark.parametrize("rollup", ["all", "sub"])
+async def test_a_rollup_header_on_a_nodes_own_put_wipes_nothing(seat: Bus, attacker: Client, rollup: str) -> None:
+    async def attack() -> None:
+        reply = await attacker.request(
+            buckets.COLLECT.subject("n1.shell=3Azsh.web"), b'{"items":["b"]}', headers={"Nats-Rollup": rollup}
+        )
+        assert b"error" in reply.data
+
+    await unchanged_after(seat, attack)
+
+
+CONSUMER_INTO_REGISTRY = {
+    "stream_name": buckets.NEEDS.stream,
+    "config": {
+        "name": "evil",
+        "deliver_subject": "$KV.mesh-provisioner_registry.secret",
+        "filter_subject": "$KV.mesh-provisioner_needs.n1.>",
+        "ack_policy": "none",
+        "deliver_policy": "last_per_subject",
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("subject", "body"),
+    [
+        (f"$JS.API.CONSUMER.CREATE.{buckets.NEEDS.stream}.evil.$KV.mesh-provisioner_needs.n1.>",
+         CONSUMER_INTO_REGISTRY),
+        (f"$JS.API.CONSUMER.DURABLE.CREATE.{buckets.NEEDS.stream}.evil", CONSUMER_INTO_REGISTRY),
+        (f"$JS.API.STREAM.INFO.{buckets.NEEDS.stream}", {"subjects_filter": ">"}),
+        (f"$JS.API.STREAM.PURGE.{buckets.APPLIED.stream}", {}),
+        (f"$JS.API.STREAM.DELETE.{buckets.COLLECT.stream}", {}),
+        (f"$JS.API.DIRECT.GET.{buckets.NEEDS.stream}.{buckets.NEEDS.subject('n2.web.config.x')}", None),
+        (f"$JS.API.DIRECT.GET.{buckets.NEEDS.stream}", {"multi_last": ["$KV.mesh-provisioner_needs.>"]}),
+    ],
+    ids=[
+        "a consumer delivering into the registry", "a durable consumer", "stream info listing key names",
+        "a purge", "a stream delete", "a get of another node's key", "a batch get of the whole needs bucket",
+    ],
+)  # fmt: skip
+async def test_a_node_holds_no_jetstream_api_in_the_data_account(
+    seat: Bus, attacker: Client, subject: str, body: dict[str, Any] | None
+) -> None:
+    async def attack() -> None:
+        data = json.dumps(body).encode() if body is not None else b""
+        try:
+            reply = await attacker.request(subject, data, timeout=1)
+        except NoRespondersError:
+            return
+        # The node's own account answers for itself (it has no JetStream): an error, nothing of MESH.
+        assert b"error" in reply.data or (reply.headers or {}).get("Status") in ("404", "503"), reply.data
+
+    await unchanged_after(seat, attack)
+    consumers = await seat.jetstream(f"CONSUMER.NAMES.{buckets.NEEDS.stream}", {}, operation="consumer names")
+    assert "evil" not in (consumers["consumers"] or [])
+
+
+async def test_a_provider_cannot_create_a_stream_to_capture_inboxes_or_verbs(mesh: Mesh, seat: Bus) -> None:
+    provider = await mesh.raw(POSTGRES)
+    config = {"name": "KV_mysql_bound", "subjects": ["_INBOX.>", "mesh-vault.>", "$KV.mysql_bound.>"]}
+    try:
+        reply = await provider.request("$JS.API.STREAM.CREATE.KV_mysql_bound", json.dumps(config).encode(), timeout=1)
+        assert b"error" in reply.data, reply.data  # its own account has no JetStream
+    except NoRespondersError:
+        pass
+    finally:
+        await provider.close()
+    names = (await seat.jetstream("STREAM.NAMES", {}, operation="names"))["streams"]
+    assert "KV_mysql_bound" not in names
+
+
+async def test_a_node_asking_the_verb_about_another_node_learns_nothing(mesh: Mesh, seat: Bus) -> None:
+    async with mesh.connect(N1) as n1:
+        mine = await ask(n1, {"what": "needs"})
+        with pytest.raises(ServiceError) as refused:
+            await ask(n1, {"what": "needs", "node": "n2"})
+    assert {e["node"] for e in mine["entries"]} == {"n1"}
+    assert refused.value.code == "403"
+
+
+async def test_an_operator_and_a_provider_see_the_mesh(mesh: Mesh, seat: Bus) -> None:
+    for who in (OPS, POSTGRES):
+        async with mesh.connect(who) as bus:
+            answer = await ask(bus, {"what": "needs"})
+        assert {e["node"] for e in answer["entries"]} == {"n1", "n2"}
+
+
+async def test_the_check_bites_on_one_account_the_same_attack_writes_into_the_registry(bus: Bus, nc: Client) -> None:
+    """The old configuration, every party in one account: the direct-get reply attack lands, so the
+    `unchanged_after` judgement above can tell harm from none."""
+    await ensure_buckets(bus, BucketConfig())
+    await put(bus, buckets.NEEDS, "n1.web.config.x", b'{"planted":"by n1"}')
+    own_get = f"$JS.API.DIRECT.GET.{buckets.NEEDS.stream}.{buckets.NEEDS.subject('n1.web.config.x')}"
+    await nc.publish(own_get, b"", reply="$KV.mesh-provisioner_registry.secret")
+    with anyio.fail_after(5):
+        while (landed := await get_latest(bus, buckets.REGISTRY, "secret")) is None:
+            await anyio.sleep(0.05)
+    assert landed.value == b'{"planted":"by n1"}'
