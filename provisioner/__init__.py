@@ -14,12 +14,12 @@ package.
 
 from provisioner.errors import (
     CursorGone,
+    Forbidden,
     ProvisionerError,
     RequestError,
     Unavailable,
 )
 from provisioner.removal import remove_node
-from provisioner.request import Forbidden
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
 

@@ -2,8 +2,9 @@
 
     ProvisionerError
     └── RequestError        a verb request answered with a service error; carries its code
-    │   ├── CursorGone      a paging cursor that is unknown or expired (410)
-    │   └── Unavailable     the buckets could not be read just now (503)
+        ├── Forbidden       a request its party may not make (403)
+        ├── CursorGone      a paging cursor that is unknown or expired (410)
+        └── Unavailable     the buckets could not be read just now (503)
 
 Errors of the shared library (`registry.errors.RegistryError`: `BusError`, and `SettingsError` for
 settings of either program) pass through unchanged; the CLI catches both bases at its edge.
@@ -24,6 +25,12 @@ class RequestError(ProvisionerError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class Forbidden(RequestError):
+    """A request its party may not make (403): the scope comes from the bus, never from the body."""
+
+    code = "403"
 
 
 class CursorGone(RequestError):

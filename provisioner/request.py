@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from provisioner.errors import RequestError
+from provisioner.errors import Forbidden, RequestError
 from registry import buckets
 from registry.buckets import Bucket
 from registry.parties import Party
@@ -62,12 +62,6 @@ class Query(BaseModel):
     def given(self) -> dict[str, str]:
         """The fields the requester gave, besides the cursor: what a continuation must repeat."""
         return {f: getattr(self, f) for f in sorted(self.model_fields_set) if f != "cursor"}
-
-
-class Forbidden(RequestError):
-    """A request its party may not make (403): the scope comes from the bus, never from the body."""
-
-    code = "403"
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from functools import partial
 import anyio
 import anyio.to_thread
 
-from provisioner.errors import Unavailable
+from provisioner.errors import Forbidden, Unavailable
 from provisioner.listing import paginate_listing
 from provisioner.paging import PageCache, page_budget
 from provisioner.registry_view import RegistryView
-from provisioner.request import LISTABLE, Asked, Forbidden, Query, parse_request, scoped
+from provisioner.request import LISTABLE, Asked, Query, parse_request, scoped
 from registry.bus import Bus
 from registry.errors import BusError
 from registry.kv import KvItem, snapshot
