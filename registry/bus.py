@@ -116,6 +116,8 @@ class Bus:
         self.options = options
         self.closed = anyio.Event()  # set when the connection is closed for good
         self._denials: deque[tuple[float, str, str]] = deque(maxlen=32)
+        self._reconnects = 0
+        self._reconnected = anyio.Event()  # replaced at each reconnect, after being set
 
     @property
     def max_payload(self) -> int:
@@ -127,6 +129,26 @@ class Bus:
 
     def new_inbox(self) -> str:
         return self._nc.new_inbox()
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the connection was recovered since it was made."""
+        return self._reconnects
+
+    async def reconnected(self, seen: int) -> int:
+        """Waits until the connection has been recovered more than `seen` times; the count then.
+
+        Core subscriptions are at-most-once: what was published while the connection was away is
+        lost, so whoever follows live messages re-reads once this returns. A counter rather than a
+        bare event, so that a reconnect between two waits is not missed."""
+        while self._reconnects <= seen:
+            await self._reconnected.wait()
+        return self._reconnects
+
+    def _note_reconnect(self) -> None:
+        self._reconnects += 1
+        event, self._reconnected = self._reconnected, anyio.Event()
+        event.set()
 
     def note_denial(self, text: str) -> None:
         found = _DENIED_SUBJECT.search(text)
@@ -262,6 +284,8 @@ class _Callbacks:
 
     async def on_reconnected(self) -> None:
         log.info("nats connection recovered to %s", _server_of(self.bus._nc) if self.bus else "?")
+        if self.bus is not None:
+            self.bus._note_reconnect()
 
     async def on_closed(self) -> None:
         if self.bus is not None:

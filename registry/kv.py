@@ -2,7 +2,9 @@
 
 `snapshot` reads the latest entry of every key under some subject filters through a
 `registry.feed.Feed`: the listing is either whole or raises. `get_latest` reads one key by direct
-get (the key is in the subject, so a node can be granted its own keys only).
+get (the key is in the subject, so a node can be granted its own keys only). `get_last_many`
+reads every key under a filter by one batch direct get, with no consumer: how a party without
+JetStream API access (a node in an account of its own) reads a bucket granted to it whole.
 
 Writes are plain publishes into the bucket's stream with JetStream's expected-sequence header,
 so each is conditional on the revision it was compared against and two writers never silently
@@ -12,6 +14,7 @@ fight. `converge` writes only the keys whose value differs and deletes those no 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -21,8 +24,8 @@ from typing import Any, Literal
 import anyio
 
 from registry.buckets import Bucket
-from registry.bus import Bus
-from registry.errors import BusError, ConvergeError, NoResponders, NotFound, PermissionDenied
+from registry.bus import Bus, Message
+from registry.errors import BusError, BusTimeout, ConvergeError, NoResponders, NotFound, PermissionDenied
 from registry.feed import Feed, KvItem
 
 log = logging.getLogger(__name__)
@@ -30,7 +33,10 @@ log = logging.getLogger(__name__)
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 _REMOVED = ("DEL", "PURGE")
 
-__all__ = ["Changes", "KvItem", "converge", "delete", "get_latest", "put", "snapshot", "update"]
+__all__ = [
+    "Changes", "KvItem", "converge", "delete", "get_direct", "get_last_many", "get_latest", "put", "snapshot",
+    "update",
+]  # fmt: skip
 
 
 async def snapshot(
@@ -98,6 +104,101 @@ async def _get_without_direct(bus: Bus, bucket: Bucket, key: str, operation: str
     headers = base64.b64decode(message.get("hdrs") or b"")
     deleted = any(f"KV-Operation: {op}".encode() in headers for op in _REMOVED)
     return KvItem(key, base64.b64decode(message.get("data") or b""), int(message["seq"]), deleted)
+
+
+MULTI_LAST_LIMIT = 1024  # keys a batch direct get answers at most; more is Status 413
+
+
+async def get_direct(bus: Bus, bucket: Bucket, key: str) -> KvItem | None:
+    """The latest entry of `key` by direct get only, or None when the key was never written.
+
+    Unlike `get_latest` it never falls back to the stream's message get, which a node is not
+    granted: `NoResponders` then means the bucket does not exist or has no direct get."""
+    operation = f"get {bucket.name} {key}"
+    msg = await bus.request(bucket.direct_get_subject(key), operation=operation)
+    if msg.headers.get("Status") == "404":
+        return None
+    return _direct_item(bucket, operation, msg, key)
+
+
+async def get_last_many(bus: Bus, bucket: Bucket, subject_filter: str) -> list[KvItem]:
+    """The latest entry (delete markers included) of every key matching `subject_filter` (relative
+    to the bucket), by one batch direct get: no consumer, so a party with no JetStream API besides
+    direct gets can read it, and its cost does not grow with the stream.
+
+    At most `MULTI_LAST_LIMIT` keys: more raise `BusError`; `BusTimeout` when the batch does not
+    end within the bus's timeout; `NoResponders` when the bucket does not exist or has no direct get."""
+    batch = _Batch(bucket, f"read {bucket.name} {subject_filter}")
+    inbox = bus.new_inbox()
+    sub = await bus.subscribe(inbox, batch.on_message)
+    try:
+        body = {"multi_last": [bucket.subject(subject_filter)], "batch": MULTI_LAST_LIMIT}
+        await bus.publish(_batch_get_subject(bucket), json.dumps(body).encode(), reply=inbox)
+        with anyio.move_on_after(bus.timeout):
+            await batch.done.wait()
+    finally:
+        await sub.unsubscribe()
+    return batch.result()
+
+
+def _batch_get_subject(bucket: Bucket) -> str:
+    """`$JS.API.DIRECT.GET.KV_<b>`: the batch's filter is in the body, so the subject is the
+    per-key one without its key."""
+    return bucket.direct_get_subject("").removesuffix(f".{bucket.subject('')}")
+
+
+class _Batch:
+    """The messages of one batch direct get, until its end (`Status: 204`) or another status."""
+
+    def __init__(self, bucket: Bucket, operation: str) -> None:
+        self.bucket = bucket
+        self.operation = operation
+        self.items: list[KvItem] = []
+        self.failure: BusError | None = None
+        self.done = anyio.Event()
+
+    async def on_message(self, msg: Message) -> None:
+        if self.done.is_set():
+            return
+        status = msg.headers.get("Status")
+        if status is None:
+            self._add(msg)
+            return
+        if status not in ("204", "404"):
+            self.failure = _status_error(self.operation, status, msg.headers.get("Description", ""))
+        self.done.set()
+
+    def _add(self, msg: Message) -> None:
+        try:
+            key = self.bucket.key_of(msg.headers["Nats-Subject"])
+            self.items.append(_direct_item(self.bucket, self.operation, msg, key))
+        except (KeyError, BusError) as err:
+            self.failure = err if isinstance(err, BusError) else BusError(self.operation, "an answer without its key")
+            self.done.set()
+
+    def result(self) -> list[KvItem]:
+        if self.failure is not None:
+            raise self.failure
+        if not self.done.is_set():
+            raise BusTimeout(self.operation, f"the batch did not end in time ({len(self.items)} keys read)")
+        return self.items
+
+
+def _status_error(operation: str, status: str, description: str) -> BusError:
+    if status == "503":
+        return NoResponders(operation, "nobody answers: the bucket does not exist or has no direct get")
+    if status == "413":
+        return BusError(operation, f"too many keys: a batch read answers at most {MULTI_LAST_LIMIT}")
+    return BusError(operation, f"status {status} {description}".strip())
+
+
+def _direct_item(bucket: Bucket, operation: str, msg: Message, key: str) -> KvItem:
+    """A direct get's answer as an entry of `key`; another status than none raises `BusError`."""
+    status = msg.headers.get("Status")
+    if status is not None:
+        raise _status_error(operation, status, msg.headers.get("Description", ""))
+    deleted = msg.headers.get("KV-Operation") in _REMOVED
+    return KvItem(key, msg.data, int(msg.headers.get("Nats-Sequence", "0")), deleted)
 
 
 async def update(bus: Bus, bucket: Bucket, key: str, value: bytes, *, last: int) -> int:

@@ -1,4 +1,4 @@
-"""snapshot and converge against a real nats-server."""
+"""snapshot, batch and direct gets, and converge against a real nats-server."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from pydantic import SecretStr
 from mesh_dev.local_nats import local_nats
 from registry.buckets import Bucket
 from registry.bus import Bus, BusOptions, connect
-from registry.errors import PermissionDenied, WrongLastSequence
+from registry.errors import BusError, NoResponders, PermissionDenied, WrongLastSequence
 from registry.keys import APPLIED
-from registry.kv import KvItem, converge, get_latest, snapshot, update
+from registry.kv import MULTI_LAST_LIMIT, KvItem, converge, get_direct, get_last_many, get_latest, snapshot, update
+from tests.helpers import put_many
 
 
 def bucket(name: str) -> Bucket:
@@ -128,3 +129,48 @@ async def test_a_conditional_write_loses_to_another_writer_with_a_typed_error(bu
         await update(bus, bucket("race"), "n1.a", b"mine", last=first)
     assert raised.value.err_code == 10071
     assert (await kv.get("n1.a")).value == b"theirs"
+
+
+async def test_get_last_many_reads_the_latest_values_and_delete_markers_under_a_filter(
+    bus: Bus, js: JetStreamContext
+) -> None:
+    kv = await js.create_key_value(bucket="many", direct=True)
+    await kv.put("n1.a", b"1")
+    latest_a = await kv.put("n1.a", b"2")
+    gone = await kv.put("n1.gone", b"x")
+    await kv.delete("n1.gone")
+    await kv.put("n2.a", b"other node")
+    items = await get_last_many(bus, bucket("many"), "n1.>")
+    assert sorted((i.key, i.value, i.deleted) for i in items) == [("n1.a", b"2", False), ("n1.gone", b"", True)]
+    by_key = {i.key: i for i in items}
+    assert by_key["n1.a"].revision == latest_a
+    assert by_key["n1.gone"].revision > gone
+
+
+async def test_get_last_many_of_nothing_matching_is_empty(bus: Bus, js: JetStreamContext) -> None:
+    kv = await js.create_key_value(bucket="sparse", direct=True)
+    await kv.put("n2.a", b"1")
+    assert await get_last_many(bus, bucket("sparse"), "n1.>") == []
+    await js.create_key_value(bucket="void", direct=True)
+    assert await get_last_many(bus, bucket("void"), ">") == []
+
+
+async def test_get_last_many_of_more_keys_than_one_batch_answers_says_too_many(bus: Bus, js: JetStreamContext) -> None:
+    await js.create_key_value(bucket="crowded", direct=True)
+    await put_many(bus, bucket("crowded"), {f"n1.k{i}": b"1" for i in range(MULTI_LAST_LIMIT + 1)})
+    with pytest.raises(BusError, match="too many keys"):
+        await get_last_many(bus, bucket("crowded"), "n1.>")
+
+
+async def test_get_last_many_of_exactly_the_limit_reads_every_key(bus: Bus, js: JetStreamContext) -> None:
+    await js.create_key_value(bucket="full", direct=True)
+    await put_many(bus, bucket("full"), {f"n1.k{i}": str(i).encode() for i in range(MULTI_LAST_LIMIT)})
+    items = await get_last_many(bus, bucket("full"), "n1.*")
+    assert {i.key: i.value for i in items} == {f"n1.k{i}": str(i).encode() for i in range(MULTI_LAST_LIMIT)}
+
+
+async def test_reads_by_direct_get_of_a_missing_bucket_have_no_responders(bus: Bus) -> None:
+    with pytest.raises(NoResponders):
+        await get_last_many(bus, bucket("absent"), ">")
+    with pytest.raises(NoResponders):
+        await get_direct(bus, bucket("absent"), "n1.a")
