@@ -1,10 +1,15 @@
 """Resolution: a placeholder's value, found only through the registry.
 
-The client reads the registry bucket to learn where each kind is answered; nothing about domains
-is known here. How a registry answer is read (`value`, `plan`, `items`, a verb) is the contract
+The client reads the registry bucket (one batch direct get: no consumer, and the bucket itself
+rather than the seat's verb) to learn where each kind is answered; nothing about domains is
+known here. How a registry answer is read (`value`, `plan`, `items`, a verb) is the contract
 in the README ("The registry"); this module follows it. Each value is fetched once per reconcile
 however many modules use it, concurrently (`Resolver.prefetch`), and every place read is kept
 as a `Source` so that watch mode can follow exactly those keys.
+
+A node has no JetStream API besides direct gets: a value is read by direct get of its key (no
+responders means the bucket does not exist, or has no direct get), and a collection of the
+node's own collect bucket is listed by the provisioning verb. No other bucket can be listed.
 
 Verb values are secrets: never stored, logged or put in a reason, and they live only during one
 reconcile. Whatever cannot be resolved raises `Pending` with the reason; its module stays pending.
@@ -23,12 +28,13 @@ from typing import Generic, TypeVar
 import anyio
 from pydantic import ValidationError
 
+from provisioner_client.scope import NodeScope
 from registry import buckets, keys
 from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.errors import BusError, BusTimeout, NoResponders, RegistryError, ServiceError
 from registry.keys import KeyShape, shape_of
-from registry.kv import bucket_config, get_latest, snapshot
+from registry.kv import KvItem, get_direct, get_last_many
 from registry.models import BucketAnswer, CollectValue, RegistryEntry, VerbAnswer
 from registry.placeholders import Placeholder
 from registry.templates import pattern_of, render
@@ -67,8 +73,11 @@ REGISTRY_SOURCE = Source(buckets.REGISTRY, ">")
 
 
 async def read_registry(bus: Bus) -> Registry:
+    """The registry's entries, read whole by one batch direct get."""
     registry = Registry()
-    for item in await snapshot(bus, buckets.REGISTRY):
+    for item in await get_last_many(bus, buckets.REGISTRY, ">"):
+        if item.deleted:
+            continue
         try:
             kind = keys.REGISTRY.parse(item.key)["kind"]
         except RegistryError as err:
@@ -116,7 +125,6 @@ class Resolver:
         self._registry = registry
         self._node = node
         self._verb_timeout = verb_timeout
-        self._buckets: _Once[None] = _Once()
         self._values: _Once[str] = _Once()
         self._resolved: _Once[str] = _Once()
         self.sources: set[Source] = {REGISTRY_SOURCE}
@@ -167,7 +175,9 @@ class Resolver:
             bucket = Bucket(render(answer.bucket, fields), shape)
             if answer.read == "items":
                 prefix = _items_prefix(shape, fields)
-                return await self._values.get(("items", bucket.name, prefix), lambda: self._items(bucket, prefix))
+                return await self._values.get(
+                    ("items", bucket.name, prefix), lambda: self._items(bucket, prefix, fields)
+                )
             key = shape.build(**fields)
         except RegistryError as err:
             raise Pending(f"the registry's answer for kind {placeholder.kind!r} cannot be used: {err}") from None
@@ -176,36 +186,24 @@ class Resolver:
             return _from_plan(value, bucket.name, key, placeholder)
         return _text_of(value, f"{bucket.name} key {key!r}")
 
-    async def _exists(self, bucket: Bucket) -> None:
-        await self._buckets.get(bucket.name, lambda: self._look_up(bucket))
-
-    async def _look_up(self, bucket: Bucket) -> None:
-        try:
-            found = await bucket_config(self._bus, bucket)
-        except BusError as err:
-            raise Pending(str(err)) from None
-        if found is None:
-            raise Pending(f"bucket {bucket.name} does not exist")
-
     async def _get(self, bucket: Bucket, key: str) -> str:
         self.sources.add(Source(bucket, key))
-        await self._exists(bucket)
         try:
-            item = await get_latest(self._bus, bucket, key)
+            item = await get_direct(self._bus, bucket, key)
+        except NoResponders:
+            raise Pending(f"bucket {bucket.name} does not exist (or has no direct get): nobody answers") from None
         except BusError as err:
             raise Pending(str(err)) from None
         if item is None or item.deleted:
             raise Pending(f"no value at {bucket.name} key {key!r}")
         return item.value.decode("utf-8", errors="replace")
 
-    async def _items(self, bucket: Bucket, prefix: str) -> str:
-        subject_filter = f"{prefix}.*"
-        self.sources.add(Source(bucket, subject_filter))
-        await self._exists(bucket)
-        try:
-            listed = await snapshot(self._bus, bucket, [subject_filter])
-        except BusError as err:
-            raise Pending(str(err)) from None
+    async def _items(self, bucket: Bucket, prefix: str, fields: dict[str, str]) -> str:
+        if bucket.name != buckets.COLLECT.name or bucket.shape != buckets.COLLECT.shape:
+            raise Pending(f"bucket {bucket.name} cannot be listed without a listing grant: a node lists only "
+                          f"its own collections, through the provisioning verb")  # fmt: skip
+        self.sources.add(Source(bucket, f"{prefix}.*"))
+        listed = await self._collection(fields)
         contributions: list[tuple[str, tuple[str, ...]]] = []
         for item in listed:
             try:
@@ -215,6 +213,18 @@ class Resolver:
                 log.warning("skipped %s key %r: not a contribution", bucket.name, item.key,
                             extra={"bucket": bucket.name, "key": item.key})  # fmt: skip
         return "\n".join(i for _, items in sorted(contributions) for i in items)
+
+    async def _collection(self, fields: dict[str, str]) -> list[KvItem]:
+        """The contributions of one collection of this node, listed by the provisioning verb."""
+        if fields["node"] != self._node:
+            raise Pending(f"collection {fields['collection']!r} of node {fields['node']!r} is not this node's")
+        try:
+            return await NodeScope(self._node).read(self._bus, buckets.COLLECT, collection=fields["collection"])
+        except NoResponders:
+            raise Pending(f"nobody answers {buckets.VERB_SUBJECT}: the seat is away") from None
+        except BusError as err:
+            raise Pending(f"{buckets.VERB_SUBJECT} could not list collection {fields['collection']!r}: "
+                          f"{err.reason}") from None  # fmt: skip
 
     async def _ask(self, answer: VerbAnswer, module: str, placeholder: Placeholder) -> str:
         body = json.dumps({"node": self._node, "module": module, "kind": placeholder.kind, "name": placeholder.name})

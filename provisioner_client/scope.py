@@ -2,18 +2,30 @@
 
 This check runs in code before any write reaches the bus, besides the bus permissions the
 controller grants; a key for another node is a bug, refused with `ForeignKeyError`.
+
+A node has no JetStream API in the data account (no consumer, no stream info), so it learns its
+own keys of needs, applied and collect from the provisioning verb, which answers a node about its
+own keys with each entry's revision. A key out of shape under the node is the node's footprint
+too: the verb names it as malformed, and it is read by direct get so that a converge removes it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from provisioner_client.errors import ForeignKeyError
+from registry import buckets
 from registry.buckets import Bucket
 from registry.bus import Bus
+from registry.errors import BusError, ConvergeError, WrongLastSequence
 from registry.escaping import encode_token
 from registry.keys import under
-from registry.kv import Changes, KvItem, converge, snapshot
+from registry.kv import Changes, KvItem, converge, get_direct, update
+from registry.verb_client import ask
+
+LISTED_AS = {buckets.NEEDS.name: "needs", buckets.APPLIED.name: "applied", buckets.COLLECT.name: "collect"}
 
 
 class NodeScope:
@@ -36,14 +48,60 @@ class NodeScope:
             if not self.owns(key):
                 raise ForeignKeyError(bucket, key, self.node)
 
-    async def read(self, bus: Bus, bucket: Bucket) -> list[KvItem]:
-        """This node's keys of `bucket`, deletions included, through one server-side filter."""
-        return await snapshot(bus, bucket, [self.filter], include_deleted=True)
+    async def read(self, bus: Bus, bucket: Bucket, **narrowing: str) -> list[KvItem]:
+        """This node's keys of `bucket` (needs, applied or collect), as the verb lists them, with
+        the malformed ones under the node read by direct get; `narrowing` adds request fields
+        (`collection`, `module`)."""
+        answer = await ask(bus, {"what": LISTED_AS[bucket.name], "node": self.node, **narrowing})
+        items = [_item_of(entry) for entry in answer["entries"] if "revision" in entry]
+        unsure = [e for e in answer["entries"] if "revision" not in e] + answer["malformed"]
+        for entry in unsure:
+            item = await self._stored(bus, bucket, str(entry["key"]))
+            if item is not None:
+                items.append(item)
+        return items
+
+    async def _stored(self, bus: Bus, bucket: Bucket, key: str) -> KvItem | None:
+        """A key's entry as stored, if it is ours: for a malformed key (its value may not even be
+        JSON) and for an entry without its revision (a seat older than the revision field)."""
+        if not self.owns(key):
+            return None
+        return await get_direct(bus, bucket, key)
 
     async def converge(
         self, bus: Bus, bucket: Bucket, current: Sequence[KvItem], desired: Mapping[str, bytes]
     ) -> Changes:
-        """`registry.kv.converge`, after checking every key it could touch is this node's."""
+        """`registry.kv.converge`, after checking every key it could touch is this node's.
+
+        The verb lists no deleted key, so a key absent from `current` may still hold a delete
+        marker: such keys are created on their own, retried once at the marker's revision."""
         self.check(bucket.name, desired)
         self.check(bucket.name, (item.key for item in current if not item.deleted))
-        return await converge(bus, bucket, current, desired)
+        listed = {item.key for item in current}
+        changes = await converge(bus, bucket, current, {k: v for k, v in desired.items() if k in listed})
+        for key, value in desired.items():
+            if key not in listed:
+                await _create(bus, bucket, key, value, changes)
+        return changes
+
+
+def _item_of(entry: Mapping[str, Any]) -> KvItem:
+    """An entry of the verb's answer as the stored bytes: the value re-encoded as
+    `registry.models.to_json` writes it, so an unchanged value compares equal and is not rewritten."""
+    value = json.dumps(entry["value"], sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return KvItem(str(entry["key"]), value, int(entry["revision"]))
+
+
+async def _create(bus: Bus, bucket: Bucket, key: str, value: bytes, changes: Changes) -> None:
+    """Writes a key the listing did not have; a delete marker there is read, then written over."""
+    try:
+        try:
+            await update(bus, bucket, key, value, last=0)
+        except WrongLastSequence:
+            found = await get_direct(bus, bucket, key)
+            if found is not None and not found.deleted and found.value == value:
+                return
+            await update(bus, bucket, key, value, last=found.revision if found is not None else 0)
+    except BusError as err:
+        raise ConvergeError(bucket.name, key, err.reason, changes.summary()) from err
+    changes.written.append(key)

@@ -1,9 +1,12 @@
 """Watch mode: reconcile at start and again whenever something it depends on changes.
 
-- The registry and every bucket a reconcile read from are followed with
-  `registry.watch.scoped_watch`: one watch per bucket, over the node's own `<node>.>` where the
-  keys read lie under it (so it can be granted per node), else over the bucket; only changes of
-  the keys read wake the loop.
+- The registry and every bucket a reconcile read from are followed by plain subscriptions on
+  `$KV.<bucket>.<filter>`, no consumer (a node has no JetStream API): one per bucket, over the
+  node's own `<node>.>` where the keys read lie under it, else over the bucket; only changes of
+  the keys read wake the loop. In a node's own account those subjects reach it through stream
+  imports; on a single-account development bus the subscriptions see the writes themselves.
+  Either way delivery is at-most-once: after the connection is recovered, and once a new
+  subscription is in place, the loop reconciles again ("resync") instead of trusting it saw all.
 - Manifests are polled (name, inode, mtime, size of each `*.json`): they are replaced atomically,
   and a watch on a path stops seeing a file once it is renamed over.
 - Verb-answered values (secrets) are re-asked on a refresh interval; the env file changes only
@@ -31,10 +34,9 @@ from provisioner_client.manifest import manifest_files
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolve import Source
 from registry.buckets import Bucket
-from registry.bus import Bus
+from registry.bus import Bus, Message
 from registry.errors import BusError
 from registry.keys import under
-from registry.watch import scoped_watch
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,6 @@ class WatchTiming:
     refresh: timedelta = timedelta(minutes=5)
     poll: timedelta = timedelta(seconds=2)
     backoff_max: timedelta = timedelta(seconds=30)
-    heartbeat: timedelta = timedelta(seconds=2)
 
 
 class Trigger:
@@ -71,8 +72,8 @@ def watch_scopes(sources: set[Source], node: str) -> dict[Source, set[str]]:
     """One watch per bucket, not per key: the node's own `<node>.>` where every source of the
     bucket lies under it, else the whole bucket; with the source filters whose changes matter.
 
-    A watch is a consumer on the server with its own heartbeats, so a client of many modules
-    would otherwise hold hundreds of them; the filters keep other keys' changes from waking it."""
+    A client of many modules would otherwise hold hundreds of subscriptions; the filters keep
+    other keys' changes from waking it."""
     own_keys = under(node)
     own = own_keys[:-1]
     by_bucket: dict[Bucket, set[str]] = {}
@@ -96,13 +97,12 @@ def subject_matches(subject_filter: str, key: str) -> bool:
 
 
 class _Followers:
-    """One scoped watch per bucket a reconcile read from; a change of a key it read pulls the trigger."""
+    """One subscription per bucket a reconcile read from; a change of a key it read pulls the trigger."""
 
-    def __init__(self, bus: Bus, tg: TaskGroup, trigger: Trigger, timing: WatchTiming, node: str) -> None:
+    def __init__(self, bus: Bus, tg: TaskGroup, trigger: Trigger, node: str) -> None:
         self._bus = bus
         self._tg = tg
         self._trigger = trigger
-        self._timing = timing
         self._node = node
         self._scopes: dict[Source, anyio.CancelScope] = {}
         self._interest: dict[Source, set[str]] = {}
@@ -116,12 +116,26 @@ class _Followers:
             self._tg.start_soon(self._follow, scope_source, scope)
 
     async def _follow(self, source: Source, scope: anyio.CancelScope) -> None:
+        async def on_message(msg: Message) -> None:
+            key = source.bucket.key_of(msg.subject)
+            if any(subject_matches(f, key) for f in self._interest.get(source, ())):
+                self._trigger.pull(f"{source.bucket.name} {key}")
+
         with scope:
-            async with scoped_watch(self._bus, source.bucket, source.filter, heartbeat=self._timing.heartbeat,
-                                    retry_max=self._timing.backoff_max) as watch:  # fmt: skip
-                async for event in watch:
-                    if any(subject_matches(f, event.key) for f in self._interest.get(source, ())):
-                        self._trigger.pull(f"{source.bucket.name} {event.key}")
+            try:
+                subscription = await self._bus.subscribe(source.bucket.subject(source.filter), on_message)
+                await self._bus.flush()
+            except BusError as err:  # followed again after the next reconcile
+                log.warning("cannot follow %s %s: %s", source.bucket.name, source.filter, err.reason)
+                self._scopes.pop(source, None)
+                self._trigger.pull("retry following")
+                return
+            self._trigger.pull(f"resync after following {source.bucket.name}")  # what changed before it
+            try:
+                await anyio.sleep_forever()
+            finally:
+                with anyio.move_on_after(2, shield=True):
+                    await subscription.unsubscribe()
 
 
 async def watch(
@@ -140,10 +154,11 @@ async def watch(
         trigger.pull("stop")
 
     async with anyio.create_task_group() as tg:
-        followers = _Followers(bus, tg, trigger, timing, plan.node)
+        followers = _Followers(bus, tg, trigger, plan.node)
         tg.start_soon(_poll_manifests, plan.manifests, trigger, timing.poll)
         tg.start_soon(_refresh, trigger, timing.refresh)
         tg.start_soon(wake_on_stop)
+        tg.start_soon(_resync_on_reconnect, bus, trigger)
         backoff = _Backoff(timing.backoff_max)
         started = False
         while not stopping.is_set():
@@ -211,6 +226,14 @@ async def _poll_manifests(folder: Path, trigger: Trigger, every: timedelta) -> N
         if now != seen:
             seen = now
             trigger.pull("manifests changed")
+
+
+async def _resync_on_reconnect(bus: Bus, trigger: Trigger) -> None:
+    """Live updates are at-most-once: what was written while the connection was away is re-read."""
+    seen = bus.reconnects
+    while True:
+        seen = await bus.reconnected(seen)
+        trigger.pull("resync after reconnect")
 
 
 async def _refresh(trigger: Trigger, every: timedelta) -> None:

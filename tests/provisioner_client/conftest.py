@@ -1,4 +1,5 @@
-"""Fixtures of the client's tests: the provisioner's buckets and registry, the stand-ins, a plan."""
+"""Fixtures of the client's tests: the provisioner server (its buckets, registry and verb, which
+lists a node's own keys for the client), the stand-ins, a plan."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from mesh_dev.standins import StandIns, provision_own_buckets, stand_ins
+from mesh_dev.local_nats import LocalNats
+from mesh_dev.standins import StandIns, stand_ins
 from provisioner_client.reconcile import ClientPlan
 from registry.bus import Bus
-from tests.helpers import EXAMPLES, NODE, in_own_task
+from tests.helpers import EXAMPLES, NODE, in_own_task, serving
 
 
 @pytest.fixture
-async def provisioned(bus: Bus) -> Bus:
-    await provision_own_buckets(bus)
-    return bus
+async def provisioned(nats_server: LocalNats, bus: Bus) -> AsyncIterator[Bus]:
+    """`bus`, with the server running in-process: it created the buckets and wrote the registry."""
+    async with in_own_task(serving(nats_server.url)):
+        yield bus
 
 
 @pytest.fixture

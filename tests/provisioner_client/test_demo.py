@@ -9,14 +9,12 @@ import pytest
 
 from mesh_dev.demo import run_demo
 from mesh_dev.local_nats import LocalNats
-from mesh_dev.standins import provision_own_buckets
 from registry.bus import Bus
 
 
 async def test_the_demo_applies_every_example_and_says_where_the_files_are(
-    bus: Bus, nats_server: LocalNats, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    provisioned: Bus, nats_server: LocalNats, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    await provision_own_buckets(bus)
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(15):
             await tg.start(run_demo, nats_server.url, tmp_path)

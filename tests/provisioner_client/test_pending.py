@@ -16,8 +16,8 @@ from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.scope import NodeScope
 from registry import buckets
 from registry.bus import Bus
-from registry.kv import get_latest, snapshot
-from registry.models import AppliedValue
+from registry.kv import get_latest, put, snapshot
+from registry.models import AppliedValue, BucketAnswer, RegistryEntry, to_json
 from tests.helpers import NODE
 
 
@@ -102,7 +102,11 @@ async def test_a_manifest_that_breaks_keeps_its_module_as_it_was(domains: StandI
         pytest.param({"X": "${nosuchkind:a}"}, "the registry knows no kind 'nosuchkind'", id="an unknown kind"),
         pytest.param({"X": "${config:absent}"}, "no value at mesh-config_values key 'absent'", id="a missing value"),
         pytest.param({"X": "${secret:unknown}"}, "mesh-vault.secret answered error 404", id="a vault error"),
-        pytest.param({"X": "${bound:mysql:db}"}, "bucket mysql_bound does not exist", id="a missing bucket"),
+        pytest.param(
+            {"X": "${bound:mysql:db}"},
+            "bucket mysql_bound does not exist (or has no direct get)",
+            id="a missing bucket",
+        ),
         pytest.param(
             {"X": "${port:none}"},
             "the plan at mesh-controller_assignments key 'node-1.app' has no port",
@@ -181,3 +185,18 @@ async def test_a_missing_manifests_folder_is_an_error_not_an_empty_node(
     assert (plan.materialize / "app.env").exists()
     assert len(await snapshot(bus, buckets.APPLIED)) == 3
     assert moved.is_dir()
+
+
+async def test_items_of_a_bucket_other_than_the_nodes_collections_cannot_be_listed(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    """A node lists nothing itself: its own collections are listed by the verb, nothing else is."""
+    answer = BucketAnswer(bucket="elsewhere_collect", key=buckets.COLLECT.shape.text, name="<collection>", read="items")
+    entry = RegistryEntry(kind="collected", domain="collected", module="elsewhere", answer=answer)
+    await put(bus, buckets.REGISTRY, "collected", to_json(entry))
+    write_manifest(plan, "lister.json", {"module": "lister", "env": {"X": "${collected:app-plugins}"}})
+    report = await reconcile(bus, plan)
+    assert report.modules["lister"].applied.reasons == (
+        "${collected:app-plugins}: bucket elsewhere_collect cannot be listed without a listing grant: a node "
+        "lists only its own collections, through the provisioning verb",
+    )

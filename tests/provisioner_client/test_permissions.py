@@ -1,8 +1,10 @@
-"""The client as node user `n1` of deploy/accounts.conf: everything it does is granted.
+"""The client as a node that may not use the JetStream API beyond direct gets: everything it does
+still works.
 
-A reconcile and a watch run with the node's least-privilege grants (own keys only, one filter
-per listing and watch, its own inbox prefix) and the server reports no permission violation.
-The other domains' stand-ins run as an extra unrestricted user added for the test.
+In an account of its own a node has no consumer creation and no stream info in the data account;
+here that is played by a user of one account denied `$JS.API.CONSUMER.>`, `$JS.API.STREAM.>` and
+flow control. A reconcile applies every module and a watch follows a config change, and the
+server reports no permission violation. The seat and the stand-ins run as an unrestricted user.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -18,36 +21,36 @@ import pytest
 from pydantic import SecretStr
 
 from mesh_dev.local_nats import LocalNats, local_nats
-from mesh_dev.standins import StandIns, provision_own_buckets, stand_ins
+from mesh_dev.standins import StandIns, stand_ins
+from provisioner.server import run_server
+from provisioner.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
+from provisioner_client.scope import NodeScope
+from provisioner_client.status import read_status
 from provisioner_client.watching import WatchTiming, watch
+from registry import buckets
 from registry.bus import Bus, BusOptions, connect
-from registry.kv import put
+from registry.errors import PermissionDenied
+from registry.kv import put, snapshot
 from tests.helpers import in_own_task, sh_env
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-VARIABLES = ("PASSWORD_SYS", "PASSWORD_MESH_PROVISIONER", "PASSWORD_N1", "PASSWORD_N2", "PASSWORD_OPERATOR",
-             "PASSWORD_POSTGRES")  # fmt: skip
-_MESH_USERS = "  MESH {\n    jetstream: enabled\n    users = [\n"
-
-
-def server_config() -> str:
-    accounts = (DEPLOY / "accounts.conf").read_text()
-    assert _MESH_USERS in accounts, "deploy/accounts.conf changed shape; update this test's admin user"
-    admin = '      { user: admin, password: "admin-password" }\n'
-    variables = "".join(f'{name}: "test-password"\n' for name in VARIABLES)
-    return variables + accounts.replace(_MESH_USERS, _MESH_USERS + admin)
+NO_JETSTREAM_API = """
+accounts { MESH { jetstream: enabled, users = [
+  { user: admin, password: admin }
+  { user: n1, password: n1, permissions: {
+      publish: { deny: ["$JS.API.CONSUMER.>", "$JS.API.STREAM.>", "$JS.FC.>"] } } }
+] } }
+"""
 
 
 def options(server: LocalNats, user: str) -> BusOptions:
-    password = "admin-password" if user == "admin" else "test-password"
-    return BusOptions(servers=(server.url,), name=f"test-{user}", user=user, password=SecretStr(password),
+    return BusOptions(servers=(server.url,), name=f"test-{user}", user=user, password=SecretStr(user),
                       inbox_prefix=f"_INBOX_{user}", request_timeout=timedelta(seconds=2))  # fmt: skip
 
 
 @pytest.fixture
-async def secured(tmp_path: Path) -> AsyncIterator[LocalNats]:
-    async with in_own_task(local_nats(tmp_path / "secured-nats", server_config())) as server:
+async def restricted(tmp_path: Path) -> AsyncIterator[LocalNats]:
+    async with in_own_task(local_nats(tmp_path / "restricted-nats", NO_JETSTREAM_API)) as server:
         yield server
 
 
@@ -60,30 +63,41 @@ class AdminDomains:
 
 
 @asynccontextmanager
-async def stand_ins_as_admin(secured: LocalNats) -> AsyncIterator[AdminDomains]:
-    async with connect(options(secured, "admin")) as admin:
-        await provision_own_buckets(admin)
-        async with stand_ins(admin, "n1") as parts:
-            yield AdminDomains(admin, parts)
+async def seat_and_stand_ins(server: LocalNats) -> AsyncIterator[AdminDomains]:
+    stop = anyio.Event()
+    run = partial(run_server, bus_options=options(server, "admin"), settings=ServerSettings(), stop=stop)
+    async with anyio.create_task_group() as tasks, connect(options(server, "admin")) as admin:
+        await tasks.start(run)
+        try:
+            async with stand_ins(admin, "n1") as parts:
+                yield AdminDomains(admin, parts)
+        finally:
+            stop.set()
 
 
 @pytest.fixture
-async def admin_domains(secured: LocalNats) -> AsyncIterator[AdminDomains]:
-    async with in_own_task(stand_ins_as_admin(secured)) as domains:
+async def admin_domains(restricted: LocalNats) -> AsyncIterator[AdminDomains]:
+    async with in_own_task(seat_and_stand_ins(restricted)) as domains:
         yield domains
 
 
-async def test_a_reconcile_and_a_watch_as_node_n1_need_no_more_than_its_grants(
-    secured: LocalNats, admin_domains: AdminDomains, plan: ClientPlan
+async def test_a_node_without_consumers_or_stream_info_reconciles_watches_and_tells_its_status(
+    restricted: LocalNats, admin_domains: AdminDomains, plan: ClientPlan
 ) -> None:
     plan = ClientPlan("n1", plan.manifests, plan.materialize, timedelta(seconds=1))
-    async with connect(options(secured, "n1")) as node:
+    async with connect(options(restricted, "n1")) as node:
         report = await reconcile(node, plan)
         assert report.ok, report.summary()
-        assert node.recent_denial(0) is None
+        assert sorted(report.modules) == ["app", "postgres", "tools"]
+        again = await reconcile(node, plan)
+        assert not any(again.writes.values()), "a second reconcile writes nothing"
+        status = await read_status(node, "n1", plan.materialize)
+        assert status.ok and sorted(status.modules) == ["app", "postgres", "tools"]
         await _watch_one_change(node, plan, admin_domains)
         await node.flush()
         assert node.recent_denial(0) is None
+        with pytest.raises(PermissionDenied):  # the premise: this node cannot list with a consumer
+            await snapshot(node, buckets.NEEDS, [NodeScope("n1").filter])
 
 
 async def _watch_one_change(node: Bus, plan: ClientPlan, domains: AdminDomains) -> None:
@@ -93,7 +107,7 @@ async def _watch_one_change(node: Bus, plan: ClientPlan, domains: AdminDomains) 
         if sh_env(plan.materialize / "app.env")["LOG_LEVEL"] == "debug":
             changed.set()
 
-    timing = WatchTiming(debounce=timedelta(seconds=0.1), heartbeat=timedelta(seconds=0.5))
+    timing = WatchTiming(debounce=timedelta(seconds=0.1))
     async with anyio.create_task_group() as tg:
         await tg.start(lambda task_status: watch(node, plan, timing, on_report=on_report, task_status=task_status))
         await put(domains.bus, domains.parts.config, "log-level", b'"debug"')

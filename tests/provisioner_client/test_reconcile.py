@@ -124,9 +124,10 @@ async def test_removing_a_module_removes_its_keys_and_file_and_nothing_else(
     assert "node-2.tools.config.x" in after[buckets.NEEDS.name]
 
 
-async def test_a_domain_bucket_created_without_direct_get_is_read_all_the_same(
+async def test_a_domain_bucket_without_direct_get_leaves_the_module_pending_saying_so(
     provisioned: Bus, js: JetStreamContext, tmp_path: Path
 ) -> None:
+    """A node reads values by direct get only (it may not ask the stream itself)."""
     config = await js.create_key_value(bucket=CONFIG.name)  # no direct get
     await config.put("log-level", b'"debug"')
     manifests = tmp_path / "manifests"
@@ -134,5 +135,40 @@ async def test_a_domain_bucket_created_without_direct_get_is_read_all_the_same(
     (manifests / "web.json").write_text(json.dumps({"module": "web", "env": {"LEVEL": "${config:log-level}"}}))
     plan = ClientPlan(node=NODE, manifests=manifests, materialize=tmp_path / "env")
     report = await reconcile(provisioned, plan)
+    assert report.modules["web"].applied.reasons == (
+        "${config:log-level}: bucket mesh-config_values does not exist (or has no direct get): nobody answers",
+    )
+
+
+async def test_a_module_declared_again_is_written_over_its_delete_markers(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    """The verb lists no deleted key, so the client learns of a delete marker when its create loses."""
+    await reconcile(bus, plan)
+    manifest = plan.manifests / "postgres.json"
+    text = manifest.read_text()
+    manifest.unlink()
+    await reconcile(bus, plan)
+    manifest.write_text(text)
+    report = await reconcile(bus, plan)
     assert report.ok, report.summary()
-    assert sh_env(plan.materialize / "web.env") == {"LEVEL": "debug"}
+    assert "node-1.postgres.dir.data" in report.writes[buckets.NEEDS.name].written
+    needs = {i.key for i in await snapshot(bus, buckets.NEEDS)}
+    assert {"node-1.postgres.dir.data", "node-1.postgres.port.postgres"} <= needs
+    again = await reconcile(bus, plan)
+    assert not any(again.writes.values()), "a second reconcile writes nothing"
+
+
+async def test_malformed_keys_under_the_node_are_its_footprint_and_removed(
+    domains: StandIns, bus: Bus, js: JetStreamContext, plan: ClientPlan
+) -> None:
+    needs = await js.key_value(buckets.NEEDS.name)
+    await needs.put("node-1.junk", b"{}")  # out of shape: two tokens
+    await needs.put("node-1.old.config.x", b"not json")
+    await needs.put("node-2.junk", b"{}")
+    report = await reconcile(bus, plan)
+    assert report.ok, report.summary()
+    assert {"node-1.junk", "node-1.old.config.x"} <= set(report.writes[buckets.NEEDS.name].deleted)
+    left = {i.key for i in await snapshot(bus, buckets.NEEDS)}
+    assert "node-2.junk" in left
+    assert not {"node-1.junk", "node-1.old.config.x"} & left

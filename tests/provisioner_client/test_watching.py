@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,18 +15,18 @@ from anyio.abc import TaskStatus
 from nats.js import JetStreamContext
 
 from mesh_dev.local_nats import LocalNats, local_nats
-from mesh_dev.standins import StandIns, provision_own_buckets, stand_ins
+from mesh_dev.standins import StandIns, stand_ins
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.kv import put
 from registry.models import BucketAnswer, RegistryEntry, to_json
-from tests.helpers import logged, sh_env
+from tests.helpers import logged, serving, sh_env
 
 TIMING = WatchTiming(
     debounce=timedelta(seconds=0.1), refresh=timedelta(seconds=1), poll=timedelta(seconds=0.2),
-    backoff_max=timedelta(seconds=1), heartbeat=timedelta(seconds=0.5),
+    backoff_max=timedelta(seconds=1),
 )  # fmt: skip
 BOUND = 10.0
 
@@ -91,15 +92,14 @@ async def test_each_kind_of_change_is_materialized_within_a_bounded_time(
 
 
 async def test_watch_mode_backs_off_until_the_bus_can_answer_then_applies(
-    bus: Bus, plan: ClientPlan, caplog: pytest.LogCaptureFixture
+    nats_server: LocalNats, bus: Bus, plan: ClientPlan, caplog: pytest.LogCaptureFixture
 ) -> None:
     reports = Reports()
     with logged("reconcile failed", "provisioner_client.watching") as failed:
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: watch(bus, plan, TIMING, on_report=reports))
             await failed.wait(within=BOUND)  # the loop logs each failed attempt; nothing else tells of one
-            await provision_own_buckets(bus)
-            async with stand_ins(bus, "node-1"):
+            async with serving(nats_server.url), stand_ins(bus, "node-1"):
                 await reports.until(
                     lambda: bool(reports.all) and reports.all[-1].ok, "the first reconcile once provisioned"
                 )
@@ -107,7 +107,11 @@ async def test_watch_mode_backs_off_until_the_bus_can_answer_then_applies(
     assert "retrying in" in caplog.text
 
 
-async def test_watch_mode_rides_out_a_restart_of_the_bus(tmp_path: Path, plan: ClientPlan) -> None:
+async def test_watch_mode_rides_out_a_restart_of_the_bus(
+    tmp_path: Path, plan: ClientPlan, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Live updates are at-most-once: once the connection is back, the loop reconciles again."""
+    caplog.set_level(logging.DEBUG, "provisioner_client.watching")
     store = tmp_path / "restarting-nats"
     stop_first, first_stopped, stop_second = anyio.Event(), anyio.Event(), anyio.Event()
 
@@ -121,18 +125,26 @@ async def test_watch_mode_rides_out_a_restart_of_the_bus(tmp_path: Path, plan: C
         first: LocalNats = await servers.start(server, -1, stop_first, first_stopped)
         options = BusOptions(servers=(first.url,), name="client", reconnect_wait=timedelta(seconds=0.2))
         async with connect(options) as bus, anyio.create_task_group() as tg:
-            await provision_own_buckets(bus)
+            await tg.start(_serving_until_cancelled, first.url)
             domains = await tg.start(_stand_ins_until_cancelled, bus)
             reports = Reports()
             await tg.start(lambda task_status: watch(bus, plan, TIMING, on_report=reports, task_status=task_status))
             stop_first.set()
             await first_stopped.wait()
-            await servers.start(server, first.port, stop_second, anyio.Event())
+            with logged("resync after reconnect", "provisioner_client.watching") as resynced:
+                await servers.start(server, first.port, stop_second, anyio.Event())
+                await resynced.wait(within=BOUND)
             await put(bus, domains.config, "log-level", b'"after-restart"')
             await reports.until(lambda: sh_env(plan.materialize / "app.env")["LOG_LEVEL"] == "after-restart",
                                 "a value written after the bus restarted")  # fmt: skip
             tg.cancel_scope.cancel()
         stop_second.set()
+
+
+async def _serving_until_cancelled(url: str, *, task_status: TaskStatus[None]) -> None:
+    async with serving(url, shutdown_timeout=timedelta(seconds=1)):
+        task_status.started()
+        await anyio.sleep_forever()
 
 
 async def _stand_ins_until_cancelled(bus: Bus, *, task_status: TaskStatus[StandIns]) -> None:
