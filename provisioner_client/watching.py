@@ -124,18 +124,17 @@ class _Followers:
         with scope:
             try:
                 subscription = await self._bus.subscribe(source.bucket.subject(source.filter), on_message)
-                await self._bus.flush()
+                try:
+                    await self._bus.flush()  # the server has the subscription: re-read what changed before it
+                    self._trigger.pull(f"resync after following {source.bucket.name}")
+                    await anyio.sleep_forever()
+                finally:
+                    with anyio.move_on_after(2, shield=True):
+                        await subscription.unsubscribe()
             except BusError as err:  # followed again after the next reconcile
                 log.warning("cannot follow %s %s: %s", source.bucket.name, source.filter, err.reason)
                 self._scopes.pop(source, None)
                 self._trigger.pull("retry following")
-                return
-            self._trigger.pull(f"resync after following {source.bucket.name}")  # what changed before it
-            try:
-                await anyio.sleep_forever()
-            finally:
-                with anyio.move_on_after(2, shield=True):
-                    await subscription.unsubscribe()
 
 
 async def watch(
