@@ -1,0 +1,115 @@
+"""The whole job under exactly the generated grants: the seat in the data account, the vault on its
+own key, and node n1's client in its own account reconciling, watching and telling its status.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mesh_dev.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, StandIns, Vault, stand_ins
+from provisioner_client.reconcile import ClientPlan, Report, reconcile
+from provisioner_client.status import read_status
+from provisioner_client.watching import WatchTiming, watch
+from registry.bus import Bus
+from registry.errors import ServiceError
+from registry.kv import put
+from registry.parties import Kind
+from registry.service import EndpointSpec, serve
+from registry.verb_client import ask_service
+from tests.helpers import EXAMPLES, in_own_task, sh_env
+from tests.isolation import Mesh, mesh_server, party
+
+NODE = "n1"
+
+
+@dataclass(frozen=True)
+class Domains:
+    seat: Bus
+    parts: StandIns
+
+
+@asynccontextmanager
+async def domains_of(mesh: Mesh) -> AsyncIterator[Domains]:
+    """The stand-ins written by the seat; the vault served on the vault's own key, scoping by who asks."""
+    vault = Vault(parties=mesh.grants.party_map())
+    endpoints = [
+        EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
+        EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
+    ]
+    async with (
+        mesh.connect(party(Kind.SEAT)) as seat,
+        stand_ins(seat, NODE, with_vault=False) as parts,
+        mesh.connect(party(Kind.VAULT)) as vault_bus,
+        serve(vault_bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=endpoints),
+    ):
+        yield Domains(seat, parts)
+
+
+@pytest.fixture
+async def mesh(tmp_path: Path) -> AsyncIterator[Mesh]:
+    async with in_own_task(mesh_server(tmp_path / "mesh")) as running:
+        yield running
+
+
+@pytest.fixture
+async def domains(mesh: Mesh) -> AsyncIterator[Domains]:
+    async with in_own_task(domains_of(mesh)) as running:
+        yield running
+
+
+@pytest.fixture
+def node_plan(tmp_path: Path) -> ClientPlan:
+    manifests = tmp_path / "manifests"
+    shutil.copytree(EXAMPLES, manifests, ignore=shutil.ignore_patterns("*.md"))
+    return ClientPlan(NODE, manifests, tmp_path / "env", timedelta(seconds=2))
+
+
+async def test_a_node_on_its_own_account_reconciles_watches_and_tells_its_status(
+    mesh: Mesh, domains: Domains, node_plan: ClientPlan
+) -> None:
+    async with mesh.connect(party(Kind.NODE, NODE)) as node:
+        report = await reconcile(node, node_plan)
+        assert report.ok, report.summary()
+        assert sorted(report.modules) == ["app", "postgres", "tools"]
+        assert "dev-only-s3cret-password" in (node_plan.materialize / "app.env").read_text()
+        again = await reconcile(node, node_plan)
+        assert not any(again.writes.values()), "a second reconcile writes nothing"
+        status = await read_status(node, NODE, node_plan.materialize)
+        assert status.ok and sorted(status.modules) == ["app", "postgres", "tools"]
+        await _watch_one_change(node, node_plan, domains)
+        assert node.recent_denial(0) is None
+
+
+async def test_the_vault_refuses_a_node_asking_for_another_nodes_secret(mesh: Mesh, domains: Domains) -> None:
+    body = {"node": "n2", "module": "app", "kind": "secret", "name": "db-password"}
+    async with mesh.connect(party(Kind.NODE, NODE)) as node:
+        with pytest.raises(ServiceError) as refused:
+            await ask_service(node, SECRET_SUBJECT, json.dumps(body).encode())
+        mine = await ask_service(node, SECRET_SUBJECT, json.dumps({**body, "node": NODE}).encode())
+    assert refused.value.code == "403"
+    assert json.loads(mine.data) == {"value": "dev-only-s3cret-password"}
+
+
+async def _watch_one_change(node: Bus, plan: ClientPlan, domains: Domains) -> None:
+    changed = anyio.Event()
+
+    def on_report(report: Report) -> None:
+        if sh_env(plan.materialize / "app.env")["LOG_LEVEL"] == "debug":
+            changed.set()
+
+    timing = WatchTiming(debounce=timedelta(seconds=0.1))
+    async with anyio.create_task_group() as tg:
+        await tg.start(lambda task_status: watch(node, plan, timing, on_report=on_report, task_status=task_status))
+        await put(domains.seat, domains.parts.config, "log-level", b'"debug"')
+        with anyio.fail_after(10):
+            await changed.wait()
+        tg.cancel_scope.cancel()
