@@ -19,6 +19,7 @@ from registry.accounts_conf import render_accounts
 from registry.catalogue import load_catalogue
 from registry.credentials import issue_user_keys
 from registry.grants import Grants, data_parties, derive_grants, verb_subjects
+from registry.jwt_auth import issue_account_keys, write_jwt_auth
 from registry.parties import Kind, Party
 
 
@@ -40,16 +41,21 @@ class MeshParties:
 
 
 def issue_grants(
-    out: Path, parties: MeshParties, *, domains_file: Path | None = None, keys: Path | None = None
+    out: Path, parties: MeshParties, *, domains_file: Path | None = None, keys: Path | None = None, jwt: bool = False
 ) -> Grants:
     """Writes the static configuration and the grants as data to `out`; the seeds are read from,
-    or newly written to, `keys` (default `out`)."""
+    or newly written to, `keys` (default `out`). With `jwt`, also decentralized auth: account
+    keys (in grants.json too), JWTs and `.creds` files (`registry.jwt_auth`)."""
     out.mkdir(parents=True, exist_ok=True)
     domains = load_catalogue(domains_file)
     user_keys = issue_user_keys(parties.all(), keys or out)
+    account_keys = issue_account_keys(parties.all(), keys or out) if jwt else None
     grants = derive_grants(
-        domains, nodes=parties.nodes, providers=parties.providers, operators=parties.operators, user_keys=user_keys
-    )
+        domains, nodes=parties.nodes, providers=parties.providers, operators=parties.operators, user_keys=user_keys,
+        account_keys=account_keys,
+    )  # fmt: skip
     (out / "accounts.conf").write_text(render_accounts(grants, verb_subjects(domains)), encoding="utf-8")
     (out / "grants.json").write_text(grants.to_json(), encoding="utf-8")  # public keys only: no secret
+    if jwt:
+        write_jwt_auth(out, grants, verb_subjects(domains), keys=keys or out)
     return grants
