@@ -6,26 +6,20 @@ registry); `mesh-provisioner-dev` starts both and hands it the URL. It starts th
 reconciles node `node-1` into `<state_dir>/env`, prints what was needed and applied, then keeps
 watching until cancelled: edit a manifest there, or a value in `mesh-config_values`, and watch
 the env file follow.
-
-`python -m mesh_dev.demo [state_dir]` runs the same against a local nats-server of its
-own, writing the buckets and registry itself in place of the server.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import shutil
-import sys
 from datetime import timedelta
 from pathlib import Path
 
 import anyio
 from anyio.abc import TaskStatus
 
-from mesh_dev.local_nats import local_nats
-from mesh_dev.standins import provision_own_buckets, stand_ins
+from mesh_dev.standins import stand_ins
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
@@ -96,21 +90,3 @@ def _print_changes(report: Report) -> None:
     written = sorted(m for m, r in report.modules.items() if r.written)
     if written or report.removed or any(r.applied.state == "pending" for r in report.modules.values()):
         print(report.summary(), flush=True)
-
-
-async def _standalone(state_dir: Path) -> None:
-    async with local_nats(state_dir / "nats") as server, connect(BusOptions(servers=(server.url,))) as bus:
-        await provision_own_buckets(bus)
-        print(f"local nats-server at {server.url}", flush=True)
-        await run_demo(server.url, state_dir)
-
-
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    state_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "state/demo").resolve()
-    with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(_standalone, state_dir)
-
-
-if __name__ == "__main__":
-    main()

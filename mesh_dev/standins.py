@@ -10,10 +10,6 @@
   secrets are development values, never for production. Given the grants (`PartyMap`), it does
   what a real vault must: a node is answered about its own node only (the asking account comes
   from `Nats-Request-Info`, never the body), and an account no grant names is refused (403).
-
-`provision_own_buckets` does what the provisioner server does at start (the four
-`mesh-provisioner_*` buckets, the built-in registry), with the server's own functions: for a
-demo without the server and for tests.
 """
 
 from __future__ import annotations
@@ -24,8 +20,6 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from provisioner.buckets import ensure_buckets
-from provisioner.registry_sync import sync_registry
 from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.keys import BOUND, KeyShape
@@ -69,12 +63,6 @@ def dev_bound(node: str) -> dict[str, object]:
         BOUND.build(node=node, module="app", provision="db", local="host"): "127.0.0.1",
         BOUND.build(node=node, module="app", provision="db", local="port"): 5432,
     }
-
-
-async def provision_own_buckets(bus: Bus) -> None:
-    """Creates the provisioner's buckets and writes the built-in registry, as the server does."""
-    await ensure_buckets(bus, BucketConfig())
-    await sync_registry(bus, domains_file=None)
 
 
 @dataclass

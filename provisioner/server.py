@@ -32,7 +32,7 @@ from provisioner.settings import ServerSettings
 from provisioner.verb import Verb
 from registry.bus import Bus, BusOptions, connect
 from registry.errors import SettingsError
-from registry.grants import load_party_map
+from registry.grants import GrantsFile
 from registry.kv import BucketConfig
 from registry.parties import PartyMap
 from registry.settings import env_of, flag_of
@@ -87,7 +87,7 @@ async def run_server(
 def read_grants(path: Path) -> PartyMap:
     """The parties of the grants file; a file that cannot be read is a settings error (exit 2)."""
     try:
-        return load_party_map(path)
+        return GrantsFile(path)
     except (OSError, ValueError) as err:
         where = f"grants_file ({flag_of(ServerSettings, 'grants_file')}, {env_of(ServerSettings, 'grants_file')})"
         raise SettingsError(where, f"{path} cannot be read as grants.json: {str(err)[:300]}") from None

@@ -40,6 +40,11 @@ class Bucket:
         """Direct get of one key: the key is in the subject, so it can be granted per node."""
         return f"$JS.API.DIRECT.GET.{self.stream}.{self.subject(key)}"
 
+    @property
+    def batch_get_subject(self) -> str:
+        """A batch direct get (`multi_last`): the filter is in the body, so it reads bucket-wide."""
+        return f"$JS.API.DIRECT.GET.{self.stream}"
+
     def consumer_create_api(self, name: str, subject_filter: str | None) -> str:
         """The API subject creating consumer `name`; with one filter, the filter is in the subject
         (`CONSUMER.CREATE.KV_<b>.<name>.$KV.<b>.<filter>`), so it can be granted per node."""

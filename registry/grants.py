@@ -32,7 +32,7 @@ from registry.buckets import Bucket
 from registry.catalogue import Domain
 from registry.keys import shape_of, under
 from registry.models import BucketAnswer, VerbAnswer
-from registry.parties import DATA_ACCOUNT, Kind, Party, PartyMap
+from registry.parties import DATA_ACCOUNT, Kind, Party, PartyMap, UnknownAccount
 from registry.templates import fields_of, render
 
 
@@ -82,10 +82,47 @@ def load_party_map(path: Path) -> PartyMap:
     return Grants.model_validate_json(path.read_text(encoding="utf-8")).party_map()
 
 
+class GrantsFile(PartyMap):
+    """The parties of a `grants.json`, read again when a request comes from an account it does not
+    know and the file has changed since: a node the controller adds at run time (JWT mode) is
+    answered at once, without restarting the seat."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._stamp = self._stamp_now()
+        super().__init__(load_party_map(path)._accounts)
+
+    def who_asks(self, headers: Mapping[str, str]) -> Party | None:
+        try:
+            return super().who_asks(headers)
+        except UnknownAccount:
+            if not self._reload_if_changed():
+                raise
+            return super().who_asks(headers)
+
+    def _reload_if_changed(self) -> bool:
+        stamp = self._stamp_now()
+        if stamp == self._stamp:
+            return False
+        try:
+            self._accounts = load_party_map(self._path)._accounts
+        except (OSError, ValueError):  # a file being rewritten: keep the grants known so far
+            return False
+        self._stamp = stamp
+        return True
+
+    def _stamp_now(self) -> tuple[int, int]:
+        try:
+            status = self._path.stat()
+        except OSError:
+            return (0, 0)
+        return (status.st_mtime_ns, status.st_size)
+
+
 def _writes(bucket: Bucket, scope: str, why: str) -> list[Import]:
     return [
         Import(kind="service", subject=bucket.subject(scope), why=f"put and delete {why}"),
-        Import(kind="service", subject=f"$JS.API.DIRECT.GET.{bucket.stream}.{bucket.subject(scope)}", why=f"get {why}"),
+        Import(kind="service", subject=bucket.direct_get_subject(scope), why=f"get {why}"),
     ]
 
 
@@ -94,16 +131,14 @@ def _reads(bucket: Bucket, scope: str, why: str, *, live: bool = True) -> list[I
 
     No live updates of a bucket the party writes itself: a stream import on the subjects of its
     own service import would hand its writes back to it."""
-    found = [
-        Import(kind="service", subject=f"$JS.API.DIRECT.GET.{bucket.stream}.{bucket.subject(scope)}", why=f"get {why}")
-    ]
+    found = [Import(kind="service", subject=bucket.direct_get_subject(scope), why=f"get {why}")]
     if live:
         found.append(Import(kind="stream", subject=bucket.subject(scope), why=f"live updates of {why}"))
     if scope == ">":
         found.append(
             Import(
                 kind="service",
-                subject=f"$JS.API.DIRECT.GET.{bucket.stream}",
+                subject=bucket.batch_get_subject,
                 stream_reply=True,
                 why=f"read all of {why} in one batch",
             )

@@ -133,18 +133,12 @@ async def get_last_many(bus: Bus, bucket: Bucket, subject_filter: str) -> list[K
     sub = await bus.subscribe(inbox, batch.on_message)
     try:
         body = {"multi_last": [bucket.subject(subject_filter)], "batch": MULTI_LAST_LIMIT}
-        await bus.publish(_batch_get_subject(bucket), json.dumps(body).encode(), reply=inbox)
+        await bus.publish(bucket.batch_get_subject, json.dumps(body).encode(), reply=inbox)
         with anyio.move_on_after(bus.timeout):
             await batch.done.wait()
     finally:
         await sub.unsubscribe()
     return batch.result()
-
-
-def _batch_get_subject(bucket: Bucket) -> str:
-    """`$JS.API.DIRECT.GET.KV_<b>`: the batch's filter is in the body, so the subject is the
-    per-key one without its key."""
-    return bucket.direct_get_subject("").removesuffix(f".{bucket.subject('')}")
 
 
 class _Batch:

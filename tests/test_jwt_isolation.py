@@ -158,7 +158,9 @@ async def test_a_node_added_at_run_time_works_at_once(mesh: JwtMesh, seat: Bus) 
         own = await get_latest(n3, buckets.NEEDS, "n3.web.config.x")
         with pytest.raises(BusError):
             await put(n3, buckets.NEEDS, "n1.web.config.x", b'{"evil":true}')
+        listed = await ask(n3, {"what": "needs"})  # the seat reads the new grants.json, no restart
     assert own is not None and own.value == A_NEED
+    assert [e["key"] for e in listed["entries"]] == ["n3.web.config.x"]
     stored = await get_latest(seat, buckets.NEEDS, "n1.web.config.x")
     assert stored is not None and stored.value == A_NEED
 

@@ -26,7 +26,7 @@ from registry.parties import Kind
 from registry.service import EndpointSpec, serve
 from registry.verb_client import ask_service
 from tests.helpers import EXAMPLES, in_own_task, sh_env
-from tests.isolation import Mesh, mesh_server, party
+from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
 NODE = "n1"
 
@@ -54,9 +54,11 @@ async def domains_of(mesh: Mesh) -> AsyncIterator[Domains]:
         yield Domains(seat, parts)
 
 
-@pytest.fixture
-async def mesh(tmp_path: Path) -> AsyncIterator[Mesh]:
-    async with in_own_task(mesh_server(tmp_path / "mesh")) as running:
+@pytest.fixture(params=["static", "jwt"], ids=["static accounts", "decentralized JWT accounts"])
+async def mesh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Mesh]:
+    """The same mesh in both kinds of configuration `mesh-provisioner grants` writes."""
+    start = mesh_server if request.param == "static" else jwt_mesh_server
+    async with in_own_task(start(tmp_path / "mesh")) as running:
         yield running
 
 
