@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 
 
 def seat_buckets(providers: Iterable[str] = ()) -> list[Bucket]:
-    """Every bucket the seat creates: its own four and each provider's `_bound` bucket."""
-    return [*buckets.OWN, *(bound_bucket(provider) for provider in providers)]
+    """Every bucket the seat creates: its own four, the leases, and each provider's `_bound` bucket."""
+    return [*buckets.OWN, buckets.LEASES, *(bound_bucket(provider) for provider in providers)]
 
 
 async def ensure_buckets(bus: Bus, config: BucketConfig, providers: Iterable[str] = ()) -> None:

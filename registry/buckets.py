@@ -71,6 +71,8 @@ APPLIED = Bucket(f"{PREFIX}_applied", keys.APPLIED)
 COLLECT = Bucket(f"{PREFIX}_collect", keys.COLLECT)
 
 OWN = (REGISTRY, NEEDS, APPLIED, COLLECT)
+# Who holds a role now (the compiling seat, each node's client): `registry.lease`.
+LEASES = Bucket(f"{PREFIX}_leases", KeyShape("<role>.<name>"))
 
 SEAT = PREFIX
 VERB_SUBJECT = f"{PREFIX}.provisioning"

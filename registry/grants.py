@@ -192,6 +192,7 @@ def node_imports(node: str, catalogue: _Catalogue) -> list[Import]:
     found: list[Import] = []
     for bucket in (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT):
         found += _writes(bucket, own, f"its own keys of {bucket.name}")
+    found += _writes(buckets.LEASES, buckets.LEASES.shape.build(role="node", name=node), "its own lease")
     found += _reads(buckets.REGISTRY, ">", "the registry")
     for bucket in catalogue.node_keyed:
         found += _reads(bucket, own, f"its own keys of {bucket.name}")

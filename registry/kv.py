@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import anyio
@@ -114,11 +115,35 @@ async def get_direct(bus: Bus, bucket: Bucket, key: str) -> KvItem | None:
 
     Unlike `get_latest` it never falls back to the stream's message get, which a node is not
     granted: `NoResponders` then means the bucket does not exist or has no direct get."""
+    found = await get_stamped(bus, bucket, key)
+    return found.item if found is not None else None
+
+
+@dataclass(frozen=True)
+class Stamped:
+    """An entry and when the server stored it (its clock, not ours)."""
+
+    item: KvItem
+    stored_at: datetime
+
+
+async def get_stamped(bus: Bus, bucket: Bucket, key: str) -> Stamped | None:
+    """`get_direct`, with the time the server stored the entry (`Nats-Time-Stamp`)."""
     operation = f"get {bucket.name} {key}"
     msg = await bus.request(bucket.direct_get_subject(key), operation=operation)
     if msg.headers.get("Status") == "404":
         return None
-    return _direct_item(bucket, operation, msg, key)
+    item = _direct_item(bucket, operation, msg, key)
+    return Stamped(item, _server_time(msg.headers.get("Nats-Time-Stamp", "")))
+
+
+def _server_time(text: str) -> datetime:
+    """RFC 3339 with nanoseconds, as nats-server writes it; Python reads microseconds."""
+    head, _, fraction = text.rstrip("Z").partition(".")
+    try:
+        return datetime.fromisoformat(f"{head}.{(fraction + '000000')[:6]}+00:00")
+    except ValueError:
+        return datetime.now(UTC)
 
 
 async def get_last_many(bus: Bus, bucket: Bucket, subject_filter: str) -> list[KvItem]:

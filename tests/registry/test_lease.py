@@ -1,0 +1,65 @@
+"""Leases in the bus: one holder at a time, a refusal that names the holder, expiry, release."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import anyio
+import pytest
+
+from provisioner.buckets import ensure_buckets
+from registry import buckets
+from registry.bus import Bus
+from registry.kv import BucketConfig, get_direct
+from registry.lease import Holder, Lease, LeaseHeld, LeaseLost, node_key
+
+SHORT = timedelta(seconds=1)
+NO_SKEW = timedelta(0)
+
+
+@pytest.fixture
+async def leases(bus: Bus) -> Bus:
+    await ensure_buckets(bus, BucketConfig())
+    return bus
+
+
+def claimant(bus: Bus, host: str, ttl: timedelta = SHORT) -> Lease:
+    holder = Holder.me(ttl).model_copy(update={"host": host})
+    return Lease(bus, node_key("a.b"), ttl=ttl, holder=holder, skew=NO_SKEW)
+
+
+async def test_a_second_claimant_is_refused_naming_the_first(leases: Bus) -> None:
+    first, second = claimant(leases, "host-1"), claimant(leases, "host-2")
+    await first.try_take()
+    with pytest.raises(LeaseHeld, match=r"held by host host-1 pid \d+ since"):
+        await second.try_take()
+    stored = await get_direct(leases, buckets.LEASES, "node.a=2Eb")
+    assert stored is not None and b"host-1" in stored.value
+
+
+async def test_a_released_lease_is_taken_at_once_and_an_expired_one_after_its_ttl(leases: Bus) -> None:
+    first, second, third = claimant(leases, "host-1"), claimant(leases, "host-2"), claimant(leases, "host-3")
+    await first.try_take()
+    await first.release()
+    await second.try_take()  # released: no wait
+    with anyio.fail_after(10):
+        while True:
+            try:
+                await third.try_take()  # second never renews: it expires after its ttl
+                break
+            except LeaseHeld:
+                await anyio.sleep(0.2)
+    with pytest.raises(LeaseLost):
+        await second.renew()
+
+
+async def test_holding_renews_so_the_lease_never_expires_while_held(leases: Bus) -> None:
+    first, second = claimant(leases, "host-1"), claimant(leases, "host-2")
+    async with anyio.create_task_group() as tg:
+        await tg.start(first.hold)
+        for _ in range(4):  # longer than the ttl, in steps
+            await anyio.sleep(SHORT.total_seconds() / 2)
+            with pytest.raises(LeaseHeld):
+                await second.try_take()
+        tg.cancel_scope.cancel()
+    await second.try_take()  # released on cancel
