@@ -2,8 +2,9 @@
 
 Each entry is its key, the parts its bucket's shape names, its revision (the entry's stream
 sequence: what a conditional write of that key compares against), and the stored JSON value
-spliced in as it is; a key out of shape, a value that is not strict JSON, or an entry larger than a page is
-a malformed key with the reason instead (see the README, "The verb").
+spliced in as it is; a key out of shape, a value that is not strict JSON (or nested deeper than
+`MAX_VALUE_DEPTH` levels), or an entry larger than a page is a malformed key with the reason
+instead (see the README, "The verb"). A value larger than a page is not even parsed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from registry.kv import KvItem
 # Plain tokens: their decoded parts are substrings of the key, so neither needs JSON escaping.
 _JSON_SAFE_KEY = re.compile(r"[-/_.a-zA-Z0-9]+")
 _COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+MAX_VALUE_DEPTH = 256  # levels of arrays and objects in a stored value
 
 
 def paginate_listing(what: str, items: list[KvItem], *, budget: int, listing_id: str) -> list[bytes]:
@@ -41,23 +43,29 @@ def encode_listing(what: str, items: list[KvItem], *, max_item_bytes: int) -> En
         except KeyShapeError as err:
             encoded.malformed.append(malformed(item.key, err.reason))
             continue
-        problem = json_problem(item.value)
+        problem = _too_large("value", len(item.value), max_item_bytes) or json_problem(item.value)
         if problem is not None:
             encoded.malformed.append(malformed(item.key, problem))
             continue
         piece = entry(item.key, parts, item.revision, item.value)
-        if len(piece) > max_item_bytes:
-            reason = f"the entry is {len(piece)} bytes, more than one answer message carries ({max_item_bytes})"
-            encoded.malformed.append(malformed(item.key, reason))
+        problem = _too_large("entry", len(piece), max_item_bytes)
+        if problem is not None:
+            encoded.malformed.append(malformed(item.key, problem))
             continue
         encoded.entries.append(piece)
     return encoded
 
 
+def _too_large(what: str, size: int, max_item_bytes: int) -> str | None:
+    if size <= max_item_bytes:
+        return None
+    return f"the {what} is {size} bytes, more than one answer message carries ({max_item_bytes})"
+
+
 def json_problem(value: bytes) -> str | None:
-    """Why `value` is not strict JSON, or None when it is."""
+    """Why `value` is not strict JSON (nested at most `MAX_VALUE_DEPTH` levels), or None when it is."""
     try:
-        strict_json(value.decode("utf-8"))
+        strict_json(value.decode("utf-8"), max_depth=MAX_VALUE_DEPTH)
     except UnicodeDecodeError:
         return "the value is not UTF-8 text"
     except ValueError as err:

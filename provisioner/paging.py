@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -84,6 +85,10 @@ def _page_bounds(entries: list[int], malformed: list[int], budget: int) -> list[
     return bounds
 
 
+# `<listing id>.<page>`: ASCII only, so that no digit Python's `int` reads differently slips through.
+CURSOR = re.compile(r"([A-Za-z0-9_-]{1,64})\.([1-9][0-9]{0,8})", re.ASCII)
+
+
 def cursor_for(listing_id: str, page: int) -> str:
     return f"{listing_id}.{page}"
 
@@ -143,15 +148,18 @@ class PageCache:
         """The page `cursor` names, for the party that started its listing only (to any other it
         is unknown); the fields given with it must be those of the first request."""
         self._expire()
-        listing_id, _, number = cursor.rpartition(".")
-        kept = self._kept.get(listing_id)
-        if kept is None or kept.owner != asker or not (number.isdigit() and 2 <= int(number) <= len(kept.pages) + 1):
+        parsed = CURSOR.fullmatch(cursor)
+        kept = self._kept.get(parsed.group(1)) if parsed else None
+        if parsed is None or kept is None or kept.owner != asker:
+            raise CursorGone()
+        listing_id, number = parsed.group(1), int(parsed.group(2))
+        if not 2 <= number <= len(kept.pages) + 1:
             raise CursorGone()
         differing = sorted(f for f, v in given.items() if kept.given.get(f, _DEFAULTS.get(f)) != v)
         if differing:
             raise RequestError(f"{', '.join(differing)} differ from the listing the cursor continues; omit them")
-        page = kept.pages[int(number) - 2]
-        if int(number) == len(kept.pages) + 1:
+        page = kept.pages[number - 2]
+        if number == len(kept.pages) + 1:
             del self._kept[listing_id]
         else:
             kept.expires = self._clock() + self._ttl

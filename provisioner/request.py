@@ -4,6 +4,11 @@ The request's fields and the error contract are described in the README ("The ve
 that is not a JSON object, an unknown field or `what`, or a field that does not apply to `what`
 is a `RequestError` (answered 400) whose reason says what was wrong.
 
+Hostile input is bounded before it costs anything: a body over `MAX_REQUEST_BYTES` is refused
+unread, JSON nested deeper than `MAX_REQUEST_DEPTH` is refused before it is parsed, a name over
+`MAX_NAME_BYTES` (UTF-8) or a `null` field is refused (a cursor is read by
+`provisioner.paging.CURSOR` alone). Whatever of the input a reason quotes is cut short (`_quoted`).
+
 Who asks decides the scope (`scoped`), never the body: the bus tells the party
 (`registry.parties.PartyMap.who_asks`), and a node is answered about its own keys only.
 """
@@ -11,11 +16,12 @@ Who asks decides the scope (`scoped`), never the body: the bus tells the party
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from provisioner.errors import Forbidden, RequestError
 from registry import buckets
@@ -25,6 +31,10 @@ from registry.service import capped
 
 What = Literal["registry", "needs", "applied", "collect"]
 FILTERS = ("node", "module", "collection")
+
+MAX_REQUEST_BYTES = 64 * 1024
+MAX_REQUEST_DEPTH = 64  # levels of arrays and objects; a request needs 1
+MAX_NAME_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -43,16 +53,25 @@ LISTABLE: Mapping[str, Listable] = {
 }
 
 
+def _short_enough(name: str) -> str:
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise ValueError(f"a name is at most {MAX_NAME_BYTES} bytes (UTF-8)")
+    return name
+
+
+Name = Annotated[str, Field(min_length=1), AfterValidator(_short_enough)]
+
+
 class Query(BaseModel):
     """A validated request of the verb."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     what: What = "registry"
-    node: str | None = Field(default=None, min_length=1)
-    module: str | None = Field(default=None, min_length=1)
-    collection: str | None = Field(default=None, min_length=1)
-    cursor: str | None = Field(default=None, min_length=1)
+    node: Name | None = None
+    module: Name | None = None
+    collection: Name | None = None
+    cursor: Annotated[str, Field(min_length=1, max_length=MAX_NAME_BYTES)] | None = None
 
     def narrowing(self) -> dict[str, str]:
         """The key parts this query narrows to, named as its bucket's shape names them."""
@@ -90,14 +109,19 @@ def scoped(query: Query, party: Party | None) -> Query:
 
 def parse_request(body: bytes) -> Query:
     """The query in `body`, or a `RequestError` that says what is wrong with it."""
+    if len(body) > MAX_REQUEST_BYTES:
+        raise RequestError(f"the request is {len(body)} bytes; a request is at most {MAX_REQUEST_BYTES}")
     if not body.strip():
         return Query()
     try:
-        document = strict_json(body.decode("utf-8"))
+        document = strict_json(body.decode("utf-8"), max_depth=MAX_REQUEST_DEPTH)
     except (UnicodeDecodeError, ValueError) as err:
         raise RequestError(f"the body is not JSON: {err}") from None
     if not isinstance(document, dict):
         raise RequestError(f"the body must be a JSON object, not {_json_type(document)}")
+    nulls = [field for field in Query.model_fields if field in document and document[field] is None]
+    if nulls:
+        raise RequestError(f"field {nulls[0]!r} is null; leave a field out to not give it")
     try:
         query = Query.model_validate(document)
     except ValidationError as err:
@@ -119,10 +143,10 @@ def _describe(err: ValidationError) -> str:
     first = err.errors()[0]
     field = str(first["loc"][0]) if first["loc"] else ""
     if first["type"] == "extra_forbidden":
-        return f"unknown field {field!r}; a request has {', '.join(Query.model_fields)}"
+        return f"unknown field {_quoted(field)}; a request has {', '.join(Query.model_fields)}"
     if field == "what" and first["type"] == "literal_error":
         return f"unknown what {_quoted(first['input'])}; one of {', '.join(LISTABLE)}"
-    return f"field {field!r}: {first['msg']}"
+    return f"field {_quoted(field)}: {first['msg'].removeprefix('Value error, ')}"
 
 
 def _quoted(value: Any, limit: int = 64) -> str:
@@ -140,9 +164,35 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def strict_json(text: str) -> Any:
-    """`text` as JSON, refusing NaN and Infinity; raises `ValueError`."""
-    return _STRICT_JSON.decode(text)
+def strict_json(text: str, *, max_depth: int) -> Any:
+    """`text` as JSON, refusing NaN and Infinity and nesting deeper than `max_depth` levels of
+    arrays and objects; raises `ValueError`."""
+    if nested_deeper(text, max_depth):
+        raise ValueError(f"nested deeper than {max_depth} levels")
+    try:
+        return _STRICT_JSON.decode(text)
+    except RecursionError:  # cannot happen after the check above; the parser's own limit, kept as a backstop
+        raise ValueError(f"nested deeper than {max_depth} levels") from None
+
+
+def nested_deeper(text: str, limit: int) -> bool:
+    """Whether JSON `text` opens more than `limit` arrays or objects inside each other.
+
+    Counting brackets (in C) settles almost every text at once; only a text with more brackets
+    than `limit` is scanned, skipping strings whole."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for found in _STRUCTURE.finditer(text):
+        bracket = found.group()
+        if bracket in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif bracket in "]}":
+            depth -= 1
+    return False
 
 
 _STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
+_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')

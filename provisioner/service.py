@@ -31,7 +31,7 @@ from provisioner.request import Asked
 from provisioner.verb import Verb
 from registry import buckets
 from registry.bus import Bus
-from registry.service import EndpointSpec, RunningService, ServiceRequest, serve
+from registry.service import EndpointSpec, RunningService, ServiceRequest, capped, serve
 
 log = logging.getLogger(__name__)
 
@@ -190,5 +190,5 @@ async def _handle(
 
 
 async def _refuse(request: ServiceRequest, err: RequestError) -> None:
-    log.info("request refused (%s): %s", err.code, err.reason, extra={"code": err.code})
+    log.info("request refused (%s): %s", err.code, capped(err.reason), extra={"code": err.code})
     await request.respond_error(err.code, err.reason)

@@ -4,6 +4,11 @@ The only module besides `registry.bus` that touches nats-py. A handler gets a `S
 (body, headers, `respond`, `respond_error`); answering never raises: a request whose requester
 is gone, or a closed connection, is logged and dropped.
 
+Every answer is measured against the connection's `max_payload` (body and headers together, as
+nats-server counts them) before it is sent: nats-server closes a connection that publishes more,
+and nats-py then never reconnects. An answer too large is replaced by a 500 service error saying
+so; an error's reason is capped (it may quote what the requester sent).
+
 Stopping in order needs one thing nats-py has no public call for: draining an endpoint's
 subscription, so that requests already received are handed to the handler rather than dropped
 (`Service.stop()` unsubscribes). That reaches nats-py's `Service._endpoints` and
@@ -35,10 +40,11 @@ STOP_AT_MOST = 5.0  # seconds an unordered stop (an error, a cancellation) may t
 class ServiceRequest:
     """One request to an endpoint, as our code sees it."""
 
-    __slots__ = ("_request",)
+    __slots__ = ("_bus", "_request")
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, bus: Bus) -> None:
         self._request = request
+        self._bus = bus
 
     @property
     def data(self) -> bytes:
@@ -49,6 +55,13 @@ class ServiceRequest:
         return self._request.headers or {}
 
     async def respond(self, data: bytes) -> None:
+        """`data` as the answer; a 500 service error instead when it is over `max_payload`."""
+        limit = self._bus.max_payload
+        if len(data) > limit:
+            log.error("an answer of %d bytes is over the connection's max_payload (%d); answered 500 instead",
+                      len(data), limit)  # fmt: skip
+            await self.respond_error("500", f"the answer is {len(data)} bytes, over max_payload ({limit}): not sent")
+            return
         try:
             await self._request.respond(data)
         except Exception as err:  # a closed connection or a request without a reply subject
@@ -57,15 +70,31 @@ class ServiceRequest:
     async def respond_error(self, code: str, reason: str) -> None:
         """The service error headers (code, reason on one line) and `{"error": reason}` as the body.
 
-        The reason is capped: it may quote what the requester sent, and an answer over the
-        connection's `max_payload` would make the server close this connection for good."""
-        reason = capped(reason)
-        description = " ".join(reason.split())  # a header value holds no line breaks
-        body = json.dumps({"error": reason}).encode()
+        The reason is capped, then cut further if the error would still be over `max_payload`."""
+        limit = self._bus.max_payload
+        for cap in (MAX_REASON_CHARS, 64, 0):
+            description, body = _error_message(code, reason, cap)
+            if len(body) + _header_bytes(code, description) <= limit:
+                break
+        else:
+            log.error("even a bare error %s is over max_payload (%d): the request is left unanswered", code, limit)
+            return
         try:
             await self._request.respond_error(code, description, data=body)
         except Exception as err:  # a closed connection or a request without a reply subject
             log.warning("could not answer a request with error %s: %s", code, err, extra={"code": code})
+
+
+def _error_message(code: str, reason: str, cap: int) -> tuple[str, bytes]:
+    """The header's description (one line) and the JSON body of an error whose reason is capped."""
+    reason = capped(reason, cap) if cap else f"error {code}"
+    return " ".join(reason.split()), json.dumps({"error": reason}).encode()
+
+
+def _header_bytes(code: str, description: str) -> int:
+    """The bytes of a service error's header block: `NATS/1.0`, one `name: value` line each, a blank line."""
+    lines = (f"Nats-Service-Error: {description}", f"Nats-Service-Error-Code: {code}")
+    return len(b"NATS/1.0\r\n\r\n") + sum(len(line.encode()) + 2 for line in lines)
 
 
 MAX_REASON_CHARS = 1024
@@ -144,7 +173,8 @@ async def serve(
     try:
         for spec in endpoints:
             with bus.translated(f"add endpoint {spec.subject}"):
-                await service.add_endpoint(name=spec.name, subject=spec.subject, handler=_adapted(spec.handler))
+                handler = _adapted(spec.handler, bus)
+                await service.add_endpoint(name=spec.name, subject=spec.subject, handler=handler)
         await bus.flush()  # ready means the nats-server knows the subscriptions
         yield running
     finally:
@@ -152,8 +182,8 @@ async def serve(
             await running.stop_taking_requests()
 
 
-def _adapted(handler: RequestHandler) -> Callable[[Request], Awaitable[None]]:
+def _adapted(handler: RequestHandler, bus: Bus) -> Callable[[Request], Awaitable[None]]:
     def on_request(request: Request) -> Awaitable[None]:  # hands over the handler's coroutine: no frame of its own
-        return handler(ServiceRequest(request))
+        return handler(ServiceRequest(request, bus))
 
     return on_request
