@@ -5,11 +5,13 @@ Exit codes:
     0  done; `serve` also after a clean stop on SIGTERM or SIGINT; `remove-node` also when there
        was nothing to remove
     1  a runtime failure: NATS unreachable, a bucket or the registry could not be written, a key
-       that could not be removed, or a second SIGTERM/SIGINT that stopped `serve` at once,
-       cutting requests in flight
+       that could not be removed, a second SIGTERM/SIGINT that stopped `serve` at once,
+       cutting requests in flight, `serve`'s connection closed for good by nats-server (an
+       authorization violation after a reload, say: a supervisor should restart it), or
+       `query`: no answer from the seat within --wait
     2  a usage or settings error (a flag, a MESH_PROVISIONER_* variable, the config, domains or
        grants file); `remove-node` not confirmed (nothing was removed)
-    3  `query`: the verb answered with an error
+    3  `query`: the verb answered with an error (other than 410 and 503, which are retried)
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from registry.kv import KvItem
 from registry.logs import configure_logging
 from registry.settings import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
 from registry.signals import until_signalled
-from registry.verb_client import ask
+from registry.verb_client import ask_patiently
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +127,9 @@ def _add_query(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--compact", action="store_true", help="print JSON on one line")
     query.add_argument(
         "--wait", type=float, default=30.0, metavar="SECONDS",
-        help="how long to wait to connect and for each page (default 30; a large listing's first page is slowest)",
+        help="how long to wait to connect, then for the whole answer (default 30); a seat that does not answer "
+        "within an attempt (2 s, doubled each time), is not there, is busy (503) or forgot the listing (410) "
+        "is asked again until then",
     )  # fmt: skip
     query.add_argument("--config", type=Path, metavar="PATH", help="a TOML file whose [nats] table has NATS options")
     add_settings_arguments(query, QuerySettings, "logging")
@@ -186,7 +190,7 @@ def _query(args: argparse.Namespace) -> int:
 async def _ask(options: BusOptions, request: dict[str, str], *, wait: float) -> dict[str, object]:
     async with AsyncExitStack() as resources:
         bus = await _connected(resources, options, wait=wait)
-        return await ask(bus, request, reply_wait=timedelta(seconds=wait))
+        return await ask_patiently(bus, request, within=timedelta(seconds=wait))
 
 
 async def _connected(resources: AsyncExitStack, options: BusOptions, *, wait: float) -> Bus:

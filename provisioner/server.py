@@ -9,7 +9,10 @@
       └── the verb service              until `stop` is set, then shut down in order
 
 `stop` is an `anyio.Event`: the CLI sets it on SIGTERM/SIGINT (`registry.signals`), tests and
-`mesh-provisioner-dev` set it themselves.
+`mesh-provisioner-dev` set it themselves. A connection that nats-py closes for good (the server
+refused it: an authorization violation, a protocol error) ends the server with
+`ConnectionClosed`, so that the CLI exits 1 and a supervisor restarts it, rather than a process
+that stays up answering nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from provisioner.service import verb_service
 from provisioner.settings import ServerSettings
 from provisioner.verb import Verb
 from registry.bus import Bus, BusOptions, connect
-from registry.errors import SettingsError
+from registry.errors import ConnectionClosed, SettingsError
 from registry.grants import GrantsFile
 from registry.kv import BucketConfig
 from registry.parties import PartyMap
@@ -52,13 +55,16 @@ async def run_server(
 
     The verb scopes its answers by `parties`, else by the parties of `settings.grants_file`,
     else not at all. A `stop` before the server is ready (still waiting for NATS, say) gives up
-    at once: there is nothing in flight to finish."""
+    at once: there is nothing in flight to finish. Raises `ConnectionClosed` when the connection
+    is closed for good before `stop`."""
     ready = anyio.Event()
+    lost = anyio.Event()
     if parties is None and settings.grants_file is not None:
         parties = read_grants(settings.grants_file)
     async with AsyncExitStack() as resources, anyio.create_task_group() as tasks:
         tasks.start_soon(_give_up_if_stopped_before, ready, stop, tasks.cancel_scope)
         bus = await resources.enter_async_context(connect(bus_options))
+        tasks.start_soon(_give_up_if_closed, bus, stop, lost, tasks.cancel_scope)
         await ensure_buckets(bus, bucket_config_of(settings, bus), settings.providers)
         compile_registry = partial(
             keep_registry_compiled, bus, domains_file=settings.domains_file, interval=settings.compile_interval
@@ -81,6 +87,8 @@ async def run_server(
             await stop.wait()
             log.info("stopping")
         tasks.cancel_scope.cancel()
+    if lost.is_set():
+        raise ConnectionClosed("serve", "nats closed the connection for good; restart the server")
     log.info("stopped")
 
 
@@ -107,6 +115,15 @@ def bucket_config_of(settings: ServerSettings, bus: Bus) -> BucketConfig:
         max_value_size=settings.bucket_max_value_size,
         max_bytes=settings.bucket_max_bytes,
     )
+
+
+async def _give_up_if_closed(bus: Bus, stop: anyio.Event, lost: anyio.Event, everything: CancelScope) -> None:
+    """Ends everything when nats-py closes the connection for good: it never reconnects after that."""
+    await bus.closed.wait()
+    if not stop.is_set():
+        log.error("nats closed the connection for good; the server stops (exit 1) to be restarted")
+        lost.set()
+        everything.cancel()
 
 
 async def _give_up_if_stopped_before(ready: anyio.Event, stop: anyio.Event, everything: CancelScope) -> None:

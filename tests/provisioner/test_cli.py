@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import pytest
+from anyio.abc import Process
+from anyio.streams.text import TextReceiveStream
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 
-from mesh_dev.local_nats import LocalNats
+from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner.cli import build_parser, main
-from tests.helpers import clean_environment
+from registry import buckets
+from tests.helpers import clean_environment, in_own_task, serving
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["query", "--help"]])
@@ -90,3 +99,103 @@ async def test_query_without_a_reachable_nats_exits_1_with_one_line() -> None:
     assert (code, out) == (1, "")
     last = err.strip().splitlines()[-1]
     assert last == "mesh-provisioner query: connect to nats://127.0.0.1:1: no connection within 0.5 s"
+
+
+class Serving:
+    """`mesh-provisioner serve` as a child process, its stderr read line by line."""
+
+    def __init__(self, process: Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        assert process.stderr is not None
+        self._stream = TextReceiveStream(process.stderr)
+        self._buffer = ""
+
+    async def until_logged(self, text: str, within: float = 20) -> None:
+        with anyio.fail_after(within):
+            while not any(text in line for line in self.lines):
+                chunk = await self._stream.receive()
+                *complete, self._buffer = (self._buffer + chunk).split("\n")
+                self.lines.extend(complete)
+
+    async def exit_code(self, within: float = 20) -> int:
+        with anyio.fail_after(within):
+            async for chunk in self._stream:
+                self.lines.extend((self._buffer + chunk).split("\n"))
+                self._buffer = ""
+            return await self.process.wait()
+
+
+@asynccontextmanager
+async def serve_process(url: str, *args: str, **environ: str) -> AsyncIterator[Serving]:
+    command = [sys.executable, "-m", "provisioner.cli", "serve", "--nats-url", url, *args]
+    async with await anyio.open_process(command, env=clean_environment() | environ) as process:
+        try:
+            yield Serving(process)
+        finally:
+            if process.returncode is None:
+                process.kill()
+
+
+async def test_plain_seconds_and_a_toml_string_are_durations_for_serve(nats_server: LocalNats, tmp_path: Path) -> None:
+    """Issue 9, item 4: these made `serve` exit 2."""
+    config = tmp_path / "server.toml"
+    config.write_text('compile_interval = "5"\n')
+    environ = {"MESH_PROVISIONER_SHUTDOWN_TIMEOUT": "2", "MESH_PROVISIONER_CURSOR_TTL": "0.5"}
+    async with serve_process(nats_server.url, "--config", str(config), **environ) as seat:
+        await seat.until_logged(f"serving {buckets.VERB_SUBJECT}")
+        seat.process.send_signal(signal.SIGTERM)
+        assert await seat.exit_code() == 0
+    async with serve_process(nats_server.url, MESH_PROVISIONER_COMPILE_INTERVAL="2") as seat:
+        await seat.until_logged(f"serving {buckets.VERB_SUBJECT}")
+        seat.process.send_signal(signal.SIGTERM)
+        assert await seat.exit_code() == 0
+
+
+@pytest.fixture
+async def nats_with_a_password(tmp_path: Path) -> AsyncIterator[LocalNats]:
+    users = "authorization { users = [ {user: seat, password: first} ] }"
+    async with in_own_task(local_nats(tmp_path / "nats", users)) as server:
+        yield server
+
+
+async def test_serve_exits_1_when_nats_closes_its_connection_for_good(nats_with_a_password: LocalNats) -> None:
+    """An authorization violation (here: the seat's password changed, the server reloaded) makes
+    nats-py close the connection and never reconnect; the seat exits for its supervisor to restart it."""
+    server = nats_with_a_password
+    async with serve_process(server.url, NATS_USER="seat", NATS_PASSWORD="first") as seat:
+        await seat.until_logged(f"serving {buckets.VERB_SUBJECT}")
+        server.config.write_text(server.config.read_text().replace("password: first", "password: second"))
+        server.process.send_signal(signal.SIGHUP)
+        assert await seat.exit_code() == 1
+    last = [line for line in seat.lines if line.strip()][-1]
+    assert last == "mesh-provisioner serve: serve: nats closed the connection for good; restart the server"
+
+
+async def test_query_waits_for_a_seat_that_answers_within_the_wait(nats_server: LocalNats, nc: Client) -> None:
+    """Issue 9, item 15: a query asked while no seat answers is asked again until one does."""
+    asked = anyio.Event()
+
+    async def silent(msg: Msg) -> None:  # a seat that hangs: the query's first attempt times out
+        asked.set()
+
+    listener = await nc.subscribe(buckets.VERB_SUBJECT, cb=silent)
+    command = [sys.executable, "-m", "provisioner.cli", "query", "--nats-url", nats_server.url, "--wait", "60"]
+    async with await anyio.open_process(command, env=clean_environment()) as process:
+        with anyio.fail_after(20):
+            await asked.wait()
+        await listener.unsubscribe()
+        async with serving(nats_server.url):
+            with anyio.fail_after(60):
+                code = await process.wait()
+            assert process.stdout is not None
+            out = await process.stdout.receive(1 << 20)
+    assert code == 0
+    assert len(json.loads(out)["entries"]) == 13
+
+
+async def test_query_with_no_seat_says_so_and_exits_1(nats_server: LocalNats) -> None:
+    code, out, err = await query(nats_server.url, "--wait", "1")
+    assert (code, out) == (1, "")
+    last = err.strip().splitlines()[-1]
+    assert last == f"mesh-provisioner query: ask {buckets.VERB_SUBJECT}: no answer from the seat within 1 s"

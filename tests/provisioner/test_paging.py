@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -12,14 +12,17 @@ from typing import Any
 import pytest
 
 from mesh_dev.local_nats import LocalNats, local_nats
+from provisioner.buckets import ensure_buckets
 from provisioner.errors import CursorGone, RequestError
 from provisioner.paging import Encoded, PageCache, build_pages, page_budget
+from provisioner.service import verb_service
+from provisioner.verb import Verb
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.errors import ServiceError
-from registry.kv import put
+from registry.kv import BucketConfig, put
 from registry.parties import Kind, Party
-from registry.verb_client import ask, ask_page
+from registry.verb_client import ask, ask_page, ask_patiently
 from tests.helpers import in_own_task, put_many, serving
 
 NEED = b'{"placeholder":"${config:x}","used_in":["etc/app.conf"]}'
@@ -206,3 +209,41 @@ async def test_30000_needs_keys_come_back_whole_across_pages(server: LocalNats, 
     assert [e["key"] for e in merged["entries"]] == sorted(values)
     assert merged["total"] == {"entries": 30_000, "malformed": 0}
     assert merged["malformed"] == []
+
+
+class ForgetsOnce(PageCache):
+    """A page cache that forgets the first listing asked for a later page: a seat restarted between
+    two pages, as the requester sees it (410)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forgot = False
+        self.listings = 0
+
+    def keep(
+        self, listing_id: str, given: Mapping[str, str], later_pages: list[bytes], owner: Party | None = None
+    ) -> None:
+        self.listings += 1
+        super().keep(listing_id, given, later_pages, owner)
+
+    def page(self, cursor: str, given: Mapping[str, str], asker: Party | None = None) -> bytes:
+        if not self.forgot:
+            self.forgot = True
+            raise CursorGone()
+        return super().page(cursor, given, asker)
+
+
+async def test_a_patient_query_starts_a_listing_the_seat_forgot_again(tmp_path: Path) -> None:
+    """Issue 9, item 15: `mesh-provisioner query` restarts a listing on 410."""
+    async with (
+        local_nats(tmp_path / "nats", "max_payload: 16384") as server,
+        connect(BusOptions(servers=(server.url,), name="test")) as bus,
+    ):
+        await ensure_buckets(bus, BucketConfig(max_value_size=8192))
+        await put_many(bus, buckets.NEEDS, needs(300))
+        cache = ForgetsOnce()
+        async with verb_service(bus, verb=Verb(bus, cache)):
+            answer = await ask_patiently(bus, {"what": "needs"}, within=timedelta(seconds=30))
+    assert answer["total"]["entries"] == len(answer["entries"]) == 300
+    assert answer["pages"] > 1
+    assert cache.listings == 2
