@@ -13,6 +13,8 @@ Exit codes:
     2  usage or settings error
     3  the bus could not be reached or refused an operation
     4  a local failure the client cannot work around (e.g. the materialize folder)
+    5  another client holds this node (`reconcile` only; the message names its host, pid and
+       since when): one client per node; `reconcile --watch` waits for the lease instead
 
 The first SIGTERM or SIGINT lets the reconcile in progress finish, its change actions included
 (for at most --shutdown-timeout); a second one stops at once.
@@ -31,7 +33,9 @@ from pathlib import Path
 
 import anyio
 
-from provisioner_client.errors import ClientError
+from provisioner_client.action import inherited
+from provisioner_client.errors import ClientError, NodeHeld
+from provisioner_client.holding import holding
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.settings import ENV_PREFIX, ClientSettings
 from provisioner_client.status import read_status
@@ -44,7 +48,7 @@ from registry.signals import until_signalled
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_PENDING, EXIT_USAGE, EXIT_BUS, EXIT_LOCAL = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_PENDING, EXIT_USAGE, EXIT_BUS, EXIT_LOCAL, EXIT_HELD = 0, 1, 2, 3, 4, 5
 
 _EPILOG = f"""\
 examples:
@@ -59,7 +63,7 @@ ISO 8601 (PT5M). NATS: --nats-* flags, then NATS_* environment.
 
 exit codes: 0 all applied (watch: stopped cleanly); 1 something pending (a value, a manifest, a
 failed change action) or a forced stop; 2 usage or settings error; 3 the bus unreachable or
-refusing; 4 a local failure.
+refusing; 4 a local failure; 5 another client holds this node (named in the message).
 """
 
 
@@ -95,10 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(log_format=settings.log_format, level=settings.log_level)
     options = bus.options(name=f"mesh-provisioner-client {settings.node}")
     try:
-        code = anyio.run(partial(until_signalled, partial(_command, args, settings, options),
-                                 grace=settings.shutdown_timeout))  # fmt: skip
+        command = partial(_command, args, settings, options, action_env=inherited(os.environ))
+        code = anyio.run(partial(until_signalled, command, grace=settings.shutdown_timeout))
     except BusError as err:
         return _fail(EXIT_BUS, str(err))
+    except NodeHeld as err:
+        return _fail(EXIT_HELD, str(err))
     except ClientError as err:
         return _fail(EXIT_LOCAL, str(err))
     return EXIT_PENDING if code is None else code
@@ -109,14 +115,18 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
-async def _command(args: argparse.Namespace, settings: ClientSettings, options: BusOptions, stop: anyio.Event) -> int:
+async def _command(
+    args: argparse.Namespace, settings: ClientSettings, options: BusOptions, stop: anyio.Event, *,
+    action_env: dict[str, str],
+) -> int:  # fmt: skip
     """One command; `stop` (the first signal) only ends watch mode: a one-shot command finishes."""
     if args.command == "status":
         return await _status(options, settings, as_json=args.json)
-    plan = ClientPlan(settings.node, settings.manifests, settings.materialize, settings.verb_timeout)
+    plan = ClientPlan(settings.node, settings.manifests, settings.materialize, settings.verb_timeout,
+                      lease_ttl=settings.lease_ttl, action_env=action_env)  # fmt: skip
     if args.watch:
         return await _watch(options, settings, plan, stop)
-    async with _connect_once(options) as bus:
+    async with _connect_once(options) as bus, holding(bus, plan.node, plan.lease_ttl):
         report = await reconcile(bus, plan)
     print(report.summary())
     return EXIT_OK if report.ok else EXIT_PENDING

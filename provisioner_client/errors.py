@@ -3,7 +3,8 @@
     ClientError
     ├── ForeignKeyError     a key outside `<node>.>` of this node, refused before the bus
     ├── ManifestError       a manifest that cannot be read, naming the file and what is wrong
-    └── MaterializeError    an env file that cannot be written or is not the client's to write
+    ├── MaterializeError    an env file that cannot be written or is not the client's to write
+    └── NodeHeld            another client holds this node's lease, naming it (host, pid, since)
 
 Bus failures are `registry.errors.BusError` and settings that cannot be read
 `registry.errors.SettingsError`, shared with the server; the CLI catches them at its edge.
@@ -12,6 +13,13 @@ Bus failures are `registry.errors.BusError` and settings that cannot be read
 from __future__ import annotations
 
 from pathlib import Path
+
+REASON_CHARS = 500
+
+
+def capped(text: str, limit: int = REASON_CHARS) -> str:
+    """`text`, cut to `limit` characters with how much was left out: a reason never grows with its input."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"
 
 
 class ClientError(Exception):
@@ -29,9 +37,9 @@ class ForeignKeyError(ClientError):
 class ManifestError(ClientError):
     def __init__(self, path: Path, reason: str, *, module: str | None = None) -> None:
         self.path = path
-        self.reason = reason
+        self.reason = capped(reason)
         self.module = module
-        super().__init__(f"manifest {path}: {reason}")
+        super().__init__(f"manifest {path}: {self.reason}")
 
 
 class MaterializeError(ClientError):
@@ -39,3 +47,10 @@ class MaterializeError(ClientError):
         self.path = path
         self.reason = reason
         super().__init__(f"env file {path}: {reason}")
+
+
+class NodeHeld(ClientError):
+    def __init__(self, node: str, holder: str) -> None:
+        self.node = node
+        self.holder = holder
+        super().__init__(f"node {node!r} is held by another client: {holder}; stop it, or wait for its lease to expire")

@@ -23,24 +23,44 @@ contributes to which collections, and an optional command to run after its env f
 
 Only `*.json` files not starting with `.` are read, so an editor's or an atomic replace's
 temporary file is never taken for a manifest. A file that cannot be read is reported with its
-path and what is wrong, and does not stop the other modules.
+path and what is wrong, and does not stop the other modules. Bounds: a file of more than
+`MAX_MANIFEST_BYTES` (1 MiB) is refused unread, its JSON nests at most
+`bounded_json.MAX_DEPTH` levels, a placeholder's or collection's name escapes to at most
+`MAX_NAME_TOKEN` bytes (a key stays far below NATS's control line), and each value written
+for it (a need, a contribution) fits `MAX_VALUE_BYTES`, the buckets' value limit. Whatever is
+not a regular file (a FIFO, a device, a socket, a folder or a symbolic link to one) is reported
+and never opened: a FIFO would block the reader.
+
+A module whose file cannot be read is *held*: it keeps its keys, env file and applied record as
+they were. Which module that is comes from `remembered` (file name to the module it declared the
+last time it was read, kept by the caller in the materialize folder's ledger), else from the
+JSON's `module` field, else from the file name.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import re
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from provisioner_client.bounded_json import JsonRefused, read_json
 from provisioner_client.errors import ManifestError
 from registry.errors import PlaceholderError
+from registry.escaping import encode_token
+from registry.models import CollectValue, NeedValue, to_json
 from registry.placeholders import Placeholder, find_placeholders
 
-_MODULE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+MAX_MANIFEST_BYTES = 1024 * 1024
+MAX_NAME_TOKEN = 512
+MAX_VALUE_BYTES = 64 * 1024
+
+MODULE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
@@ -61,7 +81,7 @@ class OnChange(BaseModel):
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    module: str = Field(pattern=_MODULE)
+    module: str = Field(pattern=MODULE_PATTERN)
     env: dict[str, str] = Field(default_factory=dict)
     contributes: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     on_change: OnChange | None = None
@@ -123,17 +143,23 @@ class Manifests:
     def held(self) -> dict[str, ManifestError]:
         return {e.module: e for e in self.errors if e.module is not None and e.module not in self.modules}
 
+    def declared(self) -> dict[str, str]:
+        """File name to the module it declares (or, unreadable, holds): what to remember."""
+        files = {e.path.name: e.module for e in self.errors if e.module is not None}
+        return files | {loaded.path.name: module for module, loaded in self.modules.items()}
+
 
 def manifest_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.glob("*.json") if not p.name.startswith(".") and p.is_file())
+    """Every `*.json` entry of `folder` not starting with `.`, whatever its type (never opened here)."""
+    return sorted(p for p in folder.glob("*.json") if not p.name.startswith("."))
 
 
-def load_manifests(folder: Path) -> Manifests:
+def load_manifests(folder: Path, remembered: Mapping[str, str] | None = None) -> Manifests:
     """Every manifest of `folder`; a bad file becomes an error, never stops the others."""
     found = Manifests()
     for path in manifest_files(folder):
         try:
-            loaded = load_manifest(path)
+            loaded = load_manifest(path, (remembered or {}).get(path.name))
         except ManifestError as err:
             found.errors.append(err)
             continue
@@ -145,14 +171,14 @@ def load_manifests(folder: Path) -> Manifests:
     return found
 
 
-def load_manifest(path: Path) -> LoadedManifest:
+def load_manifest(path: Path, remembered: str | None = None) -> LoadedManifest:
+    """The manifest at `path`; a `ManifestError` holds `remembered` (else what the file names)."""
+    held = remembered or _plain(path.stem)
     try:
-        document = json.loads(path.read_bytes())
-    except OSError as err:
-        raise ManifestError(path, f"cannot be read: {err.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ManifestError(path, f"is not valid JSON: {err}", module=path.stem) from None
-    module = _module_of(document, path)
+        document = read_json(_read_bounded(path, held))
+    except JsonRefused as err:
+        raise ManifestError(path, err.reason, module=held) from None
+    module = remembered or _module_of(document, path)
     try:
         manifest = Manifest.model_validate(document)
     except ValidationError as err:
@@ -162,13 +188,72 @@ def load_manifest(path: Path) -> LoadedManifest:
             list(find_placeholders(text))
         except PlaceholderError as err:
             raise ManifestError(path, f"env {name}: {err}", module=module) from None
+    problem = _too_large(manifest)
+    if problem:
+        raise ManifestError(path, problem, module=module)
     return LoadedManifest(path, manifest)
 
 
-def _module_of(document: object, path: Path) -> str:
-    if isinstance(document, dict) and isinstance(document.get("module"), str) and document["module"]:
-        return str(document["module"])
-    return path.stem
+def _read_bounded(path: Path, held: str | None) -> bytes:
+    """The bytes of a regular file of at most `MAX_MANIFEST_BYTES`; anything else is never read."""
+    try:
+        kind = _kind_of(path.stat().st_mode)
+        if kind is None and path.is_symlink() and path.is_dir():
+            kind = "a symbolic link to a folder"
+        if kind is not None:
+            raise ManifestError(path, f"is {kind}, not a regular file: not read", module=held)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # non-blocking: a FIFO swapped in never blocks
+    except OSError as err:
+        raise ManifestError(path, f"cannot be read: {err.strerror}", module=held) from None
+    with os.fdopen(fd, "rb") as file:
+        status = os.fstat(file.fileno())
+        kind = _kind_of(status.st_mode)
+        if kind is not None:
+            raise ManifestError(path, f"is {kind}, not a regular file: not read", module=held)
+        if status.st_size > MAX_MANIFEST_BYTES:
+            raise ManifestError(path, _too_long(status.st_size), module=held)
+        data = file.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(path, _too_long(len(data)), module=held)
+    return data
+
+
+def _too_long(size: int) -> str:
+    return f"is {size:,} bytes or more, larger than the {MAX_MANIFEST_BYTES:,} a manifest may be: not read"
+
+
+def _kind_of(mode: int) -> str | None:
+    """What a non-regular file is, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device",
+             stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}  # fmt: skip
+    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+
+
+def _too_large(manifest: Manifest) -> str | None:
+    """Why a key or value the manifest would write exceeds the bus's bounds, if it does."""
+    for placeholder, used_in in manifest.placeholders().items():
+        if len(encode_token(placeholder.name)) > MAX_NAME_TOKEN:
+            return f"placeholder ${{{placeholder.kind}:{placeholder.name[:40]}...}} has a name longer than a key may be"
+        if len(to_json(NeedValue(placeholder=str(placeholder), used_in=used_in))) > MAX_VALUE_BYTES:
+            return f"placeholder {str(placeholder)[:60]} is used in too many variables for one value"
+    for collection, items in manifest.contributes.items():
+        if len(encode_token(collection)) > MAX_NAME_TOKEN:
+            return f"collection {collection[:40]!r}... has a name longer than a key may be"
+        if len(to_json(CollectValue(items=items))) > MAX_VALUE_BYTES:
+            return f"the items contributed to {collection[:60]!r} exceed {MAX_VALUE_BYTES:,} bytes"
+    return None
+
+
+def _module_of(document: object, path: Path) -> str | None:
+    declared = document.get("module") if isinstance(document, dict) else None
+    return _plain(declared) if isinstance(declared, str) and _plain(declared) else _plain(path.stem)
+
+
+def _plain(name: str) -> str | None:
+    """`name` if it is a module name (so it names a file inside the materialize folder)."""
+    return name if re.fullmatch(MODULE_PATTERN, name) else None
 
 
 def _describe(err: ValidationError) -> str:

@@ -9,7 +9,16 @@ the env files of modules no longer declared.
 
 Every write goes through `NodeScope.converge`, so nothing changes when nothing differs: a second
 reconcile makes zero KV writes and rewrites no file. A module whose manifest cannot be read but
-whose name can be told is held: its keys and file stay as they were, its `applied` says why.
+whose name can be told is held: its keys and file stay as they were, its `applied` says why. The
+module a file holds is the one it declared when last read (remembered in the materialize folder's
+ledger), so corrupting `web.json` that declares `app` holds `app`, never removes it.
+
+An applied record is bounded: at most `MAX_REASONS` reasons of at most `errors.REASON_CHARS`
+characters each (then "... and N more"), and never more than `MAX_VALUE_BYTES` (the buckets'
+value limit), so a module with thousands of pending placeholders is still recorded.
+
+`reconcile` takes no lease: the CLI and watch mode hold the node's lease around it
+(`provisioner_client.holding`).
 """
 
 from __future__ import annotations
@@ -22,10 +31,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from provisioner_client.action import run_action
+from provisioner_client.action import DEFAULT_ENVIRONMENT, action_environment, run_action
+from provisioner_client.bounded_json import JsonRefused, read_json
 from provisioner_client.envfile import EnvFolder, render
-from provisioner_client.errors import ManifestError, MaterializeError
-from provisioner_client.manifest import LoadedManifest, Manifests, load_manifests
+from provisioner_client.errors import ManifestError, MaterializeError, capped
+from provisioner_client.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
 from provisioner_client.resolve import Pending, Resolver, Source, read_registry
 from provisioner_client.scope import NodeScope
 from registry import buckets
@@ -38,15 +48,20 @@ from registry.placeholders import substitute
 
 log = logging.getLogger(__name__)
 
+MAX_REASONS = 20
+
 
 @dataclass(frozen=True)
 class ClientPlan:
-    """What one node's client reconciles: settings passed down from `main()`."""
+    """What one node's client reconciles: settings passed down from `main()`. `action_env` is
+    what a change action inherits (`action.inherited`: PATH and LANG only)."""
 
     node: str
     manifests: Path
     materialize: Path
     verb_timeout: timedelta = timedelta(seconds=5)
+    lease_ttl: timedelta = timedelta(seconds=15)
+    action_env: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ENVIRONMENT), compare=False)
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,7 @@ class Report:
     node: str
     modules: dict[str, ModuleReport] = field(default_factory=dict)
     manifest_errors: list[ManifestError] = field(default_factory=list)
+    ledger_problems: tuple[str, ...] = ()
     removed: list[Path] = field(default_factory=list)
     writes: dict[str, Changes] = field(default_factory=dict)
     sources: set[Source] = field(default_factory=set)
@@ -82,6 +98,7 @@ class Report:
     def summary(self) -> str:
         """A few readable lines: each module's state, file, reasons and change action."""
         lines = [f"manifest error: {error}" for error in self.manifest_errors]
+        lines.extend(f"ledger: {problem}" for problem in self.ledger_problems)
         for name, module in sorted(self.modules.items()):
             applied = module.applied
             where = f" -> {applied.file}" if applied.file else ""
@@ -98,25 +115,30 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     scope = NodeScope(plan.node)
     if not plan.manifests.is_dir():  # never read a missing folder as "no modules": that would remove them all
         raise ManifestError(plan.manifests, "the manifests folder does not exist")
-    manifests = load_manifests(plan.manifests)
+    folder = EnvFolder(plan.materialize)
+    ledger = folder.read_ledger()
+    for problem in ledger.problems:
+        log.error("%s: %s", folder.folder, problem, extra={"node": plan.node})
+    manifests = load_manifests(plan.manifests, ledger.manifests)
     for error in manifests.errors:
         log.error("%s", error)
-    report = Report(plan.node, manifest_errors=list(manifests.errors))
+    folder.remember(manifests.declared())
+    report = Report(plan.node, manifest_errors=list(manifests.errors), ledger_problems=ledger.problems)
     current = {b.name: await scope.read(bus, b) for b in (buckets.NEEDS, buckets.COLLECT, buckets.APPLIED)}
     await _converge(bus, scope, report, buckets.NEEDS, current=current, desired=_needs(plan.node, manifests, current))
     await _converge(
         bus, scope, report, buckets.COLLECT, current=current, desired=_collect(plan.node, manifests, current)
     )
     resolver = Resolver(bus, await read_registry(bus), node=plan.node, verb_timeout=plan.verb_timeout)
-    folder = EnvFolder(plan.materialize)
     previous = _applied_by_module(current[buckets.APPLIED.name])
     await resolver.prefetch((m, p) for m, loaded in manifests.modules.items() for p in loaded.manifest.placeholders())
     for module, loaded in sorted(manifests.modules.items()):
-        report.modules[module] = await _apply(resolver, folder, loaded, previous.get(module), report)
+        report.modules[module] = await _apply(resolver, folder, plan, loaded, previous=previous.get(module),
+                                              report=report)  # fmt: skip
     for module, error in sorted(manifests.held.items()):
         report.modules[module] = _held(folder, module, error, previous.get(module))
     applied = {
-        buckets.APPLIED.shape.build(node=plan.node, module=m): to_json(r.applied) for m, r in report.modules.items()
+        buckets.APPLIED.shape.build(node=plan.node, module=m): _fitted(r.applied) for m, r in report.modules.items()
     }
     await _converge(bus, scope, report, buckets.APPLIED, current=current, desired=applied)
     report.removed = folder.remove_except(set(report.modules))
@@ -179,15 +201,16 @@ def _applied_by_module(current: Sequence[KvItem]) -> dict[str, AppliedValue]:
             continue
         try:
             module = buckets.APPLIED.shape.parse(item.key)["module"]
-            found[module] = AppliedValue.model_validate_json(item.value)
-        except (RegistryError, ValidationError):
+            found[module] = AppliedValue.model_validate(read_json(item.value))
+        except (RegistryError, ValidationError, JsonRefused):
             log.warning("ignored %s key %r: not an applied value", buckets.APPLIED.name, item.key)
     return found
 
 
 async def _apply(
-    resolver: Resolver, folder: EnvFolder, loaded: LoadedManifest, previous: AppliedValue | None, report: Report
-) -> ModuleReport:
+    resolver: Resolver, folder: EnvFolder, plan: ClientPlan, loaded: LoadedManifest, *,
+    previous: AppliedValue | None, report: Report,
+) -> ModuleReport:  # fmt: skip
     module, manifest = loaded.module, loaded.manifest
     values: dict[str, str] = {}
     reasons = []
@@ -209,15 +232,18 @@ async def _apply(
         env.clear()
     action = old_action
     if manifest.on_change is not None and (old_action is None or old_action.digest != done.digest):
-        action = await run_action(module, manifest.on_change, done.digest)
+        env = action_environment(plan.action_env, node=plan.node, module=module, env_file=done.path)
+        action = await run_action(module, manifest.on_change, done.digest, env=env)
         report.actions_run.append(module)
     applied = AppliedValue(state="applied", digest=done.digest, file=str(done.path), action=action)
     return ModuleReport(module, applied, written=done.written)
 
 
 def _pending(folder: EnvFolder, module: str, reasons: list[str], previous: AppliedValue | None) -> ModuleReport:
+    reasons = bounded_reasons(reasons)
     unchanged = previous is not None and previous.reasons == tuple(reasons)
-    log.log(logging.DEBUG if unchanged else logging.WARNING, "module %s is pending: %s", module, "; ".join(reasons))
+    log.log(logging.DEBUG if unchanged else logging.WARNING, "module %s is pending: %s", module,
+            capped("; ".join(reasons), 2000))  # fmt: skip
     action = previous.action if previous else None
     on_disk = folder.digest_on_disk(module)
     file = str(folder.path_of(module)) if on_disk else None
@@ -227,3 +253,18 @@ def _pending(folder: EnvFolder, module: str, reasons: list[str], previous: Appli
 
 def _held(folder: EnvFolder, module: str, error: ManifestError, previous: AppliedValue | None) -> ModuleReport:
     return _pending(folder, module, [str(error)], previous)
+
+
+def bounded_reasons(reasons: Sequence[str], *, count: int = MAX_REASONS) -> list[str]:
+    """At most `count` reasons, each capped, then how many more there were."""
+    kept = [capped(reason) for reason in reasons[:count]]
+    return kept + ([f"... and {len(reasons) - count} more"] if len(reasons) > count else [])
+
+
+def _fitted(applied: AppliedValue) -> bytes:
+    """The applied record's bytes, within the buckets' value limit whatever it holds."""
+    value = to_json(applied)
+    if len(value) <= MAX_VALUE_BYTES:
+        return value
+    reason = f"the record was {len(value):,} bytes, over the {MAX_VALUE_BYTES:,} a value may be: its reasons are cut"
+    return to_json(applied.model_copy(update={"reasons": (reason,)}))

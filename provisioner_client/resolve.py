@@ -13,6 +13,8 @@ node's own collect bucket is listed by the provisioning verb. No other bucket ca
 
 Verb values are secrets: never stored, logged or put in a reason, and they live only during one
 reconcile. Whatever cannot be resolved raises `Pending` with the reason; its module stays pending.
+Every JSON read here (a value, a plan, a registry entry, a vault's answer) goes through
+`bounded_json.read_json`: a value too deep or too large is a reason naming its key, never a crash.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Generic, TypeVar
 import anyio
 from pydantic import ValidationError
 
+from provisioner_client.bounded_json import JsonRefused, read_json
 from provisioner_client.scope import NodeScope
 from registry import buckets, keys
 from registry.buckets import Bucket
@@ -84,7 +87,9 @@ async def read_registry(bus: Bus) -> Registry:
             log.warning("registry key out of shape: %s", err, extra={"key": item.key})
             continue
         try:
-            registry.entries[kind] = RegistryEntry.model_validate_json(item.value)
+            registry.entries[kind] = RegistryEntry.model_validate(read_json(item.value))
+        except JsonRefused as err:
+            registry.problems[kind] = f"the registry entry of kind {kind!r} cannot be read: {err.reason}"
         except ValidationError as err:
             registry.problems[kind] = f"the registry entry of kind {kind!r} cannot be read: {err.errors()[0]['msg']}"
     return registry
@@ -208,8 +213,8 @@ class Resolver:
         for item in listed:
             try:
                 contributor = bucket.shape.parse(item.key)[bucket.shape.fields[-1]]
-                contributions.append((contributor, CollectValue.model_validate_json(item.value).items))
-            except (RegistryError, ValidationError):
+                contributions.append((contributor, CollectValue.model_validate(read_json(item.value)).items))
+            except (RegistryError, ValidationError, JsonRefused):
                 log.warning("skipped %s key %r: not a contribution", bucket.name, item.key,
                             extra={"bucket": bucket.name, "key": item.key})  # fmt: skip
         return "\n".join(i for _, items in sorted(contributions) for i in items)
@@ -239,9 +244,10 @@ class Resolver:
         except BusError as err:
             raise Pending(f"{answer.subject} could not be asked: {err.reason}") from None
         try:
-            value = json.loads(reply.data)["value"]
-        except (ValueError, KeyError, TypeError):
-            value = None
+            answered = read_json(reply.data)
+        except JsonRefused as err:
+            raise Pending(f"{answer.subject} answered with JSON that cannot be used: {err.reason}") from None
+        value = answered.get("value") if isinstance(answered, dict) else None
         if not isinstance(value, str):
             raise Pending(f"{answer.subject} answered without a text 'value'")
         return value
@@ -254,11 +260,14 @@ def _items_prefix(shape: KeyShape, fields: dict[str, str]) -> str:
 
 
 def _text_of(raw: str, where: str) -> str:
+    return _as_text(_parsed(raw, where), where)
+
+
+def _parsed(raw: str, where: str) -> object:
     try:
-        value = json.loads(raw)
-    except ValueError:
-        raise Pending(f"the value at {where} is not JSON") from None
-    return _as_text(value, where)
+        return read_json(raw)
+    except JsonRefused as err:
+        raise Pending(f"the value at {where} cannot be used: {err.reason}") from None
 
 
 def _as_text(value: object, where: str) -> str:
@@ -271,11 +280,9 @@ def _as_text(value: object, where: str) -> str:
 
 def _from_plan(raw: str, bucket: str, key: str, placeholder: Placeholder) -> str:
     where = f"{bucket} key {key!r}"
-    try:
-        plan = json.loads(raw)["plan"]
-        value = plan[placeholder.kind][placeholder.name]
-    except ValueError:
-        raise Pending(f"the value at {where} is not JSON") from None
-    except (KeyError, TypeError):
-        raise Pending(f"the plan at {where} has no {placeholder.kind} {placeholder.name!r}") from None
-    return _as_text(value, f"{where} plan")
+    found: object = _parsed(raw, where)
+    for field_name in ("plan", placeholder.kind, placeholder.name):
+        if not isinstance(found, dict) or field_name not in found:
+            raise Pending(f"the plan at {where} has no {placeholder.kind} {placeholder.name!r}")
+        found = found[field_name]
+    return _as_text(found, f"{where} plan")

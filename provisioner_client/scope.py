@@ -7,6 +7,8 @@ A node has no JetStream API in the data account (no consumer, no stream info), s
 own keys of needs, applied and collect from the provisioning verb, which answers a node about its
 own keys with each entry's revision. A key out of shape under the node is the node's footprint
 too: the verb names it as malformed, and it is read by direct get so that a converge removes it.
+The verb's pages are read by `bounded_json.read_json` (at most the largest NATS payload, and the
+values' depth bound plus the answer's own levels): a page beyond that is a `BusError`, never a crash.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from provisioner_client.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, read_json
 from provisioner_client.errors import ForeignKeyError
 from registry import buckets
 from registry.buckets import Bucket
@@ -23,7 +26,7 @@ from registry.errors import BusError, ConvergeError, WrongLastSequence
 from registry.escaping import encode_token
 from registry.keys import under
 from registry.kv import Changes, KvItem, converge, get_direct, update
-from registry.verb_client import ask
+from registry.verb_client import ask_service
 
 LISTED_AS = {buckets.NEEDS.name: "needs", buckets.APPLIED.name: "applied", buckets.COLLECT.name: "collect"}
 
@@ -52,9 +55,9 @@ class NodeScope:
         """This node's keys of `bucket` (needs, applied or collect), as the verb lists them, with
         the malformed ones under the node read by direct get; `narrowing` adds request fields
         (`collection`, `module`)."""
-        answer = await ask(bus, {"what": LISTED_AS[bucket.name], "node": self.node, **narrowing})
-        items = [_item_of(entry) for entry in answer["entries"] if "revision" in entry]
-        unsure = [e for e in answer["entries"] if "revision" not in e] + answer["malformed"]
+        entries, malformed = await _ask_all(bus, {"what": LISTED_AS[bucket.name], "node": self.node, **narrowing})
+        items = [_item_of(entry) for entry in entries if _revised(entry)]
+        unsure = [e for e in entries if not _revised(e)] + malformed
         for entry in unsure:
             item = await self._stored(bus, bucket, str(entry["key"]))
             if item is not None:
@@ -83,6 +86,40 @@ class NodeScope:
             if key not in listed:
                 await _create(bus, bucket, key, value, changes)
         return changes
+
+
+async def _ask_all(bus: Bus, request: Mapping[str, str]) -> tuple[list[Any], list[Any]]:
+    """Every page of the verb's answer to `request`: its entries and its malformed keys."""
+    entries: list[Any] = []
+    malformed: list[Any] = []
+    cursor: object = None
+    while True:
+        body = {**request, "cursor": cursor} if cursor is not None else dict(request)
+        page = await _ask_page(bus, body)
+        entries.extend(page["entries"])
+        malformed.extend(page["malformed"])
+        cursor = page.get("next")
+        if cursor is None:
+            return entries, malformed
+
+
+async def _ask_page(bus: Bus, request: Mapping[str, object]) -> dict[str, Any]:
+    operation = f"ask {buckets.VERB_SUBJECT} {request.get('what')}"
+    reply = await ask_service(bus, buckets.VERB_SUBJECT, json.dumps(request).encode())
+    try:
+        page = read_json(reply.data, max_bytes=MAX_PAGE_BYTES, max_depth=MAX_DEPTH + 8)
+    except JsonRefused as err:
+        raise BusError(operation, f"the answer cannot be used: {err.reason}") from None
+    if not isinstance(page, dict) or not all(isinstance(page.get(f), list) for f in ("entries", "malformed")):
+        raise BusError(operation, "the answer is not a listing")
+    for entry in [*page["entries"], *page["malformed"]]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
+            raise BusError(operation, "the answer lists an entry without a key")
+    return page
+
+
+def _revised(entry: Mapping[str, Any]) -> bool:
+    return isinstance(entry.get("revision"), int) and "value" in entry
 
 
 def _item_of(entry: Mapping[str, Any]) -> KvItem:

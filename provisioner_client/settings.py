@@ -59,6 +59,12 @@ class ClientSettings(LogSettings):
     backoff_max: Duration = Field(
         default=timedelta(seconds=30), gt=timedelta(0), description="watch: the longest wait between retries"
     )
+    lease_ttl: Duration = Field(
+        default=timedelta(seconds=15),
+        gt=timedelta(0),
+        description="how long this node's lease outlives its last renewal (renewed every third of it): a second "
+        "client for the node takes over that long after the first stopped renewing",
+    )
     shutdown_timeout: Duration = Field(
         default=timedelta(seconds=10),
         ge=timedelta(0),

@@ -1,4 +1,8 @@
-"""`status`: what `applied` says of each of this node's modules, and whether the file on disk agrees."""
+"""`status`: what `applied` says of each of this node's modules, and whether the file on disk agrees.
+
+The file on disk is digested with the node's digest key (`envfile`), as the applied digest was;
+status only reads: no lease, no write, and no key is made where there is none.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from provisioner_client.bounded_json import JsonRefused, read_json
 from provisioner_client.envfile import EnvFolder
 from provisioner_client.scope import NodeScope
 from registry import buckets
@@ -85,9 +90,12 @@ async def read_status(bus: Bus, node: str, materialize: Path) -> NodeStatus:
             continue
         try:
             module = buckets.APPLIED.shape.parse(item.key)["module"]
-            applied = AppliedValue.model_validate_json(item.value)
+            applied = AppliedValue.model_validate(read_json(item.value))
         except RegistryError as err:
             unreadable[item.key] = str(err)
+            continue
+        except JsonRefused as err:
+            unreadable[item.key] = f"not an applied value: {err.reason}"
             continue
         except ValidationError as err:
             unreadable[item.key] = f"not an applied value: {err.errors()[0]['msg']}"

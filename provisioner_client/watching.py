@@ -12,6 +12,10 @@
 - Verb-answered values (secrets) are re-asked on a refresh interval; the env file changes only
   when the digest of what it would hold differs.
 
+All of it runs only while this client holds the node's lease (`provisioner_client.holding`): a
+second watch client for the node waits, logging once who holds it, and takes over only when the
+first released it or its lease expired.
+
 Any change wakes the loop; it waits out a short debounce, then runs one full reconcile (cheap when
 nothing changed: zero writes). A reconcile that fails because the bus is away is retried with
 exponential backoff. A `stop` event ends the loop after the reconcile in progress (its change
@@ -30,6 +34,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from provisioner_client.errors import ClientError
+from provisioner_client.holding import node_lease, renew, wait_for
 from provisioner_client.manifest import manifest_files
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolve import Source
@@ -143,26 +148,52 @@ async def watch(
 ) -> None:  # fmt: skip
     """Reconciles until `stop` is set, then returns after the reconcile in progress (its change
     actions finish: cancelling would kill them), or until cancelled; ready after the first
-    reconcile that reached the bus."""
+    reconcile that reached the bus. Only while it holds the node's lease (`holding`): it waits
+    for it first, and again whenever it was lost."""
     stopping = anyio.Event() if stop is None else stop
+    lease = node_lease(bus, plan.node, plan.lease_ttl)
+    started: list[bool] = []
+
+    def on_started() -> None:
+        if not started:
+            task_status.started()
+            started.append(True)
+
+    while await wait_for(lease, plan.node, stopping):
+        lost = anyio.Event()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(renew, lease, lost)
+                await _reconcile_while_held(bus, plan, timing, stopping=stopping, lost=lost, on_report=on_report,
+                                            on_started=on_started)  # fmt: skip
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.move_on_after(2, shield=True):
+                await lease.release()
+
+
+async def _reconcile_while_held(
+    bus: Bus, plan: ClientPlan, timing: WatchTiming, *, stopping: anyio.Event, lost: anyio.Event,
+    on_report: Callable[[Report], None] | None, on_started: Callable[[], None],
+) -> None:  # fmt: skip
     trigger = Trigger()
     trigger.pull("start")
 
-    async def wake_on_stop() -> None:
-        await stopping.wait()
-        trigger.pull("stop")
+    async def wake_on(event: anyio.Event, reason: str) -> None:
+        await event.wait()
+        trigger.pull(reason)
 
     async with anyio.create_task_group() as tg:
         followers = _Followers(bus, tg, trigger, plan.node)
         tg.start_soon(_poll_manifests, plan.manifests, trigger, timing.poll)
         tg.start_soon(_refresh, trigger, timing.refresh)
-        tg.start_soon(wake_on_stop)
+        tg.start_soon(wake_on, stopping, "stop")
+        tg.start_soon(wake_on, lost, "lease lost")
         tg.start_soon(_resync_on_reconnect, bus, trigger)
         backoff = _Backoff(timing.backoff_max)
-        started = False
-        while not stopping.is_set():
+        while not (stopping.is_set() or lost.is_set()):
             reasons = await trigger.wait(timing.debounce)
-            if stopping.is_set():
+            if stopping.is_set() or lost.is_set():
                 break
             log.debug("reconciling for %s", ", ".join(sorted(reasons)))
             try:
@@ -179,9 +210,7 @@ async def watch(
             _log_report(report)
             if on_report is not None:
                 on_report(report)
-            if not started:
-                task_status.started()
-                started = True
+            on_started()
         tg.cancel_scope.cancel()
 
 

@@ -91,4 +91,6 @@ def test_a_file_is_written_0600_once_and_a_foreign_file_is_never_touched(tmp_pat
     assert foreign.read_text() == "MINE=1\n"
     assert folder.remove_except(set()) == [first.path]
     assert foreign.exists()
-    assert sorted(p.name for p in (tmp_path / "env").iterdir()) == [".mesh-provisioner-client.json", "other.env"]
+    assert sorted(p.name for p in (tmp_path / "env").iterdir()) == [
+        ".mesh-provisioner-client.json", ".mesh-provisioner-client.key", "other.env"
+    ]  # fmt: skip

@@ -1,0 +1,65 @@
+"""The one JSON reader of the node client, bounded in depth and size.
+
+Everything the client parses comes from somewhere it does not control: values of any bucket
+(a provider's `_bound`, the placement mirror, the registry), the provisioning verb's answers, the
+vault's answers, manifests and the ledger. `read_json` refuses, before parsing:
+
+- a text longer than `max_bytes` (by default `MAX_BYTES`, 1 MiB: a manifest, a value, a vault
+  answer, the ledger; a verb page is allowed `MAX_PAGE_BYTES`, the largest NATS payload);
+- arrays and objects nested deeper than `MAX_DEPTH` (64) levels, counted outside strings in
+  one linear scan, so Python's recursive parser and encoder never see such a document;
+
+and raises `JsonRefused` with the reason, which never quotes the text: a caller turns it into a
+pending reason or a manifest error naming the key or the file, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from itertools import accumulate
+
+MAX_BYTES = 1024 * 1024
+MAX_PAGE_BYTES = 64 * 1024 * 1024
+MAX_DEPTH = 64
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+class JsonRefused(ValueError):
+    """A JSON text that is too large, too deep or not JSON; `reason` never quotes it."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+def read_json(data: bytes | str, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> object:
+    """`data` parsed, if it is at most `max_bytes` long and `max_depth` levels deep."""
+    raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else data
+    if len(raw) > max_bytes:
+        raise JsonRefused(f"it is {len(raw):,} bytes long, more than the {max_bytes:,} allowed")
+    depth = nesting(raw)
+    if depth > max_depth:
+        raise JsonRefused(f"it nests {depth} levels deep, more than the {max_depth} allowed")
+    try:
+        return json.loads(raw)
+    except RecursionError:  # unreachable after the depth check; kept so no input can crash a caller
+        raise JsonRefused("it nests too deep") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise JsonRefused(f"it is not valid JSON: {_short(err)}") from None
+    except ValueError as err:  # e.g. an integer of more digits than Python converts
+        raise JsonRefused(f"it is not usable JSON: {_short(err)}") from None
+
+
+def nesting(raw: bytes) -> int:
+    """How deep arrays and objects nest in `raw`, ignoring brackets inside strings."""
+    brackets = _STRING.sub(b"", raw).translate(None, delete=_NOT_BRACKETS)
+    return max(accumulate(_STEP[b] for b in brackets), default=0)
+
+
+def _short(err: ValueError) -> str:
+    text = str(err)
+    return text if len(text) <= 200 else text[:200] + "..."
