@@ -1,9 +1,10 @@
 """Key-value operations on a bucket: listing, getting, conditional writes, converging, creating.
 
 `snapshot` reads the latest entry of every key under some subject filters through a
-`registry.feed.Feed`: the listing is either whole or raises. `get_latest` reads one key by direct
-get (the key is in the subject, so a node can be granted its own keys only). `get_last_many`
-reads every key under a filter by one batch direct get, with no consumer: how a party without
+`registry.feed.Feed`: the listing is either whole or raises; `current_snapshot` also re-reads a
+listing older than the stream's leader (a replica that has just rejoined a cluster).
+`get_latest` reads one key by direct get (the key is in the subject, so a node can be granted its
+own keys only). `get_last_many` reads every key under a filter by one batch direct get, with no consumer: how a party without
 JetStream API access (a node in an account of its own) reads a bucket granted to it whole.
 
 Writes are plain publishes into the bucket's stream with JetStream's expected-sequence header,
@@ -35,8 +36,8 @@ _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 _REMOVED = ("DEL", "PURGE")
 
 __all__ = [
-    "Changes", "KvItem", "converge", "delete", "get_direct", "get_last_many", "get_latest", "put", "snapshot",
-    "update",
+    "Changes", "KvItem", "converge", "current_snapshot", "delete", "get_direct", "get_last_many", "get_latest", "put",
+    "snapshot", "update",
 ]  # fmt: skip
 
 
@@ -75,6 +76,37 @@ async def _until_read(bus: Bus, feed: Feed, done: anyio.Event, items: list[KvIte
             raise BusError(feed.operation, f"no progress for {idle_limit:.0f} s after {len(items)} keys")
     if not done.is_set() and feed.broken is not None:
         raise BusError(feed.operation, f"{feed.broken}; retry")
+
+
+async def current_snapshot(
+    bus: Bus, bucket: Bucket, filters: Sequence[str] = (">",), *, include_deleted: bool = False
+) -> list[KvItem]:
+    """`snapshot`, never older than the stream's leader when it began.
+
+    A listing's consumer is placed on any replica of a clustered stream, and one that has just
+    rejoined lists the keys as they were before it went away until it has caught up. So the last
+    entry under each filter is asked of the leader (a stream message get, which only the leader
+    answers) and a listing that does not reach it is read again; still behind after the bus's
+    timeout, it raises `BusError` (retry)."""
+    deadline = time.monotonic() + bus.timeout
+    while True:
+        floor = max([await _leader_last_revision(bus, bucket, f) for f in filters], default=0)
+        items = await snapshot(bus, bucket, filters, include_deleted=True)
+        if max((item.revision for item in items), default=0) >= floor:
+            return [item for item in items if include_deleted or not item.deleted]
+        if time.monotonic() > deadline:
+            raise BusError(f"read {bucket.name}", f"the listing stays behind the stream's leader (at {floor}); retry")
+        log.debug("listing of %s behind the stream's leader (at %d); reading it again", bucket.name, floor)
+
+
+async def _leader_last_revision(bus: Bus, bucket: Bucket, subject_filter: str) -> int:
+    operation = f"last entry of {bucket.name} {subject_filter}"
+    try:
+        answer = await bus.jetstream(bucket.message_get_api, {"last_by_subj": bucket.subject(subject_filter)},
+                                     operation=operation)  # fmt: skip
+    except NotFound:
+        return 0
+    return int(answer["message"]["seq"])
 
 
 async def get_latest(bus: Bus, bucket: Bucket, key: str) -> KvItem | None:
