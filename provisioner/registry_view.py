@@ -5,11 +5,16 @@ is filled by a snapshot at start, then follows the bucket through a watch, so a 
 into the bucket (drift) is in the next answer within milliseconds, and the answer's bytes are
 encoded once per change instead of once per request. An answer that does not fit one page is
 left to the ordinary listing, which pages it.
+
+The watch's consumer is named per seat and purpose (`seat-registry-<id of this seat>`): the seat,
+which holds the whole data account, deletes it by that name before re-creating it after a
+reconnect and when it stops, so outages leave no consumer behind.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 
 import anyio
 from anyio.abc import TaskStatus
@@ -27,6 +32,7 @@ class RegistryView:
     """The latest entry of every registry key, and the one-page answer they make."""
 
     def __init__(self) -> None:
+        self.consumer_name = f"seat-registry-{uuid.uuid4().hex[:8]}"
         self._items: dict[str, KvItem] = {}
         self._answer: tuple[int, bytes | None] | None = None
         self.ready = False
@@ -49,7 +55,7 @@ class RegistryView:
 
     async def follow(self, bus: Bus, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Fills the view, reports ready, then applies every change until cancelled."""
-        async with scoped_watch(bus, buckets.REGISTRY, ">") as watch:
+        async with scoped_watch(bus, buckets.REGISTRY, ">", name=self.consumer_name) as watch:
             for item in await snapshot(bus, buckets.REGISTRY, include_deleted=True):
                 self.apply(item)
             self.ready = True

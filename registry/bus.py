@@ -8,6 +8,13 @@ JetStream API and KV writes. nats-py's exceptions are translated here into the t
 nats-py reports a denied publish only on the connection's error callback, while the call that
 made it times out vaguely later; `Bus` remembers recent permission violations so that a failed
 call can say "permission denied for <subject>" instead of "timeout".
+
+While nats-py reconnects, whatever is sent waits in its buffer and goes out on reconnect, even
+when its caller has given up long before, and `unsubscribe()` sends no UNSUB although a SUB made
+meanwhile is replayed: the server keeps that interest, and a consumer pushing to it never expires.
+So `Bus` tells whether the connection is up (`connected`, `until_connected`) for whoever must not
+create anything while it is away, and a subscription ended while away is ended for real once the
+connection is back. A loss is logged once, then a count at a slowing interval, then the recovery.
 """
 
 from __future__ import annotations
@@ -94,18 +101,32 @@ Handler = Callable[[Message], Awaitable[None]]
 
 
 class Subscription:
-    """A subscription of ours; ending it twice, or on a closed connection, is harmless."""
+    """A subscription of ours; ending it twice, on a closed connection, or while away is harmless.
 
-    def __init__(self, sub: NatsSubscription) -> None:
-        self._sub: NatsSubscription | None = sub
+    Ended while the connection is away, it hears nothing more at once, and its UNSUB is sent when
+    the connection is back (nats-py would send none, yet replay a SUB queued meanwhile)."""
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+        self._sub: NatsSubscription | None = None
+        self.ended = False
 
     async def unsubscribe(self) -> None:
         sub, self._sub = self._sub, None
-        if sub is not None:
-            try:
-                await sub.unsubscribe()
-            except nats.errors.Error:  # a closed connection has no subscription left to end
-                log.debug("unsubscribe on a closed connection", exc_info=True)
+        self.ended = True
+        if sub is None:
+            return
+        if not self._bus.connected and not self._bus.closed.is_set():
+            self._bus._unsubscribe_on_reconnect.append(sub)
+            return
+        await _unsubscribe(sub)
+
+
+async def _unsubscribe(sub: NatsSubscription) -> None:
+    try:
+        await sub.unsubscribe()
+    except nats.errors.Error:  # a closed connection has no subscription left to end
+        log.debug("unsubscribe on a closed connection", exc_info=True)
 
 
 class Bus:
@@ -117,7 +138,9 @@ class Bus:
         self.closed = anyio.Event()  # set when the connection is closed for good
         self._denials: deque[tuple[float, str, str]] = deque(maxlen=32)
         self._reconnects = 0
-        self._reconnected = anyio.Event()  # replaced at each reconnect, after being set
+        self._reconnected = anyio.Event()  # replaced at each reconnect and at the close, after being set
+        self._away = False  # from the loss until the reconnect is noted (nats-py's status changes earlier)
+        self._unsubscribe_on_reconnect: list[NatsSubscription] = []
 
     @property
     def max_payload(self) -> int:
@@ -145,8 +168,41 @@ class Bus:
             await self._reconnected.wait()
         return self._reconnects
 
-    def _note_reconnect(self) -> None:
+    @property
+    def connected(self) -> bool:
+        """Whether the connection is up: what is sent now goes out now, not at some reconnect."""
+        return self._nc.is_connected and not self._away and not self.closed.is_set()
+
+    async def until_connected(self, within: timedelta | None = None, *, operation: str = "wait for nats") -> None:
+        """Returns once the connection is up; `BusTimeout` after `within`, `ConnectionClosed` when
+        it is closed for good. Whoever creates a consumer or a subscription that must not be
+        replayed later waits here instead of firing into the reconnect buffer."""
+        try:
+            with anyio.fail_after(_seconds(within)):
+                while not self.connected:
+                    if self.closed.is_set() or self._nc.is_closed:
+                        raise ConnectionClosed(operation, "the connection is closed")
+                    await self._reconnected.wait()
+        except TimeoutError:
+            raise BusTimeout(operation, f"not connected to nats within {_seconds(within):.0f} s") from None
+
+    def _note_loss(self) -> None:
+        self._away = True
+
+    async def _note_reconnect(self) -> None:
+        ending, self._unsubscribe_on_reconnect = self._unsubscribe_on_reconnect, []
+        for sub in ending:
+            await _unsubscribe(sub)
+        self._away = False
         self._reconnects += 1
+        self._wake()
+
+    def _note_closed(self) -> None:
+        self.closed.set()
+        self._unsubscribe_on_reconnect.clear()
+        self._wake()
+
+    def _wake(self) -> None:
         event, self._reconnected = self._reconnected, anyio.Event()
         event.set()
 
@@ -203,11 +259,15 @@ class Bus:
         return Message.of(msg)
 
     async def subscribe(self, subject: str, handler: Handler) -> Subscription:
+        ours = Subscription(self)
+
         async def on_message(msg: Msg) -> None:  # nats-py wants a coroutine function here
-            await handler(Message.of(msg))
+            if not ours.ended:
+                await handler(Message.of(msg))
 
         with self.translated(f"subscribe {subject}"):
-            return Subscription(await self._nc.subscribe(subject, cb=on_message))
+            ours._sub = await self._nc.subscribe(subject, cb=on_message)
+        return ours
 
     async def flush(self) -> None:
         """Returns once the server has processed everything sent before."""
@@ -265,31 +325,86 @@ def tls_context(options: BusOptions) -> ssl.SSLContext | None:
     return context
 
 
+class Outage:
+    """One loss of the connection: since when, how many reconnect attempts failed, when to tell.
+
+    Told at `first_report` seconds after the loss, then at intervals that double up to
+    `longest_silence`: a fleet waiting out a long outage logs a few lines each, not one a second."""
+
+    def __init__(self, now: float, *, first_report: float = 5.0, longest_silence: float = 600.0) -> None:
+        self.since = now
+        self.attempts = 0
+        self._interval = first_report
+        self._longest = longest_silence
+        self._report_at = now + first_report
+
+    def failed_attempt(self, now: float) -> bool:
+        """Counts a failed attempt; whether it is time to say so."""
+        self.attempts += 1
+        if now < self._report_at:
+            return False
+        self._interval = min(self._interval * 2, self._longest)
+        self._report_at = now + self._interval
+        return True
+
+
+_LOSSES = (nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError, OSError)
+
+
 class _Callbacks:
-    """nats-py's connection callbacks: log each loss and recovery, note denials, tell a close."""
+    """nats-py's connection callbacks: log a loss once, then a slowing count, then the recovery;
+    note denials; tell a close."""
 
     def __init__(self) -> None:
         self.bus: Bus | None = None
+        self.outage: Outage | None = None
 
     async def on_error(self, err: Exception) -> None:
-        text = str(err)
+        text = str(err) or type(err).__name__
         if "permissions violation" in text.lower() and self.bus is not None:
             self.bus.note_denial(text)
-        log.warning("nats error: %s", text)
+        if self.outage is None and isinstance(err, _LOSSES) and not self._closing:
+            self._lose(text)
+        elif self.outage is not None:
+            self._failed_attempt(text)
+        else:
+            log.warning("nats error: %s", text)
 
     async def on_disconnected(self) -> None:
-        if self.bus is not None and self.bus.closed.is_set():
+        if self._closing:
             return  # nats-py calls this on a close we asked for too: that is no loss
-        log.warning("nats connection lost; reconnecting")
+        if self.outage is None:
+            self._lose("disconnected")
+        if self.bus is not None:
+            self.bus._note_loss()
 
     async def on_reconnected(self) -> None:
-        log.info("nats connection recovered to %s", _server_of(self.bus._nc) if self.bus else "?")
+        outage, self.outage = self.outage, None
+        took, attempts = (time.monotonic() - outage.since, outage.attempts) if outage else (0.0, 0)
+        log.info("nats connection recovered to %s after %.1f s (%d failed attempts)",
+                    _server_of(self.bus._nc) if self.bus else "?", took, attempts)  # fmt: skip
         if self.bus is not None:
-            self.bus._note_reconnect()
+            await self.bus._note_reconnect()
 
     async def on_closed(self) -> None:
+        self.outage = None
         if self.bus is not None:
-            self.bus.closed.set()
+            self.bus._note_closed()
+
+    @property
+    def _closing(self) -> bool:
+        return self.bus is not None and self.bus.closed.is_set()
+
+    def _lose(self, reason: str) -> None:
+        self.outage = Outage(time.monotonic())
+        log.warning("nats connection lost (%s); reconnecting", reason)
+
+    def _failed_attempt(self, reason: str) -> None:
+        assert self.outage is not None
+        log.debug("nats reconnect attempt failed: %s", reason)
+        if self.outage.failed_attempt(time.monotonic()):
+            log.warning("still reconnecting to nats: %d attempts in %.0f s (last: %s)",
+                        self.outage.attempts, time.monotonic() - self.outage.since, reason)  # fmt: skip
 
 
 @asynccontextmanager

@@ -7,9 +7,12 @@ only. It answers flow control (without those replies a large read stalls for goo
 checked: a gap in consumer sequences, or a heartbeat naming a later sequence than seen, marks the
 feed `broken` with the reason instead of delivering a partial read.
 
-A consumer is never deleted by its reader: that needs `$JS.API.CONSUMER.DELETE.KV_<b>.*`, which
-cannot be narrowed to one's own consumers. It expires on the server `inactive_threshold` after
-nobody listens.
+A feed is opened only while the connection is up (`Bus.until_connected`): a create sent while
+nats-py reconnects would go out on reconnect after its caller gave up, and its consumer would push
+to a subscription nobody has. A consumer expires on the server `inactive_threshold` after nobody
+listens. A long-lived one is given a name per party and purpose, and a party granted
+`$JS.API.CONSUMER.DELETE` on the stream (the seat) deletes it by name before opening it again
+(`replace`); a node cannot be granted that for its own consumers only, so its consumers expire.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 from registry.buckets import Bucket
 from registry.bus import Bus, Message, Subscription
+from registry.errors import NotFound
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +62,12 @@ class Feed:
 
     def __init__(
         self, bus: Bus, bucket: Bucket, filters: Sequence[str], on_item: OnItem, *,
-        start: FeedStart = FeedStart(), heartbeat: float, inactive_threshold: float,
+        start: FeedStart = FeedStart(), heartbeat: float, inactive_threshold: float, name: str | None = None,
     ) -> None:  # fmt: skip
         self.bus = bus
         self.bucket = bucket
         self.filters = tuple(filters)
-        self.name = uuid.uuid4().hex
+        self.name = name or uuid.uuid4().hex
         self.broken: str | None = None
         self.heard_at = self.progressed_at = time.monotonic()
         self.stream_sequence = start.after_sequence
@@ -78,8 +82,12 @@ class Feed:
     def operation(self) -> str:
         return f"read {self.bucket.name} {' '.join(self.filters)}"
 
-    async def open(self) -> bool:
-        """Creates the consumer; whether it had nothing at all to deliver."""
+    async def open(self, *, replace: bool = False) -> bool:
+        """Creates the consumer once the connection is up (within the bus's timeout), deleting one
+        of the same name first when `replace`; whether it had nothing at all to deliver."""
+        await self.bus.until_connected(self.bus.options.request_timeout, operation=self.operation)
+        if replace:
+            await self.delete()
         inbox = self.bus.new_inbox()
         self._sub = await self.bus.subscribe(inbox, self._on_message)
         sole = self.filters[0] if len(self.filters) == 1 and self.filters[0] != ">" else None
@@ -88,6 +96,14 @@ class Feed:
         )
         delivered = int((info.get("delivered") or {}).get("consumer_seq", 0))
         return int(info.get("num_pending", 0)) == 0 and delivered == 0
+
+    async def delete(self) -> None:
+        """Deletes this feed's consumer on the server, if it is there."""
+        try:
+            api = f"CONSUMER.DELETE.{self.bucket.stream}.{self.name}"
+            await self.bus.jetstream(api, operation=f"delete the consumer of {self.operation}")
+        except NotFound:
+            pass
 
     async def close(self) -> None:
         """Stops listening; the consumer expires on the server (see the module's docstring)."""

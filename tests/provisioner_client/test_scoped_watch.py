@@ -1,4 +1,5 @@
-"""registry.watch.scoped_watch against a real nats-server: scoped, resumable, retrying."""
+"""registry.watch.scoped_watch against a real nats-server: scoped, resumable, retrying; a named
+watch keeps one consumer under its name and deletes it on stop."""
 
 from __future__ import annotations
 
@@ -71,3 +72,23 @@ async def test_its_consumer_is_left_to_expire_on_stop(bus: Bus, js: JetStreamCon
         kept_name = kept.consumer_name
     names = {info.name for info in await js.consumers_info("KV_w")}
     assert kept_name in names, "no CONSUMER.DELETE is granted: it expires after its inactive threshold"
+
+
+async def test_a_named_watch_replaces_its_lost_consumer_under_the_same_name(bus: Bus, js: JetStreamContext) -> None:
+    kv = await js.create_key_value(bucket="w", direct=True)
+    await kv.put("n1.a", b"1")
+    async with scoped_watch(bus, W, "n1.>", heartbeat=FAST, retry_max=FAST, name="seat-w") as watch:
+        assert await next_events(watch, 1) == [("n1.a", b"1", False)]
+        await js.delete_consumer("KV_w", "seat-w")
+        await kv.put("n1.a", b"2")
+        assert await next_events(watch, 1) == [("n1.a", b"2", False)]
+        assert watch.resets >= 1
+        assert [info.name for info in await js.consumers_info("KV_w")] == ["seat-w"]
+
+
+async def test_a_named_watch_deletes_its_consumer_on_stop(bus: Bus, js: JetStreamContext) -> None:
+    await js.create_key_value(bucket="w", direct=True)
+    async with scoped_watch(bus, W, "n1.>", heartbeat=FAST, retry_max=FAST, name="seat-w") as watch:
+        assert watch.consumer_name == "seat-w"
+        assert [info.name for info in await js.consumers_info("KV_w")] == ["seat-w"]
+    assert await js.consumers_info("KV_w") == []

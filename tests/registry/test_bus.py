@@ -67,6 +67,6 @@ def test_the_bus_surface_is_pinned_and_shows_no_nats_py() -> None:
     """What callers may use of a connection; nats-py's client and JetStream context stay inside."""
     public = {name for name in dir(Bus) if not name.startswith("_")}
     assert public == {
-        "flush", "jetstream", "max_payload", "new_inbox", "note_denial", "publish", "recent_denial", "reconnected",
-        "reconnects", "request", "store", "subscribe", "timeout", "translated",
+        "connected", "flush", "jetstream", "max_payload", "new_inbox", "note_denial", "publish", "recent_denial",
+        "reconnected", "reconnects", "request", "store", "subscribe", "timeout", "translated", "until_connected",
     }  # fmt: skip
