@@ -4,8 +4,8 @@
 `registry.feed.Feed`: the listing is either whole or raises; `current_snapshot` also re-reads a
 listing older than the stream's leader (a replica that has just rejoined a cluster).
 `get_latest` reads one key by direct get (the key is in the subject, so a node can be granted its
-own keys only). `get_last_many` reads every key under a filter by one batch direct get, with no consumer: how a party without
-JetStream API access (a node in an account of its own) reads a bucket granted to it whole.
+own keys only). `get_last_many` reads every key under a filter by one batch direct get, with no
+consumer: how a party without JetStream API access (a node in an account of its own) reads a bucket granted to it whole.
 
 Writes are plain publishes into the bucket's stream with JetStream's expected-sequence header,
 so each is conditional on the revision it was compared against and two writers never silently
