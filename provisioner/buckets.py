@@ -7,21 +7,36 @@ and a bucket size limit, direct get on (a node's reads are granted key by key), 
 stream denied. An existing bucket is used as it is, never recreated; one that is weaker than
 that is reported with one ERROR line saying what differs and the command that fixes it, and the
 server still starts: refusing to start would take the whole mesh down over a fixable setting.
+
+A seat started before its JetStream cluster has enough peers for the replicas asked (no meta
+leader yet: no answer; too few servers: "no suitable peers for placement") waits for them, as it
+waits for NATS itself: each bucket is tried again with backoff, the wait logged once and then as
+a count, until it is created or the seat is stopped.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import anyio
 
 from registry import buckets
 from registry.buckets import Bucket
 from registry.bus import Bus
+from registry.errors import BusTimeout, JetStreamError
 from registry.grants import bound_bucket
 from registry.kv import BucketConfig, bucket_config, create_bucket
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# JetStream's answers while a cluster lacks peers: "JetStream system temporarily unavailable"
+# (no meta leader), "no suitable peers for placement" (fewer servers than replicas).
+_TOO_FEW_PEERS = {10008, 10005}
+BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0
 
 
 def seat_buckets(providers: Iterable[str] = ()) -> list[Bucket]:
@@ -36,14 +51,48 @@ async def ensure_buckets(bus: Bus, config: BucketConfig, providers: Iterable[str
 
 
 async def ensure_bucket(bus: Bus, bucket: Bucket, config: BucketConfig) -> None:
-    existing = await bucket_config(bus, bucket)
+    existing = await until_enough_peers(bucket, lambda: bucket_config(bus, bucket))
     if existing is not None:
         _report_if_weaker(bucket, existing, config)
         return
-    await create_bucket(bus, bucket, config)
+    await until_enough_peers(bucket, lambda: create_bucket(bus, bucket, config))
     log.info("bucket %s created (replicas %d, %s storage, history %d, values up to %d bytes, %d bytes in all)",
              bucket.name, config.replicas, config.storage, config.history, config.max_value_size, config.max_bytes,
              extra={"bucket": bucket.name})  # fmt: skip
+
+
+async def until_enough_peers(bucket: Bucket, attempt: Callable[[], Awaitable[T]]) -> T:
+    """`attempt()`'s result, tried again with backoff while the cluster lacks the peers for it."""
+    failures, pause, told = 0, BACKOFF_FIRST, ""
+    while True:
+        try:
+            result = await attempt()
+        except (BusTimeout, JetStreamError) as err:
+            if isinstance(err, JetStreamError) and err.err_code not in _TOO_FEW_PEERS:
+                raise
+            failures += 1
+            told = _log_waiting(bucket, failures, err.reason, told)
+        else:
+            if failures:
+                log.info("bucket %s reachable after %d failed attempts", bucket.name, failures,
+                         extra={"bucket": bucket.name})  # fmt: skip
+            return result
+        await anyio.sleep(pause)
+        pause = min(pause * 2, BACKOFF_MAX)
+
+
+def _log_waiting(bucket: Bucket, failures: int, reason: str, told: str) -> str:
+    """The first failure, then the count at the 2nd, 4th, 8th, ... attempt or when the reason
+    changes; the reason last told."""
+    if failures == 1:
+        log.warning("bucket %s cannot be made yet (%s): waiting for the JetStream cluster to have enough peers",
+                    bucket.name, reason, extra={"bucket": bucket.name})  # fmt: skip
+    elif failures & (failures - 1) == 0 or reason != told:
+        log.warning("bucket %s still cannot be made after %d attempts (%s); still waiting", bucket.name, failures,
+                    reason, extra={"bucket": bucket.name})  # fmt: skip
+    else:
+        return told
+    return reason
 
 
 def weaknesses(existing: Mapping[str, Any], wanted: BucketConfig) -> list[tuple[str, str]]:

@@ -32,7 +32,7 @@ from registry.bus import Bus
 from registry.catalogue import load_catalogue
 from registry.compile import registry_values
 from registry.errors import RegistryError
-from registry.kv import Changes, KvItem, converge, snapshot
+from registry.kv import Changes, KvItem, converge, current_snapshot
 from registry.lease import Lease, LeaseHeld, seat_key
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class Compiler:
 
     async def compile(self) -> Changes:
         desired = self.desired()
-        current = await snapshot(self.bus, buckets.REGISTRY, include_deleted=True)
+        current = await current_snapshot(self.bus, buckets.REGISTRY, include_deleted=True)
         if self._written is not None:
             changed = differing(current, self._written)
             if changed:
@@ -78,7 +78,9 @@ class Compiler:
     async def compare(self) -> tuple[str, ...]:
         """The kinds on which the bucket disagrees with this seat's catalogue; warns when they change."""
         self._written = None  # another seat compiles now: what this one wrote before is no reference
-        disagreeing = differing(await snapshot(self.bus, buckets.REGISTRY, include_deleted=True), self.desired())
+        disagreeing = differing(
+            await current_snapshot(self.bus, buckets.REGISTRY, include_deleted=True), self.desired()
+        )
         if disagreeing and disagreeing != self._told:
             log.warning("the registry disagrees with this seat's catalogue on kinds %s: the seat holding the compile "
                         "lease wrote it from another domains file; this seat does not write while another holds the "

@@ -1,0 +1,118 @@
+"""On a three-node JetStream cluster the test starts on loopback (issue 9, items 5 and 16): the
+seat waits for enough peers instead of exiting, and a listing is never older than the stream's
+leader after a server rejoins."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+from provisioner.buckets import until_enough_peers
+from provisioner.server import run_server
+from provisioner.settings import ServerSettings
+from registry import buckets
+from registry.bus import Bus, BusOptions, connect
+from registry.errors import BusError
+from registry.kv import BucketConfig, KvItem, create_bucket, current_snapshot, put, snapshot
+from tests.cluster import Cluster, cluster
+from tests.helpers import in_own_task, logged
+
+log = logging.getLogger(__name__)
+
+SHORT = timedelta(seconds=1)
+KEYS = [f"n1.web.config.k{i}" for i in range(20)]
+LISTINGS = 300  # of each kind, from a connection to the server that rejoined
+
+
+@pytest.fixture
+async def servers(tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with in_own_task(cluster(tmp_path / "cluster")) as three:
+        yield three
+
+
+def options(urls: tuple[str, ...], name: str = "test") -> BusOptions:
+    return BusOptions(servers=urls, name=name, request_timeout=SHORT, reconnect_wait=timedelta(seconds=0.2))
+
+
+async def test_a_seat_started_before_the_cluster_has_enough_peers_waits_then_serves(servers: Cluster) -> None:
+    await servers.start(0)
+    stop, ready = anyio.Event(), anyio.Event()
+    settings = ServerSettings(bucket_replicas=3)
+
+    async def seat() -> None:
+        await run_server(bus_options=options(servers.urls, buckets.SEAT), settings=settings, stop=stop)
+
+    async with anyio.create_task_group() as tg:
+        with logged("cannot be made yet") as waiting, logged("no suitable peers for placement") as too_few:
+            tg.start_soon(_setting, seat, ready)
+            await waiting.wait(within=30)  # one server of three: no meta leader
+            await servers.start(1)
+            await too_few.wait(within=30)  # two of three: a leader, but not three peers
+        assert not ready.is_set()
+        await servers.start(2)
+        async with connect(options(servers.urls)) as bus:
+            with anyio.fail_after(60):
+                while not await _answers(bus):
+                    await anyio.sleep(0.2)  # polling the verb, deadline above
+            info = await bus.jetstream(buckets.REGISTRY.info_api, operation="registry stream info")
+            assert info["config"]["num_replicas"] == 3
+        stop.set()
+    assert ready.is_set()
+
+
+async def _setting(run: Callable[[], Awaitable[None]], done: anyio.Event) -> None:
+    await run()
+    done.set()
+
+
+async def _answers(bus: Bus) -> bool:
+    try:
+        reply = await bus.request(buckets.VERB_SUBJECT, b"{}")
+    except BusError:
+        return False
+    return bool(json.loads(reply.data).get("entries"))
+
+
+async def test_a_listing_is_not_older_than_the_leader_after_a_server_rejoins(servers: Cluster) -> None:
+    await servers.start()
+    async with connect(options(servers.urls)) as writer:
+        await until_enough_peers(buckets.NEEDS, lambda: create_bucket(writer, buckets.NEEDS, BucketConfig(replicas=3)))
+        await _write_all(writer, b'"before"')
+        info = await writer.jetstream(buckets.NEEDS.info_api, operation="needs stream info")
+        victim = next(i for i, p in enumerate(servers.peers) if p.name != info["cluster"]["leader"])
+        await servers.kill(victim)
+        await _write_all(writer, b'"after"')
+        await servers.start(victim)
+    stale = {"snapshot": 0, "current_snapshot": 0}
+    async with connect(options((servers.peers[victim].url,))) as rejoined:
+        for _ in range(LISTINGS):
+            for name, read in (("snapshot", snapshot), ("current_snapshot", current_snapshot)):
+                items = await _listed(read, rejoined)
+                stale[name] += items is not None and any(item.value != b'"after"' for item in items)
+    log.info("stale listings of %d from the rejoined server: %s", LISTINGS, stale)
+    assert stale["current_snapshot"] == 0
+
+
+async def _write_all(bus: Bus, value: bytes) -> None:
+    """Writes every key, retrying while the cluster elects a new leader."""
+    for key in KEYS:
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    await put(bus, buckets.NEEDS, key, value)
+                    break
+                except BusError:
+                    await anyio.sleep(0.2)  # a new leader is being elected
+
+
+async def _listed(read: Callable[..., Awaitable[list[KvItem]]], bus: Bus) -> list[KvItem] | None:
+    try:
+        return await read(bus, buckets.NEEDS, ["n1.>"])
+    except BusError:  # the rejoined server still settling: no answer is not a stale answer
+        return None
