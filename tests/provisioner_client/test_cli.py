@@ -16,6 +16,11 @@ from anyio.streams.text import TextReceiveStream
 from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import StandIns
 from provisioner_client.reconcile import ClientPlan
+from provisioner_client.watching import WatchTiming, watch
+from registry import buckets
+from registry.bus import Bus
+from registry.kv import get_direct
+from registry.lease import Holder, node_key
 from tests.helpers import NODE
 
 
@@ -167,3 +172,22 @@ async def test_a_second_sigterm_stops_the_client_at_once(
             process.send_signal(signal.SIGTERM)
             code = await process.wait()
     assert code == 1, logged
+
+
+async def test_a_one_shot_reconcile_is_refused_with_exit_5_naming_the_holder_and_status_needs_no_lease(
+    domains: StandIns, bus: Bus, nats_server: LocalNats, plan: ClientPlan
+) -> None:
+    env = client_env(nats_server.url, plan)
+    async with anyio.create_task_group() as tg:
+        await tg.start(lambda task_status: watch(bus, plan, WatchTiming(), task_status=task_status))
+        item = await get_direct(bus, buckets.LEASES, node_key(NODE))
+        assert item is not None
+        holder = Holder.model_validate_json(item.value)
+        code, _, err = await client("reconcile", env=env)
+        status_code, status_out, _ = await client("status", env=env)
+        tg.cancel_scope.cancel()
+    assert code == 5
+    assert f"is held by another client: host {holder.host} pid {os.getpid()} since" in err.splitlines()[-1]
+    assert status_code == 0, status_out
+    code, out, _ = await client("reconcile", env=env)  # the watch released its lease when it stopped
+    assert code == 0, out
