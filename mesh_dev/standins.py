@@ -7,7 +7,10 @@
 - vault: a `nats.micro` service `mesh-vault` answering `mesh-vault.secret` and
   `mesh-vault.consumers`. Request `{"node", "module", "kind", "name"}`; answer `{"value": "..."}`,
   or service error 404 for an unknown name and 400 for a body that is not such an object. The
-  secrets are development values, never for production. Given the grants (`PartyMap`), it does
+  secrets are development values, never for production. A `consumers` value is JSON text,
+  `{"consumers": [{"name", "database", "password"}, ...]}` (deploy/examples/README.md); each dev
+  consumer's password is one of the secrets, so the consumer module reads the same credential
+  through `${secret:...}` and a rotation (`rotate_consumer`) reaches both. Given the grants (`PartyMap`), it does
   what a real vault must: a node is answered about its own node only (the asking account comes
   from `Nats-Request-Info`, never the body), and an account no grant names is refused (403).
 """
@@ -41,7 +44,18 @@ DEV_CONFIG: Mapping[str, object] = {
     "greeting": 'Hello, "world" $HOME #1\nsecond line: café',
 }
 DEV_SECRETS: Mapping[str, str] = {"db-password": "dev-only-s3cret-password"}
-DEV_CONSUMERS: Mapping[str, str] = {"db": "app:dev-only-s3cret-password"}
+
+
+@dataclass(frozen=True)
+class DevConsumer:
+    """A consumer of a provision: its role, its database, and the secret holding its password."""
+
+    name: str
+    database: str
+    secret: str
+
+
+DEV_CONSUMERS: Mapping[str, tuple[DevConsumer, ...]] = {"db": (DevConsumer("app", "app", "db-password"),)}
 
 
 def dev_plans(node: str) -> dict[str, dict[str, dict[str, object]]]:
@@ -71,17 +85,34 @@ class Vault:
     a node asking about another node (the body's `node` is not its own) is refused 403."""
 
     secrets: dict[str, str] = field(default_factory=lambda: dict(DEV_SECRETS))
-    consumers: dict[str, str] = field(default_factory=lambda: dict(DEV_CONSUMERS))
+    consumers: dict[str, tuple[DevConsumer, ...]] = field(default_factory=lambda: dict(DEV_CONSUMERS))
     parties: PartyMap | None = None
 
     def rotate(self, name: str, value: str) -> None:
         self.secrets[name] = value
 
+    def rotate_consumer(self, name: str, password: str) -> None:
+        """Gives consumer `name` a new password (the secret its module reads, too)."""
+        secrets = {c.secret for provision in self.consumers.values() for c in provision if c.name == name}
+        if not secrets:
+            raise KeyError(f"no development consumer named {name!r}")
+        for secret in secrets:
+            self.secrets[secret] = password
+
+    def consumers_value(self, provision: str) -> str:
+        """The consumers of `provision` as the vault answers them: JSON text."""
+        consumers = [
+            {"name": c.name, "database": c.database, "password": self.secrets[c.secret]}
+            for c in self.consumers[provision]
+        ]
+        return json.dumps({"consumers": consumers}, ensure_ascii=False)
+
     async def answer_secret(self, request: ServiceRequest) -> None:
         await self._answer(request, self.secrets, "secret")
 
     async def answer_consumers(self, request: ServiceRequest) -> None:
-        await self._answer(request, self.consumers, "consumers")
+        values = {provision: self.consumers_value(provision) for provision in self.consumers}
+        await self._answer(request, values, "consumers")
 
     async def _answer(self, request: ServiceRequest, values: Mapping[str, str], what: str) -> None:
         try:

@@ -19,6 +19,7 @@ from examples.postgres_provisioner.consumers import Digests, parse_consumers, pa
 from examples.postgres_provisioner.errors import DeliveryError, PostgresUnavailable
 from examples.postgres_provisioner.reconcile import Outcome
 from examples.postgres_provisioner.watching import Plan, apply_once
+from mesh_dev.standins import DEV_SECRETS, Vault
 from provisioner_client.envfile import render
 from tests.helpers import clean_environment
 from tests.postgres import Lines, Postgres, initialised_cluster, running_postgres
@@ -341,3 +342,14 @@ def test_the_provisioner_stands_on_registry_alone() -> None:
     loaded: list[str] = json.loads(done.stdout)
     forbidden = ("provisioner", "provisioner_client", "mesh_dev", "nats")
     assert [m for m in loaded if m.split(".")[0] in forbidden] == []
+
+
+def test_the_dev_vault_issues_structured_consumers_and_rotates_one() -> None:
+    vault = Vault()
+    issued = parse_consumers(vault.consumers_value("db"), "vault")
+    assert [(c.name, c.database, c.password) for c in issued] == [("app", "app", DEV_SECRETS["db-password"])]
+    vault.rotate_consumer("app", 'new "pass"; é')
+    assert [c.password for c in parse_consumers(vault.consumers_value("db"), "vault")] == ['new "pass"; é']
+    assert vault.secrets["db-password"] == 'new "pass"; é', "the consumer module reads the same credential"
+    with pytest.raises(KeyError):
+        vault.rotate_consumer("nobody", "x")

@@ -37,7 +37,7 @@ async def test_every_kind_resolves_into_an_env_file_of_mode_0600(domains: StandI
         "PRICE": "costs $5",
     }
     assert sh_env(plan.materialize / "postgres.env") == {
-        "PG_CONSUMERS": "app:dev-only-s3cret-password",
+        "PG_CONSUMERS": '{"consumers": [{"name": "app", "database": "app", "password": "dev-only-s3cret-password"}]}',
         "PG_DATA": "/var/lib/postgresql",
         "PG_PORT": "5432",
     }
