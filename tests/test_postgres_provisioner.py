@@ -8,20 +8,29 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from datetime import timedelta
 from pathlib import Path
 
+import anyio
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from examples.postgres_provisioner import scram
 from examples.postgres_provisioner.consumers import Digests, parse_consumers, parse_env
 from examples.postgres_provisioner.errors import DeliveryError, PostgresUnavailable
 from examples.postgres_provisioner.reconcile import Outcome
 from examples.postgres_provisioner.watching import Plan, apply_once
-from mesh_dev.standins import DEV_SECRETS, Vault
+from mesh_dev.standins import CONSUMERS_SUBJECT, DEV_SECRETS, SECRET_SUBJECT, Vault
 from provisioner_client.envfile import render
-from tests.helpers import clean_environment
+from provisioner_client.reconcile import ClientPlan, reconcile
+from registry.parties import Kind
+from registry.provider import Bind, BoundNeed, provide
+from registry.service import EndpointSpec, serve
+from tests.helpers import clean_environment, sh_env
+from tests.isolation import Mesh, mesh_server, party
 from tests.postgres import Lines, Postgres, initialised_cluster, running_postgres
 
 APP = {"name": "app", "database": "app", "password": "app-pass-1"}
@@ -353,3 +362,115 @@ def test_the_dev_vault_issues_structured_consumers_and_rotates_one() -> None:
     assert vault.secrets["db-password"] == 'new "pass"; é', "the consumer module reads the same credential"
     with pytest.raises(KeyError):
         vault.rotate_consumer("nobody", "x")
+
+
+async def test_end_to_end_a_consumer_connects_with_what_the_mesh_delivered_through_rotation_and_removal(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    """Seat, vault on its own key, the provider writing `postgres_bound`, the provider machine n2's
+    client writing the consumers into its env file, the provisioner in watch mode, and consumer
+    node n1's client resolving where and how to connect: every party on its own account."""
+    n1, n2 = _node_plan(tmp_path, "n1", APP_MANIFEST), _node_plan(tmp_path, "n2", PROVIDER_MANIFEST)
+    vault = Vault(parties=None)
+    async with mesh_server(tmp_path / "mesh") as mesh, _vault_served(mesh, vault):
+        vault.parties = mesh.grants.party_map()
+        async with (
+            mesh.connect(party(Kind.NODE, "n1")) as consumer_node,
+            mesh.connect(party(Kind.NODE, "n2")) as provider_node,
+            mesh.connect(party(Kind.PROVIDER, "postgres")) as provider,
+        ):
+            bind = _binding(postgres.port)
+            await reconcile(consumer_node, n1)  # registers its needs
+            await provide(provider, "postgres", bind)
+            assert (await reconcile(provider_node, n2)).ok
+            with _watching(postgres, n2.materialize / "postgres.env") as lines:
+                await anyio.to_thread.run_sync(lines.until, "reconciled 1 consumers: 1 roles created")
+                assert (await reconcile(consumer_node, n1)).ok
+                first = sh_env(n1.materialize / "app.env")
+                assert _connect_as(first) == ("app", "app")
+
+                vault.rotate_consumer("app", "rotated; 'é\" pass")
+                assert (await reconcile(provider_node, n2)).ok
+                await anyio.to_thread.run_sync(lines.until, "1 roles altered")
+                assert (await reconcile(consumer_node, n1)).ok
+                rotated = sh_env(n1.materialize / "app.env")
+                assert rotated["DB_PASSWORD"] == "rotated; 'é\" pass"
+                assert _connect_as(rotated) == ("app", "app")
+                with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+                    _connect_as(first)
+
+                (n1.manifests / "app.json").unlink()
+                await reconcile(consumer_node, n1)
+                removed = await provide(provider, "postgres", bind)
+                vault.consumers["db"] = ()
+                assert (await reconcile(provider_node, n2)).ok
+                await anyio.to_thread.run_sync(lines.until, "1 databases dropped, 1 roles dropped")
+    assert sorted(removed.deleted) == ["n1.app.db.database", "n1.app.db.host", "n1.app.db.port"]
+    assert "app" not in postgres.roles() and VICTIM in postgres.roles()
+    assert "rotated" not in postgres.log() and "rotated" not in "\n".join(lines.seen)
+
+
+APP_MANIFEST = {
+    "module": "app",
+    "env": {
+        "DB_HOST": "${bound:postgres:db:host}", "DB_PORT": "${bound:postgres:db:port}",
+        "DB_NAME": "${bound:postgres:db:database}", "DB_USER": "app", "DB_PASSWORD": "${secret:db-password}",
+    },
+}  # fmt: skip
+PROVIDER_MANIFEST = {"module": "postgres", "env": {"PG_CONSUMERS": "${consumers:db}"}}
+
+
+def _node_plan(tmp_path: Path, node: str, manifest: Mapping[str, object]) -> ClientPlan:
+    manifests = tmp_path / node / "manifests"
+    manifests.mkdir(parents=True)
+    (manifests / f"{manifest['module']}.json").write_text(json.dumps(manifest))
+    return ClientPlan(node, manifests, tmp_path / node / "env", timedelta(seconds=5))
+
+
+def _binding(port: int) -> Bind:
+    """The provider's answer for provision db: where it serves, and the database named after the module."""
+
+    def bind(need: BoundNeed) -> object:
+        values: dict[str | None, object] = {"host": "127.0.0.1", "port": port, "database": need.module}
+        return values.get(need.local) if need.provision == "db" else None
+
+    return bind
+
+
+@asynccontextmanager
+async def _vault_served(mesh: Mesh, vault: Vault) -> AsyncIterator[None]:
+    endpoints = [
+        EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
+        EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
+    ]
+    async with (
+        mesh.connect(party(Kind.VAULT)) as bus,
+        serve(bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=endpoints),
+    ):
+        yield
+
+
+@contextmanager
+def _watching(postgres: Postgres, env_file: Path) -> Iterator[Lines]:
+    """The provisioner in watch mode, as its own process, until the block ends (then SIGTERM)."""
+    command = [sys.executable, "-m", "examples.postgres_provisioner", "--env-file", str(env_file),
+               "--dsn", postgres.admin_dsn, "--watch", "--poll", "0.05"]  # fmt: skip
+    child = subprocess.Popen(command, stderr=subprocess.PIPE, env=clean_environment())
+    assert child.stderr is not None
+    try:
+        yield Lines(child.stderr)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=30) == 0
+    finally:
+        child.kill()
+        child.wait()
+        child.stderr.close()
+
+
+def _connect_as(env: Mapping[str, str]) -> tuple[object, ...]:
+    dsn = make_conninfo(host=env["DB_HOST"], port=env["DB_PORT"], dbname=env["DB_NAME"], user=env["DB_USER"],
+                        password=env["DB_PASSWORD"])  # fmt: skip
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT current_user, current_database()").fetchone()
+    assert row is not None
+    return row
