@@ -54,10 +54,13 @@ async def test_a_released_lease_is_taken_at_once_and_an_expired_one_after_its_tt
 
 
 async def test_holding_renews_so_the_lease_never_expires_while_held(leases: Bus) -> None:
+    """The second claimant allows 2 s of skew (a busy machine may renew late), and checks for 4 s:
+    longer than ttl and skew together, so only renewals keep the lease held."""
     first, second = claimant(leases, "host-1"), claimant(leases, "host-2")
+    second = Lease(leases, node_key("a.b"), ttl=SHORT, holder=second.holder, skew=timedelta(seconds=2))
     async with anyio.create_task_group() as tg:
         await tg.start(first.hold)
-        for _ in range(4):  # longer than the ttl, in steps
+        for _ in range(8):
             await anyio.sleep(SHORT.total_seconds() / 2)
             with pytest.raises(LeaseHeld):
                 await second.try_take()
