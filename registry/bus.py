@@ -348,7 +348,7 @@ class Outage:
         return True
 
 
-_LOSSES = (nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError, OSError)
+_LOSSES = (nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError)  # told just before a disconnect
 
 
 class _Callbacks:
@@ -358,15 +358,17 @@ class _Callbacks:
     def __init__(self) -> None:
         self.bus: Bus | None = None
         self.outage: Outage | None = None
+        self._loss_reason: str | None = None
 
     async def on_error(self, err: Exception) -> None:
         text = str(err) or type(err).__name__
         if "permissions violation" in text.lower() and self.bus is not None:
             self.bus.note_denial(text)
-        if self.outage is None and isinstance(err, _LOSSES) and not self._closing:
-            self._lose(text)
-        elif self.outage is not None:
+        if self.outage is not None:
             self._failed_attempt(text)
+        elif isinstance(err, _LOSSES):
+            self._loss_reason = text  # told with the loss, by on_disconnected
+            log.debug("nats connection error: %s", text)
         else:
             log.warning("nats error: %s", text)
 
@@ -374,7 +376,8 @@ class _Callbacks:
         if self._closing:
             return  # nats-py calls this on a close we asked for too: that is no loss
         if self.outage is None:
-            self._lose("disconnected")
+            self._lose(self._loss_reason or "disconnected")
+        self._loss_reason = None
         if self.bus is not None:
             self.bus._note_loss()
 
@@ -382,7 +385,7 @@ class _Callbacks:
         outage, self.outage = self.outage, None
         took, attempts = (time.monotonic() - outage.since, outage.attempts) if outage else (0.0, 0)
         log.info("nats connection recovered to %s after %.1f s (%d failed attempts)",
-                    _server_of(self.bus._nc) if self.bus else "?", took, attempts)  # fmt: skip
+                 _server_of(self.bus._nc) if self.bus else "?", took, attempts)  # fmt: skip
         if self.bus is not None:
             await self.bus._note_reconnect()
 

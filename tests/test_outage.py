@@ -1,0 +1,249 @@
+"""A NATS outage under the seat and a watching node client, on a real nats-server stopped and
+started again on the same port and store: afterwards every stream holds as many consumers as
+before, no key is lost, and both programs follow changes again.
+
+The figures are printed (run with `-s` to see them), so they can be quoted."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import nats
+import pytest
+from anyio.abc import TaskGroup, TaskStatus
+
+from mesh_dev.local_nats import LocalNats, local_nats
+from mesh_dev.standins import StandIns, stand_ins
+from provisioner_client.reconcile import ClientPlan, Report
+from provisioner_client.watching import WatchTiming, watch
+from registry import buckets
+from registry.buckets import Bucket
+from registry.bus import Bus, BusOptions, connect
+from registry.errors import BusError
+from registry.keys import APPLIED
+from registry.kv import put, snapshot
+from tests.helpers import EXAMPLES, NODE, serving, sh_env
+
+TIMING = WatchTiming(
+    debounce=timedelta(seconds=0.1), refresh=timedelta(seconds=5), poll=timedelta(seconds=0.5),
+    backoff_max=timedelta(seconds=1),
+)  # fmt: skip
+BOUND = 30.0
+LISTING_THRESHOLD = 1.0  # seconds: the inactive threshold of a one-off listing's consumer
+
+
+class RestartableNats:
+    """A nats-server that is stopped and started again on the same port with the same store."""
+
+    def __init__(self, tg: TaskGroup, state_dir: Path) -> None:
+        self._tg = tg
+        self._state_dir = state_dir
+        self._stop = anyio.Event()
+        self._stopped = anyio.Event()
+        self.port = -1
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._stop, self._stopped = anyio.Event(), anyio.Event()
+        running: LocalNats = await self._tg.start(self._run)
+        self.port = running.port
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._stopped.wait()
+
+    async def _run(self, *, task_status: TaskStatus[LocalNats]) -> None:
+        async with local_nats(self._state_dir, port=self.port) as running:
+            task_status.started(running)
+            await self._stop.wait()
+        self._stopped.set()
+
+
+@asynccontextmanager
+async def restartable_nats(state_dir: Path) -> AsyncIterator[RestartableNats]:
+    async with anyio.create_task_group() as tg:
+        server = RestartableNats(tg, state_dir)
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()
+
+
+class Reports:
+    """Every report of the client's watch loop; `until` waits for reconciles until a check holds."""
+
+    def __init__(self) -> None:
+        self.all: list[Report] = []
+        self._event = anyio.Event()
+
+    def __call__(self, report: Report) -> None:
+        self.all.append(report)
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def until(self, check: Callable[[], bool], what: str) -> None:
+        try:
+            with anyio.fail_after(BOUND):
+                while not check():
+                    await self._event.wait()
+        except TimeoutError:
+            pytest.fail(f"not within {BOUND} s: {what}")
+
+
+Counts = dict[str, int]
+
+
+async def consumer_counts(url: str) -> tuple[Counts, int]:
+    """Consumers per stream, and how many of them are one-off listings (they expire in a second)."""
+    nc = await nats.connect(url, name="consumer counter")
+    try:
+        js = nc.jetstream()
+        counts: Counts = {}
+        listings = 0
+        for stream in await js.streams_info():
+            name = stream.config.name or ""
+            found = await js.consumers_info(name)
+            counts[name] = len(found)
+            listings += sum(1 for c in found if (c.config.inactive_threshold or 0) <= LISTING_THRESHOLD)
+        return counts, listings
+    finally:
+        await nc.close()
+
+
+async def settled_consumers(url: str, wanted: Callable[[Counts], bool] = lambda _: True) -> Counts:
+    """The consumers per stream once no one-off listing's consumer is left and `wanted` holds; after a
+    deadline, what there was."""
+    counts: Counts = {}
+    with anyio.move_on_after(BOUND):
+        while True:
+            counts, listings = await consumer_counts(url)
+            if listings == 0 and wanted(counts):
+                break
+            await anyio.sleep(0.25)
+    return counts
+
+
+async def until_the_seat_answers(bus: Bus) -> None:
+    with anyio.fail_after(BOUND):
+        while True:
+            try:
+                await bus.request(buckets.VERB_SUBJECT, b"{}", reply_wait=timedelta(seconds=1))
+            except BusError:
+                await anyio.sleep(0.2)
+            else:
+                return
+
+
+async def every_key(bus: Bus) -> dict[str, set[str]]:
+    """The live keys of every bucket."""
+    nc = await nats.connect(bus.options.servers[0], name="key lister")
+    try:
+        names = [s.config.name or "" for s in await nc.jetstream().streams_info()]
+    finally:
+        await nc.close()
+    found: dict[str, set[str]] = {}
+    for stream in names:
+        if stream.startswith("KV_"):
+            items = await snapshot(bus, Bucket(stream.removeprefix("KV_"), APPLIED))
+            found[stream] = {item.key for item in items}
+    return found
+
+
+@dataclass
+class Figures:
+    outage: float
+    consumers_before: Counts = field(default_factory=dict)
+    consumers_after: Counts = field(default_factory=dict)
+    keys_before: int = 0
+    keys_lost: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        streams = sorted(set(self.consumers_before) | set(self.consumers_after))
+        lines = [f"NATS outage of {self.outage:.0f} s under a seat and a watching client:"]
+        lines += [
+            f"  {s}: consumers before {self.consumers_before.get(s, 0)}, after {self.consumers_after.get(s, 0)}"
+            for s in streams
+        ]
+        lines.append(f"  keys before {self.keys_before}, keys lost {len(self.keys_lost)} {self.keys_lost or ''}")
+        return "\n".join(lines)
+
+
+async def run_outage(tmp_path: Path, outage: float) -> Figures:
+    figures = Figures(outage)
+    plan = ClientPlan(
+        node=NODE, manifests=tmp_path / "manifests", materialize=tmp_path / "env", verb_timeout=timedelta(seconds=1)
+    )
+    shutil.copytree(EXAMPLES, plan.manifests, ignore=shutil.ignore_patterns("*.md"))
+    async with restartable_nats(tmp_path / "nats") as server:
+        options = BusOptions(servers=(server.url,), name="client", reconnect_wait=timedelta(seconds=0.5))
+        async with connect(options) as bus, anyio.create_task_group() as tg:
+            await tg.start(_serving_until_cancelled, server.url)
+            domains: StandIns = await tg.start(_stand_ins_until_cancelled, bus)
+            reports = Reports()
+            await tg.start(lambda task_status: watch(bus, plan, TIMING, on_report=reports, task_status=task_status))
+            await reports.until(lambda: bool(reports.all) and reports.all[-1].ok, "the first reconcile")
+
+            figures.consumers_before = await settled_consumers(server.url)
+            keys_before = await every_key(bus)
+            figures.keys_before = sum(len(keys) for keys in keys_before.values())
+            await server.stop()
+            await anyio.sleep(outage)  # the outage itself: the stimulus, not a synchronisation
+            await server.start()
+            seen = len(reports.all)
+            await reports.until(lambda: len(reports.all) > seen and reports.all[-1].ok, "a reconcile after the outage")
+            await until_the_seat_answers(bus)
+
+            figures.consumers_after = await settled_consumers(server.url, lambda c: c == figures.consumers_before)
+            keys_after = await every_key(bus)
+            figures.keys_lost = sorted(
+                f"{stream}:{key}"
+                for stream, keys in keys_before.items()
+                for key in keys - keys_after.get(stream, set())
+            )
+            await put(bus, domains.config, "log-level", b'"after-outage"')
+            await reports.until(
+                lambda: sh_env(plan.materialize / "app.env")["LOG_LEVEL"] == "after-outage",
+                "a change after the outage materialized",
+            )
+            tg.cancel_scope.cancel()
+    print(f"\n{figures}")
+    return figures
+
+
+def check(figures: Figures) -> None:
+    assert figures.consumers_before[buckets.REGISTRY.stream] == 1, figures  # the seat's registry view
+    assert figures.consumers_after == figures.consumers_before, figures
+    assert figures.keys_before > 0
+    assert figures.keys_lost == [], figures
+
+
+async def test_an_outage_of_15_seconds_leaves_as_many_consumers_as_before_and_every_key(tmp_path: Path) -> None:
+    check(await run_outage(tmp_path, 15.0))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_an_outage_of_60_seconds_leaves_as_many_consumers_as_before_and_every_key(tmp_path: Path) -> None:
+    check(await run_outage(tmp_path, 60.0))
+
+
+async def _serving_until_cancelled(url: str, *, task_status: TaskStatus[None]) -> None:
+    async with serving(url, shutdown_timeout=timedelta(seconds=1)):
+        task_status.started()
+        await anyio.sleep_forever()
+
+
+async def _stand_ins_until_cancelled(bus: Bus, *, task_status: TaskStatus[StandIns]) -> None:
+    async with stand_ins(bus, NODE) as parts:
+        task_status.started(parts)
+        await anyio.sleep_forever()
