@@ -22,7 +22,7 @@ from anyio.abc import TaskStatus
 from provisioner.listing import paginate_listing
 from registry import buckets
 from registry.bus import Bus
-from registry.kv import KvItem, snapshot
+from registry.kv import KvItem, current_snapshot
 from registry.watch import scoped_watch
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class RegistryView:
     async def follow(self, bus: Bus, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Fills the view, reports ready, then applies every change until cancelled."""
         async with scoped_watch(bus, buckets.REGISTRY, ">", name=self.consumer_name) as watch:
-            for item in await snapshot(bus, buckets.REGISTRY, include_deleted=True):
+            for item in await current_snapshot(bus, buckets.REGISTRY, include_deleted=True):
                 self.apply(item)
             self.ready = True
             task_status.started()

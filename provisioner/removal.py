@@ -16,7 +16,7 @@ from registry import buckets
 from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.keys import under
-from registry.kv import KvItem, delete, snapshot
+from registry.kv import KvItem, current_snapshot, delete
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ NODE_BUCKETS: tuple[Bucket, ...] = (buckets.NEEDS, buckets.APPLIED, buckets.COLL
 
 async def node_keys(bus: Bus, node: str) -> dict[Bucket, list[KvItem]]:
     """The current keys of `node` in each bucket keyed by node (malformed keys under it too)."""
-    return {bucket: await snapshot(bus, bucket, [under(node)]) for bucket in NODE_BUCKETS}
+    return {bucket: await current_snapshot(bus, bucket, [under(node)]) for bucket in NODE_BUCKETS}
 
 
 async def remove_keys(bus: Bus, found: dict[Bucket, list[KvItem]]) -> dict[str, list[str]]:

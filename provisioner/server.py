@@ -67,7 +67,11 @@ async def run_server(
         tasks.start_soon(_give_up_if_closed, bus, stop, lost, tasks.cancel_scope)
         await ensure_buckets(bus, bucket_config_of(settings, bus), settings.providers)
         compile_registry = partial(
-            keep_registry_compiled, bus, domains_file=settings.domains_file, interval=settings.compile_interval
+            keep_registry_compiled,
+            bus,
+            domains_file=settings.domains_file,
+            interval=settings.compile_interval,
+            lease_ttl=settings.compile_lease_ttl,
         )
         await tasks.start(compile_registry)
         registry = RegistryView()

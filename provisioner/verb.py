@@ -27,7 +27,7 @@ from provisioner.registry_view import RegistryView
 from provisioner.request import LISTABLE, Asked, Query, parse_request, scoped
 from registry.bus import Bus
 from registry.errors import BusError
-from registry.kv import KvItem, snapshot
+from registry.kv import KvItem, current_snapshot
 from registry.parties import Party, PartyMap, UnknownAccount
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,6 @@ async def list_keys(bus: Bus, query: Query) -> list[KvItem]:
     bucket = LISTABLE[query.what].bucket
     filters = bucket.shape.filters(**query.narrowing())
     try:
-        return await snapshot(bus, bucket, filters)
+        return await current_snapshot(bus, bucket, filters)
     except BusError as err:
         raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err
