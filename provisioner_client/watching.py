@@ -40,7 +40,7 @@ from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolve import Source
 from registry.buckets import Bucket
 from registry.bus import Bus, Message
-from registry.errors import BusError
+from registry.errors import BusError, ConnectionClosed
 from registry.keys import under
 
 log = logging.getLogger(__name__)
@@ -150,6 +150,27 @@ async def watch(
     actions finish: cancelling would kill them), or until cancelled; ready after the first
     reconcile that reached the bus. Only while it holds the node's lease (`holding`): it waits
     for it first, and again whenever it was lost."""
+    closed_for_good = anyio.Event()
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(_end_when_closed, bus, closed_for_good, outer.cancel_scope)
+        await _watch_holding(bus, plan, timing, stop=stop, on_report=on_report, task_status=task_status)
+        outer.cancel_scope.cancel()
+    if closed_for_good.is_set():
+        raise ConnectionClosed(f"watch node {plan.node}", "nats closed the connection for good; restart the client")
+
+
+async def _end_when_closed(bus: Bus, closed_for_good: anyio.Event, everything: anyio.CancelScope) -> None:
+    """nats-py never reconnects a connection it closed (an authorization violation, say): a watch
+    on it would wait for ever, so it ends, for its supervisor to start the client again."""
+    await bus.closed.wait()
+    closed_for_good.set()
+    everything.cancel()
+
+
+async def _watch_holding(
+    bus: Bus, plan: ClientPlan, timing: WatchTiming, *, stop: anyio.Event | None,
+    on_report: Callable[[Report], None] | None, task_status: TaskStatus[None],
+) -> None:  # fmt: skip
     stopping = anyio.Event() if stop is None else stop
     lease = node_lease(bus, plan.node, plan.lease_ttl)
     started: list[bool] = []

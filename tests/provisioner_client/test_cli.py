@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -13,7 +14,7 @@ import pytest
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
-from mesh_dev.local_nats import LocalNats
+from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import StandIns
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
@@ -21,7 +22,7 @@ from registry import buckets
 from registry.bus import Bus
 from registry.kv import get_direct
 from registry.lease import Holder, node_key
-from tests.helpers import NODE
+from tests.helpers import NODE, in_own_task
 
 
 def client_env(nats_url: str, plan: ClientPlan, **extra: str) -> dict[str, str]:
@@ -191,3 +192,28 @@ async def test_a_one_shot_reconcile_is_refused_with_exit_5_naming_the_holder_and
     assert status_code == 0, status_out
     code, out, _ = await client("reconcile", env=env)  # the watch released its lease when it stopped
     assert code == 0, out
+
+
+@pytest.fixture
+async def nats_with_a_password(tmp_path: Path) -> AsyncIterator[LocalNats]:
+    users = "authorization { users = [ {user: node, password: first} ] }"
+    async with in_own_task(local_nats(tmp_path / "password-nats", users)) as server:
+        yield server
+
+
+async def test_watch_mode_exits_3_when_nats_closes_its_connection_for_good(
+    nats_with_a_password: LocalNats, plan: ClientPlan
+) -> None:
+    """Issue 9: nats-py never reconnects a connection it closed (here an authorization violation
+    after the node's password changed and the server reloaded): the client exits for its
+    supervisor to restart it, instead of waiting for ever."""
+    server = nats_with_a_password
+    env = client_env(server.url, plan, NATS_USER="node", NATS_PASSWORD="first")
+    command = [sys.executable, "-c", "import sys; from provisioner_client.cli import main; sys.exit(main())"]
+    async with await anyio.open_process([*command, "reconcile", "--watch"], env=env) as process:
+        await until_logged(process, "connected to nats")
+        server.config.write_text(server.config.read_text().replace("password: first", "password: second"))
+        server.process.send_signal(signal.SIGHUP)
+        with anyio.fail_after(30):  # a failure guard only: without the fix it waits for ever
+            code = await process.wait()
+    assert code == 3
