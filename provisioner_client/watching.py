@@ -41,7 +41,7 @@ from provisioner_client.resolve import Source
 from registry.buckets import Bucket
 from registry.bus import Bus, Message
 from registry.errors import BusError, ConnectionClosed
-from registry.keys import under
+from registry.keys import subject_matches, under
 
 log = logging.getLogger(__name__)
 
@@ -88,17 +88,6 @@ def watch_scopes(sources: set[Source], node: str) -> dict[Source, set[str]]:
         Source(bucket, own_keys if all(f.startswith(own) for f in filters) else ">"): filters
         for bucket, filters in by_bucket.items()
     }
-
-
-def subject_matches(subject_filter: str, key: str) -> bool:
-    """Whether `key` lies under `subject_filter` (tokens, `*` one token, `>` the rest)."""
-    wanted, parts = subject_filter.split("."), key.split(".")
-    for i, want in enumerate(wanted):
-        if want == ">":
-            return len(parts) > i
-        if i >= len(parts) or want not in ("*", parts[i]):
-            return False
-    return len(parts) == len(wanted)
 
 
 class _Followers:

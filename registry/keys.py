@@ -183,6 +183,18 @@ def under(*names: str) -> str:
     return ".".join([*(encode_token(name) for name in names), ">"])
 
 
+def subject_matches(subject_filter: str, subject: str) -> bool:
+    """Whether `subject` lies under `subject_filter`, as nats-server matches them: `*` is one
+    token, `>` one or more at the end."""
+    wanted, tokens = subject_filter.split("."), subject.split(".")
+    for i, want in enumerate(wanted):
+        if want == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or want not in ("*", tokens[i]):
+            return False
+    return len(tokens) == len(wanted)
+
+
 @lru_cache(maxsize=256)
 def shape_of(text: str) -> KeyShape:
     """The shape written `text`, parsed once: registry answers name their shapes as text."""

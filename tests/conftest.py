@@ -14,6 +14,7 @@ from nats.js import JetStreamContext
 from mesh_dev.local_nats import LocalNats, local_nats
 from registry.bus import Bus, BusOptions, connect
 from tests.helpers import in_own_task
+from tests.isolation import Mesh, jwt_mesh_server, mesh_server
 
 
 @pytest.fixture
@@ -41,3 +42,11 @@ async def nc(nats_server: LocalNats) -> AsyncIterator[Client]:
 @pytest.fixture
 def js(nc: Client) -> JetStreamContext:
     return nc.jetstream()
+
+
+@pytest.fixture(params=["static", "jwt"], ids=["static accounts", "decentralized JWT accounts"])
+async def mesh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Mesh]:
+    """A mesh on the generated grants, in both kinds of configuration `mesh-provisioner grants` writes."""
+    start = mesh_server if request.param == "static" else jwt_mesh_server
+    async with in_own_task(start(tmp_path / "mesh")) as running:
+        yield running

@@ -6,16 +6,22 @@ import asyncio
 import logging
 import os
 import subprocess
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+import pytest
+from anyio.abc import TaskGroup, TaskStatus
 
+from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
+from provisioner_client.reconcile import ClientPlan, Report
+from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
 from registry.buckets import Bucket
 from registry.bus import Bus, BusOptions, Message
@@ -147,3 +153,84 @@ def logged(text: str, logger: str = "") -> Iterator[LogWaiter]:
         yield waiter
     finally:
         target.removeHandler(waiter)
+
+
+class RestartableNats:
+    """A nats-server that is stopped and started again on the same port with the same store."""
+
+    def __init__(self, tg: TaskGroup, state_dir: Path) -> None:
+        self._tg = tg
+        self._state_dir = state_dir
+        self._stop = anyio.Event()
+        self._stopped = anyio.Event()
+        self.port = -1
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._stop, self._stopped = anyio.Event(), anyio.Event()
+        running: LocalNats = await self._tg.start(self._run)
+        self.port = running.port
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._stopped.wait()
+
+    async def _run(self, *, task_status: TaskStatus[LocalNats]) -> None:
+        async with local_nats(self._state_dir, port=self.port) as running:
+            task_status.started(running)
+            await self._stop.wait()
+        self._stopped.set()
+
+
+@asynccontextmanager
+async def restartable_nats(state_dir: Path) -> AsyncIterator[RestartableNats]:
+    async with anyio.create_task_group() as tg:
+        server = RestartableNats(tg, state_dir)
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()
+
+
+class Reports:
+    """Every report of a client's watch loop; `until` waits for reconciles until a check holds."""
+
+    def __init__(self, bound: float = 30.0) -> None:
+        self.all: list[Report] = []
+        self.bound = bound
+        self._event = anyio.Event()
+
+    def __call__(self, report: Report) -> None:
+        self.all.append(report)
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def until(self, check: Callable[[], bool], what: str) -> None:
+        try:
+            with anyio.fail_after(self.bound):
+                while not check():
+                    await self._event.wait()
+        except TimeoutError:
+            pytest.fail(f"not within {self.bound} s: {what}")
+
+
+async def watch_follows_a_config_change(node: Bus, plan: ClientPlan, writer: Bus, config: Bucket) -> None:
+    """Runs the watch loop as `node` until `writer`'s change of the `log-level` config value reaches
+    the `app` module's env file (the example manifests)."""
+    changed = anyio.Event()
+
+    def on_report(report: Report) -> None:
+        if sh_env(plan.materialize / "app.env")["LOG_LEVEL"] == "debug":
+            changed.set()
+
+    timing = WatchTiming(debounce=timedelta(seconds=0.1))
+    async with anyio.create_task_group() as tg:
+        await tg.start(lambda task_status: watch(node, plan, timing, on_report=on_report, task_status=task_status))
+        await put(writer, config, "log-level", b'"debug"')
+        with anyio.fail_after(10):
+            await changed.wait()
+        tg.cancel_scope.cancel()

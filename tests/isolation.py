@@ -65,15 +65,8 @@ async def mesh_server(
     (config_dir / "accounts.conf").write_text((keys / "accounts.conf").read_text())
     async with local_nats(config_dir, "include ./accounts.conf") as server:
         mesh = Mesh(server, keys, grants)
-        settings = ServerSettings(grants_file=keys / "grants.json", providers=list(providers))
-        stop = anyio.Event()
-        run = partial(run_server, bus_options=mesh.options(party(Kind.SEAT)), settings=settings, stop=stop)
-        async with anyio.create_task_group() as tasks:
-            await tasks.start(run)
-            try:
-                yield mesh
-            finally:
-                stop.set()
+        async with seat_serving(mesh, keys / "grants.json", providers):
+            yield mesh
 
 
 @dataclass(frozen=True)
@@ -112,12 +105,19 @@ async def jwt_mesh_server(state: Path, *, nodes: Sequence[str] = NODES) -> Async
     (config_dir / SERVER_AUTH).write_text(render_server_auth(load_jwt_auth(out), config_dir / "resolver"))
     async with local_nats(config_dir, f"include ./{SERVER_AUTH}") as server:
         mesh = JwtMesh(server, keys, grants, out)
-        settings = ServerSettings(grants_file=out / "grants.json", providers=list(PROVIDERS))
-        stop = anyio.Event()
-        run = partial(run_server, bus_options=mesh.options(party(Kind.SEAT)), settings=settings, stop=stop)
-        async with anyio.create_task_group() as tasks:
-            await tasks.start(run)
-            try:
-                yield mesh
-            finally:
-                stop.set()
+        async with seat_serving(mesh, out / "grants.json", PROVIDERS):
+            yield mesh
+
+
+@asynccontextmanager
+async def seat_serving(mesh: Mesh, grants_file: Path, providers: Sequence[str]) -> AsyncIterator[None]:
+    """The seat on its own key, scoping by the grants, until the block exits."""
+    settings = ServerSettings(grants_file=grants_file, providers=list(providers))
+    stop = anyio.Event()
+    run = partial(run_server, bus_options=mesh.options(party(Kind.SEAT)), settings=settings, stop=stop)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(run)
+        try:
+            yield
+        finally:
+            stop.set()

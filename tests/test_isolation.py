@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -28,19 +27,11 @@ from registry.kv import BucketConfig, get_latest, put, snapshot, update
 from registry.parties import Kind
 from registry.verb_client import ask
 from tests.helpers import in_own_task
-from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
+from tests.isolation import Mesh, party
 
 N1, N2 = party(Kind.NODE, "n1"), party(Kind.NODE, "n2")
 POSTGRES, OPS, SEAT = party(Kind.PROVIDER, "postgres"), party(Kind.OPERATOR, "ops"), party(Kind.SEAT)
 A_NEED = b'{"placeholder":"${config:x}","used_in":["X"]}'
-
-
-@pytest.fixture(params=["static", "jwt"], ids=["static accounts", "decentralized JWT accounts"])
-async def mesh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Mesh]:
-    """The same mesh in both kinds of configuration `mesh-provisioner grants` writes."""
-    start = mesh_server if request.param == "static" else jwt_mesh_server
-    async with in_own_task(start(tmp_path / "mesh")) as running:
-        yield running
 
 
 @pytest.fixture

@@ -12,21 +12,18 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-import anyio
 import pytest
 
 from mesh_dev.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, StandIns, Vault, stand_ins
-from provisioner_client.reconcile import ClientPlan, Report, reconcile
+from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.status import read_status
-from provisioner_client.watching import WatchTiming, watch
 from registry.bus import Bus
 from registry.errors import ServiceError
-from registry.kv import put
 from registry.parties import Kind
 from registry.service import EndpointSpec, serve
 from registry.verb_client import ask_service
-from tests.helpers import EXAMPLES, in_own_task, sh_env
-from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
+from tests.helpers import EXAMPLES, in_own_task, watch_follows_a_config_change
+from tests.isolation import Mesh, party
 
 NODE = "n1"
 
@@ -54,14 +51,6 @@ async def domains_of(mesh: Mesh) -> AsyncIterator[Domains]:
         yield Domains(seat, parts)
 
 
-@pytest.fixture(params=["static", "jwt"], ids=["static accounts", "decentralized JWT accounts"])
-async def mesh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Mesh]:
-    """The same mesh in both kinds of configuration `mesh-provisioner grants` writes."""
-    start = mesh_server if request.param == "static" else jwt_mesh_server
-    async with in_own_task(start(tmp_path / "mesh")) as running:
-        yield running
-
-
 @pytest.fixture
 async def domains(mesh: Mesh) -> AsyncIterator[Domains]:
     async with in_own_task(domains_of(mesh)) as running:
@@ -87,7 +76,7 @@ async def test_a_node_on_its_own_account_reconciles_watches_and_tells_its_status
         assert not any(again.writes.values()), "a second reconcile writes nothing"
         status = await read_status(node, NODE, node_plan.materialize)
         assert status.ok and sorted(status.modules) == ["app", "postgres", "tools"]
-        await _watch_one_change(node, node_plan, domains)
+        await watch_follows_a_config_change(node, node_plan, domains.seat, domains.parts.config)
         assert node.recent_denial(0) is None
 
 
@@ -99,19 +88,3 @@ async def test_the_vault_refuses_a_node_asking_for_another_nodes_secret(mesh: Me
         mine = await ask_service(node, SECRET_SUBJECT, json.dumps({**body, "node": NODE}).encode())
     assert refused.value.code == "403"
     assert json.loads(mine.data) == {"value": "dev-only-s3cret-password"}
-
-
-async def _watch_one_change(node: Bus, plan: ClientPlan, domains: Domains) -> None:
-    changed = anyio.Event()
-
-    def on_report(report: Report) -> None:
-        if sh_env(plan.materialize / "app.env")["LOG_LEVEL"] == "debug":
-            changed.set()
-
-    timing = WatchTiming(debounce=timedelta(seconds=0.1))
-    async with anyio.create_task_group() as tg:
-        await tg.start(lambda task_status: watch(node, plan, timing, on_report=on_report, task_status=task_status))
-        await put(domains.seat, domains.parts.config, "log-level", b'"debug"')
-        with anyio.fail_after(10):
-            await changed.wait()
-        tg.cancel_scope.cancel()

@@ -7,8 +7,7 @@ The figures are printed (run with `-s` to see them), so they can be quoted."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -16,11 +15,10 @@ from pathlib import Path
 import anyio
 import nats
 import pytest
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
-from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import StandIns, stand_ins
-from provisioner_client.reconcile import ClientPlan, Report
+from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
 from registry.buckets import Bucket
@@ -28,7 +26,7 @@ from registry.bus import Bus, BusOptions, connect
 from registry.errors import BusError
 from registry.keys import APPLIED
 from registry.kv import put, snapshot
-from tests.helpers import EXAMPLES, NODE, serving, sh_env
+from tests.helpers import EXAMPLES, NODE, Reports, restartable_nats, serving, sh_env
 
 TIMING = WatchTiming(
     debounce=timedelta(seconds=0.1), refresh=timedelta(seconds=5), poll=timedelta(seconds=0.5),
@@ -36,68 +34,6 @@ TIMING = WatchTiming(
 )  # fmt: skip
 BOUND = 30.0
 LISTING_THRESHOLD = 1.0  # seconds: the inactive threshold of a one-off listing's consumer
-
-
-class RestartableNats:
-    """A nats-server that is stopped and started again on the same port with the same store."""
-
-    def __init__(self, tg: TaskGroup, state_dir: Path) -> None:
-        self._tg = tg
-        self._state_dir = state_dir
-        self._stop = anyio.Event()
-        self._stopped = anyio.Event()
-        self.port = -1
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self._stop, self._stopped = anyio.Event(), anyio.Event()
-        running: LocalNats = await self._tg.start(self._run)
-        self.port = running.port
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await self._stopped.wait()
-
-    async def _run(self, *, task_status: TaskStatus[LocalNats]) -> None:
-        async with local_nats(self._state_dir, port=self.port) as running:
-            task_status.started(running)
-            await self._stop.wait()
-        self._stopped.set()
-
-
-@asynccontextmanager
-async def restartable_nats(state_dir: Path) -> AsyncIterator[RestartableNats]:
-    async with anyio.create_task_group() as tg:
-        server = RestartableNats(tg, state_dir)
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
-
-
-class Reports:
-    """Every report of the client's watch loop; `until` waits for reconciles until a check holds."""
-
-    def __init__(self) -> None:
-        self.all: list[Report] = []
-        self._event = anyio.Event()
-
-    def __call__(self, report: Report) -> None:
-        self.all.append(report)
-        self._event.set()
-        self._event = anyio.Event()
-
-    async def until(self, check: Callable[[], bool], what: str) -> None:
-        try:
-            with anyio.fail_after(BOUND):
-                while not check():
-                    await self._event.wait()
-        except TimeoutError:
-            pytest.fail(f"not within {BOUND} s: {what}")
 
 
 Counts = dict[str, int]
@@ -189,7 +125,7 @@ async def run_outage(tmp_path: Path, outage: float) -> Figures:
         async with connect(options) as bus, anyio.create_task_group() as tg:
             await tg.start(_serving_until_cancelled, server.url)
             domains: StandIns = await tg.start(_stand_ins_until_cancelled, bus)
-            reports = Reports()
+            reports = Reports(BOUND)
             await tg.start(lambda task_status: watch(bus, plan, TIMING, on_report=reports, task_status=task_status))
             await reports.until(lambda: bool(reports.all) and reports.all[-1].ok, "the first reconcile")
 

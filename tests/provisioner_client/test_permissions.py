@@ -24,15 +24,14 @@ from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import StandIns, stand_ins
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
-from provisioner_client.reconcile import ClientPlan, Report, reconcile
+from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.scope import NodeScope
 from provisioner_client.status import read_status
-from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.errors import PermissionDenied
-from registry.kv import put, snapshot
-from tests.helpers import in_own_task, sh_env
+from registry.kv import snapshot
+from tests.helpers import in_own_task, watch_follows_a_config_change
 
 NO_JETSTREAM_API = """
 accounts { MESH { jetstream: enabled, users = [
@@ -93,24 +92,8 @@ async def test_a_node_without_consumers_or_stream_info_reconciles_watches_and_te
         assert not any(again.writes.values()), "a second reconcile writes nothing"
         status = await read_status(node, "n1", plan.materialize)
         assert status.ok and sorted(status.modules) == ["app", "postgres", "tools"]
-        await _watch_one_change(node, plan, admin_domains)
+        await watch_follows_a_config_change(node, plan, admin_domains.bus, admin_domains.parts.config)
         await node.flush()
         assert node.recent_denial(0) is None
         with pytest.raises(PermissionDenied):  # the premise: this node cannot list with a consumer
             await snapshot(node, buckets.NEEDS, [NodeScope("n1").filter])
-
-
-async def _watch_one_change(node: Bus, plan: ClientPlan, domains: AdminDomains) -> None:
-    changed = anyio.Event()
-
-    def on_report(report: Report) -> None:
-        if sh_env(plan.materialize / "app.env")["LOG_LEVEL"] == "debug":
-            changed.set()
-
-    timing = WatchTiming(debounce=timedelta(seconds=0.1))
-    async with anyio.create_task_group() as tg:
-        await tg.start(lambda task_status: watch(node, plan, timing, on_report=on_report, task_status=task_status))
-        await put(domains.bus, domains.parts.config, "log-level", b'"debug"')
-        with anyio.fail_after(10):
-            await changed.wait()
-        tg.cancel_scope.cancel()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,13 +15,13 @@ from nats.js import JetStreamContext
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import StandIns, stand_ins
-from provisioner_client.reconcile import ClientPlan, Report
+from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.kv import put
 from registry.models import BucketAnswer, RegistryEntry, to_json
-from tests.helpers import logged, serving, sh_env
+from tests.helpers import Reports, logged, serving, sh_env
 
 TIMING = WatchTiming(
     debounce=timedelta(seconds=0.1), refresh=timedelta(seconds=1), poll=timedelta(seconds=0.2),
@@ -31,32 +30,11 @@ TIMING = WatchTiming(
 BOUND = 10.0
 
 
-class Reports:
-    """Every report of the watch loop; `until` waits for reconciles until a check holds."""
-
-    def __init__(self) -> None:
-        self.all: list[Report] = []
-        self._event = anyio.Event()
-
-    def __call__(self, report: Report) -> None:
-        self.all.append(report)
-        self._event.set()
-        self._event = anyio.Event()
-
-    async def until(self, check: Callable[[], bool], what: str) -> None:
-        try:
-            with anyio.fail_after(BOUND):
-                while not check():
-                    await self._event.wait()
-        except TimeoutError:
-            pytest.fail(f"{what} was not materialized within {BOUND} s")
-
-
 async def test_each_kind_of_change_is_materialized_within_a_bounded_time(
     domains: StandIns, bus: Bus, js: JetStreamContext, plan: ClientPlan
 ) -> None:
     app = plan.materialize / "app.env"
-    reports = Reports()
+    reports = Reports(BOUND)
 
     def app_env(name: str) -> str:
         return sh_env(app).get(name, "")
@@ -94,7 +72,7 @@ async def test_each_kind_of_change_is_materialized_within_a_bounded_time(
 async def test_watch_mode_backs_off_until_the_bus_can_answer_then_applies(
     nats_server: LocalNats, bus: Bus, plan: ClientPlan, caplog: pytest.LogCaptureFixture
 ) -> None:
-    reports = Reports()
+    reports = Reports(BOUND)
     with logged("cannot take the lease", "provisioner_client.holding") as failed:
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: watch(bus, plan, TIMING, on_report=reports))
@@ -127,7 +105,7 @@ async def test_watch_mode_rides_out_a_restart_of_the_bus(
         async with connect(options) as bus, anyio.create_task_group() as tg:
             await tg.start(_serving_until_cancelled, first.url)
             domains = await tg.start(_stand_ins_until_cancelled, bus)
-            reports = Reports()
+            reports = Reports(BOUND)
             await tg.start(lambda task_status: watch(bus, plan, TIMING, on_report=reports, task_status=task_status))
             stop_first.set()
             await first_stopped.wait()

@@ -15,18 +15,8 @@ from registry.catalogue import load_catalogue
 from registry.escaping import encode_token
 from registry.grants import Grants, derive_grants, load_party_map
 from registry.issuing import MeshParties, issue_grants
+from registry.keys import subject_matches
 from registry.parties import Kind, Party
-
-
-def subject_matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching: `*` one token, `>` one or more at the end."""
-    wanted, tokens = pattern.split("."), subject.split(".")
-    for i, want in enumerate(wanted):
-        if want == ">":
-            return len(tokens) > i
-        if i >= len(tokens) or want not in ("*", tokens[i]):
-            return False
-    return len(tokens) == len(wanted)
 
 
 def grants_for(*nodes: str) -> Grants:

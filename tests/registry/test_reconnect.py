@@ -15,61 +15,19 @@ import anyio
 import nats
 import nats.errors
 import pytest
-from anyio.abc import TaskGroup, TaskStatus
 from nats.aio.client import Client
 
-from mesh_dev.local_nats import LocalNats, local_nats
 from registry.buckets import Bucket
 from registry.bus import Bus, BusOptions, Message, Outage, connect
 from registry.errors import BusTimeout
 from registry.keys import APPLIED
 from registry.kv import KvItem, put, snapshot
 from registry.watch import ScopedWatch, scoped_watch
+from tests.helpers import RestartableNats, restartable_nats
 
 W = Bucket("w", APPLIED)
 FAST = timedelta(seconds=0.5)
 BOUND = 20.0
-
-
-class RestartableNats:
-    """A nats-server that is stopped and started again on the same port with the same store."""
-
-    def __init__(self, tg: TaskGroup, state_dir: Path) -> None:
-        self._tg = tg
-        self._state_dir = state_dir
-        self._stop = anyio.Event()
-        self._stopped = anyio.Event()
-        self.port = -1
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self._stop, self._stopped = anyio.Event(), anyio.Event()
-        running: LocalNats = await self._tg.start(self._run)
-        self.port = running.port
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await self._stopped.wait()
-
-    async def _run(self, *, task_status: TaskStatus[LocalNats]) -> None:
-        async with local_nats(self._state_dir, port=self.port) as running:
-            task_status.started(running)
-            await self._stop.wait()
-        self._stopped.set()
-
-
-@asynccontextmanager
-async def restartable_nats(state_dir: Path) -> AsyncIterator[RestartableNats]:
-    async with anyio.create_task_group() as tg:
-        server = RestartableNats(tg, state_dir)
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
 
 
 @asynccontextmanager
