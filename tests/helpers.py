@@ -61,10 +61,11 @@ async def in_own_task(context: AbstractAsyncContextManager[T]) -> AsyncIterator[
 
 
 @asynccontextmanager
-async def serving(url: str, **settings: Any) -> AsyncIterator[None]:
-    """The server running against `url` for the block (ready when it starts), stopped cleanly after."""
+async def serving(url: str, *, bus_options: BusOptions | None = None, **settings: Any) -> AsyncIterator[None]:
+    """The server running against `url` (or as `bus_options` say) for the block, ready when it
+    starts, stopped cleanly after."""
     stop = anyio.Event()
-    options = BusOptions(servers=(url,), name=buckets.SEAT)
+    options = bus_options or BusOptions(servers=(url,), name=buckets.SEAT)
     run = partial(run_server, bus_options=options, settings=ServerSettings(**settings), stop=stop)
     async with anyio.create_task_group() as tasks:
         await tasks.start(run)

@@ -6,16 +6,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
-import anyio
 import nats
 from nats.aio.client import Client
 
 from mesh_dev.local_nats import LocalNats, local_nats
-from provisioner.server import run_server
-from provisioner.settings import ServerSettings
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.credentials import seed_path
@@ -23,6 +19,7 @@ from registry.grants import Grants
 from registry.issuing import MeshParties, issue_grants
 from registry.jwt_auth import SERVER_AUTH, SYSTEM_USER, creds_path, load_jwt_auth, render_server_auth
 from registry.parties import Kind, Party
+from tests.helpers import serving
 
 NODES = ("n1", "n2")
 PROVIDERS = ("postgres",)
@@ -112,12 +109,6 @@ async def jwt_mesh_server(state: Path, *, nodes: Sequence[str] = NODES) -> Async
 @asynccontextmanager
 async def seat_serving(mesh: Mesh, grants_file: Path, providers: Sequence[str]) -> AsyncIterator[None]:
     """The seat on its own key, scoping by the grants, until the block exits."""
-    settings = ServerSettings(grants_file=grants_file, providers=list(providers))
-    stop = anyio.Event()
-    run = partial(run_server, bus_options=mesh.options(party(Kind.SEAT)), settings=settings, stop=stop)
-    async with anyio.create_task_group() as tasks:
-        await tasks.start(run)
-        try:
-            yield
-        finally:
-            stop.set()
+    options = mesh.options(party(Kind.SEAT))
+    async with serving(mesh.server.url, bus_options=options, grants_file=grants_file, providers=list(providers)):
+        yield
