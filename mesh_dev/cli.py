@@ -34,8 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start a local nats-server with JetStream on loopback (data under --state-dir), then the "
         "server against it, then the demo: stand-ins for the other domains (a config bucket, a vault verb, a "
         "postgres provider's bound bucket, the controller's placement mirror) and a node client that "
-        "materializes deploy/examples/ into --state-dir/demo/env and keeps watching. Prints how to query it. "
-        "Ctrl-C stops everything.",
+        "materializes deploy/examples/ into --state-dir/demo/env and keeps watching. When the machine has "
+        "PostgreSQL (initdb on PATH or in /usr/lib/postgresql/*/bin), the provider side is real: a PostgreSQL "
+        "under --state-dir/demo/postgres, postgres_bound written from the needs and the postgres provisioner "
+        "watching, so module app's DATABASE_URL logs in. Prints how to query it. Ctrl-C stops everything.",
         epilog="examples:\n  mesh-provisioner-dev --state-dir ./state\n  mesh-provisioner-dev --no-demo\n\n"
         + (__doc__ or "").split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -45,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--no-demo", action="store_true", help="only nats-server and the server: no stand-ins, no client"
+    )
+    parser.add_argument(
+        "--no-postgres", action="store_true", help="no PostgreSQL even when installed: fixed postgres_bound values"
     )
     parser.add_argument("--config", type=Path, metavar="PATH", help="a TOML file of server settings")
     add_settings_arguments(parser, ServerSettings, "server settings")
@@ -56,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(ServerSettings, given_flags(args, ServerSettings), args.config, os.environ)
         configure_logging(log_format=settings.log_format, level=settings.log_level)
-        participants = () if args.no_demo else (_demo(args.state_dir / "demo"),)
+        participants = () if args.no_demo else (_demo(args.state_dir / "demo", postgres=not args.no_postgres),)
         body = partial(_run, state_dir=args.state_dir, settings=settings, participants=participants)
         return EXIT_OK if anyio.run(until_signalled, body) else EXIT_FAILURE
     except RegistryError as err:
@@ -72,8 +77,8 @@ async def _run(
     return True
 
 
-def _demo(state_dir: Path) -> Participant:
-    return partial(run_demo, state_dir=state_dir)
+def _demo(state_dir: Path, *, postgres: bool = True) -> Participant:
+    return partial(run_demo, state_dir=state_dir, postgres=postgres)
 
 
 if __name__ == "__main__":

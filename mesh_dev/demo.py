@@ -6,6 +6,12 @@ registry); `mesh-provisioner-dev` starts both and hands it the URL. It starts th
 reconciles node `node-1` into `<state_dir>/env`, prints what was needed and applied, then keeps
 watching until cancelled: edit a manifest there, or a value in `mesh-config_values`, and watch
 the env file follow.
+
+When the machine has PostgreSQL, the provider side is real (`mesh_dev.database`): a PostgreSQL
+under `<state_dir>/postgres`, `postgres_bound` written by the provider helper from the needs, and
+the postgres provisioner watching `postgres.env`, so module `app`'s `DATABASE_URL` logs in; the
+summary says whether it does. Without PostgreSQL the stand-in's fixed `postgres_bound` is used,
+and the summary says what to install.
 """
 
 from __future__ import annotations
@@ -13,13 +19,17 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
 import anyio
 from anyio.abc import TaskStatus
 
-from mesh_dev.standins import stand_ins
+from mesh_dev.database import Database, ProviderLoop, binding, connects, local_database, provisioner_watching
+from mesh_dev.standins import Vault, stand_ins
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
@@ -30,25 +40,95 @@ from registry.kv import bucket_config, snapshot
 log = logging.getLogger(__name__)
 
 NODE = "node-1"
+CONSUMER, URL_VARIABLE = "app", "DATABASE_URL"  # deploy/examples/app.json
+PROVIDER_MODULE = "postgres"  # deploy/examples/postgres.json: ${consumers:db} in PG_CONSUMERS
 EXAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "examples"
 _TIMING = WatchTiming(refresh=timedelta(seconds=30), poll=timedelta(seconds=1))
 
 
 async def run_demo(
-    nats_url: str, state_dir: Path, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    nats_url: str, state_dir: Path, *, postgres: bool = True, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    """Starts the stand-ins, reconciles the examples, prints a summary, then watches until cancelled.
-
-    Ready (for `TaskGroup.start`) once the summary is printed."""
+    """Starts the stand-ins (and PostgreSQL, when the machine has it and `postgres`), reconciles the
+    examples, prints a summary, then watches until cancelled. Ready (for `TaskGroup.start`) once the
+    summary is printed."""
     plan = ClientPlan(node=NODE, manifests=state_dir / "manifests", materialize=state_dir / "env")
     _copy_examples(plan.manifests)
     async with connect(BusOptions(servers=(nats_url,), name="mesh-provisioner demo")) as bus:
         await _wait_for_registry(bus)
-        async with stand_ins(bus, NODE):
-            report = await reconcile(bus, plan)
-            print(await describe(bus, plan, report, nats_url), flush=True)
+        async with (
+            local_database(state_dir / "postgres", wanted=postgres) as database,
+            stand_ins(bus, NODE, fixed_bound=database.server is None) as parts,
+            provider_side(bus, plan, database, parts.vault) as side,
+        ):
+            print(await describe(bus, plan, side.report, nats_url), side.summary, sep="\n", flush=True)
             task_status.started()
-            await watch(bus, plan, _TIMING, on_report=_print_changes)
+            await watch(bus, plan, _TIMING, on_report=side.after_report)
+
+
+@dataclass
+class ProviderSide:
+    """The node's first report once the provider side settled, what to say about it, and what to
+    do after each report while watching."""
+
+    report: Report
+    summary: str
+    provider: ProviderLoop | None = None
+
+    def after_report(self, report: Report) -> None:
+        """Prints what changed; the provider binds again (a module may have come or gone)."""
+        _print_changes(report)
+        if self.provider is not None:
+            self.provider.wake()
+
+
+@asynccontextmanager
+async def provider_side(bus: Bus, plan: ClientPlan, database: Database, vault: Vault) -> AsyncIterator[ProviderSide]:
+    """Reconciles the node; with PostgreSQL, the provider then binds what the needs ask, the node
+    reconciles again, and the postgres provisioner applies the consumers until the block ends."""
+    report = await reconcile(bus, plan)
+    server = database.server
+    if server is None:
+        yield ProviderSide(report, _without_postgres(database))
+        return
+    if any(m.applied.state == "pending" for m in report.modules.values()):
+        log.info("the provider writes postgres_bound for the needs just registered; the node reconciles again")
+    provider = ProviderLoop(bus, binding(server, vault))
+    bound = await provider.converge()
+    report = _settled(report, await reconcile(bus, plan))
+    async with (
+        provisioner_watching(plan.materialize / f"{PROVIDER_MODULE}.env", server) as provisioner,
+        anyio.create_task_group() as tg,
+    ):
+        outcome = await provisioner.wait_first_outcome()
+        connected = await anyio.to_thread.run_sync(connects, plan.materialize / f"{CONSUMER}.env", URL_VARIABLE)
+        summary = "\n".join([
+            "", "provider side: a real PostgreSQL",
+            f"  PostgreSQL on 127.0.0.1:{server.port}, data in {server.data}"
+            + (" (a temporary folder, removed at stop)" if database.temporary else ""),
+            f"  postgres_bound written by the provider helper from the needs: {bound.summary()}",
+            f"  the postgres provisioner watches {plan.materialize / PROVIDER_MODULE}.env: {outcome}",
+            f"  module {CONSUMER}'s {URL_VARIABLE} {connected}",
+            f"  try it: (set -a; . {plan.materialize / CONSUMER}.env; psql \"${URL_VARIABLE}\")",
+        ])  # fmt: skip
+        tg.start_soon(provider.follow)
+        yield ProviderSide(report, summary, provider)
+        tg.cancel_scope.cancel()
+
+
+def _without_postgres(database: Database) -> str:
+    return (
+        f"\nprovider side: PostgreSQL {database.why_not}\n"
+        "  postgres_bound holds the stand-in's fixed values (127.0.0.1:5432) and no database answers there"
+    )
+
+
+def _settled(first: Report, second: Report) -> Report:
+    """`second`, each module marked written when either reconcile wrote its file."""
+    for name, module in second.modules.items():
+        if not module.written and name in first.modules and first.modules[name].written:
+            second.modules[name] = replace(module, written=True)
+    return second
 
 
 def _copy_examples(folder: Path) -> None:

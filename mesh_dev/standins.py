@@ -1,7 +1,9 @@
 """Stand-ins for the other domains of the mesh, as real NATS participants: for the demo and tests.
 
 - config: bucket `mesh-config_values`, key `<name>`, a JSON value.
-- bound: the postgres provider's bucket `postgres_bound`, key `<node>.<module>.<provision>.<local>`.
+- bound: the postgres provider's bucket `postgres_bound`, key `<node>.<module>.<provision>.<local>`:
+  fixed values (127.0.0.1:5432) unless `fixed_bound=False`, when a real provider writes it
+  (`mesh_dev.database`).
 - placement: the controller's mirror `mesh-controller_assignments`, key `<node>.<module>`, value
   `{"plan": {"<kind>": {"<name>": value}}}` for the kinds dir, access, port, seat, machine.
 - vault: a `nats.micro` service `mesh-vault` answering `mesh-vault.secret` and
@@ -156,13 +158,16 @@ class StandIns:
 
 
 @asynccontextmanager
-async def stand_ins(bus: Bus, node: str, *, with_vault: bool = True) -> AsyncIterator[StandIns]:
-    """The config, bound and placement buckets filled for `node`, and the vault serving."""
+async def stand_ins(
+    bus: Bus, node: str, *, with_vault: bool = True, fixed_bound: bool = True
+) -> AsyncIterator[StandIns]:
+    """The config, bound and placement buckets filled for `node` (bound only with `fixed_bound`),
+    and the vault serving."""
     for bucket in (CONFIG, BOUND_BUCKET, ASSIGNMENTS):
         await create_bucket(bus, bucket, BucketConfig())
     for name, value in DEV_CONFIG.items():
         await put(bus, CONFIG, name, json.dumps(value).encode())
-    for key, value in dev_bound(node).items():
+    for key, value in (dev_bound(node) if fixed_bound else {}).items():
         await put(bus, BOUND_BUCKET, key, json.dumps(value).encode())
     for module, plan in dev_plans(node).items():
         await put(bus, ASSIGNMENTS, ASSIGNMENT.build(node=node, module=module), json.dumps({"plan": plan}).encode())
