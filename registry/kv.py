@@ -18,9 +18,10 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Literal
 
 import anyio
@@ -285,30 +286,73 @@ class Changes:
         return f"{len(self.written)} written, {len(self.deleted)} deleted"
 
 
-async def converge(bus: Bus, bucket: Bucket, current: Sequence[KvItem], desired: Mapping[str, bytes]) -> Changes:
+async def converge(
+    bus: Bus, bucket: Bucket, current: Sequence[KvItem], desired: Mapping[str, bytes], *, in_flight: int = 1
+) -> Changes:
     """Makes the keys of `current` (a snapshot with deletions) hold exactly `desired`.
 
     Writes only where the value differs and deletes what `desired` no longer has; a failure
-    raises `ConvergeError` saying what had already been done."""
-    latest = {item.key: item for item in current}
+    raises `ConvergeError` saying what had already been done. `in_flight` writes at once (see
+    `run_steps`); 1, the default, writes one at a time in order."""
     changes = Changes()
-    for key, value in desired.items():
-        item = latest.get(key)
-        if item is not None and not item.deleted and item.value == value:
-            continue
-        await _step(bucket, key, changes, "written", update(bus, bucket, key, value, last=item.revision if item else 0))
-    for key, item in latest.items():
-        if key not in desired and not item.deleted:
-            await _step(bucket, key, changes, "deleted", delete(bus, bucket, key, last=item.revision))
+    await run_steps(bucket, converge_steps(bus, bucket, current, desired), changes, in_flight=in_flight)
     return changes
 
 
-async def _step(bucket: Bucket, key: str, changes: Changes, kind: Literal["written", "deleted"], write: Any) -> None:
-    try:
-        await write
-    except BusError as err:
+@dataclass(frozen=True)
+class Step:
+    """One conditional write of a converge: `run` writes it, and returns False when it found
+    nothing to change after all (it is then not counted)."""
+
+    key: str
+    kind: Literal["written", "deleted"]
+    run: Callable[[], Awaitable[object]]
+
+
+def converge_steps(bus: Bus, bucket: Bucket, current: Sequence[KvItem], desired: Mapping[str, bytes]) -> list[Step]:
+    """The writes and deletes that make `current` hold exactly `desired`, each conditional on the
+    revision it was compared against."""
+    latest = {item.key: item for item in current}
+    steps = []
+    for key, value in desired.items():
+        item = latest.get(key)
+        if item is None or item.deleted or item.value != value:
+            last = item.revision if item else 0
+            steps.append(Step(key, "written", partial(update, bus, bucket, key, value, last=last)))
+    for key, item in latest.items():
+        if key not in desired and not item.deleted:
+            steps.append(Step(key, "deleted", partial(delete, bus, bucket, key, last=item.revision)))
+    return steps
+
+
+async def run_steps(bucket: Bucket, steps: Sequence[Step], changes: Changes, *, in_flight: int = 1) -> None:
+    """Runs `steps`, at most `in_flight` at once, recording each in `changes` once acknowledged.
+
+    Pipelined, a bucket's writes cost about one round trip per `in_flight` keys instead of one
+    each; the order between them is then not kept (order between buckets is the caller's). The
+    first failure starts no further step, waits for those in flight and raises `ConvergeError`
+    naming its key and what had already been done."""
+    failures: list[tuple[str, BusError]] = []
+    queue = list(reversed(steps))
+
+    async def worker() -> None:
+        while queue and not failures:
+            step = queue.pop()
+            try:
+                if await step.run() is not False:
+                    getattr(changes, step.kind).append(step.key)
+            except BusError as err:
+                failures.append((step.key, err))
+
+    if in_flight <= 1:
+        await worker()
+    else:
+        async with anyio.create_task_group() as tasks:
+            for _ in range(min(in_flight, len(queue))):
+                tasks.start_soon(worker)
+    if failures:
+        key, err = failures[0]
         raise ConvergeError(bucket.name, key, err.reason, changes.summary()) from err
-    getattr(changes, kind).append(key)
 
 
 @dataclass(frozen=True)

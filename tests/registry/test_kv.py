@@ -14,7 +14,7 @@ from pydantic import SecretStr
 from mesh_dev.local_nats import local_nats
 from registry.buckets import Bucket
 from registry.bus import Bus, BusOptions, connect
-from registry.errors import BusError, NoResponders, PermissionDenied, WrongLastSequence
+from registry.errors import BusError, ConvergeError, NoResponders, PermissionDenied, WrongLastSequence
 from registry.keys import APPLIED
 from registry.kv import MULTI_LAST_LIMIT, KvItem, converge, get_direct, get_last_many, get_latest, snapshot, update
 from tests.helpers import put_many
@@ -174,3 +174,34 @@ async def test_reads_by_direct_get_of_a_missing_bucket_have_no_responders(bus: B
         await get_last_many(bus, bucket("absent"), ">")
     with pytest.raises(NoResponders):
         await get_direct(bus, bucket("absent"), "n1.a")
+
+
+async def test_a_pipelined_converge_writes_and_deletes_what_one_at_a_time_does(bus: Bus, js: JetStreamContext) -> None:
+    kv = await js.create_key_value(bucket="pipelined", direct=True)
+    wanted = {f"n1.k{i}": f"{i}".encode() for i in range(300)}
+    first = await converge(bus, bucket("pipelined"), [], wanted, in_flight=32)
+    assert sorted(first.written) == sorted(wanted)
+    current = await snapshot(bus, bucket("pipelined"), ["n1.>"], include_deleted=True)
+    changed = {key: b"again" if key.endswith("0") else value for key, value in wanted.items() if key != "n1.k1"}
+    second = await converge(bus, bucket("pipelined"), current, changed, in_flight=32)
+    assert (sorted(second.written), second.deleted) == (sorted(k for k in wanted if k.endswith("0")), ["n1.k1"])
+    stored = await snapshot(bus, bucket("pipelined"), ["n1.>"])
+    assert {item.key: item.value for item in stored} == changed
+    sequence = (await kv.status()).stream_info.state.last_seq
+    current = await snapshot(bus, bucket("pipelined"), ["n1.>"], include_deleted=True)
+    assert not await converge(bus, bucket("pipelined"), current, changed, in_flight=32)
+    assert (await kv.status()).stream_info.state.last_seq == sequence
+
+
+async def test_a_pipelined_converge_that_loses_a_write_says_what_it_had_done(bus: Bus, js: JetStreamContext) -> None:
+    kv = await js.create_key_value(bucket="raced", direct=True)
+    await converge(bus, bucket("raced"), [], {f"n1.k{i}": b"old" for i in range(50)}, in_flight=8)
+    current = await snapshot(bus, bucket("raced"), ["n1.>"], include_deleted=True)
+    await kv.put("n1.k7", b"another writer")
+    with pytest.raises(ConvergeError) as caught:
+        await converge(bus, bucket("raced"), current, {f"n1.k{i}": b"new" for i in range(50)}, in_flight=8)
+    assert caught.value.key == "n1.k7"
+    assert isinstance(caught.value.__cause__, WrongLastSequence)
+    assert (await kv.get("n1.k7")).value == b"another writer"
+    written = [item.key for item in await snapshot(bus, bucket("raced"), ["n1.>"]) if item.value == b"new"]
+    assert caught.value.done == f"{len(written)} written, 0 deleted"
