@@ -27,16 +27,18 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from provisioner_client.action import DEFAULT_ENVIRONMENT, action_environment, run_action
 from provisioner_client.bounded_json import JsonRefused, read_json
+from provisioner_client.concurrently import all_of
 from provisioner_client.envfile import EnvFolder, render
 from provisioner_client.errors import ManifestError, MaterializeError, capped
 from provisioner_client.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
-from provisioner_client.resolve import Pending, Resolver, Source, read_registry
+from provisioner_client.resolve import Pending, Registry, Resolver, Source, read_registry
 from provisioner_client.scope import NodeScope
 from registry import buckets
 from registry.buckets import Bucket
@@ -124,14 +126,16 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
         log.error("%s", error)
     folder.remember(manifests.declared())
     report = Report(plan.node, manifest_errors=list(manifests.errors), ledger_problems=ledger.problems)
-    current = {b.name: await scope.read(bus, b) for b in (buckets.NEEDS, buckets.COLLECT, buckets.APPLIED)}
-    await _converge(bus, scope, report, buckets.NEEDS, current=current, desired=_needs(plan.node, manifests, current))
-    await _converge(
-        bus, scope, report, buckets.COLLECT, current=current, desired=_collect(plan.node, manifests, current)
+    current, registry = await _read_state(bus, scope)
+    needs, collect = _needs(plan.node, manifests, current), _collect(plan.node, manifests, current)
+    resolver = Resolver(bus, registry, node=plan.node, verb_timeout=plan.verb_timeout, own_collect=collect)
+    wanted = [(m, p) for m, loaded in manifests.modules.items() for p in loaded.manifest.placeholders()]
+    await all_of(  # needs and collect are written before applied, below
+        partial(_converge, bus, scope, report, buckets.NEEDS, current=current, desired=needs),
+        partial(_converge, bus, scope, report, buckets.COLLECT, current=current, desired=collect),
+        partial(resolver.prefetch, wanted),
     )
-    resolver = Resolver(bus, await read_registry(bus), node=plan.node, verb_timeout=plan.verb_timeout)
     previous = _applied_by_module(current[buckets.APPLIED.name])
-    await resolver.prefetch((m, p) for m, loaded in manifests.modules.items() for p in loaded.manifest.placeholders())
     for module, loaded in sorted(manifests.modules.items()):
         report.modules[module] = await _apply(resolver, folder, plan, loaded, previous=previous.get(module),
                                               report=report)  # fmt: skip
@@ -144,6 +148,22 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     report.removed = folder.remove_except(set(report.modules))
     report.sources = resolver.sources
     return report
+
+
+async def _read_state(bus: Bus, scope: NodeScope) -> tuple[dict[str, list[KvItem]], Registry]:
+    """The node's keys of needs, collect and applied, and the registry: asked all at once."""
+    current: dict[str, list[KvItem]] = {}
+    registry = Registry()
+
+    async def read(bucket: Bucket) -> None:
+        current[bucket.name] = await scope.read(bus, bucket)
+
+    async def read_whole_registry() -> None:
+        nonlocal registry
+        registry = await read_registry(bus)
+
+    await all_of(*(partial(read, b) for b in (buckets.NEEDS, buckets.COLLECT, buckets.APPLIED)), read_whole_registry)
+    return current, registry
 
 
 async def _converge(

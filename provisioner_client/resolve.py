@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -125,8 +125,14 @@ class _Once(Generic[T]):
 class Resolver:
     """Resolves placeholders for one reconcile; remembers every source it read, for watching."""
 
-    def __init__(self, bus: Bus, registry: Registry, *, node: str, verb_timeout: timedelta) -> None:
+    def __init__(
+        self, bus: Bus, registry: Registry, *, node: str, verb_timeout: timedelta,
+        own_collect: Mapping[str, bytes] | None = None,
+    ) -> None:  # fmt: skip
+        """`own_collect`: this node's keys of the collect bucket as its converge leaves them; its
+        collections are then read from it, not listed by the verb."""
         self._bus = bus
+        self._own_collect = own_collect
         self._registry = registry
         self._node = node
         self._verb_timeout = verb_timeout
@@ -208,7 +214,7 @@ class Resolver:
             raise Pending(f"bucket {bucket.name} cannot be listed without a listing grant: a node lists only "
                           f"its own collections, through the provisioning verb")  # fmt: skip
         self.sources.add(Source(bucket, f"{prefix}.*"))
-        listed = await self._collection(fields)
+        listed = await self._collection(fields, prefix)
         contributions: list[tuple[str, tuple[str, ...]]] = []
         for item in listed:
             try:
@@ -219,10 +225,12 @@ class Resolver:
                             extra={"bucket": bucket.name, "key": item.key})  # fmt: skip
         return "\n".join(i for _, items in sorted(contributions) for i in items)
 
-    async def _collection(self, fields: dict[str, str]) -> list[KvItem]:
-        """The contributions of one collection of this node, listed by the provisioning verb."""
+    async def _collection(self, fields: dict[str, str], prefix: str) -> list[KvItem]:
+        """The contributions of one collection of this node: from `own_collect`, else listed by the verb."""
         if fields["node"] != self._node:
             raise Pending(f"collection {fields['collection']!r} of node {fields['node']!r} is not this node's")
+        if self._own_collect is not None:
+            return [KvItem(k, v, 0) for k, v in self._own_collect.items() if k.rpartition(".")[0] == prefix]
         try:
             return await NodeScope(self._node).read(self._bus, buckets.COLLECT, collection=fields["collection"])
         except NoResponders:

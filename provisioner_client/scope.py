@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from provisioner_client.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, read_json
@@ -22,11 +23,13 @@ from provisioner_client.errors import ForeignKeyError
 from registry import buckets
 from registry.buckets import Bucket
 from registry.bus import Bus
-from registry.errors import BusError, ConvergeError, WrongLastSequence
+from registry.errors import BusError, WrongLastSequence
 from registry.escaping import encode_token
 from registry.keys import under
-from registry.kv import Changes, KvItem, converge, get_direct, update
+from registry.kv import Changes, KvItem, Step, converge_steps, get_direct, run_steps, update
 from registry.verb_client import ask_service
+
+IN_FLIGHT = 64  # writes a converge keeps in flight: about one round trip per 64 keys
 
 LISTED_AS = {buckets.NEEDS.name: "needs", buckets.APPLIED.name: "applied", buckets.COLLECT.name: "collect"}
 
@@ -72,19 +75,23 @@ class NodeScope:
         return await get_direct(bus, bucket, key)
 
     async def converge(
-        self, bus: Bus, bucket: Bucket, current: Sequence[KvItem], desired: Mapping[str, bytes]
-    ) -> Changes:
-        """`registry.kv.converge`, after checking every key it could touch is this node's.
+        self, bus: Bus, bucket: Bucket, current: Sequence[KvItem], desired: Mapping[str, bytes], *,
+        in_flight: int = IN_FLIGHT,
+    ) -> Changes:  # fmt: skip
+        """`registry.kv.converge`, after checking every key it could touch is this node's; up to
+        `in_flight` writes at once.
 
         The verb lists no deleted key, so a key absent from `current` may still hold a delete
         marker: such keys are created on their own, retried once at the marker's revision."""
         self.check(bucket.name, desired)
         self.check(bucket.name, (item.key for item in current if not item.deleted))
         listed = {item.key for item in current}
-        changes = await converge(bus, bucket, current, {k: v for k, v in desired.items() if k in listed})
+        steps = converge_steps(bus, bucket, current, {k: v for k, v in desired.items() if k in listed})
         for key, value in desired.items():
             if key not in listed:
-                await _create(bus, bucket, key, value, changes)
+                steps.append(Step(key, "written", partial(_create, bus, bucket, key, value)))
+        changes = Changes()
+        await run_steps(bucket, steps, changes, in_flight=in_flight)
         return changes
 
 
@@ -129,16 +136,14 @@ def _item_of(entry: Mapping[str, Any]) -> KvItem:
     return KvItem(str(entry["key"]), value, int(entry["revision"]))
 
 
-async def _create(bus: Bus, bucket: Bucket, key: str, value: bytes, changes: Changes) -> None:
-    """Writes a key the listing did not have; a delete marker there is read, then written over."""
+async def _create(bus: Bus, bucket: Bucket, key: str, value: bytes) -> bool:
+    """Writes a key the listing did not have; a delete marker there is read, then written over.
+    False when the key already held `value`."""
     try:
-        try:
-            await update(bus, bucket, key, value, last=0)
-        except WrongLastSequence:
-            found = await get_direct(bus, bucket, key)
-            if found is not None and not found.deleted and found.value == value:
-                return
-            await update(bus, bucket, key, value, last=found.revision if found is not None else 0)
-    except BusError as err:
-        raise ConvergeError(bucket.name, key, err.reason, changes.summary()) from err
-    changes.written.append(key)
+        await update(bus, bucket, key, value, last=0)
+    except WrongLastSequence:
+        found = await get_direct(bus, bucket, key)
+        if found is not None and not found.deleted and found.value == value:
+            return False
+        await update(bus, bucket, key, value, last=found.revision if found is not None else 0)
+    return True
