@@ -87,10 +87,13 @@ class Verb:
 
 
 async def list_keys(bus: Bus, query: Query) -> list[KvItem]:
-    """The current keys of the query's bucket under its narrowing (server-side filters)."""
+    """The current keys of the query's bucket under its narrowing (server-side filters): a narrowed
+    listing by a batch read (flat in the bucket's size) when it has at most 1,024 keys, a whole
+    one by a consumer."""
     bucket = LISTABLE[query.what].bucket
-    filters = bucket.shape.filters(**query.narrowing())
+    narrowing = query.narrowing()
+    filters = bucket.shape.filters(**narrowing)
     try:
-        return await current_snapshot(bus, bucket, filters)
+        return await current_snapshot(bus, bucket, filters, by_batch=bool(narrowing))
     except BusError as err:
         raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err

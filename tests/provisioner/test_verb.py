@@ -16,7 +16,9 @@ from registry import buckets
 from registry.bus import Bus, Message
 from registry.catalogue import KINDS
 from registry.errors import ServiceError
+from registry.kv import MULTI_LAST_LIMIT
 from registry.verb_client import ERROR_CODE_HEADER, ERROR_HEADER, ask
+from tests.helpers import put_many
 
 NEED = b'{"placeholder":"${config:x}","used_in":["a.conf"]}'
 NEEDS = {
@@ -252,3 +254,12 @@ async def test_a_refusal_never_echoes_a_huge_input_and_the_seat_keeps_serving(se
     assert document == {"error": description}
     for _ in range(3):  # the seat is still there, answering
         assert keys_of(await ask(seeded, {"what": "applied"})) == sorted(APPLIED)
+
+
+async def test_a_node_with_more_keys_than_one_batch_read_answers_is_listed_whole(seeded: Bus) -> None:
+    """Past `MULTI_LAST_LIMIT` keys the server refuses the batch read; the listing falls back to a consumer."""
+    many = {f"n3.web.config.k{i:05d}": NEED for i in range(MULTI_LAST_LIMIT + 1)}
+    await put_many(seeded, buckets.NEEDS, many)
+    answer = await ask(seeded, {"what": "needs", "node": "n3"})
+    assert keys_of(answer) == sorted(many)
+    assert answer["total"] == {"entries": len(many), "malformed": 0}

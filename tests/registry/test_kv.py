@@ -14,9 +14,20 @@ from pydantic import SecretStr
 from mesh_dev.local_nats import local_nats
 from registry.buckets import Bucket
 from registry.bus import Bus, BusOptions, connect
-from registry.errors import BusError, ConvergeError, NoResponders, PermissionDenied, WrongLastSequence
+from registry.errors import ConvergeError, NoResponders, PermissionDenied, WrongLastSequence
 from registry.keys import APPLIED
-from registry.kv import MULTI_LAST_LIMIT, KvItem, converge, get_direct, get_last_many, get_latest, snapshot, update
+from registry.kv import (
+    MULTI_LAST_LIMIT,
+    KvItem,
+    TooManyKeys,
+    converge,
+    current_snapshot,
+    get_direct,
+    get_last_many,
+    get_latest,
+    snapshot,
+    update,
+)
 from tests.helpers import put_many
 
 
@@ -158,7 +169,7 @@ async def test_get_last_many_of_nothing_matching_is_empty(bus: Bus, js: JetStrea
 async def test_get_last_many_of_more_keys_than_one_batch_answers_says_too_many(bus: Bus, js: JetStreamContext) -> None:
     await js.create_key_value(bucket="crowded", direct=True)
     await put_many(bus, bucket("crowded"), {f"n1.k{i}": b"1" for i in range(MULTI_LAST_LIMIT + 1)})
-    with pytest.raises(BusError, match="too many keys"):
+    with pytest.raises(TooManyKeys, match="too many keys"):
         await get_last_many(bus, bucket("crowded"), "n1.>")
 
 
@@ -167,6 +178,47 @@ async def test_get_last_many_of_exactly_the_limit_reads_every_key(bus: Bus, js: 
     await put_many(bus, bucket("full"), {f"n1.k{i}": str(i).encode() for i in range(MULTI_LAST_LIMIT)})
     items = await get_last_many(bus, bucket("full"), "n1.*")
     assert {i.key: i.value for i in items} == {f"n1.k{i}": str(i).encode() for i in range(MULTI_LAST_LIMIT)}
+
+
+async def test_get_last_many_reads_under_several_filters_as_they_were_at_a_sequence(
+    bus: Bus, js: JetStreamContext
+) -> None:
+    kv = await js.create_key_value(bucket="cut", direct=True)
+    await kv.put("n1", b"bare")
+    cut = await kv.put("n1.a", b"old")
+    await kv.put("n1.a", b"new")
+    await kv.put("n1.b", b"after the cut")
+    await kv.put("n10.a", b"another node")
+    latest = await get_last_many(bus, bucket("cut"), ["n1", "n1.>"])
+    assert sorted((i.key, i.value) for i in latest) == [("n1", b"bare"), ("n1.a", b"new"), ("n1.b", b"after the cut")]
+    earlier = await get_last_many(bus, bucket("cut"), ["n1", "n1.>"], up_to_seq=cut)
+    assert sorted((i.key, i.value) for i in earlier) == [("n1", b"bare")]  # n1.a's old value is no longer stored
+
+
+async def test_current_snapshot_reads_a_narrowing_of_more_keys_than_one_batch_answers(
+    bus: Bus, js: JetStreamContext
+) -> None:
+    await js.create_key_value(bucket="wide", direct=True)
+    many = {f"n1.k{i}": str(i).encode() for i in range(MULTI_LAST_LIMIT + 1)}
+    await put_many(bus, bucket("wide"), {**many, "n2.a": b"other", "n1": b"bare"})
+    items = await current_snapshot(bus, bucket("wide"), ["n1", "n1.>"])
+    assert {i.key: i.value for i in items} == {**many, "n1": b"bare"}
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["by a batch read", "without direct get, by a consumer"])
+async def test_current_snapshot_leaves_deleted_keys_out_unless_asked(
+    bus: Bus, js: JetStreamContext, direct: bool
+) -> None:
+    kv = await js.create_key_value(bucket="gone", direct=direct)
+    await kv.put("n1.a", b"1")
+    await kv.put("n1.b", b"2")
+    await kv.delete("n1.b")
+    await kv.put("n2.a", b"3")
+    kept = await current_snapshot(bus, bucket("gone"), ["n1.>"])
+    assert [(i.key, i.value) for i in kept] == [("n1.a", b"1")]
+    every = await current_snapshot(bus, bucket("gone"), ["n1.>"], include_deleted=True)
+    assert sorted((i.key, i.deleted) for i in every) == [("n1.a", False), ("n1.b", True)]
+    assert await current_snapshot(bus, bucket("gone"), ["n3.>"]) == []
 
 
 async def test_reads_by_direct_get_of_a_missing_bucket_have_no_responders(bus: Bus) -> None:
