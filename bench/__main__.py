@@ -12,15 +12,26 @@ from pathlib import Path
 import anyio
 
 from bench.cases import PARTS, Report, run_all
+from bench.scale import run_scale
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
+SCALE_RESULTS = RESULTS.with_name("scale-latest.json")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (figures not comparable)")
     parser.add_argument(
-        "--out", type=Path, default=RESULTS, help=f"where to write the JSON figures (default {RESULTS})"
+        "--out", type=Path, help=f"where to write the JSON figures (default {RESULTS}, with --scale {SCALE_RESULTS})"
+    )
+    parser.add_argument(
+        "--scale", action="store_true", help="issue 10's figures at mesh scale instead (filling the keys takes minutes)"
+    )
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=1_000_000,
+        help="with --scale, the keys to fill the needs bucket with (default 1,000,000)",
     )
     parser.add_argument(
         "--only",
@@ -31,11 +42,17 @@ def main() -> None:
         help=f"run only these parts: {', '.join(PARTS)} (default all; listing loads the keys growth measures)",
     )
     args = parser.parse_args()
+    if args.scale and (args.keys < 2_000 or args.keys % 100):
+        parser.error("--keys: a multiple of 100, at least 2,000")
+    out = args.out or (SCALE_RESULTS if args.scale else RESULTS)
     with tempfile.TemporaryDirectory(prefix="mesh-bench-") as state:
-        report: Report = anyio.run(run_all, Path(state), args.quick, args.only)
+        if args.scale:
+            report: Report = anyio.run(run_scale, Path(state), args.keys)
+        else:
+            report = anyio.run(run_all, Path(state), args.quick, args.only)
     print(report.table())
-    report.save(args.out)
-    print(f"\nfigures written to {args.out}")
+    report.save(out)
+    print(f"\nfigures written to {out}")
 
 
 if __name__ == "__main__":

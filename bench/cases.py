@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import nats
@@ -126,25 +127,36 @@ async def vault_process(url: str) -> AsyncIterator[int]:
         await nc.close()
 
 
-async def verb_against_echo(nc: Client, report: Report, sizes: Sizes) -> None:
-    print("verb what=registry against a bare echo responder")
-    registry_request = json.dumps({"what": "registry"}).encode()
+REGISTRY_REQUEST = json.dumps({"what": "registry"}).encode()
 
-    async def ask_registry() -> None:
-        await nc.request(buckets.VERB_SUBJECT, registry_request, timeout=10)
 
-    async def ask_echo() -> None:
-        await nc.request(ECHO_SUBJECT, registry_request, timeout=10)
+async def ask_registry(nc: Client) -> None:
+    await nc.request(buckets.VERB_SUBJECT, REGISTRY_REQUEST, timeout=10)
 
-    for call in (ask_registry, ask_echo):  # warm both
+
+async def ask_echo(nc: Client) -> None:
+    await nc.request(ECHO_SUBJECT, REGISTRY_REQUEST, timeout=10)
+
+
+async def registry_and_echo(nc: Client, rounds: int) -> tuple[Latency, Latency]:
+    """`what=registry` and the same request to the bare echo responder, in interleaved rounds, so that
+    a noisy moment hits both sides alike."""
+
+    for call in (partial(ask_registry, nc), partial(ask_echo, nc)):  # warm both
         await sequential_latency(call, 50)
-    # Interleaved rounds, so that a noisy moment hits both sides alike.
     verb_samples: list[float] = []
     echo_samples: list[float] = []
-    for _ in range(sizes.sequential):
-        verb_samples.append(await timed(ask_registry))
-        echo_samples.append(await timed(ask_echo))
-    verb, echo = Latency.of(verb_samples), Latency.of(echo_samples)
+    for _ in range(rounds):
+        verb_samples.append(await timed(partial(ask_registry, nc)))
+        echo_samples.append(await timed(partial(ask_echo, nc)))
+    return Latency.of(verb_samples), Latency.of(echo_samples)
+
+
+async def verb_against_echo(nc: Client, report: Report, sizes: Sizes) -> None:
+    print("verb what=registry against a bare echo responder")
+
+    verb, echo = await registry_and_echo(nc, sizes.sequential)
+    registry = partial(ask_registry, nc)
     report.add("registry p50", verb.p50_ms, "ms")
     report.add("registry p99", verb.p99_ms, "ms")
     report.add("echo p50", echo.p50_ms, "ms")
@@ -154,8 +166,8 @@ async def verb_against_echo(nc: Client, report: Report, sizes: Sizes) -> None:
     verb_rounds: list[float] = []
     echo_rounds: list[float] = []
     for _ in range(3):  # alternated rounds, medians: a noisy moment hits both sides alike
-        verb_rounds.append(await throughput(ask_registry, workers=sizes.workers, per_worker=sizes.per_worker))
-        echo_rounds.append(await throughput(ask_echo, workers=sizes.workers, per_worker=sizes.per_worker))
+        verb_rounds.append(await throughput(registry, workers=sizes.workers, per_worker=sizes.per_worker))
+        echo_rounds.append(await throughput(partial(ask_echo, nc), workers=sizes.workers, per_worker=sizes.per_worker))
     verb_rps, echo_rps = median(verb_rounds), median(echo_rounds)
     report.add("registry throughput (50 requesters, median of 3)", verb_rps, "req/s")
     report.add("echo throughput (50 requesters, median of 3)", echo_rps, "req/s")

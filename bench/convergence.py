@@ -27,6 +27,7 @@ class Fleet:
 
     modules: int
     folder: Path
+    node: str = NODE
 
     def env_of(self, module: int) -> dict[str, str]:
         return {
@@ -58,7 +59,7 @@ class Fleet:
             for j in range(4):
                 await put(bus, parts.config, f"m{module}-k{j}", json.dumps(f"m{module} value {j}").encode())
             plan = {"plan": {"dir": {"state": f"/var/lib/m{module}"}, "port": {"http": 8000 + module}}}
-            key = ASSIGNMENT.build(node=NODE, module=f"m{module}")
+            key = ASSIGNMENT.build(node=self.node, module=f"m{module}")
             await put(bus, parts.assignments, key, json.dumps(plan).encode())
 
 
@@ -95,11 +96,11 @@ async def measured_reconcile(bus: Bus, nc: Client, plan: ClientPlan) -> Run:
     return Run(seconds, await own_bucket_sequences(nc) - before_writes, files)
 
 
-async def client_peak_rss_mb(url: str, manifests: Path, materialize: Path) -> float:
+async def client_peak_rss_mb(url: str, manifests: Path, materialize: Path, *, node: str = NODE) -> float:
     """Peak RSS of `mesh-provisioner-client reconcile` as its own process over the same manifests."""
     report = materialize.parent / "client-peak-rss"
     command = [
-        sys.executable, "-m", "bench.peak", str(report), "provisioner_client.cli", "reconcile", "--node", NODE,
+        sys.executable, "-m", "bench.peak", str(report), "provisioner_client.cli", "reconcile", "--node", node,
         "--manifests", str(manifests), "--materialize", str(materialize), "--nats-url", url, "--log-level", "WARNING",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

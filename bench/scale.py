@@ -1,0 +1,316 @@
+"""`python -m bench --scale`: issue 10's targets at mesh scale, each figure beside its floor in one run.
+
+The bucket is filled to 1,000 keys, measured, then filled to `--keys` by nodes registering at once
+(a process of their own, many connections) while the seat's `what=registry` is sampled, and measured
+again. A tail node's keys are written again after each fill, so that they are last in the stream."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import nats
+from nats.aio.client import Client
+
+from bench.cases import (
+    Report,
+    ask_registry,
+    echo_process,
+    need_items,
+    read_whole,
+    registry_and_echo,
+    server_process,
+    vault_process,
+)
+from bench.convergence import NODE, Fleet, Run, client_peak_rss_mb, measured_reconcile, own_bucket_sequences
+from bench.harness import ROOT, Latency, median, peak_rss_mb, sequential_latency, timed
+from mesh_dev.local_nats import local_nats
+from mesh_dev.standins import stand_ins
+from provisioner_client.reconcile import ClientPlan
+from registry import buckets
+from registry.bus import Bus, BusOptions, connect
+from registry.kv import converge
+from registry.verb_client import ask, ask_page
+
+NODE_KEYS = 100
+FIRST = 0  # n00000: its keys are the first in the stream
+TAIL = 99_999  # n99999: its keys are written again after each fill, so they are the last
+BATCH = 1024  # the most keys a batch direct get answers (multi_last), and the page of a raw full read
+
+
+@dataclass(frozen=True)
+class ScaleSizes:
+    keys: int = 1_000_000
+    small: int = 1_000
+    rounds: int = 200
+    registry_rounds: int = 2000
+    idle_samples: int = 1000
+    connections: int = 32
+    modules: int = 100
+    many_modules: int = 1_000
+    listings_at_once: int = 3
+
+
+def met(report: Report, name: str, value: float, unit: str, target: str, *, ok: bool) -> None:
+    report.add(name, value, unit, target=target, met=ok)
+
+
+# The floors: nats-py reading the bucket by itself.
+
+
+async def raw_batch(nc: Client, body: dict[str, Any]) -> tuple[int, int]:
+    """One batch direct get read by nats-py: the keys it answered and the last stream sequence among them."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish(buckets.NEEDS.batch_get_subject, json.dumps(body).encode(), reply=inbox)
+    count = last = 0
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=30)
+            headers = msg.headers or {}
+            if "Status" in headers:
+                return count, last
+            count += 1
+            last = int(headers["Nats-Sequence"])
+    finally:
+        await sub.unsubscribe()
+
+
+async def raw_multi_last(nc: Client, node: str) -> None:
+    count, _ = await raw_batch(nc, {"multi_last": [buckets.NEEDS.subject(f"{node}.>")], "batch": BATCH})
+    assert count == NODE_KEYS, count
+
+
+async def raw_pages(nc: Client, expected: int) -> None:
+    """Every key by batch direct gets (`next_by_subj`), a page after another: no consumer."""
+    seq = total = 0
+    while True:
+        count, last = await raw_batch(nc, {"next_by_subj": buckets.NEEDS.subject(">"), "seq": seq + 1, "batch": BATCH})
+        if count == 0:
+            break
+        total, seq = total + count, last
+    assert total == expected, f"the paged read found {total} of {expected} keys"
+
+
+# The fill: loading keys, and nodes registering.
+
+
+async def last_seq(nc: Client) -> int:
+    return (await nc.jetstream().stream_info(buckets.NEEDS.stream)).state.last_seq
+
+
+async def until_stored(nc: Client, seq: int, *, within: float) -> None:
+    with anyio.fail_after(within):
+        while await last_seq(nc) < seq:
+            await anyio.sleep(0.05)
+
+
+async def publish_nodes(nc: Client, nodes: range) -> None:
+    before = await last_seq(nc)
+    for node in nodes:
+        for key, value in need_items(node, NODE_KEYS, NODE_KEYS):
+            await nc.publish(buckets.NEEDS.subject(key), value)
+        await nc.flush()
+    await until_stored(nc, before + NODE_KEYS * len(nodes), within=60)
+
+
+async def register_while_sampling(nc: Client, url: str, nodes: range, connections: int) -> Latency:
+    """Nodes register their needs from `connections` connections in a process of their own while the
+    seat's `what=registry` is asked, one request after another; the requests' latency until every key is stored."""
+    target = await last_seq(nc) + NODE_KEYS * len(nodes)
+    samples: list[float] = []
+    command = [sys.executable, "-m", "bench.register", url, str(nodes.start), str(len(nodes)), str(connections)]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(anyio.run_process, command, cwd=ROOT, stdout=None, stderr=None))
+        with anyio.fail_after(120 + len(nodes) / 10):
+            while await last_seq(nc) < target:
+                for _ in range(20):
+                    samples.append(await timed(partial(ask_registry, nc)))
+    return Latency.of(samples)
+
+
+# The figures.
+
+
+async def one_node(bus: Bus, nc: Client, node: int, rounds: int) -> tuple[Latency, Latency, Latency]:
+    """`needs node=X` and both raw floors, interleaved: (verb, batch direct get, filtered watch)."""
+    name = f"n{node:05d}"
+
+    async def ask_needs() -> None:
+        answer = await ask(bus, {"what": "needs", "node": name})
+        assert len(answer["entries"]) == NODE_KEYS, len(answer["entries"])
+
+    calls: list[Callable[[], Awaitable[object]]] = [
+        ask_needs,
+        partial(raw_multi_last, nc, name),
+        partial(read_whole, nc, f"{name}.>", NODE_KEYS),
+    ]
+    for call in calls:
+        await sequential_latency(call, 10)
+    samples: list[list[float]] = [[], [], []]
+    for _ in range(rounds):
+        for call, taken in zip(calls, samples, strict=True):
+            taken.append(await timed(call))
+    verb, batch, watch = (Latency.of(s) for s in samples)
+    return verb, batch, watch
+
+
+async def node_reads(bus: Bus, nc: Client, report: Report, sizes: ScaleSizes, total: int) -> dict[str, float]:
+    """p50 of one node's answer, first and last in the stream, beside the faster raw read of its keys."""
+    p50s = {}
+    for where, node in (("first", FIRST), ("last", TAIL)):
+        verb, batch, watch = await one_node(bus, nc, node, sizes.rounds)
+        floor = min(batch.p50_ms, watch.p50_ms)
+        report.add(f"needs node=X p50, {where} ({total:,} keys)", verb.p50_ms, "ms")
+        report.add(f"  raw batch direct get p50, {where} ({total:,} keys)", batch.p50_ms, "ms")
+        report.add(f"  raw filtered watch p50, {where} ({total:,} keys)", watch.p50_ms, "ms")
+        ratio = verb.p50_ms / floor
+        met(report, f"needs node=X / fastest raw read, {where} ({total:,} keys)", ratio, "x", "<= 1.3", ok=ratio <= 1.3)
+        p50s[where] = verb.p50_ms
+    return p50s
+
+
+async def first_page_and_all(bus: Bus, total: int) -> tuple[float, float]:
+    """A whole listing followed page after page: seconds to its first page, and to its last."""
+    request: dict[str, Any] = {"what": "needs"}
+    wait = timedelta(seconds=600)
+    started = anyio.current_time()
+    answer = await ask_page(bus, request, reply_wait=wait)
+    first = anyio.current_time() - started
+    count = len(answer["entries"])
+    while answer["next"] is not None:
+        answer = await ask_page(bus, {**request, "cursor": answer["next"]}, reply_wait=wait)
+        count += len(answer["entries"])
+    assert count == total, f"the listing answered {count} of {total} keys"
+    return first, anyio.current_time() - started
+
+
+async def whole_listings(bus: Bus, nc: Client, report: Report, sizes: ScaleSizes, seat: int) -> None:
+    total = sizes.keys
+    print(f"whole listings of {total:,} keys")
+    first, whole = await first_page_and_all(bus, total)
+    paged = await timed(partial(raw_pages, nc, total))
+    watched = await timed(partial(read_whole, nc, ">", total))
+    met(report, f"whole listing: first page ({total:,} keys)", first, "s", "< 1", ok=first < 1)
+    report.add("whole listing: keys per second", total / whole, "keys/s")
+    report.add("  raw paged batch direct get: keys per second", total / paged, "keys/s")
+    report.add("  raw watch of every key: keys per second", total / watched, "keys/s")
+    speed = min(paged, watched) / whole
+    met(report, "whole listing speed / fastest raw read", speed, "x", ">= 0.8", ok=speed >= 0.8)
+    rss = peak_rss_mb(seat)
+    met(report, "seat peak RSS, one listing", rss, "MB", "< 150", ok=rss < 150)
+    async with anyio.create_task_group() as tg:
+        for _ in range(sizes.listings_at_once):
+            tg.start_soon(first_page_and_all, bus, total)
+    rss = peak_rss_mb(seat)
+    met(report, f"seat peak RSS, {sizes.listings_at_once} listings at once", rss, "MB", "< 200", ok=rss < 200)
+
+
+async def one_at_a_time(bus: Bus, writes: int) -> float:
+    """Seconds to write `writes` needs one conditional write after another (the converge of before)."""
+    desired = {key: value for key, value in need_items(TAIL - 1, writes, writes)}
+    seconds = await timed(partial(converge, bus, buckets.NEEDS, [], desired, in_flight=1))
+    return seconds
+
+
+async def pipelined_writes(bus: Bus, writes: int) -> float:
+    """Seconds to write `writes` needs conditionally, 64 in flight (the reconcile's own pipelining)."""
+    desired = {key: value for key, value in need_items(TAIL - 2, writes, writes)}
+    return await timed(partial(converge, bus, buckets.NEEDS, [], desired, in_flight=64))
+
+
+async def reconciles(bus: Bus, nc: Client, url: str, report: Report, *, sizes: ScaleSizes, state: Path) -> None:
+    print(f"a client reconciling {sizes.modules} modules x 10 placeholders, and one managing {sizes.many_modules}")
+    fleet = Fleet(sizes.modules, state / "fleet")
+    many = Fleet(sizes.many_modules, state / "many", node=f"{NODE}-many")
+    plan = ClientPlan(node=NODE, manifests=fleet.write_manifests(), materialize=fleet.folder / "env")
+    async with stand_ins(bus, NODE, with_vault=False) as parts, vault_process(url):
+        await fleet.write_values(bus, parts)
+        await many.write_values(bus, parts)
+        first = await measured_reconcile(bus, nc, plan)
+        repeats = [await measured_reconcile(bus, nc, plan) for _ in range(5)]
+        serial = await one_at_a_time(bus, first.kv_writes)
+        pipelined = await pipelined_writes(bus, first.kv_writes)
+        many_plan = ClientPlan(node=many.node, manifests=many.write_manifests(), materialize=many.folder / "env")
+        many_first = await measured_reconcile(bus, nc, many_plan)
+        many_second = await measured_reconcile(bus, nc, many_plan)
+        before = await own_bucket_sequences(nc)
+        rss = await client_peak_rss_mb(url, many_plan.manifests, many.folder / "env-of-a-process", node=many.node)
+        process_writes = await own_bucket_sequences(nc) - before
+    second = Run(median([r.seconds for r in repeats]), max(r.kv_writes for r in repeats), 0)
+    report.add(f"first reconcile ({sizes.modules} modules): time", first.seconds * 1e3, "ms")
+    report.add("first reconcile: KV writes", first.kv_writes, "writes")
+    met(report, "second reconcile: KV writes (most of 5)", second.kv_writes, "writes", "= 0", ok=second.kv_writes == 0)
+    report.add("second reconcile: time (median of 5)", second.seconds * 1e3, "ms")
+    ratio = second.seconds / first.seconds
+    met(report, "second reconcile time / first", ratio, "x", "<= 0.1", ok=ratio <= 0.1)
+    report.add(f"  {first.kv_writes} writes one at a time: time", serial * 1e3, "ms")
+    speed = (first.kv_writes / first.seconds) / (first.kv_writes / serial)
+    met(report, "first reconcile write rate / one at a time", speed, "x", ">= 3", ok=speed >= 3)
+    report.add(f"  {first.kv_writes} writes 64 in flight: time", pipelined * 1e3, "ms")
+    report.add(f"first reconcile of {sizes.many_modules} modules: time", many_first.seconds * 1e3, "ms")
+    report.add(f"first reconcile of {sizes.many_modules} modules: KV writes", many_first.kv_writes, "writes")
+    met(report, f"client peak RSS, {sizes.many_modules} modules (as a process)", rss, "MB", "< 100", ok=rss < 100)
+    report.add("  KV writes of that process (after 2 in-process runs)", process_writes, "writes")
+    writes = many_second.kv_writes
+    met(report, f"second reconcile of {sizes.many_modules} modules: KV writes", writes, "writes", "= 0", ok=writes == 0)
+
+
+async def registry_figures(nc: Client, report: Report, sizes: ScaleSizes) -> Latency:
+    verb, echo = await registry_and_echo(nc, sizes.registry_rounds)
+    report.add("registry p50", verb.p50_ms, "ms")
+    report.add("  echo p50", echo.p50_ms, "ms")
+    ratio = verb.p50_ms / echo.p50_ms
+    met(report, "registry p50 / echo p50", ratio, "x", "<= 1.1", ok=ratio <= 1.1)
+    idle = await sequential_latency(partial(ask_registry, nc), sizes.idle_samples)
+    report.add("registry p99, idle", idle.p99_ms, "ms")
+    return idle
+
+
+async def measure(bus: Bus, nc: Client, url: str, seat: int, *, report: Report, sizes: ScaleSizes, state: Path) -> None:
+    print(f"filling to {sizes.small:,} keys")
+    await publish_nodes(nc, range(FIRST, sizes.small // NODE_KEYS - 1))
+    await publish_nodes(nc, range(TAIL, TAIL + 1))
+    idle = await registry_figures(nc, report, sizes)
+    small = await node_reads(bus, nc, report, sizes, sizes.small)
+    nodes = range(sizes.small // NODE_KEYS - 1, sizes.keys // NODE_KEYS - 1)
+    print(f"{len(nodes):,} nodes registering {len(nodes) * NODE_KEYS:,} needs from {sizes.connections} connections")
+    busy = await register_while_sampling(nc, url, nodes, sizes.connections)
+    await publish_nodes(nc, range(TAIL, TAIL + 1))
+    report.add(f"registry p99 while {len(nodes):,} nodes register", busy.p99_ms, "ms")
+    ratio = busy.p99_ms / idle.p99_ms
+    met(report, "registry p99 registering / idle", ratio, "x", "< 3", ok=ratio < 3)
+    large = await node_reads(bus, nc, report, sizes, sizes.keys)
+    for where in ("first", "last"):
+        ratio = large[where] / small[where]
+        met(
+            report,
+            f"needs node=X time({sizes.keys:,}) / time({sizes.small:,}), {where}",
+            ratio,
+            "x",
+            "<= 1.2",
+            ok=ratio <= 1.2,
+        )
+    await whole_listings(bus, nc, report, sizes, seat)
+    await reconciles(bus, nc, url, report, sizes=sizes, state=state)
+
+
+async def run_scale(state: Path, keys: int) -> Report:
+    sizes = ScaleSizes(keys=keys)
+    report = Report()
+    async with local_nats(state / "nats") as server:
+        nc = await nats.connect(server.url, name="bench", pending_size=1024**3)
+        options = BusOptions(servers=(server.url,), name="bench", request_timeout=timedelta(seconds=60))
+        try:
+            async with server_process(server.url) as seat, echo_process(server.url), connect(options) as bus:
+                await measure(bus, nc, server.url, seat, report=report, sizes=sizes, state=state)
+        finally:
+            await nc.close()
+    return report
