@@ -12,6 +12,7 @@ Exit codes:
     2  a usage or settings error (a flag, a MESH_PROVISIONER_* variable, the config, domains or
        grants file); `remove-node` not confirmed (nothing was removed)
     3  `query`: the verb answered with an error (other than 410 and 503, which are retried)
+    4  `query`: answered, with malformed keys (listed and marked in every output)
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from contextlib import AsyncExitStack
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
 
+from provisioner import tables
 from provisioner.errors import ProvisionerError
 from provisioner.grants_command import add_grants_command, run_grants
 from provisioner.removal import node_keys, remove_keys
@@ -47,7 +50,7 @@ from registry.verb_client import ask_patiently
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_VERB_ERROR = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_VERB_ERROR, EXIT_MALFORMED = 0, 1, 2, 3, 4
 
 _EPILOG_SERVE = f"""\
 settings: flags over {ENV_PREFIX}<FIELD> environment variables (e.g. {ENV_PREFIX}COMPILE_INTERVAL=600)
@@ -65,11 +68,18 @@ examples:
 """
 
 _EPILOG_QUERY = """\
+--node, --module and --collection are asked of the verb (nats-server narrows the listing); --kind,
+--name and --state are then applied here, to the entries answered. Malformed keys under the
+narrowing are always listed, marked, and make the exit code 4.
+
 examples:
   mesh-provisioner query                           the registry: one entry per kind
   mesh-provisioner query needs --node n1           what node n1's modules need
-  mesh-provisioner query applied --module web      where module web is applied
+  mesh-provisioner query needs --kind secret --name db-password    who needs secret:db-password
+  mesh-provisioner query applied --module web      where module web is applied, with which digest
+  mesh-provisioner query applied --state pending   what is pending, and the first reason why
   mesh-provisioner query collect --collection shell:zsh:normal
+  mesh-provisioner query needs --jsonl | jq -r .node
 """
 
 _EPILOG_REMOVE = """\
@@ -115,16 +125,22 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _add_query(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     query = commands.add_parser(
-        "query", help="ask the verb and print the whole answer as JSON",
-        description="Ask the verb, follow every page, and print the merged answer as JSON "
-        "(entries, malformed keys and totals).",
+        "query", help="ask the verb and print the whole answer as a table, JSON or JSON lines",
+        description="Ask the verb, follow every page, and print the merged answer: a table (plain "
+        "columns when stdout is not a terminal), or JSON with --json, or JSON lines with --jsonl.",
         epilog=_EPILOG_QUERY, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    query.add_argument("what", nargs="?", default="registry", choices=("registry", "needs", "applied", "collect"))
+    query.add_argument("what", nargs="?", default="registry", choices=tuple(tables.COLUMNS))
     query.add_argument("--node", help="narrow to one node (needs, applied, collect)")
     query.add_argument("--module", help="narrow to one module; for collect, the contributor")
     query.add_argument("--collection", help="narrow to one collection (collect)")
-    query.add_argument("--compact", action="store_true", help="print JSON on one line")
+    query.add_argument("--kind", help="keep the entries of one kind (registry, needs; filtered here)")
+    query.add_argument("--name", help="keep the entries of one placeholder name (needs; filtered here)")
+    query.add_argument("--state", choices=("applied", "pending"), help="keep one state (applied; filtered here)")
+    output = query.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the merged answer as JSON")
+    output.add_argument("--jsonl", action="store_true", help="print one JSON object per entry, then per malformed key")
+    query.add_argument("--compact", action="store_true", help="with --json, print it on one line")
     query.add_argument(
         "--wait", type=float, default=30.0, metavar="SECONDS",
         help="how long to wait to connect, then for the whole answer (default 30); a seat that does not answer "
@@ -181,10 +197,28 @@ def _query(args: argparse.Namespace) -> int:
     logging_settings = load_settings(QuerySettings, given_flags(args, QuerySettings), None, os.environ)
     options = _bus_options(args, f"{buckets.SEAT}-query")
     _configure_logging(logging_settings)
+    _check_client_filters(args)
     request = {"what": args.what} | {f: getattr(args, f) for f in ("node", "module", "collection") if getattr(args, f)}
     answer = anyio.run(partial(_ask, options, request, wait=args.wait))
-    print(json.dumps(answer, indent=None if args.compact else 2, ensure_ascii=False))
-    return EXIT_OK
+    answer = tables.narrowed(answer, **{field: getattr(args, field) for field in tables.CLIENT_FILTERS})
+    _print_answer(args, answer)
+    return EXIT_MALFORMED if answer["malformed"] else EXIT_OK
+
+
+def _check_client_filters(args: argparse.Namespace) -> None:
+    for field, whats in tables.CLIENT_FILTERS.items():
+        if getattr(args, field) is not None and args.what not in whats:
+            raise SettingsError(f"--{field}", f"does not apply to {args.what}; only to {', '.join(whats)}")
+
+
+def _print_answer(args: argparse.Namespace, answer: dict[str, Any]) -> None:
+    if args.jsonl:
+        for line in tables.json_lines(answer):
+            print(line)
+    elif args.json:
+        print(json.dumps(answer, indent=None if args.compact else 2, ensure_ascii=False))
+    else:
+        tables.print_answer(answer, tables.console_for(sys.stdout))
 
 
 async def _ask(options: BusOptions, request: dict[str, str], *, wait: float) -> dict[str, object]:

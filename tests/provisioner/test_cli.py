@@ -79,7 +79,7 @@ async def query(url: str, *args: str) -> tuple[int, str, str]:
 
 
 async def test_query_prints_the_merged_answer_as_json(server: LocalNats) -> None:
-    code, out, _ = await query(server.url)
+    code, out, _ = await query(server.url, "--json")
     answer = json.loads(out)
     assert code == 0
     assert answer["what"] == "registry"
@@ -180,7 +180,8 @@ async def test_query_waits_for_a_seat_that_answers_within_the_wait(nats_server: 
         asked.set()
 
     listener = await nc.subscribe(buckets.VERB_SUBJECT, cb=silent)
-    command = [sys.executable, "-m", "provisioner.cli", "query", "--nats-url", nats_server.url, "--wait", "60"]
+    command = [sys.executable, "-m", "provisioner.cli", "query", "--json", "--nats-url", nats_server.url]
+    command += ["--wait", "60"]
     async with await anyio.open_process(command, env=clean_environment()) as process:
         with anyio.fail_after(20):
             await asked.wait()

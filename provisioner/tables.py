@@ -1,0 +1,166 @@
+"""The verb's answer as rows and tables, for `mesh-provisioner query`.
+
+An answer (`registry.verb_client.ask`'s merged pages) becomes one row per entry, with the columns
+of its `what`, and one row per malformed key, marked so. `kind`, `name` and `state` are not
+fields of the verb: `narrowed` keeps the entries that match them, after the verb's own narrowing
+by node, module and collection, and keeps every malformed key (its parts cannot be read).
+On a terminal the tables are boxed and coloured; anywhere else they are plain aligned columns
+with a header line, never wrapped, for `grep` and `less`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TextIO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+COLUMNS: Mapping[str, tuple[str, ...]] = {
+    "registry": ("kind", "domain", "module", "via", "where"),
+    "needs": ("node", "module", "kind", "name", "used in"),
+    "applied": ("node", "module", "state", "digest", "reasons", "action"),
+    "collect": ("node", "collection", "contributor", "items"),
+}
+# The filters read from the entries here, and the `what`s whose entries have the field.
+CLIENT_FILTERS: Mapping[str, tuple[str, ...]] = {
+    "kind": ("registry", "needs"),
+    "name": ("needs",),
+    "state": ("applied",),
+}
+
+DIGEST_SHOWN = 12  # hex digits of a digest in the table, as `git log --oneline` shows a commit
+REASON_SHOWN = 80  # characters of the first reason in the table; --json has them whole
+PLAIN_WIDTH = 100_000  # wide enough that no plain row is ever wrapped
+
+
+def narrowed(answer: Mapping[str, Any], **filters: str | None) -> dict[str, Any]:
+    """`answer` with only the entries whose `kind`, `name` or value's `state` equal the filters
+    given (`None`: any), and `total` counting what is kept. No filter given: `answer` as it is."""
+    given = {field: wanted for field, wanted in filters.items() if wanted is not None}
+    if not given:
+        return dict(answer)
+    entries = [entry for entry in answer["entries"] if all(_filtered(entry, f) == w for f, w in given.items())]
+    total = {"entries": len(entries), "malformed": len(answer["malformed"])}
+    return {**answer, "entries": entries, "total": total}
+
+
+def _filtered(entry: Mapping[str, Any], field: str) -> object:
+    return _value(entry).get(field) if field == "state" else entry.get(field)
+
+
+def rows(answer: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """One row per entry, in the columns of the answer's `what` (`COLUMNS`)."""
+    row = _ROWS[answer["what"]]
+    return [row(entry) for entry in answer["entries"]]
+
+
+def _registry_row(entry: Mapping[str, Any]) -> tuple[str, ...]:
+    value = _value(entry)
+    answer = value.get("answer")
+    answer = answer if isinstance(answer, dict) else {}
+    via, read = str(answer.get("via", "?")), answer.get("read", "value")
+    where = answer.get("subject", "") if via == "verb" else f"{answer.get('bucket', '')} {answer.get('key', '')}"
+    shown_via = via if via == "verb" or read == "value" else f"{via}, {read}"
+    return entry["kind"], _text(value.get("domain")), _text(value.get("module")), shown_via, str(where)
+
+
+def _needs_row(entry: Mapping[str, Any]) -> tuple[str, ...]:
+    used_in = _value(entry).get("used_in")
+    shown = ", ".join(map(str, used_in)) if isinstance(used_in, list) else ""
+    return entry["node"], entry["module"], entry["kind"], entry["name"], shown
+
+
+def _applied_row(entry: Mapping[str, Any]) -> tuple[str, ...]:
+    value = _value(entry)
+    return entry["node"], entry["module"], _text(value.get("state")), _digest(value), _reasons(value), _action(value)
+
+
+def _collect_row(entry: Mapping[str, Any]) -> tuple[str, ...]:
+    items = _value(entry).get("items")
+    return entry["node"], entry["collection"], entry["contributor"], str(len(items)) if isinstance(items, list) else ""
+
+
+_ROWS = {"registry": _registry_row, "needs": _needs_row, "applied": _applied_row, "collect": _collect_row}
+
+
+def _value(entry: Mapping[str, Any]) -> dict[str, Any]:
+    value = entry.get("value")
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _digest(value: Mapping[str, Any]) -> str:
+    digest = _text(value.get("digest"))
+    return digest.rpartition(":")[2][:DIGEST_SHOWN]
+
+
+def _reasons(value: Mapping[str, Any]) -> str:
+    reasons = value.get("reasons")
+    if not isinstance(reasons, list) or not reasons:
+        return ""
+    first = str(reasons[0])
+    return f"{len(reasons)}: {first if len(first) <= REASON_SHOWN else first[: REASON_SHOWN - 1] + '…'}"
+
+
+def _action(value: Mapping[str, Any]) -> str:
+    action = value.get("action")
+    if not isinstance(action, dict):
+        return ""
+    exit_code = action.get("exit_code")
+    return _text(action.get("outcome")) + ("" if exit_code in (None, 0) else f" (exit {exit_code})")
+
+
+def json_lines(answer: Mapping[str, Any]) -> Iterator[str]:
+    """One JSON object per entry, as the answer has it, then one per malformed key, marked
+    `"malformed": true`."""
+    for entry in answer["entries"]:
+        yield json.dumps(entry, ensure_ascii=False)
+    for bad in answer["malformed"]:
+        yield json.dumps({**bad, "malformed": True}, ensure_ascii=False)
+
+
+def console_for(out: TextIO) -> Console:
+    """A console writing to `out`: a terminal's own, or a plain one that never wraps."""
+    if out.isatty():
+        return Console(file=out, force_terminal=True, highlight=False)
+    return Console(file=out, force_terminal=False, width=PLAIN_WIDTH, highlight=False, emoji=False)
+
+
+def print_answer(answer: Mapping[str, Any], console: Console) -> None:
+    """The entries' table, the malformed keys' table (when there are any) and a count line."""
+    entries, malformed = answer["entries"], answer["malformed"]
+    header = [column.upper() for column in COLUMNS[answer["what"]]]
+    _print(console, _table(header, rows(answer), console))
+    if malformed:
+        console.print()
+        bad_rows = [("malformed", bad["key"], bad["reason"]) for bad in malformed]
+        _print(console, _table(["", "MALFORMED KEY", "REASON"], bad_rows, console, style="red"))
+    console.print()
+    count = f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'}"
+    console.print(Text(count + (f", {len(malformed)} malformed" if malformed else "")))
+
+
+def _table(header: Sequence[str], body: Sequence[Sequence[str]], console: Console, style: str = "") -> Table:
+    terminal = console.is_terminal
+    table = Table(box=box.SIMPLE_HEAD if terminal else None, pad_edge=terminal, show_edge=terminal)
+    for title in header:
+        table.add_column(Text(title), header_style="bold" if terminal else "", style=style if terminal else "")
+    for row in body:
+        table.add_row(*(Text(cell) for cell in row))  # Text: a `[` in a name is never markup
+    return table
+
+
+def _print(console: Console, table: Table) -> None:
+    if console.is_terminal:
+        console.print(table)
+        return
+    with console.capture() as captured:
+        console.print(table)
+    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
