@@ -133,6 +133,7 @@ class EnvFolder:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._key: bytes | None = None
+        self._ledger: Ledger | None = None  # read once per reconcile (an EnvFolder lives for one), kept on writes
 
     def path_of(self, module: str) -> Path:
         if not is_module(module):  # a module name always names a file inside the folder
@@ -140,7 +141,9 @@ class EnvFolder:
         return self.folder / f"{module}.env"
 
     def read_ledger(self) -> Ledger:
-        return read_ledger(self.folder / LEDGER)
+        if self._ledger is None:
+            self._ledger = read_ledger(self.folder / LEDGER)
+        return self._ledger
 
     def ledger(self) -> dict[str, str]:
         """File name to module, for every file the client wrote and has not removed."""
@@ -219,6 +222,7 @@ class EnvFolder:
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         document = {"files": dict(sorted(files.items())), "manifests": dict(sorted(manifests.items()))}
         _write_atomically(self.folder / LEDGER, (json.dumps(document, indent=2) + "\n").encode())
+        self._ledger = Ledger(dict(files), dict(manifests))
 
 
 def _read_key(path: Path) -> bytes | None:
