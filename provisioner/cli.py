@@ -78,6 +78,7 @@ examples:
   mesh-provisioner query needs --kind secret --name db-password    who needs secret:db-password
   mesh-provisioner query applied --module web      where module web is applied, with which digest
   mesh-provisioner query applied --state pending   what is pending, and the first reason why
+  mesh-provisioner query applied --state pending --by-reason    each reason: how many modules, which
   mesh-provisioner query collect --collection shell:zsh:normal
   mesh-provisioner query needs --jsonl | jq -r .node
 """
@@ -137,6 +138,10 @@ def _add_query(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--kind", help="keep the entries of one kind (registry, needs; filtered here)")
     query.add_argument("--name", help="keep the entries of one placeholder name (needs; filtered here)")
     query.add_argument("--state", choices=("applied", "pending"), help="keep one state (applied; filtered here)")
+    query.add_argument(
+        "--by-reason", action="store_true",
+        help="applied: each reason given, how many modules give it and which (--json: a list; --jsonl: one a line)",
+    )  # fmt: skip
     output = query.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the merged answer as JSON")
     output.add_argument("--jsonl", action="store_true", help="print one JSON object per entry, then per malformed key")
@@ -209,16 +214,31 @@ def _check_client_filters(args: argparse.Namespace) -> None:
     for field, whats in tables.CLIENT_FILTERS.items():
         if getattr(args, field) is not None and args.what not in whats:
             raise SettingsError(f"--{field}", f"does not apply to {args.what}; only to {', '.join(whats)}")
+    if args.by_reason and args.what != "applied":
+        raise SettingsError("--by-reason", f"does not apply to {args.what}; only to applied")
 
 
 def _print_answer(args: argparse.Namespace, answer: dict[str, Any]) -> None:
-    if args.jsonl:
+    if args.by_reason:
+        _print_by_reason(args, answer)
+    elif args.jsonl:
         for line in tables.json_lines(answer):
             print(line)
     elif args.json:
         print(json.dumps(answer, indent=None if args.compact else 2, ensure_ascii=False))
     else:
         tables.print_answer(answer, tables.console_for(sys.stdout))
+
+
+def _print_by_reason(args: argparse.Namespace, answer: dict[str, Any]) -> None:
+    if args.jsonl:
+        for line in tables.json_lines({"entries": tables.by_reason(answer), "malformed": answer["malformed"]}):
+            print(line)
+    elif args.json:
+        grouped = {"reasons": tables.by_reason(answer), "malformed": answer["malformed"]}
+        print(json.dumps(grouped, indent=None if args.compact else 2, ensure_ascii=False))
+    else:
+        tables.print_by_reason(answer, tables.console_for(sys.stdout))
 
 
 async def _ask(options: BusOptions, request: dict[str, str], *, wait: float) -> dict[str, object]:

@@ -133,17 +133,50 @@ def console_for(out: TextIO) -> Console:
     return Console(file=out, force_terminal=False, width=PLAIN_WIDTH, highlight=False, emoji=False)
 
 
+def by_reason(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each reason the applied entries give, with the modules giving it (`{"node", "module"}`, in
+    key order) and how many: most modules first, then by reason."""
+    modules: dict[str, list[dict[str, str]]] = {}
+    for entry in answer["entries"]:
+        reasons = _value(entry).get("reasons")
+        for reason in dict.fromkeys(map(str, reasons)) if isinstance(reasons, list) else ():
+            modules.setdefault(reason, []).append({"node": entry["node"], "module": entry["module"]})
+    ordered = sorted(modules.items(), key=lambda item: (-len(item[1]), item[0]))
+    return [{"reason": reason, "count": len(which), "modules": which} for reason, which in ordered]
+
+
 def print_answer(answer: Mapping[str, Any], console: Console) -> None:
     """The entries' table, the malformed keys' table (when there are any) and a count line."""
-    entries, malformed = answer["entries"], answer["malformed"]
     header = [column.upper() for column in COLUMNS[answer["what"]]]
-    _print(console, _table(header, rows(answer), console))
+    _print_listing(
+        console, header, rows(answer), answer["malformed"], _count(len(answer["entries"]), "entry", "entries")
+    )
+
+
+def print_by_reason(answer: Mapping[str, Any], console: Console) -> None:
+    """`by_reason` as a table (reason, how many modules, which), then the malformed keys."""
+    groups = by_reason(answer)
+    body = [
+        (g["reason"], str(g["count"]), ", ".join(f"{m['node']}/{m['module']}" for m in g["modules"])) for g in groups
+    ]
+    giving = len({(e["node"], e["module"]) for g in groups for e in g["modules"]})
+    count = f"{_count(len(groups), 'reason', 'reasons')}, given by {_count(giving, 'module', 'modules')}"
+    _print_listing(console, ["REASON", "MODULES", "WHICH"], body, answer["malformed"], count)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _print_listing(
+    console: Console, header: Sequence[str], body: Sequence[Sequence[str]], malformed: Sequence[Any], count: str
+) -> None:
+    _print(console, _table(header, body, console))
     if malformed:
         console.print()
         bad_rows = [("malformed", bad["key"], bad["reason"]) for bad in malformed]
         _print(console, _table(["", "MALFORMED KEY", "REASON"], bad_rows, console, style="red"))
     console.print()
-    count = f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'}"
     console.print(Text(count + (f", {len(malformed)} malformed" if malformed else "")))
 
 

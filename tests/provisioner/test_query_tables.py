@@ -210,3 +210,36 @@ async def test_a_paged_answer_is_one_table(small_payload_server: LocalNats) -> N
     assert code == 4
     assert [line.split()[0] for line in lines[1:301]] == [f"n{i:03}" for i in range(300)]
     assert lines[-1] == "300 entries, 1 malformed"
+
+
+async def test_pending_grouped_by_reason_names_how_many_modules_and_which(seeded: LocalNats) -> None:
+    code, out, _ = await query(seeded.url, "applied", "--state", "pending", "--by-reason")
+    width = len(UNREACHABLE)
+    assert code == 0
+    assert out == (
+        f"{'REASON':{width}}  MODULES  WHICH\n"
+        f"{UNREACHABLE}  2        n2/api, n3/web\n"
+        f"{'config db:url: no value':{width}}  1        n2/api\n"
+        "\n"
+        "2 reasons, given by 2 modules\n"
+    )
+
+
+async def test_by_reason_as_json_lists_each_reason_with_its_modules(seeded: LocalNats) -> None:
+    code, out, _ = await query(seeded.url, "applied", "--by-reason", "--json")
+    assert code == 0
+    assert json.loads(out) == {
+        "reasons": [
+            {"reason": UNREACHABLE, "count": 2,
+             "modules": [{"node": "n2", "module": "api"}, {"node": "n3", "module": "web"}]},
+            {"reason": "config db:url: no value", "count": 1, "modules": [{"node": "n2", "module": "api"}]},
+        ],
+        "malformed": [],
+    }  # fmt: skip
+
+
+async def test_by_reason_only_applies_to_applied(seeded: LocalNats) -> None:
+    code, out, err = await query(seeded.url, "needs", "--by-reason")
+    assert (code, out) == (2, "")
+    last = err.strip().splitlines()[-1]
+    assert last == "mesh-provisioner query: --by-reason: does not apply to needs; only to applied"
