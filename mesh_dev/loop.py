@@ -57,7 +57,7 @@ mesh-provisioner-dev is running.
 
 Ask it from another terminal:
   mesh-provisioner query --nats-url {url}
-  mesh-provisioner query needs --node n1 --nats-url {url}
+  mesh-provisioner query needs --node node-1 --nats-url {url}
   mesh-provisioner query collect --collection shell:zsh:normal --nats-url {url}
   NATS_URL={url} mesh-provisioner query applied
 
