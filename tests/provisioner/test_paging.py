@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from registry.errors import ServiceError
 from registry.kv import BucketConfig, put
 from registry.parties import Kind, Party
 from registry.verb_client import ask, ask_page, ask_patiently
-from tests.helpers import in_own_task, put_many, serving
+from tests.helpers import put_many
 
 NEED = b'{"placeholder":"${config:x}","used_in":["etc/app.conf"]}'
 
@@ -141,21 +140,6 @@ def test_the_oldest_listing_is_dropped_to_keep_within_bounds() -> None:
     cache.keep("D", {}, [b"12345678"])
     assert cache.size <= 10
     assert cache.page("D.2", {}) == b"12345678"
-
-
-@asynccontextmanager
-async def small_payload_nats(tmp_path: Path) -> AsyncIterator[LocalNats]:
-    async with (
-        local_nats(tmp_path / "nats", "max_payload: 16384") as server,
-        serving(server.url, bucket_max_value_size=8192),
-    ):
-        yield server
-
-
-@pytest.fixture
-async def small_payload_server(tmp_path: Path) -> AsyncIterator[LocalNats]:
-    async with in_own_task(small_payload_nats(tmp_path)) as server:
-        yield server
 
 
 async def test_pages_fit_a_small_max_payload_and_join_to_the_whole_listing(small_payload_server: LocalNats) -> None:

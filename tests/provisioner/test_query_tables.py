@@ -6,21 +6,18 @@ from __future__ import annotations
 import io
 import json
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
 
 import anyio
 import pytest
 from rich.console import Console
 
-from mesh_dev.local_nats import LocalNats, local_nats
+from mesh_dev.local_nats import LocalNats
 from provisioner import tables
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.kv import put
 from registry.verb_client import ask
-from tests.helpers import clean_environment, in_own_task, put_many, serving
+from tests.helpers import clean_environment, put_many
 
 NEED = b'{"placeholder":"${secret:db-password}","used_in":["DB_PASSWORD"]}'
 NEEDS = {
@@ -182,21 +179,6 @@ def test_on_a_terminal_the_table_is_boxed_and_the_malformed_key_marked() -> None
         ["malformed", "n1.bad", "it", "has", "2", "tokens,", "the", "shape", "has", "3"],
     ]
     assert text.rstrip().endswith("1 entry, 1 malformed")
-
-
-@asynccontextmanager
-async def small_payload_nats(tmp_path: Path) -> AsyncIterator[LocalNats]:
-    async with (
-        local_nats(tmp_path / "nats", "max_payload: 16384") as server,
-        serving(server.url, bucket_max_value_size=8192),
-    ):
-        yield server
-
-
-@pytest.fixture
-async def small_payload_server(tmp_path: Path) -> AsyncIterator[LocalNats]:
-    async with in_own_task(small_payload_nats(tmp_path)) as server:
-        yield server
 
 
 async def test_a_paged_answer_is_one_table(small_payload_server: LocalNats) -> None:
