@@ -5,10 +5,11 @@
 
 Exit codes:
 
-    0  done: every module applied (status: every module recorded as applied); in watch mode,
-       stopped cleanly by SIGTERM or SIGINT
+    0  done: every module applied (status: every module recorded as applied and its file on
+       disk as recorded); in watch mode, stopped cleanly by SIGTERM or SIGINT
     1  something is pending: a module waits for a value, a manifest cannot be read,
-       or a change action failed; the reasons are logged and shown by `status`. Also a stop
+       or a change action failed; the reasons are logged and shown by `status` (which also
+       exits 1 when a file drifted from what was applied, or is not where it was written). Also a stop
        forced by a second signal, or by the reconcile outlasting --shutdown-timeout
     2  usage or settings error
     3  the bus could not be reached or refused an operation

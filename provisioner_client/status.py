@@ -43,7 +43,10 @@ class NodeStatus:
 
     @property
     def ok(self) -> bool:
-        return not self.unreadable and all(m.applied.state == "applied" for m in self.modules.values())
+        """Every module applied and its file on disk as recorded: a drifted file is not ok
+        (the next reconcile puts it back), so a script or an operator is told by the exit code."""
+        modules = self.modules.values()
+        return not self.unreadable and all(m.applied.state == "applied" and not m.drifted for m in modules)
 
     def as_json(self) -> str:
         document = {

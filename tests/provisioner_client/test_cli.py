@@ -61,8 +61,15 @@ async def test_reconcile_then_status_say_everything_is_applied(
     assert status["modules"]["app"]["action"]["outcome"] == "succeeded"
     (plan.materialize / "app.env").write_text("EDITED=1\n")
     code, out, _ = await client("status", env=env)
-    assert code == 0
+    assert code == 1, "a drifted file is not ok"
     assert "(drifted; the next reconcile puts it back)" in out
+    elsewhere = client_env(nats_server.url, plan, MESH_PROVISIONER_CLIENT_MATERIALIZE=str(plan.materialize.parent))
+    code, out, _ = await client("status", env=elsewhere)
+    assert code == 1, "files not where they were written (a wrong --materialize) are not ok"
+    code, _, _ = await client("reconcile", env=env)
+    assert code == 0
+    code, out, _ = await client("status", env=env)
+    assert code == 0, out
 
 
 async def test_a_pending_module_exits_1_and_status_shows_why(
