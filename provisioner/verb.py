@@ -45,6 +45,10 @@ class Verb:
         self.cache = cache
         self.registry = registry
         self.parties = parties
+        # Whole listings are read one at a time: several pushed at once over the seat's one
+        # connection outran it (three of 200,000 keys: nats-server cut the connection as a slow
+        # consumer and every listing lost messages). Narrowed listings are batch reads: unaffected.
+        self.whole_listings = anyio.CapacityLimiter(1)
 
     def asked(self, body: bytes, headers: Mapping[str, str]) -> Asked:
         """The request validated and scoped to the party the bus says sent it; `Forbidden` for an
@@ -73,7 +77,11 @@ class Verb:
         """The first page of a new listing; the pages after it are kept under a cursor for the
         party that asked."""
         query = asked.query
-        items = await list_keys(self.bus, query)
+        if query.narrowing():
+            items = await list_keys(self.bus, query)
+        else:
+            async with self.whole_listings:
+                items = await list_keys(self.bus, query)
         listing_id = self.cache.new_listing_id()
         budget = page_budget(self.bus.max_payload)
         paginate = partial(paginate_listing, query.what, items, budget=budget, listing_id=listing_id)

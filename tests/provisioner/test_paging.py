@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from mesh_dev.local_nats import LocalNats, local_nats
@@ -231,3 +232,20 @@ async def test_a_patient_query_starts_a_listing_the_seat_forgot_again(tmp_path: 
     assert answer["total"]["entries"] == len(answer["entries"]) == 300
     assert answer["pages"] > 1
     assert cache.listings == 2
+
+
+@pytest.mark.slow
+async def test_three_whole_listings_at_once_of_200000_keys_are_each_answered_whole(server: LocalNats, bus: Bus) -> None:
+    """Issue 10: pushed at once over the seat's one connection, three such listings outran it
+    (nats-server cut it as a slow consumer; each answered 503). Whole listings now take turns."""
+    await put_many(bus, buckets.NEEDS, needs(200_000))
+    answers: list[int] = []
+
+    async def whole_listing() -> None:
+        answer = await ask(bus, {"what": "needs"}, reply_wait=timedelta(seconds=60))
+        answers.append(len(answer["entries"]))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(whole_listing)
+    assert answers == [200_000] * 3
