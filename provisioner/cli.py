@@ -23,7 +23,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -40,8 +39,8 @@ from provisioner.server import run_server
 from provisioner.settings import ENV_PREFIX, QuerySettings, ServerSettings
 from registry import buckets
 from registry.buckets import Bucket
-from registry.bus import Bus, BusOptions, connect
-from registry.errors import BusError, CatalogueError, RegistryError, ServiceError, SettingsError
+from registry.bus import BusOptions, connect_within
+from registry.errors import CatalogueError, RegistryError, ServiceError, SettingsError
 from registry.kv import KvItem
 from registry.logs import configure_logging
 from registry.settings import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
@@ -242,18 +241,8 @@ def _print_by_reason(args: argparse.Namespace, answer: dict[str, Any]) -> None:
 
 
 async def _ask(options: BusOptions, request: dict[str, str], *, wait: float) -> dict[str, object]:
-    async with AsyncExitStack() as resources:
-        bus = await _connected(resources, options, wait=wait)
+    async with connect_within(options, timedelta(seconds=wait)) as bus:
         return await ask_patiently(bus, request, within=timedelta(seconds=wait))
-
-
-async def _connected(resources: AsyncExitStack, options: BusOptions, *, wait: float) -> Bus:
-    try:
-        with anyio.fail_after(wait):  # nats-py would retry a first connect forever
-            return await resources.enter_async_context(connect(options))
-    except TimeoutError:
-        servers = ", ".join(options.servers)
-        raise BusError(f"connect to {servers}", f"no connection within {wait:g} s") from None
 
 
 def _remove_node(args: argparse.Namespace) -> int:
@@ -265,8 +254,7 @@ def _remove_node(args: argparse.Namespace) -> int:
 
 async def _remove(options: BusOptions, node: str, *, confirmed: bool, wait: float) -> int:
     """Lists the node's keys, asks unless `confirmed`, removes them and prints what was removed."""
-    async with AsyncExitStack() as resources:
-        bus = await _connected(resources, options, wait=wait)
+    async with connect_within(options, timedelta(seconds=wait)) as bus:
         found = await node_keys(bus, node)
         if not any(found.values()):
             print(f"nothing to remove: node {node!r} has no key in the needs, applied or collect buckets")

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from provisioner.paging import Encoded, build_pages
-from provisioner.request import LISTABLE, strict_json
+from provisioner.request import LISTABLE
+from registry.bounded_json import JsonRefused, read_json
 from registry.errors import KeyShapeError
 from registry.kv import KvItem
 
@@ -65,11 +66,9 @@ def _too_large(what: str, size: int, max_item_bytes: int) -> str | None:
 def json_problem(value: bytes) -> str | None:
     """Why `value` is not strict JSON (nested at most `MAX_VALUE_DEPTH` levels), or None when it is."""
     try:
-        strict_json(value.decode("utf-8"), max_depth=MAX_VALUE_DEPTH)
-    except UnicodeDecodeError:
-        return "the value is not UTF-8 text"
-    except ValueError as err:
-        return f"the value is not JSON: {err}"
+        read_json(value, max_bytes=len(value), max_depth=MAX_VALUE_DEPTH)
+    except JsonRefused as err:
+        return f"the value {err.reason.removeprefix('it ')}"
     return None
 
 

@@ -15,8 +15,6 @@ Who asks decides the scope (`scoped`), never the body: the bus tells the party
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -25,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from provisioner.errors import Forbidden, RequestError
 from registry import buckets
+from registry.bounded_json import JsonRefused, read_json
 from registry.buckets import Bucket
 from registry.parties import Party
 from registry.service import capped
@@ -114,9 +113,9 @@ def parse_request(body: bytes) -> Query:
     if not body.strip():
         return Query()
     try:
-        document = strict_json(body.decode("utf-8"), max_depth=MAX_REQUEST_DEPTH)
-    except (UnicodeDecodeError, ValueError) as err:
-        raise RequestError(f"the body is not JSON: {err}") from None
+        document = read_json(body, max_bytes=MAX_REQUEST_BYTES, max_depth=MAX_REQUEST_DEPTH)
+    except JsonRefused as err:
+        raise RequestError(f"the body {err.reason.removeprefix('it ')}") from None
     if not isinstance(document, dict):
         raise RequestError(f"the body must be a JSON object, not {_json_type(document)}")
     nulls = [field for field in Query.model_fields if field in document and document[field] is None]
@@ -158,41 +157,3 @@ def _quoted(value: Any, limit: int = 64) -> str:
 def _json_type(document: Any) -> str:
     names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
     return names.get(type(document), "null")
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def strict_json(text: str, *, max_depth: int) -> Any:
-    """`text` as JSON, refusing NaN and Infinity and nesting deeper than `max_depth` levels of
-    arrays and objects; raises `ValueError`."""
-    if nested_deeper(text, max_depth):
-        raise ValueError(f"nested deeper than {max_depth} levels")
-    try:
-        return _STRICT_JSON.decode(text)
-    except RecursionError:  # cannot happen after the check above; the parser's own limit, kept as a backstop
-        raise ValueError(f"nested deeper than {max_depth} levels") from None
-
-
-def nested_deeper(text: str, limit: int) -> bool:
-    """Whether JSON `text` opens more than `limit` arrays or objects inside each other.
-
-    Counting brackets (in C) settles almost every text at once; only a text with more brackets
-    than `limit` is scanned, skipping strings whole."""
-    if text.count("[") + text.count("{") <= limit:
-        return False
-    depth = 0
-    for found in _STRUCTURE.finditer(text):
-        bracket = found.group()
-        if bracket in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif bracket in "]}":
-            depth -= 1
-    return False
-
-
-_STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
-_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')

@@ -27,8 +27,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.settings import ENV_PREFIX, ClientSettings
 from provisioner_client.status import read_status
 from provisioner_client.watching import WatchTiming, watch
-from registry.bus import Bus, BusOptions, connect
+from registry.bus import BusOptions, connect, connect_within
 from registry.errors import BusError, SettingsError
 from registry.logs import configure_logging, event
 from registry.settings import BusSettings, add_settings_arguments, given_flags, load_settings
@@ -127,31 +126,17 @@ async def _command(
                       lease_ttl=settings.lease_ttl, action_env=action_env)  # fmt: skip
     if args.watch:
         return await _watch(options, settings, plan, stop)
-    async with _connect_once(options) as bus, holding(bus, plan.node, plan.lease_ttl):
+    async with connect_within(options, options.request_timeout) as bus, holding(bus, plan.node, plan.lease_ttl):
         report = await reconcile(bus, plan)
     print(report.summary())
     return EXIT_OK if report.ok else EXIT_PENDING
 
 
 async def _status(options: BusOptions, settings: ClientSettings, *, as_json: bool) -> int:
-    async with _connect_once(options) as bus:
+    async with connect_within(options, options.request_timeout) as bus:
         status = await read_status(bus, settings.node, settings.materialize)
     print(status.as_json() if as_json else status.as_text())
     return EXIT_OK if status.ok else EXIT_PENDING
-
-
-@asynccontextmanager
-async def _connect_once(options: BusOptions) -> AsyncIterator[Bus]:
-    """A connection for a one-shot command: gives up after the NATS timeout instead of waiting forever."""
-    deadline = options.request_timeout.total_seconds()
-    async with AsyncExitStack() as stack:
-        try:
-            with anyio.fail_after(deadline):
-                bus = await stack.enter_async_context(connect(options))
-        except TimeoutError:
-            servers = ", ".join(options.servers)
-            raise BusError(f"connect to {servers}", f"no server answered within {deadline:g} s") from None
-        yield bus
 
 
 async def _watch(options: BusOptions, settings: ClientSettings, plan: ClientPlan, stop: anyio.Event) -> int:

@@ -42,9 +42,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provisioner_client.bounded_json import JsonRefused, read_json
 from provisioner_client.errors import MaterializeError
 from provisioner_client.manifest import MODULE_PATTERN
+from registry.bounded_json import JsonRefused, read_json
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,6 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from provisioner_client.action import DEFAULT_ENVIRONMENT, action_environment, run_action
-from provisioner_client.bounded_json import JsonRefused, read_json
 from provisioner_client.concurrently import all_of
 from provisioner_client.envfile import EnvFolder, render
 from provisioner_client.errors import ManifestError, MaterializeError, capped
@@ -41,6 +40,7 @@ from provisioner_client.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifes
 from provisioner_client.resolve import Pending, Registry, Resolver, Source, read_registry
 from provisioner_client.scope import NodeScope
 from registry import buckets
+from registry.bounded_json import JsonRefused, read_json
 from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.errors import RegistryError

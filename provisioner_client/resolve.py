@@ -14,7 +14,7 @@ node's own collect bucket is listed by the provisioning verb. No other bucket ca
 Verb values are secrets: never stored, logged or put in a reason, and they live only during one
 reconcile. Whatever cannot be resolved raises `Pending` with the reason; its module stays pending.
 Every JSON read here (a value, a plan, a registry entry, a vault's answer) goes through
-`bounded_json.read_json`: a value too deep or too large is a reason naming its key, never a crash.
+`registry.bounded_json.read_json`: a value too deep or too large is a reason naming its key, never a crash.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Generic, TypeVar
 import anyio
 from pydantic import ValidationError
 
-from provisioner_client.bounded_json import JsonRefused, read_json
 from provisioner_client.scope import NodeScope
 from registry import buckets, keys
+from registry.bounded_json import JsonRefused, read_json
 from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.errors import BusError, BusTimeout, NoResponders, RegistryError, ServiceError

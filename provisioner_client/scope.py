@@ -7,7 +7,7 @@ A node has no JetStream API in the data account (no consumer, no stream info), s
 own keys of needs, applied and collect from the provisioning verb, which answers a node about its
 own keys with each entry's revision. A key out of shape under the node is the node's footprint
 too: the verb names it as malformed, and it is read by direct get so that a converge removes it.
-The verb's pages are read by `bounded_json.read_json` (at most the largest NATS payload, and the
+The verb's pages are read by `registry.bounded_json.read_json` (at most the largest NATS payload, and the
 values' depth bound plus the answer's own levels): a page beyond that is a `BusError`, never a crash.
 """
 
@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from provisioner_client.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, read_json
 from provisioner_client.errors import ForeignKeyError
 from registry import buckets
+from registry.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, read_json
 from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.errors import BusError, WrongLastSequence

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from provisioner_client.bounded_json import JsonRefused, read_json
 from provisioner_client.envfile import EnvFolder
 from provisioner_client.scope import NodeScope
 from registry import buckets
+from registry.bounded_json import JsonRefused, read_json
 from registry.bus import Bus
 from registry.errors import RegistryError
 from registry.models import AppliedValue

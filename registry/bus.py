@@ -26,7 +26,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -446,6 +446,20 @@ async def connect(options: BusOptions) -> AsyncIterator[Bus]:
         # nats-py closes the connection itself once its drain times out: leave it time to.
         with anyio.move_on_after(options.drain_timeout.total_seconds() + 2, shield=True):
             await _close(bus, nc)
+
+
+@asynccontextmanager
+async def connect_within(options: BusOptions, within: timedelta) -> AsyncIterator[Bus]:
+    """`connect` for a one-shot command: nats-py would retry a first connect for ever, so it gives
+    up with a `BusError` once `within` has passed without a server answering."""
+    async with AsyncExitStack() as stack:
+        try:
+            with anyio.fail_after(within.total_seconds()):
+                bus = await stack.enter_async_context(connect(options))
+        except TimeoutError:
+            servers = ", ".join(options.servers)
+            raise BusError(f"connect to {servers}", f"no server answered within {within.total_seconds():g} s") from None
+        yield bus
 
 
 def nats_client(bus: Bus) -> Client:

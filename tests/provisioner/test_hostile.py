@@ -17,8 +17,9 @@ from mesh_dev.local_nats import LocalNats
 from provisioner.errors import CursorGone
 from provisioner.listing import MAX_VALUE_DEPTH
 from provisioner.paging import PageCache
-from provisioner.request import MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, nested_deeper
+from provisioner.request import MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH
 from registry import buckets
+from registry.bounded_json import nesting
 from registry.bus import Bus, Message
 from registry.service import EndpointSpec, ServiceRequest, serve
 from registry.verb_client import ERROR_CODE_HEADER, ERROR_HEADER, ask
@@ -54,9 +55,9 @@ async def still_serving(bus: Bus) -> None:
 @pytest.mark.parametrize(
     ("body", "says"),
     [
-        (deep(1000), f"nested deeper than {MAX_REQUEST_DEPTH} levels"),
-        (deep_object(1000), f"nested deeper than {MAX_REQUEST_DEPTH} levels"),
-        (b'{"what":"needs","node":' + deep(MAX_REQUEST_DEPTH) + b"}", f"nested deeper than {MAX_REQUEST_DEPTH}"),
+        (deep(1000), f"more than the {MAX_REQUEST_DEPTH} allowed"),
+        (deep_object(1000), f"more than the {MAX_REQUEST_DEPTH} allowed"),
+        (b'{"what":"needs","node":' + deep(MAX_REQUEST_DEPTH) + b"}", f"more than the {MAX_REQUEST_DEPTH} allowed"),
         (b'{"what":"needs","node":null}', "field 'node' is null"),
         (b'{"what":"needs","module":null}', "field 'module' is null"),
         (b'{"what":"collect","collection":null}', "field 'collection' is null"),
@@ -107,10 +108,10 @@ async def test_a_cursor_is_read_by_one_rule(seeded: Bus, cursor: str) -> None:
 
 
 def test_nesting_is_measured_outside_strings() -> None:
-    assert not nested_deeper('["[[[[", "{{{{", "\\"[[[["]', 2)
-    assert nested_deeper("[[[", 2)
-    assert not nested_deeper("[[]]" * 100, 2)
-    assert nested_deeper('{"a":{"b":[1]}}', 2)
+    assert nesting(b'["[[[[", "{{{{", "\\"[[[["]') == 1
+    assert nesting(b"[[[") == 3
+    assert nesting(b"[[]]" * 100) == 2
+    assert nesting(b'{"a":{"b":[1]}}') == 3
 
 
 async def test_a_huge_request_writes_no_huge_log_line(seeded: Bus, caplog: pytest.LogCaptureFixture) -> None:
@@ -143,7 +144,7 @@ async def test_a_deep_value_under_a_node_is_malformed_and_every_listing_answers(
         answer = await ask(seeded, request)
         reasons = {m["key"]: m["reason"] for m in answer["malformed"]}
         assert sorted(reasons) == ["n1.web.config.deep", "n1.web.config.one-too-deep"]
-        assert all(f"nested deeper than {MAX_VALUE_DEPTH} levels" in reason for reason in reasons.values())
+        assert all(f"more than the {MAX_VALUE_DEPTH} allowed" in reason for reason in reasons.values())
         assert "n1.web.config.deepest-allowed" in [e["key"] for e in answer["entries"]]
     assert [e["key"] for e in (await ask(seeded, {"what": "needs", "node": "n2"}))["entries"]] == ["n2.web.config.fine"]
 
@@ -156,7 +157,7 @@ async def test_a_deep_value_in_the_registry_is_malformed_and_the_registry_answer
         while not (answer := await ask(seeded, {}))["malformed"]:
             await anyio.sleep(0.01)
     assert [m["key"] for m in answer["malformed"]] == ["deep"]
-    assert "nested deeper than" in answer["malformed"][0]["reason"]
+    assert "levels deep" in answer["malformed"][0]["reason"]
     assert answer["total"]["entries"] == 13
 
 

@@ -139,10 +139,10 @@ OUT_OF_SHAPE = {
     "n1.a.b.caf\u00e9": (b"{}", "must be escaped"),
     "n1.web.config.*": (b"{}", "character '*' at offset 0 must be escaped"),
     "n1.web.config.>": (b"{}", "character '>' at offset 0 must be escaped"),
-    "n1.web.config.broken": (b"{not json", "not JSON"),
+    "n1.web.config.broken": (b"{not json", "not valid JSON"),
     "n1.web.config.nan": (b"NaN", "not JSON"),
     "n1.web.config.latin1": (b'"caf\xe9"', "not UTF-8"),
-    "n1.web.config.empty": (b"", "not JSON"),
+    "n1.web.config.empty": (b"", "not valid JSON"),
 }
 
 
@@ -203,8 +203,8 @@ def error_of(msg: Message) -> tuple[str, str, dict[str, Any]]:
 @pytest.mark.parametrize(
     ("body", "code", "says"),
     [
-        (b"{nope", "400", "not JSON"),
-        (b"\xff\xfe", "400", "not JSON"),
+        (b"{nope", "400", "not valid JSON"),
+        (b"\xff\xfe", "400", "not UTF-8 text"),
         (b'["needs"]', "400", "must be a JSON object, not an array"),
         (b'"needs"', "400", "must be a JSON object, not a string"),
         (b'{"what":"needs","nodes":"n1"}', "400", "unknown field 'nodes'"),

@@ -15,13 +15,13 @@ import pytest
 
 from mesh_dev.standins import StandIns
 from provisioner_client.action import inherited
-from provisioner_client.bounded_json import MAX_DEPTH, JsonRefused, read_json
 from provisioner_client.envfile import KEY, LEDGER
 from provisioner_client.manifest import MAX_MANIFEST_BYTES, load_manifests
 from provisioner_client.reconcile import MAX_REASONS, ClientPlan, Report, reconcile
 from provisioner_client.scope import NodeScope
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
+from registry.bounded_json import MAX_DEPTH, JsonRefused, read_json
 from registry.bus import Bus
 from registry.kv import get_direct, put
 from tests.helpers import NODE
