@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from registry.grants import AccountGrant, Grants, Import
+from registry.grants import AccountGrant, Grants, Import, vault_listens
 from registry.parties import DATA_ACCOUNT, Kind
 
 HEADER = """\
@@ -54,7 +54,7 @@ def _role(grant: AccountGrant) -> str:
 def _user(grant: AccountGrant, vault_subjects: Sequence[str]) -> str:
     if grant.party.kind != Kind.VAULT:
         return f"nkey: {_quoted(grant.user_key)}"
-    listens = ", ".join(_quoted(s) for s in [*vault_subjects, "$SRV.>"])
+    listens = ", ".join(_quoted(s) for s in vault_listens(vault_subjects))
     return (
         f'nkey: {_quoted(grant.user_key)}, permissions: {{publish: {{deny: [">"]}}, '
         f"subscribe: {{allow: [{listens}]}}, allow_responses: true}}"

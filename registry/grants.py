@@ -213,8 +213,21 @@ def provider_imports(provider: str, catalogue: _Catalogue) -> list[Import]:
     return found
 
 
+SERVICE_API = ("PING", "INFO", "STATS")
+
+
+def vault_listens(vault_subjects: Sequence[str]) -> list[str]:
+    """What the vault's user may subscribe to: its verbs, and the service API under its own service
+    names (the verbs' first token: `mesh-vault.secret` is served as `mesh-vault`) besides the bare
+    discovery subjects, never the seat's `$SRV.*.mesh-provisioner`, which it could answer falsely."""
+    names = sorted({subject.split(".", 1)[0] for subject in vault_subjects})
+    service_api = [f"$SRV.{verb}" for verb in SERVICE_API]
+    own = [f"$SRV.{verb}.{name}{tail}" for name in names for verb in SERVICE_API for tail in ("", ".>")]
+    return [*vault_subjects, *service_api, *own]
+
+
 def operator_imports() -> list[Import]:
-    service_api = [f"$SRV.{verb}.{buckets.SEAT}" for verb in ("PING", "INFO", "STATS")]
+    service_api = [f"$SRV.{verb}.{buckets.SEAT}" for verb in SERVICE_API]
     return [
         *_asks([buckets.VERB_SUBJECT], "ask the verb, telling who asks"),
         *(Import(kind="service", subject=s, why="the service API of the seat") for s in service_api),

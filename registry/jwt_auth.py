@@ -38,7 +38,7 @@ import nkeys
 
 from registry.credentials import SEED_SUFFIX, CredentialError, write_secret
 from registry.errors import BusError
-from registry.grants import AccountGrant, Grants, Import
+from registry.grants import AccountGrant, Grants, Import, vault_listens
 from registry.parties import DATA_ACCOUNT, SYSTEM_ACCOUNT, Kind, Party
 
 if TYPE_CHECKING:  # issuing the grants never needs nats-py: only pushing them does
@@ -243,7 +243,7 @@ def _data_user_permissions(grant: AccountGrant, vault_subjects: Sequence[str]) -
     """The seat holds the whole data account; the vault answers its verbs and nothing else."""
     if grant.party.kind != Kind.VAULT:
         return {}
-    return {"pub": {"deny": [">"]}, "sub": {"allow": [*vault_subjects, "$SRV.>"]}, "resp": {"max": 1, "ttl": 0}}
+    return {"pub": {"deny": [">"]}, "sub": {"allow": vault_listens(vault_subjects)}, "resp": {"max": 1, "ttl": 0}}
 
 
 def _account(out: Path, account: str, key: Nkey, operator: Nkey, body: dict[str, Any]) -> str:

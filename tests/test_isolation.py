@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from provisioner.buckets import ensure_buckets
@@ -251,3 +252,25 @@ async def test_the_check_bites_on_one_account_the_same_attack_writes_into_the_re
         while (landed := await get_latest(bus, buckets.REGISTRY, "secret")) is None:
             await anyio.sleep(0.05)
     assert landed.value == b'{"planted":"by n1"}'
+
+
+async def test_the_vault_cannot_answer_the_seats_service_api_in_its_place(mesh: Mesh, seat: Bus) -> None:
+    """The vault's user shares the data account with the seat; allowed `$SRV.>` it could answer an
+    operator's `$SRV.INFO.mesh-provisioner` first, with whatever it likes."""
+    vault = await mesh.raw(party(Kind.VAULT))
+    operator = await mesh.raw(OPS)
+
+    async def forge(msg: Msg) -> None:
+        await msg.respond(b'{"name":"forged"}')
+
+    try:
+        await vault.subscribe(f"$SRV.INFO.{buckets.SEAT}", cb=forge)
+        await vault.flush()
+        names = set()
+        for _ in range(20):
+            reply = await operator.request(f"$SRV.INFO.{buckets.SEAT}", b"", timeout=2)
+            names.add(json.loads(reply.data)["name"])
+    finally:
+        await vault.close()
+        await operator.close()
+    assert names == {buckets.SEAT}
