@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from registry.bounded_json import JsonRefused, read_json
 from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.keys import BOUND, KeyShape
@@ -118,9 +119,9 @@ class Vault:
 
     async def _answer(self, request: ServiceRequest, values: Mapping[str, str], what: str) -> None:
         try:
-            body = json.loads(request.data or b"{}")
+            body = read_json(request.data or b"{}", max_bytes=4096, max_depth=4)
             name = body["name"] if isinstance(body, dict) else None
-        except (ValueError, KeyError):
+        except (JsonRefused, KeyError):
             body, name = None, None
         if not isinstance(name, str):
             await request.respond_error("400", 'expected {"node", "module", "kind", "name"}')

@@ -88,3 +88,13 @@ async def test_the_vault_refuses_a_node_asking_for_another_nodes_secret(mesh: Me
         mine = await ask_service(node, SECRET_SUBJECT, json.dumps({**body, "node": NODE}).encode())
     assert refused.value.code == "403"
     assert json.loads(mine.data) == {"value": "dev-only-s3cret-password"}
+
+
+async def test_the_vault_refuses_a_deep_body_with_400_and_keeps_answering(mesh: Mesh, domains: Domains) -> None:
+    async with mesh.connect(party(Kind.NODE, NODE)) as node:
+        with pytest.raises(ServiceError) as refused:
+            await ask_service(node, SECRET_SUBJECT, b"[" * 50_000 + b"]" * 50_000)
+        body = {"node": NODE, "module": "app", "kind": "secret", "name": "db-password"}
+        answer = await ask_service(node, SECRET_SUBJECT, json.dumps(body).encode())
+    assert refused.value.code == "400"
+    assert json.loads(answer.data) == {"value": "dev-only-s3cret-password"}

@@ -474,3 +474,13 @@ def _connect_as(env: Mapping[str, str]) -> tuple[object, ...]:
         row = conn.execute("SELECT current_user, current_database()").fetchone()
     assert row is not None
     return row
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [("[" * 10_000 + "]" * 10_000, "levels deep"), ("{not json", "not valid JSON")],
+    ids=["nested 10,000 deep", "not JSON"],
+)
+def test_a_hostile_consumers_value_is_a_delivery_error_never_a_crash(value: str, says: str) -> None:
+    with pytest.raises(DeliveryError, match=says):
+        parse_consumers(value, "vault")

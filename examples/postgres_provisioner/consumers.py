@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.postgres_provisioner.errors import DeliveryError
+from registry.bounded_json import JsonRefused, read_json
 
 NAME_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer identifier would be truncated
 PASSWORD_BYTES = 1024  # libpq's SASLprep refuses longer passwords, so no client could log in
@@ -98,9 +98,9 @@ def _quoted(text: str, start: int, source: str, line: int) -> tuple[str, int]:
 def parse_consumers(value: str, source: str) -> list[Consumer]:
     """The consumers of a consumers value, checked as a whole."""
     try:
-        data = json.loads(value)
-    except ValueError:
-        raise DeliveryError(source, 'is not JSON: expected {"consumers": [...]}') from None
+        data = read_json(value, max_depth=8)
+    except JsonRefused as err:
+        raise DeliveryError(source, f'{err.reason}: expected {{"consumers": [...]}}') from None
     if not isinstance(data, dict) or set(data) != {"consumers"} or not isinstance(data["consumers"], list):
         raise DeliveryError(source, 'expected exactly {"consumers": [{"name", "database", "password"}, ...]}')
     consumers = [_consumer(entry, number, source) for number, entry in enumerate(data["consumers"], start=1)]
