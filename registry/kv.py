@@ -149,19 +149,12 @@ async def get_latest(bus: Bus, bucket: Bucket, key: str) -> KvItem | None:
     """The latest entry of `key`, or None when the key was never written.
 
     By direct get, whose subject names the key (so a node can be granted its own keys only); a
-    bucket created without direct get is read through the stream's bucket-wide message get."""
-    operation = f"get {bucket.name} {key}"
+    bucket created without direct get is read through the stream's bucket-wide message get, which
+    only the data account's own parties are granted."""
     try:
-        msg = await bus.request(bucket.direct_get_subject(key), operation=operation)
+        return await get_direct(bus, bucket, key)
     except NoResponders:
-        return await _get_without_direct(bus, bucket, key, operation)
-    status = msg.headers.get("Status")
-    if status == "404":
-        return None
-    if status is not None:
-        raise BusError(operation, f"status {status} {msg.headers.get('Description', '')}".strip())
-    deleted = msg.headers.get("KV-Operation") in _REMOVED
-    return KvItem(key, msg.data, int(msg.headers.get("Nats-Sequence", "0")), deleted)
+        return await _get_without_direct(bus, bucket, key, f"get {bucket.name} {key}")
 
 
 async def _get_without_direct(bus: Bus, bucket: Bucket, key: str, operation: str) -> KvItem | None:
