@@ -7,15 +7,24 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 
 from bench.cases import PARTS, Report, run_all
-from bench.scale import run_scale
+from bench.scale import SCALE_PARTS, run_scale
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 SCALE_RESULTS = RESULTS.with_name("scale-latest.json")
+
+
+def results_file(*, scale: bool, parts: Sequence[str]) -> Path:
+    """The default file of the figures; a run of some parts only does not overwrite the whole run's."""
+    whole, every = (SCALE_RESULTS, SCALE_PARTS) if scale else (RESULTS, PARTS)
+    if set(parts) == set(every):
+        return whole
+    return whole.with_suffix(f".{'-'.join(sorted(parts))}.json")
 
 
 def main() -> None:
@@ -36,20 +45,23 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=PARTS,
-        default=PARTS,
+        choices=sorted({*PARTS, *SCALE_PARTS}),
         metavar="PART",
-        help=f"run only these parts: {', '.join(PARTS)} (default all; listing loads the keys growth measures)",
+        help=f"run only these parts: {', '.join(PARTS)} (default all; listing loads the keys growth measures);"
+        f" with --scale, of {', '.join(SCALE_PARTS)}",
     )
     args = parser.parse_args()
     if args.scale and (args.keys < 2_000 or args.keys % 100):
         parser.error("--keys: a multiple of 100, at least 2,000")
-    out = args.out or (SCALE_RESULTS if args.scale else RESULTS)
+    parts = args.only or (SCALE_PARTS if args.scale else PARTS)
+    if unknown := set(parts) - set(SCALE_PARTS if args.scale else PARTS):
+        parser.error(f"--only: no part {', '.join(sorted(unknown))} {'with' if args.scale else 'without'} --scale")
+    out = args.out or results_file(scale=args.scale, parts=parts)
     with tempfile.TemporaryDirectory(prefix="mesh-bench-") as state:
         if args.scale:
-            report: Report = anyio.run(run_scale, Path(state), args.keys)
+            report: Report = anyio.run(run_scale, Path(state), args.keys, parts)
         else:
-            report = anyio.run(run_all, Path(state), args.quick, args.only)
+            report = anyio.run(run_all, Path(state), args.quick, parts)
     print(report.table())
     report.save(out)
     print(f"\nfigures written to {out}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -21,6 +21,7 @@ from nats.aio.client import Client
 
 from bench.cases import (
     Report,
+    ask_echo,
     ask_registry,
     echo_process,
     need_items,
@@ -122,19 +123,22 @@ async def publish_nodes(nc: Client, nodes: range) -> None:
     await until_stored(nc, before + NODE_KEYS * len(nodes), within=60)
 
 
-async def register_while_sampling(nc: Client, url: str, nodes: range, connections: int) -> Latency:
+async def register_while_sampling(nc: Client, url: str, nodes: range, connections: int) -> tuple[Latency, Latency]:
     """Nodes register their needs from `connections` connections in a process of their own while the
-    seat's `what=registry` is asked, one request after another; the requests' latency until every key is stored."""
+    seat's `what=registry` and the bare echo are asked in turn, one request after another, until
+    every key is stored: (registry, echo)."""
     target = await last_seq(nc) + NODE_KEYS * len(nodes)
-    samples: list[float] = []
+    verb: list[float] = []
+    echo: list[float] = []
     command = [sys.executable, "-m", "bench.register", url, str(nodes.start), str(len(nodes)), str(connections)]
     async with anyio.create_task_group() as tg:
         tg.start_soon(partial(anyio.run_process, command, cwd=ROOT, stdout=None, stderr=None))
         with anyio.fail_after(120 + len(nodes) / 10):
             while await last_seq(nc) < target:
                 for _ in range(20):
-                    samples.append(await timed(partial(ask_registry, nc)))
-    return Latency.of(samples)
+                    verb.append(await timed(partial(ask_registry, nc)))
+                    echo.append(await timed(partial(ask_echo, nc)))
+    return Latency.of(verb), Latency.of(echo)
 
 
 # The figures.
@@ -282,30 +286,62 @@ async def reconciles(bus: Bus, nc: Client, url: str, report: Report, *, sizes: S
     met(report, f"second reconcile of {sizes.many_modules} modules: KV writes", writes, "writes", "= 0", ok=writes == 0)
 
 
-async def registry_figures(nc: Client, report: Report, sizes: ScaleSizes) -> Latency:
+async def registry_figures(nc: Client, report: Report, sizes: ScaleSizes) -> tuple[Latency, Latency]:
+    """`what=registry` beside the echo, idle: their p50s (a target) and p99s, (registry, echo)."""
     verb, echo = await registry_and_echo(nc, sizes.registry_rounds)
     report.add("registry p50", verb.p50_ms, "ms")
     report.add("  echo p50", echo.p50_ms, "ms")
     ratio = verb.p50_ms / echo.p50_ms
     met(report, "registry p50 / echo p50", ratio, "x", "<= 1.1", ok=ratio <= 1.1)
-    idle = await sequential_latency(partial(ask_registry, nc), sizes.idle_samples)
-    report.add("registry p99, idle", idle.p99_ms, "ms")
-    return idle
+    report.add("registry p99, idle", verb.p99_ms, "ms")
+    report.add("  echo p99, idle", echo.p99_ms, "ms")
+    return verb, echo
 
 
-async def measure(bus: Bus, nc: Client, url: str, seat: int, *, report: Report, sizes: ScaleSizes, state: Path) -> None:
+async def registry_while_registering(
+    nc: Client, url: str, nodes: range, report: Report, *, sizes: ScaleSizes, idle: tuple[Latency, Latency]
+) -> None:
+    print(f"{len(nodes):,} nodes registering {len(nodes) * NODE_KEYS:,} needs from {sizes.connections} connections")
+    verb, echo = await register_while_sampling(nc, url, nodes, sizes.connections)
+    report.add(f"registry p99 while {len(nodes):,} nodes register", verb.p99_ms, "ms")
+    report.add(f"  echo p99 while {len(nodes):,} nodes register", echo.p99_ms, "ms")
+    ratio = verb.p99_ms / idle[0].p99_ms
+    met(report, "registry p99 registering / idle", ratio, "x", "< 3", ok=ratio < 3)
+    report.add("  echo p99 registering / idle", echo.p99_ms / idle[1].p99_ms, "x")
+
+
+SCALE_PARTS = ("registry", "reads", "listing", "reconcile")
+
+
+async def measure(
+    bus: Bus, nc: Client, url: str, seat: int, *, report: Report, sizes: ScaleSizes, state: Path, parts: Sequence[str]
+) -> None:
+    """The parts asked for, in order; the bucket is filled to `sizes.keys` when a part needs it: by
+    nodes registering while the registry is sampled with `registry`, else by plain publishes."""
     print(f"filling to {sizes.small:,} keys")
     await publish_nodes(nc, range(FIRST, sizes.small // NODE_KEYS - 1))
     await publish_nodes(nc, range(TAIL, TAIL + 1))
-    idle = await registry_figures(nc, report, sizes)
-    small = await node_reads(bus, nc, report, sizes, sizes.small)
+    small: dict[str, float] = {}
+    if "registry" in parts:
+        idle = await registry_figures(nc, report, sizes)
+    if "reads" in parts:
+        small = await node_reads(bus, nc, report, sizes, sizes.small)
     nodes = range(sizes.small // NODE_KEYS - 1, sizes.keys // NODE_KEYS - 1)
-    print(f"{len(nodes):,} nodes registering {len(nodes) * NODE_KEYS:,} needs from {sizes.connections} connections")
-    busy = await register_while_sampling(nc, url, nodes, sizes.connections)
+    if "registry" in parts:
+        await registry_while_registering(nc, url, nodes, report, sizes=sizes, idle=idle)
+    elif "reads" in parts or "listing" in parts:
+        print(f"filling to {sizes.keys:,} keys")
+        await publish_nodes(nc, nodes)
     await publish_nodes(nc, range(TAIL, TAIL + 1))
-    report.add(f"registry p99 while {len(nodes):,} nodes register", busy.p99_ms, "ms")
-    ratio = busy.p99_ms / idle.p99_ms
-    met(report, "registry p99 registering / idle", ratio, "x", "< 3", ok=ratio < 3)
+    if "reads" in parts:
+        await growth_figures(bus, nc, report, sizes, small)
+    if "listing" in parts:
+        await whole_listings(bus, nc, report, sizes, seat)
+    if "reconcile" in parts:
+        await reconciles(bus, nc, url, report, sizes=sizes, state=state)
+
+
+async def growth_figures(bus: Bus, nc: Client, report: Report, sizes: ScaleSizes, small: dict[str, float]) -> None:
     large = await node_reads(bus, nc, report, sizes, sizes.keys)
     for where in ("first", "last"):
         ratio = large[where] / small[where]
@@ -317,11 +353,9 @@ async def measure(bus: Bus, nc: Client, url: str, seat: int, *, report: Report, 
             "<= 1.2",
             ok=ratio <= 1.2,
         )
-    await whole_listings(bus, nc, report, sizes, seat)
-    await reconciles(bus, nc, url, report, sizes=sizes, state=state)
 
 
-async def run_scale(state: Path, keys: int) -> Report:
+async def run_scale(state: Path, keys: int, parts: Sequence[str] = SCALE_PARTS) -> Report:
     sizes = ScaleSizes(keys=keys)
     report = Report()
     async with local_nats(state / "nats") as server:
@@ -329,7 +363,7 @@ async def run_scale(state: Path, keys: int) -> Report:
         options = BusOptions(servers=(server.url,), name="bench", request_timeout=timedelta(seconds=60))
         try:
             async with server_process(server.url) as seat, echo_process(server.url), connect(options) as bus:
-                await measure(bus, nc, server.url, seat, report=report, sizes=sizes, state=state)
+                await measure(bus, nc, server.url, seat, report=report, sizes=sizes, state=state, parts=parts)
         finally:
             await nc.close()
     return report
