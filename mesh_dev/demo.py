@@ -2,8 +2,9 @@
 
 `run_demo(nats_url, state_dir)` expects the provisioner server on that bus (it writes the
 registry); `mesh-provisioner-dev` starts both and hands it the URL. It starts the stand-ins
-(`mesh_dev.standins`), copies the example manifests to `<state_dir>/manifests`,
-reconciles node `node-1` into `<state_dir>/env`, prints what was needed and applied, then keeps
+(`mesh_dev.standins`), seeds `<state_dir>/manifests` with the example manifests (`seed_examples`:
+each example once, so edits and deletions survive a restart), reconciles node `node-1` into
+`<state_dir>/env`, prints what was needed and applied, then keeps
 watching until cancelled: edit a manifest there, or a value in `mesh-config_values`, and watch
 the env file follow.
 
@@ -43,6 +44,7 @@ NODE = "node-1"
 CONSUMER, URL_VARIABLE = "app", "DATABASE_URL"  # deploy/examples/app.json
 PROVIDER_MODULE = "postgres"  # deploy/examples/postgres.json: ${consumers:db} in PG_CONSUMERS
 EXAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "examples"
+SEEDED = "seeded"  # under the demo's state folder: the examples already copied once, a name a line
 _TIMING = WatchTiming(refresh=timedelta(seconds=30), poll=timedelta(seconds=1))
 
 
@@ -53,7 +55,7 @@ async def run_demo(
     examples, prints a summary, then watches until cancelled. Ready (for `TaskGroup.start`) once the
     summary is printed."""
     plan = ClientPlan(node=NODE, manifests=state_dir / "manifests", materialize=state_dir / "env")
-    _copy_examples(plan.manifests)
+    seed_examples(plan.manifests, state_dir / SEEDED)
     async with connect(BusOptions(servers=(nats_url,), name="mesh-provisioner demo")) as bus:
         await _wait_for_registry(bus)
         async with (
@@ -131,10 +133,24 @@ def _settled(first: Report, second: Report) -> Report:
     return second
 
 
-def _copy_examples(folder: Path) -> None:
+def seed_examples(folder: Path, record: Path, examples: Path = EXAMPLES) -> list[str]:
+    """Copies into `folder` each example manifest never copied before, and returns their names.
+
+    `record` remembers what was seeded, so a manifest edited in `folder` is never overwritten and
+    one deleted there stays deleted; a file of the same name the user made is left alone too.
+    Deleting the state folder (`./scripts/run --reset`) starts over."""
     folder.mkdir(parents=True, exist_ok=True)
-    for example in sorted(EXAMPLES.glob("*.json")):
-        shutil.copyfile(example, folder / example.name)
+    seeded = set(record.read_text().split()) if record.exists() else set()
+    copied = []
+    for example in sorted(examples.glob("*.json")):
+        if example.name in seeded:
+            continue
+        if not (folder / example.name).exists():
+            shutil.copyfile(example, folder / example.name)
+            copied.append(example.name)
+        seeded.add(example.name)
+    record.write_text("".join(f"{name}\n" for name in sorted(seeded)))
+    return copied
 
 
 async def _wait_for_registry(bus: Bus) -> None:

@@ -4,13 +4,15 @@ to install."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import anyio
 import pytest
 
 from mesh_dev import local_postgres
-from mesh_dev.demo import run_demo
+from mesh_dev.demo import EXAMPLES, run_demo, seed_examples
 from mesh_dev.local_nats import LocalNats
 from registry.bus import Bus
 from tests.helpers import sh_env
@@ -62,3 +64,75 @@ async def test_without_postgresql_the_demo_keeps_the_stand_ins_fixed_values_and_
     assert "postgres_bound holds the stand-in's fixed values (127.0.0.1:5432)" in out
     assert "@127.0.0.1:5432/app" in sh_env(tmp_path / "env" / "app.env")["DATABASE_URL"]
     assert not (tmp_path / "postgres").exists()
+
+
+async def _run_demo_once(url: str, state: Path) -> None:
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(30):
+            await tg.start(lambda task_status: run_demo(url, state, postgres=False, task_status=task_status))
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.usefixtures("provisioned")
+async def test_a_restarted_demo_keeps_the_manifests_as_edited_and_a_deleted_one_stays_deleted(
+    nats_server: LocalNats, tmp_path: Path
+) -> None:
+    await _run_demo_once(nats_server.url, tmp_path)
+    manifests = tmp_path / "manifests"
+    app = json.loads((manifests / "app.json").read_text())
+    app["env"]["EDITED"] = "by hand"
+    (manifests / "app.json").write_text(json.dumps(app))
+    (manifests / "tools.json").unlink()
+
+    await _run_demo_once(nats_server.url, tmp_path)
+
+    assert sorted(p.name for p in manifests.iterdir()) == ["app.json", "postgres.json"]
+    assert json.loads((manifests / "app.json").read_text())["env"]["EDITED"] == "by hand"
+    assert sh_env(tmp_path / "env" / "app.env")["EDITED"] == "by hand"
+
+
+def test_an_example_added_later_is_seeded_once_and_a_users_file_of_its_name_is_left_alone(tmp_path: Path) -> None:
+    examples, folder, record = tmp_path / "examples", tmp_path / "manifests", tmp_path / "seeded"
+    examples.mkdir()
+    (examples / "a.json").write_text("a example")
+    assert seed_examples(folder, record, examples) == ["a.json"]
+    (examples / "b.json").write_text("b example")
+    (examples / "c.json").write_text("c example")
+    folder.joinpath("c.json").write_text("the user's own c")
+    folder.joinpath("a.json").unlink()
+
+    assert seed_examples(folder, record, examples) == ["b.json"]
+    assert seed_examples(folder, record, examples) == []
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {"b.json": "b example", "c.json": "the user's own c"}
+    assert record.read_text().split() == ["a.json", "b.json", "c.json"]
+
+
+def test_the_first_start_seeds_every_example(tmp_path: Path) -> None:
+    names = sorted(p.name for p in EXAMPLES.glob("*.json"))
+    assert seed_examples(tmp_path / "manifests", tmp_path / "seeded") == names
+    assert sorted(p.name for p in (tmp_path / "manifests").iterdir()) == names
+
+
+RUN = Path(__file__).parents[2] / "scripts" / "run"
+
+
+@pytest.mark.parametrize("where", [[], ["--state-dir", "elsewhere"], ["--state-dir=elsewhere"]])
+def test_scripts_run_reset_deletes_the_dev_state_and_exits_without_starting(tmp_path: Path, where: list[str]) -> None:
+    """Run in a copy of the script, so the repository's own ./state is never touched."""
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "run"
+    script.write_bytes(RUN.read_bytes())
+    script.chmod(0o755)
+    state = tmp_path / (where[-1].split("=")[-1] if where else "state")
+    (state / "demo" / "env").mkdir(parents=True)
+    (state / "demo" / "env" / "app.env").write_text("DB_PASSWORD=dev-only-s3cret-password\n")
+
+    done = subprocess.run([script, "--reset", *where], capture_output=True, text=True, check=False, timeout=30)
+    assert (done.returncode, done.stdout) == (
+        0,
+        f"removed {state.name}: the next ./scripts/run starts from the examples again\n",
+    )
+    assert not state.exists()
+    assert not (tmp_path / ".venv").exists()  # it never installed anything
+    again = subprocess.run([script, "--reset", *where], capture_output=True, text=True, check=False, timeout=30)
+    assert (again.returncode, again.stdout) == (0, f"nothing to remove: {state.name} does not exist\n")
