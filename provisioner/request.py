@@ -28,8 +28,9 @@ from registry.buckets import Bucket
 from registry.parties import Party
 from registry.service import capped
 
-What = Literal["registry", "needs", "applied", "collect"]
+What = Literal["registry", "needs", "applied", "collect", "nodes"]
 FILTERS = ("node", "module", "collection")
+MAX_STALE_AFTER_SECONDS = 366 * 86400
 
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_REQUEST_DEPTH = 64  # levels of arrays and objects; a request needs 1
@@ -49,6 +50,8 @@ LISTABLE: Mapping[str, Listable] = {
     "needs": Listable(buckets.NEEDS, {"node": "node", "module": "module"}),
     "applied": Listable(buckets.APPLIED, {"node": "node", "module": "module"}),
     "collect": Listable(buckets.COLLECT, {"node": "node", "module": "contributor", "collection": "collection"}),
+    # Each node's lease and applied counts (`provisioner.nodes`): read from the leases bucket too.
+    "nodes": Listable(buckets.APPLIED, {"node": "node"}),
 }
 
 
@@ -71,6 +74,7 @@ class Query(BaseModel):
     module: Name | None = None
     collection: Name | None = None
     cursor: Annotated[str, Field(min_length=1, max_length=MAX_NAME_BYTES)] | None = None
+    stale_after: Annotated[float, Field(gt=0, le=MAX_STALE_AFTER_SECONDS, allow_inf_nan=False)] | None = None
 
     def narrowing(self) -> dict[str, str]:
         """The key parts this query narrows to, named as its bucket's shape names them."""
@@ -131,6 +135,8 @@ def parse_request(body: bytes) -> Query:
 
 
 def _check_applies(query: Query) -> None:
+    if query.stale_after is not None and query.what != "nodes":
+        raise RequestError(f"'stale_after' does not apply to what={query.what!r}; only to what='nodes'")
     applicable = LISTABLE[query.what].narrows
     for field in FILTERS:
         if getattr(query, field) is not None and field not in applicable:

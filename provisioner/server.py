@@ -27,6 +27,7 @@ from anyio import CancelScope
 from anyio.abc import TaskStatus
 
 from provisioner.buckets import ensure_buckets
+from provisioner.nodes import FleetView
 from provisioner.paging import PageCache
 from provisioner.registry_sync import keep_registry_compiled
 from provisioner.registry_view import RegistryView
@@ -76,12 +77,14 @@ async def run_server(
         await tasks.start(compile_registry)
         registry = RegistryView()
         await tasks.start(partial(registry.follow, bus))
+        nodes = FleetView()
+        await tasks.start(partial(nodes.follow, bus))
         cache = PageCache(
             ttl=settings.cursor_ttl, max_listings=settings.max_cursors, max_bytes=settings.cursor_cache_bytes
         )
         async with verb_service(
             bus,
-            verb=Verb(bus, cache, registry, parties),
+            verb=Verb(bus, cache, registry, parties, nodes),
             max_concurrent=settings.max_concurrent_requests,
             max_waiting=settings.max_waiting_requests,
             shutdown_timeout=settings.shutdown_timeout,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextlib import nullcontext
 from functools import partial
 
 import anyio
@@ -22,6 +23,7 @@ import anyio.to_thread
 
 from provisioner.errors import Forbidden, Unavailable
 from provisioner.listing import paginate_listing
+from provisioner.nodes import FleetView, first_page, read_fleet
 from provisioner.paging import PageCache, page_budget
 from provisioner.registry_view import RegistryView
 from provisioner.request import LISTABLE, Asked, Query, parse_request, scoped
@@ -39,12 +41,14 @@ class Verb:
     """Answers validated queries; raises `RequestError` for one the verb refuses."""
 
     def __init__(
-        self, bus: Bus, cache: PageCache, registry: RegistryView | None = None, parties: PartyMap | None = None
-    ) -> None:
+        self, bus: Bus, cache: PageCache, registry: RegistryView | None = None, parties: PartyMap | None = None,
+        nodes: FleetView | None = None,
+    ) -> None:  # fmt: skip
         self.bus = bus
         self.cache = cache
         self.registry = registry
         self.parties = parties
+        self.nodes = nodes
         # Whole listings are read one at a time: several pushed at once over the seat's one
         # connection outran it (three of 200,000 keys: nats-server cut the connection as a slow
         # consumer and every listing lost messages). Narrowed listings are batch reads: unaffected.
@@ -71,12 +75,18 @@ class Verb:
             return self.cache.page(query.cursor, query.given(), asked.party)
         if query.what == "registry" and self.registry is not None:
             return self.registry.answer(page_budget(self.bus.max_payload))
+        if query.what == "nodes" and self.nodes is not None and self.nodes.ready:
+            return first_page(self.nodes, asked, self.cache, page_budget(self.bus.max_payload))
         return None
 
     async def by_listing(self, asked: Asked) -> bytes:
         """The first page of a new listing; the pages after it are kept under a cursor for the
         party that asked."""
         query = asked.query
+        if query.what == "nodes":  # no view kept, or not filled yet
+            async with self.whole_listings if query.node is None else nullcontext():
+                fleet = await read_fleet(self.bus, query.node)
+            return first_page(fleet, asked, self.cache, page_budget(self.bus.max_payload))
         if query.narrowing():
             items = await list_keys(self.bus, query)
         else:

@@ -21,7 +21,8 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from registry.buckets import Bucket
 from registry.bus import Bus, Message, Subscription
@@ -34,12 +35,14 @@ _REMOVED = ("DEL", "PURGE")
 
 @dataclass(frozen=True, slots=True)
 class KvItem:
-    """A key's entry as it stands at `revision` (its stream sequence); `deleted` for a delete marker."""
+    """A key's entry as it stands at `revision` (its stream sequence); `deleted` for a delete marker.
+    `stored_at`: when the server stored it (its clock), where the read tells it."""
 
     key: str
     value: bytes
     revision: int
     deleted: bool = False
+    stored_at: datetime | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,8 @@ class Feed:
             return
         self._consumer_sequence, self.stream_sequence = consumer_seq, stream_seq
         deleted = msg.headers.get("KV-Operation") in _REMOVED
-        self._on_item(KvItem(self.bucket.key_of(msg.subject), msg.data, stream_seq, deleted), pending)
+        item = KvItem(self.bucket.key_of(msg.subject), msg.data, stream_seq, deleted, ack_time(msg.reply))
+        self._on_item(item, pending)
 
     async def _answer_control(self, msg: Message) -> None:
         """Flow-control requests want an empty reply; a heartbeat may name a stalled flow control
@@ -165,6 +169,13 @@ def ack_metadata(reply: str) -> tuple[int, int, int]:
         return int(tokens[5]), int(tokens[6]), int(tokens[8])
     # $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<token>
     return int(tokens[7]), int(tokens[8]), int(tokens[10])
+
+
+def ack_time(reply: str) -> datetime:
+    """When the server stored the message, from a JetStream ack subject (nanoseconds since the epoch)."""
+    tokens = reply.split(".")
+    nanoseconds = int(tokens[7] if len(tokens) == 9 else tokens[9])
+    return datetime.fromtimestamp(nanoseconds / 1e9, UTC)
 
 
 def _nanoseconds(seconds: float) -> int:

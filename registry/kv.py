@@ -288,7 +288,8 @@ def _direct_item(bucket: Bucket, operation: str, msg: Message, key: str) -> KvIt
     if status is not None:
         raise _status_error(operation, status, msg.headers.get("Description", ""))
     deleted = msg.headers.get("KV-Operation") in _REMOVED
-    return KvItem(key, msg.data, int(msg.headers.get("Nats-Sequence", "0")), deleted)
+    stored_at = _server_time(msg.headers["Nats-Time-Stamp"]) if "Nats-Time-Stamp" in msg.headers else None
+    return KvItem(key, msg.data, int(msg.headers.get("Nats-Sequence", "0")), deleted, stored_at)
 
 
 async def update(bus: Bus, bucket: Bucket, key: str, value: bytes, *, last: int) -> int:

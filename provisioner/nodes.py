@@ -1,0 +1,402 @@
+"""`what=nodes`: each node's sign of life and applied counts, and a verdict saying how it is known.
+
+A node's sign of life is its client's lease (`registry.lease`, key `node.<node>` of the leases
+bucket): renewed every third of its ttl while a client watches, deleted when a one-shot
+reconcile or a stopped client releases it. The server stamps every write, delete markers
+included (`Nats-Time-Stamp`), so the last renewal or release is known without the node writing
+anything to needs, applied or collect. Verdicts, against `stale_after` (the request's, else
+`DEFAULT_STALE_AFTER`) and the seat's clock:
+
+    healthy   renewed within stale_after and within its ttl (+ registry.lease.SKEW), or
+              released within stale_after
+    stale     a held lease not renewed for longer than either, or released longer ago
+    gone      no lease record at all: its client never ran, or the record was removed
+
+The applied counts and the latest change (the records' `changed_at`, else when the server stored
+them) come from the applied bucket. The seat keeps both buckets in a `FleetView` (two watches), so
+an answer reads no bucket; until its first fill is complete, or without a view, `read_fleet` lists
+them (a node asking about itself reads one lease key and its own applied keys).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+import anyio
+from anyio.abc import TaskStatus
+from pydantic import ValidationError
+
+from provisioner.errors import Unavailable
+from provisioner.paging import Encoded, PageCache, build_pages
+from provisioner.request import Asked, Query
+from registry import buckets
+from registry.bounded_json import JsonRefused, read_json
+from registry.buckets import Bucket
+from registry.bus import Bus
+from registry.errors import BusError, KeyShapeError, NotFound
+from registry.keys import subject_matches
+from registry.kv import KvItem, current_snapshot
+from registry.lease import SKEW, Holder
+from registry.watch import scoped_watch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STALE_AFTER = timedelta(minutes=5)
+NODE_ROLE = "node"
+Verdict = Literal["healthy", "stale", "gone"]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSeen:
+    """The latest record of a node's lease: its holder while held (None if unreadable), when
+    the server stored it, and whether it is a release (a delete marker)."""
+
+    revision: int
+    stored_at: datetime
+    released: bool
+    holder: Holder | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleSeen:
+    revision: int
+    pending: bool
+    changed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    applied: int
+    pending: int
+    changed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    node: str
+    verdict: Verdict
+    because: str
+    lease: LeaseSeen | None
+    tally: Tally
+
+    def to_json(self) -> dict[str, object]:
+        changed = self.tally.changed_at
+        return {
+            "node": self.node,
+            "verdict": self.verdict,
+            "because": self.because,
+            "lease": _lease_json(self.lease),
+            "applied": self.tally.applied,
+            "pending": self.tally.pending,
+            "changed_at": _iso(changed) if changed is not None else None,
+        }
+
+
+class Fleet:
+    """Every node's latest lease record and applied records, as the two buckets hold them."""
+
+    def __init__(self) -> None:
+        self.leases: dict[str, LeaseSeen] = {}
+        self.modules: dict[str, dict[str, ModuleSeen]] = {}
+        self.malformed: dict[tuple[str, str], str] = {}  # (bucket, key): reason
+        self._tallies: dict[str, Tally] = {}
+
+    def apply_lease(self, item: KvItem) -> None:
+        try:
+            parts = buckets.LEASES.shape.parse(item.key)
+        except KeyShapeError as err:
+            self._set_malformed(buckets.LEASES, item, err.reason)
+            return
+        if parts["role"] != NODE_ROLE:
+            return
+        known = self.leases.get(parts["name"])
+        if known is None or item.revision >= known.revision:
+            self.leases[parts["name"]] = _lease_seen(item)
+
+    def apply_applied(self, item: KvItem) -> None:
+        try:
+            parts = buckets.APPLIED.shape.parse(item.key)
+        except KeyShapeError as err:
+            self._set_malformed(buckets.APPLIED, item, err.reason)
+            return
+        node, module = parts["node"], parts["module"]
+        self._tallies.pop(node, None)
+        self.malformed.pop((buckets.APPLIED.name, item.key), None)
+        modules = self.modules.setdefault(node, {})
+        if item.deleted:
+            modules.pop(module, None)
+            if not modules:
+                del self.modules[node]
+            return
+        try:
+            modules[module] = _module_seen(item)
+        except ValueError as err:
+            modules.pop(module, None)
+            self.malformed[(buckets.APPLIED.name, item.key)] = str(err)
+
+    def _set_malformed(self, bucket: Bucket, item: KvItem, reason: str) -> None:
+        if item.deleted:
+            self.malformed.pop((bucket.name, item.key), None)
+        else:
+            self.malformed[(bucket.name, item.key)] = reason
+
+    def tally(self, node: str) -> Tally:
+        found = self._tallies.get(node)
+        if found is None:
+            found = self._tallies[node] = _tally(self.modules.get(node, {}).values())
+        return found
+
+    def reports(self, node: str | None, *, now: datetime, stale_after: timedelta) -> list[NodeReport]:
+        """One report per node known to either bucket (only `node` when given), by name."""
+        names = sorted(set(self.leases) | set(self.modules)) if node is None else [node]
+        return [
+            _report(name, self.leases.get(name), self.tally(name), now, stale_after)
+            for name in names
+            if name in self.leases or name in self.modules
+        ]
+
+    def malformed_under(self, node: str | None) -> list[tuple[str, str, str]]:
+        """(bucket, key, reason) of each key out of shape; narrowed, those under the node's tokens."""
+        found = sorted((bucket, key, reason) for (bucket, key), reason in self.malformed.items())
+        if node is None:
+            return found
+        wanted = {
+            buckets.LEASES.name: _under_filters(buckets.LEASES, role=NODE_ROLE, name=node),
+            buckets.APPLIED.name: _under_filters(buckets.APPLIED, node=node),
+        }
+        return [(bucket, key, reason) for bucket, key, reason in found if wanted[bucket](key)]
+
+
+def _under_filters(bucket: Bucket, **narrow: str) -> Callable[[str], bool]:
+    filters = bucket.shape.filters(**narrow)
+    return lambda key: any(subject_matches(f, key) for f in filters)
+
+
+def _lease_seen(item: KvItem) -> LeaseSeen:
+    stored_at = item.stored_at or datetime.now(UTC)
+    if item.deleted:
+        return LeaseSeen(item.revision, stored_at, released=True)
+    try:
+        holder: Holder | None = Holder.model_validate_json(item.value)
+    except ValidationError:
+        holder = None
+    return LeaseSeen(item.revision, stored_at, released=False, holder=holder)
+
+
+def _module_seen(item: KvItem) -> ModuleSeen:
+    """The state and change time of an applied record, read tolerantly (fields it does not know
+    are ignored); `ValueError` saying why when it has no state."""
+    try:
+        value = read_json(item.value, max_bytes=len(item.value))
+    except JsonRefused as err:
+        raise ValueError(f"the value {err.reason.removeprefix('it ')}") from None
+    if not isinstance(value, dict) or value.get("state") not in ("applied", "pending"):
+        raise ValueError("the value has no state applied or pending")
+    changed = _parsed_time(value.get("changed_at")) or item.stored_at
+    return ModuleSeen(item.revision, value["state"] == "pending", changed)
+
+
+def _parsed_time(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _tally(modules: Iterable[ModuleSeen]) -> Tally:
+    applied = pending = 0
+    latest: datetime | None = None
+    for module in modules:
+        pending += module.pending
+        applied += not module.pending
+        if module.changed_at is not None and (latest is None or module.changed_at > latest):
+            latest = module.changed_at
+    return Tally(applied, pending, latest)
+
+
+def _report(node: str, lease: LeaseSeen | None, tally: Tally, now: datetime, stale_after: timedelta) -> NodeReport:
+    verdict, because = judge(lease, now=now, stale_after=stale_after)
+    return NodeReport(node, verdict, because, lease, tally)
+
+
+def judge(lease: LeaseSeen | None, *, now: datetime, stale_after: timedelta) -> tuple[Verdict, str]:
+    """The verdict on a node from its lease record, and how it is known."""
+    if lease is None:
+        return "gone", "no lease record: its client never ran, or the record was removed"
+    age = max(now - lease.stored_at, timedelta(0))
+    if lease.released:
+        if age <= stale_after:
+            return "healthy", f"lease released {ago(age)} ago"
+        return "stale", f"lease released {ago(age)} ago, no sign of life since (stale after {_span(stale_after)})"
+    ttl = timedelta(seconds=lease.holder.ttl_seconds) if lease.holder is not None else None
+    told = f"ttl {ago(ttl)}" if ttl is not None else "holder unreadable"
+    if age <= stale_after and (ttl is None or age <= ttl + SKEW):
+        return "healthy", f"lease renewed {ago(age)} ago ({told})"
+    return "stale", f"no renewal for {ago(age)} ({told}, stale after {_span(stale_after)})"
+
+
+def ago(span: timedelta) -> str:
+    """A duration as a person reads it at a glance: `12 s`, `10 min`, `5 h`, `3 d`."""
+    seconds = int(span.total_seconds())
+    for unit, size, up_to in (("s", 1, 120), ("min", 60, 7200), ("h", 3600, 172800)):
+        if seconds < up_to:
+            return f"{seconds // size} {unit}"
+    return f"{seconds // 86400} d"
+
+
+def _span(span: timedelta) -> str:
+    """A threshold as given: `0.5 s` stays `0.5 s`; long ones read as `ago` does."""
+    seconds = span.total_seconds()
+    return f"{seconds:g} s" if seconds < 120 else ago(span)
+
+
+def _lease_json(lease: LeaseSeen | None) -> dict[str, object]:
+    if lease is None:
+        return {"state": "none"}
+    if lease.released:
+        return {"state": "released", "released_at": _iso(lease.stored_at)}
+    found: dict[str, object] = {"state": "held", "renewed_at": _iso(lease.stored_at)}
+    holder = lease.holder
+    if holder is not None:
+        found |= {
+            "host": holder.host,
+            "pid": holder.pid,
+            "since": _iso(holder.since),
+            "ttl_seconds": holder.ttl_seconds,
+        }
+    return found
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def stale_after_of(query: Query) -> timedelta:
+    return timedelta(seconds=query.stale_after) if query.stale_after is not None else DEFAULT_STALE_AFTER
+
+
+def answer_pages(fleet: Fleet, query: Query, *, budget: int, listing_id: str, now: datetime) -> list[bytes]:
+    """The pages of the `what=nodes` answer (entries by node, then the keys out of shape)."""
+    encoded = Encoded([], [])
+    for report in fleet.reports(query.node, now=now, stale_after=stale_after_of(query)):
+        piece = _compact(report.to_json())
+        if len(piece) <= budget:
+            encoded.entries.append(piece)
+        else:  # a holder record of a page's size: said, not sent
+            reason = f"the report is {len(piece)} bytes, more than one answer message carries ({budget})"
+            encoded.malformed.append(_compact({"key": buckets.LEASES.shape.build(role=NODE_ROLE, name=report.node),
+                                               "bucket": buckets.LEASES.name, "reason": reason}))  # fmt: skip
+    for bucket, key, reason in fleet.malformed_under(query.node):
+        encoded.malformed.append(_compact({"key": key, "bucket": bucket, "reason": reason}))
+    return build_pages("nodes", encoded, budget=budget, listing_id=listing_id)
+
+
+def first_page(fleet: Fleet, asked: Asked, cache: PageCache, budget: int) -> bytes:
+    """The first page of the answer; the pages after it are kept under a cursor for the asker."""
+    listing_id = cache.new_listing_id()
+    pages = answer_pages(fleet, asked.query, budget=budget, listing_id=listing_id, now=datetime.now(UTC))
+    if len(pages) > 1:
+        cache.keep(listing_id, asked.query.given(), pages[1:], asked.party)
+    return pages[0]
+
+
+def _compact(document: dict[str, object]) -> bytes:
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+async def read_fleet(bus: Bus, node: str | None) -> Fleet:
+    """The fleet as the buckets hold it now, listed (narrowed to `node` when given)."""
+    fleet = Fleet()
+    lease_filters = buckets.LEASES.shape.filters(role=NODE_ROLE, name=node) if node else [">"]
+    applied_filters = buckets.APPLIED.shape.filters(node=node)
+    try:
+        async with anyio.create_task_group() as tg:
+            leases = _Listed(bus, buckets.LEASES, lease_filters, by_batch=True)
+            applied = _Listed(bus, buckets.APPLIED, applied_filters, by_batch=node is not None)
+            tg.start_soon(leases.read)
+            tg.start_soon(applied.read)
+    except* BusError as group:
+        err = group.exceptions[0]
+        raise Unavailable(f"reading the leases and applied buckets failed, retry: {err}") from None
+    for item in leases:
+        fleet.apply_lease(item)
+    for item in applied:
+        fleet.apply_applied(item)
+    return fleet
+
+
+@dataclass
+class _Listed:
+    bus: Bus
+    bucket: Bucket
+    filters: list[str]
+    by_batch: bool
+    items: list[KvItem] | None = None
+
+    async def read(self) -> None:
+        self.items = await current_snapshot(
+            self.bus, self.bucket, self.filters, include_deleted=True, by_batch=self.by_batch
+        )
+
+    def __iter__(self) -> Iterator[KvItem]:
+        return iter(self.items or ())
+
+
+class FleetView(Fleet):
+    """The fleet kept in memory by two watches (leases, applied), so `what=nodes` reads no bucket.
+
+    Ready once each watch has delivered up to where its stream stood when the watch began. The
+    watches' consumers are named per seat and purpose, and deleted when the seat stops (as
+    `provisioner.registry_view.RegistryView` does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        seat = uuid.uuid4().hex[:8]
+        self.consumer_names = {buckets.LEASES.name: f"seat-leases-{seat}", buckets.APPLIED.name: f"seat-applied-{seat}"}
+        self._filled: set[str] = set()
+
+    @property
+    def ready(self) -> bool:
+        return len(self._filled) == 2
+
+    async def follow(self, bus: Bus, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Reports started at once (answers are listed until the view is filled), then follows
+        both buckets until cancelled."""
+        task_status.started()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._follow, bus, buckets.LEASES, self.apply_lease)
+            tg.start_soon(self._follow, bus, buckets.APPLIED, self.apply_applied)
+
+    async def _follow(self, bus: Bus, bucket: Bucket, apply: Callable[[KvItem], None]) -> None:
+        floor = await _last_sequence(bus, bucket)
+        async with scoped_watch(bus, bucket, ">", name=self.consumer_names[bucket.name]) as watch:
+            if floor == 0:
+                self._filled.add(bucket.name)
+            async for item in watch:
+                apply(item)
+                if item.revision >= floor and bucket.name not in self._filled:
+                    self._filled.add(bucket.name)
+                    log.info("nodes view: %s read up to sequence %d", bucket.name, item.revision)
+
+
+async def _last_sequence(bus: Bus, bucket: Bucket) -> int:
+    """The stream's last sequence now (0: empty or missing), retried while the bus is away."""
+    while True:
+        try:
+            info = await bus.jetstream(bucket.info_api, operation=f"look up bucket {bucket.name}")
+        except NotFound:
+            return 0
+        except BusError as err:
+            log.warning("nodes view: %s; retrying in 1 s", err)
+            await anyio.sleep(1)
+            continue
+        return int(info.get("state", {}).get("last_seq", 0))
