@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
@@ -51,6 +51,7 @@ from registry.placeholders import substitute
 log = logging.getLogger(__name__)
 
 MAX_REASONS = 20
+_STAMP_BYTES = 64  # room left for `changed_at` when a record is fitted
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,12 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
                                               report=report)  # fmt: skip
     for module, error in sorted(manifests.held.items()):
         report.modules[module] = _held(folder, module, error, previous.get(module))
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    for module, done in report.modules.items():
+        stamped = _fitted(done.applied).stamped(previous.get(module), now)
+        report.modules[module] = replace(done, applied=stamped)
     applied = {
-        buckets.APPLIED.shape.build(node=plan.node, module=m): _fitted(r.applied) for m, r in report.modules.items()
+        buckets.APPLIED.shape.build(node=plan.node, module=m): to_json(r.applied) for m, r in report.modules.items()
     }
     await _converge(bus, scope, report, buckets.APPLIED, current=current, desired=applied)
     report.removed = folder.remove_except(set(report.modules))
@@ -281,10 +286,10 @@ def bounded_reasons(reasons: Sequence[str], *, count: int = MAX_REASONS) -> list
     return kept + ([f"... and {len(reasons) - count} more"] if len(reasons) > count else [])
 
 
-def _fitted(applied: AppliedValue) -> bytes:
-    """The applied record's bytes, within the buckets' value limit whatever it holds."""
-    value = to_json(applied)
-    if len(value) <= MAX_VALUE_BYTES:
-        return value
-    reason = f"the record was {len(value):,} bytes, over the {MAX_VALUE_BYTES:,} a value may be: its reasons are cut"
-    return to_json(applied.model_copy(update={"reasons": (reason,)}))
+def _fitted(applied: AppliedValue) -> AppliedValue:
+    """The applied record, within the buckets' value limit whatever it holds."""
+    size = len(to_json(applied))
+    if size + _STAMP_BYTES <= MAX_VALUE_BYTES:
+        return applied
+    reason = f"the record was {size:,} bytes, over the {MAX_VALUE_BYTES:,} a value may be: its reasons are cut"
+    return applied.model_copy(update={"reasons": (reason,)})

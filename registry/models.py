@@ -7,9 +7,9 @@ Serialised with `to_json`: sorted keys, no spaces, so equal values are equal byt
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class _Model(BaseModel):
@@ -83,13 +83,37 @@ class ActionRecord(_Model):
 
 
 class AppliedValue(_Model):
-    """The value of `<node>.<module>` in `mesh-provisioner_applied`. Digests only, never a value."""
+    """The value of `<node>.<module>` in `mesh-provisioner_applied`. Digests only, never a value.
+
+    `changed_at` (ISO 8601 UTC, to the second) is when the record's content last changed: a
+    reconcile that finds the same content keeps it, so it writes nothing. Records written before
+    it existed have none."""
 
     state: Literal["applied", "pending"]
     digest: str | None = None
     file: str | None = None
     reasons: tuple[str, ...] = ()
     action: ActionRecord | None = None
+    changed_at: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _unstamped_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A record without `changed_at` is written as before it existed: the same bytes, no write."""
+        data: dict[str, Any] = handler(self)
+        if data.get("changed_at") is None:
+            data.pop("changed_at", None)
+        return data
+
+    def same_content(self, other: AppliedValue | None) -> bool:
+        """Whether `other` says the same, whenever each was stamped."""
+        return other is not None and self.model_copy(update={"changed_at": None}) == other.model_copy(
+            update={"changed_at": None}
+        )
+
+    def stamped(self, previous: AppliedValue | None, now: str) -> AppliedValue:
+        """This record with its `changed_at`: the previous one's when the content is the same, else `now`."""
+        changed_at = previous.changed_at if previous is not None and self.same_content(previous) else now
+        return self.model_copy(update={"changed_at": changed_at})
 
 
 class CollectValue(_Model):
