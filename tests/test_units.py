@@ -1,0 +1,326 @@
+"""deploy/ for a real deployment: the systemd units as systemd reads them, their paths against the
+programs' defaults, the polkit rule as polkit runs it, the container definitions.
+
+`systemd-analyze verify` runs on a temporary root holding the units, systemd's own units and the
+console scripts of this virtualenv at the units' `/opt/mesh-provisioner/bin/` (verify refuses an
+`ExecStart=` it cannot find). When `systemd-analyze` is missing it is installed with apt-get if
+we are root on such a machine, else those tests are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from provisioner.settings import ServerSettings
+from provisioner_client.settings import DEFAULT_CONFIG, ClientSettings
+from registry.settings import load_settings
+
+ROOT = Path(__file__).parents[1]
+DEPLOY = ROOT / "deploy"
+UNITS = {
+    "seat": DEPLOY / "systemd" / "mesh-provisioner.service",
+    "client": DEPLOY / "systemd" / "mesh-provisioner-client.service",
+}
+SETTINGS = {"seat": DEPLOY / "settings" / "server.toml", "client": DEPLOY / "settings" / "client.toml"}
+CONTAINERS = {
+    "seat": DEPLOY / "container" / "Containerfile.seat",
+    "client": DEPLOY / "container" / "Containerfile.client",
+}
+PROGRAMS = Path("/opt/mesh-provisioner/bin")
+SEAT_CONFIG = Path("/etc/mesh-provisioner/server.toml")  # `serve` reads no file by default: the unit names it
+
+
+def unit_settings(unit: Path) -> dict[str, list[str]]:
+    """Each `Key=value` of a unit (continuation lines joined), every value of a repeated key."""
+    text = re.sub(r"\\\n\s*", " ", unit.read_text())
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line and not line.startswith(("#", ";", "[")) and "=" in line:
+            key, value = line.split("=", 1)
+            found.setdefault(key.strip(), []).append(value.strip())
+    return found
+
+
+def exec_start(unit: Path) -> list[str]:
+    (command,) = unit_settings(unit)["ExecStart"]
+    return shlex.split(command)
+
+
+def option(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+# --- systemd-analyze -------------------------------------------------------------------------------
+
+
+def _systemd_analyze() -> str:
+    found = shutil.which("systemd-analyze")
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip("systemd-analyze is missing and cannot be installed here (needs root and apt-get)")
+    apt = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=apt, capture_output=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "systemd"], check=True, env=apt, capture_output=True)
+    return shutil.which("systemd-analyze") or pytest.fail("apt-get installed systemd without systemd-analyze")
+
+
+@pytest.fixture(scope="module")
+def analyze() -> str:
+    return _systemd_analyze()
+
+
+@pytest.fixture
+def system_root(tmp_path: Path) -> Path:
+    """A root for `--root`: systemd's own units, ours in /etc/systemd/system, and the programs where
+    the units run them (this virtualenv's console scripts, copied: a link would point outside)."""
+    root = tmp_path / "root"
+    own = next((d for d in (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")) if d.is_dir()), None)
+    if own is None:
+        pytest.skip("systemd's own units are not installed here (sysinit.target and friends)")
+    shutil.copytree(own, root / "usr/lib/systemd/system", symlinks=True)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    for unit in UNITS.values():
+        shutil.copyfile(unit, root / "etc/systemd/system" / unit.name)
+    programs = root / PROGRAMS.relative_to("/")
+    programs.mkdir(parents=True)
+    for name in ("mesh-provisioner", "mesh-provisioner-client"):
+        shutil.copy2(Path(sys.executable).parent / name, programs / name)
+    return root
+
+
+def verify(analyze: str, root: Path, *units: str) -> subprocess.CompletedProcess[str]:
+    paths = [f"/etc/systemd/system/{unit}" for unit in units]
+    command = [analyze, "verify", "--man=no", f"--root={root}", *paths]
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+
+
+def test_systemd_analyze_verify_accepts_both_units_without_a_warning(analyze: str, system_root: Path) -> None:
+    done = verify(analyze, system_root, *(unit.name for unit in UNITS.values()))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_verify_here_does_report_a_misspelt_setting_and_a_missing_program(analyze: str, system_root: Path) -> None:
+    """The check above could pass by looking at nothing: the same harness does see faults."""
+    unit = system_root / "etc/systemd/system" / UNITS["seat"].name
+    unit.write_text(unit.read_text().replace("ProtectSystem=strict", "ProtectSystem=strictest"))
+    (system_root / PROGRAMS.relative_to("/") / "mesh-provisioner-client").unlink()
+    done = verify(analyze, system_root, UNITS["seat"].name, UNITS["client"].name)
+    assert "Failed to parse protect system value" in done.stderr
+    assert "mesh-provisioner-client is not executable" in done.stderr
+    assert done.returncode != 0
+
+
+@pytest.mark.parametrize("role", list(UNITS))
+def test_systemd_analyze_security_rates_each_unit_at_most_2_of_10(analyze: str, system_root: Path, role: str) -> None:
+    unit = f"/etc/systemd/system/{UNITS[role].name}"
+    command = [analyze, "security", "--offline=yes", "--threshold=20", f"--root={system_root}", unit]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+
+
+def test_the_sysusers_file_creates_the_client_units_user(tmp_path: Path) -> None:
+    sysusers = shutil.which("systemd-sysusers") or pytest.skip("systemd-sysusers is not installed here")
+    (tmp_path / "etc").mkdir()
+    conf = DEPLOY / "systemd" / "mesh-provisioner.sysusers.conf"
+    command = [sysusers, f"--root={tmp_path}", "--dry-run", str(conf)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    user = unit_settings(UNITS["client"])["User"]
+    assert f"Creating user '{user[0]}'" in done.stderr + done.stdout
+
+
+# --- the units' hardening and paths against the programs' defaults ------------------------------------
+
+
+@pytest.mark.parametrize("role", list(UNITS))
+def test_each_unit_is_sandboxed_and_restarted_on_failure_only(role: str) -> None:
+    found = unit_settings(UNITS[role])
+    wanted = {
+        "ProtectSystem": ["strict"],
+        "NoNewPrivileges": ["yes"],
+        "CapabilityBoundingSet": [""],
+        "Restart": ["on-failure"],
+        "PrivateTmp": ["yes"],
+        "ProtectHome": ["yes"],
+    }
+    assert {key: found.get(key) for key in wanted} == wanted
+    assert found.get("DynamicUser") == ["yes"] or found.get("User") == ["mesh-provisioner"]
+    assert "ReadWritePaths" not in found  # what it writes is a directory systemd makes for it, nothing else
+
+
+def test_the_client_unit_writes_env_files_where_the_client_writes_them_by_default_and_keeps_them() -> None:
+    found = unit_settings(UNITS["client"])
+    materialize = ClientSettings.model_fields["materialize"].default
+    assert [Path("/run") / d for d in found["RuntimeDirectory"]] == [materialize]
+    assert found["RuntimeDirectoryPreserve"] == ["yes"]
+    argv = exec_start(UNITS["client"])
+    assert argv[0] == str(PROGRAMS / "mesh-provisioner-client")
+    assert argv[1:3] == ["reconcile", "--watch"]
+    assert Path(option(argv, "--config")) == DEFAULT_CONFIG
+    assert "--manifests" not in argv and "--materialize" not in argv and "--node" not in argv  # client.toml's
+
+
+def test_the_seat_unit_reads_its_settings_file_and_its_seed_as_a_credential() -> None:
+    found = unit_settings(UNITS["seat"])
+    argv = exec_start(UNITS["seat"])
+    assert argv[:2] == [str(PROGRAMS / "mesh-provisioner"), "serve"]
+    assert Path(option(argv, "--config")) == SEAT_CONFIG
+    (credential,) = found["LoadCredential"]
+    name, source = credential.split(":", 1)
+    assert (source, found["Environment"]) == ("/etc/mesh-provisioner/keys/seat.nk", [f"NATS_NKEY=%d/{name}"])
+
+
+def test_client_toml_names_the_clients_default_folders_and_parses_as_its_settings() -> None:
+    settings = load_settings(ClientSettings, {}, SETTINGS["client"], {})
+    defaults = ClientSettings.model_fields
+    assert (settings.manifests, settings.materialize) == (
+        defaults["manifests"].default,
+        defaults["materialize"].default,
+    )
+    assert tomllib.loads(SETTINGS["client"].read_text())["nats"]["nkey"] == "/etc/mesh-provisioner/keys/node.nk"
+
+
+def test_server_toml_parses_as_the_seats_settings_and_names_the_grants_and_domains_files() -> None:
+    settings = load_settings(ServerSettings, {}, SETTINGS["seat"], {})
+    assert settings.grants_file == Path("/etc/mesh-provisioner/grants.json")
+    assert settings.domains_file == Path("/etc/mesh-provisioner/domains.toml")
+
+
+def _decided_paths() -> set[Path]:
+    """Every path the deployment may name, from the programs' defaults and the settings files."""
+    client = ClientSettings.model_fields
+    seat = load_settings(ServerSettings, {}, SETTINGS["seat"], {})
+    assert seat.grants_file is not None and seat.domains_file is not None
+    return {
+        DEFAULT_CONFIG,
+        SEAT_CONFIG,
+        client["manifests"].default,
+        client["materialize"].default,
+        seat.grants_file,
+        seat.domains_file,
+        Path("/etc/mesh-provisioner/keys"),
+    }
+
+
+MESH_PATH = re.compile(r"/(?:etc|run|var/lib|var/run|opt)/mesh[\w.-]*(?:/[\w.<>%-]+)*")
+DOCUMENTS = [
+    ROOT / "README.md",
+    DEPLOY / "README.md",
+    *UNITS.values(),
+    *SETTINGS.values(),
+    *CONTAINERS.values(),
+    DEPLOY / "polkit" / "50-mesh-provisioner-client.rules",
+]
+
+
+def _mesh_paths(document: Path) -> Iterator[Path]:
+    for match in MESH_PATH.finditer(document.read_text()):
+        yield Path(match.group(0).rstrip("."))
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_path_in_the_readmes_units_and_images_is_one_of_the_decided_ones(document: Path) -> None:
+    decided = _decided_paths()
+    allowed = [*decided, PROGRAMS.parent, Path("/etc/mesh-provisioner/nats-ca.pem")]  # the last in comments
+    strays = sorted({str(p) for p in _mesh_paths(document) if not any(p == a or a in p.parents for a in allowed)})
+    assert strays == []
+
+
+def test_the_readmes_name_every_decided_path() -> None:
+    readmes = (ROOT / "README.md").read_text() + (DEPLOY / "README.md").read_text()
+    assert [str(p) for p in sorted(_decided_paths()) if str(p) not in readmes] == []
+
+
+# --- the polkit rule, run as polkit runs it ------------------------------------------------------------
+
+POLKIT_HARNESS = """
+const fs = require("fs");
+const rules = [];
+const polkit = {Result: {YES: "yes", NO: "no", NOT_HANDLED: null}, addRule: (rule) => rules.push(rule)};
+new Function("polkit", fs.readFileSync(process.argv[2], "utf8"))(polkit);
+const asked = JSON.parse(process.argv[3]);
+console.log(JSON.stringify(asked.map(([id, user, unit, verb]) =>
+    rules.map((rule) => rule({id, lookup: (k) => ({unit, verb})[k]}, {user})).find((r) => r != null) ?? null)));
+"""
+MANAGE = "org.freedesktop.systemd1.manage-units"
+ASKED = {
+    (MANAGE, "mesh-provisioner", "app.service", "try-restart"): "yes",
+    (MANAGE, "mesh-provisioner", "app.service", "restart"): "yes",
+    (MANAGE, "mesh-provisioner", "postgres.service", "reload-or-try-restart"): "yes",
+    (MANAGE, "mesh-provisioner", "app.service", "stop"): None,
+    (MANAGE, "mesh-provisioner", "app.service", "start"): None,
+    (MANAGE, "mesh-provisioner", "sshd.service", "restart"): None,
+    (MANAGE, "someone", "app.service", "try-restart"): None,
+    ("org.freedesktop.systemd1.manage-unit-files", "mesh-provisioner", "app.service", "enable"): None,
+}
+
+
+def test_the_polkit_rule_lets_the_client_restart_its_listed_units_and_nothing_else(tmp_path: Path) -> None:
+    node = shutil.which("node") or shutil.which("nodejs") or pytest.skip("node is not installed: the rule is not run")
+    harness = tmp_path / "harness.js"
+    harness.write_text(POLKIT_HARNESS)
+    rule = DEPLOY / "polkit" / "50-mesh-provisioner-client.rules"
+    done = subprocess.run([node, harness, rule, json.dumps(list(ASKED))], capture_output=True, text=True, check=True)
+    assert dict(zip(ASKED, json.loads(done.stdout), strict=True)) == ASKED
+
+
+# --- container definitions ---------------------------------------------------------------------------
+
+
+def _instructions(containerfile: Path) -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n\s*", " ", containerfile.read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+@pytest.mark.parametrize("role", list(CONTAINERS))
+def test_each_container_definition_builds_from_python_slim_runs_our_program_and_not_as_root(role: str) -> None:
+    steps = _instructions(CONTAINERS[role])
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    bases = [arguments.split()[0] for op, arguments in steps if op == "FROM"]
+    assert bases and set(bases) == {"python:3.11-slim"}
+    final = steps[max(i for i, (op, _) in enumerate(steps) if op == "FROM") :]
+    users = [arguments for op, arguments in final if op == "USER"]
+    assert users and users[-1].split(":")[0] not in {"root", "0"}
+    (entrypoint,) = [json.loads(arguments) for op, arguments in final if op == "ENTRYPOINT"]
+    assert entrypoint == [{"seat": "mesh-provisioner", "client": "mesh-provisioner-client"}[role]]
+    assert entrypoint[0] in scripts
+    (command,) = [json.loads(arguments) for op, arguments in final if op == "CMD"]
+    assert Path(option(command, "--config")) == {"seat": SEAT_CONFIG, "client": DEFAULT_CONFIG}[role]
+    for op, arguments in steps:
+        if op == "COPY" and not arguments.startswith("--from"):
+            *sources, _ = arguments.split()
+            assert [s for s in sources if not (ROOT / s).exists()] == []
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    copied = {s.strip("./") for op, arguments in steps if op == "COPY" for s in arguments.split()[:-1]}
+    assert {p.rstrip("*") for p in packages["include"]} <= copied
+
+
+def _builder() -> list[str] | None:
+    for tool in ("podman", "docker"):
+        found = shutil.which(tool)
+        if found and subprocess.run([found, "info"], capture_output=True, check=False).returncode == 0:
+            return [found]
+    return None
+
+
+@pytest.mark.parametrize("role", list(CONTAINERS))
+def test_each_container_image_builds_where_a_builder_is_available(role: str) -> None:
+    builder = _builder() or pytest.skip("no working podman or docker here: the definitions are linted above")
+    command = [*builder, "build", "-f", str(CONTAINERS[role]), "-t", f"mesh-provisioner-{role}:test", str(ROOT)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = [*builder, "run", "--rm", f"mesh-provisioner-{role}:test", "--help"]
+    assert subprocess.run(run, capture_output=True, check=False, timeout=120).returncode == 0
