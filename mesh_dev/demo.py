@@ -45,6 +45,7 @@ CONSUMER, URL_VARIABLE = "app", "DATABASE_URL"  # deploy/examples/app.json
 PROVIDER_MODULE = "postgres"  # deploy/examples/postgres.json: ${consumers:db} in PG_CONSUMERS
 EXAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "examples"
 SEEDED = "seeded"  # under the demo's state folder: the examples already copied once, a name a line
+CLIENT_SETTINGS = "client.toml"  # under the demo's state folder: `mesh-provisioner-client status --config` it
 _TIMING = WatchTiming(refresh=timedelta(seconds=30), poll=timedelta(seconds=1))
 
 
@@ -56,6 +57,7 @@ async def run_demo(
     summary is printed."""
     plan = ClientPlan(node=NODE, manifests=state_dir / "manifests", materialize=state_dir / "env")
     seed_examples(plan.manifests, state_dir / SEEDED)
+    write_client_settings(state_dir / CLIENT_SETTINGS, plan, nats_url)
     async with connect(BusOptions(servers=(nats_url,), name="mesh-provisioner demo")) as bus:
         await _wait_for_registry(bus)
         async with (
@@ -63,7 +65,7 @@ async def run_demo(
             stand_ins(bus, NODE, fixed_bound=database.server is None) as parts,
             provider_side(bus, plan, database, parts.vault) as side,
         ):
-            print(await describe(bus, plan, side.report, nats_url), side.summary, sep="\n", flush=True)
+            print(await describe(bus, plan, side.report), side.summary, sep="\n", flush=True)
             task_status.started()
             await watch(bus, plan, _TIMING, on_report=side.after_report)
 
@@ -153,6 +155,16 @@ def seed_examples(folder: Path, record: Path, examples: Path = EXAMPLES) -> list
     return copied
 
 
+def write_client_settings(path: Path, plan: ClientPlan, nats_url: str) -> None:
+    """A settings file of the demo's client (node, folders, this start's NATS URL), for the client's
+    commands in another shell: `mesh-provisioner-client status --config <path>`."""
+    values = {"node": plan.node, "manifests": plan.manifests.resolve(), "materialize": plan.materialize.resolve()}
+    lines = [f"# Written by the demo at each start: mesh-provisioner-client status --config {path}"]
+    lines += [f"{name} = {json.dumps(str(value))}" for name, value in values.items()]
+    lines += ["", "[nats]", f"url = {json.dumps(nats_url)}"]
+    path.write_text("\n".join(lines) + "\n")
+
+
 async def _wait_for_registry(bus: Bus) -> None:
     """The server writes the registry at start; wait for it rather than fail."""
     warned = False
@@ -169,16 +181,14 @@ async def _wait_for_registry(bus: Bus) -> None:
         await anyio.sleep(0.5)
 
 
-async def describe(bus: Bus, plan: ClientPlan, report: Report, nats_url: str) -> str:
+async def describe(bus: Bus, plan: ClientPlan, report: Report) -> str:
     needs = await snapshot(bus, buckets.NEEDS, buckets.NEEDS.shape.filters(node=plan.node))
     lines = [f"== node {plan.node}: manifests in {plan.manifests}", "", "needed (mesh-provisioner_needs):"]
     lines.extend(f"  {item.key}  {json.loads(item.value)['placeholder']}" for item in needs)
     lines += ["", "applied (mesh-provisioner_applied) and env files:", report.summary(), ""]
     lines.append(f"env files are in {plan.materialize} (mode 0600); watching for changes, Ctrl-C stops")
     lines.append(f"edit a manifest in {plan.manifests} and the env files follow; from another terminal:")
-    lines.append(
-        f"  mesh-provisioner-client status --node {plan.node} --materialize {plan.materialize} --nats-url {nats_url}"
-    )
+    lines.append(f"  mesh-provisioner-client status --config {plan.manifests.parent / CLIENT_SETTINGS}")
     return "\n".join(lines)
 
 

@@ -14,7 +14,9 @@ import pytest
 from mesh_dev import local_postgres
 from mesh_dev.demo import EXAMPLES, run_demo, seed_examples
 from mesh_dev.local_nats import LocalNats
+from provisioner_client.settings import ClientSettings
 from registry.bus import Bus
+from registry.settings import BusSettings, load_settings
 from tests.helpers import sh_env
 
 
@@ -89,6 +91,15 @@ async def test_a_restarted_demo_keeps_the_manifests_as_edited_and_a_deleted_one_
     assert sorted(p.name for p in manifests.iterdir()) == ["app.json", "postgres.json"]
     assert json.loads((manifests / "app.json").read_text())["env"]["EDITED"] == "by hand"
     assert sh_env(tmp_path / "env" / "app.env")["EDITED"] == "by hand"
+
+
+@pytest.mark.usefixtures("provisioned")
+async def test_the_demo_writes_a_settings_file_the_clients_status_reads(nats_server: LocalNats, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    await _run_demo_once(nats_server.url, state)
+    settings = load_settings(ClientSettings, {}, state / "client.toml", {})
+    assert (settings.node, settings.manifests, settings.materialize) == ("node-1", state / "manifests", state / "env")
+    assert load_settings(BusSettings, {}, state / "client.toml", {}).url == nats_server.url
 
 
 def test_an_example_added_later_is_seeded_once_and_a_users_file_of_its_name_is_left_alone(tmp_path: Path) -> None:
