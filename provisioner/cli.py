@@ -1,5 +1,5 @@
-"""The `mesh-provisioner` command: `serve`, `query`, `remove-node` and `grants`, a thin layer over
-callable functions.
+"""The `mesh-provisioner` command: `serve`, `query`, `top`, `remove-node` and `grants`, a thin layer
+over callable functions.
 
 Exit codes:
     0  done; `serve` also after a clean stop on SIGTERM or SIGINT; `remove-node` also when there
@@ -8,11 +8,13 @@ Exit codes:
        that could not be removed, a second SIGTERM/SIGINT that stopped `serve` at once,
        cutting requests in flight, `serve`'s connection closed for good by nats-server (an
        authorization violation after a reload, say: a supervisor should restart it), or
-       `query`: no answer from the seat within --wait
+       `query`, `top --once`: no answer from the seat within --wait
     2  a usage or settings error (a flag, a MESH_PROVISIONER_* variable, the config, domains or
        grants file); `remove-node` not confirmed (nothing was removed)
-    3  `query`: the verb answered with an error (other than 410 and 503, which are retried)
+    3  `query`, `top --once`: the verb answered with an error (other than 410 and 503, which are
+       retried)
     4  `query`: answered, with malformed keys (listed and marked in every output)
+    5  `query nodes`, `top --once`: a node shown is stale or gone (before 4: the fleet first)
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -34,9 +36,12 @@ import anyio.to_thread
 from provisioner import tables
 from provisioner.errors import ProvisionerError
 from provisioner.grants_command import add_grants_command, run_grants
+from provisioner.nodes import DEFAULT_STALE_AFTER
 from provisioner.removal import node_keys, remove_keys
+from provisioner.request import MAX_STALE_AFTER_SECONDS
 from provisioner.server import run_server
 from provisioner.settings import ENV_PREFIX, QuerySettings, ServerSettings
+from provisioner.top import TopOptions, run_top
 from registry import buckets
 from registry.buckets import Bucket
 from registry.bus import BusOptions, connect_within
@@ -49,7 +54,7 @@ from registry.verb_client import ask_patiently
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_VERB_ERROR, EXIT_MALFORMED = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_VERB_ERROR, EXIT_MALFORMED, EXIT_STALE = 0, 1, 2, 3, 4, 5
 
 _EPILOG_SERVE = f"""\
 settings: flags over {ENV_PREFIX}<FIELD> environment variables (e.g. {ENV_PREFIX}COMPILE_INTERVAL=600)
@@ -80,6 +85,27 @@ examples:
   mesh-provisioner query applied --state pending --by-reason    each reason: how many modules, which
   mesh-provisioner query collect --collection shell:zsh:normal
   mesh-provisioner query needs --jsonl | jq -r .node
+  mesh-provisioner query nodes                     each node: healthy, stale or gone, and how that is known
+  mesh-provisioner query nodes --state stale --stale-after 600    the nodes silent for 10 min (exit 5 if any)
+
+query nodes: a node's sign of life is its client's lease, renewed every third of its ttl while the
+client watches and released when a one-shot reconcile ends or the client stops; the server stamps
+each renewal and release. healthy: renewed within --stale-after and within the lease's ttl (+5 s),
+or released within --stale-after; stale: neither; gone: no lease record at all. APPLIED and PENDING
+count the node's applied records, CHANGED is the latest of their changes. Exit 5 when a node shown
+is stale or gone (after --state), so `query nodes` can be a monitoring check.
+"""
+
+_EPILOG_TOP = """Asks the verb what=nodes every --interval seconds and shows the fleet: a summary line (nodes healthy,
+stale and gone; modules applied and pending) over the nodes, stale and gone first (see `query nodes
+--help` for the verdicts). On a terminal the view is redrawn in place, with a progress bar while a
+long answer is read; elsewhere each frame is printed after the last. Ctrl-C (SIGINT) or SIGTERM ends
+it with exit 0. A seat that does not answer is said in the frame and asked again at the next tick.
+
+examples:
+  mesh-provisioner top
+  mesh-provisioner top --stale-after 60 --interval 5
+  mesh-provisioner top --once                      one frame; exit 5 if a node is stale or gone
 """
 
 _EPILOG_REMOVE = """\
@@ -103,9 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--help`.\n\n" + (__doc__ or "").split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,query,remove-node,grants}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,query,top,remove-node,grants}")
     _add_serve(commands)
     _add_query(commands)
+    _add_top(commands)
     _add_remove_node(commands)
     add_grants_command(commands)
     return parser
@@ -136,7 +163,14 @@ def _add_query(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--collection", help="narrow to one collection (collect)")
     query.add_argument("--kind", help="keep the entries of one kind (registry, needs; filtered here)")
     query.add_argument("--name", help="keep the entries of one placeholder name (needs; filtered here)")
-    query.add_argument("--state", choices=("applied", "pending"), help="keep one state (applied; filtered here)")
+    query.add_argument(
+        "--state", choices=tuple(dict.fromkeys(s for states in tables.STATES.values() for s in states)),
+        help="keep one state: applied or pending (applied), healthy, stale or gone (nodes); filtered here",
+    )  # fmt: skip
+    query.add_argument(
+        "--stale-after", type=float, metavar="SECONDS",
+        help=f"nodes: a node is stale after this long without a sign of life (default {_default_stale_after()})",
+    )  # fmt: skip
     query.add_argument(
         "--by-reason", action="store_true",
         help="applied: each reason given, how many modules give it and which (--json: a list; --jsonl: one a line)",
@@ -154,6 +188,32 @@ def _add_query(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--config", type=Path, metavar="PATH", help="a TOML file whose [nats] table has NATS options")
     add_settings_arguments(query, QuerySettings, "logging")
     add_settings_arguments(query, BusSettings, "NATS connection")
+
+
+def _add_top(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    top = commands.add_parser(
+        "top", help="a live view of the fleet: nodes healthy, stale or gone, modules applied and pending",
+        description="Show the fleet's nodes and their verdicts, refreshed every --interval seconds, until Ctrl-C.",
+        epilog=_EPILOG_TOP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    top.add_argument("--node", help="show one node only")
+    top.add_argument(
+        "--stale-after", type=float, metavar="SECONDS",
+        help=f"a node is stale after this long without a sign of life (default {_default_stale_after()})",
+    )  # fmt: skip
+    top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="how often to ask (default 2)")
+    top.add_argument("--once", action="store_true", help="print one frame and exit (5 if a node is stale or gone)")
+    top.add_argument(
+        "--wait", type=float, default=30.0, metavar="SECONDS",
+        help="how long to wait to connect, and with --once for the answer (default 30)",
+    )  # fmt: skip
+    top.add_argument("--config", type=Path, metavar="PATH", help="a TOML file whose [nats] table has NATS options")
+    add_settings_arguments(top, QuerySettings, "logging")
+    add_settings_arguments(top, BusSettings, "NATS connection")
+
+
+def _default_stale_after() -> str:
+    return f"{DEFAULT_STALE_AFTER.total_seconds():g} s, the seat's"
 
 
 def _add_remove_node(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -202,10 +262,15 @@ def _query(args: argparse.Namespace) -> int:
     options = _bus_options(args, f"{buckets.SEAT}-query")
     _configure_logging(logging_settings)
     _check_client_filters(args)
-    request = {"what": args.what} | {f: getattr(args, f) for f in ("node", "module", "collection") if getattr(args, f)}
+    request: dict[str, object] = {"what": args.what}
+    request |= {f: getattr(args, f) for f in ("node", "module", "collection") if getattr(args, f)}
+    if args.stale_after is not None:
+        request["stale_after"] = args.stale_after
     answer = anyio.run(partial(_ask, options, request, wait=args.wait))
     answer = tables.narrowed(answer, **{field: getattr(args, field) for field in tables.CLIENT_FILTERS})
     _print_answer(args, answer)
+    if args.what == "nodes" and tables.unhealthy(answer):
+        return EXIT_STALE
     return EXIT_MALFORMED if answer["malformed"] else EXIT_OK
 
 
@@ -215,6 +280,18 @@ def _check_client_filters(args: argparse.Namespace) -> None:
             raise SettingsError(f"--{field}", f"does not apply to {args.what}; only to {', '.join(whats)}")
     if args.by_reason and args.what != "applied":
         raise SettingsError("--by-reason", f"does not apply to {args.what}; only to applied")
+    if args.state is not None and args.state not in tables.STATES.get(args.what, ()):
+        raise SettingsError(
+            "--state", f"{args.state} is not a state of {args.what}; one of {', '.join(tables.STATES[args.what])}"
+        )
+    if args.stale_after is not None and args.what != "nodes":
+        raise SettingsError("--stale-after", f"does not apply to {args.what}; only to nodes")
+    _check_stale_after(args.stale_after)
+
+
+def _check_stale_after(seconds: float | None) -> None:
+    if seconds is not None and not 0 < seconds <= MAX_STALE_AFTER_SECONDS:
+        raise SettingsError("--stale-after", f"{seconds:g} is not a number of seconds above 0 and within a year")
 
 
 def _print_answer(args: argparse.Namespace, answer: dict[str, Any]) -> None:
@@ -240,9 +317,29 @@ def _print_by_reason(args: argparse.Namespace, answer: dict[str, Any]) -> None:
         tables.print_by_reason(answer, tables.console_for(sys.stdout))
 
 
-async def _ask(options: BusOptions, request: dict[str, str], *, wait: float) -> dict[str, object]:
+async def _ask(options: BusOptions, request: Mapping[str, object], *, wait: float) -> dict[str, Any]:
     async with connect_within(options, timedelta(seconds=wait)) as bus:
         return await ask_patiently(bus, request, within=timedelta(seconds=wait))
+
+
+def _top(args: argparse.Namespace) -> int:
+    logging_settings = load_settings(QuerySettings, given_flags(args, QuerySettings), None, os.environ)
+    bus_options = _bus_options(args, f"{buckets.SEAT}-top")
+    _configure_logging(logging_settings)
+    _check_stale_after(args.stale_after)
+    if args.interval <= 0:
+        raise SettingsError("--interval", f"{args.interval:g} is not a number of seconds above 0")
+    options = TopOptions(interval=timedelta(seconds=args.interval), stale_after=args.stale_after, node=args.node,
+                         once=args.once, reply_wait=timedelta(seconds=args.wait))  # fmt: skip
+    last = anyio.run(until_signalled, partial(_watch_fleet, bus_options, options, wait=args.wait))
+    return EXIT_STALE if args.once and last is not None and tables.unhealthy(last) else EXIT_OK
+
+
+async def _watch_fleet(
+    bus_options: BusOptions, options: TopOptions, stop: anyio.Event, *, wait: float
+) -> dict[str, Any] | None:
+    async with connect_within(bus_options, timedelta(seconds=wait)) as bus:
+        return await run_top(bus, options, sys.stdout, stop)
 
 
 def _remove_node(args: argparse.Namespace) -> int:
@@ -295,6 +392,7 @@ def _configure_logging(settings: LogSettings) -> None:
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve,
     "query": _query,
+    "top": _top,
     "remove-node": _remove_node,
     "grants": _grants,
 }

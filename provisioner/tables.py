@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -24,16 +25,22 @@ COLUMNS: Mapping[str, tuple[str, ...]] = {
     "needs": ("node", "module", "kind", "name", "used in"),
     "applied": ("node", "module", "state", "digest", "reasons", "action"),
     "collect": ("node", "collection", "contributor", "items"),
+    "nodes": ("node", "verdict", "lease", "applied", "pending", "changed", "why"),
 }
 # The filters read from the entries here, and the `what`s whose entries have the field.
 CLIENT_FILTERS: Mapping[str, tuple[str, ...]] = {
     "kind": ("registry", "needs"),
     "name": ("needs",),
-    "state": ("applied",),
+    "state": ("applied", "nodes"),
 }
+# The values `state` takes for each `what` it applies to: a module's state, a node's verdict.
+STATES: Mapping[str, tuple[str, ...]] = {"applied": ("applied", "pending"), "nodes": ("healthy", "stale", "gone")}
+UNHEALTHY = ("stale", "gone")
+VERDICT_STYLES = {"healthy": "green", "stale": "yellow", "gone": "red"}
 
 DIGEST_SHOWN = 12  # hex digits of a digest in the table, as `git log --oneline` shows a commit
 REASON_SHOWN = 80  # characters of the first reason in the table; --json has them whole
+SHORT_CELL = 10  # characters: a column whose cells are all this short is never wrapped on a terminal
 PLAIN_WIDTH = 100_000  # wide enough that no plain row is ever wrapped
 
 
@@ -49,7 +56,9 @@ def narrowed(answer: Mapping[str, Any], **filters: str | None) -> dict[str, Any]
 
 
 def _filtered(entry: Mapping[str, Any], field: str) -> object:
-    return _value(entry).get(field) if field == "state" else entry.get(field)
+    if field == "state":
+        return entry["verdict"] if "verdict" in entry else _value(entry).get(field)
+    return entry.get(field)
 
 
 def rows(answer: Mapping[str, Any]) -> list[tuple[str, ...]]:
@@ -84,7 +93,36 @@ def _collect_row(entry: Mapping[str, Any]) -> tuple[str, ...]:
     return entry["node"], entry["collection"], entry["contributor"], str(len(items)) if isinstance(items, list) else ""
 
 
-_ROWS = {"registry": _registry_row, "needs": _needs_row, "applied": _applied_row, "collect": _collect_row}
+def _nodes_row(entry: Mapping[str, Any]) -> tuple[str, ...]:
+    return (entry["node"], entry["verdict"], _lease(entry.get("lease")), str(entry["applied"]),
+            str(entry["pending"]), _moment(entry.get("changed_at")), entry["because"])  # fmt: skip
+
+
+def _moment(text: object) -> str:
+    """A time of the answer to the second, `2026-01-01 12:00:00Z`; as it is if it is not a time."""
+    if not isinstance(text, str):
+        return ""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if moment.tzinfo else text
+
+
+def _lease(lease: object) -> str:
+    """`held by <host> pid <pid>`, `released` or `none`."""
+    if not isinstance(lease, dict):
+        return ""
+    state = _text(lease.get("state"))
+    if state == "held" and "host" in lease:
+        return f"held by {lease['host']} pid {lease.get('pid')}"
+    return state
+
+
+_ROWS = {
+    "registry": _registry_row, "needs": _needs_row, "applied": _applied_row, "collect": _collect_row,
+    "nodes": _nodes_row,
+}  # fmt: skip
 
 
 def _value(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -148,9 +186,26 @@ def by_reason(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
 def print_answer(answer: Mapping[str, Any], console: Console) -> None:
     """The entries' table, the malformed keys' table (when there are any) and a count line."""
     header = [column.upper() for column in COLUMNS[answer["what"]]]
+    if answer["what"] == "nodes":
+        body = [_verdict_styled(row) for row in rows(answer)]
+        _print_listing(console, header, body, answer["malformed"], fleet_summary(answer))
+        return
     _print_listing(
         console, header, rows(answer), answer["malformed"], _count(len(answer["entries"]), "entry", "entries")
     )
+
+
+def unhealthy(answer: Mapping[str, Any]) -> list[str]:
+    """The nodes of a `nodes` answer that are stale or gone."""
+    return [entry["node"] for entry in answer["entries"] if entry["verdict"] in UNHEALTHY]
+
+
+def fleet_summary(answer: Mapping[str, Any]) -> str:
+    """`3 nodes: 1 healthy, 1 stale, 1 gone; modules: 4 applied, 1 pending`."""
+    entries = answer["entries"]
+    verdicts = ", ".join(f"{sum(e['verdict'] == v for e in entries)} {v}" for v in STATES["nodes"])
+    applied, pending = sum(e["applied"] for e in entries), sum(e["pending"] for e in entries)
+    return f"{_count(len(entries), 'node', 'nodes')}: {verdicts}; modules: {applied} applied, {pending} pending"
 
 
 def print_by_reason(answer: Mapping[str, Any], console: Console) -> None:
@@ -169,31 +224,52 @@ def _count(n: int, one: str, many: str) -> str:
 
 
 def _print_listing(
-    console: Console, header: Sequence[str], body: Sequence[Sequence[str]], malformed: Sequence[Any], count: str
+    console: Console, header: Sequence[str], body: Sequence[Sequence[str | Text]], malformed: Sequence[Any], count: str
 ) -> None:
-    _print(console, _table(header, body, console))
+    print_plain(console, _table(header, body, console))
     if malformed:
         console.print()
-        bad_rows = [("malformed", bad["key"], bad["reason"]) for bad in malformed]
-        _print(console, _table(["", "MALFORMED KEY", "REASON"], bad_rows, console, style="red"))
+        bad_rows = [("malformed", _bad_key(bad), bad["reason"]) for bad in malformed]
+        print_plain(console, _table(["", "MALFORMED KEY", "REASON"], bad_rows, console, style="red"))
     console.print()
     console.print(Text(count + (f", {len(malformed)} malformed" if malformed else "")))
 
 
-def _table(header: Sequence[str], body: Sequence[Sequence[str]], console: Console, style: str = "") -> Table:
+def _bad_key(bad: Mapping[str, Any]) -> str:
+    """The key, after its bucket where an answer reads several (`nodes`)."""
+    return f"{bad['bucket']} {bad['key']}" if "bucket" in bad else str(bad["key"])
+
+
+def _table(header: Sequence[str], body: Sequence[Sequence[str | Text]], console: Console, style: str = "") -> Table:
     terminal = console.is_terminal
     table = Table(box=box.SIMPLE_HEAD if terminal else None, pad_edge=terminal, show_edge=terminal)
-    for title in header:
-        table.add_column(Text(title), header_style="bold" if terminal else "", style=style if terminal else "")
+    for column, title in enumerate(header):
+        short = max((len(row[column]) for row in body), default=0) <= SHORT_CELL  # counts, verdicts: never wrapped
+        table.add_column(Text(title), header_style="bold" if terminal else "", style=style if terminal else "",
+                         no_wrap=short, min_width=len(title) if short else None)  # fmt: skip
     for row in body:
-        table.add_row(*(Text(cell) for cell in row))  # Text: a `[` in a name is never markup
+        table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in row))  # Text: never markup
     return table
 
 
-def _print(console: Console, table: Table) -> None:
+def _verdict_styled(row: Sequence[str]) -> list[str | Text]:
+    """A nodes row with its verdict coloured (on a terminal; plain output drops the style)."""
+    return [row[0], Text(row[1], style=VERDICT_STYLES.get(row[1], "")), *row[2:]]
+
+
+def nodes_table(answer: Mapping[str, Any], console: Console) -> Table:
+    """The nodes of an answer as a table: stale and gone first, then by name (for `top`)."""
+    order = {verdict: rank for rank, verdict in enumerate(("gone", "stale", "healthy"))}
+    ordered = sorted(answer["entries"], key=lambda e: (order.get(e["verdict"], -1), e["node"]))
+    header = [column.upper() for column in COLUMNS["nodes"]]
+    return _table(header, [_verdict_styled(_nodes_row(entry)) for entry in ordered], console)
+
+
+def print_plain(console: Console, shown: RenderableType) -> None:
+    """`shown` printed; anywhere but a terminal without the padding rich leaves at line ends."""
     if console.is_terminal:
-        console.print(table)
+        console.print(shown)
         return
     with console.capture() as captured:
-        console.print(table)
+        console.print(shown)
     console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))

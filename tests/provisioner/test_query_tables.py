@@ -152,7 +152,7 @@ async def test_state_is_filtered_here_and_json_counts_what_is_kept(seeded: Local
     [
         pytest.param(["applied", "--kind", "secret"], "--kind: does not apply to applied; only to registry, needs",
                      id="a kind for applied"),
-        pytest.param(["needs", "--state", "pending"], "--state: does not apply to needs; only to applied",
+        pytest.param(["needs", "--state", "pending"], "--state: does not apply to needs; only to applied, nodes",
                      id="a state for needs"),
     ],
 )  # fmt: skip

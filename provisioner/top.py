@@ -1,0 +1,138 @@
+"""`mesh-provisioner top`: the fleet at a glance, asked of the verb (`what=nodes`) every few seconds.
+
+Each frame is a summary line (nodes healthy, stale and gone; modules applied and pending) over the
+nodes' table, stale and gone first. The seat answers from the view it keeps of the leases and
+applied buckets, so a refresh reads no bucket; an operator's account may ask the verb and nothing
+else, so the frames refresh on a timer, not on the buckets' changes. On a terminal the frame is
+redrawn in place (`rich.live`), with a progress bar while a paged answer is read; anywhere else
+each frame is printed after the last, with the time it was taken. A seat that does not answer is
+said in the frame, and asked again at the next tick. `once` prints one frame and returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TextIO
+
+import anyio
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.text import Text
+
+from provisioner import tables
+from registry.bus import Bus
+from registry.errors import BusError, ServiceError
+from registry.verb_client import ask_page
+
+log = logging.getLogger(__name__)
+
+OnPage = Callable[[int, int], None]  # pages read, pages in all
+
+
+@dataclass(frozen=True)
+class TopOptions:
+    interval: timedelta = timedelta(seconds=2)
+    stale_after: float | None = None
+    node: str | None = None
+    once: bool = False
+    reply_wait: timedelta = timedelta(seconds=10)
+
+    def request(self) -> dict[str, Any]:
+        asked: dict[str, Any] = {"what": "nodes"}
+        if self.node is not None:
+            asked["node"] = self.node
+        if self.stale_after is not None:
+            asked["stale_after"] = self.stale_after
+        return asked
+
+
+async def fleet(bus: Bus, options: TopOptions, on_page: OnPage) -> dict[str, Any]:
+    """The whole `what=nodes` answer, every page followed, `on_page` told after each."""
+    request = options.request()
+    answer = await ask_page(bus, request, reply_wait=options.reply_wait)
+    merged = {key: value for key, value in answer.items() if key not in ("page", "next")}
+    on_page(1, answer["pages"])
+    while answer["next"] is not None:
+        answer = await ask_page(bus, {**request, "cursor": answer["next"]}, reply_wait=options.reply_wait)
+        merged["entries"].extend(answer["entries"])
+        merged["malformed"].extend(answer["malformed"])
+        on_page(answer["page"], answer["pages"])
+    return merged
+
+
+def frame(answer: Mapping[str, Any] | None, problem: str | None, console: Console, taken: datetime) -> Group:
+    """One frame: the time, the summary, the nodes; the problem when the seat did not answer."""
+    parts: list[RenderableType] = []
+    when = taken.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    if answer is not None:
+        malformed = len(answer["malformed"])
+        summary = tables.fleet_summary(answer) + (f"; {malformed} malformed" if malformed else "")
+        parts.append(Text(f"{when}  {summary}", style="bold" if console.is_terminal else ""))
+    if problem is not None:
+        parts.append(Text(f"{when}  {problem}", style="red" if console.is_terminal else ""))
+    if answer is not None:
+        parts.append(tables.nodes_table(answer, console))
+    return Group(*parts)
+
+
+async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event) -> dict[str, Any] | None:
+    """Shows frames until `stop` is set (or one, with `options.once`); the last answer, if any."""
+    console = tables.console_for(out)
+    screen = _Screen(console)
+    last: dict[str, Any] | None = None
+    with screen:
+        while True:
+            problem = None
+            try:
+                last = await fleet(bus, options, screen.on_page)
+            except (BusError, ServiceError) as err:
+                if options.once:
+                    raise
+                problem = f"no answer from the seat: {err}; asking again in {options.interval.total_seconds():g} s"
+            screen.show(frame(last, problem, console, datetime.now(UTC)))
+            if options.once:
+                return last
+            with anyio.move_on_after(options.interval.total_seconds()):
+                await stop.wait()
+            if stop.is_set():
+                return last
+
+
+class _Screen:
+    """Where frames go: redrawn in place on a terminal, printed one after another elsewhere."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live = Live(console=console, auto_refresh=False, transient=False) if console.is_terminal else None
+        self.progress = Progress(TextColumn("reading the fleet"), BarColumn(), MofNCompleteColumn(), console=console)
+        self.task = self.progress.add_task("pages", total=None)
+        self._shown: RenderableType = Text("asking the seat...")
+
+    def __enter__(self) -> _Screen:
+        if self.live is not None:
+            self.live.start()
+            self.live.update(self._shown, refresh=True)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+    def on_page(self, read: int, pages: int) -> None:
+        if self.live is None or pages <= 1:
+            return
+        self.progress.update(self.task, completed=read, total=pages)
+        self.live.update(Group(self._shown, self.progress), refresh=True)
+
+    def show(self, shown: RenderableType) -> None:
+        self._shown = shown
+        if self.live is not None:
+            self.live.update(shown, refresh=True)
+            return
+        tables.print_plain(self.console, shown)
+        self.console.file.write("\n")
+        self.console.file.flush()
