@@ -22,6 +22,7 @@ from mesh_dev.loop import Participant, run_dev
 from provisioner.settings import ServerSettings
 from registry.errors import CatalogueError, RegistryError, SettingsError
 from registry.logs import configure_logging
+from registry.nats_context import NatsContexts
 from registry.settings import add_settings_arguments, given_flags, load_settings
 from registry.signals import until_signalled
 
@@ -62,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(ServerSettings, given_flags(args, ServerSettings), args.config, os.environ)
         configure_logging(log_format=settings.log_format, level=settings.log_level)
         participants = () if args.no_demo else (_demo(args.state_dir / "demo", postgres=not args.no_postgres),)
-        body = partial(_run, state_dir=args.state_dir, settings=settings, participants=participants)
+        contexts = NatsContexts.of(os.environ)
+        body = partial(_run, state_dir=args.state_dir, settings=settings, participants=participants, contexts=contexts)
         return EXIT_OK if anyio.run(until_signalled, body) else EXIT_FAILURE
     except RegistryError as err:
         print(f"mesh-provisioner-dev: {err}", file=sys.stderr)
@@ -70,10 +72,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _run(
-    stop: anyio.Event, *, state_dir: Path, settings: ServerSettings, participants: Sequence[Participant]
+    stop: anyio.Event,
+    *,
+    state_dir: Path,
+    settings: ServerSettings,
+    participants: Sequence[Participant],
+    contexts: NatsContexts | None,
 ) -> bool:
     """`True` once the loop stopped by itself: `until_signalled` says `None` when it was forced."""
-    await run_dev(state_dir=state_dir, settings=settings, stop=stop, participants=participants, out=sys.stdout)
+    await run_dev(
+        state_dir=state_dir, settings=settings, stop=stop, participants=participants, out=sys.stdout, contexts=contexts
+    )
     return True
 
 

@@ -3,12 +3,21 @@
 Further participants (the node client's demo, say) are started in the same task group once the
 server is ready; each is called with the NATS URL and cancelled when the server is asked to stop.
 `mesh-provisioner-dev` (`mesh_dev.cli`) runs it until SIGTERM or SIGINT.
+
+While its nats-server runs, the loop tells the tools where it is: it writes the `nats` CLI
+context `mesh-provisioner-dev` (its URL and this process's id) and removes it on the way out, so
+`mesh-provisioner query` and `mesh-provisioner-client status` in another shell find it without
+flags, and `nats --context mesh-provisioner-dev` too. The dev bus has no accounts: the context
+holds no credentials. A loop killed before it could remove the context leaves it behind; the
+tools pass over it once its process is gone.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+import os
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,6 +29,8 @@ from provisioner.server import run_server
 from provisioner.settings import ServerSettings
 from registry import buckets
 from registry.bus import BusOptions
+from registry.errors import RegistryError
+from registry.nats_context import DEV_CONTEXT, NatsContext, NatsContexts
 
 log = logging.getLogger(__name__)
 
@@ -33,33 +44,77 @@ async def run_dev(
     stop: anyio.Event,
     participants: Sequence[Participant] = (),
     out: TextIO | None = None,
+    contexts: NatsContexts | None = None,
 ) -> None:
-    """Runs nats-server and the server until `stop` is set; participants start once the server is ready."""
+    """Runs nats-server and the server until `stop` is set; participants start once the server is
+    ready. With `contexts`, the context `mesh-provisioner-dev` names the server while it runs."""
     async with local_nats(state_dir / "nats") as nats_server:
         bus_options = BusOptions(servers=(nats_server.url,), name=buckets.SEAT)
-        async with anyio.create_task_group() as tasks:
-            await tasks.start(partial(run_server, bus_options=bus_options, settings=settings, stop=stop))
-            if out is not None:
-                out.write(welcome(nats_server.url, state_dir))
-                out.flush()
-            async with anyio.create_task_group() as others:
-                for participant in participants:
-                    others.start_soon(participant, nats_server.url)
-                await stop.wait()
-                others.cancel_scope.cancel()
+        with advertised(contexts, nats_server.url, state_dir):
+            async with anyio.create_task_group() as tasks:
+                await tasks.start(partial(run_server, bus_options=bus_options, settings=settings, stop=stop))
+                if out is not None:
+                    out.write(welcome(nats_server.url, state_dir, contexts))
+                    out.flush()
+                async with anyio.create_task_group() as others:
+                    for participant in participants:
+                        others.start_soon(participant, nats_server.url)
+                    await stop.wait()
+                    others.cancel_scope.cancel()
 
 
-def welcome(url: str, state_dir: Path) -> str:
+@contextmanager
+def advertised(contexts: NatsContexts | None, url: str, state_dir: Path) -> Iterator[None]:
+    """The context `mesh-provisioner-dev` naming `url` for the block (none without `contexts`)."""
+    if contexts is None:
+        log.warning("neither XDG_CONFIG_HOME nor HOME is set: the tools need --server %s", url)
+        yield
+        return
+    context = NatsContext(
+        description=f"mesh-provisioner-dev, data under {state_dir}", url=url, mesh_provisioner_dev_pid=os.getpid()
+    )
+    path = contexts.write(DEV_CONTEXT, context)
+    log.debug("wrote the nats context %s: %s", DEV_CONTEXT, path)
+    try:
+        yield
+    finally:
+        contexts.remove_own(DEV_CONTEXT, os.getpid())
+
+
+def welcome(url: str, state_dir: Path, contexts: NatsContexts | None = None) -> str:
     return f"""
 mesh-provisioner-dev is running.
   NATS:   {url}   (JetStream data under {state_dir / "nats"})
   verb:   {buckets.VERB_SUBJECT}
-
+{_found_by(url, contexts)}
 Ask it from another terminal:
-  mesh-provisioner query --nats-url {url}
-  mesh-provisioner query needs --node node-1 --nats-url {url}
-  mesh-provisioner query collect --collection shell:zsh:normal --nats-url {url}
-  NATS_URL={url} mesh-provisioner query applied
+  mesh-provisioner query{_flag(url, contexts)}
+  mesh-provisioner query needs --node node-1{_flag(url, contexts)}
+  mesh-provisioner query collect --collection shell:zsh:normal{_flag(url, contexts)}
+  mesh-provisioner query applied{_flag(url, contexts)}
 
 Ctrl-C stops it.
 """
+
+
+def _found_by(url: str, contexts: NatsContexts | None) -> str:
+    if contexts is None:
+        return "  the tools need --server: neither XDG_CONFIG_HOME nor HOME is set\n"
+    told = f"  the tools find it through the nats context {DEV_CONTEXT} ({contexts.path(DEV_CONTEXT)}), until Ctrl-C"
+    selected = _selected(contexts)
+    if selected not in (None, DEV_CONTEXT):
+        told += f";\n  the nats CLI's selected context {selected!r} comes first: they are given --context {DEV_CONTEXT}"
+    return told + "\n"
+
+
+def _flag(url: str, contexts: NatsContexts | None) -> str:
+    if contexts is None:
+        return f" --server {url}"
+    return "" if _selected(contexts) in (None, DEV_CONTEXT) else f" --context {DEV_CONTEXT}"
+
+
+def _selected(contexts: NatsContexts) -> str | None:
+    try:
+        return contexts.selected()
+    except RegistryError:
+        return None

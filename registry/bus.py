@@ -63,6 +63,7 @@ class BusOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    servers_from: str = "the default"  # where `servers` came from, said in logs and errors
     name: str = "mesh-provisioner"
     creds: Path | None = None
     nkey_seed: Path | None = None
@@ -355,9 +356,14 @@ class _Callbacks:
     """nats-py's connection callbacks: log a loss once, then a slowing count, then the recovery;
     note denials; tell a close."""
 
-    def __init__(self) -> None:
+    def __init__(self, options: BusOptions, *, first_report: float) -> None:
+        self.target = f"{', '.join(options.servers)} (from {options.servers_from})"
         self.bus: Bus | None = None
-        self.outage: Outage | None = None
+        self.outage: Outage | None = Outage(time.monotonic(), first_report=first_report)  # until first connected
+        self.last_failure = ""
+        self.on_refused_everywhere: Callable[[], None] | None = None
+        self._refusals = 0
+        self._servers = len(options.servers)
         self._loss_reason: str | None = None
 
     async def on_error(self, err: Exception) -> None:
@@ -365,7 +371,9 @@ class _Callbacks:
         if "permissions violation" in text.lower() and self.bus is not None:
             self.bus.note_denial(text)
         if self.outage is not None:
-            self._failed_attempt(text)
+            self.last_failure = _describe(err)
+            self._failed_attempt(self.last_failure)
+            self._count_refusal(err)
         elif isinstance(err, _LOSSES):
             self._loss_reason = text  # told with the loss, by on_disconnected
             log.debug("nats connection error: %s", text)
@@ -402,18 +410,65 @@ class _Callbacks:
         self.outage = Outage(time.monotonic())
         log.warning("nats connection lost (%s); reconnecting", reason)
 
+    def _count_refusal(self, err: Exception) -> None:
+        """Before the first connection: a refusal by every server in turn is an answer, not an outage."""
+        refused = isinstance(err, ConnectionRefusedError | nats.errors.AuthorizationError)
+        self._refusals = self._refusals + 1 if refused and self.bus is None else 0
+        if self._refusals >= self._servers and self.on_refused_everywhere is not None:
+            self.on_refused_everywhere()
+
     def _failed_attempt(self, reason: str) -> None:
         assert self.outage is not None
-        log.debug("nats reconnect attempt failed: %s", reason)
+        doing = "reconnecting to nats" if self.bus is not None else f"connecting to nats at {self.target}"
+        log.debug("nats attempt failed (%s): %s", doing, reason)
         if self.outage.failed_attempt(time.monotonic()):
-            log.warning("still reconnecting to nats: %d attempts in %.0f s (last: %s)",
-                        self.outage.attempts, time.monotonic() - self.outage.since, reason)  # fmt: skip
+            log.warning("still %s: %d attempts in %.0f s (last: %s)",
+                        doing, self.outage.attempts, time.monotonic() - self.outage.since, reason)  # fmt: skip
 
 
 @asynccontextmanager
 async def connect(options: BusOptions) -> AsyncIterator[Bus]:
-    """A connection that reconnects forever and logs each loss and recovery; drained on exit."""
-    callbacks = _Callbacks()
+    """A connection that reconnects forever and logs each loss and recovery; drained on exit.
+
+    Until a server first answers it keeps trying too, saying so at a slowing interval."""
+    async with _connected(options, _Callbacks(options, first_report=5.0)) as bus:
+        yield bus
+
+
+@asynccontextmanager
+async def connect_within(options: BusOptions, within: timedelta) -> AsyncIterator[Bus]:
+    """`connect` for a one-shot command: it gives up with one `BusError` naming the servers, where
+    they came from and the last failure once every server has refused it (no listener, or an
+    authorization violation), or once `within` or the options' `connect_timeout` (the shorter)
+    has passed without a server answering. Nothing is logged meanwhile."""
+    deadline = min(within, options.connect_timeout).total_seconds()
+    callbacks = _Callbacks(options, first_report=float("inf"))
+    async with AsyncExitStack() as stack:
+        try:
+            with anyio.fail_after(deadline), anyio.CancelScope() as refused:
+                callbacks.on_refused_everywhere = refused.cancel
+                bus = await stack.enter_async_context(_connected(options, callbacks))
+        except TimeoutError:
+            raise BusError(
+                "connect", f"{_no_server(options)} answered within {deadline:g} s{_last(callbacks)}"
+            ) from None
+        if refused.cancelled_caught:
+            raise BusError("connect", f"{_no_server(options)} accepted the connection: {callbacks.last_failure}")
+        callbacks.on_refused_everywhere = None
+        yield bus
+
+
+def _last(callbacks: _Callbacks) -> str:
+    return f" (last: {callbacks.last_failure})" if callbacks.last_failure else ""
+
+
+def _no_server(options: BusOptions) -> str:
+    return f"no NATS server at {', '.join(options.servers)} (from {options.servers_from})"
+
+
+@asynccontextmanager
+async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterator[Bus]:
+    log.debug("connecting to nats at %s (from %s)", ", ".join(options.servers), options.servers_from)
     try:
         nc = await nats.connect(
             servers=list(options.servers),
@@ -436,7 +491,10 @@ async def connect(options: BusOptions) -> AsyncIterator[Bus]:
             drain_timeout=int(options.drain_timeout.total_seconds()) or 1,
         )
     except Exception as err:
-        raise BusError(f"connect to {', '.join(options.servers)}", _describe(err)) from err
+        raise BusError(
+            f"connect to {', '.join(options.servers)} (from {options.servers_from})", _describe(err)
+        ) from err
+    callbacks.outage = None
     bus = Bus(nc, options)
     callbacks.bus = bus
     log.info("connected to nats at %s as %s", _server_of(nc), options.name)
@@ -446,20 +504,6 @@ async def connect(options: BusOptions) -> AsyncIterator[Bus]:
         # nats-py closes the connection itself once its drain times out: leave it time to.
         with anyio.move_on_after(options.drain_timeout.total_seconds() + 2, shield=True):
             await _close(bus, nc)
-
-
-@asynccontextmanager
-async def connect_within(options: BusOptions, within: timedelta) -> AsyncIterator[Bus]:
-    """`connect` for a one-shot command: nats-py would retry a first connect for ever, so it gives
-    up with a `BusError` once `within` has passed without a server answering."""
-    async with AsyncExitStack() as stack:
-        try:
-            with anyio.fail_after(within.total_seconds()):
-                bus = await stack.enter_async_context(connect(options))
-        except TimeoutError:
-            servers = ", ".join(options.servers)
-            raise BusError(f"connect to {servers}", f"no server answered within {within.total_seconds():g} s") from None
-        yield bus
 
 
 def nats_client(bus: Bus) -> Client:

@@ -11,6 +11,10 @@ pydantic, so a wrong value is reported in one place (`describe_validation`) and 
 secret). A misspelt variable under a program's prefix, a missing config file, a file that is not
 TOML and an unknown key in the file are refused, never silently defaulted.
 
+A field may have more flags (`flag_aliases`): `BusSettings` answers to the `nats` CLI's names too
+(`--server`/`-s`, `--creds`, `--tlsca`, `--context`...), and once read it looks up what was not
+given in the `nats` CLI's contexts (`BusSettings.resolved`, `registry.nats_context`).
+
 Example config file of the server:
 
     compile_interval = "PT10M"
@@ -30,15 +34,16 @@ import typing
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Self, TypeVar
 
-from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from registry.bus import BusOptions
 from registry.errors import SettingsError
 from registry.logs import LogFormat, LogLevel
+from registry.nats_context import DEV_CONTEXT, NatsContext, NatsContexts
 
 
 def _seconds_or_iso(value: object) -> object:
@@ -66,8 +71,14 @@ class EdgeSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid")
 
     flag_prefix: ClassVar[str] = ""
+    flag_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     config_table: ClassVar[str | None] = None
     foreign_env_prefixes: ClassVar[tuple[str, ...]] = ()
+
+    def resolved(self, environ: Mapping[str, str], origins: Mapping[str, str]) -> Self:
+        """The settings once what was not given is looked up elsewhere; `origins` says where each
+        field given came from (the command line, a variable, the config file). Itself by default."""
+        return self
 
 
 def _upper(value: object) -> object:
@@ -85,16 +96,41 @@ class LogSettings(EdgeSettings):
     )
 
 
-class BusSettings(EdgeSettings):
-    """NATS connection settings, read from the variables the NATS tools honour."""
+DEFAULT_URL = "nats://127.0.0.1:4222"
+_DEFAULT_FROM = "the default"
 
-    # NATS_* is shared with the NATS tools (NATS_CONTEXT, ...): an unknown name is not ours to refuse.
+
+class BusSettings(EdgeSettings):
+    """NATS connection settings, under the `nats` CLI's names as well (`--server`, `-s`, `--creds`,
+    `--tlsca`, `--context`...), read from the variables the NATS tools honour.
+
+    The server comes from the first of: `url` (flag, NATS_URL, the file's [nats] url); the context
+    `context` names; the `nats` CLI's selected context; `mesh-provisioner-dev`'s context while the
+    dev loop runs; nats://127.0.0.1:4222. A context named, or the one that gave the server, also
+    gives every other field not set otherwise; a server given without a context takes nothing from
+    any context (a context's credentials never go to a server it does not name)."""
+
+    # NATS_* is shared with the NATS tools: an unknown name is not ours to refuse.
     model_config = SettingsConfigDict(env_prefix="NATS_")
     flag_prefix: ClassVar[str] = "nats"
+    flag_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "url": ("-s", "--server"), "context": ("--context",), "creds": ("--creds",), "nkey": ("--nkey",),
+        "user": ("--user",), "password": ("--password",), "ca": ("--tlsca",), "cert": ("--tlscert",),
+        "key": ("--tlskey",),
+    }  # fmt: skip
     config_table: ClassVar[str | None] = "nats"
     foreign_env_prefixes: ClassVar[tuple[str, ...]] = ("NATS_",)
 
-    url: str = Field(default="nats://127.0.0.1:4222", description="NATS server URLs, comma-separated")
+    url: str | None = Field(
+        default=None,
+        description="NATS server URLs, comma-separated",
+        json_schema_extra={"shown_default": f"the context's, else {DEFAULT_URL}"},
+    )
+    context: str | None = Field(
+        default=None,
+        description="a nats CLI context to connect as (its server, credentials and TLS files, under any given here); "
+        "without it and without a URL, the nats CLI's selected context, else mesh-provisioner-dev's while it runs",
+    )
     creds: Path | None = Field(default=None, description="a NATS credentials file (JWT and nkey seed)")
     nkey: Path | None = Field(default=None, description="an nkey seed file")
     user: str | None = Field(default=None, description="user name")
@@ -105,19 +141,48 @@ class BusSettings(EdgeSettings):
     key: Path | None = Field(default=None, description="the client certificate's key file")
     inbox_prefix: str = Field(default="_INBOX", description="this user's own reply-inbox prefix")
     timeout: Duration = Field(
-        default=timedelta(seconds=5), gt=timedelta(0), description="how long a request to NATS may take"
+        default=timedelta(seconds=5),
+        gt=timedelta(0),
+        description="how long a request to NATS may take, and a one-shot command's wait for a first connection",
     )
+
+    _url_from: str = PrivateAttr(default="")
 
     @field_validator("url")
     @classmethod
-    def _servers_given(cls, value: str) -> str:
-        if not [u for u in value.split(",") if u.strip()]:
+    def _servers_given(cls, value: str | None) -> str | None:
+        if value is not None and not [u for u in value.split(",") if u.strip()]:
             raise ValueError("give at least one NATS server URL")
         return value
 
+    @property
+    def url_from(self) -> str:
+        """Where the server URL came from, as said in logs and errors."""
+        return self._url_from or ("the settings" if self.url else _DEFAULT_FROM)
+
+    def resolved(self, environ: Mapping[str, str], origins: Mapping[str, str]) -> Self:
+        contexts = NatsContexts.of(environ)
+        if self.context is not None:
+            return self._with(_named(contexts, self.context), origins.get("url"))
+        if self.url is not None:
+            return self._with(None, origins.get("url"))
+        return self._with(_fallback(contexts), None)
+
+    def _with(self, found: FoundContext | None, url_origin: str | None) -> Self:
+        """Itself with the fields not given taken from the context `found`, and where its URL came from."""
+        settled = self.model_copy(update=_unset_fields(self, found.context) if found else {})
+        if url_origin is not None:
+            settled._url_from = url_origin
+        elif found is not None and found.context.url:
+            settled._url_from = found.source
+        elif found is not None:
+            settled._url_from = f"{_DEFAULT_FROM}: {found.source} names no url"
+        return settled
+
     def options(self, name: str) -> BusOptions:
         return BusOptions(
-            servers=tuple(u.strip() for u in self.url.split(",") if u.strip()),
+            servers=tuple(u.strip() for u in (self.url or DEFAULT_URL).split(",") if u.strip()),
+            servers_from=self.url_from,
             name=name,
             creds=self.creds,
             nkey_seed=self.nkey,
@@ -128,8 +193,50 @@ class BusSettings(EdgeSettings):
             tls_cert=self.cert,
             tls_key=self.key,
             inbox_prefix=self.inbox_prefix,
+            connect_timeout=self.timeout,
             request_timeout=self.timeout,
         )
+
+
+_CONTEXT_PATHS = {"creds": "creds", "nkey": "nkey", "ca": "ca", "cert": "cert", "key": "key"}
+_CONTEXT_TEXTS = {"url": "url", "user": "user", "inbox_prefix": "inbox_prefix"}
+_CONTEXT_SECRETS = {"password": "password", "token": "token"}
+
+
+class FoundContext(NamedTuple):
+    source: str  # which context, and why it was read: said in logs and errors
+    context: NatsContext
+
+
+def _named(contexts: NatsContexts | None, name: str) -> FoundContext:
+    if contexts is None:
+        raise SettingsError(f"nats context {name!r}", "neither XDG_CONFIG_HOME nor HOME says where contexts are")
+    return FoundContext(f"nats context {name!r} at {contexts.path(name)}", contexts.read(name))
+
+
+def _fallback(contexts: NatsContexts | None) -> FoundContext | None:
+    """The `nats` CLI's selected context, else `mesh-provisioner-dev`'s while the dev loop runs."""
+    if contexts is None:
+        return None
+    selected = contexts.selected()
+    if selected is not None:
+        return FoundContext(f"the nats CLI's selected context {selected!r} at {contexts.path(selected)}",
+                            contexts.read(selected))  # fmt: skip
+    dev = contexts.dev()
+    return FoundContext(f"{DEV_CONTEXT}'s context at {contexts.path(DEV_CONTEXT)}", dev) if dev else None
+
+
+def _unset_fields(settings: BusSettings, context: NatsContext) -> dict[str, Any]:
+    """The fields `context` sets that `settings` was not given, as `BusSettings` values."""
+    found: dict[str, Any] = {}
+    for field, attribute in _CONTEXT_PATHS.items():
+        found[field] = Path(getattr(context, attribute)).expanduser() if getattr(context, attribute) else None
+    for field, attribute in _CONTEXT_TEXTS.items():
+        found[field] = getattr(context, attribute) or None
+    for field, attribute in _CONTEXT_SECRETS.items():
+        secret: SecretStr = getattr(context, attribute)
+        found[field] = secret if secret.get_secret_value() else None
+    return {f: v for f, v in found.items() if v is not None and f not in settings.model_fields_set}
 
 
 S = TypeVar("S", bound=EdgeSettings)
@@ -168,6 +275,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, model_cls: type[Edge
     group = parser.add_argument_group(title)
     for name, field in model_cls.model_fields.items():
         group.add_argument(
+            *model_cls.flag_aliases.get(name, ()),
             flag_of(model_cls, name),
             dest=_dest_of(model_cls, name),
             default=None,
@@ -183,9 +291,16 @@ def given_flags(args: argparse.Namespace, model_cls: type[EdgeSettings]) -> dict
 
 
 def _help(model_cls: type[EdgeSettings], name: str, field: FieldInfo) -> str:
-    default = "required" if field.is_required() else f"default {_shown(field.get_default(call_default_factory=True))}"
+    default = "required" if field.is_required() else f"default {_shown_default(field)}"
     where = f"env {env_of(model_cls, name)}, file {_file_key_of(model_cls, name)}"
     return f"{field.description or name.replace('_', ' ')} ({default}; {where})"
+
+
+def _shown_default(field: FieldInfo) -> str:
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("shown_default"), str):
+        return str(extra["shown_default"])
+    return _shown(field.get_default(call_default_factory=True))
 
 
 def _shown(value: object) -> str:
@@ -222,12 +337,15 @@ def load_settings(
     Only `environ` is read (never `os.environ`), so a caller and its tests say what the
     environment is. Raises `SettingsError` for anything that cannot be read."""
     _refuse_unknown_variables(model_cls, environ)
-    values = _file_values(model_cls, config_file) | _env_values(model_cls, environ)
-    values |= {name: value for name, value in flags.items() if value is not None}
+    from_file, from_env = _file_values(model_cls, config_file), _env_values(model_cls, environ)
+    from_flags = {name: value for name, value in flags.items() if value is not None}
     try:
-        return model_cls.model_validate(values)
+        settings = model_cls.model_validate(from_file | from_env | from_flags)
     except ValidationError as err:
         raise SettingsError(_sources(model_cls, config_file), describe_validation(err, model_cls)) from None
+    origins = {name: f"config file {config_file}" for name in from_file}
+    origins |= {name: env_of(model_cls, name) for name in from_env} | {name: "the command line" for name in from_flags}
+    return settings.resolved(environ, origins)
 
 
 def _env_values(model_cls: type[EdgeSettings], environ: Mapping[str, str]) -> dict[str, str]:

@@ -76,8 +76,10 @@ async def serving(url: str, *, bus_options: BusOptions | None = None, **settings
 
 
 def clean_environment() -> dict[str, str]:
-    """This process's environment without the settings either program would read from it."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "MESH_PROVISIONER_"))}
+    """This process's environment without the settings either program would read from it (the
+    `nats` CLI's contexts included: XDG_CONFIG_HOME points nowhere)."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "MESH_PROVISIONER_"))}
+    return kept | {"XDG_CONFIG_HOME": "/nonexistent/mesh-provisioner-tests"}
 
 
 async def put_many(bus: Bus, bucket: Bucket, values: Mapping[str, bytes]) -> None:

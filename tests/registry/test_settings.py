@@ -56,7 +56,7 @@ def test_positive_durations_stay_positive() -> None:
 def test_nats_settings_come_from_flags_environment_and_the_files_table_alike(tmp_path: Path) -> None:
     config = tmp_path / "server.toml"
     config.write_text('bucket_replicas = 3\n[nats]\nurl = "nats://file:4222"\nuser = "from-file"\ntimeout = "PT7S"\n')
-    environ = {"NATS_USER": "from-env", "NATS_INBOX_PREFIX": "_INBOX_env", "NATS_CONTEXT": "not ours"}
+    environ = {"NATS_USER": "from-env", "NATS_INBOX_PREFIX": "_INBOX_env", "NATS_SERVER_NAME": "not ours"}
     bus = load_settings(BusSettings, {"inbox_prefix": "_INBOX_flag"}, config, environ)
     assert (bus.url, bus.user, bus.inbox_prefix) == ("nats://file:4222", "from-env", "_INBOX_flag")
     assert bus.timeout == timedelta(seconds=7)
