@@ -239,9 +239,11 @@ def judge(lease: LeaseSeen | None, *, now: datetime, stale_after: timedelta) -> 
         return "stale", f"lease released {ago(age)} ago, no sign of life since (stale after {_span(stale_after)})"
     ttl = timedelta(seconds=lease.holder.ttl_seconds) if lease.holder is not None else None
     told = f"ttl {ago(ttl)}" if ttl is not None else "holder unreadable"
-    if age <= stale_after and (ttl is None or age <= ttl + SKEW):
-        return "healthy", f"lease renewed {ago(age)} ago ({told})"
-    return "stale", f"no renewal for {ago(age)} ({told}, stale after {_span(stale_after)})"
+    if ttl is not None and age > ttl + SKEW:
+        return "stale", f"no renewal for {ago(age)}: its lease expired ({told})"
+    if age > stale_after:
+        return "stale", f"no renewal for {ago(age)} ({told}, stale after {_span(stale_after)})"
+    return "healthy", f"lease renewed {ago(age)} ago ({told})"
 
 
 def ago(span: timedelta) -> str:
