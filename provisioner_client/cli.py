@@ -5,17 +5,20 @@
 
 Exit codes:
 
-    0  done: every module applied (status: every module recorded as applied and its file on
-       disk as recorded); in watch mode, stopped cleanly by SIGTERM or SIGINT
-    1  something is pending: a module waits for a value, a manifest cannot be read,
-       or a change action failed; the reasons are logged and shown by `status` (which also
-       exits 1 when a file drifted from what was applied, or is not where it was written). Also a stop
-       forced by a second signal, or by the reconcile outlasting --shutdown-timeout
-    2  usage or settings error
+    0  done: every module applied (status: every module recorded as applied and its env file in
+       place, as applied); in watch mode, stopped cleanly by SIGTERM or SIGINT
+    1  something is pending: a module waits for a value, a manifest cannot be read, or a change
+       action failed; the reasons are logged and shown by `status`, which also exits 1 when an
+       env file drifted from what was applied or is missing (or is not in the env folder used).
+       Also a stop forced by a second signal, or by the reconcile outlasting --shutdown-timeout
+    2  usage or settings error (no node given names where it looked)
     3  the bus could not be reached or refused an operation
     4  a local failure the client cannot work around (e.g. the materialize folder)
     5  another client holds this node (`reconcile` only; the message names its host, pid and
        since when): one client per node; `reconcile --watch` waits for the lease instead
+
+Settings are read from the same file as the systemd unit's: `--config`, else
+$MESH_PROVISIONER_CLIENT_CONFIG, else /etc/mesh-provisioner/client.toml when it exists.
 
 The first SIGTERM or SIGINT lets the reconcile in progress finish, its change actions included
 (for at most --shutdown-timeout); a second one stops at once.
@@ -28,6 +31,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -37,8 +41,8 @@ from provisioner_client.action import inherited
 from provisioner_client.errors import ClientError, NodeHeld
 from provisioner_client.holding import holding
 from provisioner_client.reconcile import ClientPlan, reconcile
-from provisioner_client.settings import ENV_PREFIX, ClientSettings
-from provisioner_client.status import read_status
+from provisioner_client.settings import CONFIG_ENV, DEFAULT_CONFIG, ENV_PREFIX, ClientSettings, node_of, settings_file
+from provisioner_client.status import print_status, read_status
 from provisioner_client.watching import WatchTiming, watch
 from registry.bus import BusOptions, connect, connect_within
 from registry.errors import BusError, SettingsError
@@ -52,24 +56,29 @@ EXIT_OK, EXIT_PENDING, EXIT_USAGE, EXIT_BUS, EXIT_LOCAL, EXIT_HELD = 0, 1, 2, 3,
 
 _EPILOG = f"""\
 examples:
-  mesh-provisioner-client reconcile --node n1 --manifests /etc/mesh-provisioner/modules \\
-      --materialize /run/mesh-provisioner/env --nats-url nats://10.0.0.1:4222
+  mesh-provisioner-client status                  (settings from {DEFAULT_CONFIG})
   mesh-provisioner-client reconcile --watch --config /etc/mesh-provisioner/client.toml
-  {ENV_PREFIX}NODE=n1 mesh-provisioner-client status --json
+  mesh-provisioner-client reconcile --node node-1 --manifests /etc/mesh-provisioner/modules \\
+      --materialize /run/mesh-provisioner/env --nats-url nats://10.0.0.1:4222
+  {ENV_PREFIX}NODE=node-1 mesh-provisioner-client status --json
 
 settings: flags, then environment {ENV_PREFIX}<SETTING> (e.g. {ENV_PREFIX}NODE), then the
---config TOML file (NATS options in its [nats] table), then defaults. Durations are seconds or
-ISO 8601 (PT5M). NATS: --nats-* flags, then NATS_* environment.
+settings file (NATS options in its [nats] table), then defaults. The settings file is the unit's:
+--config, else ${CONFIG_ENV} (empty: none), else {DEFAULT_CONFIG} when it exists.
+Durations are seconds or ISO 8601 (PT5M). NATS: --nats-* flags, then NATS_* environment.
 
-exit codes: 0 all applied (watch: stopped cleanly); 1 something pending (a value, a manifest, a
-failed change action) or a forced stop; 2 usage or settings error; 3 the bus unreachable or
-refusing; 4 a local failure; 5 another client holds this node (named in the message).
+exit codes: 0 all applied (status: and every env file in place; watch: stopped cleanly);
+1 something pending (a value, a manifest, a failed change action; status: also an env file
+drifted or missing) or a forced stop; 2 usage or settings error (e.g. no node given); 3 the bus
+unreachable or refusing; 4 a local failure; 5 another client holds this node (named).
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", type=Path, metavar="PATH", help="a TOML file of settings ([nats]: NATS options)")
+    common.add_argument("--config", type=Path, metavar="PATH",
+                        help=f"the TOML settings file ([nats]: NATS options) (default ${CONFIG_ENV}, else "
+                             f"{DEFAULT_CONFIG} when it exists)")  # fmt: skip
     add_settings_arguments(common, ClientSettings, "client settings")
     add_settings_arguments(common, BusSettings, "NATS connection")
     parser = argparse.ArgumentParser(
@@ -83,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("reconcile", parents=[common], help="register needs, resolve, materialize, record",
                               epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     run.add_argument("--watch", action="store_true", help="keep reconciling on every change until stopped")
-    status = commands.add_parser("status", parents=[common], help="per module: state, reasons, digests",
+    status = commands.add_parser("status", parents=[common], help="the client, then per module: state, file, action",
                                  epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     status.add_argument("--json", action="store_true", help="print JSON for machines")
     return parser
@@ -92,14 +101,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        settings = load_settings(ClientSettings, given_flags(args, ClientSettings), args.config, os.environ)
-        bus = load_settings(BusSettings, given_flags(args, BusSettings), args.config, os.environ)
+        config = settings_file(args.config, os.environ)
+        settings = load_settings(ClientSettings, given_flags(args, ClientSettings), config, os.environ)
+        bus = load_settings(BusSettings, given_flags(args, BusSettings), config, os.environ)
+        node = node_of(settings, config)
     except SettingsError as err:
         return _fail(EXIT_USAGE, str(err))
-    configure_logging(log_format=settings.log_format, level=settings.log_level)
-    options = bus.options(name=f"mesh-provisioner-client {settings.node}")
+    configure_logging(log_format=settings.log_format, level=_log_level(args.command, settings))
+    options = bus.options(name=f"mesh-provisioner-client {node}")
     try:
-        command = partial(_command, args, settings, options, action_env=inherited(os.environ))
+        command = partial(_command, args, settings, options, _Given(node, config), action_env=inherited(os.environ))
         code = anyio.run(partial(until_signalled, command, grace=settings.shutdown_timeout))
     except BusError as err:
         return _fail(EXIT_BUS, str(err))
@@ -110,19 +121,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_PENDING if code is None else code
 
 
+@dataclass(frozen=True)
+class _Given:
+    node: str
+    config: Path | None
+
+
+def _log_level(command: str, settings: ClientSettings) -> str:
+    """`status` prints what it found: only warnings are logged unless a level was asked for."""
+    return "WARNING" if command == "status" and "log_level" not in settings.model_fields_set else settings.log_level
+
+
 def _fail(code: int, message: str) -> int:
     print(f"mesh-provisioner-client: {message}", file=sys.stderr)
     return code
 
 
 async def _command(
-    args: argparse.Namespace, settings: ClientSettings, options: BusOptions, stop: anyio.Event, *,
+    args: argparse.Namespace, settings: ClientSettings, options: BusOptions, given: _Given, stop: anyio.Event, *,
     action_env: dict[str, str],
 ) -> int:  # fmt: skip
     """One command; `stop` (the first signal) only ends watch mode: a one-shot command finishes."""
     if args.command == "status":
-        return await _status(options, settings, as_json=args.json)
-    plan = ClientPlan(settings.node, settings.manifests, settings.materialize, settings.verb_timeout,
+        return await _status(options, settings, given, as_json=args.json)
+    plan = ClientPlan(given.node, settings.manifests, settings.materialize, settings.verb_timeout,
                       lease_ttl=settings.lease_ttl, action_env=action_env)  # fmt: skip
     if args.watch:
         return await _watch(options, settings, plan, stop)
@@ -132,10 +154,13 @@ async def _command(
     return EXIT_OK if report.ok else EXIT_PENDING
 
 
-async def _status(options: BusOptions, settings: ClientSettings, *, as_json: bool) -> int:
+async def _status(options: BusOptions, settings: ClientSettings, given: _Given, *, as_json: bool) -> int:
     async with connect_within(options, options.request_timeout) as bus:
-        status = await read_status(bus, settings.node, settings.materialize)
-    print(status.as_json() if as_json else status.as_text())
+        status = await read_status(bus, given.node, settings.materialize, settings_file=given.config)
+    if as_json:
+        print(status.as_json())
+    else:
+        print_status(status, sys.stdout)
     return EXIT_OK if status.ok else EXIT_PENDING
 
 
@@ -144,5 +169,5 @@ async def _watch(options: BusOptions, settings: ClientSettings, plan: ClientPlan
                          backoff_max=settings.backoff_max)  # fmt: skip
     async with connect(options) as bus:
         await watch(bus, plan, timing, stop=stop)
-    log.info("stopped watching", extra=event(node=settings.node))
+    log.info("stopped watching", extra=event(node=plan.node))
     return EXIT_OK

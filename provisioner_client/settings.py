@@ -1,8 +1,10 @@
 """The client's settings, read once in `main()` by `registry.settings.load_settings` and passed down.
 
 Precedence: command-line flags, then environment variables `MESH_PROVISIONER_CLIENT_<NAME>`
-(e.g. `MESH_PROVISIONER_CLIENT_NODE=n1`), then a TOML file given by `--config` (NATS options in
-its `[nats]` table), then defaults. An unknown setting in any of them is an error, never ignored.
+(e.g. `MESH_PROVISIONER_CLIENT_NODE=n1`), then the settings file (NATS options in its `[nats]`
+table), then defaults. The settings file is the one the systemd unit uses: `--config`, else
+`MESH_PROVISIONER_CLIENT_CONFIG` (empty: none), else `/etc/mesh-provisioner/client.toml` when it
+exists (`settings_file`). An unknown setting in any of them is an error, never ignored.
 Durations are seconds (`verb_timeout = 5`, `"5"`) or ISO 8601 (`PT5M`). The NATS connection is
 `registry.settings.BusSettings` (`--nats-*` flags, `NATS_*` environment).
 
@@ -19,23 +21,55 @@ Example TOML file:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from registry.errors import SettingsError
 from registry.settings import Duration, LogSettings
 
 ENV_PREFIX = "MESH_PROVISIONER_CLIENT_"
+CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
+DEFAULT_CONFIG = Path("/etc/mesh-provisioner/client.toml")
+
+
+def settings_file(given: Path | None, environ: Mapping[str, str], default: Path = DEFAULT_CONFIG) -> Path | None:
+    """The settings file to read: `--config`, else `MESH_PROVISIONER_CLIENT_CONFIG` (empty: none),
+    else `default` when it exists. A file named explicitly must exist; the default need not."""
+    if given is not None:
+        return given
+    if CONFIG_ENV in environ:
+        named = environ[CONFIG_ENV]
+        return Path(named) if named else None
+    return default if default.exists() else None
+
+
+def node_of(settings: ClientSettings, used: Path | None, default: Path = DEFAULT_CONFIG) -> str:
+    """The node the settings name; `SettingsError` saying where it looked when none does."""
+    if settings.node is not None:
+        return settings.node
+    if used is not None:
+        looked = f"the settings file {used}"
+    elif default.exists():
+        looked = f"a settings file (${CONFIG_ENV} is empty: {default} not read)"
+    else:
+        looked = f"a settings file ({default} does not exist)"
+    raise SettingsError("settings", f"no node given: not by --node, nor {ENV_PREFIX}NODE, nor {looked}")
 
 
 class ClientSettings(LogSettings):
     """Everything `mesh-provisioner-client` can be told besides how to reach NATS."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True)
+    foreign_env_prefixes: ClassVar[tuple[str, ...]] = (CONFIG_ENV,)  # names the file, is no setting
 
-    node: str = Field(min_length=1, description="this node's name, as the controller knows it")
+    node: str | None = Field(
+        default=None, min_length=1, description="this node's name, as the controller knows it; required"
+    )
     manifests: Path = Field(
         default=Path("/etc/mesh-provisioner/modules"), description="the folder of module manifests (*.json)"
     )
@@ -55,6 +89,11 @@ class ClientSettings(LogSettings):
     )
     poll: Duration = Field(
         default=timedelta(seconds=2), gt=timedelta(0), description="watch: how often the manifests folder is looked at"
+    )
+    drift_poll: Duration = Field(
+        default=timedelta(seconds=1),
+        gt=timedelta(0),
+        description="watch: how often the env files the client wrote are looked at; a drifted one is put back",
     )
     backoff_max: Duration = Field(
         default=timedelta(seconds=30), gt=timedelta(0), description="watch: the longest wait between retries"

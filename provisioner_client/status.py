@@ -1,24 +1,74 @@
-"""`status`: what `applied` says of each of this node's modules, and whether the file on disk agrees.
+"""`status`, read like `systemctl status`: the node's client, then each module's state and file.
 
-The file on disk is digested with the node's digest key (`envfile`), as the applied digest was;
-status only reads: no lease, no write, and no key is made where there is none.
+The header says whether a client runs for the node (its lease: held by host and pid since when,
+renewed how long ago, or not running), the settings file and the env folder used. Then, per
+module, what `applied` says (applied or pending and why, since when, the change action's last
+outcome) and whether its env file is as applied: in place, drifted, missing or none written yet,
+judged by the node's keyed digest (`envfile`), never by printing a value.
+
+Status only reads: no lease taken, no write, no key made where there is none. On a terminal the
+state marks are coloured (rich); anywhere else the same lines are plain text.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Literal, TextIO
 
 from pydantic import ValidationError
+from rich.console import Console
+from rich.text import Text
 
 from provisioner_client.envfile import EnvFolder
+from provisioner_client.errors import MaterializeError
 from provisioner_client.scope import NodeScope
 from registry import buckets
 from registry.bounded_json import JsonRefused, read_json
 from registry.bus import Bus
 from registry.errors import RegistryError
-from registry.models import AppliedValue
+from registry.kv import get_stamped
+from registry.lease import SKEW, Holder, node_key
+from registry.models import ActionRecord, AppliedValue
+
+FileState = Literal["in place", "drifted", "missing", "none"]
+Mark = Literal["ok", "pending", "bad"]
+
+_MARKS: dict[Mark, tuple[str, str]] = {"ok": ("●", "green"), "pending": ("○", "yellow"), "bad": ("×", "red")}
+_LABEL = 12  # labels are right-aligned in this width, as systemctl aligns its own
+_PLAIN_WIDTH = 100_000  # plain output is never wrapped
+
+
+@dataclass(frozen=True)
+class ClientLease:
+    """What the node's lease says of its client; `holder` None when there is none or it cannot be read."""
+
+    holder: Holder | None = None
+    renewed_ago: timedelta | None = None
+    unreadable: bool = False
+
+    @property
+    def running(self) -> bool:
+        if self.holder is None or self.renewed_ago is None:
+            return False
+        return self.renewed_ago <= timedelta(seconds=self.holder.ttl_seconds) + SKEW
+
+    def describe(self, node: str) -> str:
+        if self.unreadable:
+            return "unknown (its lease record cannot be read)"
+        if self.holder is None or self.renewed_ago is None:
+            return f"not running (no client holds the lease of node {node})"
+        ago = f"{self.renewed_ago.total_seconds():.0f} s ago"
+        if self.running:
+            return f"running on {self.holder.describe()} (lease renewed {ago})"
+        return f"not running (last held by {self.holder.describe()}; lease last renewed {ago})"
+
+    def as_json(self) -> dict[str, object]:
+        holder = self.holder.model_dump(mode="json") if self.holder is not None else None
+        ago = self.renewed_ago.total_seconds() if self.renewed_ago is not None else None
+        return {"running": self.running, "holder": holder, "renewed_seconds_ago": ago, "unreadable": self.unreadable}
 
 
 @dataclass(frozen=True)
@@ -26,13 +76,37 @@ class ModuleStatus:
     module: str
     applied: AppliedValue
     on_disk: str | None
+    expected_path: Path | None = None
+
+    @property
+    def since(self) -> str | None:
+        """When the applied record last changed (`changed_at`; records written before it have none)."""
+        changed = getattr(self.applied, "changed_at", None)
+        return changed if isinstance(changed, str) else None
+
+    @property
+    def file_state(self) -> FileState:
+        if self.applied.digest is None:
+            return "none"
+        if self.on_disk == self.applied.digest:
+            return "in place"
+        return "missing" if self.on_disk is None else "drifted"
 
     @property
     def drifted(self) -> bool:
-        return self.applied.digest is not None and self.on_disk != self.applied.digest
+        return self.file_state in ("drifted", "missing")
+
+    @property
+    def ok(self) -> bool:
+        return self.applied.state == "applied" and not self.drifted
+
+    @property
+    def mark(self) -> Mark:
+        return "ok" if self.ok else "bad" if self.drifted else "pending"
 
     def as_json(self) -> dict[str, object]:
-        return {**self.applied.model_dump(mode="json"), "on_disk": self.on_disk, "drifted": self.drifted}
+        facts = {"on_disk": self.on_disk, "drifted": self.drifted, "file_state": self.file_state, "since": self.since}
+        return {**self.applied.model_dump(mode="json"), **facts}
 
 
 @dataclass(frozen=True)
@@ -40,50 +114,114 @@ class NodeStatus:
     node: str
     modules: dict[str, ModuleStatus]
     unreadable: dict[str, str]
+    client: ClientLease = field(default_factory=ClientLease)
+    settings_file: Path | None = None
+    materialize: Path | None = None
 
     @property
     def ok(self) -> bool:
-        """Every module applied and its file on disk as recorded: a drifted file is not ok
-        (the next reconcile puts it back), so a script or an operator is told by the exit code."""
-        modules = self.modules.values()
-        return not self.unreadable and all(m.applied.state == "applied" and not m.drifted for m in modules)
+        """Every module applied and its file on disk as recorded: a drifted or missing file is not
+        ok (watch mode or the next reconcile puts it back), so the exit code tells a script."""
+        return not self.unreadable and all(m.ok for m in self.modules.values())
 
     def as_json(self) -> str:
         document = {
             "node": self.node,
             "ok": self.ok,
+            "client": self.client.as_json(),
+            "settings_file": str(self.settings_file) if self.settings_file else None,
+            "materialize": str(self.materialize) if self.materialize else None,
             "modules": {name: status.as_json() for name, status in sorted(self.modules.items())},
             "unreadable": self.unreadable,
         }
         return json.dumps(document, indent=2, ensure_ascii=False)
 
-    def as_text(self) -> str:
-        if not self.modules and not self.unreadable:
-            return f"node {self.node}: no modules recorded in {buckets.APPLIED.name}"
-        lines = []
+    def as_lines(self) -> list[Text]:
+        lines = [*self._header(), *_labelled("Client", self.client.describe(self.node))]
+        lines.extend(_labelled("Settings", str(self.settings_file) if self.settings_file else "none (no file read)"))
+        if self.materialize is not None:
+            lines.extend(_labelled("Env files", str(self.materialize)))
         for name, status in sorted(self.modules.items()):
+            lines.append(Text())
             lines.extend(_module_lines(name, status))
-        lines.extend(f"{key}: unreadable: {reason}" for key, reason in sorted(self.unreadable.items()))
-        return "\n".join(lines)
+        for key, reason in sorted(self.unreadable.items()):
+            lines.extend([Text(), _marked("bad", f"{key}: unreadable: {reason}")])
+        return lines
+
+    def as_text(self) -> str:
+        return "\n".join(line.plain for line in self.as_lines())
+
+    def _header(self) -> list[Text]:
+        if not self.modules and not self.unreadable:
+            said = f"no modules recorded in {buckets.APPLIED.name} (has it reconciled? is the node name right?)"
+            return [_marked("pending", f"node {self.node}: {said}")]
+        return [_marked("ok" if self.ok else "bad", f"node {self.node}: {self._counts()}")]
+
+    def _counts(self) -> str:
+        modules = self.modules.values()
+        applied = sum(m.applied.state == "applied" for m in modules)
+        pending, drifted = len(self.modules) - applied, sum(m.drifted for m in modules)
+        said = [f"{len(self.modules)} modules", f"{applied} applied"]
+        said += [f"{pending} pending"] if pending else []
+        said += [f"{drifted} files drifted or missing"] if drifted else []
+        said += [f"{len(self.unreadable)} records unreadable"] if self.unreadable else []
+        return ", ".join(said)
 
 
-def _module_lines(name: str, status: ModuleStatus) -> list[str]:
+def _module_lines(name: str, status: ModuleStatus) -> list[Text]:
     applied = status.applied
-    lines = [f"{name}: {applied.state}"]
-    if applied.file:
-        lines.append(f"  file:    {applied.file}")
-    lines.append(f"  digest:  {applied.digest or '-'}")
-    if status.drifted:
-        lines.append(f"  on disk: {status.on_disk or 'missing'} (drifted; the next reconcile puts it back)")
-    if applied.action:
-        action = applied.action
-        exit_code = f", exit code {action.exit_code}" if action.exit_code is not None else ""
-        lines.append(f"  action:  {action.outcome}{exit_code} at {action.finished_at}")
-    lines.extend(f"  reason:  {reason}" for reason in applied.reasons)
+    since = f" since {status.since}" if status.since else ""
+    lines = [_marked(status.mark, f"{name}: {applied.state}{since}")]
+    lines.extend(_labelled("File", _file_line(status)))
+    if applied.action is not None:
+        lines.extend(_labelled("Action", _action_line(applied.action)))
+    lines.extend(_labelled("Reason", *applied.reasons))
     return lines
 
 
-async def read_status(bus: Bus, node: str, materialize: Path) -> NodeStatus:
+def _file_line(status: ModuleStatus) -> str:
+    state, recorded = status.file_state, status.applied.file
+    if state == "none":
+        return "none written yet"
+    elsewhere = recorded is not None and status.expected_path is not None and Path(recorded) != status.expected_path
+    if state == "missing" and elsewhere:
+        return f"{recorded} (not in the env folder used, {status.expected_path}; wrong --materialize?)"
+    said = {
+        "in place": "in place",
+        "drifted": "drifted: not what was applied; put back by watch mode or the next reconcile",
+        "missing": "missing: put back by watch mode or the next reconcile",
+    }
+    return f"{recorded} ({said[state]})"
+
+
+def _action_line(action: ActionRecord) -> str:
+    exit_code = f", exit code {action.exit_code}" if action.exit_code is not None else ""
+    return f"{' '.join(action.command)}: {action.outcome}{exit_code}, finished {action.finished_at}"
+
+
+def _marked(mark: Mark, text: str) -> Text:
+    symbol, style = _MARKS[mark]
+    return Text.assemble((symbol, style), " ", text)
+
+
+def _labelled(label: str, *values: str) -> list[Text]:
+    """`label:` right-aligned, then the first value; the others aligned under it."""
+    heads = [f"{label}:".rjust(_LABEL)] + [" " * _LABEL] * (len(values) - 1)
+    return [Text(f"{head} {value}") for head, value in zip(heads, values, strict=False)]
+
+
+def print_status(status: NodeStatus, out: TextIO) -> None:
+    """Coloured marks on a terminal; plain, never wrapped, anywhere else."""
+    console = (
+        Console(file=out, force_terminal=True, highlight=False, emoji=False)
+        if out.isatty()
+        else Console(file=out, force_terminal=False, width=_PLAIN_WIDTH, highlight=False, emoji=False)
+    )
+    for line in status.as_lines():
+        console.print(line, soft_wrap=True)
+
+
+async def read_status(bus: Bus, node: str, materialize: Path, *, settings_file: Path | None = None) -> NodeStatus:
     scope = NodeScope(node)
     folder = EnvFolder(materialize)
     modules: dict[str, ModuleStatus] = {}
@@ -103,5 +241,25 @@ async def read_status(bus: Bus, node: str, materialize: Path) -> NodeStatus:
         except ValidationError as err:
             unreadable[item.key] = f"not an applied value: {err.errors()[0]['msg']}"
             continue
-        modules[module] = ModuleStatus(module, applied, folder.digest_on_disk(module))
-    return NodeStatus(node, modules, unreadable)
+        modules[module] = ModuleStatus(module, applied, folder.digest_on_disk(module), _expected_path(folder, module))
+    client = await read_client(bus, node)
+    return NodeStatus(node, modules, unreadable, client, settings_file, materialize)
+
+
+def _expected_path(folder: EnvFolder, module: str) -> Path | None:
+    try:
+        return folder.path_of(module)
+    except MaterializeError:
+        return None
+
+
+async def read_client(bus: Bus, node: str) -> ClientLease:
+    """The node's lease as stored: who holds it and how long ago the server stored its last renewal."""
+    stamped = await get_stamped(bus, buckets.LEASES, node_key(node))
+    if stamped is None or stamped.item.deleted:
+        return ClientLease()
+    try:
+        holder = Holder.model_validate_json(stamped.item.value)
+    except ValidationError:
+        return ClientLease(unreadable=True)
+    return ClientLease(holder, datetime.now(UTC) - stamped.stored_at)

@@ -34,6 +34,7 @@ def client_env(nats_url: str, plan: ClientPlan, **extra: str) -> dict[str, str]:
         "MESH_PROVISIONER_CLIENT_MANIFESTS": str(plan.manifests),
         "MESH_PROVISIONER_CLIENT_MATERIALIZE": str(plan.materialize),
         "MESH_PROVISIONER_CLIENT_VERB_TIMEOUT": "1",
+        "MESH_PROVISIONER_CLIENT_CONFIG": "",  # never the machine's own /etc/mesh-provisioner/client.toml
         **extra,
     }
 
@@ -62,10 +63,11 @@ async def test_reconcile_then_status_say_everything_is_applied(
     (plan.materialize / "app.env").write_text("EDITED=1\n")
     code, out, _ = await client("status", env=env)
     assert code == 1, "a drifted file is not ok"
-    assert "(drifted; the next reconcile puts it back)" in out
+    assert "(drifted: not what was applied; put back by watch mode or the next reconcile)" in out
     elsewhere = client_env(nats_server.url, plan, MESH_PROVISIONER_CLIENT_MATERIALIZE=str(plan.materialize.parent))
     code, out, _ = await client("status", env=elsewhere)
     assert code == 1, "files not where they were written (a wrong --materialize) are not ok"
+    assert f"(not in the env folder used, {plan.materialize.parent / 'app.env'}; wrong --materialize?)" in out
     code, _, _ = await client("reconcile", env=env)
     assert code == 0
     code, out, _ = await client("status", env=env)
@@ -82,7 +84,10 @@ async def test_a_pending_module_exits_1_and_status_shows_why(
     assert "extra: pending" in out
     code, out, _ = await client("status", env=env)
     assert code == 1
-    assert "extra: pending\n  digest:  -\n  reason:  ${config:nope}: no value at mesh-config_values key 'nope'" in out
+    assert "extra: pending since " in out
+    assert (
+        "       File: none written yet\n     Reason: ${config:nope}: no value at mesh-config_values key 'nope'" in out
+    )
 
 
 @pytest.mark.parametrize(
@@ -98,7 +103,7 @@ async def test_a_pending_module_exits_1_and_status_shows_why(
         pytest.param(["status", "--config", "/nonexistent.toml"], {}, 2, "not found", id="a missing config"),
         pytest.param(["status", "--backoff-max", "-1"], {}, 2, "backoff_max", id="a bad flag"),
         pytest.param(["status"], {"MESH_PROVISIONER_CLIENT_POLL": "often"}, 2, "--poll", id="a bad variable"),
-        pytest.param(["reconcile"], {"NATS_URL": "nats://127.0.0.1:1"}, 3, "connect to", id="no bus is exit 3"),
+        pytest.param(["reconcile"], {"NATS_URL": "nats://127.0.0.1:1"}, 3, "127.0.0.1:1", id="no bus is exit 3"),
     ],
 )
 async def test_failures_have_their_exit_code_and_one_line(
