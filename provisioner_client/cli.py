@@ -166,7 +166,7 @@ async def _status(options: BusOptions, settings: ClientSettings, given: _Given, 
 
 async def _watch(options: BusOptions, settings: ClientSettings, plan: ClientPlan, stop: anyio.Event) -> int:
     timing = WatchTiming(debounce=settings.debounce, refresh=settings.refresh, poll=settings.poll,
-                         backoff_max=settings.backoff_max)  # fmt: skip
+                         backoff_max=settings.backoff_max, drift_poll=settings.drift_poll)  # fmt: skip
     async with connect(options) as bus:
         await watch(bus, plan, timing, stop=stop)
     log.info("stopped watching", extra=event(node=plan.node))

@@ -81,8 +81,7 @@ class ModuleStatus:
     @property
     def since(self) -> str | None:
         """When the applied record last changed (`changed_at`; records written before it have none)."""
-        changed = getattr(self.applied, "changed_at", None)
-        return changed if isinstance(changed, str) else None
+        return self.applied.changed_at
 
     @property
     def file_state(self) -> FileState:

@@ -11,21 +11,26 @@
   and a watch on a path stops seeing a file once it is renamed over.
 - Verb-answered values (secrets) are re-asked on a refresh interval; the env file changes only
   when the digest of what it would hold differs.
+- The env files the client wrote for applied modules are looked at every `drift_poll` (1 s,
+  `provisioner_client.drift`): one edited, re-moded or removed by hand is put back from what is
+  applied (that module's values alone, written only if they render the applied digest; otherwise
+  a full reconcile), and logged as drift put back, naming the file and module, never the content.
 
 All of it runs only while this client holds the node's lease (`provisioner_client.holding`): a
 second watch client for the node waits, logging once who holds it, and takes over only when the
 first released it or its lease expired.
 
 Any change wakes the loop; it waits out a short debounce, then runs one full reconcile (cheap when
-nothing changed: zero writes). A reconcile that fails because the bus is away is retried with
-exponential backoff. A `stop` event ends the loop after the reconcile in progress (its change
-action included); cancelling the task group it runs in stops it at once.
+nothing changed: zero writes), or only puts the drifted files back when nothing else changed. A
+reconcile that fails because the bus is away is retried with exponential backoff. A `stop` event
+ends the loop after the reconcile in progress (its change action included); cancelling the task
+group it runs in stops it at once.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +38,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from provisioner_client.drift import DriftWatch, put_back
 from provisioner_client.errors import ClientError
 from provisioner_client.holding import node_lease, renew, wait_for
 from provisioner_client.manifest import manifest_files
@@ -42,6 +48,8 @@ from registry.buckets import Bucket
 from registry.bus import Bus, Message
 from registry.errors import BusError, ConnectionClosed
 from registry.keys import subject_matches, under
+from registry.logs import event
+from registry.models import AppliedValue
 
 log = logging.getLogger(__name__)
 
@@ -52,25 +60,43 @@ class WatchTiming:
     refresh: timedelta = timedelta(minutes=5)
     poll: timedelta = timedelta(seconds=2)
     backoff_max: timedelta = timedelta(seconds=30)
+    drift_poll: timedelta = timedelta(seconds=1)
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Why the loop woke: the reasons, and the modules whose env file drifted (and how)."""
+
+    reasons: frozenset[str]
+    drifted: Mapping[str, str]
+
+    def described(self) -> str:
+        return ", ".join(sorted(self.reasons | {f"drift of module {m}" for m in self.drifted}))
 
 
 class Trigger:
-    """Wakes the loop; remembers why, for the log."""
+    """Wakes the loop; remembers why, for the log, and which files drifted, to put them back."""
 
     def __init__(self) -> None:
         self._reasons: set[str] = set()
+        self._drifted: dict[str, str] = {}
         self._event = anyio.Event()
 
     def pull(self, reason: str) -> None:
         self._reasons.add(reason)
         self._event.set()
 
-    async def wait(self, debounce: timedelta) -> set[str]:
+    def drifted(self, module: str, how: str) -> None:
+        self._drifted[module] = how
+        self._event.set()
+
+    async def wait(self, debounce: timedelta) -> Wake:
         await self._event.wait()
         await anyio.sleep(debounce.total_seconds())
-        reasons, self._reasons = self._reasons, set()
+        wake = Wake(frozenset(self._reasons), dict(self._drifted))
+        self._reasons, self._drifted = set(), {}
         self._event = anyio.Event()
-        return reasons
+        return wake
 
 
 def watch_scopes(sources: set[Source], node: str) -> dict[Source, set[str]]:
@@ -193,20 +219,25 @@ async def _reconcile_while_held(
         await event.wait()
         trigger.pull(reason)
 
+    drift = DriftWatch(plan.materialize)
+    applied: dict[str, AppliedValue] = {}
     async with anyio.create_task_group() as tg:
         followers = _Followers(bus, tg, trigger, plan.node)
         tg.start_soon(_poll_manifests, plan.manifests, trigger, timing.poll)
+        tg.start_soon(_poll_drift, drift, trigger, timing.drift_poll)
         tg.start_soon(_refresh, trigger, timing.refresh)
         tg.start_soon(wake_on, stopping, "stop")
         tg.start_soon(wake_on, lost, "lease lost")
         tg.start_soon(_resync_on_reconnect, bus, trigger)
         backoff = _Backoff(timing.backoff_max)
         while not (stopping.is_set() or lost.is_set()):
-            reasons = await trigger.wait(timing.debounce)
+            wake = await trigger.wait(timing.debounce)
             if stopping.is_set() or lost.is_set():
                 break
-            log.debug("reconciling for %s", ", ".join(sorted(reasons)))
+            log.debug("woken by %s", wake.described())
             try:
+                if not wake.reasons and await _put_back(bus, plan, wake.drifted, applied):
+                    continue
                 report = await reconcile(bus, plan)
             except (BusError, ClientError) as err:
                 delay = backoff.next()
@@ -216,6 +247,8 @@ async def _reconcile_while_held(
                 trigger.pull("retry")
                 continue
             backoff.reset()
+            applied = {module: done.applied for module, done in report.modules.items()}
+            drift.expect(applied)
             followers.follow(report.sources)
             _log_report(report)
             if on_report is not None:
@@ -243,6 +276,33 @@ def _log_report(report: Report) -> None:
     if written or pending or any(report.writes.values()) or report.removed:
         log.info("node %s reconciled: %d modules, written %s, pending %s", report.node, len(report.modules),
                  ", ".join(written) or "none", ", ".join(pending) or "none")  # fmt: skip
+
+
+async def _put_back(
+    bus: Bus, plan: ClientPlan, drifted: Mapping[str, str], applied: Mapping[str, AppliedValue]
+) -> bool:
+    """Puts each drifted file back from what is applied; False when one needs a full reconcile."""
+    for module, how in sorted(drifted.items()):
+        record = applied.get(module)
+        if record is None or record.digest is None or not await put_back(bus, plan, module, record.digest):
+            log.info("the env file of module %s was %s and its values changed since: reconciling", module, how,
+                     extra=event(node=plan.node, module=module))  # fmt: skip
+            return False
+        log.warning("drift put back: %s of module %s had been %s", record.file, module, how,
+                    extra=event(node=plan.node, module=module, path=record.file or ""))  # fmt: skip
+    return True
+
+
+async def _poll_drift(drift: DriftWatch, trigger: Trigger, every: timedelta) -> None:
+    while True:
+        await anyio.sleep(every.total_seconds())
+        try:
+            found = drift.drifted()
+        except ClientError as err:  # the digest key cannot be read: the next reconcile says so
+            log.warning("cannot look at the env files for drift: %s", err)
+            continue
+        for module, how in found.items():
+            trigger.drifted(module, how)
 
 
 def manifests_fingerprint(folder: Path) -> tuple[tuple[str, int, int, int], ...]:
