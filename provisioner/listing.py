@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from provisioner.paging import Encoded, build_pages
@@ -27,18 +27,28 @@ MAX_VALUE_DEPTH = 256  # levels of arrays and objects in a stored value
 
 
 def paginate_listing(what: str, items: list[KvItem], *, budget: int, listing_id: str) -> list[bytes]:
-    """The pages of a listing (consumes `items`)."""
+    """The pages of a listing sorted by key (consumes `items`)."""
     encoded = encode_listing(what, items, max_item_bytes=budget)
     return build_pages(what, encoded, budget=budget, listing_id=listing_id)
 
 
 def encode_listing(what: str, items: list[KvItem], *, max_item_bytes: int) -> Encoded:
-    """Each item as the JSON of an entry or of a malformed key. Consumes `items` to keep memory low."""
-    shape = LISTABLE[what].bucket.shape
+    """Each item as the JSON of an entry or of a malformed key, sorted by key. Consumes `items` to
+    keep memory low."""
     items.sort(key=lambda item: item.key, reverse=True)
-    encoded = Encoded([], [])
+    return encode_items(what, _popped(items), max_item_bytes=max_item_bytes)
+
+
+def _popped(items: list[KvItem]) -> Iterator[KvItem]:
     while items:
-        item = items.pop()
+        yield items.pop()
+
+
+def encode_items(what: str, items: Iterable[KvItem], *, max_item_bytes: int) -> Encoded:
+    """Each item as the JSON of an entry or of a malformed key, in the order given."""
+    shape = LISTABLE[what].bucket.shape
+    encoded = Encoded([], [])
+    for item in items:
         try:
             parts = shape.parse(item.key)
         except KeyShapeError as err:

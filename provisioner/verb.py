@@ -1,9 +1,12 @@
 """The provisioning verb's answers: from memory where it can, else by listing the bucket.
 
-A cursor's page and the registry (kept by `RegistryView`) are answered at once, in the service's
+A kept page and the registry (kept by `RegistryView`) are answered at once, in the service's
 handler; anything else reads the bucket under the query's narrowing (server-side subject filters
-of its key shape, so a query for one node never reads the whole bucket), encodes it and keeps the
-pages after the first under a cursor. The contract of requests and answers is in the README.
+of its key shape, so a query for one node never reads the whole bucket). A narrowed listing that
+one batch read answers is read whole, encoded and its pages after the first kept under a cursor;
+a larger one, and a whole listing, is streamed (`provisioner.streamed`): each page is read from
+the bucket's stream when its cursor comes, so the seat's memory does not grow with the bucket and
+listings need not take turns. The contract of requests and answers is in the README.
 
 Who asks comes from the bus: with a `PartyMap` (the grants the controller issued), the header
 `Nats-Request-Info` names the asking account, and the query is scoped to that party
@@ -27,9 +30,10 @@ from provisioner.nodes import FleetView, first_page, read_fleet
 from provisioner.paging import PageCache, page_budget
 from provisioner.registry_view import RegistryView
 from provisioner.request import LISTABLE, Asked, Query, parse_request, scoped
+from provisioner.streamed import StreamedListing
 from registry.bus import Bus
-from registry.errors import BusError
-from registry.kv import KvItem, current_snapshot
+from registry.errors import BusError, NoResponders
+from registry.kv import KvItem, TooManyKeys, current_snapshot
 from registry.parties import Party, PartyMap, UnknownAccount
 
 log = logging.getLogger(__name__)
@@ -49,9 +53,8 @@ class Verb:
         self.registry = registry
         self.parties = parties
         self.nodes = nodes
-        # Whole listings are read one at a time: several pushed at once over the seat's one
-        # connection outran it (three of 200,000 keys: nats-server cut the connection as a slow
-        # consumer and every listing lost messages). Narrowed listings are batch reads: unaffected.
+        # The fleet is read whole one reading at a time (what=nodes before its view is filled).
+        # Listings need not take turns: a streamed one reads a pull at a time, bounded.
         self.whole_listings = anyio.CapacityLimiter(1)
 
     def asked(self, body: bytes, headers: Mapping[str, str]) -> Asked:
@@ -69,10 +72,11 @@ class Verb:
             raise Forbidden(str(err)) from None
 
     def from_memory(self, asked: Asked) -> bytes | None:
-        """The answer when no bucket needs reading (a cursor's page, the registry), else None."""
+        """The answer when no bucket needs reading (a kept page, the registry), else None."""
         query = asked.query
         if query.cursor is not None:
-            return self.cache.page(query.cursor, query.given(), asked.party)
+            kept = self.cache.page(query.cursor, query.given(), asked.party)
+            return kept if isinstance(kept, bytes) else None  # a streamed listing's page: read it
         if query.what == "registry" and self.registry is not None:
             return self.registry.answer(page_budget(self.bus.max_payload))
         if query.what == "nodes" and self.nodes is not None and self.nodes.ready:
@@ -80,18 +84,25 @@ class Verb:
         return None
 
     async def by_listing(self, asked: Asked) -> bytes:
-        """The first page of a new listing; the pages after it are kept under a cursor for the
-        party that asked."""
+        """The first page of a new listing, its later pages kept (or its stream followed) under a
+        cursor for the party that asked; or a streamed listing's next page."""
+        query = asked.query
+        try:
+            if query.cursor is not None:
+                return await self.continued(asked)
+            return await self.listed(asked)
+        finally:
+            await self.cache.close_dropped()
+
+    async def listed(self, asked: Asked) -> bytes:
         query = asked.query
         if query.what == "nodes":  # no view kept, or not filled yet
             async with self.whole_listings if query.node is None else nullcontext():
                 fleet = await read_fleet(self.bus, query.node)
             return first_page(fleet, asked, self.cache, page_budget(self.bus.max_payload))
-        if query.narrowing():
-            items = await list_keys(self.bus, query)
-        else:
-            async with self.whole_listings:
-                items = await list_keys(self.bus, query)
+        items = await read_narrowed(self.bus, query) if query.narrowing() else None
+        if items is None:
+            return await self.streamed(asked)
         listing_id = self.cache.new_listing_id()
         budget = page_budget(self.bus.max_payload)
         paginate = partial(paginate_listing, query.what, items, budget=budget, listing_id=listing_id)
@@ -103,15 +114,59 @@ class Verb:
             self.cache.keep(listing_id, query.given(), pages[1:], asked.party)
         return pages[0]
 
+    async def streamed(self, asked: Asked) -> bytes:
+        """The first page of a streamed listing; kept under a cursor unless it was the last."""
+        query = asked.query
+        bucket = LISTABLE[query.what].bucket
+        filters = bucket.shape.filters(**query.narrowing())
+        listing_id = self.cache.new_listing_id()
+        budget = page_budget(self.bus.max_payload)
+        try:
+            listing = await StreamedListing.start(self.bus, query.what, filters, listing_id=listing_id, budget=budget,
+                                                  idle=self.cache.ttl)  # fmt: skip
+        except BusError as err:
+            raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err
+        page = await self._read(listing, 1)
+        if not listing.finished:
+            self.cache.keep_streamed(listing_id, query.given(), listing, asked.party)
+        return page
 
-async def list_keys(bus: Bus, query: Query) -> list[KvItem]:
-    """The current keys of the query's bucket under its narrowing (server-side filters): a narrowed
-    listing by a batch read (flat in the bucket's size) when it has at most 1,024 keys, a whole
-    one by a consumer."""
+    async def continued(self, asked: Asked) -> bytes:
+        """The page a cursor names: kept, or read from its listing's stream."""
+        query = asked.query
+        assert query.cursor is not None
+        kept = self.cache.page(query.cursor, query.given(), asked.party)
+        if isinstance(kept, bytes):
+            return kept
+        listing, number = kept
+        page = await self._read(listing, number)
+        if listing.finished:
+            self.cache.forget(listing.listing_id)
+        return page
+
+    async def _read(self, listing: StreamedListing, number: int) -> bytes:
+        """Page `number` of `listing`; a listing that fails is forgotten (its cursor then 410)."""
+        try:
+            page = await listing.page(number)
+        except BusError as err:
+            self.cache.forget(listing.listing_id)
+            await listing.close()
+            bucket = LISTABLE[listing.what].bucket
+            raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err
+        if listing.finished:
+            await listing.close()
+        return page
+
+
+async def read_narrowed(bus: Bus, query: Query) -> list[KvItem] | None:
+    """The current keys of the query's bucket under its narrowing (server-side filters) by one
+    batch read, flat in the bucket's size; None when it has more keys than a batch read answers
+    (or the bucket has no direct get): such a listing is streamed."""
     bucket = LISTABLE[query.what].bucket
-    narrowing = query.narrowing()
-    filters = bucket.shape.filters(**narrowing)
+    filters = bucket.shape.filters(**query.narrowing())
     try:
-        return await current_snapshot(bus, bucket, filters, by_batch=bool(narrowing))
+        return await current_snapshot(bus, bucket, filters, batch_only=True)
+    except (TooManyKeys, NoResponders):
+        return None
     except BusError as err:
         raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err

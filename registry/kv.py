@@ -40,7 +40,7 @@ _REMOVED = ("DEL", "PURGE")
 
 __all__ = [
     "Changes", "KvItem", "TooManyKeys", "converge", "current_snapshot", "delete", "get_direct", "get_last_many",
-    "get_latest", "put", "snapshot", "update",
+    "get_latest", "leader_floor", "put", "snapshot", "update",
 ]  # fmt: skip
 
 
@@ -88,6 +88,7 @@ async def current_snapshot(
     *,
     include_deleted: bool = False,
     by_batch: bool = True,
+    batch_only: bool = False,
 ) -> list[KvItem]:
     """The latest entry of every key matching `filters`, never older than the stream's leader when
     it began; in no particular order.
@@ -100,11 +101,18 @@ async def current_snapshot(
     as they were before it went away until it has caught up. So the last entry under each filter
     is asked of the leader (a stream message get, which only the leader answers) and a listing
     that does not reach it is read again; still behind after the bus's timeout, it raises
-    `BusError` (retry)."""
+    `BusError` (retry).
+
+    With `batch_only`, a listing the batch read cannot answer raises its `TooManyKeys` or
+    `NoResponders` instead of being read by a consumer (a caller that streams large listings,
+    `registry.walk`)."""
     deadline = time.monotonic() + bus.timeout
     while True:
-        floor = await _leader_floor(bus, bucket, filters)
-        items = await _latest_entries(bus, bucket, filters, by_batch=by_batch)
+        floor = await leader_floor(bus, bucket, filters)
+        if batch_only:
+            items = await get_last_many(bus, bucket, filters)
+        else:
+            items = await _latest_entries(bus, bucket, filters, by_batch=by_batch)
         if max((item.revision for item in items), default=0) >= floor:
             return [item for item in items if include_deleted or not item.deleted]
         if time.monotonic() > deadline:
@@ -122,8 +130,9 @@ async def _latest_entries(bus: Bus, bucket: Bucket, filters: Sequence[str], *, b
     return await snapshot(bus, bucket, filters, include_deleted=True)
 
 
-async def _leader_floor(bus: Bus, bucket: Bucket, filters: Sequence[str]) -> int:
-    """The highest sequence the leader holds under `filters` (0: none), its filters asked at once."""
+async def leader_floor(bus: Bus, bucket: Bucket, filters: Sequence[str]) -> int:
+    """The highest sequence the stream's leader holds under `filters` (0: none), its filters asked
+    at once: a listing answered by a replica must reach it."""
     floors = [0] * len(filters)
 
     async def ask(index: int, subject_filter: str) -> None:

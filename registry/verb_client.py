@@ -3,7 +3,8 @@
 A service answers with the micro service API's error headers (`Nats-Service-Error-Code`,
 `Nats-Service-Error`) when it refuses; `ask_service` raises those as `ServiceError`. `ask`
 follows every page of the provisioning verb (see the README) and merges them into one answer
-shaped like a page with every page's `entries` and `malformed` joined and no `page` or `next`.
+shaped like a page with every page's `entries` and `malformed` joined, the last page's `pages` and
+`total` (a streamed listing's earlier pages do not know them yet), and no `page` or `next`.
 Used by `mesh-provisioner query`, the node client, the tests and the benchmarks.
 
 `ask_patiently` is `ask` for a person waiting at a terminal: a seat that is restarting, busy or
@@ -57,12 +58,15 @@ PageAsker = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
 
 
 async def _follow(request: Mapping[str, Any], ask_one: PageAsker) -> dict[str, Any]:
+    """Every page joined; `pages` and `total` from the last page (a streamed listing knows them
+    only there)."""
     answer = await ask_one(request)
     merged = {key: value for key, value in answer.items() if key not in ("page", "next")}
     while answer["next"] is not None:
         answer = await ask_one({**request, "cursor": answer["next"]})
         merged["entries"].extend(answer["entries"])
         merged["malformed"].extend(answer["malformed"])
+    merged["pages"], merged["total"] = answer["pages"], answer["total"]
     return merged
 
 
