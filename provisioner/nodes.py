@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STALE_AFTER = timedelta(minutes=5)
 NODE_ROLE = "node"
+# Entries a view's watch holds for it: a watch delivers a bucket's keys in one burst, without
+# yielding to the task applying them, and one that fell behind is read again from where it was
+# (4,096 of 100,000 applied keys at a time: 28 s instead of 4 s to fill the view).
+WATCH_BUFFER = 1 << 20
 Verdict = Literal["healthy", "stale", "gone"]
 
 
@@ -380,7 +384,8 @@ class FleetView(Fleet):
 
     async def _follow(self, bus: Bus, bucket: Bucket, apply: Callable[[KvItem], None]) -> None:
         floor = await _last_sequence(bus, bucket)
-        async with scoped_watch(bus, bucket, ">", name=self.consumer_names[bucket.name]) as watch:
+        name = self.consumer_names[bucket.name]
+        async with scoped_watch(bus, bucket, ">", name=name, buffer=WATCH_BUFFER) as watch:
             if floor == 0:
                 self._filled.add(bucket.name)
             async for item in watch:
