@@ -314,6 +314,8 @@ def _seconds(duration: timedelta | None) -> float | None:
 def _describe(err: BaseException) -> str:
     text = str(err).strip()
     name = type(err).__name__
+    if text.startswith("nats: "):  # nats-py's own text says enough: "nats: 'Authorization Violation'"
+        return text
     return f"{name}: {text}" if text and text != name else name
 
 
@@ -357,11 +359,11 @@ class _Callbacks:
     note denials; tell a close."""
 
     def __init__(self, options: BusOptions, *, first_report: float) -> None:
-        self.target = f"{', '.join(options.servers)} (from {options.servers_from})"
+        self.target = _target(options)
         self.bus: Bus | None = None
         self.outage: Outage | None = Outage(time.monotonic(), first_report=first_report)  # until first connected
         self.last_failure = ""
-        self.on_refused_everywhere: Callable[[], None] | None = None
+        self.refusal_ends_it = False  # a one-shot command's connect: every server refusing is an answer
         self._refusals = 0
         self._servers = len(options.servers)
         self._loss_reason: str | None = None
@@ -411,11 +413,14 @@ class _Callbacks:
         log.warning("nats connection lost (%s); reconnecting", reason)
 
     def _count_refusal(self, err: Exception) -> None:
-        """Before the first connection: a refusal by every server in turn is an answer, not an outage."""
-        refused = isinstance(err, ConnectionRefusedError | nats.errors.AuthorizationError)
+        """Before the first connection: a refusal by every server in turn is an answer, not an outage.
+
+        Raised from the callback, so that nats-py's connect stops at once with its socket still
+        there to close (a cancellation could land in its own half-done close, leaving the socket open)."""
+        refused = isinstance(err, ConnectionRefusedError) or "authorization violation" in str(err).lower()
         self._refusals = self._refusals + 1 if refused and self.bus is None else 0
-        if self._refusals >= self._servers and self.on_refused_everywhere is not None:
-            self.on_refused_everywhere()
+        if self._refusals >= self._servers and self.refusal_ends_it:
+            raise BusError("connect", f"no NATS server at {self.target} accepted the connection: {self.last_failure}")
 
     def _failed_attempt(self, reason: str) -> None:
         assert self.outage is not None
@@ -443,18 +448,16 @@ async def connect_within(options: BusOptions, within: timedelta) -> AsyncIterato
     has passed without a server answering. Nothing is logged meanwhile."""
     deadline = min(within, options.connect_timeout).total_seconds()
     callbacks = _Callbacks(options, first_report=float("inf"))
+    callbacks.refusal_ends_it = True
     async with AsyncExitStack() as stack:
         try:
-            with anyio.fail_after(deadline), anyio.CancelScope() as refused:
-                callbacks.on_refused_everywhere = refused.cancel
+            with anyio.fail_after(deadline):
                 bus = await stack.enter_async_context(_connected(options, callbacks))
         except TimeoutError:
             raise BusError(
                 "connect", f"{_no_server(options)} answered within {deadline:g} s{_last(callbacks)}"
             ) from None
-        if refused.cancelled_caught:
-            raise BusError("connect", f"{_no_server(options)} accepted the connection: {callbacks.last_failure}")
-        callbacks.on_refused_everywhere = None
+        callbacks.refusal_ends_it = False
         yield bus
 
 
@@ -463,37 +466,25 @@ def _last(callbacks: _Callbacks) -> str:
 
 
 def _no_server(options: BusOptions) -> str:
-    return f"no NATS server at {', '.join(options.servers)} (from {options.servers_from})"
+    return f"no NATS server at {_target(options)}"
+
+
+def _target(options: BusOptions) -> str:
+    return f"{', '.join(options.servers)} (from {options.servers_from})"
 
 
 @asynccontextmanager
 async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterator[Bus]:
     log.debug("connecting to nats at %s (from %s)", ", ".join(options.servers), options.servers_from)
+    nc = Client()
     try:
-        nc = await nats.connect(
-            servers=list(options.servers),
-            name=options.name,
-            error_cb=callbacks.on_error,
-            disconnected_cb=callbacks.on_disconnected,
-            reconnected_cb=callbacks.on_reconnected,
-            closed_cb=callbacks.on_closed,
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=options.reconnect_wait.total_seconds(),
-            connect_timeout=options.connect_timeout.total_seconds(),
-            user_credentials=str(options.creds) if options.creds else None,
-            nkeys_seed=str(options.nkey_seed) if options.nkey_seed else None,
-            user=options.user,
-            password=options.password.get_secret_value() if options.password else None,
-            token=options.token.get_secret_value() if options.token else None,
-            tls=tls_context(options),
-            inbox_prefix=options.inbox_prefix,
-            drain_timeout=int(options.drain_timeout.total_seconds()) or 1,
-        )
-    except Exception as err:
-        raise BusError(
-            f"connect to {', '.join(options.servers)} (from {options.servers_from})", _describe(err)
-        ) from err
+        await nc.connect(**_connect_options(options, callbacks))
+    except BaseException as err:
+        with anyio.CancelScope(shield=True):  # given up (a deadline, a refusal) or failed: no socket left open
+            await _abandon(nc)
+        if isinstance(err, Exception) and not isinstance(err, BusError):
+            raise BusError(f"connect to {_target(options)}", _describe(err)) from err
+        raise
     callbacks.outage = None
     bus = Bus(nc, options)
     callbacks.bus = bus
@@ -514,6 +505,42 @@ def nats_client(bus: Bus) -> Client:
 def _server_of(nc: Client) -> str:
     url = nc.connected_url
     return url.netloc if url is not None else "?"
+
+
+def _connect_options(options: BusOptions, callbacks: _Callbacks) -> dict[str, Any]:
+    """nats-py's `connect` arguments: reconnecting for ever, its callbacks ours."""
+    return dict(
+        servers=list(options.servers),
+        name=options.name,
+        error_cb=callbacks.on_error,
+        disconnected_cb=callbacks.on_disconnected,
+        reconnected_cb=callbacks.on_reconnected,
+        closed_cb=callbacks.on_closed,
+        allow_reconnect=True,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=options.reconnect_wait.total_seconds(),
+        connect_timeout=options.connect_timeout.total_seconds(),
+        user_credentials=str(options.creds) if options.creds else None,
+        nkeys_seed=str(options.nkey_seed) if options.nkey_seed else None,
+        user=options.user,
+        password=options.password.get_secret_value() if options.password else None,
+        token=options.token.get_secret_value() if options.token else None,
+        tls=tls_context(options),
+        inbox_prefix=options.inbox_prefix,
+        drain_timeout=int(options.drain_timeout.total_seconds()) or 1,
+    )
+
+
+async def _abandon(nc: Client) -> None:
+    """Closes a client whose first connect did not complete, its socket included."""
+    try:
+        await nc.close()
+    except Exception:  # a client that never connected may have little to close
+        log.debug("closing an unconnected client failed", exc_info=True)
+    # A connect cancelled inside nats-py's own close of a failed attempt (which marks the client
+    # closed first) leaves that attempt's socket open, and `close()` then returns at once.
+    if nc._transport is not None:
+        nc._transport.close()  # type: ignore[no-untyped-call]  # nats-py's Transport is untyped
 
 
 async def _close(bus: Bus, nc: Client) -> None:

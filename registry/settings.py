@@ -163,14 +163,14 @@ class BusSettings(EdgeSettings):
     def resolved(self, environ: Mapping[str, str], origins: Mapping[str, str]) -> Self:
         contexts = NatsContexts.of(environ)
         if self.context is not None:
-            return self._with(_named(contexts, self.context), origins.get("url"))
+            return self._with(_named(contexts, self.context), origins.get("url"), environ.get("HOME"))
         if self.url is not None:
-            return self._with(None, origins.get("url"))
-        return self._with(_fallback(contexts), None)
+            return self._with(None, origins.get("url"), None)
+        return self._with(_fallback(contexts), None, environ.get("HOME"))
 
-    def _with(self, found: FoundContext | None, url_origin: str | None) -> Self:
+    def _with(self, found: FoundContext | None, url_origin: str | None, home: str | None) -> Self:
         """Itself with the fields not given taken from the context `found`, and where its URL came from."""
-        settled = self.model_copy(update=_unset_fields(self, found.context) if found else {})
+        settled = self.model_copy(update=_unset_fields(self, found.context, home) if found else {})
         if url_origin is not None:
             settled._url_from = url_origin
         elif found is not None and found.context.url:
@@ -226,17 +226,26 @@ def _fallback(contexts: NatsContexts | None) -> FoundContext | None:
     return FoundContext(f"{DEV_CONTEXT}'s context at {contexts.path(DEV_CONTEXT)}", dev) if dev else None
 
 
-def _unset_fields(settings: BusSettings, context: NatsContext) -> dict[str, Any]:
-    """The fields `context` sets that `settings` was not given, as `BusSettings` values."""
+def _unset_fields(settings: BusSettings, context: NatsContext, home: str | None) -> dict[str, Any]:
+    """The fields `context` sets that `settings` was not given, as `BusSettings` values; a path
+    starting with `~/` is under `home`, as the `nats` CLI reads it."""
     found: dict[str, Any] = {}
     for field, attribute in _CONTEXT_PATHS.items():
-        found[field] = Path(getattr(context, attribute)).expanduser() if getattr(context, attribute) else None
+        found[field] = _under_home(getattr(context, attribute), home)
     for field, attribute in _CONTEXT_TEXTS.items():
         found[field] = getattr(context, attribute) or None
     for field, attribute in _CONTEXT_SECRETS.items():
         secret: SecretStr = getattr(context, attribute)
         found[field] = secret if secret.get_secret_value() else None
     return {f: v for f, v in found.items() if v is not None and f not in settings.model_fields_set}
+
+
+def _under_home(text: str, home: str | None) -> Path | None:
+    if not text:
+        return None
+    if home and (text == "~" or text.startswith("~/")):
+        return Path(home) / text[2:]
+    return Path(text)
 
 
 S = TypeVar("S", bound=EdgeSettings)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,6 +20,7 @@ from provisioner.settings import QuerySettings, ServerSettings
 from provisioner_client.cli import build_parser as client_parser
 from provisioner_client.settings import ClientSettings
 from registry.errors import SettingsError
+from registry.nats_context import DEV_CONTEXT
 from registry.settings import (
     BusSettings,
     Duration,
@@ -115,6 +120,7 @@ def test_only_the_flags_given_are_read_back_as_the_text_given() -> None:
 COMMANDS = [
     pytest.param(server_parser, ["serve"], [ServerSettings, BusSettings], id="mesh-provisioner serve"),
     pytest.param(server_parser, ["query"], [QuerySettings, BusSettings], id="mesh-provisioner query"),
+    pytest.param(server_parser, ["remove-node", "n1"], [QuerySettings, BusSettings], id="mesh-provisioner remove-node"),
     pytest.param(client_parser, ["reconcile"], [ClientSettings, BusSettings], id="client reconcile"),
     pytest.param(client_parser, ["status"], [ClientSettings, BusSettings], id="client status"),
     pytest.param(dev_parser, [], [ServerSettings], id="mesh-provisioner-dev"),
@@ -137,4 +143,154 @@ def test_help_lists_every_field_of_every_settings_model_the_command_takes(
         for field in model.model_fields
         if flag_of(model, field) not in shown or env_of(model, field) not in shown.replace("\n", "").replace(" ", "")
     ]
-    assert missing == []
+    aliases = [alias for model in models for names in model.flag_aliases.values() for alias in names]
+    assert missing == [] and [alias for alias in aliases if f"{alias} " not in shown] == []
+
+
+# -- the nats CLI's names and contexts -----------------------------------------------------------
+
+NATS_CLI_FLAGS = [
+    pytest.param(["-s", "nats://a:4222,nats://b:4222"], "url", "nats://a:4222,nats://b:4222", id="-s"),
+    pytest.param(["--server", "nats://a:4222"], "url", "nats://a:4222", id="--server"),
+    pytest.param(["--context", "prod"], "context", "prod", id="--context"),
+    pytest.param(["--creds", "ops.creds"], "creds", "ops.creds", id="--creds"),
+    pytest.param(["--nkey", "ops.nk"], "nkey", "ops.nk", id="--nkey"),
+    pytest.param(["--user", "ops"], "user", "ops", id="--user"),
+    pytest.param(["--password", "pw"], "password", "pw", id="--password"),
+    pytest.param(["--tlsca", "ca.pem"], "ca", "ca.pem", id="--tlsca"),
+    pytest.param(["--tlscert", "cert.pem"], "cert", "cert.pem", id="--tlscert"),
+    pytest.param(["--tlskey", "key.pem"], "key", "key.pem", id="--tlskey"),
+]
+
+
+@pytest.mark.parametrize(("argv", "field", "value"), NATS_CLI_FLAGS)
+@pytest.mark.parametrize(
+    ("parser", "command"),
+    [
+        pytest.param(server_parser, ["query"], id="query"),
+        pytest.param(server_parser, ["serve"], id="serve"),
+        pytest.param(server_parser, ["remove-node", "n1"], id="remove-node"),
+        pytest.param(client_parser, ["status"], id="client status"),
+        pytest.param(client_parser, ["reconcile"], id="client reconcile"),
+    ],
+)
+def test_every_command_takes_the_nats_clis_flags_for_its_own(
+    parser: Callable[[], argparse.ArgumentParser], command: list[str], argv: list[str], field: str, value: str
+) -> None:
+    assert given_flags(parser().parse_args([*command, *argv]), BusSettings) == {field: value}
+
+
+def nats_config(
+    tmp_path: Path, contexts: Mapping[str, Mapping[str, object]], selected: str | None = None
+) -> dict[str, str]:
+    """An environment whose XDG_CONFIG_HOME holds these `nats` CLI contexts, `selected` selected."""
+    folder = tmp_path / "config" / "nats"
+    for name, fields in contexts.items():
+        (folder / "context").mkdir(parents=True, exist_ok=True)
+        (folder / "context" / f"{name}.json").write_text(json.dumps(fields))
+    if selected is not None:
+        (folder / "context.txt").write_text(selected + "\n")
+    return {"XDG_CONFIG_HOME": str(tmp_path / "config"), "HOME": str(tmp_path / "home")}
+
+
+def resolved_url(flags: dict[str, str], config: Path | None, environ: dict[str, str]) -> tuple[str, str]:
+    options = load_settings(BusSettings, flags, config, environ).options("test")
+    return ",".join(options.servers), options.servers_from
+
+
+SOURCES = ["a flag", "NATS_URL", "the file's url", "the context named", "the selected context", "the dev context"]
+SAID = ["the command line", "NATS_URL", "config file", "nats context 'named' at",
+        "the nats CLI's selected context 'selected' at", f"{DEV_CONTEXT}'s context at", "the default"]  # fmt: skip
+
+
+@pytest.mark.parametrize("first", range(len(SOURCES) + 1), ids=[*(f"{s} first" for s in SOURCES), "the default last"])
+def test_the_server_comes_from_flag_variable_file_context_selected_dev_default_in_that_order(
+    tmp_path: Path, first: int
+) -> None:
+    """Every source from `first` on is there; the first of them gives the server and is named."""
+    present = SOURCES[first:]
+    contexts: dict[str, dict[str, object]] = {
+        "named": {"url": "nats://named:4222"},
+        "selected": {"url": "nats://selected:4222"},
+    }
+    if "the dev context" in present:
+        contexts[DEV_CONTEXT] = {"url": "nats://dev:4222", "mesh_provisioner_dev_pid": os.getpid()}
+    environ = nats_config(tmp_path, contexts, "selected" if "the selected context" in present else None)
+    environ |= {"NATS_URL": "nats://NATS_URL:4222"} if "NATS_URL" in present else {}
+    flags = {"url": "nats://flag:4222"} if "a flag" in present else {}
+    flags |= {"context": "named"} if "the context named" in present else {}
+    config = tmp_path / "client.toml"
+    config.write_text('[nats]\nurl = "nats://file:4222"\n' if "the file's url" in present else "")
+    url, said = resolved_url(flags, config, environ)
+    expected = ["nats://flag:4222", "nats://NATS_URL:4222", "nats://file:4222", "nats://named:4222",
+                "nats://selected:4222", "nats://dev:4222", "nats://127.0.0.1:4222"][first]  # fmt: skip
+    assert (url, said.startswith(SAID[first])) == (expected, True), said
+
+
+def test_nats_context_names_a_context_as_the_flag_does(tmp_path: Path) -> None:
+    environ = nats_config(tmp_path, {"named": {"url": "nats://named:4222"}}) | {"NATS_CONTEXT": "named"}
+    assert resolved_url({}, None, environ)[0] == "nats://named:4222"
+
+
+def test_without_xdg_config_home_the_contexts_are_under_home(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".config" / "nats" / "context").mkdir(parents=True)
+    (home / ".config" / "nats" / "context" / "lab.json").write_text('{"url": "nats://lab:4222"}')
+    (home / ".config" / "nats" / "context.txt").write_text("lab")
+    assert resolved_url({}, None, {"HOME": str(home)})[0] == "nats://lab:4222"
+    assert resolved_url({}, None, {"HOME": str(home), "XDG_CONFIG_HOME": str(tmp_path / "empty")})[0] == (
+        "nats://127.0.0.1:4222"
+    )
+
+
+def test_a_context_gives_what_was_not_given_otherwise(tmp_path: Path) -> None:
+    lab = {"url": "nats://lab:4222", "creds": "~/lab.creds", "nkey": "", "user": "ops", "password": "s3cret",
+           "cert": "/c.pem", "key": "/k.pem", "ca": "/ca.pem", "inbox_prefix": "_INBOX_ops",
+           "nsc": "nsc://ignored"}  # fmt: skip
+    environ = nats_config(tmp_path, {"lab": lab}) | {"NATS_CONTEXT": "lab", "NATS_USER": "me"}
+    bus = load_settings(BusSettings, {"ca": "/mine.pem"}, None, environ)
+    home = Path(environ["HOME"])
+    assert (bus.url, bus.creds, bus.nkey, bus.user, bus.ca, bus.cert, bus.key, bus.inbox_prefix) == (
+        "nats://lab:4222", home / "lab.creds", None, "me", Path("/mine.pem"), Path("/c.pem"), Path("/k.pem"),
+        "_INBOX_ops",
+    )  # fmt: skip
+    assert bus.password is not None and bus.password.get_secret_value() == "s3cret"
+
+
+def test_a_url_given_without_a_context_takes_nothing_from_the_selected_one(tmp_path: Path) -> None:
+    """The selected context's credentials are for its server, never for one named elsewhere."""
+    environ = nats_config(tmp_path, {"prod": {"url": "nats://prod:4222", "creds": "/prod.creds"}}, "prod")
+    bus = load_settings(BusSettings, {"url": "nats://elsewhere:4222"}, None, environ)
+    assert (bus.url, bus.creds) == ("nats://elsewhere:4222", None)
+
+
+def test_a_dev_context_whose_loop_is_gone_is_passed_over(tmp_path: Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    dead = {"url": "nats://dev:4222", "mesh_provisioner_dev_pid": int(gone.stdout)}
+    assert resolved_url({}, None, nats_config(tmp_path, {DEV_CONTEXT: dead})) == (
+        "nats://127.0.0.1:4222",
+        "the default",
+    )
+
+
+@pytest.mark.parametrize(
+    ("context", "selected", "complaint"),
+    [
+        pytest.param(None, "missing", r"nats context 'missing' .*: no such context", id="a selected context missing"),
+        pytest.param("missing", None, r"nats context 'missing' .*: no such context", id="a context named missing"),
+        pytest.param("../../etc/x", None, r"not a context name", id="a name that climbs out"),
+        pytest.param("broken", None, r"not a context: it is not valid JSON", id="not JSON"),
+        pytest.param("deep", None, r"not a context: it nests 100 levels deep", id="nested too deep"),
+        pytest.param("wrong", None, r"not a context: url: Input should be a valid string", id="a wrong type"),
+    ],
+)  # fmt: skip
+def test_a_context_that_cannot_be_used_is_a_settings_error_naming_it(
+    tmp_path: Path, context: str | None, selected: str | None, complaint: str
+) -> None:
+    environ = nats_config(tmp_path, {"wrong": {"url": 4222, "password": "s3cret"}}, selected)
+    folder = tmp_path / "config" / "nats" / "context"
+    (folder / "broken.json").write_text('{"url": "nats://x:4222", "password": "s3cret"')
+    (folder / "deep.json").write_text("[" * 100 + "]" * 100)
+    with pytest.raises(SettingsError, match=complaint) as raised:
+        load_settings(BusSettings, {"context": context} if context else {}, None, environ)
+    assert "s3cret" not in str(raised.value)
