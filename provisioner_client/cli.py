@@ -9,7 +9,8 @@ Exit codes:
        place, as applied); in watch mode, stopped cleanly by SIGTERM or SIGINT
     1  something is pending: a module waits for a value, a manifest cannot be read, or a change
        action failed; the reasons are logged and shown by `status`, which also exits 1 when an
-       env file drifted from what was applied or is missing (or is not in the env folder used).
+       env file drifted from what was applied or is missing (or is not in the env folder used),
+       and while a module's last change action has not succeeded.
        Also a stop forced by a second signal, or by the reconcile outlasting --shutdown-timeout
     2  usage or settings error (no node given names where it looked)
     3  the bus could not be reached or refused an operation
@@ -66,11 +67,13 @@ settings: flags, then environment {ENV_PREFIX}<SETTING> (e.g. {ENV_PREFIX}NODE),
 settings file (NATS options in its [nats] table), then defaults. The settings file is the unit's:
 --config, else ${CONFIG_ENV} (empty: none), else {DEFAULT_CONFIG} when it exists.
 Durations are seconds or ISO 8601 (PT5M). NATS: --nats-* flags, then NATS_* environment.
+Every setting, with its default: mesh-provisioner-client COMMAND --help.
 
 exit codes: 0 all applied (status: and every env file in place; watch: stopped cleanly);
 1 something pending (a value, a manifest, a failed change action; status: also an env file
-drifted or missing) or a forced stop; 2 usage or settings error (e.g. no node given); 3 the bus
-unreachable or refusing; 4 a local failure; 5 another client holds this node (named).
+drifted or missing, a last change action not succeeded) or a forced stop; 2 usage or settings
+error (e.g. no node given); 3 the bus unreachable or refusing; 4 a local failure; 5 another
+client holds this node (named).
 """
 
 

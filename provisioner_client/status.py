@@ -96,15 +96,21 @@ class ModuleStatus:
         return self.file_state in ("drifted", "missing")
 
     @property
+    def action_failed(self) -> bool:
+        """The last change action did not succeed: it is not run again for the same file."""
+        return self.applied.action is not None and not self.applied.action.ok
+
+    @property
     def ok(self) -> bool:
-        return self.applied.state == "applied" and not self.drifted
+        return self.applied.state == "applied" and not self.drifted and not self.action_failed
 
     @property
     def mark(self) -> Mark:
-        return "ok" if self.ok else "bad" if self.drifted else "pending"
+        return "ok" if self.ok else "bad" if self.drifted or self.action_failed else "pending"
 
     def as_json(self) -> dict[str, object]:
-        facts = {"on_disk": self.on_disk, "drifted": self.drifted, "file_state": self.file_state, "since": self.since}
+        facts = {"on_disk": self.on_disk, "drifted": self.drifted, "file_state": self.file_state, "since": self.since,
+                 "ok": self.ok}  # fmt: skip
         return {**self.applied.model_dump(mode="json"), **facts}
 
 
@@ -119,9 +125,16 @@ class NodeStatus:
 
     @property
     def ok(self) -> bool:
-        """Every module applied and its file on disk as recorded: a drifted or missing file is not
-        ok (watch mode or the next reconcile puts it back), so the exit code tells a script."""
+        """Every module applied, its file on disk as recorded and its last change action succeeded:
+        a drifted or missing file is not ok (watch mode or the next reconcile puts it back), nor a
+        failed action (the service may not run what the file holds), so the exit code tells a script."""
         return not self.unreadable and all(m.ok for m in self.modules.values())
+
+    @property
+    def mark(self) -> Mark:
+        if self.ok:
+            return "ok"
+        return "bad" if self.unreadable or any(m.mark == "bad" for m in self.modules.values()) else "pending"
 
     def as_json(self) -> str:
         document = {
@@ -154,7 +167,7 @@ class NodeStatus:
         if not self.modules and not self.unreadable:
             said = f"no modules recorded in {buckets.APPLIED.name} (has it reconciled? is the node name right?)"
             return [_marked("pending", f"node {self.node}: {said}")]
-        return [_marked("ok" if self.ok else "bad", f"node {self.node}: {self._counts()}")]
+        return [_marked(self.mark, f"node {self.node}: {self._counts()}")]
 
     def _counts(self) -> str:
         modules = self.modules.values()
@@ -163,6 +176,8 @@ class NodeStatus:
         said = [f"{len(self.modules)} modules", f"{applied} applied"]
         said += [f"{pending} pending"] if pending else []
         said += [f"{drifted} files drifted or missing"] if drifted else []
+        failed = sum(m.action_failed for m in modules)
+        said += [f"{failed} change actions failed"] if failed else []
         said += [f"{len(self.unreadable)} records unreadable"] if self.unreadable else []
         return ", ".join(said)
 

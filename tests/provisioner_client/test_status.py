@@ -15,7 +15,7 @@ from provisioner_client.holding import node_lease
 from provisioner_client.reconcile import ClientPlan
 from registry.bus import Bus
 from tests.helpers import NODE
-from tests.provisioner_client.test_cli import client, client_env
+from tests.provisioner_client.test_cli import client, client_env, slow_action
 
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00")
 ACTION = "sh -c echo 'module app: env file changed': succeeded, exit code 0, finished <time>"
@@ -158,3 +158,24 @@ async def test_an_asked_log_level_is_kept_by_status(
     code, _, err = await client("status", env=env)
     assert code == 0
     assert "INFO" in err, "status is quiet by default only"
+
+
+async def test_a_failed_change_action_is_shown_and_exits_1_until_one_succeeds(
+    domains: StandIns, nats_server: LocalNats, plan: ClientPlan
+) -> None:
+    slow_action(plan, ["sh", "-c", "exit 3"])
+    env = client_env(nats_server.url, plan)
+    code, _, _ = await client("reconcile", env=env)
+    assert code == 1
+    code, out, _ = await client("status", env=env)
+    assert code == 1, "the service may not run what the file holds"
+    assert shown(out, plan).endswith(f"""\
+× node {NODE}: 1 modules, 1 applied, 1 change actions failed
+     Client: not running (no client holds the lease of node {NODE})
+   Settings: none (no file read)
+  Env files: <env>
+
+× slow: applied since <time>
+       File: <env>/slow.env (in place)
+     Action: sh -c exit 3: failed, exit code 3, finished <time>
+""")
