@@ -14,7 +14,10 @@ when its caller has given up long before, and `unsubscribe()` sends no UNSUB alt
 meanwhile is replayed: the server keeps that interest, and a consumer pushing to it never expires.
 So `Bus` tells whether the connection is up (`connected`, `until_connected`) for whoever must not
 create anything while it is away, and a subscription ended while away is ended for real once the
-connection is back. A loss is logged once, then a count at a slowing interval, then the recovery.
+connection is back. A loss is logged once, then a count at a slowing interval, then the recovery;
+a first connection is waited for the same way, naming the servers and where they came from
+(`BusOptions.servers_from`: a flag, a variable, a nats context...). A one-shot command connects
+with `connect_within` instead, which fails at once when every server refuses.
 """
 
 from __future__ import annotations
@@ -480,7 +483,7 @@ async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterato
     try:
         await nc.connect(**_connect_options(options, callbacks))
     except BaseException as err:
-        with anyio.CancelScope(shield=True):  # given up (a deadline, a refusal) or failed: no socket left open
+        with anyio.move_on_after(5, shield=True):  # given up (a deadline, a refusal) or failed: no socket left open
             await _abandon(nc)
         if isinstance(err, Exception) and not isinstance(err, BusError):
             raise BusError(f"connect to {_target(options)}", _describe(err)) from err
@@ -537,10 +540,11 @@ async def _abandon(nc: Client) -> None:
         await nc.close()
     except Exception:  # a client that never connected may have little to close
         log.debug("closing an unconnected client failed", exc_info=True)
-    # A connect cancelled inside nats-py's own close of a failed attempt (which marks the client
-    # closed first) leaves that attempt's socket open, and `close()` then returns at once.
-    if nc._transport is not None:
-        nc._transport.close()  # type: ignore[no-untyped-call]  # nats-py's Transport is untyped
+    finally:
+        # A connect cancelled inside nats-py's own close of a failed attempt (which marks the client
+        # closed first) leaves that attempt's socket open, and `close()` then returns at once.
+        if nc._transport is not None:
+            nc._transport.close()  # type: ignore[no-untyped-call]  # nats-py's Transport is untyped
 
 
 async def _close(bus: Bus, nc: Client) -> None:
