@@ -13,7 +13,7 @@ from nats.aio.client import Client
 
 from bench.harness import ROOT, timed
 from mesh_dev.standins import ASSIGNMENT, StandIns
-from provisioner_client.reconcile import ClientPlan, reconcile
+from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from registry import buckets
 from registry.bus import Bus
 from registry.kv import put
@@ -65,9 +65,13 @@ class Fleet:
 
 @dataclass(frozen=True)
 class Run:
+    """One reconcile: its time, its KV writes and files written, and how long its writes took
+    (`write_seconds`: needs and collect are written at once, then applied)."""
+
     seconds: float
     kv_writes: int
     files_written: int
+    write_seconds: float = 0.0
 
 
 async def own_bucket_sequences(nc: Client) -> int:
@@ -93,7 +97,15 @@ async def measured_reconcile(bus: Bus, nc: Client, plan: ClientPlan) -> Run:
     assert report is not None and report.ok, report.summary() if report else "no report"
     after = file_stamps(plan.materialize)
     files = sum(1 for name, stamp in after.items() if before_files.get(name) != stamp)
-    return Run(seconds, await own_bucket_sequences(nc) - before_writes, files)
+    return Run(seconds, await own_bucket_sequences(nc) - before_writes, files, writing_time(report))
+
+
+def writing_time(report: Report) -> float:
+    """Seconds the reconcile spent writing: its needs and collect converges overlap, applied follows."""
+    spent = report.write_seconds
+    return max(spent.get(buckets.NEEDS.name, 0.0), spent.get(buckets.COLLECT.name, 0.0)) + spent.get(
+        buckets.APPLIED.name, 0.0
+    )
 
 
 async def client_peak_rss_mb(url: str, manifests: Path, materialize: Path, *, node: str = NODE) -> float:

@@ -50,6 +50,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from provisioner_client.errors import ManifestError
+from registry import buckets
 from registry.bounded_json import JsonRefused, read_json
 from registry.errors import PlaceholderError
 from registry.escaping import encode_token
@@ -117,6 +118,17 @@ class Manifest(BaseModel):
         """Each placeholder of the env, with the variables it is used in, in a stable order."""
         return self._placeholders
 
+    @cached_property
+    def need_values(self) -> dict[Placeholder, bytes]:
+        """Each placeholder's value in the needs bucket, encoded once."""
+        used = self.placeholders().items()
+        return {p: to_json(NeedValue(placeholder=str(p), used_in=used_in)) for p, used_in in used}
+
+    @cached_property
+    def contribution_values(self) -> dict[str, bytes]:
+        """Each collection's value in the collect bucket, encoded once."""
+        return {collection: to_json(CollectValue(items=items)) for collection, items in self.contributes.items()}
+
 
 @dataclass(frozen=True)
 class LoadedManifest:
@@ -126,6 +138,22 @@ class LoadedManifest:
     @property
     def module(self) -> str:
         return self.manifest.module
+
+    def needs(self, node: str) -> dict[str, bytes]:
+        """The module's keys and values in the needs bucket."""
+        shape, module = buckets.NEEDS.shape, self.module
+        return {
+            shape.build(node=node, module=module, kind=p.kind, name=p.name): value
+            for p, value in self.manifest.need_values.items()
+        }
+
+    def contributions(self, node: str) -> dict[str, bytes]:
+        """The module's keys and values in the collect bucket."""
+        shape, module = buckets.COLLECT.shape, self.module
+        return {
+            shape.build(node=node, collection=collection, contributor=module): value
+            for collection, value in self.manifest.contribution_values.items()
+        }
 
 
 @dataclass
@@ -233,15 +261,15 @@ def _kind_of(mode: int) -> str | None:
 
 def _too_large(manifest: Manifest) -> str | None:
     """Why a key or value the manifest would write exceeds the bus's bounds, if it does."""
-    for placeholder, used_in in manifest.placeholders().items():
+    for placeholder, value in manifest.need_values.items():
         if len(encode_token(placeholder.name)) > MAX_NAME_TOKEN:
             return f"placeholder ${{{placeholder.kind}:{placeholder.name[:40]}...}} has a name longer than a key may be"
-        if len(to_json(NeedValue(placeholder=str(placeholder), used_in=used_in))) > MAX_VALUE_BYTES:
+        if len(value) > MAX_VALUE_BYTES:
             return f"placeholder {str(placeholder)[:60]} is used in too many variables for one value"
-    for collection, items in manifest.contributes.items():
+    for collection, value in manifest.contribution_values.items():
         if len(encode_token(collection)) > MAX_NAME_TOKEN:
             return f"collection {collection[:40]!r}... has a name longer than a key may be"
-        if len(to_json(CollectValue(items=items))) > MAX_VALUE_BYTES:
+        if len(value) > MAX_VALUE_BYTES:
             return f"the items contributed to {collection[:60]!r} exceed {MAX_VALUE_BYTES:,} bytes"
     return None
 

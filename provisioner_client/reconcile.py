@@ -24,6 +24,7 @@ value limit), so a module with thousands of pending placeholders is still record
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -32,11 +33,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from provisioner_client import remembered
 from provisioner_client.action import DEFAULT_ENVIRONMENT, action_environment, run_action
 from provisioner_client.concurrently import all_of
 from provisioner_client.envfile import EnvFolder, render
 from provisioner_client.errors import ManifestError, MaterializeError, capped
 from provisioner_client.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
+from provisioner_client.own import OwnKeys
 from provisioner_client.resolve import Pending, Registry, Resolver, Source, read_registry
 from provisioner_client.scope import NodeScope
 from registry import buckets
@@ -45,7 +48,7 @@ from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.errors import RegistryError
 from registry.kv import Changes, KvItem
-from registry.models import ActionRecord, AppliedValue, CollectValue, NeedValue, to_json
+from registry.models import ActionRecord, AppliedValue, to_json
 from registry.placeholders import substitute
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,8 @@ class Report:
     writes: dict[str, Changes] = field(default_factory=dict)
     sources: set[Source] = field(default_factory=set)
     actions_run: list[str] = field(default_factory=list)
+    listed: set[str] = field(default_factory=set)  # the buckets whose node keys were listed, not known as remembered
+    write_seconds: dict[str, float] = field(default_factory=dict)  # how long each bucket's writes took
 
     @property
     def ok(self) -> bool:
@@ -115,7 +120,6 @@ class Report:
 
 
 async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
-    scope = NodeScope(plan.node)
     if not plan.manifests.is_dir():  # never read a missing folder as "no modules": that would remove them all
         raise ManifestError(plan.manifests, "the manifests folder does not exist")
     folder = EnvFolder(plan.materialize)
@@ -127,79 +131,79 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
         log.error("%s", error)
     folder.remember(manifests.declared())
     report = Report(plan.node, manifest_errors=list(manifests.errors), ledger_problems=ledger.problems)
-    current, registry = await _read_state(bus, scope)
-    needs, collect = _needs(plan.node, manifests, current), _collect(plan.node, manifests, current)
+    own = OwnKeys(bus, NodeScope(plan.node), remembered.read(plan.materialize, plan.node))
+    needs, collect = _needs(plan.node, manifests), _collect(plan.node, manifests)
+    registry = await _read_state(own, needs=needs, collect=collect, held=bool(manifests.held))
+    needs.update(_kept(own.items(buckets.NEEDS), buckets.NEEDS.shape.parse, "module", set(manifests.held)))
+    collect.update(_kept(own.items(buckets.COLLECT), buckets.COLLECT.shape.parse, "contributor", set(manifests.held)))
     resolver = Resolver(bus, registry, node=plan.node, verb_timeout=plan.verb_timeout, own_collect=collect)
     wanted = [(m, p) for m, loaded in manifests.modules.items() for p in loaded.manifest.placeholders()]
     await all_of(  # needs and collect are written before applied, below
-        partial(_converge, bus, scope, report, buckets.NEEDS, current=current, desired=needs),
-        partial(_converge, bus, scope, report, buckets.COLLECT, current=current, desired=collect),
+        partial(_converge, own, report, buckets.NEEDS, needs),
+        partial(_converge, own, report, buckets.COLLECT, collect),
         partial(resolver.prefetch, wanted),
     )
-    previous = _applied_by_module(current[buckets.APPLIED.name])
+    previous = _applied_by_module(own.items(buckets.APPLIED))
     for module, loaded in sorted(manifests.modules.items()):
         report.modules[module] = await _apply(resolver, folder, plan, loaded, previous=previous.get(module),
                                               report=report)  # fmt: skip
     for module, error in sorted(manifests.held.items()):
         report.modules[module] = _held(folder, module, error, previous.get(module))
+    await _converge(own, report, buckets.APPLIED, _applied(plan.node, report, previous))
+    if own.changed:
+        remembered.write(plan.materialize, own.memory)
+    report.removed = folder.remove_except(set(report.modules))
+    report.sources = resolver.sources
+    report.listed = {name for name, found in own.found.items() if found.listed}
+    return report
+
+
+async def _read_state(own: OwnKeys, *, needs: dict[str, bytes], collect: dict[str, bytes], held: bool) -> Registry:
+    """The node's keys of needs, collect and applied (as remembered where nothing moved, else
+    listed), and the registry: asked all at once. With modules held, needs and collect are listed:
+    their keys are kept as they are."""
+    registry = Registry()
+
+    async def read_whole_registry() -> None:
+        nonlocal registry
+        registry = await read_registry(own.bus)
+
+    await all_of(
+        partial(own.find, buckets.NEEDS, None if held else needs),
+        partial(own.find, buckets.COLLECT, None if held else collect),
+        partial(own.find, buckets.APPLIED, None),
+        read_whole_registry,
+    )
+    return registry
+
+
+async def _converge(own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes]) -> None:
+    started = time.perf_counter()
+    changes = await own.converge(bucket, desired)
+    report.writes[bucket.name] = changes
+    if changes:
+        report.write_seconds[bucket.name] = time.perf_counter() - started
+        log.info("node %s: %s %s", own.scope.node, bucket.name, changes.summary(),
+                 extra={"node": own.scope.node, "bucket": bucket.name})  # fmt: skip
+
+
+def _applied(node: str, report: Report, previous: Mapping[str, AppliedValue]) -> dict[str, bytes]:
+    """Each module's applied record, stamped with when its content last changed."""
     now = datetime.now(UTC).isoformat(timespec="seconds")
     for module, done in report.modules.items():
         stamped = _fitted(done.applied).stamped(previous.get(module), now)
         report.modules[module] = replace(done, applied=stamped)
-    applied = {
-        buckets.APPLIED.shape.build(node=plan.node, module=m): to_json(r.applied) for m, r in report.modules.items()
-    }
-    await _converge(bus, scope, report, buckets.APPLIED, current=current, desired=applied)
-    report.removed = folder.remove_except(set(report.modules))
-    report.sources = resolver.sources
-    return report
+    return {buckets.APPLIED.shape.build(node=node, module=m): to_json(r.applied) for m, r in report.modules.items()}
 
 
-async def _read_state(bus: Bus, scope: NodeScope) -> tuple[dict[str, list[KvItem]], Registry]:
-    """The node's keys of needs, collect and applied, and the registry: asked all at once."""
-    current: dict[str, list[KvItem]] = {}
-    registry = Registry()
-
-    async def read(bucket: Bucket) -> None:
-        current[bucket.name] = await scope.read(bus, bucket)
-
-    async def read_whole_registry() -> None:
-        nonlocal registry
-        registry = await read_registry(bus)
-
-    await all_of(*(partial(read, b) for b in (buckets.NEEDS, buckets.COLLECT, buckets.APPLIED)), read_whole_registry)
-    return current, registry
+def _needs(node: str, manifests: Manifests) -> dict[str, bytes]:
+    """The needs of the modules read (a held module's are kept as they are, from the listing)."""
+    return {key: value for loaded in manifests.modules.values() for key, value in loaded.needs(node).items()}
 
 
-async def _converge(
-    bus: Bus, scope: NodeScope, report: Report, bucket: Bucket, *, current: Mapping[str, Sequence[KvItem]],
-    desired: Mapping[str, bytes],
-) -> None:  # fmt: skip
-    changes = await scope.converge(bus, bucket, current[bucket.name], desired)
-    report.writes[bucket.name] = changes
-    if changes:
-        log.info("node %s: %s %s", scope.node, bucket.name, changes.summary(),
-                 extra={"node": scope.node, "bucket": bucket.name})  # fmt: skip
-
-
-def _needs(node: str, manifests: Manifests, current: Mapping[str, Sequence[KvItem]]) -> dict[str, bytes]:
-    shape = buckets.NEEDS.shape
-    desired = _kept(current[buckets.NEEDS.name], shape.parse, "module", set(manifests.held))
-    for module, loaded in manifests.modules.items():
-        for placeholder, used_in in loaded.manifest.placeholders().items():
-            key = shape.build(node=node, module=module, kind=placeholder.kind, name=placeholder.name)
-            desired[key] = to_json(NeedValue(placeholder=str(placeholder), used_in=used_in))
-    return desired
-
-
-def _collect(node: str, manifests: Manifests, current: Mapping[str, Sequence[KvItem]]) -> dict[str, bytes]:
-    shape = buckets.COLLECT.shape
-    desired = _kept(current[buckets.COLLECT.name], shape.parse, "contributor", set(manifests.held))
-    for module, loaded in manifests.modules.items():
-        for collection, items in loaded.manifest.contributes.items():
-            key = shape.build(node=node, collection=collection, contributor=module)
-            desired[key] = to_json(CollectValue(items=items))
-    return desired
+def _collect(node: str, manifests: Manifests) -> dict[str, bytes]:
+    """The contributions of the modules read (a held module's are kept as they are, from the listing)."""
+    return {key: value for loaded in manifests.modules.values() for key, value in loaded.contributions(node).items()}
 
 
 def _kept(

@@ -12,7 +12,10 @@ responders means the bucket does not exist, or has no direct get), and a collect
 node's own collect bucket is listed by the provisioning verb. No other bucket can be listed.
 
 Verb values are secrets: never stored, logged or put in a reason, and they live only during one
-reconcile. Whatever cannot be resolved raises `Pending` with the reason; its module stays pending.
+reconcile. A verb is asked once per reconcile for each distinct kind and name, however many modules
+use it, naming the first module that wants it: a vault answers a node by the name asked (it cannot
+tell which of the node's modules asks, so a value per module would need a name per module).
+Whatever cannot be resolved raises `Pending` with the reason; its module stays pending.
 Every JSON read here (a value, a plan, a registry entry, a vault's answer) goes through
 `registry.bounded_json.read_json`: a value too deep or too large is a reason naming its key, never a crash.
 """
@@ -37,7 +40,7 @@ from registry.buckets import Bucket
 from registry.bus import Bus
 from registry.errors import BusError, BusTimeout, NoResponders, RegistryError, ServiceError
 from registry.keys import KeyShape, shape_of
-from registry.kv import KvItem, get_direct, get_last_many
+from registry.kv import MULTI_LAST_LIMIT, KvItem, get_direct, get_last_many
 from registry.models import BucketAnswer, CollectValue, RegistryEntry, VerbAnswer
 from registry.placeholders import Placeholder
 from registry.templates import pattern_of, render
@@ -121,6 +124,11 @@ class _Once(Generic[T]):
             raise found
         return found
 
+    def put(self, key: Hashable, found: T | Pending) -> None:
+        """Remembers what was read for `key` another way (a batch), unless it was fetched already."""
+        if key not in self._done and key not in self._running:
+            self._done[key] = found
+
 
 class Resolver:
     """Resolves placeholders for one reconcile; remembers every source it read, for watching."""
@@ -142,8 +150,10 @@ class Resolver:
 
     async def prefetch(self, wanted: Iterable[tuple[str, Placeholder]], *, at_once: int = 64) -> None:
         """Resolves every (module, placeholder) concurrently, so that `resolve` then answers from
-        memory: one reconcile costs about one round trip per `at_once` distinct values."""
+        memory: one reconcile costs about one round trip per `at_once` distinct values, and one
+        per mesh-wide bucket (`_read_batches`)."""
         queue = sorted(set(wanted), reverse=True)
+        await self._read_batches(queue)
 
         async def worker() -> None:  # a few workers draining one list cost less than a task per value
             while queue:
@@ -154,6 +164,42 @@ class Resolver:
         async with anyio.create_task_group() as tasks:
             for _ in range(min(at_once, len(queue))):
                 tasks.start_soon(worker)
+
+    async def _read_batches(self, wanted: Iterable[tuple[str, Placeholder]]) -> None:
+        """Reads the values of each mesh-wide bucket by one batch direct get of their keys (a node
+        is granted it on a bucket readable whole); a node-keyed bucket, granted per key only, a
+        bucket without direct get or a batch that fails are left to one direct get per key."""
+        by_bucket: dict[str, tuple[Bucket, set[str]]] = {}
+        for module, placeholder in wanted:
+            where = self._value_key(module, placeholder)
+            if where is not None and where[0].shape.fields[:1] != ("node",):
+                by_bucket.setdefault(where[0].name, (where[0], set()))[1].add(where[1])
+        async with anyio.create_task_group() as tasks:
+            for bucket, keys in by_bucket.values():
+                if len(keys) > 1:
+                    tasks.start_soon(self._read_batch, bucket, sorted(keys))
+
+    async def _read_batch(self, bucket: Bucket, keys: list[str]) -> None:
+        for start in range(0, len(keys), MULTI_LAST_LIMIT):
+            chunk = keys[start : start + MULTI_LAST_LIMIT]
+            try:
+                found = {item.key: item for item in await get_last_many(self._bus, bucket, chunk)}
+            except BusError as err:
+                log.debug("batch read of %s not answered (%s): one direct get per key", bucket.name, err.reason)
+                return
+            for key in chunk:
+                self.sources.add(Source(bucket, key))
+                self._values.put(("get", bucket.name, key), _value_of(found.get(key), bucket, key))
+
+    def _value_key(self, module: str, placeholder: Placeholder) -> tuple[Bucket, str] | None:
+        """Where a placeholder read by `value` or `plan` is, if it can be told."""
+        entry = self._registry.entries.get(placeholder.kind)
+        if entry is None or not isinstance(entry.answer, BucketAnswer) or entry.answer.read == "items":
+            return None
+        try:
+            return _where(entry.answer, self._fields(module, placeholder, entry))
+        except (Pending, RegistryError):
+            return None
 
     async def resolve(self, module: str, placeholder: Placeholder) -> str:
         """The value of `placeholder` for `module`, or `Pending` with why; each asked once per reconcile."""
@@ -166,8 +212,9 @@ class Resolver:
             raise Pending(problem or f"the registry knows no kind {placeholder.kind!r}")
         fields = self._fields(module, placeholder, entry)
         answer = entry.answer
-        if isinstance(answer, VerbAnswer):
-            return await self._ask(answer, module, placeholder)  # `resolve` asks once per module and name
+        if isinstance(answer, VerbAnswer):  # asked once per name: the body names the first module that wants it
+            asked = ("verb", answer.subject, placeholder.kind, placeholder.name)
+            return await self._values.get(asked, lambda: self._ask(answer, module, placeholder))
         return await self._read(answer, placeholder, fields)
 
     def _fields(self, module: str, placeholder: Placeholder, entry: RegistryEntry) -> dict[str, str]:
@@ -182,14 +229,14 @@ class Resolver:
 
     async def _read(self, answer: BucketAnswer, placeholder: Placeholder, fields: dict[str, str]) -> str:
         try:
-            shape = shape_of(answer.key)
-            bucket = Bucket(render(answer.bucket, fields), shape)
             if answer.read == "items":
+                shape = shape_of(answer.key)
+                bucket = Bucket(render(answer.bucket, fields), shape)
                 prefix = _items_prefix(shape, fields)
                 return await self._values.get(
                     ("items", bucket.name, prefix), lambda: self._items(bucket, prefix, fields)
                 )
-            key = shape.build(**fields)
+            bucket, key = _where(answer, fields)
         except RegistryError as err:
             raise Pending(f"the registry's answer for kind {placeholder.kind!r} cannot be used: {err}") from None
         value = await self._values.get(("get", bucket.name, key), lambda: self._get(bucket, key))
@@ -205,9 +252,10 @@ class Resolver:
             raise Pending(f"bucket {bucket.name} does not exist (or has no direct get): nobody answers") from None
         except BusError as err:
             raise Pending(str(err)) from None
-        if item is None or item.deleted:
-            raise Pending(f"no value at {bucket.name} key {key!r}")
-        return item.value.decode("utf-8", errors="replace")
+        found = _value_of(item, bucket, key)
+        if isinstance(found, Pending):
+            raise found
+        return found
 
     async def _items(self, bucket: Bucket, prefix: str, fields: dict[str, str]) -> str:
         if bucket.name != buckets.COLLECT.name or bucket.shape != buckets.COLLECT.shape:
@@ -259,6 +307,18 @@ class Resolver:
         if not isinstance(value, str):
             raise Pending(f"{answer.subject} answered without a text 'value'")
         return value
+
+
+def _where(answer: BucketAnswer, fields: dict[str, str]) -> tuple[Bucket, str]:
+    """The bucket and key of a value read by `value` or `plan`."""
+    shape = shape_of(answer.key)
+    return Bucket(render(answer.bucket, fields), shape), shape.build(**fields)
+
+
+def _value_of(item: KvItem | None, bucket: Bucket, key: str) -> str | Pending:
+    if item is None or item.deleted:
+        return Pending(f"no value at {bucket.name} key {key!r}")
+    return item.value.decode("utf-8", errors="replace")
 
 
 def _items_prefix(shape: KeyShape, fields: dict[str, str]) -> str:

@@ -67,6 +67,14 @@ class NodeScope:
                 items.append(item)
         return items
 
+    async def stamp(self, bus: Bus, bucket: Bucket) -> int:
+        """The stream sequence of the latest entry under this node's keys of `bucket` (0: none): one
+        direct get of `<node>.>` itself, which the server answers with the last message under that
+        filter. Any write, delete or purge of a key of the node moves it; `provisioner_client.remembered`
+        compares it with the one it remembered instead of listing the keys again."""
+        found = await get_direct(bus, bucket, self.filter)
+        return found.revision if found is not None else 0
+
     async def _stored(self, bus: Bus, bucket: Bucket, key: str) -> KvItem | None:
         """A key's entry as stored, if it is ours: for a malformed key (its value may not even be
         JSON) and for an entry without its revision (a seat older than the revision field)."""
@@ -76,10 +84,10 @@ class NodeScope:
 
     async def converge(
         self, bus: Bus, bucket: Bucket, current: Sequence[KvItem], desired: Mapping[str, bytes], *,
-        in_flight: int = IN_FLIGHT,
+        in_flight: int = IN_FLIGHT, revisions: dict[str, int] | None = None,
     ) -> Changes:  # fmt: skip
         """`registry.kv.converge`, after checking every key it could touch is this node's; up to
-        `in_flight` writes at once.
+        `in_flight` writes at once; `revisions` receives the new revision of each key written or deleted.
 
         The verb lists no deleted key, so a key absent from `current` may still hold a delete
         marker: such keys are created on their own, retried once at the marker's revision."""
@@ -90,6 +98,8 @@ class NodeScope:
         for key, value in desired.items():
             if key not in listed:
                 steps.append(Step(key, "written", partial(_create, bus, bucket, key, value)))
+        if revisions is not None:
+            steps = [Step(step.key, step.kind, partial(_recorded, step, revisions)) for step in steps]
         changes = Changes()
         await run_steps(bucket, steps, changes, in_flight=in_flight)
         return changes
@@ -136,14 +146,20 @@ def _item_of(entry: Mapping[str, Any]) -> KvItem:
     return KvItem(str(entry["key"]), value, int(entry["revision"]))
 
 
-async def _create(bus: Bus, bucket: Bucket, key: str, value: bytes) -> bool:
+async def _recorded(step: Step, revisions: dict[str, int]) -> object:
+    revision = await step.run()
+    if isinstance(revision, int) and not isinstance(revision, bool):
+        revisions[step.key] = revision
+    return revision
+
+
+async def _create(bus: Bus, bucket: Bucket, key: str, value: bytes) -> int | bool:
     """Writes a key the listing did not have; a delete marker there is read, then written over.
-    False when the key already held `value`."""
+    Its new revision, or False when the key already held `value`."""
     try:
-        await update(bus, bucket, key, value, last=0)
+        return await update(bus, bucket, key, value, last=0)
     except WrongLastSequence:
         found = await get_direct(bus, bucket, key)
         if found is not None and not found.deleted and found.value == value:
             return False
-        await update(bus, bucket, key, value, last=found.revision if found is not None else 0)
-    return True
+        return await update(bus, bucket, key, value, last=found.revision if found is not None else 0)
