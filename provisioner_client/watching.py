@@ -251,6 +251,9 @@ async def _reconcile_while_held(
             drift.expect(applied)
             followers.follow(report.sources)
             _log_report(report)
+            for module, how in sorted(wake.drifted.items()):  # put back by the reconcile instead
+                if module in report.modules and report.modules[module].written:
+                    _drift_put_back(plan.node, module, how, report.modules[module].applied.file)
             if on_report is not None:
                 on_report(report)
             on_started()
@@ -285,12 +288,16 @@ async def _put_back(
     for module, how in sorted(drifted.items()):
         record = applied.get(module)
         if record is None or record.digest is None or not await put_back(bus, plan, module, record.digest):
-            log.info("the env file of module %s was %s and its values changed since: reconciling", module, how,
-                     extra=event(node=plan.node, module=module))  # fmt: skip
+            log.info("the env file of module %s was %s; its values or manifest changed since it was applied: "
+                     "reconciling", module, how, extra=event(node=plan.node, module=module))  # fmt: skip
             return False
-        log.warning("drift put back: %s of module %s had been %s", record.file, module, how,
-                    extra=event(node=plan.node, module=module, path=record.file or ""))  # fmt: skip
+        _drift_put_back(plan.node, module, how, record.file)
     return True
+
+
+def _drift_put_back(node: str, module: str, how: str, file: str | None) -> None:
+    log.warning("drift put back: %s of module %s had been %s", file, module, how,
+                extra=event(node=node, module=module, path=file or ""))  # fmt: skip
 
 
 async def _poll_drift(drift: DriftWatch, trigger: Trigger, every: timedelta) -> None:
