@@ -428,7 +428,7 @@ class _Callbacks:
     def _failed_attempt(self, reason: str) -> None:
         assert self.outage is not None
         doing = "reconnecting to nats" if self.bus is not None else f"connecting to nats at {self.target}"
-        log.debug("nats attempt failed (%s): %s", doing, reason)
+        log.debug("nats %s attempt failed: %s", "reconnect" if self.bus is not None else "connect", reason)
         if self.outage.failed_attempt(time.monotonic()):
             log.warning("still %s: %d attempts in %.0f s (last: %s)",
                         doing, self.outage.attempts, time.monotonic() - self.outage.since, reason)  # fmt: skip

@@ -22,14 +22,14 @@ from anyio.abc import SocketAttribute, SocketStream
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner.cli import build_parser
-from registry.bus import BusOptions, connect_within
+from registry.bus import BusOptions, connect, connect_within
 from registry.credentials import new_seed, write_secret
 from registry.errors import BusError
 from registry.nats_context import DEV_CONTEXT
 from registry.parties import Kind
 from registry.settings import BusSettings, given_flags, load_settings
 from registry.verb_client import ask
-from tests.helpers import clean_environment, in_own_task
+from tests.helpers import clean_environment, in_own_task, logged
 from tests.isolation import Mesh, party
 
 OPS = party(Kind.OPERATOR, "ops")
@@ -239,6 +239,28 @@ async def test_a_server_that_never_answers_is_given_up_after_the_timeout() -> No
     assert str(refused.value).startswith(
         f"connect: no NATS server at nats://127.0.0.1:{port} (from the command line) answered within 0.5 s"
     )
+
+
+async def test_a_long_running_connect_waits_for_a_server_saying_where_it_looks(tmp_path: Path) -> None:
+    """`serve` and `reconcile --watch` wait for a first server as for a lost one: told at a slowing
+    interval, naming the servers and where they came from, never given up."""
+    port = free_port()
+    options = options_of(["-s", f"nats://127.0.0.1:{port}"], {})
+    told = f"still connecting to nats at nats://127.0.0.1:{port} (from the command line): "
+    with logged(told, "registry.bus") as waiter:
+        async with anyio.create_task_group() as tg:
+            connected = anyio.Event()
+
+            async def connecting() -> None:
+                async with connect(options) as bus:
+                    await bus.flush()
+                    connected.set()
+
+            tg.start_soon(connecting)
+            await waiter.wait(within=30)
+            async with local_nats(tmp_path / "late", port=port):
+                with anyio.fail_after(30):
+                    await connected.wait()
 
 
 async def _say_nothing(stream: SocketStream) -> None:
