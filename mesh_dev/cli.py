@@ -9,6 +9,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -26,6 +27,8 @@ from registry.nats_context import NatsContexts
 from registry.settings import add_settings_arguments, given_flags, load_settings
 from registry.signals import until_signalled
 
+log = logging.getLogger(__name__)
+
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
@@ -38,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
         "materializes deploy/examples/ into --state-dir/demo/env and keeps watching. When the machine has "
         "PostgreSQL (initdb on PATH or in /usr/lib/postgresql/*/bin), the provider side is real: a PostgreSQL "
         "under --state-dir/demo/postgres, postgres_bound written from the needs and the postgres provisioner "
-        "watching, so module app's DATABASE_URL logs in. Prints how to query it. Ctrl-C stops everything.",
+        "watching, so module app's DATABASE_URL logs in. While it runs, the nats CLI context mesh-provisioner-dev "
+        "($XDG_CONFIG_HOME/nats/context/, else ~/.config/nats/context/) names its NATS, so mesh-provisioner query and "
+        "mesh-provisioner-client status in another shell find it without flags (nats --context mesh-provisioner-dev "
+        "too); it is removed at stop. Prints how to query it. Ctrl-C stops everything.",
         epilog="examples:\n  mesh-provisioner-dev --state-dir ./state\n  mesh-provisioner-dev --no-demo\n\n"
         + (__doc__ or "").split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -64,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(log_format=settings.log_format, level=settings.log_level)
         participants = () if args.no_demo else (_demo(args.state_dir / "demo", postgres=not args.no_postgres),)
         contexts = NatsContexts.of(os.environ)
+        if contexts is None:
+            log.warning("neither XDG_CONFIG_HOME nor HOME is set: no nats context can name the dev bus")
         body = partial(_run, state_dir=args.state_dir, settings=settings, participants=participants, contexts=contexts)
         return EXIT_OK if anyio.run(until_signalled, body) else EXIT_FAILURE
     except RegistryError as err:

@@ -67,7 +67,6 @@ async def run_dev(
 def advertised(contexts: NatsContexts | None, url: str, state_dir: Path) -> Iterator[None]:
     """The context `mesh-provisioner-dev` naming `url` for the block (none without `contexts`)."""
     if contexts is None:
-        log.warning("neither XDG_CONFIG_HOME nor HOME is set: the tools need --server %s", url)
         yield
         return
     context = NatsContext(
@@ -99,7 +98,7 @@ Ctrl-C stops it.
 
 def _found_by(url: str, contexts: NatsContexts | None) -> str:
     if contexts is None:
-        return "  the tools need --server: neither XDG_CONFIG_HOME nor HOME is set\n"
+        return f"  no nats context names it: give the tools --server {url}\n"
     told = f"  the tools find it through the nats context {DEV_CONTEXT} ({contexts.path(DEV_CONTEXT)}), until Ctrl-C"
     selected = _selected(contexts)
     if selected not in (None, DEV_CONTEXT):

@@ -124,7 +124,7 @@ class BusSettings(EdgeSettings):
     url: str | None = Field(
         default=None,
         description="NATS server URLs, comma-separated",
-        json_schema_extra={"shown_default": f"the context's, else {DEFAULT_URL}"},
+        json_schema_extra={"shown_default": f"from a nats context (--context), else {DEFAULT_URL}"},
     )
     context: str | None = Field(
         default=None,
