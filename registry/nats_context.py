@@ -4,7 +4,9 @@ The `nats` CLI keeps each named context as a JSON file, `<config>/nats/context/<
 the selected one's name in `<config>/nats/context.txt`, where `<config>` is `$XDG_CONFIG_HOME`, or
 `~/.config` without it. A context names a server (`url`) and how to log in (`creds`, `nkey`,
 `user` and `password`, `token`, TLS files `cert`, `key`, `ca`, `inbox_prefix`); the CLI writes
-more fields, which are left alone here, and writes an empty string for a field not set.
+more fields, and an empty string for a field not set. Of its other ways to connect (an `nsc`
+lookup, an inline `user_jwt`, a SOCKS proxy, TLS first) none is honoured here: a context using
+one is refused with its name rather than tried without it.
 
 `mesh-provisioner-dev` writes a context of its own, `mesh-provisioner-dev`, while its nats-server
 runs, with its process id beside the URL: the tools fall back on it when nothing else names a
@@ -51,6 +53,18 @@ class NatsContext(BaseModel):
     ca: str = ""
     inbox_prefix: str = ""
     mesh_provisioner_dev_pid: int | None = None  # written by mesh-provisioner-dev alone
+    # Set by the `nats` CLI and not honoured here: a context using one is refused, never half-used.
+    nsc: str = ""
+    user_jwt: str = ""
+    socks_proxy: str = ""
+    tls_first: bool = False
+
+    def unhonoured(self) -> list[str]:
+        """The fields set that this project cannot connect by; a credentials file makes nsc's moot."""
+        logs_in_otherwise = bool(self.creds or self.nkey or self.user or self.token.get_secret_value())
+        found = {"nsc": bool(self.nsc) and not logs_in_otherwise, "user_jwt": bool(self.user_jwt),
+                 "socks_proxy": bool(self.socks_proxy), "tls_first": self.tls_first}  # fmt: skip
+        return [name for name, is_set in found.items() if is_set]
 
     def as_file(self) -> bytes:
         """The JSON text of the file, secrets included: for `NatsContexts.write` alone."""
@@ -95,8 +109,7 @@ class NatsContexts:
         path = self.path(name)
         source = f"nats context {name!r} ({path})"
         try:
-            data = read_json(path.read_bytes(), max_bytes=MAX_CONTEXT_BYTES)
-            return NatsContext.model_validate(data)
+            context = NatsContext.model_validate(read_json(path.read_bytes(), max_bytes=MAX_CONTEXT_BYTES))
         except FileNotFoundError:
             raise SettingsError(source, "no such context") from None
         except OSError as err:
@@ -105,6 +118,10 @@ class NatsContexts:
             raise SettingsError(source, f"not a context: {err.reason}") from None
         except ValidationError as err:
             raise SettingsError(source, f"not a context: {_complaints(err)}") from None
+        if unhonoured := context.unhonoured():
+            raise SettingsError(source, f"sets {', '.join(unhonoured)}, which mesh-provisioner cannot connect by; "
+                                "give it a creds or nkey file instead")  # fmt: skip
+        return context
 
     def dev(self) -> NatsContext | None:
         """`mesh-provisioner-dev`'s context while the dev loop that wrote it runs; `None` otherwise."""

@@ -282,12 +282,14 @@ def test_a_dev_context_whose_loop_is_gone_is_passed_over(tmp_path: Path) -> None
         pytest.param("broken", None, r"not a context: it is not valid JSON", id="not JSON"),
         pytest.param("deep", None, r"not a context: it nests 100 levels deep", id="nested too deep"),
         pytest.param("wrong", None, r"not a context: url: Input should be a valid string", id="a wrong type"),
+        pytest.param("nsc", None, r"sets nsc, tls_first, which mesh-provisioner cannot connect by", id="nsc"),
     ],
 )  # fmt: skip
 def test_a_context_that_cannot_be_used_is_a_settings_error_naming_it(
     tmp_path: Path, context: str | None, selected: str | None, complaint: str
 ) -> None:
-    environ = nats_config(tmp_path, {"wrong": {"url": 4222, "password": "s3cret"}}, selected)
+    nsc = {"url": "nats://x:4222", "nsc": "nsc://op/acc/user", "tls_first": True}
+    environ = nats_config(tmp_path, {"wrong": {"url": 4222, "password": "s3cret"}, "nsc": nsc}, selected)
     folder = tmp_path / "config" / "nats" / "context"
     (folder / "broken.json").write_text('{"url": "nats://x:4222", "password": "s3cret"')
     (folder / "deep.json").write_text("[" * 100 + "]" * 100)
