@@ -161,6 +161,7 @@ class BusSettings(EdgeSettings):
         return self._url_from or ("the settings" if self.url else _DEFAULT_FROM)
 
     def resolved(self, environ: Mapping[str, str], origins: Mapping[str, str]) -> Self:
+        """Itself completed from the context named, or the fallback one when no URL was given."""
         contexts = NatsContexts.of(environ)
         if self.context is not None:
             return self._with(_named(contexts, self.context), origins.get("url"), environ.get("HOME"))
@@ -198,9 +199,10 @@ class BusSettings(EdgeSettings):
         )
 
 
-_CONTEXT_PATHS = {"creds": "creds", "nkey": "nkey", "ca": "ca", "cert": "cert", "key": "key"}
-_CONTEXT_TEXTS = {"url": "url", "user": "user", "inbox_prefix": "inbox_prefix"}
-_CONTEXT_SECRETS = {"password": "password", "token": "token"}
+# A context's fields that are settings of the same name, by kind of value.
+_CONTEXT_PATHS = ("creds", "nkey", "ca", "cert", "key")
+_CONTEXT_TEXTS = ("url", "user", "inbox_prefix")
+_CONTEXT_SECRETS = ("password", "token")
 
 
 class FoundContext(NamedTuple):
@@ -229,14 +231,11 @@ def _fallback(contexts: NatsContexts | None) -> FoundContext | None:
 def _unset_fields(settings: BusSettings, context: NatsContext, home: str | None) -> dict[str, Any]:
     """The fields `context` sets that `settings` was not given, as `BusSettings` values; a path
     starting with `~/` is under `home`, as the `nats` CLI reads it."""
-    found: dict[str, Any] = {}
-    for field, attribute in _CONTEXT_PATHS.items():
-        found[field] = _under_home(getattr(context, attribute), home)
-    for field, attribute in _CONTEXT_TEXTS.items():
-        found[field] = getattr(context, attribute) or None
-    for field, attribute in _CONTEXT_SECRETS.items():
-        secret: SecretStr = getattr(context, attribute)
-        found[field] = secret if secret.get_secret_value() else None
+    found: dict[str, Any] = {field: _under_home(getattr(context, field), home) for field in _CONTEXT_PATHS}
+    found |= {field: getattr(context, field) or None for field in _CONTEXT_TEXTS}
+    found |= {
+        field: getattr(context, field) for field in _CONTEXT_SECRETS if getattr(context, field).get_secret_value()
+    }
     return {f: v for f, v in found.items() if v is not None and f not in settings.model_fields_set}
 
 
