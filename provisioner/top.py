@@ -82,7 +82,7 @@ def frame(answer: Mapping[str, Any] | None, problem: str | None, console: Consol
 async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event) -> dict[str, Any] | None:
     """Shows frames until `stop` is set (or one, with `options.once`); the last answer, if any."""
     console = tables.console_for(out)
-    screen = _Screen(console)
+    screen = Screen(console)
     last: dict[str, Any] | None = None
     with screen:
         while True:
@@ -102,7 +102,7 @@ async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event)
                 return last
 
 
-class _Screen:
+class Screen:
     """Where frames go: redrawn in place on a terminal, printed one after another elsewhere."""
 
     def __init__(self, console: Console) -> None:
@@ -112,7 +112,7 @@ class _Screen:
         self.task = self.progress.add_task("pages", total=None)
         self._shown: RenderableType = Text("asking the seat...")
 
-    def __enter__(self) -> _Screen:
+    def __enter__(self) -> Screen:
         if self.live is not None:
             self.live.start()
             self.live.update(self._shown, refresh=True)

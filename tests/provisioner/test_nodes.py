@@ -5,6 +5,7 @@ the tests write them as `N s ago` before comparing."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import signal
@@ -17,10 +18,11 @@ from typing import Any
 
 import anyio
 import pytest
+from rich.console import Console
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.nodes import LeaseSeen, judge
-from provisioner.top import TopOptions, fleet
+from provisioner.top import Screen, TopOptions, fleet, frame
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
@@ -299,3 +301,19 @@ async def test_a_paged_fleet_is_one_table_and_its_pages_are_counted(small_payloa
     assert [entry["node"] for entry in answer["entries"]] == [f"n{i:03}" for i in range(300)]
     assert code == 5
     assert out.splitlines()[-1] == "300 nodes: 0 healthy, 0 stale, 300 gone; modules: 300 applied, 0 pending"
+
+
+def test_on_a_terminal_top_redraws_in_place_with_a_progress_bar_while_pages_are_read() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, color_system=None, width=120)
+    answer = {"what": "nodes", "malformed": [], "entries": [
+        {"node": "n1", "verdict": "stale", "because": "lease released 10 min ago", "lease": {"state": "released"},
+         "applied": 3, "pending": 1, "changed_at": "2026-01-01T00:00:00Z"}]}  # fmt: skip
+    with Screen(console) as screen:
+        screen.on_page(1, 3)
+        drawn_while_reading = out.getvalue()
+        screen.show(frame(answer, None, console, NOW))
+    assert "reading the fleet" in drawn_while_reading and "1/3" in drawn_while_reading
+    last = out.getvalue().rsplit("\x1b[2K", 1)[-1]  # what the last redraw left on the screen
+    assert "2026-06-01 12:00:00Z  1 node: 0 healthy, 1 stale, 0 gone; modules: 3 applied, 1 pending" in out.getvalue()
+    assert "n1" in last and "stale" in last and "reading the fleet" not in last
