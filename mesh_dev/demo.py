@@ -61,7 +61,9 @@ async def run_demo(
     async with connect(BusOptions(servers=(nats_url,), name="mesh-provisioner demo")) as bus:
         await _wait_for_registry(bus)
         async with (
-            local_database(state_dir / "postgres", wanted=postgres) as database,
+            # Absolute: PostgreSQL's user may not reach the folder the way this process does (a
+            # repository under root's 0700 home): the check must see the whole path, initdb too.
+            local_database((state_dir / "postgres").absolute(), wanted=postgres) as database,
             stand_ins(bus, NODE, fixed_bound=database.server is None) as parts,
             provider_side(bus, plan, database, parts.vault) as side,
         ):

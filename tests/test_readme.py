@@ -1,0 +1,290 @@
+"""The README's set-up and every command it shows, run as printed on a fresh clone.
+
+The repository is cloned into a temporary folder (with this work tree's tracked and new files over
+the clone, so what is tested is what would be committed), `./scripts/run` is started there as the
+README says, from a shell whose PATH has no `.venv`, and each command of the README's second-shell
+blocks is run by `bash` in a clean environment (a "second shell": only HOME, PATH, LANG and TERM),
+one process per command after the block's `source` lines. Where the README shows what a command
+prints (a ```text block right after it), the output is compared with it: `...` alone on a line
+stands for any lines, `...` in a line for any text. Every other command must exit 0.
+
+The clone's `.venv` reuses this one's packages (a `.pth` line naming its site-packages, and its
+nats-server binary) so `./scripts/run` installs only the project itself, in seconds, and never
+touches this virtualenv. Every shell block of the README is either run here or listed in
+NOT_RUNNABLE with the reason: a block added to the README without either fails
+`test_every_shell_block_of_the_readme_is_run_or_said_why_not`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+README = ROOT / "README.md"
+SHELL_LANGUAGES = {"sh", "shell", "bash", "console"}
+
+SET_UP = "./scripts/run"
+SECOND_SHELL = (
+    "source .venv/bin/activate",
+    "mesh-provisioner query needs --node node-1",
+    "mesh-provisioner-client status --config state/demo/client.toml",
+    "mesh-provisioner query",
+)
+AFTER_STOP = ("./scripts/run --reset",)
+NOT_RUNNABLE = {
+    "./scripts/test": "the whole suite, tens of minutes, of which this test is a part",
+    "mesh-provisioner-client reconcile --node n1 --manifests /etc/mesh-provisioner/modules --materialize "
+    "/run/mesh-provisioner/env": "a real node's folders, written as root; the demo runs the same client "
+    "(tests/test_units.py checks these paths against the defaults and the units)",
+    "mesh-provisioner grants --out /etc/nats/mesh --keys /srv/secrets/mesh-keys \\": "writes /etc/nats and "
+    "/srv/secrets; tests/test_deploy.py runs the same command into a temporary folder",
+    ".venv/bin/python -m bench": "a benchmark of minutes; its figures are measured on demand, not asserted by tests",
+    ".venv/bin/python -m bench --scale --keys 1000000": "a benchmark of an hour",
+}
+READY_TIMEOUT = 300  # a first ./scripts/run builds the project's editable install
+
+
+@dataclass(frozen=True)
+class Block:
+    """A code block of the README: indented (language "", a shell block) or fenced."""
+
+    line: int
+    language: str
+    lines: tuple[str, ...]
+
+    @property
+    def is_shell(self) -> bool:
+        return self.language in SHELL_LANGUAGES or self.language == ""
+
+    @property
+    def first(self) -> str:
+        """Its first command, without a comment, spaces collapsed: how the lists here name it."""
+        return " ".join(self.lines[0].split("#", 1)[0].split())
+
+    def commands(self) -> Iterator[str]:
+        """Each command, continuation lines joined."""
+        pending = ""
+        for line in self.lines:
+            if not line.strip():
+                continue
+            if line.endswith("\\"):
+                pending += line[:-1] + " "
+                continue
+            yield pending + line
+            pending = ""
+
+
+def readme_blocks(text: str) -> list[Block]:
+    lines = text.splitlines()
+    blocks: list[Block] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            blocks.append(Block(i + 1, line[3:].strip() or "plain", tuple(lines[i + 1 : end])))
+            i = end + 1
+        elif line.startswith("    ") and (i == 0 or not lines[i - 1].strip()):
+            end = i
+            while end < len(lines) and (lines[end].startswith("    ") or _blank_inside(lines, end)):
+                end += 1
+            blocks.append(Block(i + 1, "", tuple(x[4:] for x in lines[i:end])))
+            i = end
+        else:
+            i += 1
+    return blocks
+
+
+def _blank_inside(lines: list[str], at: int) -> bool:
+    return not lines[at].strip() and at + 1 < len(lines) and lines[at + 1].startswith("    ")
+
+
+def shown_output(blocks: list[Block], block: Block) -> Block | None:
+    """The ```text block right after `block`, if any: what the README says its last command prints."""
+    after = blocks[blocks.index(block) + 1 :]
+    return after[0] if after and after[0].language == "text" else None
+
+
+def excerpt(expected: tuple[str, ...]) -> re.Pattern[str]:
+    parts = []
+    for line in expected:
+        if line.strip() == "...":
+            parts.append(r"(?:[^\n]*\n)*?")
+        else:
+            parts.append(r"[^\n]*".join(re.escape(piece) for piece in line.rstrip().split("...")) + r"[ \t]*\n")
+    return re.compile("^" + "".join(parts), re.MULTILINE)
+
+
+def printed_as_said(expected: tuple[str, ...], printed: str) -> bool:
+    return excerpt(expected).search(printed if printed.endswith("\n") else printed + "\n") is not None
+
+
+def test_every_shell_block_of_the_readme_is_run_or_said_why_not() -> None:
+    firsts = [block.first for block in readme_blocks(README.read_text()) if block.is_shell]
+    covered = {SET_UP, *SECOND_SHELL, *AFTER_STOP, *NOT_RUNNABLE}
+    assert sorted(set(firsts)) == sorted(covered)
+    assert len(firsts) == len(set(firsts)), "two shell blocks begin alike: tell them apart"
+
+
+def test_the_excerpt_matcher_reads_ellipses_as_the_readme_means_them() -> None:
+    printed = "a header\nNODE  KIND  \nn1    x\nn2    y\nn3    z\nthe end\n"
+    assert printed_as_said(("NODE  KIND", "...", "n3    z"), printed)
+    assert printed_as_said(("n... x",), printed)
+    assert not printed_as_said(("NODE  KIND", "n3    z"), printed)
+    assert not printed_as_said(("n4 ...",), printed)
+
+
+# --- the clone, its first shell, its second shell -----------------------------------------------------
+
+
+def fresh_clone(where: Path) -> Path:
+    """A clone of this repository holding this work tree's tracked and new (not ignored) files."""
+    clone = where / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(ROOT), str(clone)], check=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, check=True, capture_output=True,
+    ).stdout.decode()  # fmt: skip
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, clone / name)
+    return clone
+
+
+def reuse_packages(clone: Path) -> None:
+    """The clone's own .venv, seeing this one's packages: `./scripts/run` finds its dependencies
+    installed and adds only the project (pip leaves packages outside its environment alone)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(clone / ".venv")], check=True)
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    (site,) = (clone / ".venv" / "lib").glob("python3*/site-packages")
+    (site / "reused-packages.pth").write_text(f"{purelib}\n")
+    (clone / ".venv" / "bin" / "nats-server").symlink_to(Path(sys.executable).parent / "nats-server")
+
+
+def shell_environment(home: Path) -> dict[str, str]:
+    """A login shell's environment with nothing of ours: no .venv on PATH, no NATS_*, no MESH_*.
+    PATH is Debian's login default (root's has the sbin folders: runuser, for PostgreSQL as nobody)."""
+    path = "/usr/local/bin:/usr/bin:/bin"
+    if os.geteuid() == 0:
+        path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    return {"HOME": str(home), "PATH": path, "LANG": "C.UTF-8", "TERM": "dumb"}
+
+
+class FirstShell:
+    """`./scripts/run` in the clone, its output collected as it comes."""
+
+    def __init__(self, clone: Path, environment: dict[str, str]) -> None:
+        pip = {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k.lower().endswith("_proxy")}
+        self.process = subprocess.Popen(
+            ["./scripts/run"], cwd=clone, env={**environment, **pip}, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        self.output: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output.append(line)
+
+    def wait_for(self, expected: tuple[str, ...], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not printed_as_said(expected, "".join(self.output)):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("./scripts/run never printed what the README says:\n" + "".join(self.output)[-5000:])
+            time.sleep(0.2)
+
+    def interrupt(self) -> int:
+        """Ctrl-C: SIGINT to its process group, as a terminal sends it."""
+        os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            return self.process.wait(timeout=60)
+        finally:
+            self._reader.join(timeout=5)
+
+    def kill(self) -> None:
+        """Whatever is left of it, and its output pipe."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self._reader.join(timeout=5)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+@dataclass
+class SecondShell:
+    clone: Path
+    environment: dict[str, str]
+    prelude: str = ""
+
+    def run(self, command: str) -> subprocess.CompletedProcess[str]:
+        """`command` as typed, after the `source` lines typed before it in this shell."""
+        if command.startswith(("source ", ". ")):
+            self.prelude += command + "\n"
+        script = f"{self.prelude}{command}\n"
+        return subprocess.run(
+            ["bash", "-c", script], cwd=self.clone, env=self.environment,
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+
+
+def run_blocks(shell: SecondShell, blocks: list[Block], firsts: tuple[str, ...]) -> list[str]:
+    """Runs each block beginning with one of `firsts`, command by command; returns what went wrong."""
+    wrong = []
+    for block in (b for b in blocks if b.is_shell and b.first in firsts):
+        commands = list(block.commands())
+        for command in commands:
+            done = shell.run(command)
+            said = shown_output(blocks, block) if command == commands[-1] else None
+            if done.returncode != 0:
+                wrong.append(f"README line {block.line}: {command!r} exited {done.returncode}:\n{done.stderr[-2000:]}")
+            elif said is not None and not printed_as_said(said.lines, done.stdout):
+                wrong.append(f"README line {block.line}: {command!r} printed, not as README line {said.line} says:\n"
+                             f"{done.stdout[-3000:]}")  # fmt: skip
+    return wrong
+
+
+@pytest.mark.timeout(READY_TIMEOUT + 240)
+def test_the_readme_set_up_and_every_command_it_shows_work_as_printed_on_a_fresh_clone(tmp_path: Path) -> None:
+    blocks = readme_blocks(README.read_text())
+    (set_up,) = [b for b in blocks if b.is_shell and b.first == SET_UP]
+    ready = shown_output(blocks, set_up)
+    assert ready is not None, "the README says what ./scripts/run prints once it is ready"
+    clone = fresh_clone(tmp_path)
+    reuse_packages(clone)
+    home = tmp_path / "home"
+    home.mkdir()
+    environment = shell_environment(home)
+    context = home / ".config" / "nats" / "context" / "mesh-provisioner-dev.json"
+
+    first = FirstShell(clone, environment)
+    try:
+        first.wait_for(ready.lines, READY_TIMEOUT)
+        shell = SecondShell(clone, environment)
+        assert run_blocks(shell, blocks, SECOND_SHELL) == []
+        assert context.exists()
+        assert first.interrupt() == 0, "".join(first.output)[-3000:]
+    finally:
+        first.kill()
+    assert not context.exists(), "the dev loop's context is removed at Ctrl-C, as the README says"
+    assert (clone / "state" / "demo" / "env" / "app.env").exists()
+
+    assert run_blocks(SecondShell(clone, environment), blocks, AFTER_STOP) == []
+    assert not (clone / "state").exists()
