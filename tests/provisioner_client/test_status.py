@@ -3,6 +3,7 @@ its exit codes, nothing logged but warnings, and its settings read from the unit
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import socket
@@ -13,6 +14,7 @@ from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import StandIns
 from provisioner_client.holding import node_lease
 from provisioner_client.reconcile import ClientPlan
+from provisioner_client.status import NodeStatus, print_status
 from registry.bus import Bus
 from tests.helpers import NODE
 from tests.provisioner_client.test_cli import client, client_env, slow_action
@@ -179,3 +181,18 @@ async def test_a_failed_change_action_is_shown_and_exits_1_until_one_succeeds(
        File: <env>/slow.env (in place)
      Action: sh -c exit 3: failed, exit code 3, finished <time>
 """)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_marks_are_coloured_on_a_terminal_and_plain_elsewhere() -> None:
+    status = NodeStatus("n1", {}, {})
+    terminal, pipe = _Terminal(), io.StringIO()
+    print_status(status, terminal)
+    print_status(status, pipe)
+    assert terminal.getvalue().startswith("\x1b[33m○\x1b[0m node n1: no modules recorded")
+    assert "\x1b" not in pipe.getvalue()
+    assert pipe.getvalue() == status.as_text() + "\n"
