@@ -41,6 +41,7 @@ SECOND_SHELL = (
     "source .venv/bin/activate",
     "mesh-provisioner query needs --node node-1",
     "mesh-provisioner-client status --config state/demo/client.toml",
+    "echo 'EDITED=by hand' >> state/demo/env/app.env && sleep 5",
     "mesh-provisioner query",
 )
 AFTER_STOP = ("./scripts/run --reset",)
