@@ -324,3 +324,31 @@ def test_each_container_image_builds_where_a_builder_is_available(role: str) -> 
     assert done.returncode == 0, done.stderr[-3000:]
     run = [*builder, "run", "--rm", f"mesh-provisioner-{role}:test", "--help"]
     assert subprocess.run(run, capture_output=True, check=False, timeout=120).returncode == 0
+
+
+# --- deploy/README.md's install steps ------------------------------------------------------------------
+
+INSTALL = re.compile(r"^\s*install -D -m (?P<mode>0[0-7]{3})(?: -g (?P<group>\S+))? (?P<source>\S+) (?P<target>\S+)$")
+
+
+def _install_steps() -> list[re.Match[str]]:
+    return [m for line in (DEPLOY / "README.md").read_text().splitlines() if (m := INSTALL.match(line))]
+
+
+def test_deploy_readme_installs_every_deploy_file_it_names_and_each_unit_settings_file_and_seed() -> None:
+    steps = _install_steps()
+    sources = [m["source"] for m in steps if m["source"].startswith("deploy/")]
+    assert [s for s in sources if not (ROOT / s).is_file()] == []
+    targets = {m["target"]: m for m in steps}
+    for unit in UNITS.values():
+        assert f"/etc/systemd/system/{unit.name}" in targets
+    assert targets[str(DEFAULT_CONFIG)]["source"] == "deploy/settings/client.toml"
+    assert targets[str(SEAT_CONFIG)]["source"] == "deploy/settings/server.toml"
+    seat_seed = unit_settings(UNITS["seat"])["LoadCredential"][0].split(":", 1)[1]
+    assert targets[seat_seed]["mode"] == "0600"
+    node_seed = tomllib.loads(SETTINGS["client"].read_text())["nats"]["nkey"]
+    # Read by the client's user through its group, never by others.
+    assert (targets[node_seed]["mode"], targets[node_seed]["group"]) == (
+        "0640",
+        unit_settings(UNITS["client"])["Group"][0],
+    )
