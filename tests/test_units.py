@@ -14,17 +14,21 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
+from mesh_dev.local_nats import local_nats
 from provisioner.settings import ServerSettings
 from provisioner_client.settings import DEFAULT_CONFIG, ClientSettings
 from registry.settings import load_settings
+from tests.helpers import clean_environment, in_own_task, sh_env
 
 ROOT = Path(__file__).parents[1]
 DEPLOY = ROOT / "deploy"
@@ -352,3 +356,83 @@ def test_deploy_readme_installs_every_deploy_file_it_names_and_each_unit_setting
         "0640",
         unit_settings(UNITS["client"])["Group"][0],
     )
+
+
+# --- the seat and a node, started as the units start them, from deploy/settings -----------------------
+
+
+def _as_installed(settings: Path, replacements: dict[str, str], to: Path) -> Path:
+    """`settings` with its machine paths and URL pointed at this test's."""
+    text = settings.read_text()
+    for old, new in replacements.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    to.write_text(text)
+    return to
+
+
+def _argv(role: str, replaced: dict[str, str]) -> list[str]:
+    """The unit's ExecStart, its program taken from this virtualenv and `replaced` options' values changed."""
+    argv = exec_start(UNITS[role])
+    argv[0] = str(Path(sys.executable).parent / Path(argv[0]).name)
+    for name, value in replaced.items():
+        argv[argv.index(name) + 1] = value
+    return argv
+
+
+@pytest.fixture
+async def accounts_nats(tmp_path: Path) -> AsyncIterator[str]:
+    config_dir = tmp_path / "nats"  # nats-server reads an include relative to its configuration
+    config_dir.mkdir()
+    shutil.copyfile(DEPLOY / "mesh" / "accounts.conf", config_dir / "accounts.conf")
+    async with in_own_task(local_nats(config_dir, "include ./accounts.conf")) as server:
+        yield server.url
+
+
+async def test_the_seat_and_a_node_run_from_the_deploy_settings_files_as_the_units_start_them(
+    accounts_nats: str, tmp_path: Path
+) -> None:
+    """The seat's ExecStart with server.toml and its seed through NATS_NKEY (as LoadCredential hands
+    it over), a node's one-shot reconcile and status with client.toml, on the generated accounts."""
+    keys = DEPLOY / "dev-keys"
+    server_toml = _as_installed(SETTINGS["seat"], {
+        "nats://nats.example:4222": accounts_nats,
+        "/etc/mesh-provisioner/grants.json": str(DEPLOY / "mesh" / "grants.json"),
+        "/etc/mesh-provisioner/domains.toml": str(DEPLOY / "domains.toml"),
+    }, tmp_path / "server.toml")  # fmt: skip
+    credentials = tmp_path / "credentials"  # what %d names for the unit
+    credentials.mkdir(mode=0o700)
+    shutil.copyfile(keys / "seat.nk", credentials / "seat.nk")
+    seat_env = {**clean_environment(), "NATS_NKEY": str(credentials / "seat.nk")}
+
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "hello.json").write_text('{"module": "hello", "env": {"GREETING": "hello"}}')
+    client_toml = _as_installed(SETTINGS["client"], {
+        'node = "n1"': 'node = "n1"',
+        "nats://nats.example:4222": accounts_nats,
+        '"/etc/mesh-provisioner/keys/node.nk"': json.dumps(str(keys / "node-n1.nk")),
+        '"/etc/mesh-provisioner/modules"': json.dumps(str(tmp_path / "modules")),
+        '"/run/mesh-provisioner/env"': json.dumps(str(tmp_path / "env")),
+    }, tmp_path / "client.toml")  # fmt: skip
+    client = _argv("client", {"--config": str(client_toml)})
+    one_shot = [part for part in client if part != "--watch"]
+
+    seat = await anyio.open_process(_argv("seat", {"--config": str(server_toml)}), env=seat_env)
+    try:
+        with anyio.fail_after(60):
+            while True:  # until the seat answers the node: its buckets exist and the verb is served
+                done = await anyio.run_process(one_shot, env=clean_environment(), check=False)
+                if done.returncode == 0:
+                    break
+                await anyio.sleep(0.5)
+        assert sh_env(tmp_path / "env" / "hello.env") == {"GREETING": "hello"}
+        status = await anyio.run_process([client[0], "status", "--config", str(client_toml)],
+                                         env=clean_environment(), check=False)  # fmt: skip
+        assert status.returncode == 0, status.stdout.decode() + status.stderr.decode()
+        assert "hello: applied" in status.stdout.decode()
+    finally:
+        seat.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            code = await seat.wait()
+        await seat.aclose()
+    assert code == 0  # a clean stop, which Restart=on-failure leaves stopped
