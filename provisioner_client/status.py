@@ -33,7 +33,7 @@ from registry.kv import get_stamped
 from registry.lease import SKEW, Holder, node_key
 from registry.models import ActionRecord, AppliedValue
 
-FileState = Literal["in place", "drifted", "missing", "none"]
+FileState = Literal["in place", "drifted", "missing", "none", "unknown"]
 Mark = Literal["ok", "pending", "bad"]
 
 _MARKS: dict[Mark, tuple[str, str]] = {"ok": ("●", "green"), "pending": ("○", "yellow"), "bad": ("×", "red")}
@@ -77,6 +77,7 @@ class ModuleStatus:
     applied: AppliedValue
     on_disk: str | None
     expected_path: Path | None = None
+    unjudged: str | None = None  # why the file could not be judged (the env folder unreadable to this user)
 
     @property
     def since(self) -> str | None:
@@ -87,6 +88,8 @@ class ModuleStatus:
     def file_state(self) -> FileState:
         if self.applied.digest is None:
             return "none"
+        if self.unjudged is not None:
+            return "unknown"
         if self.on_disk == self.applied.digest:
             return "in place"
         return "missing" if self.on_disk is None else "drifted"
@@ -102,7 +105,9 @@ class ModuleStatus:
 
     @property
     def ok(self) -> bool:
-        return self.applied.state == "applied" and not self.drifted and not self.action_failed
+        """Applied, its file judged in place, its last change action succeeded."""
+        in_place = self.file_state == "in place"
+        return self.applied.state == "applied" and in_place and not self.action_failed
 
     @property
     def mark(self) -> Mark:
@@ -176,6 +181,8 @@ class NodeStatus:
         said = [f"{len(self.modules)} modules", f"{applied} applied"]
         said += [f"{pending} pending"] if pending else []
         said += [f"{drifted} files drifted or missing"] if drifted else []
+        unjudged = sum(m.file_state == "unknown" for m in modules)
+        said += [f"{unjudged} files not judged"] if unjudged else []
         failed = sum(m.action_failed for m in modules)
         said += [f"{failed} change actions failed"] if failed else []
         said += [f"{len(self.unreadable)} records unreadable"] if self.unreadable else []
@@ -200,6 +207,8 @@ def _file_line(status: ModuleStatus) -> str:
     elsewhere = recorded is not None and status.expected_path is not None and Path(recorded) != status.expected_path
     if state == "missing" and elsewhere:
         return f"{recorded} (not in the env folder used, {status.expected_path}; wrong --materialize?)"
+    if state == "unknown":
+        return f"{recorded} (unknown: {status.unjudged}; run status as the client's user)"
     said = {
         "in place": "in place",
         "drifted": "drifted: not what was applied; put back by watch mode or the next reconcile",
@@ -255,9 +264,17 @@ async def read_status(bus: Bus, node: str, materialize: Path, *, settings_file: 
         except ValidationError as err:
             unreadable[item.key] = f"not an applied value: {err.errors()[0]['msg']}"
             continue
-        modules[module] = ModuleStatus(module, applied, folder.digest_on_disk(module), _expected_path(folder, module))
+        modules[module] = _judged(folder, module, applied)
     client = await read_client(bus, node)
     return NodeStatus(node, modules, unreadable, client, settings_file, materialize)
+
+
+def _judged(folder: EnvFolder, module: str, applied: AppliedValue) -> ModuleStatus:
+    try:
+        on_disk = folder.digest_on_disk(module)
+    except MaterializeError as err:  # the digest key or the ledger is not readable by this user
+        return ModuleStatus(module, applied, None, _expected_path(folder, module), unjudged=str(err))
+    return ModuleStatus(module, applied, on_disk, _expected_path(folder, module))
 
 
 def _expected_path(folder: EnvFolder, module: str) -> Path | None:

@@ -183,6 +183,25 @@ async def test_a_failed_change_action_is_shown_and_exits_1_until_one_succeeds(
 """)
 
 
+async def test_files_that_cannot_be_judged_are_said_so_and_exit_1(
+    domains: StandIns, nats_server: LocalNats, plan: ClientPlan
+) -> None:
+    """As another user than the client's would find them: the digest key unreadable."""
+    env = client_env(nats_server.url, plan)
+    code, _, _ = await client("reconcile", env=env)
+    assert code == 0
+    (plan.materialize / ".mesh-provisioner-client.key").write_bytes(b"short")
+    code, out, _ = await client("status", env=env)
+    assert code == 1, "never in place unless judged so"
+    unknown = (
+        f"(unknown: env file {plan.materialize / '.mesh-provisioner-client.key'}: the digest key is not 32 bytes "
+        "in a regular file; remove it and a new one is made (every module's digest changes once); run status as "
+        "the client's user)"
+    )
+    assert f"○ node {NODE}: 3 modules, 3 applied, 3 files not judged\n" in out
+    assert f"       File: {plan.materialize / 'app.env'} {unknown}\n" in out
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
