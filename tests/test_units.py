@@ -415,24 +415,30 @@ async def test_the_seat_and_a_node_run_from_the_deploy_settings_files_as_the_uni
         '"/run/mesh-provisioner/env"': json.dumps(str(tmp_path / "env")),
     }, tmp_path / "client.toml")  # fmt: skip
     client = _argv("client", {"--config": str(client_toml)})
-    one_shot = [part for part in client if part != "--watch"]
 
-    seat = await anyio.open_process(_argv("seat", {"--config": str(server_toml)}), env=seat_env)
-    try:
-        with anyio.fail_after(60):
-            while True:  # until the seat answers the node: its buckets exist and the verb is served
-                done = await anyio.run_process(one_shot, env=clean_environment(), check=False)
-                if done.returncode == 0:
-                    break
-                await anyio.sleep(0.5)
-        assert sh_env(tmp_path / "env" / "hello.env") == {"GREETING": "hello"}
-        status = await anyio.run_process([client[0], "status", "--config", str(client_toml)],
-                                         env=clean_environment(), check=False)  # fmt: skip
-        assert status.returncode == 0, status.stdout.decode() + status.stderr.decode()
-        assert "hello: applied" in status.stdout.decode()
-    finally:
-        seat.send_signal(signal.SIGTERM)
-        with anyio.fail_after(30):
-            code = await seat.wait()
-        await seat.aclose()
-    assert code == 0  # a clean stop, which Restart=on-failure leaves stopped
+    async with (
+        await anyio.open_process(_argv("seat", {"--config": str(server_toml)}), env=seat_env) as seat,
+        await anyio.open_process(client, env=clean_environment()) as node,
+    ):
+        try:
+            with anyio.fail_after(60):  # the client waits for the seat's buckets and verb by itself
+                while not (tmp_path / "env" / "hello.env").exists():
+                    await anyio.sleep(0.2)
+            assert sh_env(tmp_path / "env" / "hello.env") == {"GREETING": "hello"}
+            status = await anyio.run_process([client[0], "status", "--config", str(client_toml)],
+                                             env=clean_environment(), check=False)  # fmt: skip
+            assert status.returncode == 0, status.stdout.decode() + status.stderr.decode()
+            assert "hello: applied" in status.stdout.decode()
+            # MemoryDenyWriteExecute=yes refuses a mapping both writable and executable.
+            assert _writable_and_executable(seat.pid) == [] and _writable_and_executable(node.pid) == []
+        finally:
+            for process in (node, seat):
+                process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(30):
+                codes = (await node.wait(), await seat.wait())
+    assert codes == (0, 0)  # a clean stop, which Restart=on-failure leaves stopped
+
+
+def _writable_and_executable(pid: int) -> list[str]:
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return [line for line in maps if line.split()[1].startswith("rwx")]
