@@ -429,6 +429,12 @@ async def test_the_seat_and_a_node_run_from_the_deploy_settings_files_as_the_uni
                                              env=clean_environment(), check=False)  # fmt: skip
             assert status.returncode == 0, status.stdout.decode() + status.stderr.decode()
             assert "hello: applied" in status.stdout.decode()
+            # deploy/README.md, step 6: the operator asks on its own account.
+            operator = ["--nkey", str(keys / "operator-ops.nk"), "-s", accounts_nats]
+            query = [str(Path(sys.executable).parent / "mesh-provisioner"), "query", "applied", *operator]
+            asked = await anyio.run_process(query, env=clean_environment(), check=False)
+            assert asked.returncode == 0, asked.stderr.decode()
+            assert re.search(r"^n1\s+hello\s+applied\s", asked.stdout.decode(), re.MULTILINE), asked.stdout.decode()
             # MemoryDenyWriteExecute=yes refuses a mapping both writable and executable.
             assert _writable_and_executable(seat.pid) == [] and _writable_and_executable(node.pid) == []
         finally:
