@@ -319,6 +319,21 @@ def _compact(document: dict[str, object]) -> bytes:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+async def fleet_of(bus: Bus, view: FleetView | None, node: str | None, whole_listings: anyio.CapacityLimiter) -> Fleet:
+    """The fleet to answer from when the view is not ready: one node's is listed at once (a few
+    keys); the whole fleet is the view once it is filled, if within the bus's timeout (a seat just
+    started fills it in seconds; listing it besides would read the buckets twice), else listed."""
+    if node is not None:
+        return await read_fleet(bus, node)
+    if view is not None:
+        with anyio.move_on_after(bus.timeout):
+            await view.filled.wait()
+        if view.ready:
+            return view
+    async with whole_listings:
+        return await read_fleet(bus, None)
+
+
 async def read_fleet(bus: Bus, node: str | None) -> Fleet:
     """The fleet as the buckets hold it now, listed (narrowed to `node` when given)."""
     fleet = Fleet()
@@ -370,9 +385,11 @@ class FleetView(Fleet):
         self.consumer_names = {buckets.LEASES.name: f"seat-leases-{seat}", buckets.APPLIED.name: f"seat-applied-{seat}"}
         self._filled: set[str] = set()
 
+        self.filled = anyio.Event()
+
     @property
     def ready(self) -> bool:
-        return len(self._filled) == 2
+        return self.filled.is_set()
 
     async def follow(self, bus: Bus, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Reports started at once (answers are listed until the view is filled), then follows
@@ -387,12 +404,17 @@ class FleetView(Fleet):
         name = self.consumer_names[bucket.name]
         async with scoped_watch(bus, bucket, ">", name=name, buffer=WATCH_BUFFER) as watch:
             if floor == 0:
-                self._filled.add(bucket.name)
+                self._mark_filled(bucket)
             async for item in watch:
                 apply(item)
                 if item.revision >= floor and bucket.name not in self._filled:
-                    self._filled.add(bucket.name)
+                    self._mark_filled(bucket)
                     log.info("nodes view: %s read up to sequence %d", bucket.name, item.revision)
+
+    def _mark_filled(self, bucket: Bucket) -> None:
+        self._filled.add(bucket.name)
+        if len(self._filled) == 2:
+            self.filled.set()
 
 
 async def _last_sequence(bus: Bus, bucket: Bucket) -> int:

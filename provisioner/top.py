@@ -30,7 +30,7 @@ from registry.verb_client import ask_page
 
 log = logging.getLogger(__name__)
 
-OnPage = Callable[[int, int], None]  # pages read, pages in all
+OnPage = Callable[[int, int | None], None]  # pages read, pages in all (None: not known yet)
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ async def fleet(bus: Bus, options: TopOptions, on_page: OnPage) -> dict[str, Any
         merged["entries"].extend(answer["entries"])
         merged["malformed"].extend(answer["malformed"])
         on_page(answer["page"], answer["pages"])
+    merged["pages"], merged["total"] = answer["pages"], answer["total"]
     return merged
 
 
@@ -122,8 +123,8 @@ class Screen:
         if self.live is not None:
             self.live.stop()
 
-    def on_page(self, read: int, pages: int) -> None:
-        if self.live is None or pages <= 1:
+    def on_page(self, read: int, pages: int | None) -> None:
+        if self.live is None or pages == 1:
             return
         self.progress.update(self.task, completed=read, total=pages)
         self.live.update(Group(self._shown, self.progress), refresh=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from contextlib import nullcontext
 from functools import partial
 
 import anyio
@@ -26,7 +25,7 @@ import anyio.to_thread
 
 from provisioner.errors import Forbidden, Unavailable
 from provisioner.listing import paginate_listing
-from provisioner.nodes import FleetView, first_page, read_fleet
+from provisioner.nodes import FleetView, first_page, fleet_of
 from provisioner.paging import PageCache, page_budget
 from provisioner.registry_view import RegistryView
 from provisioner.request import LISTABLE, Asked, Query, parse_request, scoped
@@ -97,8 +96,7 @@ class Verb:
     async def listed(self, asked: Asked) -> bytes:
         query = asked.query
         if query.what == "nodes":  # no view kept, or not filled yet
-            async with self.whole_listings if query.node is None else nullcontext():
-                fleet = await read_fleet(self.bus, query.node)
+            fleet = await fleet_of(self.bus, self.nodes, query.node, self.whole_listings)
             return first_page(fleet, asked, self.cache, page_budget(self.bus.max_payload))
         items = await read_narrowed(self.bus, query) if query.narrowing() else None
         if items is None:

@@ -21,7 +21,8 @@ import pytest
 from rich.console import Console
 
 from mesh_dev.local_nats import LocalNats
-from provisioner.nodes import LeaseSeen, judge
+from provisioner.nodes import FleetView, LeaseSeen, answer_pages, judge, read_fleet
+from provisioner.request import Query
 from provisioner.top import Screen, TopOptions, fleet, frame
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
@@ -289,14 +290,14 @@ async def test_top_prints_a_frame_every_interval_until_sigint_then_exits_0(fleet
 
 async def test_a_paged_fleet_is_one_table_and_its_pages_are_counted(small_payload_server: LocalNats) -> None:
     values = {f"n{i:03}.web": b'{"state":"applied","changed_at":"2026-01-01T00:00:00Z"}' for i in range(300)}
-    pages_read: list[tuple[int, int]] = []
+    pages_read: list[tuple[int, int | None]] = []
     async with connect(BusOptions(servers=(small_payload_server.url,), name="test")) as bus:
         await put_many(bus, buckets.APPLIED, values)
         await nodes_until(bus, lambda a: len(a["entries"]) == 300)
         answer = await fleet(bus, TopOptions(), lambda read, pages: pages_read.append((read, pages)))
     code, out, _ = await run_cli(small_payload_server.url, "query", "nodes")
     pages = pages_read[0][1]
-    assert pages > 1
+    assert pages is not None and pages > 1
     assert pages_read == [(page, pages) for page in range(1, pages + 1)]
     assert [entry["node"] for entry in answer["entries"]] == [f"n{i:03}" for i in range(300)]
     assert code == 5
@@ -317,3 +318,19 @@ def test_on_a_terminal_top_redraws_in_place_with_a_progress_bar_while_pages_are_
     last = out.getvalue().rsplit("\x1b[2K", 1)[-1]  # what the last redraw left on the screen
     assert "2026-06-01 12:00:00Z  1 node: 0 healthy, 1 stale, 0 gone; modules: 3 applied, 1 pending" in out.getvalue()
     assert "n1" in last and "stale" in last and "reading the fleet" not in last
+
+
+@pytest.mark.parametrize("node", [None, "n1"], ids=["the whole fleet", "one node, with its key out of shape"])
+async def test_the_listed_fleet_answers_as_the_kept_view_does(fleet_server: LocalNats, bus: Bus,
+                                                              node: str | None) -> None:  # fmt: skip
+    view = FleetView()
+    async with anyio.create_task_group() as tg:
+        await tg.start(view.follow, bus)
+        with anyio.fail_after(10):
+            await view.filled.wait()
+        listed = await read_fleet(bus, node)
+        tg.cancel_scope.cancel()
+    query, now = Query(what="nodes", node=node), datetime.now(UTC)
+    pages = answer_pages(view, query, budget=60_000, listing_id="x", now=now)
+    assert answer_pages(listed, query, budget=60_000, listing_id="x", now=now) == pages
+    assert len(json.loads(pages[0])["malformed"]) == 1
