@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+import zipfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -448,3 +449,34 @@ async def test_the_seat_and_a_node_run_from_the_deploy_settings_files_as_the_uni
 def _writable_and_executable(pid: int) -> list[str]:
     maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
     return [line for line in maps if line.split()[1].startswith("rwx")]
+
+
+def test_the_images_build_stage_copies_enough_to_build_the_package_with_our_console_scripts(tmp_path: Path) -> None:
+    """The build stage's COPY instructions replayed into an empty context, and the wheel built from
+    it: a source the image forgets (README.md, a package) fails here, without a container builder."""
+    steps = _instructions(CONTAINERS["seat"])
+    build = steps[: next(i for i, (op, _) in enumerate(steps[1:], 1) if op == "FROM")]
+    assert build == _instructions(CONTAINERS["client"])[: len(build)], "both images build the same way"
+    context = tmp_path / "src"
+    for op, arguments in build:
+        if op == "COPY":
+            *sources, target = arguments.split()
+            for source in sources:  # a folder to its target, files into the target folder
+                if (ROOT / source).is_dir():
+                    shutil.copytree(ROOT / source, context / target, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    (context / target).mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(ROOT / source, context / target / Path(source).name)
+    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path / "out"), str(context)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = (tmp_path / "out").glob("mesh_provisioner-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        scripts = archive.read(entry_points).decode()
+    for containerfile in CONTAINERS.values():
+        (entrypoint,) = [json.loads(a) for op, a in _instructions(containerfile) if op == "ENTRYPOINT"]
+        assert f"\n{entrypoint[0]} = " in scripts
+    packages = {name.split("/", 1)[0] for name in names if name.endswith(".py")}
+    assert {"registry", "provisioner", "provisioner_client", "mesh_dev", "examples"} <= packages
