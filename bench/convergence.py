@@ -109,10 +109,11 @@ def writing_time(report: Report) -> float:
 
 
 async def client_peak_rss_mb(url: str, manifests: Path, materialize: Path, *, node: str = NODE) -> float:
-    """Peak RSS of `mesh-provisioner-client reconcile` as its own process over the same manifests."""
+    """Peak RSS of `mesh-provisioner-client reconcile` as its own process over the same manifests
+    (through `bench.client`: `provisioner_client.cli` does nothing when run as a module)."""
     report = materialize.parent / "client-peak-rss"
     command = [
-        sys.executable, "-m", "bench.peak", str(report), "provisioner_client.cli", "reconcile", "--node", node,
+        sys.executable, "-m", "bench.peak", str(report), "bench.client", "reconcile", "--node", node,
         "--manifests", str(manifests), "--materialize", str(materialize), "--nats-url", url, "--log-level", "WARNING",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -182,6 +182,20 @@ class EnvFolder:
         except OSError:
             return None
 
+    def intact(self, module: str, wanted: str) -> bool:
+        """Whether the module's file is still the one of digest `wanted`, mode 0600, as written."""
+        key = self.key()
+        if key is None or not is_module(module) or f"{module}.env" not in self.ledger():
+            return False
+        path = self.path_of(module)
+        try:
+            status = path.lstat()
+            if not stat.S_ISREG(status.st_mode) or stat.S_IMODE(status.st_mode) != MODE:
+                return False
+            return hmac.compare_digest(digest(path.read_bytes(), key), wanted)
+        except OSError:
+            return False
+
     def materialize(self, module: str, content: bytes) -> Materialized:
         """Makes the module's file hold `content` with mode 0600; writes only on a difference."""
         path = self.path_of(module)

@@ -39,6 +39,7 @@ JSON's `module` field, else from the file name.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
@@ -134,26 +135,34 @@ class Manifest(BaseModel):
 class LoadedManifest:
     path: Path
     manifest: Manifest
+    digest: str = ""  # of the file's bytes
+    _keys: dict[tuple[str, str], dict[str, bytes]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def module(self) -> str:
         return self.manifest.module
 
     def needs(self, node: str) -> dict[str, bytes]:
-        """The module's keys and values in the needs bucket."""
-        shape, module = buckets.NEEDS.shape, self.module
-        return {
-            shape.build(node=node, module=module, kind=p.kind, name=p.name): value
-            for p, value in self.manifest.need_values.items()
-        }
+        """The module's keys and values in the needs bucket (built once per node)."""
+        found = self._keys.get(("needs", node))
+        if found is None:
+            shape, module = buckets.NEEDS.shape, self.module
+            found = self._keys[("needs", node)] = {
+                shape.build(node=node, module=module, kind=p.kind, name=p.name): value
+                for p, value in self.manifest.need_values.items()
+            }
+        return found
 
     def contributions(self, node: str) -> dict[str, bytes]:
-        """The module's keys and values in the collect bucket."""
-        shape, module = buckets.COLLECT.shape, self.module
-        return {
-            shape.build(node=node, collection=collection, contributor=module): value
-            for collection, value in self.manifest.contribution_values.items()
-        }
+        """The module's keys and values in the collect bucket (built once per node)."""
+        found = self._keys.get(("collect", node))
+        if found is None:
+            shape, module = buckets.COLLECT.shape, self.module
+            found = self._keys[("collect", node)] = {
+                shape.build(node=node, collection=collection, contributor=module): value
+                for collection, value in self.manifest.contribution_values.items()
+            }
+        return found
 
 
 @dataclass
@@ -199,11 +208,31 @@ def load_manifests(folder: Path, remembered: Mapping[str, str] | None = None) ->
     return found
 
 
+_PARSED: dict[tuple[str, str], LoadedManifest] = {}  # by path and digest of the bytes: content-addressed
+_PARSED_MAX = 4096
+
+
 def load_manifest(path: Path, remembered: str | None = None) -> LoadedManifest:
-    """The manifest at `path`; a `ManifestError` holds `remembered` (else what the file names)."""
+    """The manifest at `path`; a `ManifestError` holds `remembered` (else what the file names).
+
+    A file whose bytes were parsed before (by its path and their digest) is not parsed again: a
+    process reconciling again (watch mode) reads each file but validates only what changed."""
     held = remembered or _plain(path.stem)
+    data = _read_bounded(path, held)
+    digest = hashlib.sha256(data).hexdigest()
+    known = _PARSED.get((str(path), digest))
+    if known is not None:
+        return known
+    loaded = _parsed(path, data, digest, remembered, held)
+    if len(_PARSED) >= _PARSED_MAX:
+        del _PARSED[next(iter(_PARSED))]
+    _PARSED[(str(path), digest)] = loaded
+    return loaded
+
+
+def _parsed(path: Path, data: bytes, digest: str, remembered: str | None, held: str | None) -> LoadedManifest:
     try:
-        document = read_json(_read_bounded(path, held))
+        document = read_json(data)
     except JsonRefused as err:
         raise ManifestError(path, err.reason, module=held) from None
     module = remembered or _module_of(document, path)
@@ -219,7 +248,7 @@ def load_manifest(path: Path, remembered: str | None = None) -> LoadedManifest:
     problem = _too_large(manifest)
     if problem:
         raise ManifestError(path, problem, module=module)
-    return LoadedManifest(path, manifest)
+    return LoadedManifest(path, manifest, digest)
 
 
 def _read_bounded(path: Path, held: str | None) -> bytes:

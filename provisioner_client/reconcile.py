@@ -17,6 +17,13 @@ An applied record is bounded: at most `MAX_REASONS` reasons of at most `errors.R
 characters each (then "... and N more"), and never more than `MAX_VALUE_BYTES` (the buckets'
 value limit), so a module with thousands of pending placeholders is still recorded.
 
+A reconcile that changes nothing costs little: the node's own keys are not listed when their
+stamps say nothing moved since the last reconcile (`provisioner_client.remembered`, `own`), and a
+module whose inputs are what they were (the registry, the stamps of the buckets it reads from, the
+node's collections, the digests of the verbs' answers, its manifest: `provisioner_client.inputs`)
+is not resolved again while its file on disk is still the one recorded. Needs and collect are
+written (64 in flight) before the values are read, applied after the env files.
+
 `reconcile` takes no lease: the CLI and watch mode hold the node's lease around it
 (`provisioner_client.holding`).
 """
@@ -33,13 +40,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from provisioner_client import remembered
+from provisioner_client import inputs, remembered
 from provisioner_client.action import DEFAULT_ENVIRONMENT, action_environment, run_action
 from provisioner_client.concurrently import all_of
 from provisioner_client.envfile import EnvFolder, render
 from provisioner_client.errors import ManifestError, MaterializeError, capped
+from provisioner_client.inputs import World
 from provisioner_client.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
 from provisioner_client.own import OwnKeys
+from provisioner_client.remembered import Remembered
 from provisioner_client.resolve import Pending, Registry, Resolver, Source, read_registry
 from provisioner_client.scope import NodeScope
 from registry import buckets
@@ -49,7 +58,7 @@ from registry.bus import Bus
 from registry.errors import RegistryError
 from registry.kv import Changes, KvItem
 from registry.models import ActionRecord, AppliedValue, to_json
-from registry.placeholders import substitute
+from registry.placeholders import Placeholder, substitute
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +103,7 @@ class Report:
     sources: set[Source] = field(default_factory=set)
     actions_run: list[str] = field(default_factory=list)
     listed: set[str] = field(default_factory=set)  # the buckets whose node keys were listed, not known as remembered
+    unchanged: set[str] = field(default_factory=set)  # the modules whose inputs were as before: not resolved
     write_seconds: dict[str, float] = field(default_factory=dict)  # how long each bucket's writes took
 
     @property
@@ -141,21 +151,94 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     await all_of(  # needs and collect are written before applied, below
         partial(_converge, own, report, buckets.NEEDS, needs),
         partial(_converge, own, report, buckets.COLLECT, collect),
-        partial(resolver.prefetch, wanted),
     )
     previous = _applied_by_module(own.items(buckets.APPLIED))
+    world = await _world(own.memory, resolver, registry, wanted, folder, collect=collect)
+    unchanged = _unchanged(manifests, previous, world, own.memory, folder)
+    await resolver.prefetch([(m, p) for m, p in wanted if m not in unchanged])
     for module, loaded in sorted(manifests.modules.items()):
+        if module in unchanged:
+            report.modules[module] = ModuleReport(module, previous[module])
+            continue
         report.modules[module] = await _apply(resolver, folder, plan, loaded, previous=previous.get(module),
                                               report=report)  # fmt: skip
     for module, error in sorted(manifests.held.items()):
         report.modules[module] = _held(folder, module, error, previous.get(module))
     await _converge(own, report, buckets.APPLIED, _applied(plan.node, report, previous))
+    report.sources = resolver.sources | (_remembered_sources(own.memory) if unchanged else set())
+    report.unchanged = unchanged
+    _remember_inputs(own, world, report, manifests, folder)
     if own.changed:
         remembered.write(plan.materialize, own.memory)
     report.removed = folder.remove_except(set(report.modules))
-    report.sources = resolver.sources
     report.listed = {name for name, found in own.found.items() if found.listed}
     return report
+
+
+async def _world(
+    memory: Remembered, resolver: Resolver, registry: Registry, wanted: Sequence[tuple[str, Placeholder]],
+    folder: EnvFolder, *, collect: Mapping[str, bytes],
+) -> World:  # fmt: skip
+    """What every module resolves from this time: the stamps of the buckets read last time (or, the
+    first time, of those the registry names), and the digests of the verbs' answers, asked at once."""
+    stamped = inputs.buckets_of(_remembered_sources(memory)) or resolver.buckets_read(wanted)
+    key = folder.key(create=bool(wanted))
+    stamps: dict[str, int] = {}
+    verbs: dict[str, str] = {}
+
+    async def read_stamps() -> None:
+        stamps.update(await inputs.stamps_of(resolver.bus, resolver.node, stamped))
+
+    async def ask_verbs() -> None:
+        verbs.update(await inputs.verb_digests(resolver, registry, wanted, key or b""))
+
+    await all_of(read_stamps, ask_verbs)
+    if key is None:
+        return inputs.World(None, stamps)
+    return inputs.world_of(registry, stamps, remembered.digest_of(collect), verbs)
+
+
+def _unchanged(
+    manifests: Manifests, previous: Mapping[str, AppliedValue], world: World, memory: Remembered, folder: EnvFolder
+) -> set[str]:
+    """The modules whose inputs are what they were when their file was written, and whose file is
+    still that one: neither resolved nor written again."""
+    found = set()
+    for module, loaded in manifests.modules.items():
+        before = previous.get(module)
+        now = world.inputs(module, loaded.digest, str(folder.path_of(module)))
+        if now is None or before is None or not memory.resolved(module, now):
+            continue
+        if before.state != "applied" or before.digest is None or not folder.intact(module, before.digest):
+            continue
+        action = before.action
+        if loaded.manifest.on_change is not None and (action is None or action.digest != before.digest):
+            continue
+        found.add(module)
+    return found
+
+
+def _remembered_sources(memory: Remembered) -> set[Source]:
+    return {source for source in map(inputs.source_of, memory.sources) if source is not None}
+
+
+def _remember_inputs(own: OwnKeys, world: World, report: Report, manifests: Manifests, folder: EnvFolder) -> None:
+    """Keeps the world, the places read and each applied module's inputs (with when it was last
+    resolved from them), when the world's stamps cover every place read; else forgets them (the
+    next reconcile resolves every module)."""
+    modules: dict[str, tuple[str, float]] = {}
+    vouched = world.digest is not None and world.covers(report.sources, own.scope.node)
+    now = time.time()
+    for module, done in report.modules.items():
+        loaded = manifests.modules.get(module)
+        inputs_now = world.inputs(module, loaded.digest, str(folder.path_of(module))) if loaded else None
+        if not vouched or inputs_now is None or done.applied.state != "applied":
+            continue
+        before = own.memory.modules.get(module)
+        kept = module in report.unchanged and before is not None
+        modules[module] = before if kept and before is not None else (inputs_now, now)
+    sources = sorted(inputs.document_of(source) for source in report.sources)
+    own.changed |= own.memory.resolved_in(world.digest if vouched else None, sources, modules)
 
 
 async def _read_state(own: OwnKeys, *, needs: dict[str, bytes], collect: dict[str, bytes], held: bool) -> Registry:

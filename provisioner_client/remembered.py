@@ -68,13 +68,30 @@ class BucketState:
 
 @dataclass
 class Remembered:
-    """The remembered state of each of the node's buckets, by bucket name."""
+    """The remembered state of each of the node's buckets, by bucket name; the world the modules
+    were resolved in (`provisioner_client.inputs`), the places they read and each applied
+    module's inputs."""
 
     node: str
     buckets: dict[str, BucketState] = field(default_factory=dict)
+    world: str | None = None
+    sources: list[list[str]] = field(default_factory=list)
+    modules: dict[str, tuple[str, float]] = field(default_factory=dict)  # inputs, and when resolved from them
 
     def of(self, bucket: str) -> BucketState | None:
         return self.buckets.get(bucket)
+
+    def resolved(self, module: str, inputs: str) -> bool:
+        """Whether `module` was resolved from `inputs`, at most `TRUSTED_FOR` ago."""
+        found = self.modules.get(module)
+        return found is not None and found[0] == inputs and 0 <= time.time() - found[1] <= TRUSTED_FOR
+
+    def resolved_in(self, world: str | None, sources: list[list[str]], modules: dict[str, tuple[str, float]]) -> bool:
+        """Keeps what the modules were resolved from; whether that changed what is remembered."""
+        if (world, sources, modules) == (self.world, self.sources, self.modules):
+            return False
+        self.world, self.sources, self.modules = world, sources, modules
+        return True
 
 
 def read(folder: Path, node: str) -> Remembered:
@@ -99,6 +116,10 @@ def _parsed(document: object, node: str) -> Remembered:
     if not isinstance(document, dict) or document.get("version") != _VERSION or document.get("node") != node:
         return Remembered(node)
     found = Remembered(node)
+    world = document.get("world")
+    found.world = world if isinstance(world, str) else None
+    found.sources = [[str(part) for part in source] for source in document.get("sources", [])]
+    found.modules = {str(m): (str(inputs), float(at)) for m, (inputs, at) in dict(document.get("modules", {})).items()}
     for name, state in dict(document["buckets"]).items():
         items = state.get("items")
         found.buckets[str(name)] = BucketState(
@@ -116,6 +137,9 @@ def write(folder: Path, remembered: Remembered) -> None:
         "version": _VERSION,
         "node": remembered.node,
         "buckets": {name: _document_of(state) for name, state in sorted(remembered.buckets.items())},
+        "world": remembered.world,
+        "sources": sorted(remembered.sources),
+        "modules": {module: list(found) for module, found in sorted(remembered.modules.items())},
     }
     path = folder / FILE
     temporary = path.with_name(f"{FILE}.{os.getpid()}.tmp")

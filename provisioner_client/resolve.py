@@ -165,6 +165,19 @@ class Resolver:
             for _ in range(min(at_once, len(queue))):
                 tasks.start_soon(worker)
 
+    @property
+    def bus(self) -> Bus:
+        return self._bus
+
+    @property
+    def node(self) -> str:
+        return self._node
+
+    def buckets_read(self, wanted: Iterable[tuple[str, Placeholder]]) -> list[Bucket]:
+        """The buckets `wanted` reads values from by `value` or `plan`, as far as the registry tells."""
+        found = (self._value_key(module, placeholder) for module, placeholder in wanted)
+        return list({where[0].name: where[0] for where in found if where is not None}.values())
+
     async def _read_batches(self, wanted: Iterable[tuple[str, Placeholder]]) -> None:
         """Reads the values of each mesh-wide bucket by one batch direct get of their keys (a node
         is granted it on a bucket readable whole); a node-keyed bucket, granted per key only, a

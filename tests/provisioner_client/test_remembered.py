@@ -111,3 +111,78 @@ async def test_a_stamp_that_does_not_agree_is_listed_and_remembered_again(
     again = await reconcile(bus, plan)
     assert buckets.NEEDS.name in again.listed and not any(again.writes.values())
     assert json.loads(state.read_text())["buckets"][buckets.NEEDS.name]["stamp"] > 0
+
+
+async def test_modules_whose_inputs_are_as_before_are_not_resolved_and_their_sources_still_followed(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    first = await reconcile(bus, plan)
+    files = {p.name: p.read_bytes() for p in plan.materialize.glob("*.env")}
+    again = await reconcile(bus, plan)
+    assert again.unchanged == {"app", "postgres", "tools"}
+    assert {m: r.applied for m, r in again.modules.items()} == {m: r.applied for m, r in first.modules.items()}
+    assert again.sources == first.sources
+    assert {p.name: p.read_bytes() for p in plan.materialize.glob("*.env")} == files
+    assert not any(again.writes.values()) and again.actions_run == []
+
+
+async def test_a_value_changed_in_a_bucket_moves_its_stamp_and_every_module_is_resolved_again(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    await reconcile(bus, plan)
+    await put(bus, domains.config, "log-level", json.dumps("debug").encode())
+    again = await reconcile(bus, plan)
+    assert again.unchanged == set()
+    assert 'LOG_LEVEL="debug"' in (plan.materialize / "app.env").read_text()
+    assert (await reconcile(bus, plan)).unchanged == {"app", "postgres", "tools"}
+
+
+async def test_a_rotated_secret_is_seen_by_its_digest_and_the_module_written_again(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    await reconcile(bus, plan)
+    domains.vault.rotate("db-password", "rotated-password")
+    again = await reconcile(bus, plan)
+    assert "app" not in again.unchanged and again.modules["app"].written
+    assert "rotated-password" in (plan.materialize / "app.env").read_text()
+    assert b"rotated-password" not in (plan.materialize / remembered.FILE).read_bytes()
+
+
+async def test_a_file_changed_on_disk_resolves_that_module_only_and_puts_it_back(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    await reconcile(bus, plan)
+    postgres = plan.materialize / "postgres.env"
+    content = postgres.read_bytes()
+    postgres.chmod(0o644)
+    again = await reconcile(bus, plan)
+    assert again.unchanged == {"app", "tools"} and again.modules["postgres"].written
+    assert stat.S_IMODE(postgres.stat().st_mode) == 0o600 and postgres.read_bytes() == content
+    assert not any(again.writes.values())
+    assert (await reconcile(bus, plan)).unchanged == {"app", "postgres", "tools"}
+
+
+async def test_a_changed_contribution_changes_the_world_and_reaches_the_collection(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    await reconcile(bus, plan)
+    tools = plan.manifests / "tools.json"
+    tools.write_text(tools.read_text().replace("setopt autocd", "setopt autocd extendedglob"))
+    again = await reconcile(bus, plan)
+    assert again.unchanged == set()
+    assert "extendedglob" in (plan.materialize / "app.env").read_text()
+    assert (await reconcile(bus, plan)).unchanged == {"app", "postgres", "tools"}
+
+
+async def test_a_module_resolved_longer_ago_than_trusted_is_resolved_again(
+    domains: StandIns, bus: Bus, plan: ClientPlan
+) -> None:
+    await reconcile(bus, plan)
+    state = plan.materialize / remembered.FILE
+    document = json.loads(state.read_text())
+    document["modules"]["app"][1] -= remembered.TRUSTED_FOR + 1
+    state.write_text(json.dumps(document))
+    again = await reconcile(bus, plan)
+    assert again.unchanged == {"postgres", "tools"}
+    assert not any(again.writes.values())
+    assert (await reconcile(bus, plan)).unchanged == {"app", "postgres", "tools"}
