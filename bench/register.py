@@ -1,37 +1,127 @@
-"""`python -m bench.register URL FIRST_NODE NODES CONNECTIONS`: nodes registering their needs at once, as
-their own process: each node's 100 keys published (pipelined, no wait for acknowledgements) over one of
-CONNECTIONS connections, the nodes dealt out among them."""
+"""`python -m bench.register URL FIRST_NODE NODES RATE`: nodes registering their needs as node clients
+do, in a process of their own.
+
+Each node arrives at a random moment (uniform, seeded) within NODES / RATE seconds, so about RATE
+nodes a second, and then does what the client's first reconcile does, on a connection of its own:
+takes its lease, asks the verb for its needs, collect and applied and reads the registry, all at
+once, converges its 100 needs (10 modules x 10 placeholders) with conditional writes, 64 in flight
+(`NodeScope.converge`), then its 10 modules' applied records, and releases its lease. A node that
+arrives while others are still registering registers beside them: nothing waits for a free slot.
+
+Prints one line of JSON at the end: how long the nodes took, how many registered at once at most,
+and the p50 and p99 of one node's registration."""
 
 from __future__ import annotations
 
+import json
+import random
 import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
 
 import anyio
-import nats
 
 from bench.cases import need_items
+from bench.harness import Latency
+from provisioner_client.holding import holding
+from provisioner_client.resolve import read_registry
+from provisioner_client.scope import NodeScope
 from registry import buckets
+from registry.buckets import Bucket
+from registry.bus import Bus, BusOptions, connect
+from registry.kv import KvItem
+from registry.models import AppliedValue, to_json
 
 NODE_KEYS = 100
+MODULES = 10  # need_items: 10 placeholders a module
+LEASE_TTL = timedelta(seconds=60)
+SEED = 10
 
 
-async def register_nodes(url: str, nodes: range) -> None:
-    nc = await nats.connect(url, name="bench-register")
-    try:
-        for node in nodes:
-            for key, value in need_items(node, NODE_KEYS, NODE_KEYS):
-                await nc.publish(buckets.NEEDS.subject(key), value)
-            await nc.flush()
-    finally:
-        await nc.close()
+@dataclass
+class Progress:
+    registering: int = 0
+    most_at_once: int = 0
+    seconds: list[float] = field(default_factory=list)
+
+    def summary(self, started: float) -> dict[str, float]:
+        each = Latency.of(self.seconds)
+        return {
+            "nodes": len(self.seconds),
+            "seconds": time.perf_counter() - started,
+            "most_at_once": self.most_at_once,
+            "node_p50_ms": each.p50_ms,
+            "node_p99_ms": each.p99_ms,
+        }
 
 
-async def register(url: str, first_node: int, nodes: int, connections: int) -> None:
+OWN_BUCKETS = (buckets.NEEDS, buckets.COLLECT, buckets.APPLIED)
+
+
+async def read_state(bus: Bus, scope: NodeScope) -> list[KvItem]:
+    """What the client's reconcile reads first, all at once: the node's keys of needs, collect and
+    applied (asked of the verb) and the registry (a batch direct get); the node's needs."""
+    current: dict[str, list[KvItem]] = {}
+
+    async def read(bucket: Bucket) -> None:
+        current[bucket.name] = await scope.read(bus, bucket)
+
     async with anyio.create_task_group() as tg:
-        for lane in range(connections):
-            tg.start_soon(register_nodes, url, range(first_node + lane, first_node + nodes, connections))
+        for bucket in OWN_BUCKETS:
+            tg.start_soon(read, bucket)
+        tg.start_soon(read_registry, bus)
+    return current[buckets.NEEDS.name]
+
+
+async def register_node(bus: Bus, node: int) -> None:
+    """One node's first reconcile, as far as the bus sees it: its lease held while its state and the
+    registry are read at once, its needs converged, then its modules' applied records."""
+    name = f"n{node:05d}"
+    scope = NodeScope(name)
+    async with holding(bus, name, LEASE_TTL):
+        current = await read_state(bus, scope)
+        written = await scope.converge(bus, buckets.NEEDS, current, dict(need_items(node, NODE_KEYS, NODE_KEYS)))
+        modules = await scope.converge(bus, buckets.APPLIED, [], applied_of(name))
+    assert len(written.written) == NODE_KEYS and len(modules.written) == MODULES, (written.summary(), modules.summary())
+
+
+def applied_of(node: str) -> dict[str, bytes]:
+    """Each module's applied record, as a first reconcile writes it for a module it rendered."""
+    record = to_json(AppliedValue(state="applied", digest="0" * 64, file="/run/mesh-provisioner/env/m.env"))
+    return {buckets.APPLIED.shape.build(node=node, module=f"m{module}"): record for module in range(MODULES)}
+
+
+async def arrive(url: str, node: int, at: float, progress: Progress) -> None:
+    await anyio.sleep_until(at)
+    started = time.perf_counter()
+    progress.registering += 1
+    progress.most_at_once = max(progress.most_at_once, progress.registering)
+    options = BusOptions(servers=(url,), name=f"bench-node-{node}", request_timeout=timedelta(seconds=30))
+    try:
+        async with connect(options) as bus:
+            await register_node(bus, node)
+    finally:
+        progress.registering -= 1
+    progress.seconds.append(time.perf_counter() - started)
+
+
+def arrivals(nodes: range, rate: float, start: float) -> list[tuple[int, float]]:
+    """Each node with its moment of arrival: uniform within len(nodes) / rate seconds of `start`."""
+    spread = len(nodes) / rate
+    draw = random.Random(SEED)
+    return [(node, start + draw.uniform(0, spread)) for node in nodes]
+
+
+async def register(url: str, first_node: int, nodes: int, rate: float) -> dict[str, float]:
+    progress = Progress()
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for node, at in arrivals(range(first_node, first_node + nodes), rate, anyio.current_time()):
+            tg.start_soon(arrive, url, node, at, progress)
+    return progress.summary(started)
 
 
 if __name__ == "__main__":
-    url, first, count, connections = sys.argv[1:]
-    anyio.run(register, url, int(first), int(count), int(connections))
+    url, first, count, rate = sys.argv[1:]
+    print(json.dumps(anyio.run(register, url, int(first), int(count), float(rate))), flush=True)

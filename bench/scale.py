@@ -1,12 +1,15 @@
 """`python -m bench --scale`: issue 10's targets at mesh scale, each figure beside its floor in one run.
 
-The bucket is filled to 1,000 keys, measured, then filled to `--keys` by nodes registering at once
-(a process of their own, many connections) while the seat's `what=registry` is sampled, and measured
-again. A tail node's keys are written again after each fill, so that they are last in the stream."""
+The bucket is filled to 1,000 keys, measured, then 1,000 nodes register as node clients do
+(`bench.register`: a process of its own, a connection per node, about 20 nodes arriving a second)
+while the seat's `what=registry` and the bare echo are sampled in turn; the rest of `--keys` is
+loaded by plain publishes, and measured again (`--only` runs some parts). A tail node's keys are
+written again after each fill, so that they are last in the stream."""
 
 from __future__ import annotations
 
 import json
+import random
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -53,8 +56,10 @@ class ScaleSizes:
     small: int = 1_000
     rounds: int = 200
     registry_rounds: int = 2000
-    idle_samples: int = 1000
-    connections: int = 32
+    idle_samples: int = 4000
+    registering_nodes: int = 1_000
+    sample_every: float = 0.005  # mean seconds between two samples: the observer's own load stays small
+    arrivals_per_second: float = 20  # one load process keeps up with about 30 on 2 shared cores
     modules: int = 100
     many_modules: int = 1_000
     listings_at_once: int = 3
@@ -123,22 +128,61 @@ async def publish_nodes(nc: Client, nodes: range) -> None:
     await until_stored(nc, before + NODE_KEYS * len(nodes), within=60)
 
 
-async def register_while_sampling(nc: Client, url: str, nodes: range, connections: int) -> tuple[Latency, Latency]:
-    """Nodes register their needs from `connections` connections in a process of their own while the
-    seat's `what=registry` and the bare echo are asked in turn, one request after another, until
-    every key is stored: (registry, echo)."""
-    target = await last_seq(nc) + NODE_KEYS * len(nodes)
-    verb: list[float] = []
-    echo: list[float] = []
-    command = [sys.executable, "-m", "bench.register", url, str(nodes.start), str(len(nodes)), str(connections)]
+class Sampler:
+    """`what=registry` and the bare echo asked in turn, a pair at random moments (exponential gaps of
+    `every` seconds on average, seeded), or back to back with `every` 0; the same idle and busy."""
+
+    def __init__(self, nc: Client, every: float) -> None:
+        self.nc = nc
+        self.every = every
+        self.draw = random.Random(10)
+        self.registry: list[float] = []
+        self.echo: list[float] = []
+
+    async def pair(self) -> None:
+        if self.every:
+            await anyio.sleep(self.draw.expovariate(1 / self.every))
+        self.registry.append(await timed(partial(ask_registry, self.nc)))
+        self.echo.append(await timed(partial(ask_echo, self.nc)))
+
+    def latencies(self) -> tuple[Latency, Latency]:
+        return Latency.of(self.registry), Latency.of(self.echo)
+
+
+async def sampled_idle(nc: Client, pairs: int, every: float) -> tuple[Latency, Latency]:
+    sampler = Sampler(nc, every)
+    for _ in range(pairs):
+        await sampler.pair()
+    return sampler.latencies()
+
+
+@dataclass(frozen=True)
+class Busy:
+    """`what=registry` and the echo sampled while nodes registered, and the load as `bench.register`
+    reports it."""
+
+    registry: Latency
+    echo: Latency
+    load: dict[str, float]
+
+
+async def register_while_sampling(nc: Client, url: str, nodes: range, rate: float, every: float) -> Busy:
+    """Nodes register as node clients do (`bench.register`, a process of its own, about `rate`
+    arriving a second) while the seat's `what=registry` and the bare echo are sampled, until the
+    last node has registered."""
+    command = [sys.executable, "-m", "bench.register", url, str(nodes.start), str(len(nodes)), str(rate)]
+    registered: list[bytes] = []
+    sampler = Sampler(nc, every)
+
+    async def load() -> None:
+        registered.append((await anyio.run_process(command, cwd=ROOT, stderr=None)).stdout)
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(partial(anyio.run_process, command, cwd=ROOT, stdout=None, stderr=None))
-        with anyio.fail_after(120 + len(nodes) / 10):
-            while await last_seq(nc) < target:
-                for _ in range(20):
-                    verb.append(await timed(partial(ask_registry, nc)))
-                    echo.append(await timed(partial(ask_echo, nc)))
-    return Latency.of(verb), Latency.of(echo)
+        tg.start_soon(load)
+        with anyio.fail_after(120 + len(nodes) / rate * 3):
+            while not registered:
+                await sampler.pair()
+    return Busy(*sampler.latencies(), json.loads(registered[0]))
 
 
 # The figures.
@@ -290,14 +334,21 @@ async def reconciles(bus: Bus, nc: Client, url: str, report: Report, *, sizes: S
     met(report, f"second reconcile of {sizes.many_modules} modules: KV writes", writes, "writes", "= 0", ok=writes == 0)
 
 
+def sampling(sizes: ScaleSizes) -> str:
+    every = sizes.sample_every
+    return f"a pair every ~{every * 1e3:g} ms" if every else "back to back"
+
+
 async def registry_figures(nc: Client, report: Report, sizes: ScaleSizes) -> tuple[Latency, Latency]:
-    """`what=registry` beside the echo, idle: their p50s (a target) and p99s, (registry, echo)."""
+    """`what=registry` beside the echo, idle: their p50s back to back (a target), then their p99s
+    sampled as they are while nodes register; (registry, echo) of the latter."""
     verb, echo = await registry_and_echo(nc, sizes.registry_rounds)
     report.add("registry p50", verb.p50_ms, "ms")
     report.add("  echo p50", echo.p50_ms, "ms")
     ratio = verb.p50_ms / echo.p50_ms
     met(report, "registry p50 / echo p50", ratio, "x", "<= 1.1", ok=ratio <= 1.1)
-    report.add("registry p99, idle", verb.p99_ms, "ms")
+    verb, echo = await sampled_idle(nc, sizes.idle_samples, sizes.sample_every)
+    report.add(f"registry p99, idle ({verb.count:,} samples, {sampling(sizes)})", verb.p99_ms, "ms")
     report.add("  echo p99, idle", echo.p99_ms, "ms")
     return verb, echo
 
@@ -305,8 +356,17 @@ async def registry_figures(nc: Client, report: Report, sizes: ScaleSizes) -> tup
 async def registry_while_registering(
     nc: Client, url: str, nodes: range, report: Report, *, sizes: ScaleSizes, idle: tuple[Latency, Latency]
 ) -> None:
-    print(f"{len(nodes):,} nodes registering {len(nodes) * NODE_KEYS:,} needs from {sizes.connections} connections")
-    verb, echo = await register_while_sampling(nc, url, nodes, sizes.connections)
+    rate = sizes.arrivals_per_second
+    print(f"{len(nodes):,} nodes registering {len(nodes) * NODE_KEYS:,} needs, about {rate:g} arriving a second")
+    busy = await register_while_sampling(nc, url, nodes, rate, sizes.sample_every)
+    load = busy.load
+    report.add("  load: nodes arriving a second (uniform, seeded)", rate, "nodes/s")
+    report.add("  load: seconds until the last node had registered", load["seconds"], "s")
+    report.add("  load: most nodes registering at once", load["most_at_once"], "nodes")
+    report.add("  load: one node's registration p50", load["node_p50_ms"], "ms")
+    report.add("  load: one node's registration p99", load["node_p99_ms"], "ms")
+    report.add(f"  samples of each while they registered ({sampling(sizes)})", busy.registry.count, "")
+    verb, echo = busy.registry, busy.echo
     report.add(f"registry p99 while {len(nodes):,} nodes register", verb.p99_ms, "ms")
     report.add(f"  echo p99 while {len(nodes):,} nodes register", echo.p99_ms, "ms")
     ratio = verb.p99_ms / idle[0].p99_ms
@@ -320,8 +380,8 @@ SCALE_PARTS = ("registry", "reads", "listing", "reconcile")
 async def measure(
     bus: Bus, nc: Client, url: str, seat: int, *, report: Report, sizes: ScaleSizes, state: Path, parts: Sequence[str]
 ) -> None:
-    """The parts asked for, in order; the bucket is filled to `sizes.keys` when a part needs it: by
-    nodes registering while the registry is sampled with `registry`, else by plain publishes."""
+    """The parts asked for, in order. With `registry`, 1,000 nodes register while the registry is
+    sampled; the rest of `sizes.keys` is loaded by plain publishes when a later part needs it."""
     print(f"filling to {sizes.small:,} keys")
     await publish_nodes(nc, range(FIRST, sizes.small // NODE_KEYS - 1))
     await publish_nodes(nc, range(TAIL, TAIL + 1))
@@ -332,8 +392,10 @@ async def measure(
         small = await node_reads(bus, nc, report, sizes, sizes.small)
     nodes = range(sizes.small // NODE_KEYS - 1, sizes.keys // NODE_KEYS - 1)
     if "registry" in parts:
-        await registry_while_registering(nc, url, nodes, report, sizes=sizes, idle=idle)
-    elif "reads" in parts or "listing" in parts:
+        registering = nodes[: sizes.registering_nodes]
+        await registry_while_registering(nc, url, registering, report, sizes=sizes, idle=idle)
+        nodes = nodes[len(registering) :]
+    if nodes and ("reads" in parts or "listing" in parts):
         print(f"filling to {sizes.keys:,} keys")
         await publish_nodes(nc, nodes)
     await publish_nodes(nc, range(TAIL, TAIL + 1))
