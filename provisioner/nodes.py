@@ -39,7 +39,7 @@ from registry import buckets
 from registry.bounded_json import JsonRefused, read_json
 from registry.buckets import Bucket
 from registry.bus import Bus
-from registry.errors import BusError, KeyShapeError, NotFound
+from registry.errors import BusError, ConnectionClosed, KeyShapeError, NotFound
 from registry.keys import subject_matches
 from registry.kv import KvItem, current_snapshot
 from registry.lease import SKEW, Holder
@@ -400,6 +400,16 @@ class FleetView(Fleet):
             tg.start_soon(self._follow, bus, buckets.APPLIED, self.apply_applied)
 
     async def _follow(self, bus: Bus, bucket: Bucket, apply: Callable[[KvItem], None]) -> None:
+        try:
+            await self._watch(bus, bucket, apply)
+        except Exception:
+            # A connection closed for good ends the seat (`provisioner.server`), which says so
+            # once; a watch starting just then fails its start (RuntimeError), and is no news.
+            if not bus.closed.is_set():
+                raise
+            log.info("nodes view: the connection is closed; %s is no longer followed", bucket.name)
+
+    async def _watch(self, bus: Bus, bucket: Bucket, apply: Callable[[KvItem], None]) -> None:
         floor = await _last_sequence(bus, bucket)
         name = self.consumer_names[bucket.name]
         async with scoped_watch(bus, bucket, ">", name=name, buffer=WATCH_BUFFER) as watch:
@@ -424,6 +434,8 @@ async def _last_sequence(bus: Bus, bucket: Bucket) -> int:
             info = await bus.jetstream(bucket.info_api, operation=f"look up bucket {bucket.name}")
         except NotFound:
             return 0
+        except ConnectionClosed:
+            raise
         except BusError as err:
             log.warning("nodes view: %s; retrying in 1 s", err)
             await anyio.sleep(1)
