@@ -46,25 +46,40 @@ def _popped(items: list[KvItem]) -> Iterator[KvItem]:
 
 def encode_items(what: str, items: Iterable[KvItem], *, max_item_bytes: int) -> Encoded:
     """Each item as the JSON of an entry or of a malformed key, in the order given."""
-    shape = LISTABLE[what].bucket.shape
-    encoded = Encoded([], [])
+    encoder = Encoder(what, max_item_bytes=max_item_bytes)
     for item in items:
+        encoder.add(item)
+    return encoder.encoded
+
+
+class Encoder:
+    """Items encoded one at a time into `encoded`, as they come."""
+
+    def __init__(self, what: str, *, max_item_bytes: int) -> None:
+        self.shape = LISTABLE[what].bucket.shape
+        self.max_item_bytes = max_item_bytes
+        self.encoded = Encoded([], [])
+
+    def add(self, item: KvItem) -> int:
+        """Encodes `item` as an entry or a malformed key; its bytes in a page (with a separator)."""
         try:
-            parts = shape.parse(item.key)
+            parts = self.shape.parse(item.key)
         except KeyShapeError as err:
-            encoded.malformed.append(malformed(item.key, err.reason))
-            continue
-        problem = _too_large("value", len(item.value), max_item_bytes) or json_problem(item.value)
+            return self._malformed(item.key, err.reason)
+        problem = _too_large("value", len(item.value), self.max_item_bytes) or json_problem(item.value)
         if problem is not None:
-            encoded.malformed.append(malformed(item.key, problem))
-            continue
+            return self._malformed(item.key, problem)
         piece = entry(item.key, parts, item.revision, item.value)
-        problem = _too_large("entry", len(piece), max_item_bytes)
+        problem = _too_large("entry", len(piece), self.max_item_bytes)
         if problem is not None:
-            encoded.malformed.append(malformed(item.key, problem))
-            continue
-        encoded.entries.append(piece)
-    return encoded
+            return self._malformed(item.key, problem)
+        self.encoded.entries.append(piece)
+        return len(piece) + 1
+
+    def _malformed(self, key: str, reason: str) -> int:
+        piece = malformed(key, reason)
+        self.encoded.malformed.append(piece)
+        return len(piece) + 1
 
 
 def _too_large(what: str, size: int, max_item_bytes: int) -> str | None:

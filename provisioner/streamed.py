@@ -1,17 +1,17 @@
-"""Listings too large to hold, streamed: each page read from the bucket's stream when it is asked for.
+"""Listings too large to hold, streamed: pages read from the bucket's stream as they are asked for.
 
 A whole listing, and a narrowed one with more keys than one batch read answers, walks the
 bucket's stream in stream order (`registry.walk.StreamWalk`, a pull consumer of its own). Each
-page is built when its cursor comes: the messages of the pull sent after the previous page (they
-arrived while that page travelled), encoded, and what does not fit carried over to the next
-page. So the seat holds, per listing, about one pull, the pieces carried over and the last page
-sent (a cursor asked again, its answer lost, gets it again), whatever the bucket's size, and the
-first page is sent after one pull instead of after the whole bucket.
+message is encoded as it arrives; the first page is sent once it is full (or the stream ends),
+and from then on pulls follow one another until `READ_AHEAD_PAGES` pages wait, so reading goes
+on while a page travels and its asker reads it. So the seat holds, per listing, at most that
+much, one pull and the last page sent (a cursor asked again, its answer lost, gets it again),
+whatever the bucket's size, and the first page leaves after about one page's reading instead of
+after the whole bucket's.
 
 What a streamed listing answers (README, "Paging"):
-- entries in stream order (the order keys were last written), not by key; a listing the first
-  pull reads whole (about twice `max_payload` of stored messages) is sorted by key, as a narrowed
-  listing is;
+- entries in stream order (the order keys were last written), not by key; a listing that fits
+  one page is sorted by key, as a listing read whole is;
 - a key written during the listing moves to the end of the stream: met before it moved, it is
   answered again there with its new value; a key deleted after it was answered stays answered;
 - `pages` is null and `total` is `{"at_most": N}` until the last page: N is how many messages
@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from functools import partial
 
 import anyio
-import anyio.to_thread
 
 from provisioner.errors import CursorGone
-from provisioner.listing import encode_items
-from provisioner.paging import Encoded, cursor_for, page_json, take_page, totals
+from provisioner.listing import Encoder, encode_listing
+from provisioner.paging import cursor_for, page_json, take_page, totals
 from provisioner.request import LISTABLE
 from registry.bus import Bus
 from registry.feed import KvItem
@@ -40,26 +38,34 @@ from registry.walk import StreamWalk
 
 log = logging.getLogger(__name__)
 
-PULL_PAGES = 2  # a pull asks for this many pages' worth of bytes: a stored message is larger than its entry
-IN_THREAD_FROM = 2000  # items; below this a thread costs more than it spares the loop
+READ_AHEAD_PAGES = 2  # encoded pages read ahead of the cursor, at most (plus the pull under way)
 CONSUMER_GRACE = 10.0  # seconds the walk's consumer outlives the cursor's ttl on the server
 
 
 class StreamedListing:
-    """One streamed listing: its walk, the pieces carried to its next page, its last page.
+    """One streamed listing: its walk, the pieces read ahead of its next page, its last page.
 
-    `page(n)` answers page n once the page before it was answered (or n again); the listing is
-    `finished` once its last page is built. Not thread-safe; one event loop."""
+    Each message is encoded as it arrives (`Encoder`), and pulls follow one another while fewer
+    than `READ_AHEAD_PAGES` pages are waiting, so reading goes on while a page travels and the
+    asker reads it. `page(n)` answers page n once page n - 1 was answered (or n again); the
+    listing is `finished` once its last page is built. Not thread-safe; one event loop."""
 
-    def __init__(self, what: str, walk: StreamWalk, *, listing_id: str, budget: int, at_most: int) -> None:
+    def __init__(
+        self, bus: Bus, what: str, filters: Sequence[str], *, listing_id: str, budget: int, idle: float
+    ) -> None:
         self.what = what
-        self.walk = walk
         self.listing_id = listing_id
         self.budget = budget
-        self.at_most = at_most
+        self.at_most = 0
         self.finished = False
+        self.walk = StreamWalk(bus, LISTABLE[what].bucket, filters, sink=self._add, wanted=self._wanted,
+                               pull_bytes=budget, idle=idle + CONSUMER_GRACE)  # fmt: skip
+        self._encoder = Encoder(what, max_item_bytes=budget)
+        self._waiting = 0  # bytes encoded and not yet in a page
+        self.most_waiting = 0  # the most bytes it held at once, encoded and not yet in a page
+        self._ahead = budget  # bytes to read ahead: one page until the first is sent
+        self._first: list[KvItem] | None = []  # page 1's items, to sort a listing that fits it
         self._answered = 0  # pages built
-        self._carried = Encoded([], [])
         self._counts = [0, 0]  # entries, malformed answered
         self._last: bytes | None = None
         self._lock = anyio.Lock()
@@ -70,19 +76,14 @@ class StreamedListing:
     ) -> StreamedListing:
         """A listing of the keys of `what`'s bucket under `filters`, its walk open: never ending
         before the sequence the stream's leader held when it began."""
-        bucket = LISTABLE[what].bucket
-        floor = await leader_floor(bus, bucket, filters)
-        walk = StreamWalk(bus, bucket, filters, idle=idle + CONSUMER_GRACE)
+        listing = cls(bus, what, filters, listing_id=listing_id, budget=budget, idle=idle)
+        floor = await leader_floor(bus, listing.walk.bucket, filters)
         try:
-            at_most = await walk.open(floor=floor)
+            listing.at_most = await listing.walk.open(floor=floor)
         except BaseException:
-            await walk.close()
+            await listing.close()
             raise
-        return cls(what, walk, listing_id=listing_id, budget=budget, at_most=at_most)
-
-    @property
-    def _pull_bytes(self) -> int:
-        return PULL_PAGES * self.budget
+        return listing
 
     async def page(self, number: int) -> bytes:
         """Page `number`: the next one, or the last one built again."""
@@ -98,29 +99,36 @@ class StreamedListing:
     async def close(self) -> None:
         await self.walk.close()
 
+    def _add(self, item: KvItem) -> None:
+        if item.deleted:
+            return
+        if self._first is not None:
+            self._first.append(item)
+        self._waiting += self._encoder.add(item)
+        self.most_waiting = max(self.most_waiting, self._waiting)
+
+    def _wanted(self) -> bool:
+        return self._waiting < self._ahead
+
+    def _enough(self) -> bool:
+        return self._waiting >= self.budget
+
     async def _next_page(self) -> bytes:
-        while self._carried.size < self.budget and not self.walk.finished:
-            pulled = await self.walk.pulled(self._pull_bytes)
-            live = [item for item in pulled.items if not item.deleted]
-            if self._answered == 0 and pulled.finished and not self._carried:
-                live.sort(key=lambda item: item.key)  # the whole listing in one read: by key
-            self._carried.extend(await _encoded(self.what, live, self.budget))
-        items = take_page(self._carried, self.budget)
+        await self.walk.read(self._enough)
+        first, self._first = self._first, None
+        if first is not None and self.walk.finished and self._waiting <= self.budget:
+            self._encoder.encoded = encode_listing(self.what, first, max_item_bytes=self.budget)  # one page: by key
+        items = take_page(self._encoder.encoded, self.budget)
+        self._waiting -= items.size
         self._counts[0] += len(items.entries)
         self._counts[1] += len(items.malformed)
         number = self._answered + 1
-        if self.walk.finished and not self._carried:
+        if self.walk.finished and not self._encoder.encoded:
             self.finished = True
             total = totals(*self._counts)
             return page_json(self.what, items, number=number, pages=number, total=total, following=None)
-        if self._carried.size < self.budget:
-            await self.walk.pull(self._pull_bytes)  # its messages arrive while this page travels
+        self._ahead = READ_AHEAD_PAGES * self.budget
+        await self.walk.read_ahead()
         total = b'{"at_most":%d}' % self.at_most
         following = cursor_for(self.listing_id, number + 1)
         return page_json(self.what, items, number=number, pages=None, total=total, following=following)
-
-
-async def _encoded(what: str, items: list[KvItem], budget: int) -> Encoded:
-    encode = partial(encode_items, what, items, max_item_bytes=budget)
-    # A large pull is encoded in a worker thread so that the event loop keeps answering others.
-    return await anyio.to_thread.run_sync(encode) if len(items) > IN_THREAD_FROM else encode()

@@ -1,13 +1,15 @@
 """A bucket's stream read in stream order, a pull at a time: a listing as large as the bucket,
-held one page at a time.
+held a few pages at a time.
 
 With history 1 a KV stream holds each key's latest message (or its delete marker) and nothing
 else, so walking it by sequence from the start meets every key's current entry once. A key
 written during the walk moves to a later sequence: met before it moved, it is met again there
-with its new value; met after, only at its new place. The walk reads through a pull consumer
-(`deliver_policy` all, or from a sequence; no acknowledgements; in memory), each pull asking for
-at most `max_bytes` with `no_wait`, so it ends as soon as the server has sent what it has. The
-consumer expires on the server `idle` after the last pull, and is deleted when the walk closes.
+with its new value; met after, only at its new place. The walk reads through a pull consumer of
+its own (`deliver_policy` all; no acknowledgements; in memory), each pull asking for at most
+`pull_bytes` with `no_wait`, so that it ends as soon as the server has sent what it has. Each
+message is handed to a sink as it arrives; while the sink wants more (`wanted`), the next pull
+is sent the moment one ends, so reading never waits for whoever takes the pages. The consumer
+expires on the server `idle` after the last pull, and is deleted when the walk closes.
 
 Why a consumer and not batch direct gets (`next_by_subj`, no server state): measured over
 200,000 keys (2 cores, shared), nats-py read pulls of about 1 MB at 62,000 to 74,000 keys/s and
@@ -21,8 +23,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import anyio
 
@@ -34,28 +35,25 @@ from registry.feed import KvItem, ack_metadata
 log = logging.getLogger(__name__)
 
 _REMOVED = ("DEL", "PURGE")
-_MAX_BYTES_REACHED = "409"  # with the description "Message Size Exceeds MaxBytes"
 _NOTHING_MORE = ("404", "408")
 BEHIND_PAUSE = 0.05  # seconds between pulls of a replica behind its leader
 LARGEST_PULL = 1_000_000  # messages a pull may ask for: its bytes, not its count, end it
 
-
-@dataclass(frozen=True)
-class Pulled:
-    """What one pull brought, in stream order (delete markers included), and whether the walk
-    has reached the end of the stream."""
-
-    items: list[KvItem]
-    finished: bool
+Sink = Callable[[KvItem], None]
 
 
 class StreamWalk:
-    """One walk of a bucket's stream under some subject filters (relative to the bucket).
+    """One walk of a bucket's stream under some subject filters (relative to the bucket), its
+    messages (delete markers included) handed to `sink` in stream order.
 
-    One pull is outstanding at most: `pull` sends it (so its messages arrive while the caller does
-    something else), `pulled` waits for its end. Not thread-safe; one event loop."""
+    At most one pull is outstanding, and a pull that ends is followed by the next at once while
+    `wanted()`. `read(enough)` waits until the sink has enough; `read_ahead()` starts a pull if
+    more is wanted. Not thread-safe; one event loop."""
 
-    def __init__(self, bus: Bus, bucket: Bucket, filters: Sequence[str] = (">",), *, idle: float) -> None:
+    def __init__(
+        self, bus: Bus, bucket: Bucket, filters: Sequence[str], *, sink: Sink, wanted: Callable[[], bool],
+        pull_bytes: int, idle: float,
+    ) -> None:  # fmt: skip
         self.bus = bus
         self.bucket = bucket
         self.filters = tuple(filters)
@@ -63,93 +61,77 @@ class StreamWalk:
         self.last_sequence = 0  # the highest stream sequence received
         self.finished = False
         self.floor = 0  # the walk is not finished before this sequence (the leader's last at the start)
-        self._behind_since: float | None = None
+        self._sink = sink
+        self._wanted = wanted
+        self._pull_bytes = max(pull_bytes, bus.max_payload)  # one message always fits
         self._idle = idle
         self._inbox = ""
         self._sub: Subscription | None = None
         self._consumer_sequence = 0
-        self._pull: _Pull | None = None
         self._pulls = 0
+        self._outstanding: str | None = None  # the tag of the pull not yet ended
+        self._received = 0  # messages of the outstanding pull
+        self._ran_dry = False  # the last pull found nothing more
+        self._behind_since: float | None = None
+        self._failure: BusError | None = None
+        self._progress = anyio.Event()
 
     @property
     def operation(self) -> str:
         return f"read {self.bucket.name} {' '.join(self.filters)} in stream order"
 
-    async def open(self, after_sequence: int = 0, *, floor: int = 0) -> int:
-        """Creates the consumer, starting after stream sequence `after_sequence` (0: the start);
-        how many messages it has to deliver now (delete markers included).
+    async def open(self, *, floor: int = 0) -> int:
+        """Creates the consumer; how many messages it has to deliver now (delete markers included).
 
         The walk does not finish before it has met stream sequence `floor` (the last the stream's
         leader held when the listing began): a replica that has just rejoined a cluster ends its
-        stream earlier, until it has caught up; past the bus's timeout, `BusError` (retry)."""
+        stream earlier until it has caught up; past the bus's timeout, `BusError` (retry)."""
         self.floor = floor
         await self.bus.until_connected(self.bus.options.request_timeout, operation=self.operation)
         self._inbox = self.bus.new_inbox()
         self._sub = await self.bus.subscribe(f"{self._inbox}.*", self._on_message)
         sole = self.filters[0] if len(self.filters) == 1 and self.filters[0] != ">" else None
         info = await self.bus.jetstream(
-            self.bucket.consumer_create_api(self.name, sole), self._config(after_sequence), operation=self.operation
+            self.bucket.consumer_create_api(self.name, sole), self._config(), operation=self.operation
         )
-        self.last_sequence = after_sequence
         return int(info.get("num_pending", 0))
 
-    def _config(self, after_sequence: int) -> dict[str, object]:
+    def _config(self) -> dict[str, object]:
         subjects = [self.bucket.subject(f) for f in self.filters]
-        start: dict[str, object] = {"deliver_policy": "all"}
-        if after_sequence > 0:
-            start = {"deliver_policy": "by_start_sequence", "opt_start_seq": after_sequence + 1}
         config: dict[str, object] = {
             "name": self.name,
             "ack_policy": "none",
+            "deliver_policy": "all",
             "inactive_threshold": int(self._idle * 1_000_000_000),
             "mem_storage": True,
             "num_replicas": 1,
-            **start,
         }
-        config["filter_subject" if len(subjects) == 1 else "filter_subjects"] = (
-            subjects[0] if len(subjects) == 1 else subjects
-        )
+        if len(subjects) == 1:
+            config["filter_subject"] = subjects[0]
+        else:
+            config["filter_subjects"] = subjects
         return {"stream_name": self.bucket.stream, "config": config}
 
-    async def pull(self, max_bytes: int) -> None:
-        """Asks for the next messages, at most `max_bytes` of them (at least the connection's
-        `max_payload`, so that one message always fits). Nothing is asked once the walk has finished."""
-        if self._pull is not None or self.finished:
-            return
-        if self._behind_since is not None:
-            await anyio.sleep(BEHIND_PAUSE)
-        self._pulls += 1
-        self._pull = _Pull(str(self._pulls))
-        body = {"batch": LARGEST_PULL, "max_bytes": max(max_bytes, self.bus.max_payload), "no_wait": True}
-        api = f"$JS.API.CONSUMER.MSG.NEXT.{self.bucket.stream}.{self.name}"
-        await self.bus.publish(api, json.dumps(body).encode(), reply=f"{self._inbox}.{self._pull.tag}")
+    async def read(self, enough: Callable[[], bool]) -> None:
+        """Returns once `enough()` or the walk has finished (pulls go on meanwhile while the sink
+        wants more); `BusError` when a pull fails or does not end within the bus's timeout."""
+        while self._failure is None and not self.finished and not enough():
+            if self._outstanding is None:
+                if self._behind_since is not None:
+                    await anyio.sleep(BEHIND_PAUSE)
+                await self._send_pull()
+            progress = self._progress
+            with anyio.move_on_after(self.bus.timeout):
+                await progress.wait()
+            if not progress.is_set() and self._failure is None:
+                self._failure = BusTimeout(self.operation, f"a pull did not end in time ({self._received} keys read)")
+        if self._failure is not None:
+            raise self._failure
 
-    async def pulled(self, max_bytes: int) -> Pulled:
-        """The messages of the outstanding pull (sent now if none is), once it has ended."""
-        await self.pull(max_bytes)
-        pull = self._pull
-        if pull is None:
-            return Pulled([], finished=True)
-        with anyio.move_on_after(self.bus.timeout):
-            await pull.done.wait()
-        self._pull = None
-        if pull.failure is not None:
-            raise pull.failure
-        if not pull.done.is_set():
-            raise BusTimeout(self.operation, f"a pull did not end in time ({len(pull.items)} keys read)")
-        self.finished = pull.finished and self._caught_up()
-        return Pulled(pull.items, self.finished)
-
-    def _caught_up(self) -> bool:
-        if self.last_sequence >= self.floor:
-            self._behind_since = None
-            return True
-        now = time.monotonic()
-        self._behind_since = self._behind_since or now
-        if now - self._behind_since > self.bus.timeout:
-            raise BusError(self.operation, f"the stream stays behind its leader (at {self.floor}); retry")
-        log.debug("%s: the stream ends at %d, behind its leader (%d)", self.operation, self.last_sequence, self.floor)
-        return False
+    async def read_ahead(self) -> None:
+        """Sends the next pull now if the sink wants more, so that its messages arrive meanwhile."""
+        if self._outstanding is None and self._failure is None and not self.finished and self._wanted():
+            await self._send_pull()
 
     async def close(self) -> None:
         """Stops listening and deletes the consumer (it would expire anyway, `idle` later)."""
@@ -165,49 +147,71 @@ class StreamWalk:
         except BusError as err:  # it expires on the server anyway
             log.debug("closing %s: %s", self.operation, err.reason)
 
+    async def _send_pull(self) -> None:
+        self._pulls += 1
+        self._outstanding, self._received, self._ran_dry = str(self._pulls), 0, False
+        body = {"batch": LARGEST_PULL, "max_bytes": self._pull_bytes, "no_wait": True}
+        api = f"$JS.API.CONSUMER.MSG.NEXT.{self.bucket.stream}.{self.name}"
+        await self.bus.publish(api, json.dumps(body).encode(), reply=f"{self._inbox}.{self._outstanding}")
+
     async def _on_message(self, msg: Message) -> None:
-        pull = self._pull
-        if pull is None or pull.done.is_set():
-            return  # the tail of a pull given up on (the walk then fails)
+        if self._outstanding is None or self._failure is not None:
+            return  # the tail of a walk that failed
         status = msg.headers.get("Status")
         if status is not None:  # sent to the pull's own reply subject, unlike its messages (their key's)
-            if msg.subject.endswith(f".{pull.tag}"):
-                self._end(pull, status, msg.headers.get("Description", ""))
+            if msg.subject.endswith(f".{self._outstanding}"):
+                await self._end(status, msg.headers.get("Description", ""))
             return
         stream_seq, consumer_seq, pending = ack_metadata(msg.reply)
         if consumer_seq != self._consumer_sequence + 1:
-            pull.fail(BusError(self.operation, f"messages were lost (consumer sequence {self._consumer_sequence} "
-                                               f"then {consumer_seq}); retry"))  # fmt: skip
+            lost = f"messages were lost (consumer sequence {self._consumer_sequence} then {consumer_seq}); retry"
+            self._fail(BusError(self.operation, lost))
             return
         self._consumer_sequence, self.last_sequence = consumer_seq, stream_seq
-        deleted = msg.headers.get("KV-Operation") in _REMOVED
-        pull.items.append(KvItem(self.bucket.key_of(msg.subject), msg.data, stream_seq, deleted))
+        self._received += 1
         if pending == 0:
-            pull.finished = True  # the server follows with a 404; no need to wait for it
+            self._ran_dry = True  # the server follows with a 404
+        deleted = msg.headers.get("KV-Operation") in _REMOVED
+        self._sink(KvItem(self.bucket.key_of(msg.subject), msg.data, stream_seq, deleted))
 
-    def _end(self, pull: _Pull, status: str, description: str) -> None:
-        if status == _MAX_BYTES_REACHED and "MaxBytes" in description:
-            if not pull.items:
-                pull.fail(BusError(self.operation, "a message larger than a pull's max_bytes"))
+    async def _end(self, status: str, description: str) -> None:
+        """A pull ended: by its bytes (409 "Message Size Exceeds MaxBytes") or because the
+        server had nothing more (404, 408); another status fails the walk."""
+        if status == "409" and "MaxBytes" in description:
+            if self._received == 0:
+                self._fail(BusError(self.operation, "a message larger than a pull's max_bytes"))
                 return
         elif status in _NOTHING_MORE:
-            pull.finished = True
+            self._ran_dry = True
         else:
-            pull.fail(BusError(self.operation, f"status {status} {description}".strip()))
+            self._fail(BusError(self.operation, f"status {status} {description}".strip()))
             return
-        pull.done.set()
+        self._outstanding = None
+        if self._ran_dry:
+            try:
+                self.finished = self._caught_up()
+            except BusError as err:
+                self._fail(err)
+                return
+        self._wake()
+        if not self.finished and self._behind_since is None:
+            await self.read_ahead()
 
+    def _caught_up(self) -> bool:
+        if self.last_sequence >= self.floor:
+            self._behind_since = None
+            return True
+        now = time.monotonic()
+        self._behind_since = self._behind_since or now
+        if now - self._behind_since > self.bus.timeout:
+            raise BusError(self.operation, f"the stream stays behind its leader (at {self.floor}); retry")
+        log.debug("%s: the stream ends at %d, behind its leader (%d)", self.operation, self.last_sequence, self.floor)
+        return False
 
-class _Pull:
-    """One pull request's messages until its end (a status message)."""
+    def _fail(self, failure: BusError) -> None:
+        self._failure = failure
+        self._wake()
 
-    def __init__(self, tag: str) -> None:
-        self.tag = tag
-        self.items: list[KvItem] = []
-        self.finished = False
-        self.failure: BusError | None = None
-        self.done = anyio.Event()
-
-    def fail(self, failure: BusError) -> None:
-        self.failure = failure
-        self.done.set()
+    def _wake(self) -> None:
+        progress, self._progress = self._progress, anyio.Event()
+        progress.set()

@@ -1,0 +1,172 @@
+"""Whole listings streamed (issue 10): each page read from the bucket's stream when its cursor
+comes, in bounded memory, on a real nats-server with the seat serving (16 KiB pages)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mesh_dev.local_nats import LocalNats
+from provisioner.paging import PageCache, page_budget
+from provisioner.streamed import READ_AHEAD_PAGES, StreamedListing
+from registry import buckets
+from registry.bus import Bus, BusOptions, connect
+from registry.kv import delete, get_latest, put
+from registry.verb_client import ask, ask_page
+from tests.helpers import in_own_task, put_many
+from tests.provisioner.test_scope import N1, N2, OPS, keys_of, mesh, one_page
+
+NEED = b'{"placeholder":"${config:x}","used_in":["etc/app.conf"]}'
+
+
+def needs(count: int, nodes: int = 10) -> dict[str, bytes]:
+    return {f"n{i % nodes}.module-{i:06d}.config.name": NEED for i in range(count)}
+
+
+@pytest.fixture
+async def bus(small_payload_server: LocalNats) -> AsyncIterator[Bus]:
+    async with connect(BusOptions(servers=(small_payload_server.url,), name="test")) as bus:
+        yield bus
+
+
+async def pages_of(bus: Bus, request: dict[str, Any]) -> list[dict[str, Any]]:
+    pages = [await ask_page(bus, request)]
+    while pages[-1]["next"] is not None:
+        pages.append(await ask_page(bus, {**request, "cursor": pages[-1]["next"]}))
+    return pages
+
+
+async def test_pages_before_the_last_say_at_most_how_many_and_the_last_says_how_many(bus: Bus) -> None:
+    await put_many(bus, buckets.NEEDS, needs(500))
+    await put(bus, buckets.NEEDS, "n1.bad", b"{}")
+    pages = await pages_of(bus, {"what": "needs"})
+    assert len(pages) > 3
+    assert all(p["pages"] is None and p["total"] == {"at_most": 501} for p in pages[:-1])
+    assert pages[-1]["pages"] == len(pages) == pages[-1]["page"]
+    assert pages[-1]["total"] == {"entries": 500, "malformed": 1}
+    assert [p["page"] for p in pages] == list(range(1, len(pages) + 1))
+    merged = await ask(bus, {"what": "needs"})
+    assert merged["total"] == {"entries": 500, "malformed": 1}
+    assert merged["pages"] == len(pages)
+    assert [m["key"] for m in merged["malformed"]] == ["n1.bad"]
+
+
+async def test_a_streamed_listing_is_in_stream_order_without_deleted_keys(bus: Bus) -> None:
+    values = needs(400)
+    await put_many(bus, buckets.NEEDS, values)
+    gone = "n3.module-000003.config.name"
+    item = await get_latest(bus, buckets.NEEDS, gone)
+    assert item is not None
+    await delete(bus, buckets.NEEDS, gone, last=item.revision)
+    merged = await ask(bus, {"what": "needs"})
+    assert [e["key"] for e in merged["entries"]] == [key for key in values if key != gone]
+    assert merged["total"] == {"entries": 399, "malformed": 0}
+
+
+async def test_a_listing_that_fits_one_page_is_sorted_by_key(bus: Bus) -> None:
+    values = dict(reversed(needs(20).items()))
+    await put_many(bus, buckets.NEEDS, values)
+    answer = await ask_page(bus, {"what": "needs"})
+    assert (answer["pages"], answer["next"]) == (1, None)
+    assert [e["key"] for e in answer["entries"]] == sorted(values)
+    assert answer["total"] == {"entries": 20, "malformed": 0}
+
+
+async def test_a_key_written_during_the_listing_is_answered_again_at_its_new_place(bus: Bus) -> None:
+    await put_many(bus, buckets.NEEDS, needs(400))
+    first = await ask_page(bus, {"what": "needs"})
+    moved = first["entries"][0]["key"]
+    await put(bus, buckets.NEEDS, moved, b'{"placeholder":"${config:y}"}')
+    later = await pages_of(bus, {"cursor": first["next"], "what": "needs"})
+    keys = [e["key"] for e in first["entries"]] + [e["key"] for p in later for e in p["entries"]]
+    assert keys.count(moved) == 2
+    assert later[-1]["entries"][-1]["key"] == moved
+    assert later[-1]["entries"][-1]["value"] == {"placeholder": "${config:y}"}
+    assert len(set(keys)) == 400
+
+
+async def test_a_page_asked_again_is_answered_again_and_an_earlier_one_is_gone(bus: Bus) -> None:
+    await put_many(bus, buckets.NEEDS, needs(400))
+    first = await ask_page(bus, {"what": "needs"})
+    second = await bus.request(buckets.VERB_SUBJECT, json.dumps({"cursor": first["next"], "what": "needs"}).encode())
+    again = await bus.request(buckets.VERB_SUBJECT, json.dumps({"cursor": first["next"]}).encode())
+    assert second.data == again.data
+    third = await ask_page(bus, {"cursor": json.loads(second.data)["next"]})
+    assert third["page"] == 3
+    stale = await bus.request(buckets.VERB_SUBJECT, json.dumps({"cursor": first["next"]}).encode())
+    assert stale.headers.get("Nats-Service-Error-Code") == "410"
+
+
+async def test_the_listings_consumer_is_gone_after_its_last_page(bus: Bus) -> None:
+    await put_many(bus, buckets.NEEDS, needs(400))
+    await ask(bus, {"what": "needs"})
+    info = await bus.jetstream(buckets.NEEDS.info_api, operation="info")
+    assert info["state"]["consumer_count"] == 0
+
+
+async def test_a_listing_holds_a_few_pages_whatever_the_buckets_size(bus: Bus) -> None:
+    await put_many(bus, buckets.NEEDS, needs(3000))
+    budget = page_budget(bus.max_payload)
+    listing = await StreamedListing.start(bus, "needs", [">"], listing_id="L", budget=budget, idle=10)
+    try:
+        number = 1
+        while not listing.finished:
+            await listing.page(number)
+            number += 1
+    finally:
+        await listing.close()
+    assert number > 10
+    # the pages read ahead (READ_AHEAD_PAGES), the pull under way when they were reached, and
+    # what did not fit the page before: not the bucket (3,000 entries, about 28 pages)
+    assert budget <= listing.most_waiting <= (READ_AHEAD_PAGES + 2) * budget
+
+
+async def test_a_dropped_listing_has_its_consumer_deleted(bus: Bus) -> None:
+    await put_many(bus, buckets.NEEDS, needs(400))
+    cache = PageCache(max_listings=1)
+    for listing_id in ("A", "B"):
+        listing = await StreamedListing.start(bus, "needs", [">"], listing_id=listing_id, budget=2000, idle=10)
+        await listing.page(1)
+        cache.keep_streamed(listing_id, {"what": "needs"}, listing)
+    await cache.close_dropped()
+    info = await bus.jetstream(buckets.NEEDS.info_api, operation="info")
+    assert info["state"]["consumer_count"] == 1
+    assert len(cache) == 1
+
+
+# Scoped: a cursor of a streamed listing is a bearer token bound to whoever started the listing.
+
+
+@pytest.fixture
+async def crowded(tmp_path: Path) -> AsyncIterator[LocalNats]:
+    """The multi-account mesh with 16 KiB pages and more n1 keys than one batch read answers:
+    n1's own listing is streamed too."""
+    async with in_own_task(mesh(tmp_path / "nats", "max_payload: 16384\n", bucket_max_value_size=8192)) as server:
+        async with connect(BusOptions(servers=(server.url,), name="seat")) as seat:
+            await put_many(seat, buckets.NEEDS, {f"n1.m{i:04d}.config.x": NEED for i in range(1100)})
+        yield server
+
+
+@pytest.mark.parametrize("other", [N1.account, N2.account], ids=["a node", "another node"])
+async def test_an_operators_streamed_cursor_serves_no_node(crowded: LocalNats, other: str) -> None:
+    _, first = await one_page(crowded, OPS.account, {"what": "needs"})
+    assert first["next"] is not None and first["pages"] is None
+    code, refused = await one_page(crowded, other, {"cursor": first["next"]})
+    assert (code, "entries" in refused) == ("410", False)
+    code, following = await one_page(crowded, OPS.account, {"cursor": first["next"]})
+    assert (code, following["page"]) == (None, 2)
+
+
+async def test_a_nodes_streamed_listing_holds_its_keys_only_and_serves_no_one_else(crowded: LocalNats) -> None:
+    _, first = await one_page(crowded, N1.account, {"what": "needs"})
+    assert first["next"] is not None and first["pages"] is None  # more than one batch read: streamed
+    for other in (N2.account, OPS.account):
+        code, _ = await one_page(crowded, other, {"cursor": first["next"]})
+        assert code == "410"
+    code, following = await one_page(crowded, N1.account, {"cursor": first["next"]})
+    assert code is None
+    assert all(key.startswith("n1.") for key in keys_of(following))
