@@ -5,10 +5,12 @@ controller grants; a key for another node is a bug, refused with `ForeignKeyErro
 
 A node has no JetStream API in the data account (no consumer, no stream info), so it learns its
 own keys of needs, applied and collect from the provisioning verb, which answers a node about its
-own keys with each entry's revision. A key out of shape under the node is the node's footprint
-too: the verb names it as malformed, and it is read by direct get so that a converge removes it.
-The verb's pages are read by `registry.bounded_json.read_json` (at most the largest NATS payload, and the
-values' depth bound plus the answer's own levels): a page beyond that is a `BusError`, never a crash.
+own keys with each entry's revision; whether they moved at all it learns from their stamp, one
+direct get of `<node>.>` (`NodeScope.stamp`), which its grant of its own keys' direct gets allows.
+A key out of shape under the node is the node's footprint too: the verb names it as malformed, and
+it is read by direct get so that a converge removes it. The verb's pages are read by
+`registry.bounded_json.read_json` (at most the largest NATS payload, and the values' depth bound
+plus the answer's own levels): a page beyond that is a `BusError`, never a crash.
 """
 
 from __future__ import annotations
