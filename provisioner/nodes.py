@@ -67,11 +67,10 @@ class LeaseSeen:
     holder: Holder | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleSeen:
-    revision: int
-    pending: bool
-    changed_at: datetime | None
+# An applied record as the view keeps it: (revision, pending, changed_at). A plain tuple of atoms,
+# which the garbage collector stops tracking: 100,000 slotted objects (1,000 nodes x 100 modules)
+# added 10 to 25 ms to each of the seat's full collections, run with its event loop blocked.
+ModuleSeen = tuple[int, bool, datetime | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +202,7 @@ def _module_seen(item: KvItem) -> ModuleSeen:
     if not isinstance(value, dict) or value.get("state") not in ("applied", "pending"):
         raise ValueError("the value has no state applied or pending")
     changed = _parsed_time(value.get("changed_at")) or item.stored_at
-    return ModuleSeen(item.revision, value["state"] == "pending", changed)
+    return (item.revision, value["state"] == "pending", changed)
 
 
 def _parsed_time(text: object) -> datetime | None:
@@ -219,11 +218,11 @@ def _parsed_time(text: object) -> datetime | None:
 def _tally(modules: Iterable[ModuleSeen]) -> Tally:
     applied = pending = 0
     latest: datetime | None = None
-    for module in modules:
-        pending += module.pending
-        applied += not module.pending
-        if module.changed_at is not None and (latest is None or module.changed_at > latest):
-            latest = module.changed_at
+    for _, is_pending, changed_at in modules:
+        pending += is_pending
+        applied += not is_pending
+        if changed_at is not None and (latest is None or changed_at > latest):
+            latest = changed_at
     return Tally(applied, pending, latest)
 
 
