@@ -17,6 +17,7 @@ bucket) nothing is remembered and the next reconcile resolves every module again
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -136,13 +137,16 @@ def source_of(document: object) -> Source | None:
         return None
     name, shape, subject_filter = (str(part) for part in document)
     try:
-        return Source(Bucket(name, shape_of(shape)), subject_filter)
+        return Source(Bucket(name, _shape_of(shape)), subject_filter)
     except RegistryError:
         return None
 
 
 def document_of(source: Source) -> list[str]:
     return [source.bucket.name, source.bucket.shape.text, source.filter]
+
+
+_shape_of = functools.lru_cache(maxsize=256)(shape_of)
 
 
 def _answer_of(registry: Registry, placeholder: Placeholder) -> object:

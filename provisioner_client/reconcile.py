@@ -153,8 +153,9 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
         partial(_converge, own, report, buckets.COLLECT, collect),
     )
     previous = _applied_by_module(own.items(buckets.APPLIED))
-    world = await _world(own.memory, resolver, registry, wanted, folder, collect=collect)
-    unchanged = _unchanged(manifests, previous, world, own.memory, folder)
+    read_before = _remembered_sources(own.memory)
+    world = await _world(read_before, resolver, registry, wanted, folder, collect=collect)
+    unchanged = report.unchanged = _unchanged(manifests, previous, world, own.memory, folder)
     await resolver.prefetch([(m, p) for m, p in wanted if m not in unchanged])
     for module, loaded in sorted(manifests.modules.items()):
         if module in unchanged:
@@ -164,9 +165,8 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
                                               report=report)  # fmt: skip
     for module, error in sorted(manifests.held.items()):
         report.modules[module] = _held(folder, module, error, previous.get(module))
-    await _converge(own, report, buckets.APPLIED, _applied(plan.node, report, previous))
-    report.sources = resolver.sources | (_remembered_sources(own.memory) if unchanged else set())
-    report.unchanged = unchanged
+    await _converge(own, report, buckets.APPLIED, _applied(plan.node, report, previous, own.items(buckets.APPLIED)))
+    report.sources = resolver.sources | (read_before if unchanged else set())
     _remember_inputs(own, world, report, manifests, folder)
     if own.changed:
         remembered.write(plan.materialize, own.memory)
@@ -176,12 +176,12 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
 
 
 async def _world(
-    memory: Remembered, resolver: Resolver, registry: Registry, wanted: Sequence[tuple[str, Placeholder]],
+    read_before: set[Source], resolver: Resolver, registry: Registry, wanted: Sequence[tuple[str, Placeholder]],
     folder: EnvFolder, *, collect: Mapping[str, bytes],
 ) -> World:  # fmt: skip
     """What every module resolves from this time: the stamps of the buckets read last time (or, the
     first time, of those the registry names), and the digests of the verbs' answers, asked at once."""
-    stamped = inputs.buckets_of(_remembered_sources(memory)) or resolver.buckets_read(wanted)
+    stamped = inputs.buckets_of(read_before) or resolver.buckets_read(wanted)
     key = folder.key(create=bool(wanted))
     stamps: dict[str, int] = {}
     verbs: dict[str, str] = {}
@@ -226,6 +226,9 @@ def _remember_inputs(own: OwnKeys, world: World, report: Report, manifests: Mani
     """Keeps the world, the places read and each applied module's inputs (with when it was last
     resolved from them), when the world's stamps cover every place read; else forgets them (the
     next reconcile resolves every module)."""
+    memory = own.memory
+    if world.digest is not None and world.digest == memory.world and report.unchanged == memory.modules.keys():
+        return  # every module as it was, from the world as it was: nothing new to keep
     modules: dict[str, tuple[str, float]] = {}
     vouched = world.digest is not None and world.covers(report.sources, own.scope.node)
     now = time.time()
@@ -270,13 +273,23 @@ async def _converge(own: OwnKeys, report: Report, bucket: Bucket, desired: Mappi
                  extra={"node": own.scope.node, "bucket": bucket.name})  # fmt: skip
 
 
-def _applied(node: str, report: Report, previous: Mapping[str, AppliedValue]) -> dict[str, bytes]:
-    """Each module's applied record, stamped with when its content last changed."""
+def _applied(
+    node: str, report: Report, previous: Mapping[str, AppliedValue], current: Sequence[KvItem]
+) -> dict[str, bytes]:
+    """Each module's applied record, stamped with when its content last changed; an unchanged
+    module's as it is stored."""
     now = datetime.now(UTC).isoformat(timespec="seconds")
+    stored = {item.key: item.value for item in current if not item.deleted}
+    desired = {}
     for module, done in report.modules.items():
+        key = buckets.APPLIED.shape.build(node=node, module=module)
+        if module in report.unchanged and key in stored:
+            desired[key] = stored[key]
+            continue
         stamped = _fitted(done.applied).stamped(previous.get(module), now)
         report.modules[module] = replace(done, applied=stamped)
-    return {buckets.APPLIED.shape.build(node=node, module=m): to_json(r.applied) for m, r in report.modules.items()}
+        desired[key] = to_json(stamped)
+    return desired
 
 
 def _needs(node: str, manifests: Manifests) -> dict[str, bytes]:
