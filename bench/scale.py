@@ -22,6 +22,7 @@ import anyio
 import nats
 from nats.aio.client import Client
 
+from bench import raw_reads
 from bench.cases import (
     Report,
     ask_echo,
@@ -93,17 +94,6 @@ async def raw_batch(nc: Client, body: dict[str, Any]) -> tuple[int, int]:
 async def raw_multi_last(nc: Client, node: str) -> None:
     count, _ = await raw_batch(nc, {"multi_last": [buckets.NEEDS.subject(f"{node}.>")], "batch": BATCH})
     assert count == NODE_KEYS, count
-
-
-async def raw_pages(nc: Client, expected: int) -> None:
-    """Every key by batch direct gets (`next_by_subj`), a page after another: no consumer."""
-    seq = total = 0
-    while True:
-        count, last = await raw_batch(nc, {"next_by_subj": buckets.NEEDS.subject(">"), "seq": seq + 1, "batch": BATCH})
-        if count == 0:
-            break
-        total, seq = total + count, last
-    assert total == expected, f"the paged read found {total} of {expected} keys"
 
 
 # The fill: loading keys, and nodes registering.
@@ -242,16 +232,25 @@ async def first_page_and_all(bus: Bus, total: int) -> tuple[float, float]:
 
 
 async def whole_listings(bus: Bus, nc: Client, report: Report, sizes: ScaleSizes, seat: int) -> None:
+    """A whole listing beside the fastest of three raw reads of every key (a watch, paged batch
+    direct gets, a pull consumer), run in turn twice so that a shared machine's load falls on each
+    alike, the best of each kept; then `listings_at_once` listings at once."""
     total = sizes.keys
     print(f"whole listings of {total:,} keys")
-    first, whole = await first_page_and_all(bus, total)
-    paged = await timed(partial(raw_pages, nc, total))
-    watched = await timed(partial(read_whole, nc, ">", total))
-    met(report, f"whole listing: first page ({total:,} keys)", first, "s", "< 1", ok=first < 1)
-    report.add("whole listing: keys per second", total / whole, "keys/s")
-    report.add("  raw paged batch direct get: keys per second", total / paged, "keys/s")
-    report.add("  raw watch of every key: keys per second", total / watched, "keys/s")
-    speed = min(paged, watched) / whole
+    seat_runs: list[tuple[float, float]] = []
+    floors: dict[str, list[float]] = {"watch": [], "paged batch direct get": [], "pull consumer": []}
+    for _ in range(2):
+        seat_runs.append(await first_page_and_all(bus, total))
+        floors["watch"].append(await timed(partial(read_whole, nc, ">", total)))
+        floors["paged batch direct get"].append(await timed(partial(raw_reads.direct_pages, nc, total)))
+        floors["pull consumer"].append(await timed(partial(raw_reads.pulled, nc, total)))
+    first = min(run[0] for run in seat_runs)
+    whole = min(run[1] for run in seat_runs)
+    met(report, f"whole listing: first page ({total:,} keys, best of 2)", first, "s", "< 1", ok=first < 1)
+    report.add("whole listing: keys per second (best of 2)", total / whole, "keys/s")
+    for name, seconds in floors.items():
+        report.add(f"  raw {name}: keys per second (best of 2)", total / min(seconds), "keys/s")
+    speed = min(min(seconds) for seconds in floors.values()) / whole
     met(report, "whole listing speed / fastest raw read", speed, "x", ">= 0.8", ok=speed >= 0.8)
     rss = peak_rss_mb(seat)
     met(report, "seat peak RSS, one listing", rss, "MB", "< 150", ok=rss < 150)
@@ -263,9 +262,13 @@ async def whole_listings(bus: Bus, nc: Client, report: Report, sizes: ScaleSizes
         except ServiceError as err:  # the seat answering 503 is a figure of this run, not its end
             failures.append(str(err))
 
+    started = anyio.current_time()
     async with anyio.create_task_group() as tg:
         for _ in range(sizes.listings_at_once):
             tg.start_soon(listing)
+    taken = anyio.current_time() - started
+    at_once = sizes.listings_at_once
+    report.add(f"{at_once} listings at once: keys per second, all together", at_once * total / taken, "keys/s")
     for failure in failures:
         print(f"  a listing failed: {failure}")
     met(

@@ -480,6 +480,7 @@ def _target(options: BusOptions) -> str:
 async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterator[Bus]:
     log.debug("connecting to nats at %s (from %s)", ", ".join(options.servers), options.servers_from)
     nc = Client()
+    nc._parse_header_lines = _header_lines  # type: ignore[method-assign]
     try:
         await nc.connect(**_connect_options(options, callbacks))
     except BaseException as err:
@@ -498,6 +499,27 @@ async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterato
         # nats-py closes the connection itself once its drain times out: leave it time to.
         with anyio.move_on_after(options.drain_timeout.total_seconds() + 2, shield=True):
             await _close(bus, nc)
+
+
+_WHITESPACE = re.compile(r"\s")
+
+
+def _header_lines(raw: bytes) -> dict[str, str]:
+    """nats-py's `Client._parse_header_lines`, the same result, a regular expression instead of a
+    generator over each name's characters: a batch direct get answers six headers a message, and
+    parsing them was a quarter of reading one node's 100 keys (1.9 ms, 1.4 ms with this; issue 10)."""
+    out: dict[str, str] = {}
+    for line in raw.split(b"\r\n"):
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        try:
+            key = name.strip().decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        if _WHITESPACE.search(key) is None:
+            out[key] = value.strip().decode("utf-8", "replace")
+    return out
 
 
 def nats_client(bus: Bus) -> Client:

@@ -107,17 +107,43 @@ async def current_snapshot(
     `NoResponders` instead of being read by a consumer (a caller that streams large listings,
     `registry.walk`)."""
     deadline = time.monotonic() + bus.timeout
+    read = (
+        partial(get_last_many, bus, bucket, filters)
+        if batch_only
+        else partial(_latest_entries, bus, bucket, filters, by_batch=by_batch)
+    )
     while True:
-        floor = await leader_floor(bus, bucket, filters)
-        if batch_only:
-            items = await get_last_many(bus, bucket, filters)
-        else:
-            items = await _latest_entries(bus, bucket, filters, by_batch=by_batch)
+        floor, items = await _floor_and(bus, bucket, filters, read)
         if max((item.revision for item in items), default=0) >= floor:
             return [item for item in items if include_deleted or not item.deleted]
         if time.monotonic() > deadline:
             raise BusError(f"read {bucket.name}", f"the listing stays behind the stream's leader (at {floor}); retry")
         log.debug("listing of %s behind the stream's leader (at %d); reading it again", bucket.name, floor)
+
+
+async def _floor_and(
+    bus: Bus, bucket: Bucket, filters: Sequence[str], read: Callable[[], Awaitable[list[KvItem]]]
+) -> tuple[int, list[KvItem]]:
+    """The leader's floor and the listing, asked at once: one round trip, not two. The floor may
+    then be read after the listing, and a write between them make the listing look behind: it is
+    read again, as one really behind would be. A `BusError` of either is raised as itself."""
+    floor: list[int | BusError] = []
+    items: list[list[KvItem] | BusError] = []
+
+    async def keep(into: list[Any], ask: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            into.append(await ask())
+        except BusError as err:
+            into.append(err)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(keep, floor, partial(leader_floor, bus, bucket, filters))
+        tg.start_soon(keep, items, read)
+    for answer in (items[0], floor[0]):  # the listing's failure first: a caller tells TooManyKeys apart
+        if isinstance(answer, BusError):
+            raise answer
+    assert isinstance(floor[0], int) and isinstance(items[0], list)
+    return floor[0], items[0]
 
 
 async def _latest_entries(bus: Bus, bucket: Bucket, filters: Sequence[str], *, by_batch: bool) -> list[KvItem]:

@@ -1,0 +1,92 @@
+"""Floors of a whole listing: every key of the needs bucket read by nats-py itself, with no seat.
+
+Each read is written the way nats-py goes fastest for it: a callback subscription (no
+`next_msg` per message) and requests of about one `max_payload` each, so a floor is nats-py's
+best, not a naive reader's."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import anyio
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from registry import buckets
+
+NEEDS = buckets.NEEDS
+LARGEST = 1_000_000  # messages a request may ask for: its bytes end it
+
+
+class _Reader:
+    """The messages of one request at a time on one inbox, until a status message ends it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last_seq = 0
+        self.pending = -1
+        self.ended = anyio.Event()
+
+    async def on_message(self, msg: Msg) -> None:
+        headers = msg.headers or {}
+        if "Status" in headers:
+            self.ended.set()
+            return
+        self.count += 1
+        if msg.reply:  # a consumer's message: its sequences are in the reply subject
+            tokens = msg.reply.split(".")
+            self.last_seq, self.pending = int(tokens[5]), int(tokens[8])
+        else:  # a direct get's: in its headers
+            self.last_seq = int(headers["Nats-Sequence"])
+
+    def next_request(self) -> None:
+        self.ended = anyio.Event()
+
+
+async def direct_pages(nc: Client, expected: int) -> None:
+    """Every key by batch direct gets (`next_by_subj`), each asking for `max_payload` bytes: no consumer."""
+    reader = _Reader()
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=reader.on_message, pending_bytes_limit=1024**3)
+    try:
+        while True:
+            before = reader.count
+            reader.next_request()
+            body = {"next_by_subj": NEEDS.subject(">"), "seq": reader.last_seq + 1, "batch": LARGEST,
+                    "max_bytes": nc.max_payload}  # fmt: skip
+            await nc.publish(NEEDS.batch_get_subject, json.dumps(body).encode(), reply=inbox)
+            with anyio.fail_after(30):
+                await reader.ended.wait()
+            if reader.count == before:
+                break
+    finally:
+        await sub.unsubscribe()
+    assert reader.count == expected, f"the paged direct read found {reader.count} of {expected} keys"
+
+
+async def pulled(nc: Client, expected: int) -> None:
+    """Every key by a pull consumer of its own, pulls of `max_payload` bytes one after another."""
+    name = uuid.uuid4().hex
+    config: dict[str, Any] = {"name": name, "ack_policy": "none", "deliver_policy": "all", "mem_storage": True,
+                              "filter_subject": NEEDS.subject(">"), "inactive_threshold": 30_000_000_000}  # fmt: skip
+    create = f"$JS.API.CONSUMER.CREATE.{NEEDS.stream}.{name}.{NEEDS.subject('>')}"
+    await nc.request(create, json.dumps({"stream_name": NEEDS.stream, "config": config}).encode(), timeout=10)
+    reader = _Reader()
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=reader.on_message, pending_bytes_limit=1024**3)
+    body = json.dumps({"batch": LARGEST, "max_bytes": nc.max_payload, "no_wait": True}).encode()
+    try:
+        while reader.pending != 0:
+            before = reader.count
+            reader.next_request()
+            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{NEEDS.stream}.{name}", body, reply=inbox)
+            with anyio.fail_after(30):
+                await reader.ended.wait()
+            if reader.count == before:
+                break
+    finally:
+        await sub.unsubscribe()
+        await nc.request(f"$JS.API.CONSUMER.DELETE.{NEEDS.stream}.{name}", b"", timeout=10)
+    assert reader.count == expected, f"the pulled read found {reader.count} of {expected} keys"
