@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from functools import cache
 from typing import Any
 
 from provisioner.paging import Encoded, build_pages
@@ -100,11 +101,16 @@ def json_problem(value: bytes) -> str | None:
 def entry(key: str, parts: Mapping[str, str], revision: int, value: bytes) -> bytes:
     """An entry's JSON, the stored value spliced in as it is (it was checked to be JSON)."""
     if _JSON_SAFE_KEY.fullmatch(key):  # the key and its parts need no JSON escaping: skip the encoder
-        fields = "".join(f',"{field}":"{text}"' for field, text in parts.items())
-        head = f'{{"key":"{key}"{fields},"revision":{revision:d},"value":'.encode()
+        head = (_head_format(tuple(parts)) % (key, *parts.values(), revision)).encode()
     else:
         head = _dumps({"key": key, **parts, "revision": revision})[:-1] + b',"value":'
     return head + value.strip() + b"}"
+
+
+@cache
+def _head_format(fields: tuple[str, ...]) -> str:
+    """`{"key":"%s","<field>":"%s",...,"revision":%d,"value":` for a shape's fields (plain names)."""
+    return '{"key":"%s"' + "".join(f',"{field}":"%s"' for field in fields) + ',"revision":%d,"value":'
 
 
 def malformed(key: str, reason: str) -> bytes:
