@@ -502,12 +502,17 @@ async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterato
 
 
 _WHITESPACE = re.compile(r"\s")
+_BYTES_WHITESPACE = " \t\n\r\x0b\x0c"  # what `bytes.strip()` strips
 
 
 def _header_lines(raw: bytes) -> dict[str, str]:
-    """nats-py's `Client._parse_header_lines`, the same result, a regular expression instead of a
-    generator over each name's characters: a batch direct get answers six headers a message, and
-    parsing them was a quarter of reading one node's 100 keys (1.9 ms, 1.4 ms with this; issue 10)."""
+    """nats-py's `Client._parse_header_lines`, the same result, faster: an ASCII block (every
+    block JetStream sends) is decoded once, not twice a line, and a name is checked for
+    whitespace by a regular expression instead of a generator over its characters. A batch direct
+    get answers seven header lines a message: parsing them was a quarter of reading one node's 100
+    keys (1.9 ms raw, 1.4 ms with this; issue 10)."""
+    if raw.isascii():
+        return _ascii_header_lines(raw.decode("ascii"))
     out: dict[str, str] = {}
     for line in raw.split(b"\r\n"):
         name, sep, value = line.partition(b":")
@@ -519,6 +524,17 @@ def _header_lines(raw: bytes) -> dict[str, str]:
             continue
         if _WHITESPACE.search(key) is None:
             out[key] = value.strip().decode("utf-8", "replace")
+    return out
+
+
+def _ascii_header_lines(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.split("\r\n"):
+        name, sep, value = line.partition(":")
+        if sep:
+            key = name.strip(_BYTES_WHITESPACE)
+            if _WHITESPACE.search(key) is None:
+                out[key] = value.strip(_BYTES_WHITESPACE)
     return out
 
 

@@ -32,3 +32,9 @@ def test_any_header_block_is_read_as_nats_py_reads_it(lines: list[tuple[str, str
 @given(st.binary(max_size=200))
 def test_any_bytes_are_read_as_nats_py_reads_them(raw: bytes) -> None:
     assert _header_lines(raw) == Client._parse_header_lines(raw)
+
+
+@given(st.text(alphabet=st.sampled_from(list(":\r\n \t\x0b\x0c\x1c\x85ab-")), max_size=80))
+def test_any_ascii_block_is_read_as_nats_py_reads_it(text: str) -> None:
+    raw = text.encode("utf-8")
+    assert _header_lines(raw) == Client._parse_header_lines(raw)
