@@ -6,7 +6,8 @@
       compile the registry              at start (a failure here is fatal) ...
       ├── every compile_interval        ... then as a task of the group
       ├── the registry view             follows the registry bucket for `what=registry`
-      └── the verb service              until `stop` is set, then shut down in order
+      └── the verb service              until `stop` is set, then shut down in order;
+                                        once it serves, the start's heap is frozen (`gc.freeze`)
 
 `stop` is an `anyio.Event`: the CLI sets it on SIGTERM/SIGINT (`registry.signals`), tests and
 `mesh-provisioner-dev` set it themselves. A connection that nats-py closes for good (the server
@@ -17,6 +18,7 @@ that stays up answering nothing.
 
 from __future__ import annotations
 
+import gc
 import logging
 from contextlib import AsyncExitStack
 from functools import partial
@@ -89,6 +91,7 @@ async def run_server(
             max_waiting=settings.max_waiting_requests,
             shutdown_timeout=settings.shutdown_timeout,
         ):
+            freeze_start_up_heap()
             ready.set()
             task_status.started()
             await stop.wait()
@@ -97,6 +100,14 @@ async def run_server(
     if lost.is_set():
         raise ConnectionClosed("serve", "nats closed the connection for good; restart the server")
     log.info("stopped")
+
+
+def freeze_start_up_heap() -> None:
+    """Leaves what the start made (modules, settings, the registry view: ~45,000 objects) out of the
+    garbage collector's full collections, which would otherwise scan it all with the event loop
+    blocked: 11 ms of CPU each, about one every 15 s while 20 nodes a second register."""
+    gc.collect()
+    gc.freeze()
 
 
 def read_grants(path: Path) -> PartyMap:
