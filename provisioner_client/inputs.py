@@ -30,13 +30,14 @@ from provisioner_client.resolve import Pending, Registry, Resolver, Source
 from registry import buckets
 from registry.buckets import Bucket
 from registry.bus import Bus
-from registry.errors import BusError, RegistryError
+from registry.errors import BusError, NoResponders, RegistryError
 from registry.keys import shape_of, under
 from registry.kv import get_direct
 from registry.models import VerbAnswer, to_json
 from registry.placeholders import Placeholder
 
 _OWN = {buckets.REGISTRY.name, buckets.COLLECT.name}
+_FORMAT = 1  # of what a module's env file is made of: a client that renders otherwise counts it up
 
 
 def node_keyed(bucket: Bucket) -> bool:
@@ -75,15 +76,22 @@ class World:
         return True
 
 
+UNREAD = -1  # a stamp that could not be read: the world is then not vouched for
+ABSENT = -2  # nobody answers: no such bucket (or no direct get), a state as stable as any stamp
+
+
 async def stamps_of(bus: Bus, node: str, stamped: Iterable[Bucket]) -> dict[str, int]:
-    """Each bucket's stamp (-1 when it cannot be read, which never matches), all asked at once."""
+    """Each bucket's stamp (0: nothing under it), all asked at once."""
     found: dict[str, int] = {}
 
     async def stamp(bucket: Bucket) -> None:
         try:
             item = await get_direct(bus, bucket, stamp_filter(bucket, node))
+        except NoResponders:
+            found[bucket.name] = ABSENT
+            return
         except BusError:
-            found[bucket.name] = -1
+            found[bucket.name] = UNREAD
             return
         found[bucket.name] = item.revision if item is not None else 0
 
@@ -115,9 +123,10 @@ async def verb_digests(
 
 def world_of(registry: Registry, stamps: Mapping[str, int], collect_digest: str, verbs: Mapping[str, str]) -> World:
     """The world from its parts; not vouched for when a stamp could not be read."""
-    if any(stamp < 0 for stamp in stamps.values()):
+    if UNREAD in stamps.values():
         return World(None, stamps)
     document = {
+        "format": _FORMAT,
         "registry": {kind: to_json(entry).decode() for kind, entry in sorted(registry.entries.items())},
         "problems": dict(sorted(registry.problems.items())),
         "stamps": dict(sorted(stamps.items())),

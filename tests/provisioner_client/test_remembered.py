@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import stat
+from pathlib import Path
 
 from mesh_dev.standins import StandIns
 from provisioner_client import remembered
@@ -186,3 +187,19 @@ async def test_a_module_resolved_longer_ago_than_trusted_is_resolved_again(
     assert again.unchanged == {"postgres", "tools"}
     assert not any(again.writes.values())
     assert (await reconcile(bus, plan)).unchanged == {"app", "postgres", "tools"}
+
+
+async def test_a_bucket_that_does_not_exist_is_a_stable_stamp_and_spares_the_other_modules(
+    provisioned: Bus, tmp_path: Path
+) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "web.json").write_text(json.dumps({"module": "web", "env": {"LEVEL": "${config:log-level}"}}))
+    (manifests / "plain.json").write_text(json.dumps({"module": "plain", "env": {"GREETING": "hello"}}))
+    plan = ClientPlan(node="node-1", manifests=manifests, materialize=tmp_path / "env")
+    first = await reconcile(provisioned, plan)
+    assert first.modules["web"].applied.state == "pending" and first.modules["plain"].applied.state == "applied"
+    again = await reconcile(provisioned, plan)
+    assert again.unchanged == {"plain"}, "the pending module is resolved again, the applied one is not"
+    assert again.modules["web"].applied == first.modules["web"].applied
+    assert not any(again.writes.values())
