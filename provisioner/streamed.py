@@ -125,6 +125,8 @@ class StreamedListing:
         number = self._answered + 1
         if self.walk.finished and not self._encoder.encoded:
             self.finished = True
+            log.debug("streamed %s: %d pages, %d entries, %d malformed, at most %d bytes waiting",
+                      self.what, number, *self._counts, self.most_waiting)  # fmt: skip
             total = totals(*self._counts)
             return page_json(self.what, items, number=number, pages=number, total=total, following=None)
         self._ahead = READ_AHEAD_PAGES * self.budget
