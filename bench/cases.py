@@ -184,7 +184,7 @@ async def direct_read(nc: Client, subject_filter: str) -> int:
         if entry is None:
             break
         count += 1
-    await watcher.stop()
+    await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves KeyWatcher.stop unannotated
     return count
 
 
