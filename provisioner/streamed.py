@@ -33,7 +33,7 @@ from provisioner.paging import cursor_for, page_json, take_page, totals
 from provisioner.request import LISTABLE
 from registry.bus import Bus
 from registry.feed import KvItem
-from registry.kv import leader_floor
+from registry.kv import leader_floor, replicated
 from registry.walk import StreamWalk
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,8 @@ class StreamedListing:
         """A listing of the keys of `what`'s bucket under `filters`, its walk open: never ending
         before the sequence the stream's leader held when it began."""
         listing = cls(bus, what, filters, listing_id=listing_id, budget=budget, idle=idle)
-        floor = await leader_floor(bus, listing.walk.bucket, filters)
+        bucket = listing.walk.bucket
+        floor = await leader_floor(bus, bucket, filters) if await replicated(bus, bucket) else 0
         try:
             listing.at_most = await listing.walk.open(floor=floor)
         except BaseException:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import anyio
 import nats
+import nats.aio.client
+import nats.aio.msg
 import pytest
 from nats.js import JetStreamContext
 from pydantic import SecretStr
@@ -25,6 +27,7 @@ from registry.kv import (
     get_direct,
     get_last_many,
     get_latest,
+    replicated,
     snapshot,
     update,
 )
@@ -257,3 +260,26 @@ async def test_a_pipelined_converge_that_loses_a_write_says_what_it_had_done(bus
     assert (await kv.get("n1.k7")).value == b"another writer"
     written = [item.key for item in await snapshot(bus, bucket("raced"), ["n1.>"]) if item.value == b"new"]
     assert caught.value.done == f"{len(written)} written, 0 deleted"
+
+
+async def test_a_stream_of_one_replica_is_listed_without_asking_its_leader(
+    bus: Bus, nc: nats.aio.client.Client, js: JetStreamContext
+) -> None:
+    """Its one server answers the batch read: the leader's floor (a stream message get) would
+    only add a round trip. Its configuration is asked once, then trusted for a few seconds."""
+    kv = await js.create_key_value(bucket="single", direct=True)
+    await kv.put("n1.a", b"1")
+    asked: list[str] = []
+
+    async def count(msg: nats.aio.msg.Msg) -> None:
+        asked.append(msg.subject.split(".")[3])
+
+    for api in ("STREAM.MSG.GET", "STREAM.INFO"):
+        await nc.subscribe(f"$JS.API.{api}.KV_single", cb=count)
+    await nc.flush()
+    for _ in range(3):
+        items = await current_snapshot(bus, bucket("single"), ["n1.>"])
+        assert [(i.key, i.value) for i in items] == [("n1.a", b"1")]
+    await nc.flush()
+    assert asked == ["INFO"]
+    assert not await replicated(bus, bucket("single"))
