@@ -4,10 +4,11 @@ The page's shape, `total` and the cursor's rules are the verb's contract (README
 page fits the connection's `max_payload` with a margin. A listing read whole (a narrowed one the
 batch read answers) is read once, on the first request, and its later pages are kept here; a
 streamed listing (`provisioner.streamed`: one too large to hold) is kept here as the state it
-reads its next page from. Both are bounded in count (`max_cursors`), kept pages in bytes
-(`cursor_cache_bytes`), oldest dropped first, each for `cursor_ttl` after its last use. A listing
-is kept with the party that started it: a cursor is a bearer token, and another party holding it
-(a node that saw it go by) must not read a listing scoped to someone else.
+reads its next page from. Both are bounded in count (`max_cursors`) and bytes
+(`cursor_cache_bytes`: the pages kept, the most a streamed listing may hold), oldest dropped
+first, each for `cursor_ttl` after its last use. A listing is kept with the party that started
+it: a cursor is a bearer token, and another party holding it (a node that saw it go by) must not
+read a listing scoped to someone else.
 """
 
 from __future__ import annotations
@@ -201,9 +202,11 @@ class PageCache:
         self, listing_id: str, given: Mapping[str, str], streamed: StreamedListing, owner: Party | None = None
     ) -> None:
         """Keeps a streamed listing whose first page is being sent to `owner`, until its last page
-        is sent (`forget`), it expires or it is dropped for room (then closed by `close_dropped`)."""
-        self._make_room(0)
-        self._kept[listing_id] = _Kept(dict(given), [], 0, self._clock() + self._ttl, owner, streamed)
+        is sent (`forget`), it expires or it is dropped for room (then closed by `close_dropped`).
+        It counts as the most bytes it may hold (`StreamedListing.most_bytes`)."""
+        size = streamed.most_bytes
+        self._make_room(size)
+        self._kept[listing_id] = _Kept(dict(given), [], size, self._clock() + self._ttl, owner, streamed)
 
     def _make_room(self, size: int) -> None:
         self._expire()

@@ -70,6 +70,17 @@ class StreamedListing:
         self._last: bytes | None = None
         self._lock = anyio.Lock()
 
+    @property
+    def most_bytes(self) -> int:
+        return self.most_bytes_for(self.budget)
+
+    @staticmethod
+    def most_bytes_for(budget: int) -> int:
+        """The most a listing of pages of `budget` bytes holds: the pages read ahead, the pull under
+        way past them (its messages are no larger encoded than stored), the pieces the page before
+        did not take, and the last page sent."""
+        return (READ_AHEAD_PAGES + 3) * budget
+
     @classmethod
     async def start(
         cls, bus: Bus, what: str, filters: Sequence[str], *, listing_id: str, budget: int, idle: float
