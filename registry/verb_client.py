@@ -59,15 +59,37 @@ PageAsker = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
 
 async def _follow(request: Mapping[str, Any], ask_one: PageAsker) -> dict[str, Any]:
     """Every page joined; `pages` and `total` from the last page (a streamed listing knows them
-    only there)."""
+    only there). A key written during a streamed listing is answered again at its new place: the
+    joined answer keeps each key's last occurrence, and its `total` counts what it keeps."""
     answer = await ask_one(request)
     merged = {key: value for key, value in answer.items() if key not in ("page", "next")}
+    latest = _Latest()
+    latest.add(answer)
     while answer["next"] is not None:
         answer = await ask_one({**request, "cursor": answer["next"]})
-        merged["entries"].extend(answer["entries"])
-        merged["malformed"].extend(answer["malformed"])
+        latest.add(answer)
+    merged["entries"], merged["malformed"] = list(latest.entries.values()), list(latest.malformed.values())
     merged["pages"], merged["total"] = answer["pages"], answer["total"]
+    if latest.repeated:
+        merged["total"] = {"entries": len(merged["entries"]), "malformed": len(merged["malformed"])}
     return merged
+
+
+class _Latest:
+    """Entries and malformed keys by key, each key where it was answered last."""
+
+    def __init__(self) -> None:
+        self.entries: dict[Any, Any] = {}
+        self.malformed: dict[Any, Any] = {}
+        self.repeated = False
+
+    def add(self, page: Mapping[str, Any]) -> None:
+        for found, into in ((page["entries"], self.entries), (page["malformed"], self.malformed)):
+            for item in found:
+                key = (item.get("bucket"), item["key"]) if isinstance(item, dict) and "key" in item else object()
+                before = self.entries.pop(key, None) or self.malformed.pop(key, None)
+                self.repeated = self.repeated or before is not None
+                into[key] = item
 
 
 FIRST_ATTEMPT = timedelta(seconds=2)

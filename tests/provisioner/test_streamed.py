@@ -4,7 +4,7 @@ comes, in bounded memory, on a real nats-server with the seat serving (16 KiB pa
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from provisioner.streamed import READ_AHEAD_PAGES, StreamedListing
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.kv import delete, get_latest, put
-from registry.verb_client import ask, ask_page
+from registry.verb_client import _follow, ask, ask_page
 from tests.helpers import in_own_task, put_many
 from tests.provisioner.test_scope import N1, N2, OPS, keys_of, mesh, one_page
 
@@ -87,6 +87,25 @@ async def test_a_key_written_during_the_listing_is_answered_again_at_its_new_pla
     assert later[-1]["entries"][-1]["key"] == moved
     assert later[-1]["entries"][-1]["value"] == {"placeholder": "${config:y}"}
     assert len(set(keys)) == 400
+
+
+async def test_the_joined_answer_keeps_a_key_written_during_the_listing_once_with_its_new_value(bus: Bus) -> None:
+    await put_many(bus, buckets.NEEDS, needs(400))
+    moved: list[str] = []
+
+    async def ask_one(request: Mapping[str, Any]) -> dict[str, Any]:
+        page = await ask_page(bus, request)
+        if not moved:  # after the first page: a key it answered is written again
+            moved.append(page["entries"][0]["key"])
+            await put(bus, buckets.NEEDS, moved[0], b'{"placeholder":"${config:y}"}')
+        return page
+
+    merged = await _follow({"what": "needs"}, ask_one)
+    keys = [e["key"] for e in merged["entries"]]
+    assert len(keys) == len(set(keys)) == 400
+    assert keys[-1] == moved[0]
+    assert merged["entries"][-1]["value"] == {"placeholder": "${config:y}"}
+    assert merged["total"] == {"entries": 400, "malformed": 0}
 
 
 async def test_a_page_asked_again_is_answered_again_and_an_earlier_one_is_gone(bus: Bus) -> None:
