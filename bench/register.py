@@ -2,11 +2,12 @@
 do, in a process of their own.
 
 Each node arrives at a random moment (uniform, seeded) within NODES / RATE seconds, so about RATE
-nodes a second, and then does what the client's first reconcile does, on a connection of its own:
-takes its lease, asks the verb for its needs, collect and applied and reads the registry, all at
-once, converges its 100 needs (10 modules x 10 placeholders) with conditional writes, 64 in flight
-(`NodeScope.converge`), then its 10 modules' applied records, and releases its lease. A node that
-arrives while others are still registering registers beside them: nothing waits for a free slot.
+nodes a second, and then does on the bus what the client's first reconcile does (its own `OwnKeys`,
+nothing remembered), on a connection of its own: takes its lease; finds its needs, collect and
+applied (a stamp, then asked of the verb) and reads the registry, all at once; converges its 100
+needs (10 modules x 10 placeholders) with conditional writes, 64 in flight, then its 10 modules'
+applied records; releases its lease. A node that arrives while others are still registering
+registers beside them: nothing waits for a free slot.
 
 Prints one line of JSON at the end: how long the nodes took, how many registered at once at most,
 and the p50 and p99 of one node's registration."""
@@ -25,12 +26,12 @@ import anyio
 from bench.cases import need_items
 from bench.harness import Latency
 from provisioner_client.holding import holding
+from provisioner_client.own import OwnKeys
+from provisioner_client.remembered import Remembered
 from provisioner_client.resolve import read_registry
 from provisioner_client.scope import NodeScope
 from registry import buckets
-from registry.buckets import Bucket
 from registry.bus import Bus, BusOptions, connect
-from registry.kv import KvItem
 from registry.models import AppliedValue, to_json
 
 NODE_KEYS = 100
@@ -56,33 +57,22 @@ class Progress:
         }
 
 
-OWN_BUCKETS = (buckets.NEEDS, buckets.COLLECT, buckets.APPLIED)
-
-
-async def read_state(bus: Bus, scope: NodeScope) -> list[KvItem]:
-    """What the client's reconcile reads first, all at once: the node's keys of needs, collect and
-    applied (asked of the verb) and the registry (a batch direct get); the node's needs."""
-    current: dict[str, list[KvItem]] = {}
-
-    async def read(bucket: Bucket) -> None:
-        current[bucket.name] = await scope.read(bus, bucket)
-
-    async with anyio.create_task_group() as tg:
-        for bucket in OWN_BUCKETS:
-            tg.start_soon(read, bucket)
-        tg.start_soon(read_registry, bus)
-    return current[buckets.NEEDS.name]
-
-
 async def register_node(bus: Bus, node: int) -> None:
-    """One node's first reconcile, as far as the bus sees it: its lease held while its state and the
-    registry are read at once, its needs converged, then its modules' applied records."""
+    """One node's first reconcile, as far as the bus sees it (the client's own `OwnKeys`, nothing
+    remembered): its lease held while its needs, collect and applied are found (a stamp, then asked
+    of the verb) and the registry read, all at once; its needs (and empty collect) converged, then
+    its modules' applied records."""
     name = f"n{node:05d}"
-    scope = NodeScope(name)
+    own = OwnKeys(bus, NodeScope(name), Remembered(node=name))
+    needs = dict(need_items(node, NODE_KEYS, NODE_KEYS))
     async with holding(bus, name, LEASE_TTL):
-        current = await read_state(bus, scope)
-        written = await scope.converge(bus, buckets.NEEDS, current, dict(need_items(node, NODE_KEYS, NODE_KEYS)))
-        modules = await scope.converge(bus, buckets.APPLIED, [], applied_of(name))
+        async with anyio.create_task_group() as tg:
+            for bucket, desired in ((buckets.NEEDS, needs), (buckets.COLLECT, {}), (buckets.APPLIED, None)):
+                tg.start_soon(own.find, bucket, desired)
+            tg.start_soon(read_registry, bus)
+        written = await own.converge(buckets.NEEDS, needs)
+        await own.converge(buckets.COLLECT, {})
+        modules = await own.converge(buckets.APPLIED, applied_of(name))
     assert len(written.written) == NODE_KEYS and len(modules.written) == MODULES, (written.summary(), modules.summary())
 
 
