@@ -98,7 +98,7 @@ class Message:
 
     @staticmethod
     def of(msg: Msg) -> Message:
-        return Message(msg.subject, msg.data, msg.headers or {}, msg.reply)
+        return Message(msg.subject, msg.data, msg.headers if msg.headers is not None else {}, msg.reply)
 
 
 Handler = Callable[[Message], Awaitable[None]]
@@ -505,7 +505,33 @@ _WHITESPACE = re.compile(r"\s")
 _BYTES_WHITESPACE = " \t\n\r\x0b\x0c"  # what `bytes.strip()` strips
 
 
+class WireHeaders(dict[str, str]):
+    """Parsed headers that remember their block's size on the wire (`NATS/1.0` line and the
+    blank line included): nats-server counts it in a pull's `max_bytes`."""
+
+    __slots__ = ("wire_size",)
+
+    def __init__(self, parsed: dict[str, str], wire_size: int) -> None:
+        super().__init__(parsed)
+        self.wire_size = wire_size
+
+
+_HEADER_LINE_SIZE = len(b"NATS/1.0\r\n")  # what nats-py cuts off before handing us the lines
+
+
+def wire_size(msg: Message) -> int:
+    """The bytes nats-server counts for `msg` against a pull's `max_bytes`: its subject, reply
+    subject, header block and body (nats-server's consumer.go: "This can be calculated on client
+    side")."""
+    subject = len(msg.subject) if msg.subject.isascii() else len(msg.subject.encode())
+    return subject + len(msg.reply) + len(msg.data) + getattr(msg.headers, "wire_size", 0)
+
+
 def _header_lines(raw: bytes) -> dict[str, str]:
+    return WireHeaders(_parsed_header_lines(raw), len(raw) + _HEADER_LINE_SIZE)
+
+
+def _parsed_header_lines(raw: bytes) -> dict[str, str]:
     """nats-py's `Client._parse_header_lines`, the same result, faster: an ASCII block (every
     block JetStream sends) is decoded once, not twice a line, and a name is checked for
     whitespace by a regular expression instead of a generator over its characters. A batch direct

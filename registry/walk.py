@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import anyio
 
 from registry.buckets import Bucket
-from registry.bus import Bus, Message, Subscription
+from registry.bus import Bus, Message, Subscription, wire_size
 from registry.errors import BusError, BusTimeout, NotFound
 from registry.feed import KvItem, ack_metadata
 
@@ -71,6 +71,8 @@ class StreamWalk:
         self._pulls = 0
         self._outstanding: str | None = None  # the tag of the pull not yet ended
         self._received = 0  # messages of the outstanding pull
+        self._received_bytes = 0  # of the outstanding pull, counted as nats-server counts them
+        self.silent_ends = 0  # pulls that ended on their max_bytes exactly, with no status
         self._ran_dry = False  # the last pull found nothing more
         self._behind_since: float | None = None
         self._failure: BusError | None = None
@@ -149,7 +151,7 @@ class StreamWalk:
 
     async def _send_pull(self) -> None:
         self._pulls += 1
-        self._outstanding, self._received, self._ran_dry = str(self._pulls), 0, False
+        self._outstanding, self._received, self._received_bytes, self._ran_dry = str(self._pulls), 0, 0, False
         body = {"batch": LARGEST_PULL, "max_bytes": self._pull_bytes, "no_wait": True}
         api = f"$JS.API.CONSUMER.MSG.NEXT.{self.bucket.stream}.{self.name}"
         await self.bus.publish(api, json.dumps(body).encode(), reply=f"{self._inbox}.{self._outstanding}")
@@ -173,6 +175,12 @@ class StreamWalk:
             self._ran_dry = True  # the server follows with a 404
         deleted = msg.headers.get("KV-Operation") in _REMOVED
         self._sink(KvItem(self.bucket.key_of(msg.subject), msg.data, stream_seq, deleted))
+        self._received_bytes += wire_size(msg)
+        if self._received_bytes == self._pull_bytes:
+            # nats-server ends a pull whose max_bytes its messages fill exactly without a status
+            # (consumer.go, nextWaiting): nothing more will come for it.
+            self.silent_ends += 1
+            await self._ended()
 
     async def _end(self, status: str, description: str) -> None:
         """A pull ended: by its bytes (409 "Message Size Exceeds MaxBytes") or because the
@@ -186,6 +194,11 @@ class StreamWalk:
         else:
             self._fail(BusError(self.operation, f"status {status} {description}".strip()))
             return
+        await self._ended()
+
+    async def _ended(self) -> None:
+        """The outstanding pull has ended: the walk is finished if it ran dry at or past its
+        floor, else the next pull is sent while more is wanted."""
         self._outstanding = None
         if self._ran_dry:
             try:

@@ -6,12 +6,14 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
+import anyio
 import pytest
 from nats.js import JetStreamContext
 
 from mesh_dev.local_nats import LocalNats, local_nats
+from registry import walk as walk_module
 from registry.buckets import Bucket
-from registry.bus import Bus, BusOptions, connect
+from registry.bus import Bus, BusOptions, Message, connect, wire_size
 from registry.errors import BusError
 from registry.keys import APPLIED
 from registry.kv import KvItem, delete, get_latest, put
@@ -124,3 +126,38 @@ async def small(tmp_path: Path) -> AsyncIterator[LocalNats]:
     """A nats-server whose max_payload is 16 KiB."""
     async with in_own_task(local_nats(tmp_path / "nats", "max_payload: 16384")) as server:
         yield server
+
+
+async def test_a_pull_its_messages_fill_exactly_ends_without_a_status_and_the_walk_goes_on(
+    small: LocalNats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-server sends no status when a pull's messages fill its max_bytes exactly (a million
+    keys of one size did: the listing waited for an end that never came and was answered 503)."""
+    sizes: list[int] = []
+
+    def recorded(msg: Message) -> int:
+        sizes.append(wire_size(msg))
+        return sizes[-1]
+
+    async with connect(BusOptions(servers=(small.url,), name="test")) as bus:
+        await bus.jetstream(f"STREAM.CREATE.{BUCKET.stream}", stream_config(), operation="create")
+        await put_many(bus, BUCKET, {f"n{i}.m": b"x" * (90 + i % 7) for i in range(600)})
+        latest = await get_latest(bus, BUCKET, "n3.m")
+        assert latest is not None
+        await delete(bus, BUCKET, "n3.m", last=latest.revision)  # a message with headers
+        monkeypatch.setattr(walk_module, "wire_size", recorded)
+        items, _ = await walked(bus)
+        assert len(items) == len(sizes) == 600
+        filled = next(i for i in range(1, 601) if sum(sizes[:i]) >= bus.max_payload and sizes[i - 1] > 0)
+        exactly = sum(sizes[:filled])
+        ended: list[KvItem] = []
+        walk = StreamWalk(bus, BUCKET, (">",), sink=ended.append, wanted=lambda: True, pull_bytes=exactly, idle=5)
+        await walk.open()
+        try:
+            with anyio.fail_after(3 * bus.timeout):
+                await walk.read(lambda: False)
+        finally:
+            await walk.close()
+    assert [i.key for i in ended] == [i.key for i in items]
+    assert walk.silent_ends >= 1
+    assert ended[-1].deleted
