@@ -18,16 +18,19 @@ from registry import buckets
 
 NEEDS = buckets.NEEDS
 LARGEST = 1_000_000  # messages a request may ask for: its bytes end it
+PULL_BATCH = 4096  # messages a pull asks for: about one max_payload of small keys
 
 
 class _Reader:
     """The messages of one request at a time on one inbox, until a status message ends it."""
 
-    def __init__(self) -> None:
+    def __init__(self, batch: int = 0) -> None:
         self.count = 0
         self.last_seq = 0
         self.pending = -1
         self.ended = anyio.Event()
+        self._batch = batch  # a pull's count: nats-server ends a pull it fills with no status
+        self._in_request = 0
 
     async def on_message(self, msg: Msg) -> None:
         headers = msg.headers or {}
@@ -35,6 +38,9 @@ class _Reader:
             self.ended.set()
             return
         self.count += 1
+        self._in_request += 1
+        if self._in_request == self._batch:
+            self.ended.set()
         if msg.reply:  # a consumer's message: its sequences are in the reply subject
             tokens = msg.reply.split(".")
             self.last_seq, self.pending = int(tokens[5]), int(tokens[8])
@@ -43,6 +49,7 @@ class _Reader:
 
     def next_request(self) -> None:
         self.ended = anyio.Event()
+        self._in_request = 0
 
 
 async def direct_pages(nc: Client, expected: int) -> None:
@@ -67,16 +74,18 @@ async def direct_pages(nc: Client, expected: int) -> None:
 
 
 async def pulled(nc: Client, expected: int) -> None:
-    """Every key by a pull consumer of its own, pulls of `max_payload` bytes one after another."""
+    """Every key by a pull consumer of its own, pulls of `PULL_BATCH` messages one after another
+    (ended by their count: nats-server ends a pull that its messages fill, by count or exactly by
+    max_bytes, without a status, and the count is what a plain nats-py reader can tell)."""
     name = uuid.uuid4().hex
     config: dict[str, Any] = {"name": name, "ack_policy": "none", "deliver_policy": "all", "mem_storage": True,
                               "filter_subject": NEEDS.subject(">"), "inactive_threshold": 30_000_000_000}  # fmt: skip
     create = f"$JS.API.CONSUMER.CREATE.{NEEDS.stream}.{name}.{NEEDS.subject('>')}"
     await nc.request(create, json.dumps({"stream_name": NEEDS.stream, "config": config}).encode(), timeout=10)
-    reader = _Reader()
+    reader = _Reader(PULL_BATCH)
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=reader.on_message, pending_bytes_limit=1024**3)
-    body = json.dumps({"batch": LARGEST, "max_bytes": nc.max_payload, "no_wait": True}).encode()
+    body = json.dumps({"batch": PULL_BATCH, "no_wait": True}).encode()
     try:
         while reader.pending != 0:
             before = reader.count
