@@ -5,6 +5,7 @@ No other module writes `KV_<bucket>`, `$KV.<bucket>.<key>` or a JetStream API su
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from registry import keys
@@ -50,6 +51,13 @@ class Bucket:
         (`CONSUMER.CREATE.KV_<b>.<name>.$KV.<b>.<filter>`), so it can be granted per node."""
         base = f"CONSUMER.CREATE.{self.stream}.{name}"
         return f"{base}.{self.subject(subject_filter)}" if subject_filter is not None else base
+
+    def consumer_request(self, filters: Sequence[str], config: Mapping[str, object]) -> dict[str, object]:
+        """The body creating a consumer of this bucket's keys under `filters` (relative to the
+        bucket): `config` with the filters as the one `filter_subject` or as `filter_subjects`."""
+        subjects = [self.subject(f) for f in filters]
+        filtered = {"filter_subject": subjects[0]} if len(subjects) == 1 else {"filter_subjects": subjects}
+        return {"stream_name": self.stream, "config": {**config, **filtered}}
 
     @property
     def info_api(self) -> str:

@@ -116,8 +116,7 @@ class Feed:
             await sub.unsubscribe()
 
     def _request(self, inbox: str) -> dict[str, object]:
-        subjects = [self.bucket.subject(f) for f in self.filters]
-        config: dict[str, object] = {
+        return self.bucket.consumer_request(self.filters, {
             "name": self.name,
             "deliver_subject": inbox,
             "ack_policy": "none",
@@ -127,12 +126,7 @@ class Feed:
             "mem_storage": True,
             "num_replicas": 1,
             **self._start.policy(),
-        }
-        if len(subjects) == 1:
-            config["filter_subject"] = subjects[0]
-        else:
-            config["filter_subjects"] = subjects
-        return {"stream_name": self.bucket.stream, "config": config}
+        })  # fmt: skip
 
     async def _on_message(self, msg: Message) -> None:
         if self.broken is not None:

@@ -99,20 +99,14 @@ class StreamWalk:
         return int(info.get("num_pending", 0))
 
     def _config(self) -> dict[str, object]:
-        subjects = [self.bucket.subject(f) for f in self.filters]
-        config: dict[str, object] = {
+        return self.bucket.consumer_request(self.filters, {
             "name": self.name,
             "ack_policy": "none",
             "deliver_policy": "all",
             "inactive_threshold": int(self._idle * 1_000_000_000),
             "mem_storage": True,
             "num_replicas": 1,
-        }
-        if len(subjects) == 1:
-            config["filter_subject"] = subjects[0]
-        else:
-            config["filter_subjects"] = subjects
-        return {"stream_name": self.bucket.stream, "config": config}
+        })  # fmt: skip
 
     async def read(self, enough: Callable[[], bool]) -> None:
         """Returns once `enough()` or the walk has finished (pulls go on meanwhile while the sink
