@@ -44,7 +44,7 @@ from pathlib import Path
 
 from provisioner_client.errors import MaterializeError
 from provisioner_client.manifest import MODULE_PATTERN
-from registry.bounded_json import JsonRefused, read_json
+from registry.bounded_json import JsonRefused, read_json_file
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class Ledger:
 
 def read_ledger(path: Path) -> Ledger:
     try:
-        data = read_json(path.read_bytes())
+        data = read_json_file(path)
     except FileNotFoundError:
         return Ledger()
     except OSError as err:

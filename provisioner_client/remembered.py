@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from registry.bounded_json import MAX_PAGE_BYTES, JsonRefused, read_json
+from registry.bounded_json import MAX_PAGE_BYTES, JsonRefused, read_json_file
 from registry.kv import KvItem
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def read(folder: Path, node: str) -> Remembered:
     """The state remembered for `node` in `folder`; empty when there is none, it is another node's,
     too old, or it cannot be read (then the keys are simply listed)."""
     try:
-        document = read_json((folder / FILE).read_bytes(), max_bytes=MAX_PAGE_BYTES)
+        document = read_json_file(folder / FILE, max_bytes=MAX_PAGE_BYTES)
     except FileNotFoundError:
         return Remembered(node)
     except (OSError, JsonRefused) as err:

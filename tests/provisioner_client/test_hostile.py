@@ -14,8 +14,10 @@ import anyio
 import pytest
 
 from mesh_dev.standins import StandIns
+from provisioner_client import remembered
 from provisioner_client.action import inherited
-from provisioner_client.envfile import KEY, LEDGER
+from provisioner_client.envfile import KEY, LEDGER, read_ledger
+from provisioner_client.errors import MaterializeError
 from provisioner_client.manifest import MAX_MANIFEST_BYTES, load_manifests
 from provisioner_client.reconcile import MAX_REASONS, ClientPlan, Report, reconcile
 from provisioner_client.scope import NodeScope
@@ -203,3 +205,26 @@ async def test_the_applied_digest_is_keyed_and_a_new_key_rewrites_no_env_file(
     assert not again.modules["app"].written
     assert again.modules["app"].applied.digest != digest
     assert again.actions_run == ["app"]  # the documented cost: each change action runs once
+
+
+def test_the_ledger_and_the_remembered_state_are_read_no_further_than_their_bound(tmp_path: Path) -> None:
+    """Files of our own are bounded too: a huge ledger is refused after reading its bound's worth,
+    a FIFO or a link in its place is never opened for reading (it would block, or lead elsewhere)."""
+    ledger = tmp_path / LEDGER
+    with ledger.open("wb") as file:
+        file.truncate(8 * 1024**3)  # sparse: 8 GiB that read_bytes would try to hold
+    with pytest.raises(MaterializeError, match="more than the 1,048,576 bytes allowed"):
+        read_ledger(ledger)
+    ledger.unlink()
+    os.mkfifo(ledger)
+    with pytest.raises(MaterializeError, match="not a regular file"):
+        read_ledger(ledger)
+    ledger.unlink()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"files": {}, "manifests": {}}')
+    ledger.symlink_to(elsewhere)
+    with pytest.raises(MaterializeError, match="cannot be read"):
+        read_ledger(ledger)
+    state = tmp_path / remembered.FILE
+    os.mkfifo(state)
+    assert remembered.read(tmp_path, NODE).buckets == {}  # ignored, not blocked on: the keys are listed
