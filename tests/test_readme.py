@@ -57,6 +57,7 @@ NOT_RUNNABLE = {
     ".venv/bin/python -m bench --scale --keys 1000000": "a benchmark of an hour",
 }
 READY_TIMEOUT = 300  # a first ./scripts/run builds the project's editable install
+COMMAND_TIMEOUT = 120  # seconds a second-shell command may take
 
 
 @dataclass(frozen=True)
@@ -223,10 +224,15 @@ class FirstShell:
             self._reader.join(timeout=5)
 
     def kill(self) -> None:
-        """Whatever is left of it, and its output pipe."""
+        """Whatever is left of it, and its output pipe: asked to stop first, so that the dev loop
+        stops its nats-server and PostgreSQL (each in a session of its own), killed if it will not."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
         self._reader.join(timeout=5)
         if self.process.stdout is not None:
             self.process.stdout.close()
@@ -243,10 +249,17 @@ class SecondShell:
         if command.startswith(("source ", ". ")):
             self.prelude += command + "\n"
         script = f"{self.prelude}{command}\n"
-        return subprocess.run(
-            ["bash", "-c", script], cwd=self.clone, env=self.environment,
-            capture_output=True, text=True, check=False, timeout=120,
+        process = subprocess.Popen(
+            ["bash", "-c", script], cwd=self.clone, env=self.environment, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        try:
+            out, err = process.communicate(timeout=COMMAND_TIMEOUT)
+        except subprocess.TimeoutExpired:  # a command that never ends (`top`): its whole group, not bash alone
+            os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+            err += f"\n(killed after {COMMAND_TIMEOUT} s: it did not end)"
+        return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 def run_blocks(shell: SecondShell, blocks: list[Block], firsts: tuple[str, ...]) -> list[str]:
