@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import anyio
 
 from registry.buckets import Bucket
-from registry.bus import Bus, Message, Subscription, wire_size
+from registry.bus import Bus, Subscription, header_lines
 from registry.errors import BusError, BusTimeout, NotFound
 from registry.feed import KvItem, ack_metadata
 
@@ -91,7 +91,7 @@ class StreamWalk:
         self.floor = floor
         await self.bus.until_connected(self.bus.options.request_timeout, operation=self.operation)
         self._inbox = self.bus.new_inbox()
-        self._sub = await self.bus.subscribe(f"{self._inbox}.*", self._on_message)
+        self._sub = await self.bus.subscribe_raw(f"{self._inbox}.*", self._on_message)
         sole = self.filters[0] if len(self.filters) == 1 and self.filters[0] != ">" else None
         info = await self.bus.jetstream(
             self.bucket.consumer_create_api(self.name, sole), self._config(), operation=self.operation
@@ -150,15 +150,15 @@ class StreamWalk:
         api = f"$JS.API.CONSUMER.MSG.NEXT.{self.bucket.stream}.{self.name}"
         await self.bus.publish(api, json.dumps(body).encode(), reply=f"{self._inbox}.{self._outstanding}")
 
-    async def _on_message(self, msg: Message) -> None:
+    async def _on_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         if self._outstanding is None or self._failure is not None:
             return  # the tail of a walk that failed
-        status = msg.headers.get("Status")
-        if status is not None:  # sent to the pull's own reply subject, unlike its messages (their key's)
-            if msg.subject.endswith(f".{self._outstanding}"):
-                await self._end(status, msg.headers.get("Description", ""))
+        if headers is not None and headers[8:9] == b" ":  # `NATS/1.0 404 No Messages`: a pull's status
+            if subject.endswith(b".%s" % self._outstanding.encode()):  # sent to the pull's own reply subject
+                status, _, description = headers[9:].split(b"\r\n", 1)[0].decode().partition(" ")
+                await self._end(status, description)
             return
-        stream_seq, consumer_seq, pending = ack_metadata(msg.reply)
+        stream_seq, consumer_seq, pending = ack_metadata(reply.decode())
         if consumer_seq != self._consumer_sequence + 1:
             lost = f"messages were lost (consumer sequence {self._consumer_sequence} then {consumer_seq}); retry"
             self._fail(BusError(self.operation, lost))
@@ -167,12 +167,13 @@ class StreamWalk:
         self._received += 1
         if pending == 0:
             self._ran_dry = True  # the server follows with a 404
-        deleted = msg.headers.get("KV-Operation") in _REMOVED
-        self._sink(KvItem(self.bucket.key_of(msg.subject), msg.data, stream_seq, deleted))
-        self._received_bytes += wire_size(msg)
+        deleted = headers is not None and header_lines(headers).get("KV-Operation") in _REMOVED
+        key = self.bucket.key_of(subject.decode("utf-8", "replace"))
+        self._sink(KvItem(key, data, stream_seq, deleted))
+        # What nats-server counts against the pull's max_bytes (consumer.go); a pull that its
+        # messages fill exactly ends without a status: nothing more will come for it.
+        self._received_bytes += len(subject) + len(reply) + len(data) + (len(headers) if headers else 0)
         if self._received_bytes == self._pull_bytes:
-            # nats-server ends a pull whose max_bytes its messages fill exactly without a status
-            # (consumer.go, nextWaiting): nothing more will come for it.
             self.silent_ends += 1
             await self._ended()
 
