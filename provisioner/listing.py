@@ -49,7 +49,7 @@ def encode_items(what: str, items: Iterable[KvItem], *, max_item_bytes: int) -> 
     """Each item as the JSON of an entry or of a malformed key, in the order given."""
     encoder = Encoder(what, max_item_bytes=max_item_bytes)
     for item in items:
-        encoder.add(item)
+        encoder.add(item.key, item.value, item.revision)
     return encoder.encoded
 
 
@@ -69,23 +69,29 @@ class Encoder:
         self.encoded = Encoded([], [])
         self._known: set[bytes] = set()
 
-    def add(self, item: KvItem) -> int:
-        """Encodes `item` as an entry or a malformed key; its bytes in a page (with a separator)."""
-        try:
-            parts = self.shape.parse(item.key)
-        except KeyShapeError as err:
-            return self._malformed(item.key, err.reason)
-        if item.value not in self._known:
-            problem = _too_large("value", len(item.value), self.max_item_bytes) or json_problem(item.value)
+    def add(self, key: str, value: bytes, revision: int) -> int:
+        """Encodes a key's entry, or the key as malformed; its bytes in a page (with a separator)."""
+        plain = self.shape.plain_parts(key)
+        if plain is not None:  # a plain key and its names need no JSON escaping
+            fields, tokens = plain
+            head = (_head_format(fields) % (key, *tokens, revision)).encode()
+        else:
+            try:
+                parts = self.shape.parse(key)
+            except KeyShapeError as err:
+                return self._malformed(key, err.reason)
+            head = _head(key, parts, revision)
+        if value not in self._known:
+            problem = _too_large("value", len(value), self.max_item_bytes) or json_problem(value)
             if problem is not None:
-                return self._malformed(item.key, problem)
+                return self._malformed(key, problem)
             if len(self._known) >= KNOWN_VALUES:
                 self._known.clear()
-            self._known.add(item.value)
-        piece = entry(item.key, parts, item.revision, item.value)
+            self._known.add(value)
+        piece = head + value.strip() + b"}"
         problem = _too_large("entry", len(piece), self.max_item_bytes)
         if problem is not None:
-            return self._malformed(item.key, problem)
+            return self._malformed(key, problem)
         self.encoded.entries.append(piece)
         return len(piece) + 1
 
@@ -110,13 +116,11 @@ def json_problem(value: bytes) -> str | None:
     return None
 
 
-def entry(key: str, parts: Mapping[str, str], revision: int, value: bytes) -> bytes:
-    """An entry's JSON, the stored value spliced in as it is (it was checked to be JSON)."""
+def _head(key: str, parts: Mapping[str, str], revision: int) -> bytes:
+    """An entry's JSON up to its value: `{"key":...,<parts>,"revision":N,"value":`."""
     if _JSON_SAFE_KEY.fullmatch(key):  # the key and its parts need no JSON escaping: skip the encoder
-        head = (_head_format(tuple(parts)) % (key, *parts.values(), revision)).encode()
-    else:
-        head = _dumps({"key": key, **parts, "revision": revision})[:-1] + b',"value":'
-    return head + value.strip() + b"}"
+        return (_head_format(tuple(parts)) % (key, *parts.values(), revision)).encode()
+    return _dumps({"key": key, **parts, "revision": revision})[:-1] + b',"value":'
 
 
 @cache

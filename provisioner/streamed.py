@@ -111,12 +111,12 @@ class StreamedListing:
     async def close(self) -> None:
         await self.walk.close()
 
-    def _add(self, item: KvItem) -> None:
-        if item.deleted:
+    def _add(self, key: str, value: bytes, revision: int, deleted: bool) -> None:
+        if deleted:
             return
         if self._first is not None:
-            self._first.append(item)
-        self._waiting += self._encoder.add(item)
+            self._first.append(KvItem(key, value, revision))
+        self._waiting += self._encoder.add(key, value, revision)
         self.most_waiting = max(self.most_waiting, self._waiting)
 
     def _wanted(self) -> bool:

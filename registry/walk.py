@@ -30,7 +30,7 @@ import anyio
 from registry.buckets import Bucket
 from registry.bus import Bus, Subscription, header_lines
 from registry.errors import BusError, BusTimeout, NotFound
-from registry.feed import KvItem, ack_metadata
+from registry.feed import ack_metadata
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,9 @@ _NOTHING_MORE = ("404", "408")
 BEHIND_PAUSE = 0.05  # seconds between pulls of a replica behind its leader
 LARGEST_PULL = 1_000_000  # messages a pull may ask for: its bytes, not its count, end it
 
-Sink = Callable[[KvItem], None]
+Sink = Callable[[str, bytes, int, bool], None]
+"""Takes each message's key, value, stream sequence and whether it is a delete marker (no
+`KvItem` made per message: a listing's walk meets each key of the bucket)."""
 
 
 class StreamWalk:
@@ -169,7 +171,7 @@ class StreamWalk:
             self._ran_dry = True  # the server follows with a 404
         deleted = headers is not None and header_lines(headers).get("KV-Operation") in _REMOVED
         key = self.bucket.key_of(subject.decode("utf-8", "replace"))
-        self._sink(KvItem(key, data, stream_seq, deleted))
+        self._sink(key, data, stream_seq, deleted)
         # What nats-server counts against the pull's max_bytes (consumer.go); a pull that its
         # messages fill exactly ends without a status: nothing more will come for it.
         self._received_bytes += len(subject) + len(reply) + len(data) + (len(headers) if headers else 0)

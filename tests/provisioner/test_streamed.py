@@ -16,7 +16,6 @@ from provisioner.paging import PageCache, page_budget
 from provisioner.streamed import READ_AHEAD_PAGES, StreamedListing
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
-from registry.feed import KvItem
 from registry.kv import delete, get_latest, put
 from registry.verb_client import _follow, ask, ask_page
 from tests.helpers import in_own_task, put_many
@@ -199,9 +198,9 @@ async def test_a_nodes_streamed_listing_holds_its_keys_only_and_serves_no_one_el
 def test_an_encoder_parses_a_value_once_and_still_reports_every_malformed_one() -> None:
     encoder = Encoder("needs", max_item_bytes=1024)
     for i in range(KNOWN_VALUES + 10):  # past what it remembers: it forgets and goes on
-        encoder.add(KvItem(f"n{i}.app.config.x", NEED if i % 2 else b'{"placeholder":"%d"}' % i, i + 1, False))
-    encoder.add(KvItem("n1.app.config.nan", b'{"a": NaN}', 1, False))
-    encoder.add(KvItem("n1.app.config.y", NEED, 2, False))
-    encoder.add(KvItem("n1.app.config.open", NEED[:-1], 3, False))
+        encoder.add(f"n{i}.app.config.x", NEED if i % 2 else b'{"placeholder":"%d"}' % i, i + 1)
+    encoder.add("n1.app.config.nan", b'{"a": NaN}', 1)
+    encoder.add("n1.app.config.y", NEED, 2)
+    encoder.add("n1.app.config.open", NEED[:-1], 3)
     assert len(encoder.encoded.entries) == KNOWN_VALUES + 11
     assert [json.loads(m)["key"] for m in encoder.encoded.malformed] == ["n1.app.config.nan", "n1.app.config.open"]

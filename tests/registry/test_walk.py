@@ -16,15 +16,19 @@ from registry.bus import Bus, BusOptions, connect
 from registry.errors import BusError
 from registry.keys import APPLIED
 from registry.kv import KvItem, delete, get_latest, put
-from registry.walk import StreamWalk
+from registry.walk import Sink, StreamWalk
 from tests.helpers import in_own_task, put_many
 
 BUCKET = Bucket("walked", APPLIED)
 
 
+def collect(items: list[KvItem]) -> Sink:
+    return lambda key, value, revision, deleted: items.append(KvItem(key, value, revision, deleted))
+
+
 async def walked(bus: Bus, filters: tuple[str, ...] = (">",), *, floor: int = 0) -> tuple[list[KvItem], StreamWalk]:
     items: list[KvItem] = []
-    walk = StreamWalk(bus, BUCKET, filters, sink=items.append, wanted=lambda: True, pull_bytes=0, idle=5)
+    walk = StreamWalk(bus, BUCKET, filters, sink=collect(items), wanted=lambda: True, pull_bytes=0, idle=5)
     await walk.open(floor=floor)
     try:
         await walk.read(lambda: False)
@@ -79,7 +83,7 @@ async def test_an_empty_bucket_is_walked_at_once(bus: Bus, bucket: Bucket) -> No
 async def test_a_walk_stops_reading_when_its_sink_wants_no_more(bus: Bus, bucket: Bucket) -> None:
     await put_many(bus, bucket, {f"n{i}.m": b"x" * 1000 for i in range(3000)})
     items: list[KvItem] = []
-    walk = StreamWalk(bus, bucket, (">",), sink=items.append, wanted=lambda: len(items) < 500, pull_bytes=0, idle=5)
+    walk = StreamWalk(bus, bucket, (">",), sink=collect(items), wanted=lambda: len(items) < 500, pull_bytes=0, idle=5)
     await walk.open()
     try:
         await walk.read(lambda: len(items) >= 100)
@@ -153,7 +157,7 @@ async def test_a_pull_its_messages_fill_exactly_ends_without_a_status_and_the_wa
         filled = next(i for i in range(1, 601) if sum(sizes[:i]) >= bus.max_payload)
         exactly = sum(sizes[:filled])
         ended: list[KvItem] = []
-        walk = StreamWalk(bus, BUCKET, (">",), sink=ended.append, wanted=lambda: True, pull_bytes=exactly, idle=5)
+        walk = StreamWalk(bus, BUCKET, (">",), sink=collect(ended), wanted=lambda: True, pull_bytes=exactly, idle=5)
         await walk.open()
         try:
             with anyio.fail_after(3 * bus.timeout):
