@@ -11,6 +11,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from nats.js import JetStreamContext
 
 from mesh_dev.local_nats import LocalNats
@@ -192,3 +194,26 @@ async def test_an_answer_over_max_payload_is_a_500_saying_so_and_the_connection_
     assert refused.headers[ERROR_CODE_HEADER] == "400"
     assert len(refused.data) < 4096
     assert not bus.closed.is_set()
+
+
+def _depth(document: object) -> int:
+    if isinstance(document, dict):
+        return 1 + max(map(_depth, document.values()), default=0)
+    if isinstance(document, list):
+        return 1 + max(map(_depth, document), default=0)
+    return 0
+
+
+_TRICKY = st.text(alphabet='[]{}"\\\\ab\n', max_size=12)
+_DOCUMENTS = st.recursive(
+    st.none() | st.integers() | _TRICKY,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TRICKY, inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@given(_DOCUMENTS)
+def test_nesting_agrees_with_the_parsed_documents_depth(document: object) -> None:
+    """Strings full of brackets, quotes and backslashes never count: the C path's escapes are right."""
+    for text in (json.dumps(document), json.dumps(document, indent=1, ensure_ascii=False)):
+        assert nesting(text.encode()) == _depth(document)
