@@ -68,13 +68,15 @@ class Encoder:
         self.max_item_bytes = max_item_bytes
         self.encoded = Encoded([], [])
         self._known: set[bytes] = set()
+        fields = self.shape.plain_fields
+        self._formats = {len(fields): _head_format(fields)} if fields is not None else {}
 
     def add(self, key: str, value: bytes, revision: int) -> int:
         """Encodes a key's entry, or the key as malformed; its bytes in a page (with a separator)."""
         plain = self.shape.plain_parts(key)
         if plain is not None:  # a plain key and its names need no JSON escaping
             fields, tokens = plain
-            head = (_head_format(fields) % (key, *tokens, revision)).encode()
+            head = ((self._formats.get(len(fields)) or _head_format(fields)) % (key, *tokens, revision)).encode()
         else:
             try:
                 parts = self.shape.parse(key)
@@ -89,9 +91,8 @@ class Encoder:
                 self._known.clear()
             self._known.add(value)
         piece = head + value.strip() + b"}"
-        problem = _too_large("entry", len(piece), self.max_item_bytes)
-        if problem is not None:
-            return self._malformed(key, problem)
+        if len(piece) > self.max_item_bytes:
+            return self._malformed(key, _too_large("entry", len(piece), self.max_item_bytes) or "")
         self.encoded.entries.append(piece)
         return len(piece) + 1
 

@@ -117,7 +117,6 @@ class StreamedListing:
         if self._first is not None:
             self._first.append(KvItem(key, value, revision))
         self._waiting += self._encoder.add(key, value, revision)
-        self.most_waiting = max(self.most_waiting, self._waiting)
 
     def _wanted(self) -> bool:
         return self._waiting < self._ahead
@@ -127,6 +126,7 @@ class StreamedListing:
 
     async def _next_page(self) -> bytes:
         await self.walk.read(self._enough)
+        self.most_waiting = max(self.most_waiting, self._waiting)  # it only grows between pages
         first, self._first = self._first, None
         if first is not None and self.walk.finished and self._waiting <= self.budget:
             self._encoder.encoded = encode_listing(self.what, first, max_item_bytes=self.budget)  # one page: by key

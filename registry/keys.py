@@ -114,7 +114,7 @@ class KeyShape:
         return key
 
     @cached_property
-    def _plain_fields(self) -> tuple[str, ...] | None:
+    def plain_fields(self) -> tuple[str, ...] | None:
         """The fields, when every token is one whole field: such a shape parses plain keys fast."""
         sole = [token._sole_field for token in self.tokens]
         return tuple(f for f in sole if f is not None) if all(sole) else None
@@ -123,7 +123,7 @@ class KeyShape:
         """The fields and tokens of `key` when each token is its field's name (a shape of whole-field
         tokens, a key of plain characters: no escape, no empty token), else None. The fast path
         of `parse`, and of a listing's encoding, which needs the names in order only."""
-        fields = self._plain_fields
+        fields = self.plain_fields
         if fields is None or not _PLAIN_KEY.fullmatch(key):
             return None
         tokens = key.split(".")

@@ -64,6 +64,7 @@ class StreamWalk:
         self.finished = False
         self.floor = 0  # the walk is not finished before this sequence (the leader's last at the start)
         self._sink = sink
+        self._prefix_length = len(bucket.subject_prefix.encode())
         self._wanted = wanted
         self._pull_bytes = max(pull_bytes, bus.max_payload)  # one message always fits
         self._idle = idle
@@ -170,7 +171,7 @@ class StreamWalk:
         if pending == 0:
             self._ran_dry = True  # the server follows with a 404
         deleted = headers is not None and header_lines(headers).get("KV-Operation") in _REMOVED
-        key = self.bucket.key_of(subject.decode("utf-8", "replace"))
+        key = subject[self._prefix_length :].decode("utf-8", "replace")  # `$KV.<bucket>.` cut off
         self._sink(key, data, stream_seq, deleted)
         # What nats-server counts against the pull's max_bytes (consumer.go); a pull that its
         # messages fill exactly ends without a status: nothing more will come for it.
