@@ -530,7 +530,7 @@ async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterato
 def _route_raw_subscriptions(nc: Client) -> None:
     """nats-py's parser hands each message to `Client._process_msg`, looked up on the client at
     every message; the messages of a `Bus.subscribe_raw` subscription go to its handler instead.
-    `check_raw_route` refuses a nats-py whose parser no longer works so."""
+    A nats-py whose parser no longer works so fails tests/registry/test_walk.py (no walk ends)."""
     handlers: dict[int, RawHandler] = {}
     process = nc._process_msg
 
