@@ -534,14 +534,14 @@ def _route_raw_subscriptions(nc: Client) -> None:
     handlers: dict[int, RawHandler] = {}
     process = nc._process_msg
 
-    async def routed(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+    def routed(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> Awaitable[None]:
+        # Not a coroutine itself: the parser awaits what it returns, one frame fewer a message.
         handler = handlers.get(sid)
         if handler is None:
-            await process(sid, subject, reply, data, headers)  # type: ignore[arg-type]  # its parser passes None
-        else:
-            await handler(subject, reply, data, headers)
+            return process(sid, subject, reply, data, headers)  # type: ignore[arg-type]  # its parser passes None
+        return handler(subject, reply, data, headers)
 
-    nc._process_msg = routed  # type: ignore[method-assign]
+    nc._process_msg = routed  # type: ignore[method-assign,assignment]  # returns its awaitable
     nc._mesh_raw_handlers = handlers  # type: ignore[attr-defined]
 
 
