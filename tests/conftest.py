@@ -3,7 +3,9 @@ nats-py connection playing any other party on the bus (a writer, an attacker, a 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import nats
@@ -12,9 +14,10 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from mesh_dev.local_nats import LocalNats, local_nats
+from provisioner_client.reconcile import ClientPlan
 from registry.bus import Bus, BusOptions, connect
-from tests.helpers import in_own_task
-from tests.isolation import Mesh, jwt_mesh_server, mesh_server
+from tests.helpers import EXAMPLES, in_own_task
+from tests.isolation import NODE, Domains, Mesh, domains_of, jwt_mesh_server, mesh_server
 
 
 @pytest.fixture
@@ -50,3 +53,18 @@ async def mesh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
     start = mesh_server if request.param == "static" else jwt_mesh_server
     async with in_own_task(start(tmp_path / "mesh")) as running:
         yield running
+
+
+@pytest.fixture
+async def domains(mesh: Mesh) -> AsyncIterator[Domains]:
+    """The mesh's stand-ins and its vault on its own key (tests/provisioner_client has its own `domains`)."""
+    async with in_own_task(domains_of(mesh)) as running:
+        yield running
+
+
+@pytest.fixture
+def node_plan(tmp_path: Path) -> ClientPlan:
+    """Node NODE's client plan on a copy of the example manifests."""
+    manifests = tmp_path / "manifests"
+    shutil.copytree(EXAMPLES, manifests, ignore=shutil.ignore_patterns("*.md"))
+    return ClientPlan(NODE, manifests, tmp_path / "env", timedelta(seconds=2))

@@ -12,6 +12,7 @@ import nats
 from nats.aio.client import Client
 
 from mesh_dev.local_nats import LocalNats, local_nats
+from mesh_dev.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, StandIns, Vault, stand_ins
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.credentials import seed_path
@@ -19,9 +20,11 @@ from registry.grants import Grants
 from registry.issuing import MeshParties, issue_grants
 from registry.jwt_auth import SERVER_AUTH, SYSTEM_USER, creds_path, load_jwt_auth, render_server_auth
 from registry.parties import Kind, Party
+from registry.service import EndpointSpec, serve
 from tests.helpers import serving
 
 NODES = ("n1", "n2")
+NODE = NODES[0]  # the node whose client the mesh tests run
 PROVIDERS = ("postgres",)
 OPERATORS = ("ops",)
 
@@ -112,3 +115,26 @@ async def seat_serving(mesh: Mesh, grants_file: Path, providers: Sequence[str]) 
     options = mesh.options(party(Kind.SEAT))
     async with serving(mesh.server.url, bus_options=options, grants_file=grants_file, providers=list(providers)):
         yield
+
+
+@dataclass(frozen=True)
+class Domains:
+    seat: Bus
+    parts: StandIns
+
+
+@asynccontextmanager
+async def domains_of(mesh: Mesh) -> AsyncIterator[Domains]:
+    """The stand-ins written by the seat; the vault served on the vault's own key, scoping by who asks."""
+    vault = Vault(parties=mesh.grants.party_map())
+    endpoints = [
+        EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
+        EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
+    ]
+    async with (
+        mesh.connect(party(Kind.SEAT)) as seat,
+        stand_ins(seat, NODE, with_vault=False) as parts,
+        mesh.connect(party(Kind.VAULT)) as vault_bus,
+        serve(vault_bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=endpoints),
+    ):
+        yield Domains(seat, parts)

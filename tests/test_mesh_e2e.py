@@ -5,63 +5,17 @@ own key, and node n1's client in its own account reconciling, watching and telli
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
-from mesh_dev.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, StandIns, Vault, stand_ins
+from mesh_dev.standins import SECRET_SUBJECT
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.status import read_status
-from registry.bus import Bus
 from registry.errors import ServiceError
 from registry.parties import Kind
-from registry.service import EndpointSpec, serve
 from registry.verb_client import ask_service
-from tests.helpers import EXAMPLES, in_own_task, watch_follows_a_config_change
-from tests.isolation import Mesh, party
-
-NODE = "n1"
-
-
-@dataclass(frozen=True)
-class Domains:
-    seat: Bus
-    parts: StandIns
-
-
-@asynccontextmanager
-async def domains_of(mesh: Mesh) -> AsyncIterator[Domains]:
-    """The stand-ins written by the seat; the vault served on the vault's own key, scoping by who asks."""
-    vault = Vault(parties=mesh.grants.party_map())
-    endpoints = [
-        EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
-        EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
-    ]
-    async with (
-        mesh.connect(party(Kind.SEAT)) as seat,
-        stand_ins(seat, NODE, with_vault=False) as parts,
-        mesh.connect(party(Kind.VAULT)) as vault_bus,
-        serve(vault_bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=endpoints),
-    ):
-        yield Domains(seat, parts)
-
-
-@pytest.fixture
-async def domains(mesh: Mesh) -> AsyncIterator[Domains]:
-    async with in_own_task(domains_of(mesh)) as running:
-        yield running
-
-
-@pytest.fixture
-def node_plan(tmp_path: Path) -> ClientPlan:
-    manifests = tmp_path / "manifests"
-    shutil.copytree(EXAMPLES, manifests, ignore=shutil.ignore_patterns("*.md"))
-    return ClientPlan(NODE, manifests, tmp_path / "env", timedelta(seconds=2))
+from tests.helpers import watch_follows_a_config_change
+from tests.isolation import NODE, Domains, Mesh, party
 
 
 async def test_a_node_on_its_own_account_reconciles_watches_and_tells_its_status(

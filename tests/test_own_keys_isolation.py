@@ -5,10 +5,7 @@ of its keys. No new grant: the direct get of the node's own `<node>.>` was alrea
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from nats.errors import NoRespondersError
@@ -20,25 +17,11 @@ from registry.bus import Bus
 from registry.errors import BusError
 from registry.kv import get_direct, put
 from registry.parties import Kind
-from tests.helpers import EXAMPLES, in_own_task
-from tests.isolation import Mesh, party
-from tests.test_mesh_e2e import NODE, Domains, domains_of
+from tests.helpers import in_own_task
+from tests.isolation import NODE, Domains, Mesh, party
 
 N1, N2, SEAT = party(Kind.NODE, "n1"), party(Kind.NODE, "n2"), party(Kind.SEAT)
 A_NEED = b'{"placeholder":"${config:x}","used_in":["X"]}'
-
-
-@pytest.fixture
-async def domains(mesh: Mesh) -> AsyncIterator[Domains]:
-    async with in_own_task(domains_of(mesh)) as running:
-        yield running
-
-
-@pytest.fixture
-def node_plan(tmp_path: Path) -> ClientPlan:
-    manifests = tmp_path / "manifests"
-    shutil.copytree(EXAMPLES, manifests, ignore=shutil.ignore_patterns("*.md"))
-    return ClientPlan(NODE, manifests, tmp_path / "env", timedelta(seconds=2))
 
 
 async def test_a_node_on_its_own_account_reconciles_again_without_listing_its_keys(
