@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner_client.concurrently import all_of
-from provisioner_client.envfile import MODE, EnvFolder, digest, render
+from provisioner_client.envfile import EnvFolder, as_written, render
 from provisioner_client.errors import ManifestError
 from provisioner_client.manifest import LoadedManifest, load_manifest
 from provisioner_client.reconcile import ClientPlan
@@ -53,17 +52,6 @@ def fingerprint(path: Path) -> Fingerprint | None:
     except OSError:
         return None
     return (found.st_ino, found.st_mtime_ns, found.st_ctime_ns, found.st_size, found.st_mode)
-
-
-def as_written(path: Path, written_digest: str, key: bytes) -> bool:
-    """The file is a regular file of mode 0600 holding what had `written_digest`."""
-    try:
-        found = os.lstat(path)
-        if not stat.S_ISREG(found.st_mode) or stat.S_IMODE(found.st_mode) != MODE:
-            return False
-        return digest(path.read_bytes(), key) == written_digest
-    except OSError:
-        return False
 
 
 class DriftWatch:

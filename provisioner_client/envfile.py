@@ -187,14 +187,7 @@ class EnvFolder:
         key = self.key()
         if key is None or not is_module(module) or f"{module}.env" not in self.ledger():
             return False
-        path = self.path_of(module)
-        try:
-            status = path.lstat()
-            if not stat.S_ISREG(status.st_mode) or stat.S_IMODE(status.st_mode) != MODE:
-                return False
-            return hmac.compare_digest(digest(path.read_bytes(), key), wanted)
-        except OSError:
-            return False
+        return as_written(self.path_of(module), wanted, key)
 
     def materialize(self, module: str, content: bytes) -> Materialized:
         """Makes the module's file hold `content` with mode 0600; writes only on a difference."""
@@ -274,6 +267,18 @@ def _create_key(path: Path) -> bytes:
     key = _read_key(path)
     assert key is not None  # linked above, or by another writer first
     return key
+
+
+def as_written(path: Path, wanted: str, key: bytes) -> bool:
+    """The file is a regular file of mode 0600 whose keyed digest is `wanted`: the one judge of
+    "is this file as the client wrote it" (`EnvFolder.intact`, `drift.DriftWatch`)."""
+    try:
+        status = path.lstat()
+        if not stat.S_ISREG(status.st_mode) or stat.S_IMODE(status.st_mode) != MODE:
+            return False
+        return hmac.compare_digest(digest(path.read_bytes(), key), wanted)
+    except OSError:
+        return False
 
 
 def _holds(path: Path, content: bytes) -> bool:
