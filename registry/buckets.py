@@ -52,6 +52,13 @@ class Bucket:
         base = f"CONSUMER.CREATE.{self.stream}.{name}"
         return f"{base}.{self.subject(subject_filter)}" if subject_filter is not None else base
 
+    def consumer_delete_api(self, name: str) -> str:
+        return f"CONSUMER.DELETE.{self.stream}.{name}"
+
+    def consumer_next_subject(self, name: str) -> str:
+        """A pull of consumer `name`'s next messages (published with a reply subject, not asked)."""
+        return f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{name}"
+
     def consumer_request(self, filters: Sequence[str], config: Mapping[str, object]) -> dict[str, object]:
         """The body creating a consumer of this bucket's keys under `filters` (relative to the
         bucket): `config` with the filters as the one `filter_subject` or as `filter_subjects`."""

@@ -103,7 +103,7 @@ class Feed:
     async def delete(self) -> None:
         """Deletes this feed's consumer on the server, if it is there."""
         try:
-            api = f"CONSUMER.DELETE.{self.bucket.stream}.{self.name}"
+            api = self.bucket.consumer_delete_api(self.name)
             await self.bus.jetstream(api, operation=f"delete the consumer of {self.operation}")
         except NotFound:
             pass

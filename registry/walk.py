@@ -139,7 +139,7 @@ class StreamWalk:
             return
         await sub.unsubscribe()
         try:
-            api = f"CONSUMER.DELETE.{self.bucket.stream}.{self.name}"
+            api = self.bucket.consumer_delete_api(self.name)
             await self.bus.jetstream(api, operation=f"delete the consumer of {self.operation}")
         except NotFound:
             pass
@@ -150,7 +150,7 @@ class StreamWalk:
         self._pulls += 1
         self._outstanding, self._received, self._received_bytes, self._ran_dry = str(self._pulls), 0, 0, False
         body = {"batch": LARGEST_PULL, "max_bytes": self._pull_bytes, "no_wait": True}
-        api = f"$JS.API.CONSUMER.MSG.NEXT.{self.bucket.stream}.{self.name}"
+        api = self.bucket.consumer_next_subject(self.name)
         await self.bus.publish(api, json.dumps(body).encode(), reply=f"{self._inbox}.{self._outstanding}")
 
     async def _on_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
