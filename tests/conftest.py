@@ -16,7 +16,7 @@ from nats.js import JetStreamContext
 from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner_client.reconcile import ClientPlan
 from registry.bus import Bus, BusOptions, connect
-from tests.helpers import EXAMPLES, in_own_task
+from tests.helpers import DEPLOY, EXAMPLES, in_own_task
 from tests.isolation import NODE, Domains, Mesh, domains_of, jwt_mesh_server, mesh_server
 
 
@@ -45,6 +45,16 @@ async def nc(nats_server: LocalNats) -> AsyncIterator[Client]:
 @pytest.fixture
 def js(nc: Client) -> JetStreamContext:
     return nc.jetstream()
+
+
+@pytest.fixture
+async def deploy_nats(tmp_path: Path) -> AsyncIterator[str]:
+    """nats-server on deploy/mesh/accounts.conf, its URL."""
+    config_dir = tmp_path / "nats"  # nats-server reads an include relative to its configuration, always
+    config_dir.mkdir()
+    shutil.copyfile(DEPLOY / "mesh" / "accounts.conf", config_dir / "accounts.conf")
+    async with in_own_task(local_nats(config_dir, "include ./accounts.conf")) as server:
+        yield server.url
 
 
 @pytest.fixture(params=["static", "jwt"], ids=["static accounts", "decentralized JWT accounts"])

@@ -30,7 +30,8 @@ from registry.kv import put
 T = TypeVar("T")
 
 NODE = "node-1"
-EXAMPLES = Path(__file__).parents[1] / "deploy" / "examples"
+DEPLOY = Path(__file__).parents[1] / "deploy"
+EXAMPLES = DEPLOY / "examples"
 
 
 @asynccontextmanager

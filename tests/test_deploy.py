@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 
 import anyio
-import pytest
 
-from mesh_dev.local_nats import local_nats
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
 from registry import buckets
 from registry.bus import BusOptions, connect
 from registry.kv import get_latest, put
 from registry.verb_client import ask
-from tests.helpers import clean_environment, in_own_task
+from tests.helpers import DEPLOY, clean_environment
 
-DEPLOY = Path(__file__).parents[1] / "deploy"
 GENERATE = ["--node", "n1", "--node", "n2", "--provider", "postgres", "--operator", "ops"]
 
 
@@ -35,24 +31,15 @@ async def test_deploy_mesh_is_exactly_what_the_grants_command_writes(tmp_path: P
     assert sorted(p.name for p in keys.glob("*.nk")) == sorted(p.name for p in (DEPLOY / "dev-keys").glob("*.nk"))
 
 
-@pytest.fixture
-async def deployed(tmp_path: Path) -> AsyncIterator[str]:
-    config_dir = tmp_path / "nats"  # nats-server reads an include relative to its configuration, always
-    config_dir.mkdir()
-    shutil.copyfile(DEPLOY / "mesh" / "accounts.conf", config_dir / "accounts.conf")
-    async with in_own_task(local_nats(config_dir, "include ./accounts.conf")) as server:
-        yield server.url
-
-
 async def test_the_deploy_configuration_runs_the_seat_and_a_node_on_the_development_keys(
-    deployed: str, tmp_path: Path
+    deploy_nats: str, tmp_path: Path
 ) -> None:
-    seat = BusOptions(servers=(deployed,), name="seat", nkey_seed=DEPLOY / "dev-keys" / "seat.nk")
+    seat = BusOptions(servers=(deploy_nats,), name="seat", nkey_seed=DEPLOY / "dev-keys" / "seat.nk")
     settings = ServerSettings(grants_file=DEPLOY / "mesh" / "grants.json", providers=["postgres"])
     stop = anyio.Event()
     async with anyio.create_task_group() as tasks:
         await tasks.start(partial(run_server, bus_options=seat, settings=settings, stop=stop))
-        node = BusOptions(servers=(deployed,), name="n1", nkey_seed=DEPLOY / "dev-keys" / "node-n1.nk")
+        node = BusOptions(servers=(deploy_nats,), name="n1", nkey_seed=DEPLOY / "dev-keys" / "node-n1.nk")
         async with connect(node) as n1:
             await put(n1, buckets.NEEDS, "n1.web.config.x", b'{"placeholder":"${config:x}"}')
             answer = await ask(n1, {"what": "needs"})

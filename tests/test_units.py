@@ -19,17 +19,16 @@ import subprocess
 import sys
 import tomllib
 import zipfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from mesh_dev.local_nats import local_nats
 from provisioner.settings import ServerSettings
 from provisioner_client.settings import DEFAULT_CONFIG, ClientSettings
 from registry.settings import load_settings
-from tests.helpers import clean_environment, in_own_task, sh_env
+from tests.helpers import clean_environment, sh_env
 
 ROOT = Path(__file__).parents[1]
 DEPLOY = ROOT / "deploy"
@@ -381,23 +380,14 @@ def _argv(role: str, replaced: dict[str, str]) -> list[str]:
     return argv
 
 
-@pytest.fixture
-async def accounts_nats(tmp_path: Path) -> AsyncIterator[str]:
-    config_dir = tmp_path / "nats"  # nats-server reads an include relative to its configuration
-    config_dir.mkdir()
-    shutil.copyfile(DEPLOY / "mesh" / "accounts.conf", config_dir / "accounts.conf")
-    async with in_own_task(local_nats(config_dir, "include ./accounts.conf")) as server:
-        yield server.url
-
-
 async def test_the_seat_and_a_node_run_from_the_deploy_settings_files_as_the_units_start_them(
-    accounts_nats: str, tmp_path: Path
+    deploy_nats: str, tmp_path: Path
 ) -> None:
     """The seat's ExecStart with server.toml and its seed through NATS_NKEY (as LoadCredential hands
     it over), a node's one-shot reconcile and status with client.toml, on the generated accounts."""
     keys = DEPLOY / "dev-keys"
     server_toml = _as_installed(SETTINGS["seat"], {
-        "nats://nats.example:4222": accounts_nats,
+        "nats://nats.example:4222": deploy_nats,
         "/etc/mesh-provisioner/grants.json": str(DEPLOY / "mesh" / "grants.json"),
         "/etc/mesh-provisioner/domains.toml": str(DEPLOY / "domains.toml"),
     }, tmp_path / "server.toml")  # fmt: skip
@@ -410,7 +400,7 @@ async def test_the_seat_and_a_node_run_from_the_deploy_settings_files_as_the_uni
     (tmp_path / "modules" / "hello.json").write_text('{"module": "hello", "env": {"GREETING": "hello"}}')
     client_toml = _as_installed(SETTINGS["client"], {
         'node = "n1"': 'node = "n1"',
-        "nats://nats.example:4222": accounts_nats,
+        "nats://nats.example:4222": deploy_nats,
         '"/etc/mesh-provisioner/keys/node.nk"': json.dumps(str(keys / "node-n1.nk")),
         '"/etc/mesh-provisioner/modules"': json.dumps(str(tmp_path / "modules")),
         '"/run/mesh-provisioner/env"': json.dumps(str(tmp_path / "env")),
@@ -431,7 +421,7 @@ async def test_the_seat_and_a_node_run_from_the_deploy_settings_files_as_the_uni
             assert status.returncode == 0, status.stdout.decode() + status.stderr.decode()
             assert "hello: applied" in status.stdout.decode()
             # deploy/README.md, step 6: the operator asks on its own account.
-            operator = ["--nkey", str(keys / "operator-ops.nk"), "-s", accounts_nats]
+            operator = ["--nkey", str(keys / "operator-ops.nk"), "-s", deploy_nats]
             query = [str(Path(sys.executable).parent / "mesh-provisioner"), "query", "applied", *operator]
             asked = await anyio.run_process(query, env=clean_environment(), check=False)
             assert asked.returncode == 0, asked.stderr.decode()
