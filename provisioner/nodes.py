@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from math import isfinite
 from typing import Literal
 
 import anyio
@@ -48,6 +49,7 @@ from registry.watch import scoped_watch
 log = logging.getLogger(__name__)
 
 DEFAULT_STALE_AFTER = timedelta(minutes=5)
+MAX_TTL = timedelta(days=366)  # a longer ttl in a lease record is read as unreadable
 NODE_ROLE = "node"
 # Entries a view's watch holds for it: a watch delivers a bucket's keys in one burst, without
 # yielding to the task applying them, and one that fell behind is read again from where it was
@@ -186,10 +188,18 @@ def _lease_seen(item: KvItem) -> LeaseSeen:
     if item.deleted:
         return LeaseSeen(item.revision, stored_at, released=True)
     try:
-        holder: Holder | None = Holder.model_validate_json(item.value)
+        holder: Holder | None = _usable(Holder.model_validate_json(item.value))
     except ValidationError:
         holder = None
     return LeaseSeen(item.revision, stored_at, released=False, holder=holder)
+
+
+def _usable(holder: Holder) -> Holder | None:
+    """`holder` if it can be judged and shown: a node writes its own lease, and a ttl that is not a
+    number of seconds within `MAX_TTL`, or a `since` out of range in UTC, would fail every answer."""
+    if not (isfinite(holder.ttl_seconds) and 0 < holder.ttl_seconds <= MAX_TTL.total_seconds()):
+        return None
+    return holder if _in_utc(holder.since) is not None else None
 
 
 def _module_seen(item: KvItem) -> ModuleSeen:
@@ -212,7 +222,15 @@ def _parsed_time(text: object) -> datetime | None:
         parsed = datetime.fromisoformat(text)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return _in_utc(parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC))
+
+
+def _in_utc(moment: datetime) -> datetime | None:
+    """`moment` in UTC; None when it falls outside the years a datetime holds (0001-01-01T00:00+05:00)."""
+    try:
+        return moment.astimezone(UTC)
+    except (OverflowError, ValueError):
+        return None
 
 
 def _tally(modules: Iterable[ModuleSeen]) -> Tally:

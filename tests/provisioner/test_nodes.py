@@ -21,7 +21,7 @@ import pytest
 from rich.console import Console
 
 from mesh_dev.local_nats import LocalNats
-from provisioner.nodes import FleetView, LeaseSeen, answer_pages, judge, read_fleet
+from provisioner.nodes import Fleet, FleetView, LeaseSeen, answer_pages, judge, read_fleet
 from provisioner.request import Query
 from provisioner.top import Screen, TopOptions, fleet, frame
 from provisioner_client.reconcile import ClientPlan
@@ -29,6 +29,7 @@ from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
 from registry.bus import Bus, BusOptions, connect
 from registry.errors import ServiceError
+from registry.feed import KvItem
 from registry.kv import put
 from registry.lease import Holder, Lease, node_key
 from registry.parties import Kind
@@ -199,6 +200,30 @@ def test_verdicts_say_how_they_are_known(
     lease: LeaseSeen | None, stale_after: float, verdict: str, because: str
 ) -> None:
     assert judge(lease, now=NOW, stale_after=timedelta(seconds=stale_after)) == (verdict, because)
+
+
+@pytest.mark.parametrize(
+    ("lease", "applied"),
+    [
+        pytest.param({"ttl_seconds": 1e300}, {}, id="a ttl past what a timedelta holds"),
+        pytest.param({"ttl_seconds": "NaN"}, {}, id="a ttl that is not a number"),
+        pytest.param({"since": "0001-01-01T00:00:00+05:00"}, {}, id="a since before year 1 in UTC"),
+        pytest.param({}, {"changed_at": "9999-12-31T23:59:59-05:00"}, id="a changed_at after year 9999 in UTC"),
+    ],
+)  # fmt: skip
+def test_a_nodes_own_records_out_of_range_do_not_fail_the_fleets_answer(
+    lease: dict[str, Any], applied: dict[str, Any]
+) -> None:
+    holder = {"id": "h", "host": "h", "pid": 1, "since": "2026-06-01T11:00:00Z", "ttl_seconds": 30} | lease
+    fleet = Fleet()
+    fleet.apply_lease(KvItem(node_key("n1"), json.dumps(holder).encode(), 1, stored_at=NOW))
+    record = {"state": "applied"} | applied
+    fleet.apply_applied(KvItem("n1.web", json.dumps(record).encode(), 2, stored_at=NOW))
+    [page] = answer_pages(fleet, Query(what="nodes"), budget=1 << 16, listing_id="l", now=NOW)
+    [entry] = json.loads(page)["entries"]
+    assert entry["verdict"] == "healthy" and entry["applied"] == 1
+    assert ("ttl_seconds" in entry["lease"]) == (not lease)
+    assert entry["changed_at"] == "2026-06-01T12:00:00.000Z"  # out of range: when the server stored it
 
 
 async def test_a_stopped_client_shows_stale_after_the_threshold_and_healthy_again_when_it_returns(
