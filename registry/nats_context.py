@@ -97,7 +97,7 @@ class NatsContexts:
     def selected(self) -> str | None:
         """The name the `nats` CLI's `context.txt` selects, if any."""
         try:
-            name = (self.folder / "context.txt").read_text(encoding="utf-8").strip()
+            name = _head(self.folder / "context.txt").decode("utf-8").strip()
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as err:
@@ -109,7 +109,7 @@ class NatsContexts:
         path = self.path(name)
         source = f"nats context {name!r} ({path})"
         try:
-            context = NatsContext.model_validate(read_json(path.read_bytes(), max_bytes=MAX_CONTEXT_BYTES))
+            context = NatsContext.model_validate(read_json(_head(path), max_bytes=MAX_CONTEXT_BYTES))
         except FileNotFoundError:
             raise SettingsError(source, "no such context") from None
         except OSError as err:
@@ -148,6 +148,13 @@ class NatsContexts:
                 path.unlink(missing_ok=True)
         except SettingsError:  # gone, or no longer ours to judge
             return
+
+
+def _head(path: Path) -> bytes:
+    """The file's first bytes, one more than a context may hold: a file is never read whole (it may
+    be a link to a device that never ends)."""
+    with path.open("rb") as file:
+        return file.read(MAX_CONTEXT_BYTES + 1)
 
 
 def _running(pid: int) -> bool:

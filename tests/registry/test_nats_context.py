@@ -12,6 +12,7 @@ import pytest
 from pydantic import SecretStr
 
 from mesh_dev.loop import advertised, welcome
+from registry.errors import SettingsError
 from registry.nats_context import DEV_CONTEXT, NatsContext, NatsContexts
 
 
@@ -66,3 +67,13 @@ def test_the_welcome_says_how_the_tools_find_the_dev_bus(tmp_path: Path) -> None
     assert "  mesh-provisioner query needs --node node-1 --server nats://127.0.0.1:4321\n" in welcome(
         "nats://127.0.0.1:4321", tmp_path, None
     )
+
+
+def test_a_context_file_that_never_ends_is_refused_after_its_bound(tmp_path: Path) -> None:
+    contexts = NatsContexts(tmp_path / "nats")
+    contexts.path("endless").parent.mkdir(parents=True)
+    contexts.path("endless").symlink_to("/dev/zero")
+    (contexts.folder / "context.txt").symlink_to("/dev/zero")
+    with pytest.raises(SettingsError, match="more than the 65,536 allowed"):
+        contexts.read("endless")
+    assert contexts.selected() is not None  # its first bytes read, not the device whole
