@@ -78,6 +78,7 @@ class ModuleStatus:
     on_disk: str | None
     expected_path: Path | None = None
     unjudged: str | None = None  # why the file could not be judged (the env folder unreadable to this user)
+    in_place: bool = False  # as written: `EnvFolder.intact`, the judge of reconcile and the drift watch
 
     @property
     def since(self) -> str | None:
@@ -90,7 +91,7 @@ class ModuleStatus:
             return "none"
         if self.unjudged is not None:
             return "unknown"
-        if self.on_disk == self.applied.digest:
+        if self.in_place:
             return "in place"
         return "missing" if self.on_disk is None else "drifted"
 
@@ -270,11 +271,16 @@ async def read_status(bus: Bus, node: str, materialize: Path, *, settings_file: 
 
 
 def _judged(folder: EnvFolder, module: str, applied: AppliedValue) -> ModuleStatus:
+    """In place only as reconcile and the drift watch judge it (a regular file of mode 0600 with
+    the applied digest); else the digest on disk tells drifted from missing."""
+    expected = _expected_path(folder, module)
     try:
+        if applied.digest is not None and folder.intact(module, applied.digest):
+            return ModuleStatus(module, applied, applied.digest, expected, in_place=True)
         on_disk = folder.digest_on_disk(module)
     except MaterializeError as err:  # the digest key or the ledger is not readable by this user
-        return ModuleStatus(module, applied, None, _expected_path(folder, module), unjudged=str(err))
-    return ModuleStatus(module, applied, on_disk, _expected_path(folder, module))
+        return ModuleStatus(module, applied, None, expected, unjudged=str(err))
+    return ModuleStatus(module, applied, on_disk, expected)
 
 
 def _expected_path(folder: EnvFolder, module: str) -> Path | None:

@@ -202,6 +202,19 @@ async def test_files_that_cannot_be_judged_are_said_so_and_exit_1(
     assert f"       File: {plan.materialize / 'app.env'} {unknown}\n" in out
 
 
+async def test_a_file_whose_mode_changed_is_drifted_as_the_drift_watch_and_reconcile_judge_it(
+    domains: StandIns, nats_server: LocalNats, plan: ClientPlan
+) -> None:
+    """The same bytes at mode 0644 are not in place: watch mode and the next reconcile put it back."""
+    env = client_env(nats_server.url, plan)
+    code, _, _ = await client("reconcile", env=env)
+    assert code == 0
+    (plan.materialize / "app.env").chmod(0o644)
+    code, as_json, _ = await client("status", "--json", env=env)
+    assert code == 1
+    assert json.loads(as_json)["modules"]["app"]["file_state"] == "drifted"
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
