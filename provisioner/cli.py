@@ -8,7 +8,7 @@ Exit codes:
        that could not be removed, a second SIGTERM/SIGINT that stopped `serve` at once,
        cutting requests in flight, `serve`'s connection closed for good by nats-server (an
        authorization violation after a reload, say: a supervisor should restart it), or
-       `query`, `top --once`: no answer from the seat within --wait
+       `query`, `top --once`: no answer from the seat within --wait; `top`'s connection closed for good
     2  a usage or settings error (a flag, a MESH_PROVISIONER_* variable, the config, domains or
        grants file); `remove-node` not confirmed (nothing was removed)
     3  `query`, `top --once`: the verb answered with an error (other than 410 and 503, which are
@@ -100,7 +100,8 @@ _EPILOG_TOP = """Asks the verb what=nodes every --interval seconds and shows the
 stale and gone; modules applied and pending) over the nodes, stale and gone first (see `query nodes
 --help` for the verdicts). On a terminal the view is redrawn in place, with a progress bar while a
 long answer is read; elsewhere each frame is printed after the last. Ctrl-C (SIGINT) or SIGTERM ends
-it with exit 0. A seat that does not answer is said in the frame and asked again at the next tick.
+it with exit 0. A seat that does not answer is said in the frame and asked again at the next tick;
+a connection nats-server closed for good ends it with exit 1.
 
 examples:
   mesh-provisioner top

@@ -6,7 +6,8 @@ applied buckets, so a refresh reads no bucket; an operator's account may ask the
 else, so the frames refresh on a timer, not on the buckets' changes. On a terminal the frame is
 redrawn in place (`rich.live`), with a progress bar while a paged answer is read; anywhere else
 each frame is printed after the last, with the time it was taken. A seat that does not answer is
-said in the frame, and asked again at the next tick. `once` prints one frame and returns.
+said in the frame, and asked again at the next tick; a connection closed for good (by nats-server)
+ends it with the error (exit 1). `once` prints one frame and returns.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event)
             try:
                 last = await fleet(bus, options, screen.on_page)
             except (BusError, ServiceError) as err:
-                if options.once:
+                if options.once or bus.closed.is_set():  # closed for good: no tick would answer
                     raise
                 problem = f"no answer from the seat: {err}; asking again in {options.interval.total_seconds():g} s"
             screen.show(frame(last, problem, console, datetime.now(UTC)))

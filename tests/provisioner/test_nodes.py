@@ -23,12 +23,12 @@ from rich.console import Console
 from mesh_dev.local_nats import LocalNats
 from provisioner.nodes import Fleet, FleetView, LeaseSeen, answer_pages, judge, read_fleet
 from provisioner.request import Query
-from provisioner.top import Screen, TopOptions, fleet, frame
+from provisioner.top import Screen, TopOptions, fleet, frame, run_top
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
 from registry import buckets
-from registry.bus import Bus, BusOptions, connect
-from registry.errors import ServiceError
+from registry.bus import Bus, BusOptions, connect, nats_client
+from registry.errors import ConnectionClosed, ServiceError
 from registry.feed import KvItem
 from registry.kv import put
 from registry.lease import Holder, Lease, node_key
@@ -311,6 +311,13 @@ async def test_top_prints_a_frame_every_interval_until_sigint_then_exits_0(fleet
     assert code == 0
     assert len(frames) >= 3 and frames[-1] == ""  # every frame whole, a blank line after each
     assert all(frame.splitlines()[1].startswith("NODE  VERDICT") for frame in frames[:-1])
+
+
+async def test_top_ends_with_the_error_once_its_connection_is_closed_for_good(server: LocalNats) -> None:
+    async with connect(BusOptions(servers=(server.url,), name="test")) as bus:
+        await nats_client(bus).close()  # as nats-server closing it would, after an authorization violation
+        with anyio.fail_after(5), pytest.raises(ConnectionClosed):
+            await run_top(bus, TopOptions(interval=timedelta(seconds=0.05)), io.StringIO(), anyio.Event())
 
 
 async def test_a_paged_fleet_is_one_table_and_its_pages_are_counted(small_payload_server: LocalNats) -> None:
