@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -52,24 +53,34 @@ class _Reader:
         self._in_request = 0
 
 
-async def direct_pages(nc: Client, expected: int) -> None:
-    """Every key by batch direct gets (`next_by_subj`), each asking for `max_payload` bytes: no consumer."""
-    reader = _Reader()
+async def _requests(nc: Client, reader: _Reader, request: Callable[[], tuple[str, bytes]]) -> None:
+    """`request()`'s subject and body published on one inbox, each read to its end, until a request
+    brings nothing or the reader has nothing pending."""
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=reader.on_message, pending_bytes_limit=1024**3)
     try:
-        while True:
+        while reader.pending != 0:
             before = reader.count
             reader.next_request()
-            body = {"next_by_subj": NEEDS.subject(">"), "seq": reader.last_seq + 1, "batch": LARGEST,
-                    "max_bytes": nc.max_payload}  # fmt: skip
-            await nc.publish(NEEDS.batch_get_subject, json.dumps(body).encode(), reply=inbox)
+            await nc.publish(*request(), reply=inbox)
             with anyio.fail_after(30):
                 await reader.ended.wait()
             if reader.count == before:
                 break
     finally:
         await sub.unsubscribe()
+
+
+async def direct_pages(nc: Client, expected: int) -> None:
+    """Every key by batch direct gets (`next_by_subj`), each asking for `max_payload` bytes: no consumer."""
+    reader = _Reader()
+
+    def request() -> tuple[str, bytes]:
+        body = {"next_by_subj": NEEDS.subject(">"), "seq": reader.last_seq + 1, "batch": LARGEST,
+                "max_bytes": nc.max_payload}  # fmt: skip
+        return NEEDS.batch_get_subject, json.dumps(body).encode()
+
+    await _requests(nc, reader, request)
     assert reader.count == expected, f"the paged direct read found {reader.count} of {expected} keys"
 
 
@@ -83,19 +94,12 @@ async def pulled(nc: Client, expected: int) -> None:
     create = f"$JS.API.CONSUMER.CREATE.{NEEDS.stream}.{name}.{NEEDS.subject('>')}"
     await nc.request(create, json.dumps({"stream_name": NEEDS.stream, "config": config}).encode(), timeout=10)
     reader = _Reader(PULL_BATCH)
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox, cb=reader.on_message, pending_bytes_limit=1024**3)
-    body = json.dumps({"batch": PULL_BATCH, "no_wait": True}).encode()
+    pull = (
+        f"$JS.API.CONSUMER.MSG.NEXT.{NEEDS.stream}.{name}",
+        json.dumps({"batch": PULL_BATCH, "no_wait": True}).encode(),
+    )
     try:
-        while reader.pending != 0:
-            before = reader.count
-            reader.next_request()
-            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{NEEDS.stream}.{name}", body, reply=inbox)
-            with anyio.fail_after(30):
-                await reader.ended.wait()
-            if reader.count == before:
-                break
+        await _requests(nc, reader, lambda: pull)
     finally:
-        await sub.unsubscribe()
         await nc.request(f"$JS.API.CONSUMER.DELETE.{NEEDS.stream}.{name}", b"", timeout=10)
     assert reader.count == expected, f"the pulled read found {reader.count} of {expected} keys"
