@@ -186,9 +186,7 @@ def _add_query(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "within an attempt (2 s, doubled each time), is not there, is busy (503) or forgot the listing (410) "
         "is asked again until then",
     )  # fmt: skip
-    query.add_argument("--config", type=Path, metavar="PATH", help="a TOML file whose [nats] table has NATS options")
-    add_settings_arguments(query, QuerySettings, "logging")
-    add_settings_arguments(query, BusSettings, "NATS connection")
+    _add_client_settings(query)
 
 
 def _add_top(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -208,9 +206,14 @@ def _add_top(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--wait", type=float, default=30.0, metavar="SECONDS",
         help="how long to wait to connect, and with --once for the answer (default 30)",
     )  # fmt: skip
-    top.add_argument("--config", type=Path, metavar="PATH", help="a TOML file whose [nats] table has NATS options")
-    add_settings_arguments(top, QuerySettings, "logging")
-    add_settings_arguments(top, BusSettings, "NATS connection")
+    _add_client_settings(top)
+
+
+def _add_client_settings(command: argparse.ArgumentParser) -> None:
+    """The settings of a command that connects as a client of the seat: the config, logging, NATS."""
+    command.add_argument("--config", type=Path, metavar="PATH", help="a TOML file whose [nats] table has NATS options")
+    add_settings_arguments(command, QuerySettings, "logging")
+    add_settings_arguments(command, BusSettings, "NATS connection")
 
 
 def _default_stale_after() -> str:
@@ -227,9 +230,7 @@ def _add_remove_node(commands: argparse._SubParsersAction[argparse.ArgumentParse
     remove.add_argument("node", metavar="NODE", help="the node's name, as its client is told it (never escaped)")
     remove.add_argument("--yes", action="store_true", help="remove without asking")
     remove.add_argument("--wait", type=float, default=30.0, metavar="SECONDS", help="how long to wait to connect")
-    remove.add_argument("--config", type=Path, metavar="PATH", help="a TOML file whose [nats] table has NATS options")
-    add_settings_arguments(remove, QuerySettings, "logging")
-    add_settings_arguments(remove, BusSettings, "NATS connection")
+    _add_client_settings(remove)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
