@@ -224,7 +224,8 @@ class Reports:
 
 async def watch_follows_a_config_change(node: Bus, plan: ClientPlan, writer: Bus, config: Bucket) -> None:
     """Runs the watch loop as `node` until `writer`'s change of the `log-level` config value reaches
-    the `app` module's env file (the example manifests)."""
+    the `app` module's env file (the example manifests), which a reconcile has written before."""
+    assert sh_env(plan.materialize / "app.env")["LOG_LEVEL"] != "debug", "the premise: not debug yet"
     changed = anyio.Event()
 
     def on_report(report: Report) -> None:
