@@ -22,16 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner_client.concurrently import all_of
-from provisioner_client.envfile import EnvFolder, as_written, render
+from provisioner_client.envfile import EnvFolder, as_written
 from provisioner_client.errors import ManifestError
 from provisioner_client.manifest import LoadedManifest, load_manifest
-from provisioner_client.reconcile import ClientPlan
-from provisioner_client.resolve import Pending, Registry, Resolver, read_registry
+from provisioner_client.reconcile import ClientPlan, rendered
+from provisioner_client.resolve import Registry, Resolver, read_registry
 from provisioner_client.scope import NodeScope
 from registry import buckets
 from registry.bus import Bus
 from registry.models import AppliedValue
-from registry.placeholders import substitute
 
 log = logging.getLogger(__name__)
 
@@ -99,19 +98,8 @@ async def put_back(bus: Bus, plan: ClientPlan, module: str, applied_digest: str)
     if loaded is None:
         return False
     resolver = await _resolver(bus, plan, needed=bool(loaded.manifest.placeholders()))
-    values: dict[str, str] = {}
-    env: dict[str, str] = {}
-    try:
-        for placeholder in loaded.manifest.placeholders():
-            values[str(placeholder)] = await resolver.resolve(module, placeholder)
-        env = {name: substitute(text, lambda p: values[str(p)]) for name, text in loaded.manifest.env.items()}
-        content = render(module, env)
-    except Pending:
-        return False
-    finally:
-        values.clear()
-        env.clear()
-    if folder.digest(content) != applied_digest:
+    content = await rendered(resolver, loaded)
+    if isinstance(content, list) or folder.digest(content) != applied_digest:
         return False
     folder.materialize(module, content)
     return True

@@ -337,24 +337,14 @@ async def _apply(
     previous: AppliedValue | None, report: Report,
 ) -> ModuleReport:  # fmt: skip
     module, manifest = loaded.module, loaded.manifest
-    values: dict[str, str] = {}
-    reasons = []
-    for placeholder in manifest.placeholders():
-        try:
-            values[str(placeholder)] = await resolver.resolve(module, placeholder)
-        except Pending as pending:
-            reasons.append(f"{placeholder}: {pending.reason}")
+    content = await rendered(resolver, loaded)
     old_action = previous.action if previous else None
-    if reasons:
-        return _pending(folder, module, reasons, previous)
-    env = {name: substitute(text, lambda p: values[str(p)]) for name, text in manifest.env.items()}
+    if isinstance(content, list):
+        return _pending(folder, module, content, previous)
     try:
-        done = folder.materialize(module, render(module, env))
+        done = folder.materialize(module, content)
     except MaterializeError as err:
         return _pending(folder, module, [str(err)], previous)
-    finally:
-        values.clear()
-        env.clear()
     action = old_action
     if manifest.on_change is not None and (old_action is None or old_action.digest != done.digest):
         env = action_environment(plan.action_env, node=plan.node, module=module, env_file=done.path)
@@ -362,6 +352,29 @@ async def _apply(
         report.actions_run.append(module)
     applied = AppliedValue(state="applied", digest=done.digest, file=str(done.path), action=action)
     return ModuleReport(module, applied, written=done.written)
+
+
+async def rendered(resolver: Resolver, loaded: LoadedManifest) -> bytes | list[str]:
+    """The module's env file as its values render it, or why it cannot be (each pending
+    placeholder and its reason); the values are dropped here. Reconcile and the drift watch's
+    `put_back` both render through it."""
+    module, manifest = loaded.module, loaded.manifest
+    values: dict[str, str] = {}
+    env: dict[str, str] = {}
+    reasons = []
+    try:
+        for placeholder in manifest.placeholders():
+            try:
+                values[str(placeholder)] = await resolver.resolve(module, placeholder)
+            except Pending as pending:
+                reasons.append(f"{placeholder}: {pending.reason}")
+        if reasons:
+            return reasons
+        env = {name: substitute(text, lambda p: values[str(p)]) for name, text in manifest.env.items()}
+        return render(module, env)
+    finally:
+        values.clear()
+        env.clear()
 
 
 def _pending(folder: EnvFolder, module: str, reasons: list[str], previous: AppliedValue | None) -> ModuleReport:
