@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 from anyio.abc import TaskStatus
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from registry import buckets
 from registry.bus import Bus
@@ -31,6 +31,7 @@ from registry.models import to_json
 log = logging.getLogger(__name__)
 
 SKEW = timedelta(seconds=5)
+MAX_TTL = timedelta(days=366)  # a longer ttl in a lease record is read as unreadable
 
 
 class Holder(BaseModel):
@@ -42,7 +43,7 @@ class Holder(BaseModel):
     host: str
     pid: int
     since: datetime
-    ttl_seconds: float
+    ttl_seconds: float = Field(gt=0, le=MAX_TTL.total_seconds())  # a stored record is its writer's word
 
     @staticmethod
     def me(ttl: timedelta) -> Holder:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import anyio
@@ -10,7 +11,7 @@ import pytest
 from provisioner.buckets import ensure_buckets
 from registry import buckets
 from registry.bus import Bus
-from registry.kv import BucketConfig, get_direct
+from registry.kv import BucketConfig, get_direct, put
 from registry.lease import Holder, Lease, LeaseHeld, LeaseLost, node_key
 
 SHORT = timedelta(seconds=1)
@@ -66,3 +67,11 @@ async def test_holding_renews_so_the_lease_never_expires_while_held(leases: Bus)
                 await second.try_take()
         tg.cancel_scope.cancel()
     await second.try_take()  # released on cancel
+
+
+@pytest.mark.parametrize("ttl", [1e20, -1.0, "NaN"], ids=["beyond any timedelta", "negative", "not a number"])
+async def test_a_record_whose_ttl_cannot_be_judged_is_a_holder_unknown_not_a_crash(leases: Bus, ttl: object) -> None:
+    record = json.loads(Holder.me(SHORT).model_dump_json()) | {"ttl_seconds": ttl}
+    await put(leases, buckets.LEASES, node_key("a.b"), json.dumps(record).encode())
+    with pytest.raises(LeaseHeld, match="a holder whose record cannot be read"):
+        await claimant(leases, "host-2").try_take()
