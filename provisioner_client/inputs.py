@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import hmac
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
 
+from provisioner_client import envfile
 from provisioner_client.resolve import Pending, Registry, Resolver, Source
 from registry import buckets
 from registry.buckets import Bucket
@@ -164,4 +164,4 @@ def _answer_of(registry: Registry, placeholder: Placeholder) -> object:
 
 
 def _keyed(key: bytes, text: str) -> str:
-    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+    return envfile.digest(text.encode(), key)
