@@ -11,6 +11,7 @@ with a header line, never wrapped, for `grep` and `less`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -248,13 +249,22 @@ def _table(header: Sequence[str], body: Sequence[Sequence[str | Text]], console:
         table.add_column(Text(title), header_style="bold" if terminal else "", style=style if terminal else "",
                          no_wrap=short, min_width=len(title) if short else None)  # fmt: skip
     for row in body:
-        table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in row))  # Text: never markup
+        table.add_row(*(Text(_printable(cell)) if isinstance(cell, str) else cell for cell in row))  # never markup
     return table
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _printable(cell: str) -> str:
+    """`cell` with its control characters written as escapes (`\\x1b`): cells show what nodes
+    wrote (a lease's host, a reason), and an escape sequence must not reach the operator's terminal."""
+    return _CONTROL.sub(lambda found: repr(found.group())[1:-1], cell)
 
 
 def _verdict_styled(row: Sequence[str]) -> list[str | Text]:
     """A nodes row with its verdict coloured (on a terminal; plain output drops the style)."""
-    return [row[0], Text(row[1], style=VERDICT_STYLES.get(row[1], "")), *row[2:]]
+    return [row[0], Text(_printable(row[1]), style=VERDICT_STYLES.get(row[1], "")), *row[2:]]
 
 
 def nodes_table(answer: Mapping[str, Any], console: Console) -> Table:

@@ -181,6 +181,23 @@ def test_on_a_terminal_the_table_is_boxed_and_the_malformed_key_marked() -> None
     assert text.rstrip().endswith("1 entry, 1 malformed")
 
 
+def test_what_a_node_wrote_reaches_the_terminal_without_its_escape_sequences() -> None:
+    host = "evil\x1b]0;owned\x07\x1b[2J\x9b1m"  # a terminal title, a clear screen, an 8-bit CSI
+    answer = {
+        "what": "nodes",
+        "entries": [{"node": "n1", "verdict": "healthy", "because": "renewed", "applied": 0, "pending": 0,
+                     "lease": {"state": "held", "host": host, "pid": 1}, "changed_at": None}],
+        "malformed": [{"key": "n1.bad", "bucket": "b", "reason": "why\x1b[31m"}],
+        "total": {"entries": 1, "malformed": 1},
+    }  # fmt: skip
+    out = io.StringIO()
+    tables.print_answer(answer, Console(file=out, force_terminal=True, color_system=None, width=200))
+    text = out.getvalue()
+    assert not any(c in text for c in "\x07\x1b\x9b")  # no colours asked (color_system=None): none of rich's
+    assert "held by evil\\x1b]0;owned\\x07\\x1b[2J\\x9b1m pid 1" in text
+    assert "why\\x1b[31m" in text
+
+
 async def test_a_paged_answer_is_one_table(small_payload_server: LocalNats) -> None:
     values = {f"n{i:03}.web.secret.s{i:03}": NEED for i in range(300)}
     async with connect(BusOptions(servers=(small_payload_server.url,), name="test")) as bus:
