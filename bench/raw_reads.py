@@ -91,15 +91,15 @@ async def pulled(nc: Client, expected: int) -> None:
     name = uuid.uuid4().hex
     config: dict[str, Any] = {"name": name, "ack_policy": "none", "deliver_policy": "all", "mem_storage": True,
                               "filter_subject": NEEDS.subject(">"), "inactive_threshold": 30_000_000_000}  # fmt: skip
-    create = f"$JS.API.CONSUMER.CREATE.{NEEDS.stream}.{name}.{NEEDS.subject('>')}"
+    create = f"$JS.API.{NEEDS.consumer_create_api(name, '>')}"
     await nc.request(create, json.dumps({"stream_name": NEEDS.stream, "config": config}).encode(), timeout=10)
     reader = _Reader(PULL_BATCH)
     pull = (
-        f"$JS.API.CONSUMER.MSG.NEXT.{NEEDS.stream}.{name}",
+        NEEDS.consumer_next_subject(name),
         json.dumps({"batch": PULL_BATCH, "no_wait": True}).encode(),
     )
     try:
         await _requests(nc, reader, lambda: pull)
     finally:
-        await nc.request(f"$JS.API.CONSUMER.DELETE.{NEEDS.stream}.{name}", b"", timeout=10)
+        await nc.request(f"$JS.API.{NEEDS.consumer_delete_api(name)}", b"", timeout=10)
     assert reader.count == expected, f"the pulled read found {reader.count} of {expected} keys"
