@@ -26,7 +26,6 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from math import isfinite
 from typing import Literal
 
 import anyio
@@ -49,7 +48,6 @@ from registry.watch import scoped_watch
 log = logging.getLogger(__name__)
 
 DEFAULT_STALE_AFTER = timedelta(minutes=5)
-MAX_TTL = timedelta(days=366)  # a longer ttl in a lease record is read as unreadable
 NODE_ROLE = "node"
 # Entries a view's watch holds for it: a watch delivers a bucket's keys in one burst, without
 # yielding to the task applying them, and one that fell behind is read again from where it was
@@ -195,10 +193,8 @@ def _lease_seen(item: KvItem) -> LeaseSeen:
 
 
 def _usable(holder: Holder) -> Holder | None:
-    """`holder` if it can be judged and shown: a node writes its own lease, and a ttl that is not a
-    number of seconds within `MAX_TTL`, or a `since` out of range in UTC, would fail every answer."""
-    if not (isfinite(holder.ttl_seconds) and 0 < holder.ttl_seconds <= MAX_TTL.total_seconds()):
-        return None
+    """`holder` if it can be shown: a node writes its own lease, and a `since` out of range in UTC
+    would fail every answer (`Holder` itself bounds the ttl)."""
     return holder if _in_utc(holder.since) is not None else None
 
 
