@@ -177,10 +177,8 @@ class EnvFolder:
         key = self.key()
         if key is None or path.name not in self.ledger():
             return None
-        try:
-            return digest(path.read_bytes(), key)
-        except OSError:
-            return None
+        content = _read_regular(path, mode=None)
+        return digest(content, key) if content is not None else None
 
     def intact(self, module: str, wanted: str) -> bool:
         """Whether the module's file is still the one of digest `wanted`, mode 0600, as written."""
@@ -272,23 +270,31 @@ def _create_key(path: Path) -> bytes:
 def as_written(path: Path, wanted: str, key: bytes) -> bool:
     """The file is a regular file of mode 0600 whose keyed digest is `wanted`: the one judge of
     "is this file as the client wrote it" (`EnvFolder.intact`, `drift.DriftWatch`)."""
-    try:
-        status = path.lstat()
-        if not stat.S_ISREG(status.st_mode) or stat.S_IMODE(status.st_mode) != MODE:
-            return False
-        return hmac.compare_digest(digest(path.read_bytes(), key), wanted)
-    except OSError:
-        return False
+    content = _read_regular(path, mode=MODE)
+    return content is not None and hmac.compare_digest(digest(content, key), wanted)
 
 
 def _holds(path: Path, content: bytes) -> bool:
+    return _read_regular(path, mode=MODE) == content
+
+
+MAX_FILE_BYTES = 64 * 1024 * 1024  # an env file larger than this is not one the client wrote: never read whole
+
+
+def _read_regular(path: Path, *, mode: int | None) -> bytes | None:
+    """The bytes of `path` if it is a regular file (never through a link, never a FIFO or device
+    that would block or never end), of `mode` when given, and at most `MAX_FILE_BYTES`; else None.
+    Judged on the file opened, so nothing swapped in between a check and the read is read."""
     try:
-        status = path.lstat()
-        if not stat.S_ISREG(status.st_mode) or stat.S_IMODE(status.st_mode) != MODE:
-            return False
-        return path.read_bytes() == content
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
+    with os.fdopen(fd, "rb") as file:
+        status = os.fstat(file.fileno())
+        if not stat.S_ISREG(status.st_mode) or (mode is not None and stat.S_IMODE(status.st_mode) != mode):
+            return None
+        content = file.read(MAX_FILE_BYTES + 1)
+    return content if len(content) <= MAX_FILE_BYTES else None
 
 
 def _write_atomically(path: Path, content: bytes) -> None:

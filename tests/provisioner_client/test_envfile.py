@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -94,3 +95,31 @@ def test_a_file_is_written_0600_once_and_a_foreign_file_is_never_touched(tmp_pat
     assert sorted(p.name for p in (tmp_path / "env").iterdir()) == [
         ".mesh-provisioner-client.json", ".mesh-provisioner-client.key", "other.env"
     ]  # fmt: skip
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("swapped_in", ["a link to /dev/zero", "a FIFO", "a link to the same bytes"])
+def test_a_file_swapped_for_something_that_never_ends_or_a_link_is_judged_not_read(
+    tmp_path: Path, swapped_in: str
+) -> None:
+    """status and reconcile judge an env file without following a link or reading a FIFO or an
+    endless device: each would have blocked or filled memory (the folder is the client's, but a
+    program never trusts what it reads to end)."""
+    folder = EnvFolder(tmp_path / "env")
+    written = folder.materialize("app", b"A=1\n")
+    wanted = folder.digest_on_disk("app")
+    assert wanted is not None and folder.intact("app", wanted)
+    written.path.unlink()
+    if swapped_in == "a FIFO":
+        os.mkfifo(written.path, 0o600)
+    elif swapped_in == "a link to /dev/zero":
+        written.path.symlink_to("/dev/zero")
+    else:
+        same = tmp_path / "same.env"
+        same.write_bytes(b"A=1\n")
+        same.chmod(0o600)
+        written.path.symlink_to(same)
+    assert folder.digest_on_disk("app") is None
+    assert not folder.intact("app", wanted)
+    assert folder.materialize("app", b"A=1\n").written  # put back as a regular file of its own
+    assert folder.intact("app", wanted)
