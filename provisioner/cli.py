@@ -329,8 +329,8 @@ def _top(args: argparse.Namespace) -> int:
     bus_options = _bus_options(args, f"{buckets.SEAT}-top")
     _configure_logging(logging_settings)
     _check_stale_after(args.stale_after)
-    if args.interval <= 0:
-        raise SettingsError("--interval", f"{args.interval:g} is not a number of seconds above 0")
+    if not 0 < args.interval <= 86400:  # NaN and inf fail too
+        raise SettingsError("--interval", f"{args.interval:g} is not a number of seconds above 0 and at most a day")
     options = TopOptions(interval=timedelta(seconds=args.interval), stale_after=args.stale_after, node=args.node,
                          once=args.once, reply_wait=timedelta(seconds=args.wait))  # fmt: skip
     last = anyio.run(until_signalled, partial(_watch_fleet, bus_options, options, wait=args.wait))

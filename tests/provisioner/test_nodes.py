@@ -21,6 +21,7 @@ import pytest
 from rich.console import Console
 
 from mesh_dev.local_nats import LocalNats
+from provisioner.cli import main as cli_main
 from provisioner.nodes import Fleet, FleetView, LeaseSeen, answer_pages, judge, read_fleet
 from provisioner.request import Query
 from provisioner.top import Screen, TopOptions, fleet, frame, run_top
@@ -366,3 +367,9 @@ async def test_the_listed_fleet_answers_as_the_kept_view_does(fleet_server: Loca
     pages = answer_pages(view, query, budget=60_000, listing_id="x", now=now)
     assert answer_pages(listed, query, budget=60_000, listing_id="x", now=now) == pages
     assert len(json.loads(pages[0])["malformed"]) == 1
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "nan", "inf"])
+def test_top_refuses_an_interval_it_cannot_wait(interval: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["top", "--interval", interval, "--nats-url", "nats://127.0.0.1:1"]) == 2
+    assert "--interval" in capsys.readouterr().err
