@@ -118,7 +118,16 @@ class Lease:
             return
         revision, self._revision = self._revision, None
         try:
-            await delete(self.bus, buckets.LEASES, self.key, last=revision)
+            try:
+                await delete(self.bus, buckets.LEASES, self.key, last=revision)
+            except WrongLastSequence:
+                # A renewal cancelled in flight may have been stored all the same: the lease is
+                # still ours if the record is, and is released at the revision it stands at.
+                current = await get_stamped(self.bus, buckets.LEASES, self.key)
+                holder = _holder_of(current) if current is not None and not current.item.deleted else None
+                if current is None or holder is None or holder.id != self.holder.id:
+                    return
+                await delete(self.bus, buckets.LEASES, self.key, last=current.item.revision)
         except RegistryError as err:  # it expires anyway
             log.warning("lease %s not released: %s", self.key, err, extra={"key": self.key})
 

@@ -11,7 +11,7 @@ import pytest
 from provisioner.buckets import ensure_buckets
 from registry import buckets
 from registry.bus import Bus
-from registry.kv import BucketConfig, get_direct, put
+from registry.kv import BucketConfig, get_direct, put, update
 from registry.lease import Holder, Lease, LeaseHeld, LeaseLost, node_key
 
 SHORT = timedelta(seconds=1)
@@ -75,3 +75,27 @@ async def test_a_record_whose_ttl_cannot_be_judged_is_a_holder_unknown_not_a_cra
     await put(leases, buckets.LEASES, node_key("a.b"), json.dumps(record).encode())
     with pytest.raises(LeaseHeld, match="a holder whose record cannot be read"):
         await claimant(leases, "host-2").try_take()
+
+
+async def test_a_renewal_stored_but_never_heard_of_still_lets_the_release_free_the_lease(leases: Bus) -> None:
+    """A renewal cancelled in flight may reach the server all the same: the release then finds a
+    newer revision of its own record, and frees it rather than leaving it to expire."""
+    first = claimant(leases, "host-1")
+    await first.try_take()
+    current = await get_direct(leases, buckets.LEASES, node_key("a.b"))
+    assert current is not None
+    await update(leases, buckets.LEASES, node_key("a.b"), current.value, last=current.revision)  # the lost renewal
+    await first.release()
+    await claimant(leases, "host-2").try_take()  # free at once, not after the ttl
+
+
+async def test_a_release_never_frees_a_lease_another_claimant_holds_now(leases: Bus) -> None:
+    first, second = claimant(leases, "host-1"), claimant(leases, "host-2")
+    await first.try_take()
+    current = await get_direct(leases, buckets.LEASES, node_key("a.b"))
+    assert current is not None
+    theirs = json.loads(current.value) | {"id": "someone-else"}
+    await update(leases, buckets.LEASES, node_key("a.b"), json.dumps(theirs).encode(), last=current.revision)
+    await first.release()
+    with pytest.raises(LeaseHeld):
+        await second.try_take()
