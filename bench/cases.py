@@ -30,9 +30,8 @@ from mesh_dev.local_nats import local_nats
 from mesh_dev.standins import SECRET_SUBJECT, stand_ins
 from provisioner.registry_sync import sync_registry
 from provisioner_client.reconcile import ClientPlan
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
-from registry.verb_client import ask
+from registry.contract import buckets
+from registry.wire import Bus, BusOptions, ask, connect
 
 ECHO_SUBJECT = "bench.echo"
 

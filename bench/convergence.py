@@ -14,9 +14,8 @@ from nats.aio.client import Client
 from bench.harness import ROOT, timed
 from mesh_dev.standins import ASSIGNMENT, StandIns
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
-from registry import buckets
-from registry.bus import Bus
-from registry.kv import put
+from registry.contract import buckets
+from registry.wire import Bus, put
 
 NODE = "bench-node"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from provisioner_client.drift import DriftWatch
 from provisioner_client.envfile import EnvFolder
-from registry.models import AppliedValue
+from registry.contract import AppliedValue
 
 ROUNDS = 15
 

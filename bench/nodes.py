@@ -26,11 +26,8 @@ from provisioner.nodes import FleetView, answer_pages, read_fleet
 from provisioner.request import Query
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
-from registry.kv import BucketConfig, put
-from registry.lease import Holder, node_key
-from registry.verb_client import ask
+from registry.contract import buckets
+from registry.wire import BucketConfig, Bus, BusOptions, Holder, ask, connect, node_key, put
 
 SEAT_SETTLE = 15.0  # seconds: 100,000 applied keys fill the view in about 4 s on the shared machine
 WAIT = timedelta(seconds=60)

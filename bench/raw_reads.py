@@ -15,7 +15,7 @@ import anyio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from registry import buckets
+from registry.contract import buckets
 
 NEEDS = buckets.NEEDS
 LARGEST = 1_000_000  # messages a request may ask for: its bytes end it

@@ -30,9 +30,8 @@ from provisioner_client.own import OwnKeys
 from provisioner_client.remembered import Remembered
 from provisioner_client.resolve import read_registry
 from provisioner_client.scope import NodeScope
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
-from registry.models import AppliedValue, to_json
+from registry.contract import AppliedValue, buckets, to_json
+from registry.wire import Bus, BusOptions, connect
 
 NODE_KEYS = 100
 MODULES = 10  # need_items: 10 placeholders a module

@@ -39,11 +39,9 @@ from bench.harness import ROOT, Latency, median, peak_rss_mb, sequential_latency
 from mesh_dev.local_nats import local_nats
 from mesh_dev.standins import stand_ins
 from provisioner_client.reconcile import ClientPlan
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
+from registry.contract import buckets
 from registry.errors import ServiceError
-from registry.kv import converge
-from registry.verb_client import ask, ask_page
+from registry.wire import Bus, BusOptions, ask, ask_page, connect, converge
 
 NODE_KEYS = 100
 FIRST = 0  # n00000: its keys are the first in the stream

@@ -7,8 +7,8 @@ import sys
 import anyio
 
 from mesh_dev.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, Vault
-from registry.bus import BusOptions, connect
-from registry.service import EndpointSpec, serve
+from registry.serving import EndpointSpec, serve
+from registry.wire import BusOptions, connect
 
 
 async def serve_vault(url: str) -> None:

@@ -21,11 +21,9 @@ import anyio
 from mesh_dev.demo import run_demo
 from mesh_dev.loop import Participant, run_dev
 from provisioner.settings import ServerSettings
+from registry.edge import NatsContexts, add_settings_arguments, given_flags, load_settings
 from registry.errors import CatalogueError, RegistryError, SettingsError
-from registry.logs import configure_logging
-from registry.nats_context import NatsContexts
-from registry.settings import add_settings_arguments, given_flags, load_settings
-from registry.signals import until_signalled
+from registry.runtime import configure_logging, until_signalled
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
   state folder, initialised once and kept between runs; under a temporary folder, removed at
   stop, when PostgreSQL's unprivileged user cannot reach the state folder (a root-only parent).
   Its socket is in a short temporary folder (a socket path has at most 107 bytes).
-- `ProviderLoop`: the provider helper (`registry.provider.provide`) for provider `postgres`,
+- `ProviderLoop`: the provider helper (`registry.provider.sdk.provide`) for provider `postgres`,
   writing `postgres_bound` from the needs: host, port and the consumer's database, as the vault's
   consumers name it. Run once at start, then again after each of the node client's reconciles.
 - `provisioner_watching`: `examples/postgres_provisioner` in watch mode, as its own process,
@@ -35,11 +35,10 @@ from examples.postgres_provisioner.errors import DeliveryError
 from mesh_dev import local_postgres
 from mesh_dev.local_postgres import INSTALL, LocalPostgres, give_away, owner_can_write
 from mesh_dev.standins import Vault
-from registry.bus import Bus
 from registry.errors import BusError
-from registry.kv import Changes
-from registry.logs import event
 from registry.provider import Bind, BoundNeed, provide
+from registry.runtime import event
+from registry.wire import Bus, Changes
 
 log = logging.getLogger(__name__)
 

@@ -33,10 +33,9 @@ from mesh_dev.database import Database, ProviderLoop, binding, connects, local_d
 from mesh_dev.standins import Vault, stand_ins
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.watching import WatchTiming, watch
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
+from registry.contract import buckets
 from registry.errors import BusError
-from registry.kv import bucket_config, snapshot
+from registry.wire import Bus, BusOptions, bucket_config, connect, snapshot
 
 log = logging.getLogger(__name__)
 

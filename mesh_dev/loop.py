@@ -27,10 +27,10 @@ import anyio
 from mesh_dev.local_nats import local_nats
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
-from registry import buckets
-from registry.bus import BusOptions
+from registry.contract import buckets
+from registry.edge import DEV_CONTEXT, NatsContext, NatsContexts
 from registry.errors import RegistryError
-from registry.nats_context import DEV_CONTEXT, NatsContext, NatsContexts
+from registry.wire import BusOptions
 
 log = logging.getLogger(__name__)
 

@@ -25,13 +25,10 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from registry.bounded_json import JsonRefused, read_json
-from registry.buckets import Bucket
-from registry.bus import Bus
-from registry.keys import BOUND, KeyShape
-from registry.kv import BucketConfig, create_bucket, put
-from registry.parties import Kind, PartyMap, UnknownAccount
-from registry.service import EndpointSpec, ServiceRequest, capped, serve
+from registry.access import Kind, PartyMap, UnknownAccount
+from registry.contract import BOUND, Bucket, JsonRefused, KeyShape, read_json
+from registry.serving import EndpointSpec, ServiceRequest, capped, serve
+from registry.wire import BucketConfig, Bus, create_bucket, put
 
 log = logging.getLogger(__name__)
 

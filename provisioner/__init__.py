@@ -8,7 +8,7 @@ and malformed keys as JSON pages), `verb` (answering from memory or by listing, 
 asks), `paging` (cursors), `service` (the micro service, concurrency, shutdown), `server` (the
 task group that runs it all), `removal` (a node's keys removed, for the controller) and `cli`.
 Reading settings, logging and signals are the shared edge in `registry`, and so is everything
-that touches NATS (`registry.bus`); running it all on one machine is `mesh_dev`, above this
+that touches NATS (`registry.wire.bus`); running it all on one machine is `mesh_dev`, above this
 package.
 """
 

@@ -2,7 +2,7 @@
 
 The seat creates its four buckets, and the `<provider>_bound` bucket of each configured provider
 (no provider may create a stream: that grant would let it choose the stream's subjects), each
-with the same fixed configuration (`registry.kv.BucketConfig`): rollup headers refused, a value
+with the same fixed configuration (`registry.wire.kv.BucketConfig`): rollup headers refused, a value
 and a bucket size limit, direct get on (a node's reads are granted key by key), deletion of the
 stream denied. An existing bucket is used as it is, never recreated; one that is weaker than
 that is reported with one ERROR line saying what differs and the command that fixes it, and the
@@ -22,12 +22,10 @@ from typing import Any, TypeVar
 
 import anyio
 
-from registry import buckets
-from registry.buckets import Bucket
-from registry.bus import Bus
+from registry.access import bound_bucket
+from registry.contract import Bucket, buckets
 from registry.errors import BusTimeout, JetStreamError
-from registry.grants import bound_bucket
-from registry.kv import BucketConfig, bucket_config, create_bucket
+from registry.wire import BucketConfig, Bus, bucket_config, create_bucket
 
 log = logging.getLogger(__name__)
 

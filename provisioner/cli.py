@@ -42,15 +42,11 @@ from provisioner.request import MAX_STALE_AFTER_SECONDS
 from provisioner.server import run_server
 from provisioner.settings import ENV_PREFIX, QuerySettings, ServerSettings
 from provisioner.top import TopOptions, run_top
-from registry import buckets
-from registry.buckets import Bucket
-from registry.bus import BusOptions, connect_within
+from registry.contract import Bucket, buckets
+from registry.edge import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
 from registry.errors import CatalogueError, RegistryError, ServiceError, SettingsError
-from registry.kv import KvItem
-from registry.logs import configure_logging
-from registry.settings import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
-from registry.signals import until_signalled
-from registry.verb_client import ask_patiently
+from registry.runtime import configure_logging, until_signalled
+from registry.wire import BusOptions, KvItem, ask_patiently, connect_within
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """`mesh-provisioner grants`: every party's account, imports and key, written for the controller.
 
-A thin layer over `registry.issuing.issue_grants`, which the controller can also call itself.
+A thin layer over `registry.access.issuing.issue_grants`, which the controller can also call itself.
 """
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from registry.credentials import SEED_SUFFIX
-from registry.issuing import MeshParties, issue_grants
+from registry.access import SEED_SUFFIX, MeshParties, issue_grants
 
 DESCRIPTION = """\
 Derive every party's NATS account from the catalogue, the providers and the node names, and write:

@@ -17,9 +17,9 @@ from typing import Any
 
 from provisioner.paging import Encoded, build_pages
 from provisioner.request import LISTABLE
-from registry.bounded_json import JsonRefused, read_json
+from registry.contract import JsonRefused, read_json
 from registry.errors import KeyShapeError
-from registry.kv import KvItem
+from registry.wire import KvItem
 
 # Plain tokens: their decoded parts are substrings of the key, so neither needs JSON escaping.
 _JSON_SAFE_KEY = re.compile(r"[-/_.a-zA-Z0-9]+")

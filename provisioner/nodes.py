@@ -1,13 +1,13 @@
 """`what=nodes`: each node's sign of life and applied counts, and a verdict saying how it is known.
 
-A node's sign of life is its client's lease (`registry.lease`, key `node.<node>` of the leases
+A node's sign of life is its client's lease (`registry.wire.lease`, key `node.<node>` of the leases
 bucket): renewed every third of its ttl while a client watches, deleted when a one-shot
 reconcile or a stopped client releases it. The server stamps every write, delete markers
 included (`Nats-Time-Stamp`), so the last renewal or release is known without the node writing
 anything to needs, applied or collect. Verdicts, against `stale_after` (the request's, else
 `DEFAULT_STALE_AFTER`) and the seat's clock:
 
-    healthy   renewed within stale_after and within its ttl (+ registry.lease.SKEW), or
+    healthy   renewed within stale_after and within its ttl (+ registry.wire.lease.SKEW), or
               released within stale_after
     stale     a held lease not renewed for longer than either, or released longer ago
     gone      no lease record at all: its client never ran, or the record was removed
@@ -35,15 +35,9 @@ from pydantic import ValidationError
 from provisioner.errors import Unavailable
 from provisioner.paging import Encoded, PageCache, build_pages
 from provisioner.request import Asked, Query
-from registry import buckets
-from registry.bounded_json import JsonRefused, read_json
-from registry.buckets import Bucket
-from registry.bus import Bus
+from registry.contract import Bucket, JsonRefused, buckets, read_json, subject_matches
 from registry.errors import BusError, ConnectionClosed, KeyShapeError, NotFound
-from registry.keys import subject_matches
-from registry.kv import KvItem, current_snapshot
-from registry.lease import SKEW, Holder
-from registry.watch import scoped_watch
+from registry.wire import SKEW, Bus, Holder, KvItem, current_snapshot, scoped_watch
 
 log = logging.getLogger(__name__)
 

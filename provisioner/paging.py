@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from provisioner.errors import CursorGone, RequestError
-from registry.parties import Party
+from registry.access import Party
 
 if TYPE_CHECKING:
     from provisioner.streamed import StreamedListing

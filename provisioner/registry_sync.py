@@ -1,18 +1,18 @@
 """Keeps the registry bucket equal to the compiled catalogue: one seat at a time, at start and
 every interval.
 
-Every seat answers the verb, but only the seat holding the compile lease (`registry.lease`,
+Every seat answers the verb, but only the seat holding the compile lease (`registry.wire.lease`,
 key `seat.compile`) writes the registry: two seats with different domains files would otherwise
 rewrite it against each other forever. A seat that does not hold the lease waits for it (saying
 once who holds it) and compares its own catalogue with the bucket every interval, warning
 loudly, naming the kinds, when they disagree; it never writes. The holder warns when kinds it
 wrote were changed by someone else since its last compile (a seat without the lease, a hand
 edit), then writes its own back: it holds the lease. A holder that stops (or stops renewing) is
-replaced within the lease's ttl, the clock skew allowed (`registry.lease.SKEW`) and one more
+replaced within the lease's ttl, the clock skew allowed (`registry.wire.lease.SKEW`) and one more
 check (a third of the ttl).
 
 An unchanged registry costs no write: only kinds whose bytes differ are written, and kinds no
-domain answers any more are deleted (`registry.kv.converge`). The domains file is read again on
+domain answers any more are deleted (`registry.wire.kv.converge`). The domains file is read again on
 every compile, so an operator's edit takes effect at the next interval without a restart.
 """
 
@@ -27,13 +27,9 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
-from registry import buckets
-from registry.bus import Bus
-from registry.catalogue import load_catalogue
-from registry.compile import registry_values
+from registry.contract import buckets, load_catalogue, registry_values
 from registry.errors import RegistryError
-from registry.kv import Changes, KvItem, converge, current_snapshot
-from registry.lease import Lease, LeaseHeld, seat_key
+from registry.wire import Bus, Changes, KvItem, Lease, LeaseHeld, converge, current_snapshot, seat_key
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from provisioner.listing import paginate_listing
-from registry import buckets
-from registry.bus import Bus
-from registry.kv import KvItem, current_snapshot
-from registry.watch import scoped_watch
+from registry.contract import buckets
+from registry.wire import Bus, KvItem, current_snapshot, scoped_watch
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import logging
 
-from registry import buckets
-from registry.buckets import Bucket
-from registry.bus import Bus
-from registry.keys import under
-from registry.kv import KvItem, current_snapshot, delete
+from registry.contract import Bucket, buckets, under
+from registry.wire import Bus, KvItem, current_snapshot, delete
 
 log = logging.getLogger(__name__)
 

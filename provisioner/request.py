@@ -10,7 +10,7 @@ unread, JSON nested deeper than `MAX_REQUEST_DEPTH` is refused before it is pars
 `provisioner.paging.CURSOR` alone). Whatever of the input a reason quotes is cut short (`_quoted`).
 
 Who asks decides the scope (`scoped`), never the body: the bus tells the party
-(`registry.parties.PartyMap.who_asks`), and a node is answered about its own keys only.
+(`registry.access.parties.PartyMap.who_asks`), and a node is answered about its own keys only.
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from provisioner.errors import Forbidden, RequestError
-from registry import buckets
-from registry.bounded_json import JsonRefused, read_json
-from registry.buckets import Bucket
-from registry.parties import Party
-from registry.service import capped
+from registry.access import Party
+from registry.contract import Bucket, JsonRefused, buckets, read_json
+from registry.serving import capped
 
 What = Literal["registry", "needs", "applied", "collect", "nodes"]
 FILTERS = ("node", "module", "collection")

@@ -9,7 +9,7 @@
       └── the verb service              until `stop` is set, then shut down in order;
                                         once it serves, the start's heap is frozen (`gc.freeze`)
 
-`stop` is an `anyio.Event`: the CLI sets it on SIGTERM/SIGINT (`registry.signals`), tests and
+`stop` is an `anyio.Event`: the CLI sets it on SIGTERM/SIGINT (`registry.runtime.signals`), tests and
 `mesh-provisioner-dev` set it themselves. A connection that nats-py closes for good (the server
 refused it: an authorization violation, a protocol error) ends the server with
 `ConnectionClosed`, so that the CLI exits 1 and a supervisor restarts it, rather than a process
@@ -36,12 +36,10 @@ from provisioner.registry_view import RegistryView
 from provisioner.service import verb_service
 from provisioner.settings import ServerSettings
 from provisioner.verb import Verb
-from registry.bus import Bus, BusOptions, connect
+from registry.access import GrantsFile, PartyMap
+from registry.edge import env_of, flag_of
 from registry.errors import ConnectionClosed, SettingsError
-from registry.grants import GrantsFile
-from registry.kv import BucketConfig
-from registry.parties import PartyMap
-from registry.settings import env_of, flag_of
+from registry.wire import BucketConfig, Bus, BusOptions, connect
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from anyio.abc import TaskGroup
 from provisioner.errors import RequestError
 from provisioner.request import Asked
 from provisioner.verb import Verb
-from registry import buckets
-from registry.bus import Bus
-from registry.service import EndpointSpec, RunningService, ServiceRequest, capped, serve
+from registry.contract import buckets
+from registry.serving import EndpointSpec, RunningService, ServiceRequest, capped, serve
+from registry.wire import Bus
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
-"""The server's own settings, read once at the edge by `registry.settings.load_settings`.
+"""The server's own settings, read once at the edge by `registry.edge.settings.load_settings`.
 
 Precedence: command-line flags, then environment variables `MESH_PROVISIONER_<FIELD>`, then the
 TOML config file given by `--config` (top-level keys named as the fields; NATS options in its
 `[nats]` table), then the defaults. Unknown names are errors. Durations are seconds or ISO 8601
-(`PT1H`). NATS connection options are `registry.settings.BusSettings` (`--nats-*`, `NATS_*`).
+(`PT1H`). NATS connection options are `registry.edge.settings.BusSettings` (`--nats-*`, `NATS_*`).
 
 Example config file:
 
@@ -27,8 +27,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Field, StringConstraints
 from pydantic_settings import SettingsConfigDict
 
-from registry.logs import LogLevel
-from registry.settings import Duration, LogSettings
+from registry.edge import Duration, LogSettings
+from registry.runtime import LogLevel
 
 ENV_PREFIX = "MESH_PROVISIONER_"
 

@@ -1,7 +1,7 @@
 """Listings too large to hold, streamed: pages read from the bucket's stream as they are asked for.
 
 A whole listing, and a narrowed one with more keys than one batch read answers, walks the
-bucket's stream in stream order (`registry.walk.StreamWalk`, a pull consumer of its own). Each
+bucket's stream in stream order (`registry.wire.walk.StreamWalk`, a pull consumer of its own). Each
 message is encoded as it arrives; the first page is sent once it is full (or the stream ends),
 and from then on pulls follow one another until `READ_AHEAD_PAGES` pages wait, so reading goes
 on while a page travels and its asker reads it. So the seat holds, per listing, at most that
@@ -31,10 +31,7 @@ from provisioner.errors import CursorGone
 from provisioner.listing import Encoder, encode_listing
 from provisioner.paging import cursor_for, page_json, take_page, totals
 from provisioner.request import LISTABLE
-from registry.bus import Bus
-from registry.feed import KvItem
-from registry.kv import leader_floor, replicated
-from registry.walk import StreamWalk
+from registry.wire import Bus, KvItem, StreamWalk, leader_floor, replicated
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The verb's answer as rows and tables, for `mesh-provisioner query`.
 
-An answer (`registry.verb_client.ask`'s merged pages) becomes one row per entry, with the columns
+An answer (`registry.wire.verb_client.ask`'s merged pages) becomes one row per entry, with the columns
 of its `what`, and one row per malformed key, marked so. `kind`, `name` and `state` are not
 fields of the verb: `narrowed` keeps the entries that match them, after the verb's own narrowing
 by node, module and collection, and keeps every malformed key (its parts cannot be read).

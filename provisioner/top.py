@@ -25,9 +25,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.text import Text
 
 from provisioner import tables
-from registry.bus import Bus
 from registry.errors import BusError, ServiceError
-from registry.verb_client import ask_page
+from registry.wire import Bus, ask_page
 
 log = logging.getLogger(__name__)
 

@@ -30,10 +30,9 @@ from provisioner.paging import PageCache, page_budget
 from provisioner.registry_view import RegistryView
 from provisioner.request import LISTABLE, Asked, Query, parse_request, scoped
 from provisioner.streamed import StreamedListing
-from registry.bus import Bus
+from registry.access import Party, PartyMap, UnknownAccount
 from registry.errors import BusError, NoResponders
-from registry.kv import KvItem, TooManyKeys, current_snapshot
-from registry.parties import Party, PartyMap, UnknownAccount
+from registry.wire import Bus, KvItem, TooManyKeys, current_snapshot
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ import anyio
 
 from provisioner_client.errors import capped
 from provisioner_client.manifest import OnChange
-from registry.models import ActionRecord, Outcome
+from registry.contract import ActionRecord, Outcome
 
 log = logging.getLogger(__name__)
 

@@ -45,11 +45,10 @@ from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.settings import CONFIG_ENV, DEFAULT_CONFIG, ENV_PREFIX, ClientSettings, node_of, settings_file
 from provisioner_client.status import print_status, read_status
 from provisioner_client.watching import WatchTiming, watch
-from registry.bus import BusOptions, connect, connect_within
+from registry.edge import BusSettings, add_settings_arguments, given_flags, load_settings
 from registry.errors import BusError, SettingsError
-from registry.logs import configure_logging, event
-from registry.settings import BusSettings, add_settings_arguments, given_flags, load_settings
-from registry.signals import until_signalled
+from registry.runtime import configure_logging, event, until_signalled
+from registry.wire import BusOptions, connect, connect_within
 
 log = logging.getLogger(__name__)
 

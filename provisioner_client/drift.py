@@ -28,9 +28,8 @@ from provisioner_client.manifest import LoadedManifest, load_manifest
 from provisioner_client.reconcile import ClientPlan, rendered
 from provisioner_client.resolve import Registry, Resolver, read_registry
 from provisioner_client.scope import NodeScope
-from registry import buckets
-from registry.bus import Bus
-from registry.models import AppliedValue
+from registry.contract import AppliedValue, buckets
+from registry.wire import Bus
 
 log = logging.getLogger(__name__)
 

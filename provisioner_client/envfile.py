@@ -44,7 +44,7 @@ from pathlib import Path
 
 from provisioner_client.errors import MaterializeError
 from provisioner_client.manifest import MODULE_PATTERN
-from registry.bounded_json import JsonRefused, read_json_file
+from registry.contract import JsonRefused, read_json_file
 
 log = logging.getLogger(__name__)
 

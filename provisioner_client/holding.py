@@ -1,9 +1,9 @@
-"""One client per node: the node's lease (`registry.lease`, key `node.<node>` of the leases bucket).
+"""One client per node: the node's lease (`registry.wire.lease`, key `node.<node>` of the leases bucket).
 
 A one-shot `reconcile` takes the lease or is refused at once with `NodeHeld`, naming the holder
 (host, pid, since when; the CLI exits 5), keeps it renewed while it runs and releases it after.
 Watch mode waits for the lease (logging once who holds it), takes it when the holder released it
-or its lease expired (`lease_ttl` without a renewal, plus `registry.lease.SKEW`), and renews it
+or its lease expired (`lease_ttl` without a renewal, plus `registry.wire.lease.SKEW`), and renews it
 every third of `lease_ttl` for as long as it runs; a renewal that finds the lease taken sets
 `lost`, and watch mode stops reconciling and waits for the lease again. `status` only reads and
 needs no lease.
@@ -22,9 +22,8 @@ from datetime import timedelta
 import anyio
 
 from provisioner_client.errors import NodeHeld
-from registry.bus import Bus
 from registry.errors import BusError
-from registry.lease import Lease, LeaseHeld, LeaseLost, node_key
+from registry.wire import Bus, Lease, LeaseHeld, LeaseLost, node_key
 
 log = logging.getLogger(__name__)
 

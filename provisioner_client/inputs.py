@@ -27,14 +27,9 @@ import anyio
 
 from provisioner_client import envfile
 from provisioner_client.resolve import Pending, Registry, Resolver, Source
-from registry import buckets
-from registry.buckets import Bucket
-from registry.bus import Bus
+from registry.contract import Bucket, Placeholder, VerbAnswer, buckets, shape_of, to_json, under
 from registry.errors import BusError, NoResponders, RegistryError
-from registry.keys import shape_of, under
-from registry.kv import get_direct
-from registry.models import VerbAnswer, to_json
-from registry.placeholders import Placeholder
+from registry.wire import Bus, get_direct
 
 _OWN = {buckets.REGISTRY.name, buckets.COLLECT.name}
 _FORMAT = 1  # of what a module's env file is made of: a client that renders otherwise counts it up

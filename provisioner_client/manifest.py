@@ -25,7 +25,7 @@ Only `*.json` files not starting with `.` are read, so an editor's or an atomic 
 temporary file is never taken for a manifest. A file that cannot be read is reported with its
 path and what is wrong, and does not stop the other modules. Bounds: a file of more than
 `MAX_MANIFEST_BYTES` (1 MiB) is refused unread, its JSON nests at most
-`registry.bounded_json.MAX_DEPTH` levels, a placeholder's or collection's name escapes to at most
+`registry.contract.bounded_json.MAX_DEPTH` levels, a placeholder's or collection's name escapes to at most
 `MAX_NAME_TOKEN` bytes (a key stays far below NATS's control line), and each value written
 for it (a need, a contribution) fits `MAX_VALUE_BYTES`, the buckets' value limit. Whatever is
 not a regular file (a FIFO, a device, a socket, a folder or a symbolic link to one) is reported
@@ -51,12 +51,18 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from provisioner_client.errors import ManifestError
-from registry import buckets
-from registry.bounded_json import JsonRefused, read_json
+from registry.contract import (
+    CollectValue,
+    JsonRefused,
+    NeedValue,
+    Placeholder,
+    buckets,
+    encode_token,
+    find_placeholders,
+    read_json,
+    to_json,
+)
 from registry.errors import PlaceholderError
-from registry.escaping import encode_token
-from registry.models import CollectValue, NeedValue, to_json
-from registry.placeholders import Placeholder, find_placeholders
 
 MAX_MANIFEST_BYTES = 1024 * 1024
 MAX_NAME_TOKEN = 512

@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from provisioner_client import remembered
 from provisioner_client.remembered import BucketState, Remembered
 from provisioner_client.scope import NodeScope
-from registry import buckets
-from registry.buckets import Bucket
-from registry.bus import Bus
+from registry.contract import Bucket, buckets
 from registry.errors import BusError
-from registry.kv import Changes, KvItem
+from registry.wire import Bus, Changes, KvItem
 
 log = logging.getLogger(__name__)
 

@@ -51,14 +51,19 @@ from provisioner_client.own import OwnKeys
 from provisioner_client.remembered import Remembered
 from provisioner_client.resolve import Pending, Registry, Resolver, Source, read_registry
 from provisioner_client.scope import NodeScope
-from registry import buckets
-from registry.bounded_json import JsonRefused, read_json
-from registry.buckets import Bucket
-from registry.bus import Bus
+from registry.contract import (
+    ActionRecord,
+    AppliedValue,
+    Bucket,
+    JsonRefused,
+    Placeholder,
+    buckets,
+    read_json,
+    substitute,
+    to_json,
+)
 from registry.errors import RegistryError
-from registry.kv import Changes, KvItem
-from registry.models import ActionRecord, AppliedValue, to_json
-from registry.placeholders import Placeholder, substitute
+from registry.wire import Bus, Changes, KvItem
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from registry.bounded_json import MAX_PAGE_BYTES, JsonRefused, read_json_file
-from registry.kv import KvItem
+from registry.contract import MAX_PAGE_BYTES, JsonRefused, read_json_file
+from registry.wire import KvItem
 
 log = logging.getLogger(__name__)
 

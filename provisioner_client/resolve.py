@@ -17,7 +17,7 @@ use it, naming the first module that wants it: a vault answers a node by the nam
 tell which of the node's modules asks, so a value per module would need a name per module).
 Whatever cannot be resolved raises `Pending` with the reason; its module stays pending.
 Every JSON read here (a value, a plan, a registry entry, a vault's answer) goes through
-`registry.bounded_json.read_json`: a value too deep or too large is a reason naming its key, never a crash.
+`registry.contract.bounded_json.read_json`: a value too deep or too large is a reason naming its key, never a crash.
 """
 
 from __future__ import annotations
@@ -34,17 +34,24 @@ import anyio
 from pydantic import ValidationError
 
 from provisioner_client.scope import NodeScope
-from registry import buckets, keys
-from registry.bounded_json import JsonRefused, read_json
-from registry.buckets import Bucket
-from registry.bus import Bus
+from registry.contract import (
+    Bucket,
+    BucketAnswer,
+    CollectValue,
+    JsonRefused,
+    KeyShape,
+    Placeholder,
+    RegistryEntry,
+    VerbAnswer,
+    buckets,
+    keys,
+    pattern_of,
+    read_json,
+    render,
+    shape_of,
+)
 from registry.errors import BusError, BusTimeout, NoResponders, RegistryError, ServiceError
-from registry.keys import KeyShape, shape_of
-from registry.kv import MULTI_LAST_LIMIT, KvItem, get_direct, get_last_many
-from registry.models import BucketAnswer, CollectValue, RegistryEntry, VerbAnswer
-from registry.placeholders import Placeholder
-from registry.templates import pattern_of, render
-from registry.verb_client import ask_service
+from registry.wire import MULTI_LAST_LIMIT, Bus, KvItem, ask_service, get_direct, get_last_many
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ own keys with each entry's revision; whether they moved at all it learns from th
 direct get of `<node>.>` (`NodeScope.stamp`), which its grant of its own keys' direct gets allows.
 A key out of shape under the node is the node's footprint too: the verb names it as malformed, and
 it is read by direct get so that a converge removes it. The verb's pages are read by
-`registry.bounded_json.read_json` (at most the largest NATS payload, and the values' depth bound
+`registry.contract.bounded_json.read_json` (at most the largest NATS payload, and the values' depth bound
 plus the answer's own levels): a page beyond that is a `BusError`, never a crash.
 """
 
@@ -21,15 +21,9 @@ from functools import partial
 from typing import Any
 
 from provisioner_client.errors import ForeignKeyError
-from registry import buckets
-from registry.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, read_json
-from registry.buckets import Bucket
-from registry.bus import Bus
+from registry.contract import MAX_DEPTH, MAX_PAGE_BYTES, Bucket, JsonRefused, buckets, encode_token, read_json, under
 from registry.errors import BusError, WrongLastSequence
-from registry.escaping import encode_token
-from registry.keys import under
-from registry.kv import Changes, KvItem, Step, converge_steps, get_direct, run_steps, update
-from registry.verb_client import ask_service
+from registry.wire import Bus, Changes, KvItem, Step, ask_service, converge_steps, get_direct, run_steps, update
 
 IN_FLIGHT = 64  # writes a converge keeps in flight: about one round trip per 64 keys
 
@@ -88,7 +82,7 @@ class NodeScope:
         self, bus: Bus, bucket: Bucket, current: Sequence[KvItem], desired: Mapping[str, bytes], *,
         in_flight: int = IN_FLIGHT, revisions: dict[str, int] | None = None,
     ) -> Changes:  # fmt: skip
-        """`registry.kv.converge`, after checking every key it could touch is this node's; up to
+        """`registry.wire.kv.converge`, after checking every key it could touch is this node's; up to
         `in_flight` writes at once; `revisions` receives the new revision of each key written or deleted.
 
         The verb lists no deleted key, so a key absent from `current` may still hold a delete
@@ -143,7 +137,7 @@ def _revised(entry: Mapping[str, Any]) -> bool:
 
 def _item_of(entry: Mapping[str, Any]) -> KvItem:
     """An entry of the verb's answer as the stored bytes: the value re-encoded as
-    `registry.models.to_json` writes it, so an unchanged value compares equal and is not rewritten."""
+    `registry.contract.models.to_json` writes it, so an unchanged value compares equal and is not rewritten."""
     value = json.dumps(entry["value"], sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return KvItem(str(entry["key"]), value, int(entry["revision"]))
 

@@ -1,4 +1,4 @@
-"""The client's settings, read once in `main()` by `registry.settings.load_settings` and passed down.
+"""The client's settings, read once in `main()` by `registry.edge.settings.load_settings` and passed down.
 
 Precedence: command-line flags, then environment variables `MESH_PROVISIONER_CLIENT_<NAME>`
 (e.g. `MESH_PROVISIONER_CLIENT_NODE=n1`), then the settings file (NATS options in its `[nats]`
@@ -6,7 +6,7 @@ table), then defaults. The settings file is the one the systemd unit uses: `--co
 `MESH_PROVISIONER_CLIENT_CONFIG` (empty: none), else `/etc/mesh-provisioner/client.toml` when it
 exists (`settings_file`). An unknown setting in any of them is an error, never ignored.
 Durations are seconds (`verb_timeout = 5`, `"5"`) or ISO 8601 (`PT5M`). The NATS connection is
-`registry.settings.BusSettings` (`--nats-*` flags, `NATS_*` environment).
+`registry.edge.settings.BusSettings` (`--nats-*` flags, `NATS_*` environment).
 
 Example TOML file:
 
@@ -29,8 +29,8 @@ from typing import ClassVar
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from registry.edge import Duration, LogSettings
 from registry.errors import SettingsError
-from registry.settings import Duration, LogSettings
 
 ENV_PREFIX = "MESH_PROVISIONER_CLIENT_"
 CONFIG_ENV = f"{ENV_PREFIX}CONFIG"

@@ -25,13 +25,9 @@ from rich.text import Text
 from provisioner_client.envfile import EnvFolder
 from provisioner_client.errors import MaterializeError
 from provisioner_client.scope import NodeScope
-from registry import buckets
-from registry.bounded_json import JsonRefused, read_json
-from registry.bus import Bus
+from registry.contract import ActionRecord, AppliedValue, JsonRefused, buckets, read_json
 from registry.errors import RegistryError
-from registry.kv import get_stamped
-from registry.lease import SKEW, Holder, node_key
-from registry.models import ActionRecord, AppliedValue
+from registry.wire import SKEW, Bus, Holder, get_stamped, node_key
 
 FileState = Literal["in place", "drifted", "missing", "none", "unknown"]
 Mark = Literal["ok", "pending", "bad"]

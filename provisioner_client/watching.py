@@ -44,12 +44,10 @@ from provisioner_client.holding import node_lease, renew, wait_for
 from provisioner_client.manifest import manifest_files
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolve import Source
-from registry.buckets import Bucket
-from registry.bus import Bus, Message
+from registry.contract import AppliedValue, Bucket, subject_matches, under
 from registry.errors import BusError, ConnectionClosed
-from registry.keys import subject_matches, under
-from registry.logs import event
-from registry.models import AppliedValue
+from registry.runtime import event
+from registry.wire import Bus, Message
 
 log = logging.getLogger(__name__)
 

@@ -1,3 +1,14 @@
-"""The shared library of mesh-provisioner: escaping, key shapes, placeholders, the domain
-catalogue, registry compilation, the models of bucket values, and the NATS plumbing both
-programs use."""
+"""The shared library of mesh-provisioner, one sub-package per concern, each reached through its
+surface (its `__init__`), stacked so that each imports only those below it:
+
+- `registry.provider`: the provider SDK, for a domain's provider program.
+- `registry.edge`: a program's edge (settings, NATS contexts);
+  `registry.serving`: answering a verb as a NATS service.
+- `registry.wire`: the NATS wire layer (the bus, KV, feeds, walks, leases, the verb's client);
+  `registry.access`: the parties and their grants (static accounts or JWTs).
+- `registry.contract`: the wire contract as data (escaping, keys, buckets, placeholders, the
+  catalogue, the models of every value and answer); `registry.runtime`: logging and signals.
+- `registry.errors`: the one error tree under all of them.
+
+The order is an import contract in pyproject.toml (`registry-concerns`).
+"""

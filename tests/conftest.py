@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner_client.reconcile import ClientPlan
-from registry.bus import Bus, BusOptions, connect
+from registry.wire import Bus, BusOptions, connect
 from tests.helpers import DEPLOY, EXAMPLES, in_own_task
 from tests.isolation import NODE, Domains, Mesh, domains_of, jwt_mesh_server, mesh_server
 

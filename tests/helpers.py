@@ -22,10 +22,8 @@ from provisioner.server import run_server
 from provisioner.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.watching import WatchTiming, watch
-from registry import buckets
-from registry.buckets import Bucket
-from registry.bus import Bus, BusOptions, Message
-from registry.kv import put
+from registry.contract import Bucket, buckets
+from registry.wire import Bus, BusOptions, Message, put
 
 T = TypeVar("T")
 

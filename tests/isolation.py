@@ -13,14 +13,22 @@ from nats.aio.client import Client
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, StandIns, Vault, stand_ins
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
-from registry.credentials import seed_path
-from registry.grants import Grants
-from registry.issuing import MeshParties, issue_grants
-from registry.jwt_auth import SERVER_AUTH, SYSTEM_USER, creds_path, load_jwt_auth, render_server_auth
-from registry.parties import Kind, Party
-from registry.service import EndpointSpec, serve
+from registry.access import (
+    SERVER_AUTH,
+    SYSTEM_USER,
+    Grants,
+    Kind,
+    MeshParties,
+    Party,
+    creds_path,
+    issue_grants,
+    load_jwt_auth,
+    render_server_auth,
+    seed_path,
+)
+from registry.contract import buckets
+from registry.serving import EndpointSpec, serve
+from registry.wire import Bus, BusOptions, connect
 from tests.helpers import serving
 
 NODES = ("n1", "n2")

@@ -16,10 +16,9 @@ import pytest
 from provisioner.buckets import until_enough_peers
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
+from registry.contract import buckets
 from registry.errors import BusError
-from registry.kv import BucketConfig, KvItem, create_bucket, current_snapshot, put, snapshot
+from registry.wire import BucketConfig, Bus, BusOptions, KvItem, connect, create_bucket, current_snapshot, put, snapshot
 from tests.cluster import Cluster, cluster
 from tests.helpers import in_own_task, logged
 

@@ -11,10 +11,8 @@ import anyio
 
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
-from registry import buckets
-from registry.bus import BusOptions, connect
-from registry.kv import get_latest, put
-from registry.verb_client import ask
+from registry.contract import buckets
+from registry.wire import BusOptions, ask, connect, get_latest, put
 from tests.helpers import DEPLOY, clean_environment
 
 GENERATE = ["--node", "n1", "--node", "n2", "--provider", "postgres", "--operator", "ops"]

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from registry.nats_context import DEV_CONTEXT, NatsContexts
+from registry.edge import DEV_CONTEXT, NatsContexts
 from tests.helpers import clean_environment
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "deploy" / "examples"

@@ -20,13 +20,10 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from provisioner.buckets import ensure_buckets
-from registry import buckets
-from registry.buckets import Bucket
-from registry.bus import Bus
+from registry.access import Kind
+from registry.contract import Bucket, buckets
 from registry.errors import BusError, ServiceError
-from registry.kv import BucketConfig, get_latest, put, snapshot, update
-from registry.parties import Kind
-from registry.verb_client import ask
+from registry.wire import BucketConfig, Bus, ask, get_latest, put, snapshot, update
 from tests.helpers import in_own_task
 from tests.isolation import Mesh, party
 

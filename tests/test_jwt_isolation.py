@@ -16,12 +16,11 @@ import pytest
 from nats.errors import NoServersError
 
 from provisioner.removal import remove_node
-from registry import buckets
-from registry.bus import Bus
-from registry.errors import BusError, NoResponders, ServiceError
-from registry.jwt_auth import (
+from registry.access import (
     CLAIMS_UPDATE,
+    DATA_ACCOUNT,
     AccountPushError,
+    Kind,
     Nkey,
     account_jwt_path,
     claims_of,
@@ -31,9 +30,9 @@ from registry.jwt_auth import (
     operator_key,
     push_account,
 )
-from registry.kv import get_latest, put, snapshot, update
-from registry.parties import DATA_ACCOUNT, Kind
-from registry.verb_client import ask
+from registry.contract import buckets
+from registry.errors import BusError, NoResponders, ServiceError
+from registry.wire import Bus, ask, get_latest, put, snapshot, update
 from tests.helpers import in_own_task
 from tests.isolation import JwtMesh, jwt_mesh_server, party
 

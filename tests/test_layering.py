@@ -1,6 +1,6 @@
 """The layering of issue 7, enforced: registry under both programs, the server and the node client
-never importing each other, mesh_dev above both, and nats-py reached only through registry.bus and
-registry.service.
+never importing each other, mesh_dev above both, and nats-py reached only through registry.wire.bus and
+registry.serving.service.
 
 The contracts live in pyproject.toml (`[tool.importlinter]`) and `lint-imports` checks them in
 scripts/test; these tests show that they hold on the tree as it is, that each one catches the edge it
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("registry", "provisioner", "provisioner_client", "mesh_dev")
+PACKAGES = ("registry", "provisioner", "provisioner_client", "mesh_dev", "examples", "bench")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -79,6 +79,12 @@ class Violation:
 LAYERS = "layers"
 NATS = "nats-through-bus"
 SERVES_NOTHING = "client-serves-nothing"
+CONCERNS = "registry-concerns"
+
+
+def surface(package: str) -> str:
+    return f"surface-{package}"
+
 
 VIOLATIONS = [
     pytest.param(
@@ -108,7 +114,8 @@ VIOLATIONS = [
         id="the server importing the node client inside a function",
     ),
     pytest.param(
-        Violation("registry/keys.py", "import provisioner_client", frozenset({LAYERS})),
+        # The node client reaches the wire layer, so the contract would reach it through the client.
+        Violation("registry/contract/keys.py", "import provisioner_client", frozenset({LAYERS, CONCERNS})),
         id="registry importing the node client",
     ),
     pytest.param(
@@ -116,7 +123,7 @@ VIOLATIONS = [
         id="registry importing the server",
     ),
     pytest.param(
-        Violation("registry/templates.py", "import mesh_dev.local_nats", frozenset({LAYERS})),
+        Violation("registry/contract/templates.py", "import mesh_dev.local_nats", frozenset({LAYERS})),
         id="registry importing the development tooling",
     ),
     pytest.param(
@@ -128,7 +135,7 @@ VIOLATIONS = [
         id="the server importing a submodule of nats-py",
     ),
     pytest.param(
-        Violation("registry/kv.py", "import nats.js.errors", frozenset({NATS})),
+        Violation("registry/wire/kv.py", "import nats.js.errors", frozenset({NATS})),
         id="registry beyond bus and service importing nats-py",
     ),
     pytest.param(
@@ -136,12 +143,92 @@ VIOLATIONS = [
         id="the development tooling importing nats-py itself",
     ),
     pytest.param(
-        Violation("provisioner_client/scope.py", "import registry.service", frozenset({SERVES_NOTHING})),
+        Violation(
+            "provisioner_client/scope.py",
+            "import registry.serving.service",
+            frozenset({SERVES_NOTHING, surface("serving")}),
+        ),
         id="the node client importing the service layer",
     ),
     pytest.param(
-        Violation("registry/verb_client.py", "import registry.service", frozenset({SERVES_NOTHING})),
+        Violation(
+            "registry/wire/verb_client.py",
+            "import registry.serving",
+            frozenset({SERVES_NOTHING, CONCERNS}),
+        ),
         id="the node client reaching the service layer through registry",
+    ),
+    pytest.param(
+        Violation("registry/contract/keys.py", "import registry.wire", frozenset({CONCERNS})),
+        id="the contract importing the wire layer",
+    ),
+    pytest.param(
+        Violation("registry/errors.py", "import registry.contract", frozenset({CONCERNS})),
+        id="the error tree importing the contract it sits under",
+    ),
+    pytest.param(
+        Violation("registry/wire/kv.py", "import registry.access", frozenset({CONCERNS})),
+        id="the wire layer importing the grants",
+    ),
+    pytest.param(
+        Violation("registry/access/grants.py", "import registry.wire", frozenset({CONCERNS})),
+        id="the grants importing the wire layer at run time",
+    ),
+    pytest.param(
+        Violation("registry/wire/bus.py", "import registry.edge", frozenset({CONCERNS})),
+        id="the wire layer importing a program's edge",
+    ),
+    pytest.param(
+        Violation("registry/runtime/logs.py", "import registry.provider", frozenset({CONCERNS})),
+        id="logging importing the provider SDK",
+    ),
+    pytest.param(
+        Violation("registry/runtime/signals.py", "import registry.wire", frozenset({CONCERNS})),
+        id="signal handling importing the wire layer",
+    ),
+    pytest.param(
+        Violation(
+            "examples/postgres_provisioner/cli.py", "import registry.runtime.logs", frozenset({surface("runtime")})
+        ),
+        id="a provider program reaching past the runtime's surface",
+    ),
+    pytest.param(
+        Violation(
+            "provisioner/verb.py",
+            "from registry.contract.escaping import encode_token",
+            frozenset({surface("contract")}),
+        ),
+        id="the server reaching past the contract's surface",
+    ),
+    pytest.param(
+        Violation("provisioner_client/reconcile.py", "import registry.wire.walk", frozenset({surface("wire")})),
+        id="the node client reaching past the wire layer's surface",
+    ),
+    pytest.param(
+        Violation(
+            "provisioner/server.py", "from registry.serving.service import capped", frozenset({surface("serving")})
+        ),
+        id="the server reaching past the serving surface",
+    ),
+    pytest.param(
+        Violation("provisioner/grants_command.py", "import registry.access.parties", frozenset({surface("access")})),
+        id="the grants command reaching past the grants' surface",
+    ),
+    pytest.param(
+        Violation("mesh_dev/cli.py", "import registry.edge.nats_context", frozenset({surface("edge")})),
+        id="the development tooling reaching past the edge's surface",
+    ),
+    pytest.param(
+        Violation(
+            "examples/postgres_provisioner/cli.py", "import registry.provider.sdk", frozenset({surface("provider")})
+        ),
+        id="a provider program reaching past the provider SDK's surface",
+    ),
+    pytest.param(
+        Violation(
+            "registry/wire/lease.py", "from registry.contract.models import NeedValue", frozenset({surface("contract")})
+        ),
+        id="one concern of registry reaching past another's surface",
     ),
 ]
 

@@ -11,9 +11,9 @@ import pytest
 from mesh_dev.standins import SECRET_SUBJECT
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.status import read_status
+from registry.access import Kind
 from registry.errors import ServiceError
-from registry.parties import Kind
-from registry.verb_client import ask_service
+from registry.wire import ask_service
 from tests.helpers import watch_follows_a_config_change
 from tests.isolation import NODE, Domains, Mesh, party
 

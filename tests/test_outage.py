@@ -20,12 +20,9 @@ from anyio.abc import TaskStatus
 from mesh_dev.standins import StandIns, stand_ins
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
-from registry import buckets
-from registry.buckets import Bucket
-from registry.bus import Bus, BusOptions, connect
+from registry.contract import APPLIED, Bucket, buckets
 from registry.errors import BusError
-from registry.keys import APPLIED
-from registry.kv import put, snapshot
+from registry.wire import Bus, BusOptions, connect, put, snapshot
 from tests.helpers import EXAMPLES, NODE, Reports, restartable_nats, serving, sh_env
 
 TIMING = WatchTiming(

@@ -12,11 +12,10 @@ from nats.errors import NoRespondersError
 
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.scope import NodeScope
-from registry import buckets
-from registry.bus import Bus
+from registry.access import Kind
+from registry.contract import buckets
 from registry.errors import BusError
-from registry.kv import get_direct, put
-from registry.parties import Kind
+from registry.wire import Bus, get_direct, put
 from tests.helpers import in_own_task
 from tests.isolation import NODE, Domains, Mesh, party
 

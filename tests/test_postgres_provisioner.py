@@ -26,9 +26,9 @@ from examples.postgres_provisioner.watching import Plan, apply_once
 from mesh_dev.standins import CONSUMERS_SUBJECT, DEV_SECRETS, SECRET_SUBJECT, Vault
 from provisioner_client.envfile import render
 from provisioner_client.reconcile import ClientPlan, reconcile
-from registry.parties import Kind
+from registry.access import Kind
 from registry.provider import Bind, BoundNeed, provide
-from registry.service import EndpointSpec, serve
+from registry.serving import EndpointSpec, serve
 from tests.helpers import clean_environment, sh_env
 from tests.isolation import Mesh, mesh_server, party
 from tests.postgres import Lines, Postgres, initialised_cluster, running_postgres

@@ -1,4 +1,4 @@
-"""registry.provider on a real multi-account nats-server: the postgres provider, on its own account,
+"""registry.provider.sdk on a real multi-account nats-server: the postgres provider, on its own account,
 reads who needs it from the verb and converges its own `postgres_bound`, then a consumer node's
 client resolves what it wrote."""
 
@@ -12,12 +12,10 @@ from pathlib import Path
 import pytest
 
 from provisioner_client.reconcile import ClientPlan, reconcile
-from registry import buckets
-from registry.bus import Bus
-from registry.grants import bound_bucket
-from registry.kv import delete, get_direct, get_last_many, put
-from registry.parties import Kind
+from registry.access import Kind, bound_bucket
+from registry.contract import buckets
 from registry.provider import Bind, BoundNeed, bound_needs, provide
+from registry.wire import Bus, delete, get_direct, get_last_many, put
 from tests.helpers import in_own_task, sh_env
 from tests.isolation import Mesh, mesh_server, party
 

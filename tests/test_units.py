@@ -27,7 +27,7 @@ import pytest
 
 from provisioner.settings import ServerSettings
 from provisioner_client.settings import DEFAULT_CONFIG, ClientSettings
-from registry.settings import load_settings
+from registry.edge import load_settings
 from tests.helpers import clean_environment, sh_env
 
 ROOT = Path(__file__).parents[1]

@@ -23,7 +23,7 @@ from types import FrameType
 from examples.postgres_provisioner.consumers import Digests
 from examples.postgres_provisioner.errors import DeliveryError, PostgresUnavailable
 from examples.postgres_provisioner.watching import Plan, Watcher, apply_once
-from registry.logs import configure_logging
+from registry.runtime import configure_logging
 
 log = logging.getLogger(__name__)
 

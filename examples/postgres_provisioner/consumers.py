@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.postgres_provisioner.errors import DeliveryError
-from registry.bounded_json import JsonRefused, read_json
+from registry.contract import JsonRefused, read_json
 
 NAME_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer identifier would be truncated
 PASSWORD_BYTES = 1024  # libpq's SASLprep refuses longer passwords, so no client could log in

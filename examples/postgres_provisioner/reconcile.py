@@ -27,7 +27,7 @@ from psycopg import sql
 from examples.postgres_provisioner import scram
 from examples.postgres_provisioner.consumers import Consumer, Digests
 from examples.postgres_provisioner.errors import PostgresUnavailable
-from registry.logs import event
+from registry.runtime import event
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -17,7 +17,7 @@ from pathlib import Path
 from examples.postgres_provisioner.consumers import Digests, parse_consumers, read_env_variable
 from examples.postgres_provisioner.errors import DeliveryError, PostgresUnavailable
 from examples.postgres_provisioner.reconcile import Outcome, reconcile
-from registry.logs import event
+from registry.runtime import event
 
 log = logging.getLogger(__name__)
 

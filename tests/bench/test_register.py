@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from bench.register import MODULES, NODE_KEYS, arrivals, register
 from mesh_dev.local_nats import LocalNats
-from registry import buckets
-from registry.bus import Bus
-from registry.kv import get_last_many, get_latest
-from registry.lease import node_key
+from registry.contract import buckets
+from registry.wire import Bus, get_last_many, get_latest, node_key
 from tests.helpers import serving
 
 NODES = range(40, 43)

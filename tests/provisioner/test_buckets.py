@@ -12,11 +12,9 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
 from mesh_dev.local_nats import LocalNats
-from registry import buckets
-from registry.bus import Bus
+from registry.contract import buckets
 from registry.errors import SettingsError
-from registry.kv import get_latest, put
-from registry.verb_client import ask
+from registry.wire import Bus, ask, get_latest, put
 from tests.helpers import serving
 
 KEYS = {"n1.shell=3Azsh.web": b'{"items":["a"]}', "n2.shell=3Azsh.web": b'{"items":["b"]}', "n2.x.y": b"{}"}

@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner.cli import build_parser, main
-from registry import buckets
+from registry.contract import buckets
 from tests.helpers import clean_environment, in_own_task, serving
 
 

@@ -17,10 +17,9 @@ from nats.js.kv import KeyValue
 from mesh_dev.local_nats import LocalNats
 from mesh_dev.loop import run_dev
 from provisioner.settings import ServerSettings
-from registry import buckets
-from registry.bus import BusOptions, connect
-from registry.logs import configure_logging, event
-from registry.verb_client import ask
+from registry.contract import buckets
+from registry.runtime import configure_logging, event
+from registry.wire import BusOptions, ask, connect
 from tests.helpers import serving
 
 

@@ -20,11 +20,9 @@ from provisioner.errors import CursorGone
 from provisioner.listing import MAX_VALUE_DEPTH
 from provisioner.paging import PageCache
 from provisioner.request import MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH
-from registry import buckets
-from registry.bounded_json import nesting
-from registry.bus import Bus, Message
-from registry.service import EndpointSpec, ServiceRequest, serve
-from registry.verb_client import ERROR_CODE_HEADER, ERROR_HEADER, ask
+from registry.contract import buckets, nesting
+from registry.serving import EndpointSpec, ServiceRequest, serve
+from registry.wire import ERROR_CODE_HEADER, ERROR_HEADER, Bus, Message, ask
 
 APPLIED = {"n1.web": b'{"state":"applied"}'}
 

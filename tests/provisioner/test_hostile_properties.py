@@ -20,9 +20,8 @@ from hypothesis import strategies as st
 from nats.aio.client import Client
 
 from mesh_dev.local_nats import LocalNats
-from registry import buckets
-from registry.bus import Bus
-from registry.verb_client import ERROR_CODE_HEADER, ERROR_HEADER, ask
+from registry.contract import buckets
+from registry.wire import ERROR_CODE_HEADER, ERROR_HEADER, Bus, ask
 
 REPLY_WAIT = timedelta(seconds=5)
 ANSWER_FIELDS = {"what", "entries", "malformed", "page", "pages", "total", "next"}
@@ -38,7 +37,7 @@ class Figures(logging.Handler):
         self.tried = self.listed = self.crashes = self.disconnects = 0
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name == "registry.bus" and ("lost" in record.getMessage() or "closed" in record.getMessage()):
+        if record.name == "registry.wire.bus" and ("lost" in record.getMessage() or "closed" in record.getMessage()):
             self.disconnects += 1
 
 

@@ -27,14 +27,10 @@ from provisioner.request import Query
 from provisioner.top import Screen, TopOptions, fleet, frame, run_top
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect, nats_client
+from registry.access import Kind
+from registry.contract import buckets
 from registry.errors import ConnectionClosed, ServiceError
-from registry.feed import KvItem
-from registry.kv import put
-from registry.lease import Holder, Lease, node_key
-from registry.parties import Kind
-from registry.verb_client import ask
+from registry.wire import Bus, BusOptions, Holder, KvItem, Lease, ask, connect, nats_client, node_key, put
 from tests.helpers import clean_environment, put_many
 from tests.isolation import Mesh, party
 

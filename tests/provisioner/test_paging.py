@@ -18,12 +18,10 @@ from provisioner.paging import Encoded, PageCache, build_pages, page_budget
 from provisioner.service import verb_service
 from provisioner.streamed import StreamedListing
 from provisioner.verb import Verb
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
+from registry.access import Kind, Party
+from registry.contract import buckets
 from registry.errors import ServiceError
-from registry.kv import BucketConfig, put
-from registry.parties import Kind, Party
-from registry.verb_client import ask, ask_page, ask_patiently
+from registry.wire import BucketConfig, Bus, BusOptions, ask, ask_page, ask_patiently, connect, put
 from tests.helpers import put_many
 
 NEED = b'{"placeholder":"${config:x}","used_in":["etc/app.conf"]}'

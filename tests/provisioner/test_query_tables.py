@@ -13,10 +13,8 @@ from rich.console import Console
 
 from mesh_dev.local_nats import LocalNats
 from provisioner import tables
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
-from registry.kv import put
-from registry.verb_client import ask
+from registry.contract import buckets
+from registry.wire import Bus, BusOptions, ask, connect, put
 from tests.helpers import clean_environment, put_many
 
 NEED = b'{"placeholder":"${secret:db-password}","used_in":["DB_PASSWORD"]}'

@@ -10,11 +10,8 @@ from nats.js import JetStreamContext
 from mesh_dev.local_nats import LocalNats
 from provisioner.buckets import ensure_bucket, ensure_buckets
 from provisioner.registry_sync import sync_registry
-from registry import buckets
-from registry.bus import Bus
-from registry.catalogue import KINDS
-from registry.kv import BucketConfig, get_latest, snapshot
-from registry.models import RegistryEntry
+from registry.contract import KINDS, RegistryEntry, buckets
+from registry.wire import BucketConfig, Bus, get_latest, snapshot
 from tests.helpers import serving
 
 

@@ -12,10 +12,8 @@ import pytest
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.removal import remove_node
-from registry import buckets
-from registry.buckets import Bucket
-from registry.bus import Bus
-from registry.kv import KvItem, put, snapshot
+from registry.contract import Bucket, buckets
+from registry.wire import Bus, KvItem, put, snapshot
 from tests.helpers import clean_environment
 
 VALUE = b'{"v":1}'

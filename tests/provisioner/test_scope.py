@@ -23,14 +23,11 @@ from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import SECRET_SUBJECT, Vault
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
+from registry.access import REQUEST_INFO, AccountGrant, Grants, Kind, Party, PartyMap
+from registry.contract import buckets
 from registry.errors import ServiceError
-from registry.grants import AccountGrant, Grants
-from registry.kv import get_latest
-from registry.parties import REQUEST_INFO, Kind, Party, PartyMap
-from registry.service import EndpointSpec, serve
-from registry.verb_client import ask
+from registry.serving import EndpointSpec, serve
+from registry.wire import Bus, BusOptions, ask, connect, get_latest
 from tests.helpers import in_own_task, put_many
 
 N1, N2 = Party(kind=Kind.NODE, name="n1"), Party(kind=Kind.NODE, name="n2")

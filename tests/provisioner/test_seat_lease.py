@@ -22,13 +22,8 @@ from provisioner.server import run_server
 from provisioner.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
-from registry import buckets
-from registry.buckets import Bucket
-from registry.bus import Bus, BusOptions
-from registry.keys import KeyShape
-from registry.kv import BucketConfig, create_bucket, get_latest, put
-from registry.lease import SKEW
-from registry.models import RegistryEntry
+from registry.contract import Bucket, KeyShape, RegistryEntry, buckets
+from registry.wire import SKEW, BucketConfig, Bus, BusOptions, create_bucket, get_latest, put
 from tests.helpers import EXAMPLES, NODE, logged, sh_env
 
 log = logging.getLogger(__name__)

@@ -14,12 +14,10 @@ from provisioner.buckets import ensure_buckets
 from provisioner.paging import PageCache
 from provisioner.service import verb_service
 from provisioner.verb import Verb
-from registry import buckets
-from registry.bus import Bus
+from registry.access import Party
+from registry.contract import buckets
 from registry.errors import NoResponders
-from registry.kv import BucketConfig
-from registry.parties import Party
-from registry.verb_client import ERROR_CODE_HEADER, ERROR_HEADER
+from registry.wire import ERROR_CODE_HEADER, ERROR_HEADER, BucketConfig, Bus
 from tests.helpers import fire, put_many
 
 NEEDS_REQUEST = b'{"what":"needs"}'

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from provisioner.settings import ServerSettings
+from registry.edge import load_settings
 from registry.errors import SettingsError
-from registry.settings import load_settings
 
 
 @pytest.fixture

@@ -15,10 +15,8 @@ from anyio.streams.text import TextReceiveStream
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.buckets import ensure_buckets
-from registry import buckets
-from registry.bus import Bus
-from registry.kv import BucketConfig
-from registry.verb_client import ERROR_CODE_HEADER
+from registry.contract import buckets
+from registry.wire import ERROR_CODE_HEADER, BucketConfig, Bus
 from tests.helpers import clean_environment, fire, put_many
 
 READY = f"serving {buckets.VERB_SUBJECT}"

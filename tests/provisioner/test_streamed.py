@@ -14,10 +14,9 @@ from mesh_dev.local_nats import LocalNats
 from provisioner.listing import KNOWN_VALUES, Encoder
 from provisioner.paging import PageCache, page_budget
 from provisioner.streamed import READ_AHEAD_PAGES, StreamedListing
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
-from registry.kv import delete, get_latest, put
-from registry.verb_client import _follow, ask, ask_page
+from registry.contract import buckets
+from registry.wire import Bus, BusOptions, ask, ask_page, connect, delete, get_latest, put
+from registry.wire.verb_client import _follow
 from tests.helpers import in_own_task, put_many
 from tests.provisioner.test_scope import N1, N2, OPS, keys_of, mesh, one_page
 

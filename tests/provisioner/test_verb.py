@@ -12,12 +12,9 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from mesh_dev.local_nats import LocalNats
-from registry import buckets
-from registry.bus import Bus, Message
-from registry.catalogue import KINDS
+from registry.contract import KINDS, buckets
 from registry.errors import ServiceError
-from registry.kv import MULTI_LAST_LIMIT
-from registry.verb_client import ERROR_CODE_HEADER, ERROR_HEADER, ask
+from registry.wire import ERROR_CODE_HEADER, ERROR_HEADER, MULTI_LAST_LIMIT, Bus, Message, ask
 from tests.helpers import put_many
 
 NEED = b'{"placeholder":"${config:x}","used_in":["a.conf"]}'

@@ -13,7 +13,7 @@ import pytest
 from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import StandIns, stand_ins
 from provisioner_client.reconcile import ClientPlan
-from registry.bus import Bus
+from registry.wire import Bus
 from tests.helpers import EXAMPLES, NODE, in_own_task, serving
 
 

@@ -8,8 +8,7 @@ import pytest
 
 from mesh_dev.standins import StandIns
 from provisioner_client.reconcile import ClientPlan, reconcile
-from registry.bus import Bus
-from registry.kv import put
+from registry.wire import Bus, put
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 from mesh_dev.standins import StandIns
 from provisioner_client.reconcile import ClientPlan, reconcile
-from registry import buckets
-from registry.bus import Bus
-from registry.kv import put, snapshot
-from registry.models import AppliedValue
+from registry.contract import AppliedValue, buckets
+from registry.wire import Bus, put, snapshot
 
 LONG_AGO = "2000-01-01T00:00:00+00:00"
 

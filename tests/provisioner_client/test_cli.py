@@ -18,10 +18,8 @@ from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import StandIns
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
-from registry import buckets
-from registry.bus import Bus
-from registry.kv import get_direct
-from registry.lease import Holder, node_key
+from registry.contract import buckets
+from registry.wire import Bus, Holder, get_direct, node_key
 from tests.helpers import NODE, in_own_task
 
 

@@ -15,8 +15,8 @@ from mesh_dev import local_postgres
 from mesh_dev.demo import EXAMPLES, run_demo, seed_examples
 from mesh_dev.local_nats import LocalNats
 from provisioner_client.settings import ClientSettings
-from registry.bus import Bus
-from registry.settings import BusSettings, load_settings
+from registry.edge import BusSettings, load_settings
+from registry.wire import Bus
 from tests.helpers import sh_env
 
 

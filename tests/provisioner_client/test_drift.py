@@ -15,9 +15,8 @@ from provisioner_client.drift import DriftWatch, put_back
 from provisioner_client.envfile import EnvFolder
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.watching import WatchTiming, watch
-from registry.bus import Bus
-from registry.kv import put
-from registry.models import AppliedValue
+from registry.contract import AppliedValue
+from registry.wire import Bus, put
 from tests.helpers import Reports, logged
 
 PUT_BACK_WITHIN = 5.0  # the promise, with the default timing (a 1 s poll, a 0.5 s debounce)

@@ -22,10 +22,8 @@ from provisioner_client.manifest import MAX_MANIFEST_BYTES, load_manifests
 from provisioner_client.reconcile import MAX_REASONS, ClientPlan, Report, reconcile
 from provisioner_client.scope import NodeScope
 from provisioner_client.watching import WatchTiming, watch
-from registry import buckets
-from registry.bounded_json import MAX_DEPTH, JsonRefused, read_json
-from registry.bus import Bus
-from registry.kv import get_direct, put
+from registry.contract import MAX_DEPTH, JsonRefused, buckets, read_json
+from registry.wire import Bus, get_direct, put
 from tests.helpers import NODE
 
 DEEP = b"[" * 30_000 + b"]" * 30_000  # 60 KB: under the buckets' 64 KiB value limit

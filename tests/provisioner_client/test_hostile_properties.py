@@ -15,7 +15,7 @@ from provisioner_client.envfile import LEDGER
 from provisioner_client.errors import ClientError
 from provisioner_client.manifest import MAX_MANIFEST_BYTES
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
-from registry.bus import Bus
+from registry.wire import Bus
 from tests.helpers import NODE
 
 _json = st.recursive(

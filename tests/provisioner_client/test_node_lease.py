@@ -15,10 +15,8 @@ from anyio.abc import TaskStatus
 from mesh_dev.standins import StandIns
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.watching import WatchTiming, watch
-from registry import buckets
-from registry.bus import Bus, Message
-from registry.kv import get_direct
-from registry.lease import Holder, node_key
+from registry.contract import buckets
+from registry.wire import Bus, Holder, Message, get_direct, node_key
 from tests.helpers import NODE, logged
 
 TIMING = WatchTiming(debounce=timedelta(0))

@@ -14,10 +14,8 @@ from mesh_dev.standins import DEV_SECRETS, StandIns, stand_ins
 from provisioner_client.errors import ForeignKeyError, ManifestError
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.scope import NodeScope
-from registry import buckets
-from registry.bus import Bus
-from registry.kv import get_latest, put, snapshot
-from registry.models import AppliedValue, BucketAnswer, RegistryEntry, to_json
+from registry.contract import AppliedValue, BucketAnswer, RegistryEntry, buckets, to_json
+from registry.wire import Bus, get_latest, put, snapshot
 from tests.helpers import NODE
 
 

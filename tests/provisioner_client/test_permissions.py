@@ -27,10 +27,9 @@ from provisioner.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.scope import NodeScope
 from provisioner_client.status import read_status
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
+from registry.contract import buckets
 from registry.errors import PermissionDenied
-from registry.kv import snapshot
+from registry.wire import Bus, BusOptions, connect, snapshot
 from tests.helpers import in_own_task, watch_follows_a_config_change
 
 NO_JETSTREAM_API = """

@@ -10,9 +10,8 @@ from nats.js import JetStreamContext
 
 from mesh_dev.standins import CONFIG, StandIns
 from provisioner_client.reconcile import ClientPlan, reconcile
-from registry import buckets
-from registry.bus import Bus
-from registry.kv import snapshot
+from registry.contract import buckets
+from registry.wire import Bus, snapshot
 from tests.helpers import NODE, sh_env
 
 

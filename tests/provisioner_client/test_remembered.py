@@ -12,9 +12,8 @@ from mesh_dev.standins import StandIns
 from provisioner_client import remembered
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.scope import NodeScope
-from registry import buckets
-from registry.bus import Bus
-from registry.kv import delete, get_direct, put, snapshot
+from registry.contract import buckets
+from registry.wire import Bus, delete, get_direct, put, snapshot
 
 OWN = {buckets.NEEDS.name, buckets.COLLECT.name, buckets.APPLIED.name}
 

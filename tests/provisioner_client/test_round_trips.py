@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 
 from mesh_dev.standins import SECRET_SUBJECT, StandIns
 from provisioner_client.reconcile import ClientPlan, reconcile
-from registry import buckets
-from registry.bus import Bus, Message
+from registry.contract import buckets
+from registry.wire import Bus, Message
 
 
 @asynccontextmanager

@@ -1,4 +1,4 @@
-"""registry.watch.scoped_watch against a real nats-server: scoped, resumable, retrying; a named
+"""registry.wire.watch.scoped_watch against a real nats-server: scoped, resumable, retrying; a named
 watch keeps one consumer under its name and deletes it on stop."""
 
 from __future__ import annotations
@@ -8,11 +8,8 @@ from datetime import timedelta
 import anyio
 from nats.js import JetStreamContext
 
-from registry.buckets import Bucket
-from registry.bus import Bus
-from registry.keys import APPLIED
-from registry.kv import KvItem
-from registry.watch import ScopedWatch, scoped_watch
+from registry.contract import APPLIED, Bucket
+from registry.wire import Bus, KvItem, ScopedWatch, scoped_watch
 
 W = Bucket("w", APPLIED)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from provisioner_client.settings import ClientSettings, node_of, settings_file
+from registry.edge import load_settings
 from registry.errors import SettingsError
-from registry.settings import load_settings
 
 
 def test_flags_win_over_the_environment_which_wins_over_the_file(tmp_path: Path) -> None:

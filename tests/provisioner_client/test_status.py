@@ -15,7 +15,7 @@ from mesh_dev.standins import StandIns
 from provisioner_client.holding import node_lease
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.status import NodeStatus, print_status
-from registry.bus import Bus
+from registry.wire import Bus
 from tests.helpers import NODE
 from tests.provisioner_client.test_cli import client, client_env, slow_action
 

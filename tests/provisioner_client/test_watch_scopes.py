@@ -7,9 +7,7 @@ import pytest
 from mesh_dev.standins import ASSIGNMENTS, BOUND_BUCKET, CONFIG
 from provisioner_client.resolve import Source
 from provisioner_client.watching import watch_scopes
-from registry import buckets, keys
-from registry.buckets import Bucket
-from registry.keys import subject_matches
+from registry.contract import Bucket, buckets, keys, subject_matches
 
 
 def test_one_watch_per_bucket_over_the_nodes_own_keys_or_the_whole_bucket() -> None:

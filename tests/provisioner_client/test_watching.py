@@ -17,10 +17,8 @@ from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import StandIns, stand_ins
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
-from registry import buckets
-from registry.bus import Bus, BusOptions, connect
-from registry.kv import put
-from registry.models import BucketAnswer, RegistryEntry, to_json
+from registry.contract import BucketAnswer, RegistryEntry, buckets, to_json
+from registry.wire import Bus, BusOptions, connect, put
 from tests.helpers import Reports, logged, serving, sh_env
 
 TIMING = WatchTiming(

@@ -1,0 +1,62 @@
+"""Who may do what on the bus: the parties of a mesh, the grants derived for each, their
+credentials, and the two ways of giving them to nats-server (a static `accounts.conf`, or signed
+JWTs pushed to a resolver). Nothing here needs a connection except pushing an account.
+"""
+
+from __future__ import annotations
+
+from registry.access.credentials import SEED_SUFFIX, new_seed, seed_path, write_secret
+from registry.access.grants import AccountGrant, Grants, GrantsFile, bound_bucket, derive_grants, load_party_map
+from registry.access.issuing import MeshParties, issue_grants
+from registry.access.jwt_auth import (
+    CLAIMS_UPDATE,
+    SERVER_AUTH,
+    SYSTEM_USER,
+    AccountPushError,
+    Nkey,
+    account_jwt_path,
+    claims_of,
+    creds_path,
+    delete_accounts,
+    encode_jwt,
+    load_jwt_auth,
+    operator_key,
+    push_account,
+    render_server_auth,
+)
+from registry.access.parties import DATA_ACCOUNT, REQUEST_INFO, Kind, Party, PartyMap, UnknownAccount
+
+__all__ = [
+    "CLAIMS_UPDATE",
+    "DATA_ACCOUNT",
+    "REQUEST_INFO",
+    "SEED_SUFFIX",
+    "SERVER_AUTH",
+    "SYSTEM_USER",
+    "AccountGrant",
+    "AccountPushError",
+    "Grants",
+    "GrantsFile",
+    "Kind",
+    "MeshParties",
+    "Nkey",
+    "Party",
+    "PartyMap",
+    "UnknownAccount",
+    "account_jwt_path",
+    "bound_bucket",
+    "claims_of",
+    "creds_path",
+    "delete_accounts",
+    "derive_grants",
+    "encode_jwt",
+    "issue_grants",
+    "load_jwt_auth",
+    "load_party_map",
+    "new_seed",
+    "operator_key",
+    "push_account",
+    "render_server_auth",
+    "seed_path",
+    "write_secret",
+]

@@ -1,0 +1,64 @@
+"""Each party's nkey: issued once, kept in a seed file, reused on every later run.
+
+A seed is a secret: it is written with mode 0600 and never logged. Reusing the seeds already in
+the output folder (or in `--keys`) makes `mesh-provisioner grants` reproducible, and a node added
+later leaves every other party's key as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import nkeys
+
+from registry.access.parties import Party
+from registry.errors import RegistryError
+
+SEED_SUFFIX = ".nk"
+
+
+class CredentialError(RegistryError):
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"seed file {path}: {reason}")
+
+
+def seed_path(folder: Path, party: Party) -> Path:
+    return folder / f"{party.label}{SEED_SUFFIX}"
+
+
+def issue_user_keys(parties: Iterable[Party], keys: Path) -> dict[Party, str]:
+    """Each party's user public key, from its seed in `keys`, else from a new seed written there."""
+    keys.mkdir(parents=True, exist_ok=True)
+    return {party: _user_key(seed_path(keys, party)) for party in parties}
+
+
+def _user_key(path: Path) -> str:
+    if path.exists():
+        return public_key(path.read_bytes().strip(), path)
+    seed = new_seed(nkeys.PREFIX_BYTE_USER)
+    write_secret(path, seed + b"\n")
+    return public_key(seed, path)
+
+
+def new_seed(prefix: int) -> bytes:
+    """A fresh seed of the kind `prefix` names (nkeys.PREFIX_BYTE_OPERATOR, _ACCOUNT, _USER)."""
+    return bytes(nkeys.encode_seed(os.urandom(32), prefix))
+
+
+def public_key(seed: bytes, source: Path) -> str:
+    try:
+        return bytes(nkeys.from_seed(bytearray(seed)).public_key).decode()
+    except Exception as err:  # nkeys raises several unrelated classes for a damaged seed
+        raise CredentialError(source, f"not an nkey seed ({type(err).__name__})") from None
+
+
+def write_secret(path: Path, data: bytes) -> None:
+    """Writes `data` readable by its owner only, from the first byte on."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(data)
+    path.chmod(0o600)

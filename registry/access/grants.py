@@ -1,0 +1,277 @@
+"""What each party of a mesh may do on the bus, derived from the catalogue, providers and nodes.
+
+One account per party. The data account `MESH` holds every bucket and the parties trusted with
+all of it (the seat; the vault, which only answers its verbs). Every other party gets an account
+of its own that imports exactly what it needs from `MESH`, and nothing else: across accounts a
+reply subject names the requester's own namespace, so no request it can make (reply subjects and
+headers included) reaches a key outside its grant. No party but the seat has JetStream's API in
+`MESH`, so none creates, edits, purges or deletes a stream, or makes a consumer there.
+
+A node imports: puts, deletes and gets of its own `<node>.>` keys in needs, applied and collect;
+gets of its `<node>.>` keys of node-keyed buckets (placement, each provider's `_bound`) and of
+every key of mesh-wide buckets (the registry, shared config), with their live updates; the verb
+and the vault's verbs, shared, so that they learn who asks. A provider reads the needs bucket and
+writes its own `<provider>_bound`. An operator asks the verb. Node names are escaped exactly as
+keys (`a.b` is `a=2Eb`), so node `a` never reaches `a=2Eb.>` nor `a.b` reaches `a.>`.
+
+`derive_grants` returns the grants as data (`Grants`, written as `grants.json`);
+`registry.access.accounts_conf` renders them as a static nats-server configuration and
+`registry.access.jwt_auth` as signed JWTs for decentralized auth.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from registry.access.parties import DATA_ACCOUNT, Kind, Party, PartyMap, UnknownAccount
+from registry.contract import Bucket, BucketAnswer, Domain, VerbAnswer, buckets, fields_of, render, shape_of, under
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Import(_Model):
+    """A subject one account takes from the data account: a service (request/reply) or a stream
+    (live updates). `share` tells the responder who asks; `stream_reply` lets a service answer
+    with several messages (a batch direct get)."""
+
+    kind: str = Field(pattern="^(service|stream)$")
+    subject: str
+    share: bool = False
+    stream_reply: bool = False
+    why: str = ""
+
+
+class AccountGrant(_Model):
+    """One party's account: its name, its user's public nkey and what it imports."""
+
+    party: Party
+    account: str
+    user_key: str
+    account_key: str | None = None
+    imports: tuple[Import, ...] = ()
+
+
+class Grants(_Model):
+    """Every party's grants; `data` are the users of the data account (seat, vault)."""
+
+    data_account: str = DATA_ACCOUNT
+    data: tuple[AccountGrant, ...]
+    parties: tuple[AccountGrant, ...]
+    skipped: tuple[str, ...] = ()
+
+    def party_map(self) -> PartyMap:
+        return PartyMap.of((grant.party, grant.account_key) for grant in self.parties)
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def load_party_map(path: Path) -> PartyMap:
+    """The parties of a `grants.json` written by `mesh-provisioner grants`, by account."""
+    return Grants.model_validate_json(path.read_text(encoding="utf-8")).party_map()
+
+
+class GrantsFile(PartyMap):
+    """The parties of a `grants.json`, read again when a request comes from an account it does not
+    know and the file has changed since: a node the controller adds at run time (JWT mode) is
+    answered at once, without restarting the seat."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._stamp = self._stamp_now()
+        super().__init__(load_party_map(path)._accounts)
+
+    def who_asks(self, headers: Mapping[str, str]) -> Party | None:
+        try:
+            return super().who_asks(headers)
+        except UnknownAccount:
+            if not self._reload_if_changed():
+                raise
+            return super().who_asks(headers)
+
+    def _reload_if_changed(self) -> bool:
+        stamp = self._stamp_now()
+        if stamp == self._stamp:
+            return False
+        try:
+            self._accounts = load_party_map(self._path)._accounts
+        except (OSError, ValueError):  # a file being rewritten: keep the grants known so far
+            return False
+        self._stamp = stamp
+        return True
+
+    def _stamp_now(self) -> tuple[int, int]:
+        try:
+            status = self._path.stat()
+        except OSError:
+            return (0, 0)
+        return (status.st_mtime_ns, status.st_size)
+
+
+def _writes(bucket: Bucket, scope: str, why: str) -> list[Import]:
+    return [
+        Import(kind="service", subject=bucket.subject(scope), why=f"put and delete {why}"),
+        Import(kind="service", subject=bucket.direct_get_subject(scope), why=f"get {why}"),
+    ]
+
+
+def _reads(bucket: Bucket, scope: str, why: str, *, live: bool = True) -> list[Import]:
+    """Gets of the keys under `scope` and their live updates; the whole bucket adds the batch get.
+
+    No live updates of a bucket the party writes itself: a stream import on the subjects of its
+    own service import would hand its writes back to it."""
+    found = [Import(kind="service", subject=bucket.direct_get_subject(scope), why=f"get {why}")]
+    if live:
+        found.append(Import(kind="stream", subject=bucket.subject(scope), why=f"live updates of {why}"))
+    if scope == ">":
+        found.append(
+            Import(
+                kind="service",
+                subject=bucket.batch_get_subject,
+                stream_reply=True,
+                why=f"read all of {why} in one batch",
+            )
+        )
+    return found
+
+
+def _asks(subjects: Iterable[str], why: str) -> list[Import]:
+    return [Import(kind="service", subject=s, share=True, why=why) for s in sorted(set(subjects))]
+
+
+class _Catalogue:
+    """The buckets and verbs the catalogue's answers name, with the providers filled in."""
+
+    def __init__(self, domains: Mapping[str, Domain], providers: Sequence[str]) -> None:
+        self.node_keyed: list[Bucket] = []
+        self.mesh_wide: list[Bucket] = []
+        self.verbs: list[str] = []
+        self.skipped: list[str] = []
+        own = {b.name for b in buckets.OWN}
+        for name, domain in sorted(domains.items()):
+            if not domain.kinds:
+                continue
+            answer = domain.answer()
+            if isinstance(answer, VerbAnswer):
+                self.verbs.append(answer.subject)
+                continue
+            for bucket in self._buckets_of(name, answer, providers):
+                if bucket.name in own:
+                    continue
+                keyed = bucket.shape.fields[:1] == ("node",)
+                (self.node_keyed if keyed else self.mesh_wide).append(bucket)
+
+    def _buckets_of(self, name: str, answer: BucketAnswer, providers: Sequence[str]) -> list[Bucket]:
+        shape = shape_of(answer.key)
+        template_fields = set(fields_of(answer.bucket))
+        if not template_fields:
+            return [Bucket(answer.bucket, shape)]
+        if template_fields == {"provider"}:
+            return [Bucket(render(answer.bucket, {"provider": p}), shape) for p in providers]
+        self.skipped.append(f"domain {name!r}: bucket {answer.bucket!r} depends on a placeholder; grant it by hand")
+        return []
+
+
+def bound_bucket(provider: str) -> Bucket:
+    return Bucket(f"{provider}_bound", shape_of("<node>.<module>.<provision>[.<local>]"))
+
+
+def node_imports(node: str, catalogue: _Catalogue) -> list[Import]:
+    own = under(node)
+    found: list[Import] = []
+    for bucket in (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT):
+        found += _writes(bucket, own, f"its own keys of {bucket.name}")
+    found += _writes(buckets.LEASES, buckets.LEASES.shape.build(role="node", name=node), "its own lease")
+    found += _reads(buckets.REGISTRY, ">", "the registry")
+    for bucket in catalogue.node_keyed:
+        found += _reads(bucket, own, f"its own keys of {bucket.name}")
+    for bucket in catalogue.mesh_wide:
+        found += _reads(bucket, ">", f"{bucket.name}, readable mesh-wide")
+    found += _asks([buckets.VERB_SUBJECT, *catalogue.verbs], "ask, telling who asks")
+    return found
+
+
+def provider_imports(provider: str, catalogue: _Catalogue) -> list[Import]:
+    bound = bound_bucket(provider)
+    found = _reads(buckets.NEEDS, ">", "the needs: who consumes it")
+    found += [
+        Import(kind="service", subject=bound.subject(">"), why=f"put and delete in its own {bound.name}"),
+        *_reads(bound, ">", f"its own {bound.name}", live=False),
+    ]
+    found += _asks([buckets.VERB_SUBJECT, *catalogue.verbs], "ask, telling who asks")
+    return found
+
+
+SERVICE_API = ("PING", "INFO", "STATS")
+
+
+def vault_listens(vault_subjects: Sequence[str]) -> list[str]:
+    """What the vault's user may subscribe to: its verbs, and the service API under its own service
+    names (the verbs' first token: `mesh-vault.secret` is served as `mesh-vault`) besides the bare
+    discovery subjects, never the seat's `$SRV.*.mesh-provisioner`, which it could answer falsely."""
+    names = sorted({subject.split(".", 1)[0] for subject in vault_subjects})
+    service_api = [f"$SRV.{verb}" for verb in SERVICE_API]
+    own = [f"$SRV.{verb}.{name}{tail}" for name in names for verb in SERVICE_API for tail in ("", ".>")]
+    return [*vault_subjects, *service_api, *own]
+
+
+def operator_imports() -> list[Import]:
+    service_api = [f"$SRV.{verb}.{buckets.SEAT}" for verb in SERVICE_API]
+    return [
+        *_asks([buckets.VERB_SUBJECT], "ask the verb, telling who asks"),
+        *(Import(kind="service", subject=s, why="the service API of the seat") for s in service_api),
+    ]
+
+
+def derive_grants(
+    domains: Mapping[str, Domain], *, nodes: Sequence[str], providers: Sequence[str] = (),
+    operators: Sequence[str] = (), user_keys: Mapping[Party, str], account_keys: Mapping[Party, str] | None = None,
+) -> Grants:  # fmt: skip
+    """The grants of every party; `user_keys` holds each party's user public nkey (and
+    `account_keys` each account's, in JWT mode)."""
+    catalogue = _Catalogue(domains, providers)
+    wanted = [
+        *((Party(kind=Kind.NODE, name=n), node_imports(n, catalogue)) for n in nodes),
+        *((Party(kind=Kind.PROVIDER, name=p), provider_imports(p, catalogue)) for p in providers),
+        *((Party(kind=Kind.OPERATOR, name=o), operator_imports()) for o in operators),
+    ]
+    accounts = account_keys or {}
+    parties = tuple(
+        AccountGrant(
+            party=party,
+            account=party.account,
+            user_key=user_keys[party],
+            account_key=accounts.get(party),
+            imports=tuple(imports),
+        )
+        for party, imports in wanted
+    )
+    data = tuple(
+        AccountGrant(party=party, account=DATA_ACCOUNT, user_key=user_keys[party])
+        for party in (Party(kind=Kind.SEAT, name=buckets.SEAT), Party(kind=Kind.VAULT, name="vault"))
+    )
+    _check_unique_accounts(parties)
+    return Grants(data=data, parties=parties, skipped=tuple(catalogue.skipped))
+
+
+def data_parties() -> tuple[Party, Party]:
+    return Party(kind=Kind.SEAT, name=buckets.SEAT), Party(kind=Kind.VAULT, name="vault")
+
+
+def verb_subjects(domains: Mapping[str, Domain]) -> list[str]:
+    """The subjects the vault (any verb-answered domain) serves."""
+    return sorted({a.subject for d in domains.values() if d.kinds and isinstance(a := d.answer(), VerbAnswer)})
+
+
+def _check_unique_accounts(parties: Sequence[AccountGrant]) -> None:
+    seen: dict[str, Party] = {}
+    for grant in parties:
+        if grant.account in seen:
+            raise ValueError(f"{grant.party.label} and {seen[grant.account].label} share account {grant.account}")
+        seen[grant.account] = grant.party

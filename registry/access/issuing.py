@@ -1,0 +1,61 @@
+"""Issuing a mesh's grants to a folder: what `mesh-provisioner grants` writes.
+
+    <out>/accounts.conf       the accounts block for nats-server (static configuration)
+    <out>/grants.json         the same grants as data, for the controller and the seat
+    <keys>/<party>.nk         one nkey seed per party: seat.nk, vault.nk, node-n1.nk, ... (`keys`
+                              is `out` unless given: seeds are secrets, keep them apart)
+
+The controller can call `issue_grants` itself. Seeds already in `keys` are kept, so running it
+again with one more node changes only what that node adds, and the output is reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry.access.accounts_conf import render_accounts
+from registry.access.credentials import issue_user_keys
+from registry.access.grants import Grants, data_parties, derive_grants, verb_subjects
+from registry.access.jwt_auth import issue_account_keys, write_jwt_auth
+from registry.access.parties import Kind, Party
+from registry.contract import load_catalogue
+
+
+@dataclass(frozen=True)
+class MeshParties:
+    """Who the grants are for, by name."""
+
+    nodes: Sequence[str]
+    providers: Sequence[str] = ()
+    operators: Sequence[str] = ()
+
+    def all(self) -> list[Party]:
+        return [
+            *data_parties(),
+            *(Party(kind=Kind.NODE, name=n) for n in self.nodes),
+            *(Party(kind=Kind.PROVIDER, name=p) for p in self.providers),
+            *(Party(kind=Kind.OPERATOR, name=o) for o in self.operators),
+        ]
+
+
+def issue_grants(
+    out: Path, parties: MeshParties, *, domains_file: Path | None = None, keys: Path | None = None, jwt: bool = False
+) -> Grants:
+    """Writes the static configuration and the grants as data to `out`; the seeds are read from,
+    or newly written to, `keys` (default `out`). With `jwt`, also decentralized auth: account
+    keys (in grants.json too), JWTs and `.creds` files (`registry.access.jwt_auth`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    domains = load_catalogue(domains_file)
+    user_keys = issue_user_keys(parties.all(), keys or out)
+    account_keys = issue_account_keys(parties.all(), keys or out) if jwt else None
+    grants = derive_grants(
+        domains, nodes=parties.nodes, providers=parties.providers, operators=parties.operators, user_keys=user_keys,
+        account_keys=account_keys,
+    )  # fmt: skip
+    (out / "accounts.conf").write_text(render_accounts(grants, verb_subjects(domains)), encoding="utf-8")
+    (out / "grants.json").write_text(grants.to_json(), encoding="utf-8")  # public keys only: no secret
+    if jwt:
+        write_jwt_auth(out, grants, verb_subjects(domains), keys=keys or out)
+    return grants

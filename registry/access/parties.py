@@ -1,0 +1,105 @@
+"""Who is on the bus: the parties of a mesh, their accounts, and who asks a request.
+
+Each party connects on a NATS account of its own (see `registry.access.grants`, which derives what each
+account imports). A responder in the data account learns the asking account from the bus, never
+from the request body: an import with `share: true` adds the header `Nats-Request-Info`, whose
+`acc` is the account's name (static configuration) or public key (JWT). `PartyMap` turns that
+back into the party it was issued to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from registry.contract import encode_token
+
+REQUEST_INFO = "Nats-Request-Info"
+DATA_ACCOUNT = "MESH"
+SYSTEM_ACCOUNT = "SYS"
+
+
+class Kind(StrEnum):
+    SEAT = "seat"
+    NODE = "node"
+    PROVIDER = "provider"
+    OPERATOR = "operator"
+    VAULT = "vault"
+
+
+class Party(BaseModel):
+    """One party of the mesh: its kind and its name (a node's name, a provider's module, ...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Kind
+    name: str
+
+    @property
+    def account(self) -> str:
+        """Its account's name in a static configuration; the data account for the seat and vault."""
+        if self.kind in (Kind.SEAT, Kind.VAULT):
+            return DATA_ACCOUNT
+        return f"{self.kind.value}-{encode_token(self.name)}"
+
+    @property
+    def label(self) -> str:
+        """How files and logs name it: `node-n1`, `provider-postgres`, `seat`."""
+        if self.kind in (Kind.SEAT, Kind.VAULT):
+            return self.kind.value
+        return f"{self.kind.value}-{encode_token(self.name)}"
+
+    @property
+    def sees_the_mesh(self) -> bool:
+        """Operators, providers and the data account's own parties are answered about the mesh;
+        a node about its own keys only."""
+        return self.kind != Kind.NODE
+
+
+class PartyMap:
+    """From the account a request came from to the party it was issued to."""
+
+    def __init__(self, accounts: Mapping[str, Party]) -> None:
+        self._accounts = dict(accounts)
+
+    @staticmethod
+    def of(parties: Iterable[tuple[Party, str | None]]) -> PartyMap:
+        """Each party by its static account name and, when given, its account's public key."""
+        accounts: dict[str, Party] = {}
+        for party, account_key in parties:
+            if party.account != DATA_ACCOUNT:
+                accounts[party.account] = party
+            if account_key is not None:
+                accounts[account_key] = party
+        return PartyMap(accounts)
+
+    def who_asks(self, headers: Mapping[str, str]) -> Party | None:
+        """The party whose account sent a request; `None` when it came from inside the data
+        account (no `Nats-Request-Info`: only the seat's own account can send such a request).
+        Raises `UnknownAccount` for a header naming an account no grant was issued to."""
+        info = headers.get(REQUEST_INFO)
+        if info is None:
+            return None
+        account = _account_in(info)
+        party = self._accounts.get(account)
+        if party is None:
+            raise UnknownAccount(account)
+        return party
+
+
+class UnknownAccount(Exception):
+    def __init__(self, account: str) -> None:
+        self.account = account
+        super().__init__(f"account {account[:64]!r} was issued no grant")
+
+
+def _account_in(info: str) -> str:
+    try:
+        document = json.loads(info)
+    except ValueError:
+        return "?"
+    account = document.get("acc") if isinstance(document, dict) else None
+    return account if isinstance(account, str) else "?"

@@ -1,0 +1,73 @@
+"""The wire contract: what travels on the bus, with no connection to it.
+
+The `=hex` escaping of key tokens, every key shape built and parsed in one place, the buckets and
+their subjects, placeholders and templates, the catalogue of kinds and domains, the models of
+bucket values and of the verb's answers, and the bounded JSON reader every byte from outside goes
+through. Nothing here imports nats-py: it is the mesh's contract as data and pure functions.
+"""
+
+from __future__ import annotations
+
+from registry.contract import buckets, keys
+from registry.contract.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, nesting, read_json, read_json_file
+from registry.contract.buckets import Bucket
+from registry.contract.catalogue import BUILT_IN, KINDS, Domain, load_catalogue
+from registry.contract.compile import compile_registry, registry_values
+from registry.contract.escaping import decode_token, encode_token
+from registry.contract.keys import APPLIED, BOUND, KeyShape, shape_of, subject_matches, under
+from registry.contract.models import (
+    ActionRecord,
+    AppliedValue,
+    BucketAnswer,
+    CollectValue,
+    NeedValue,
+    Outcome,
+    RegistryEntry,
+    VerbAnswer,
+    to_json,
+)
+from registry.contract.placeholders import Placeholder, find_placeholders, parse_placeholder, substitute
+from registry.contract.templates import NamePattern, fields_of, pattern_of, render
+
+__all__ = [
+    "APPLIED",
+    "BOUND",
+    "BUILT_IN",
+    "KINDS",
+    "MAX_DEPTH",
+    "MAX_PAGE_BYTES",
+    "ActionRecord",
+    "AppliedValue",
+    "Bucket",
+    "BucketAnswer",
+    "CollectValue",
+    "Domain",
+    "JsonRefused",
+    "KeyShape",
+    "NamePattern",
+    "NeedValue",
+    "Outcome",
+    "Placeholder",
+    "RegistryEntry",
+    "VerbAnswer",
+    "buckets",
+    "compile_registry",
+    "decode_token",
+    "encode_token",
+    "fields_of",
+    "find_placeholders",
+    "keys",
+    "load_catalogue",
+    "nesting",
+    "parse_placeholder",
+    "pattern_of",
+    "read_json",
+    "read_json_file",
+    "registry_values",
+    "render",
+    "shape_of",
+    "subject_matches",
+    "substitute",
+    "to_json",
+    "under",
+]

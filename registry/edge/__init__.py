@@ -1,0 +1,34 @@
+"""A program's edge: what is read once at start and passed down. Settings models for flags,
+variables and files, with one precedence; and the `nats` CLI's contexts, where a URL and
+credentials come from when no flag names them.
+"""
+
+from __future__ import annotations
+
+from registry.edge.nats_context import DEV_CONTEXT, NatsContext, NatsContexts
+from registry.edge.settings import (
+    BusSettings,
+    Duration,
+    EdgeSettings,
+    LogSettings,
+    add_settings_arguments,
+    env_of,
+    flag_of,
+    given_flags,
+    load_settings,
+)
+
+__all__ = [
+    "DEV_CONTEXT",
+    "BusSettings",
+    "Duration",
+    "EdgeSettings",
+    "LogSettings",
+    "NatsContext",
+    "NatsContexts",
+    "add_settings_arguments",
+    "env_of",
+    "flag_of",
+    "given_flags",
+    "load_settings",
+]

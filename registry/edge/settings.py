@@ -1,0 +1,422 @@
+"""The one edge both programs read their settings through: flags, environment, TOML file, defaults.
+
+Every setting is a field of an `EdgeSettings` model, and everything an operator sees follows
+from the field: its flag (`--compile-interval`, or `--nats-url` under a flag prefix), its
+environment variable (the model's `env_prefix` + the name in capitals), its key in the `--config`
+file (top level for a program's own settings, the `[nats]` table for `BusSettings`) and its
+`--help` line (the field's description, its default and its variable). Precedence is
+flag > environment > file > default, and every value arrives as text or TOML and is validated by
+pydantic, so a wrong value is reported in one place (`describe_validation`) and one way
+(`SettingsError`, naming the field, its flag and its variable but never the value: it may be a
+secret). A misspelt variable under a program's prefix, a missing config file, a file that is not
+TOML and an unknown key in the file are refused, never silently defaulted.
+
+A field may have more flags (`flag_aliases`): `BusSettings` answers to the `nats` CLI's names too
+(`--server`/`-s`, `--creds`, `--tlsca`, `--context`...), and once read it looks up what was not
+given in the `nats` CLI's contexts (`BusSettings.resolved`, `registry.edge.nats_context`).
+
+Example config file of the server:
+
+    compile_interval = "PT10M"
+    bucket_replicas = 3
+
+    [nats]
+    url = "nats://nats-1:4222,nats://nats-2:4222"
+    creds = "/etc/mesh-provisioner/seat.creds"
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Self, TypeVar
+
+from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from registry.edge.nats_context import DEV_CONTEXT, NatsContext, NatsContexts
+from registry.errors import SettingsError
+from registry.runtime import LogFormat, LogLevel
+from registry.wire import BusOptions
+
+
+def _seconds_or_iso(value: object) -> object:
+    """A numeric string is seconds ("2", "0.5"); anything else is left to pydantic (a number of
+    seconds, ISO 8601 "PT1H"). Environment variables and flags are always text."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(_seconds_or_iso)]
+"""A duration setting: seconds as a number or numeric text, or ISO 8601 (`PT1H`)."""
+
+
+class EdgeSettings(BaseSettings):
+    """A settings model read by `load_settings`; each field's `description` is its `--help` line.
+
+    `flag_prefix` names the model's flags (`"nats"`: `--nats-url`), `config_table` the TOML table
+    its keys live in (`None`: the top level), and `foreign_env_prefixes` the variables under its
+    `env_prefix` that belong to someone else and are not refused as misspellings."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    flag_prefix: ClassVar[str] = ""
+    flag_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    config_table: ClassVar[str | None] = None
+    foreign_env_prefixes: ClassVar[tuple[str, ...]] = ()
+
+    def resolved(self, environ: Mapping[str, str], origins: Mapping[str, str]) -> Self:
+        """The settings once what was not given is looked up elsewhere; `origins` says where each
+        field given came from (the command line, a variable, the config file). Itself by default."""
+        return self
+
+
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+class LogSettings(EdgeSettings):
+    """How a program logs; both programs' settings include these fields."""
+
+    log_format: LogFormat = Field(
+        default="text", description="log lines as readable text or as one JSON object per line"
+    )
+    log_level: Annotated[LogLevel, BeforeValidator(_upper)] = Field(
+        default="INFO", description="the least severe level logged"
+    )
+
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+_DEFAULT_FROM = "the default"
+
+
+class BusSettings(EdgeSettings):
+    """NATS connection settings, under the `nats` CLI's names as well (`--server`, `-s`, `--creds`,
+    `--tlsca`, `--context`...), read from the variables the NATS tools honour.
+
+    The server comes from the first of: `url` (flag, NATS_URL, the file's [nats] url); the context
+    `context` names; the `nats` CLI's selected context; `mesh-provisioner-dev`'s context while the
+    dev loop runs; nats://127.0.0.1:4222. A context named, or the one that gave the server, also
+    gives every other field not set otherwise; a server given without a context takes nothing from
+    any context (a context's credentials never go to a server it does not name)."""
+
+    # NATS_* is shared with the NATS tools: an unknown name is not ours to refuse.
+    model_config = SettingsConfigDict(env_prefix="NATS_")
+    flag_prefix: ClassVar[str] = "nats"
+    flag_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "url": ("-s", "--server"), "context": ("--context",), "creds": ("--creds",), "nkey": ("--nkey",),
+        "user": ("--user",), "password": ("--password",), "ca": ("--tlsca",), "cert": ("--tlscert",),
+        "key": ("--tlskey",),
+    }  # fmt: skip
+    config_table: ClassVar[str | None] = "nats"
+    foreign_env_prefixes: ClassVar[tuple[str, ...]] = ("NATS_",)
+
+    url: str | None = Field(
+        default=None,
+        description="NATS server URLs, comma-separated",
+        json_schema_extra={"shown_default": f"from a nats context (--context), else {DEFAULT_URL}"},
+    )
+    context: str | None = Field(
+        default=None,
+        description="a nats CLI context to connect as (its server, credentials and TLS files, under any given here); "
+        "without it and without a URL, the nats CLI's selected context, else mesh-provisioner-dev's while it runs",
+    )
+    creds: Path | None = Field(default=None, description="a NATS credentials file (JWT and nkey seed)")
+    nkey: Path | None = Field(default=None, description="an nkey seed file")
+    user: str | None = Field(default=None, description="user name")
+    password: SecretStr | None = Field(default=None, description="password; prefer the variable: flags show in ps")
+    token: SecretStr | None = Field(default=None, description="an auth token; prefer the variable: flags show in ps")
+    ca: Path | None = Field(default=None, description="a CA certificate file to verify the server's TLS")
+    cert: Path | None = Field(default=None, description="a client certificate file for TLS")
+    key: Path | None = Field(default=None, description="the client certificate's key file")
+    inbox_prefix: str = Field(default="_INBOX", description="this user's own reply-inbox prefix")
+    timeout: Duration = Field(
+        default=timedelta(seconds=5),
+        gt=timedelta(0),
+        description="how long a request to NATS may take, and a one-shot command's wait for a first connection",
+    )
+
+    _url_from: str = PrivateAttr(default="")
+
+    @field_validator("url")
+    @classmethod
+    def _servers_given(cls, value: str | None) -> str | None:
+        if value is not None and not [u for u in value.split(",") if u.strip()]:
+            raise ValueError("give at least one NATS server URL")
+        return value
+
+    @property
+    def url_from(self) -> str:
+        """Where the server URL came from, as said in logs and errors."""
+        return self._url_from or ("the settings" if self.url else _DEFAULT_FROM)
+
+    def resolved(self, environ: Mapping[str, str], origins: Mapping[str, str]) -> Self:
+        """Itself completed from the context named, or the fallback one when no URL was given."""
+        contexts = NatsContexts.of(environ)
+        if self.context is not None:
+            return self._with(_named(contexts, self.context), origins.get("url"), environ.get("HOME"))
+        if self.url is not None:
+            return self._with(None, origins.get("url"), None)
+        return self._with(_fallback(contexts), None, environ.get("HOME"))
+
+    def _with(self, found: FoundContext | None, url_origin: str | None, home: str | None) -> Self:
+        """Itself with the fields not given taken from the context `found`, and where its URL came from."""
+        settled = self.model_copy(update=_unset_fields(self, found.context, home) if found else {})
+        if url_origin is not None:
+            settled._url_from = url_origin
+        elif found is not None and found.context.url:
+            settled._url_from = found.source
+        elif found is not None:
+            settled._url_from = f"{_DEFAULT_FROM}: {found.source} names no url"
+        return settled
+
+    def options(self, name: str) -> BusOptions:
+        return BusOptions(
+            servers=tuple(u.strip() for u in (self.url or DEFAULT_URL).split(",") if u.strip()),
+            servers_from=self.url_from,
+            name=name,
+            creds=self.creds,
+            nkey_seed=self.nkey,
+            user=self.user,
+            password=self.password,
+            token=self.token,
+            tls_ca=self.ca,
+            tls_cert=self.cert,
+            tls_key=self.key,
+            inbox_prefix=self.inbox_prefix,
+            connect_timeout=self.timeout,
+            request_timeout=self.timeout,
+        )
+
+
+# A context's fields that are settings of the same name, by kind of value.
+_CONTEXT_PATHS = ("creds", "nkey", "ca", "cert", "key")
+_CONTEXT_TEXTS = ("url", "user", "inbox_prefix")
+_CONTEXT_SECRETS = ("password", "token")
+
+
+class FoundContext(NamedTuple):
+    source: str  # which context, and why it was read: said in logs and errors
+    context: NatsContext
+
+
+def _named(contexts: NatsContexts | None, name: str) -> FoundContext:
+    if contexts is None:
+        raise SettingsError(f"nats context {name!r}", "neither XDG_CONFIG_HOME nor HOME says where contexts are")
+    return FoundContext(f"nats context {name!r} at {contexts.path(name)}", contexts.read(name))
+
+
+def _fallback(contexts: NatsContexts | None) -> FoundContext | None:
+    """The `nats` CLI's selected context, else `mesh-provisioner-dev`'s while the dev loop runs."""
+    if contexts is None:
+        return None
+    selected = contexts.selected()
+    if selected is not None:
+        return FoundContext(f"the nats CLI's selected context {selected!r} at {contexts.path(selected)}",
+                            contexts.read(selected))  # fmt: skip
+    dev = contexts.dev()
+    return FoundContext(f"{DEV_CONTEXT}'s context at {contexts.path(DEV_CONTEXT)}", dev) if dev else None
+
+
+def _unset_fields(settings: BusSettings, context: NatsContext, home: str | None) -> dict[str, Any]:
+    """The fields `context` sets that `settings` was not given, as `BusSettings` values; a path
+    starting with `~/` is under `home`, as the `nats` CLI reads it."""
+    found: dict[str, Any] = {field: _under_home(getattr(context, field), home) for field in _CONTEXT_PATHS}
+    found |= {field: getattr(context, field) or None for field in _CONTEXT_TEXTS}
+    found |= {
+        field: getattr(context, field) for field in _CONTEXT_SECRETS if getattr(context, field).get_secret_value()
+    }
+    return {f: v for f, v in found.items() if v is not None and f not in settings.model_fields_set}
+
+
+def _under_home(text: str, home: str | None) -> Path | None:
+    if not text:
+        return None
+    if home and (text == "~" or text.startswith("~/")):
+        return Path(home) / text[2:]
+    return Path(text)
+
+
+S = TypeVar("S", bound=EdgeSettings)
+
+# Tables of the config file read by shared models; a program's own model reads the rest.
+_SHARED_TABLES = frozenset({BusSettings.config_table})
+
+
+# -- names -------------------------------------------------------------------------------------
+
+
+def flag_of(model_cls: type[EdgeSettings], field: str) -> str:
+    """The command-line flag of `field`: `--compile-interval`, `--nats-url`."""
+    return "--" + "-".join(p for p in (model_cls.flag_prefix, field.replace("_", "-")) if p)
+
+
+def env_of(model_cls: type[EdgeSettings], field: str) -> str:
+    """The environment variable of `field`: `MESH_PROVISIONER_COMPILE_INTERVAL`, `NATS_URL`."""
+    return f"{model_cls.model_config.get('env_prefix', '')}{field}".upper()
+
+
+def _file_key_of(model_cls: type[EdgeSettings], field: str) -> str:
+    return f"[{model_cls.config_table}] {field}" if model_cls.config_table else field
+
+
+def _dest_of(model_cls: type[EdgeSettings], field: str) -> str:
+    return flag_of(model_cls, field)[2:].replace("-", "_")
+
+
+# -- flags -------------------------------------------------------------------------------------
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser, model_cls: type[EdgeSettings], title: str) -> None:
+    """A `--flag` for every field of `model_cls`, in a help group `title`. Values stay text for
+    pydantic to validate; read the given ones back with `given_flags`."""
+    group = parser.add_argument_group(title)
+    for name, field in model_cls.model_fields.items():
+        group.add_argument(
+            *model_cls.flag_aliases.get(name, ()),
+            flag_of(model_cls, name),
+            dest=_dest_of(model_cls, name),
+            default=None,
+            metavar=_metavar(name, field),
+            help=_help(model_cls, name, field).replace("%", "%%"),
+        )
+
+
+def given_flags(args: argparse.Namespace, model_cls: type[EdgeSettings]) -> dict[str, str]:
+    """The fields of `model_cls` given on the command line, as the text given."""
+    given = {name: getattr(args, _dest_of(model_cls, name), None) for name in model_cls.model_fields}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _help(model_cls: type[EdgeSettings], name: str, field: FieldInfo) -> str:
+    default = "required" if field.is_required() else f"default {_shown_default(field)}"
+    where = f"env {env_of(model_cls, name)}, file {_file_key_of(model_cls, name)}"
+    return f"{field.description or name.replace('_', ' ')} ({default}; {where})"
+
+
+def _shown_default(field: FieldInfo) -> str:
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("shown_default"), str):
+        return str(extra["shown_default"])
+    return _shown(field.get_default(call_default_factory=True))
+
+
+def _shown(value: object) -> str:
+    if value is None or value == ():
+        return "none"
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g} s"
+    return str(value)
+
+
+def _metavar(name: str, field: FieldInfo) -> str:
+    annotation = _without_none(field.annotation)
+    if typing.get_origin(annotation) is Literal:
+        return "{" + ",".join(str(choice) for choice in typing.get_args(annotation)) + "}"
+    known = {timedelta: "SECONDS", Path: "PATH", int: "N"}
+    return known.get(annotation, name.upper()) if isinstance(annotation, type) else name.upper()
+
+
+def _without_none(annotation: Any) -> Any:
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        rest = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return rest[0] if len(rest) == 1 else annotation
+    return annotation
+
+
+# -- loading -----------------------------------------------------------------------------------
+
+
+def load_settings(
+    model_cls: type[S], flags: Mapping[str, Any], config_file: Path | None, environ: Mapping[str, str]
+) -> S:
+    """`model_cls` from `flags` over `environ` over `config_file` over its defaults.
+
+    Only `environ` is read (never `os.environ`), so a caller and its tests say what the
+    environment is. Raises `SettingsError` for anything that cannot be read."""
+    _refuse_unknown_variables(model_cls, environ)
+    from_file, from_env = _file_values(model_cls, config_file), _env_values(model_cls, environ)
+    from_flags = {name: value for name, value in flags.items() if value is not None}
+    try:
+        settings = model_cls.model_validate(from_file | from_env | from_flags)
+    except ValidationError as err:
+        raise SettingsError(_sources(model_cls, config_file), describe_validation(err, model_cls)) from None
+    origins = {name: f"config file {config_file}" for name in from_file}
+    origins |= {name: env_of(model_cls, name) for name in from_env} | {name: "the command line" for name in from_flags}
+    return settings.resolved(environ, origins)
+
+
+def _env_values(model_cls: type[EdgeSettings], environ: Mapping[str, str]) -> dict[str, str]:
+    upper = {name.upper(): value for name, value in environ.items()}
+    return {name: upper[env_of(model_cls, name)] for name in model_cls.model_fields if env_of(model_cls, name) in upper}
+
+
+def _refuse_unknown_variables(model_cls: type[EdgeSettings], environ: Mapping[str, str]) -> None:
+    prefix = env_of(model_cls, "")
+    if not prefix:
+        return
+    known = {env_of(model_cls, name) for name in model_cls.model_fields}
+    ours = (n.upper() for n in environ if n.upper().startswith(prefix))
+    unknown = sorted(n for n in ours if n not in known and not n.startswith(model_cls.foreign_env_prefixes))
+    if unknown:
+        names = ", ".join(sorted(known))
+        raise SettingsError("settings", f"unknown environment variable {unknown[0]}; known: {names}")
+
+
+def _file_values(model_cls: type[EdgeSettings], config_file: Path | None) -> dict[str, Any]:
+    if config_file is None:
+        return {}
+    source = f"config file {config_file}"
+    try:
+        data = tomllib.loads(config_file.read_text(encoding="utf-8"))
+    except (FileNotFoundError, IsADirectoryError):
+        raise SettingsError(source, "not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SettingsError(source, f"cannot be read: {err}") from None
+    except tomllib.TOMLDecodeError as err:  # its message names line and column, not the text
+        raise SettingsError(source, f"is not valid TOML: {err}") from None
+    if model_cls.config_table is None:
+        return {key: value for key, value in data.items() if key not in _SHARED_TABLES}
+    table = data.get(model_cls.config_table, {})
+    if not isinstance(table, dict):
+        raise SettingsError(source, f"{model_cls.config_table!r} must be a table: [{model_cls.config_table}]")
+    return table
+
+
+def _sources(model_cls: type[EdgeSettings], config_file: Path | None) -> str:
+    flags = f"--{model_cls.flag_prefix}-* flags" if model_cls.flag_prefix else "flags"
+    file = f", config file {config_file}" if config_file else ""
+    if file and model_cls.config_table:
+        file += f" [{model_cls.config_table}]"
+    return f"settings ({flags}, {env_of(model_cls, '')}* environment{file})"
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def describe_validation(err: ValidationError, model_cls: type[EdgeSettings] | None = None) -> str:
+    """Every problem in `err`, `; `-separated, naming the field (with its flag and environment
+    variable when `model_cls` is given) and pydantic's complaint, never the value given."""
+    return "; ".join(_describe_one(error, model_cls) for error in err.errors(include_url=False, include_input=False))
+
+
+def _describe_one(error: Any, model_cls: type[EdgeSettings] | None) -> str:
+    field = ".".join(str(part) for part in error["loc"]) or "?"
+    if model_cls is None:
+        return f"{field}: {error['msg']}"
+    if error["type"] == "extra_forbidden":
+        return f"{field}: unknown setting; known: {', '.join(model_cls.model_fields)}"
+    top = str(error["loc"][0]) if error["loc"] else ""
+    if top not in model_cls.model_fields:
+        return f"{field}: {error['msg']}"
+    return f"{field}: {error['msg']} (flag {flag_of(model_cls, top)}, env {env_of(model_cls, top)})"

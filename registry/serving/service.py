@@ -1,0 +1,189 @@
+"""Serving a NATS micro service (`$SRV.PING`, `$SRV.INFO`, `$SRV.STATS` answer): the verb, the vault.
+
+The only module besides `registry.wire.bus` that touches nats-py. A handler gets a `ServiceRequest`
+(body, headers, `respond`, `respond_error`); answering never raises: a request whose requester
+is gone, or a closed connection, is logged and dropped.
+
+Every answer is measured against the connection's `max_payload` (body and headers together, as
+nats-server counts them) before it is sent: nats-server closes a connection that publishes more,
+and nats-py then never reconnects. An answer too large is replaced by a 500 service error saying
+so; an error's reason is capped (it may quote what the requester sent).
+
+Stopping in order needs one thing nats-py has no public call for: draining an endpoint's
+subscription, so that requests already received are handed to the handler rather than dropped
+(`Service.stop()` unsubscribes). That reaches nats-py's `Service._endpoints` and
+`Endpoint._subscription`; `check_internals()` runs when a service starts and refuses to start on
+a nats-py without them, rather than lose requests silently on a later stop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+from nats import micro
+from nats.micro.request import Request
+from nats.micro.service import Endpoint, Service
+
+from registry.errors import BusError
+from registry.wire import Bus, nats_client
+
+log = logging.getLogger(__name__)
+
+STOP_AT_MOST = 5.0  # seconds an unordered stop (an error, a cancellation) may take
+
+
+class ServiceRequest:
+    """One request to an endpoint, as our code sees it."""
+
+    __slots__ = ("_bus", "_request")
+
+    def __init__(self, request: Request, bus: Bus) -> None:
+        self._request = request
+        self._bus = bus
+
+    @property
+    def data(self) -> bytes:
+        return self._request.data
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._request.headers or {}
+
+    async def respond(self, data: bytes) -> None:
+        """`data` as the answer; a 500 service error instead when it is over `max_payload`."""
+        limit = self._bus.max_payload
+        if len(data) > limit:
+            log.error("an answer of %d bytes is over the connection's max_payload (%d); answered 500 instead",
+                      len(data), limit)  # fmt: skip
+            await self.respond_error("500", f"the answer is {len(data)} bytes, over max_payload ({limit}): not sent")
+            return
+        try:
+            await self._request.respond(data)
+        except Exception as err:  # a closed connection or a request without a reply subject
+            log.warning("could not answer a request: %s", err)
+
+    async def respond_error(self, code: str, reason: str) -> None:
+        """The service error headers (code, reason on one line) and `{"error": reason}` as the body.
+
+        The reason is capped, then cut further if the error would still be over `max_payload`."""
+        limit = self._bus.max_payload
+        for cap in (MAX_REASON_CHARS, 64, 0):
+            description, body = _error_message(code, reason, cap)
+            if len(body) + _header_bytes(code, description) <= limit:
+                break
+        else:
+            log.error("even a bare error %s is over max_payload (%d): the request is left unanswered", code, limit)
+            return
+        try:
+            await self._request.respond_error(code, description, data=body)
+        except Exception as err:  # a closed connection or a request without a reply subject
+            log.warning("could not answer a request with error %s: %s", code, err, extra={"code": code})
+
+
+def _error_message(code: str, reason: str, cap: int) -> tuple[str, bytes]:
+    """The header's description (one line) and the JSON body of an error whose reason is capped."""
+    reason = capped(reason, cap) if cap else f"error {code}"
+    return " ".join(reason.split()), json.dumps({"error": reason}).encode()
+
+
+def _header_bytes(code: str, description: str) -> int:
+    """The bytes of a service error's header block: `NATS/1.0`, one `name: value` line each, a blank line."""
+    lines = (f"Nats-Service-Error: {description}", f"Nats-Service-Error-Code: {code}")
+    return len(b"NATS/1.0\r\n\r\n") + sum(len(line.encode()) + 2 for line in lines)
+
+
+MAX_REASON_CHARS = 1024
+
+
+def capped(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """`text`, cut to `limit` characters with a note of how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters left out)"
+
+
+RequestHandler = Callable[[ServiceRequest], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    name: str
+    subject: str
+    handler: RequestHandler
+
+
+class RunningService:
+    """A started service: its id, and the ordered stop."""
+
+    def __init__(self, service: Service) -> None:
+        self._service = service
+        self._stopped = False
+
+    @property
+    def id(self) -> str:
+        return self._service.id
+
+    async def stop_taking_requests(self) -> None:
+        """Drains each endpoint (requests received are still handed over), then stops the rest."""
+        if self._stopped:
+            return
+        self._stopped = True
+        service = self._service
+        try:
+            for endpoint in service._endpoints:
+                subscription = endpoint._subscription
+                if subscription is not None:
+                    await subscription.drain()
+            service._endpoints = []  # drained above; `stop()` would unsubscribe them again and fail
+            await service.stop()
+        except Exception as err:  # a closed connection takes no requests anyway
+            log.warning("could not stop the service's subscriptions cleanly: %s", err)
+
+
+def check_internals() -> None:
+    """Refuses a nats-py whose service internals the ordered stop relies on have changed."""
+    missing = [name for name, owner in (("_endpoints", Service), ("_subscription", Endpoint))
+               if name not in _attributes_of(owner)]  # fmt: skip
+    if missing:
+        raise BusError("start a service", f"this nats-py has no {', '.join(missing)}; pin the version in pyproject")
+
+
+def _attributes_of(cls: type) -> set[str]:
+    names = set(vars(cls))
+    init = getattr(cls, "__init__", None)
+    code = getattr(init, "__code__", None)
+    return names | set(code.co_names if code is not None else ())
+
+
+@asynccontextmanager
+async def serve(
+    bus: Bus, *, name: str, version: str, description: str, endpoints: Sequence[EndpointSpec]
+) -> AsyncIterator[RunningService]:
+    """The service answering on its endpoints until the block exits; the caller stops it in order
+    with `stop_taking_requests()` (a second stop on exit is harmless)."""
+    check_internals()
+    with bus.translated(f"start service {name}"):
+        service = await micro.add_service(nats_client(bus), name=name, version=version, description=description)
+    running = RunningService(service)
+    try:
+        for spec in endpoints:
+            with bus.translated(f"add endpoint {spec.subject}"):
+                handler = _adapted(spec.handler, bus)
+                await service.add_endpoint(name=spec.name, subject=spec.subject, handler=handler)
+        await bus.flush()  # ready means the nats-server knows the subscriptions
+        yield running
+    finally:
+        with anyio.move_on_after(STOP_AT_MOST, shield=True):
+            await running.stop_taking_requests()
+
+
+def _adapted(handler: RequestHandler, bus: Bus) -> Callable[[Request], Awaitable[None]]:
+    def on_request(request: Request) -> Awaitable[None]:  # hands over the handler's coroutine: no frame of its own
+        return handler(ServiceRequest(request, bus))
+
+    return on_request

@@ -1,0 +1,176 @@
+"""The one engine that reads a bucket: a named push consumer over a subject filter, checked.
+
+Listings (`registry.wire.kv.snapshot`) and watches (`registry.wire.watch`) both read through a `Feed`. It
+creates an ephemeral consumer whose filter is in the create subject
+(`$JS.API.CONSUMER.CREATE.KV_<b>.<name>.$KV.<b>.<filter>`), so a node can be granted its own keys
+only. It answers flow control (without those replies a large read stalls for good), and it is
+checked: a gap in consumer sequences, or a heartbeat naming a later sequence than seen, marks the
+feed `broken` with the reason instead of delivering a partial read.
+
+A feed is opened only while the connection is up (`Bus.until_connected`): a create sent while
+nats-py reconnects would go out on reconnect after its caller gave up, and its consumer would push
+to a subscription nobody has. A consumer expires on the server `inactive_threshold` after nobody
+listens. A long-lived one is given a name per party and purpose, and a party granted
+`$JS.API.CONSUMER.DELETE` on the stream (the seat) deletes it by name before opening it again
+(`replace`); a node cannot be granted that for its own consumers only, so its consumers expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from registry.contract import Bucket
+from registry.errors import NotFound
+from registry.wire.bus import Bus, Message, Subscription
+
+log = logging.getLogger(__name__)
+
+_REMOVED = ("DEL", "PURGE")
+
+
+@dataclass(frozen=True, slots=True)
+class KvItem:
+    """A key's entry as it stands at `revision` (its stream sequence); `deleted` for a delete marker.
+    `stored_at`: when the server stored it (its clock), where the read tells it."""
+
+    key: str
+    value: bytes
+    revision: int
+    deleted: bool = False
+    stored_at: datetime | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class FeedStart:
+    """Where a feed begins: the latest entry per key, or every entry after a stream sequence."""
+
+    after_sequence: int = 0
+
+    def policy(self) -> dict[str, object]:
+        if self.after_sequence <= 0:
+            return {"deliver_policy": "last_per_subject"}
+        return {"deliver_policy": "by_start_sequence", "opt_start_seq": self.after_sequence + 1}
+
+
+OnItem = Callable[[KvItem, int], None]  # the item and how many are pending after it
+
+
+class Feed:
+    """One consumer's messages, turned into `KvItem`s for `on_item` until closed or broken."""
+
+    def __init__(
+        self, bus: Bus, bucket: Bucket, filters: Sequence[str], on_item: OnItem, *,
+        start: FeedStart = FeedStart(), heartbeat: float, inactive_threshold: float, name: str | None = None,
+    ) -> None:  # fmt: skip
+        self.bus = bus
+        self.bucket = bucket
+        self.filters = tuple(filters)
+        self.name = name or uuid.uuid4().hex
+        self.broken: str | None = None
+        self.heard_at = self.progressed_at = time.monotonic()
+        self.stream_sequence = start.after_sequence
+        self._on_item = on_item
+        self._start = start
+        self._heartbeat = heartbeat
+        self._inactive = inactive_threshold
+        self._consumer_sequence = 0
+        self._sub: Subscription | None = None
+
+    @property
+    def operation(self) -> str:
+        return f"read {self.bucket.name} {' '.join(self.filters)}"
+
+    async def open(self, *, replace: bool = False) -> bool:
+        """Creates the consumer once the connection is up (within the bus's timeout), deleting one
+        of the same name first when `replace`; whether it had nothing at all to deliver."""
+        await self.bus.until_connected(self.bus.options.request_timeout, operation=self.operation)
+        if replace:
+            await self.delete()
+        inbox = self.bus.new_inbox()
+        self._sub = await self.bus.subscribe(inbox, self._on_message)
+        sole = self.filters[0] if len(self.filters) == 1 and self.filters[0] != ">" else None
+        info = await self.bus.jetstream(
+            self.bucket.consumer_create_api(self.name, sole), self._request(inbox), operation=self.operation
+        )
+        delivered = int((info.get("delivered") or {}).get("consumer_seq", 0))
+        return int(info.get("num_pending", 0)) == 0 and delivered == 0
+
+    async def delete(self) -> None:
+        """Deletes this feed's consumer on the server, if it is there."""
+        try:
+            api = self.bucket.consumer_delete_api(self.name)
+            await self.bus.jetstream(api, operation=f"delete the consumer of {self.operation}")
+        except NotFound:
+            pass
+
+    async def close(self) -> None:
+        """Stops listening; the consumer expires on the server (see the module's docstring)."""
+        sub, self._sub = self._sub, None
+        self.broken = self.broken or "closed"
+        if sub is not None:
+            await sub.unsubscribe()
+
+    def _request(self, inbox: str) -> dict[str, object]:
+        return self.bucket.consumer_request(self.filters, {
+            "name": self.name,
+            "deliver_subject": inbox,
+            "ack_policy": "none",
+            "flow_control": True,
+            "idle_heartbeat": _nanoseconds(self._heartbeat),
+            "inactive_threshold": _nanoseconds(self._inactive),
+            "mem_storage": True,
+            "num_replicas": 1,
+            **self._start.policy(),
+        })  # fmt: skip
+
+    async def _on_message(self, msg: Message) -> None:
+        if self.broken is not None:
+            return
+        self.heard_at = time.monotonic()
+        if msg.headers.get("Status") == "100":
+            await self._answer_control(msg)
+            return
+        self.progressed_at = self.heard_at
+        stream_seq, consumer_seq, pending = ack_metadata(msg.reply)
+        if consumer_seq != self._consumer_sequence + 1:
+            self.broken = f"messages were lost (consumer sequence {self._consumer_sequence} then {consumer_seq})"
+            return
+        self._consumer_sequence, self.stream_sequence = consumer_seq, stream_seq
+        deleted = msg.headers.get("KV-Operation") in _REMOVED
+        item = KvItem(self.bucket.key_of(msg.subject), msg.data, stream_seq, deleted, ack_time(msg.reply))
+        self._on_item(item, pending)
+
+    async def _answer_control(self, msg: Message) -> None:
+        """Flow-control requests want an empty reply; a heartbeat may name a stalled flow control
+        or a later consumer sequence than seen (messages lost)."""
+        reply = msg.reply or msg.headers.get("Nats-Consumer-Stalled")
+        if reply:
+            await self.bus.publish(reply)
+        last = msg.headers.get("Nats-Last-Consumer")
+        if not msg.reply and last is not None and int(last) > self._consumer_sequence:
+            self.broken = f"heartbeat names consumer sequence {last}, last seen {self._consumer_sequence}"
+
+
+def ack_metadata(reply: str) -> tuple[int, int, int]:
+    """Stream sequence, consumer sequence and pending count from a JetStream ack subject."""
+    tokens = reply.split(".")
+    if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+        return int(tokens[5]), int(tokens[6]), int(tokens[8])
+    # $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<token>
+    return int(tokens[7]), int(tokens[8]), int(tokens[10])
+
+
+def ack_time(reply: str) -> datetime:
+    """When the server stored the message, from a JetStream ack subject (nanoseconds since the epoch)."""
+    tokens = reply.split(".")
+    nanoseconds = int(tokens[7] if len(tokens) == 9 else tokens[9])
+    return datetime.fromtimestamp(nanoseconds / 1e9, UTC)
+
+
+def _nanoseconds(seconds: float) -> int:
+    return int(seconds * 1_000_000_000)

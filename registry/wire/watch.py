@@ -1,0 +1,185 @@
+"""A KV watch that can be granted per node and that survives its consumer being lost.
+
+nats-py's `kv.watch` creates its consumer without a filter in the create subject, so it cannot
+be granted for `<node>.>` only, and its ordered consumer, reset under the same name, silently
+stops when the old one still exists. `scoped_watch` reads through a `registry.wire.feed.Feed` instead.
+
+It yields the latest entry of every matching key first (deletions included), then every change.
+A broken feed (a gap, a heartbeat naming a later sequence), a reconnect of the bus, or heartbeats
+missing for three intervals while connected (the consumer deleted) make it open a new feed from
+the stream sequence after the last one seen, retrying with backoff while that fails. Nothing is
+lost or delivered twice. Nothing is created while the bus is away: a create sent then would go out
+on reconnect after the watch gave up on it, and leave a consumer behind for good (see
+`registry.wire.bus`); the watch waits for the connection and resumes on the reconnect.
+
+    async with scoped_watch(bus, Bucket("mesh-config_values", shape), "db-url") as watch:
+        async for event in watch:
+            ...
+
+The watch belongs to a task group of its own, opened and cancelled with the `async with`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+import anyio
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from registry.contract import Bucket
+from registry.errors import BusError, ConnectionClosed
+from registry.wire.bus import Bus
+from registry.wire.feed import Feed, FeedStart, KvItem
+
+log = logging.getLogger(__name__)
+
+
+class ScopedWatch:
+    """The events of one watch, as an async iterator; see `scoped_watch`."""
+
+    def __init__(
+        self, bus: Bus, bucket: Bucket, subject_filter: str, send: MemoryObjectSendStream[KvItem],
+        receive: MemoryObjectReceiveStream[KvItem], *, heartbeat: timedelta, retry_max: timedelta,
+        name: str | None = None,
+    ) -> None:  # fmt: skip
+        self.bus = bus
+        self.bucket = bucket
+        self.subject_filter = subject_filter
+        self.feed: Feed | None = None
+        self.resets = 0
+        self._send = send
+        self._receive = receive
+        self._heartbeat = heartbeat.total_seconds()
+        self._retry_max = retry_max.total_seconds()
+        self._last_sequence = 0
+        self._name = name
+
+    @property
+    def consumer_name(self) -> str | None:
+        return self.feed.name if self.feed is not None else self._name
+
+    def __aiter__(self) -> ScopedWatch:
+        return self
+
+    async def __anext__(self) -> KvItem:
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keeps a feed open until cancelled or the connection is closed for good; ready after the
+        first attempt."""
+        try:
+            await self._keep_open(task_status)
+        except ConnectionClosed:
+            log.info("watch %s %s: the connection is closed; the watch ends", self.bucket.name, self.subject_filter)
+            self._send.close()
+        finally:
+            with anyio.move_on_after(2, shield=True):
+                await self._close_feed(delete=True)
+
+    async def _keep_open(self, task_status: TaskStatus[None]) -> None:
+        delay = min(1.0, self._retry_max)
+        started = False
+        while True:
+            await self.bus.until_connected(operation=f"watch {self.bucket.name} {self.subject_filter}")
+            seen = self.bus.reconnects
+            try:
+                await self._open_feed()
+                delay = min(1.0, self._retry_max)
+            except ConnectionClosed:
+                raise
+            except BusError as err:
+                log.warning("watch %s %s: %s; retrying in %.1f s", self.bucket.name, self.subject_filter,
+                            err.reason, delay, extra={"bucket": self.bucket.name})  # fmt: skip
+                await self._close_feed()
+                if not started:
+                    task_status.started()
+                    started = True
+                with anyio.move_on_after(delay):  # a reconnect in the meantime is a reason to try at once
+                    await self.bus.reconnected(seen)
+                delay = min(delay * 2, self._retry_max)
+                continue
+            if not started:
+                task_status.started()
+                started = True
+            reason = await self._until_broken(seen)
+            self.resets += 1
+            log.info("watch %s %s: %s; re-reading from stream sequence %d", self.bucket.name,
+                     self.subject_filter, reason, self._last_sequence + 1)  # fmt: skip
+            await self._close_feed()
+
+    async def _open_feed(self) -> None:
+        self.feed = Feed(
+            self.bus, self.bucket, [self.subject_filter], self._deliver,
+            start=FeedStart(self._last_sequence), heartbeat=self._heartbeat,
+            inactive_threshold=max(5.0, 3 * self._heartbeat), name=self._name,
+        )  # fmt: skip
+        await self.feed.open(replace=self._name is not None)
+
+    def _deliver(self, item: KvItem, pending: int) -> None:
+        try:
+            self._send.send_nowait(item)
+            self._last_sequence = item.revision
+        except anyio.WouldBlock:  # re-read from the last item delivered rather than block the connection
+            assert self.feed is not None
+            self.feed.broken = "the reader fell behind"
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+
+    async def _close_feed(self, *, delete: bool = False) -> None:
+        """Stops listening; with `delete`, a named consumer is deleted too while the connection is up
+        (a stopped watch leaves nothing behind, and nothing is sent into the reconnect buffer)."""
+        feed, self.feed = self.feed, None
+        if feed is None:
+            return
+        await feed.close()
+        if delete and self._name is not None and self.bus.connected:
+            try:
+                await feed.delete()
+            except BusError as err:
+                log.info("watch %s %s: its consumer %s was not deleted (%s); it expires", self.bucket.name,
+                         self.subject_filter, feed.name, err.reason)  # fmt: skip
+
+    async def _until_broken(self, seen: int) -> str:
+        """Why the feed must be opened again: broken, the connection recovered (what was published
+        meanwhile never came), or heartbeats missing while connected (the consumer is gone). While the
+        connection is away, nothing is tried: the reconnect resumes the watch."""
+        feed = self.feed
+        assert feed is not None
+        while feed.broken is None:
+            with anyio.move_on_after(self._heartbeat / 2):
+                await self.bus.reconnected(seen)
+                return "the connection was recovered"
+            if self.bus.closed.is_set():
+                raise ConnectionClosed(feed.operation, "the connection is closed")
+            silent = time.monotonic() - feed.heard_at
+            if self.bus.connected and silent > 3 * self._heartbeat:
+                return f"no heartbeat for {silent:.1f} s"
+        return feed.broken
+
+
+@asynccontextmanager
+async def scoped_watch(
+    bus: Bus, bucket: Bucket, subject_filter: str, *, heartbeat: timedelta = timedelta(seconds=2),
+    retry_max: timedelta = timedelta(seconds=30), buffer: int = 4096, name: str | None = None,
+) -> AsyncIterator[ScopedWatch]:  # fmt: skip
+    """Watches the keys of `bucket` matching `subject_filter` (relative to the bucket).
+
+    With a `name` (one per party and purpose; the caller must be granted `CONSUMER.DELETE` on the
+    stream), the consumer is deleted by that name before each re-creation and when the watch stops;
+    without, each feed gets a new name and its consumer expires after nobody listens."""
+    send, receive = anyio.create_memory_object_stream[KvItem](max_buffer_size=buffer)
+    watch = ScopedWatch(bus, bucket, subject_filter, send, receive, heartbeat=heartbeat, retry_max=retry_max, name=name)
+    async with send, receive, anyio.create_task_group() as tg:
+        await tg.start(watch.run)
+        try:
+            yield watch
+        finally:
+            tg.cancel_scope.cancel()

@@ -1,0 +1,82 @@
+"""The grants as data: each node gets exactly its own escaped prefix, and issuing reuses keys."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from registry.access import Grants, Kind, MeshParties, Party, derive_grants, issue_grants, load_party_map
+from registry.contract import buckets, encode_token, load_catalogue, subject_matches
+
+
+def grants_for(*nodes: str) -> Grants:
+    parties = MeshParties(nodes=nodes, providers=("postgres",), operators=("ops",)).all()
+    return derive_grants(
+        load_catalogue(), nodes=nodes, providers=("postgres",), operators=("ops",),
+        user_keys={p: f"U{p.label}" for p in parties},
+    )  # fmt: skip
+
+
+def node_subjects(grants: Grants, node: str) -> list[str]:
+    grant = next(g for g in grants.parties if g.party == Party(kind=Kind.NODE, name=node))
+    return [i.subject for i in grant.imports]
+
+
+NAMES = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(NAMES, NAMES, st.text(alphabet="abc.=-_", min_size=1, max_size=6))
+def test_a_node_reaches_only_keys_under_its_own_escaped_name(mine: str, other: str, rest: str) -> None:
+    if mine == other:
+        return
+    subjects = node_subjects(grants_for(mine, other), mine)
+    for bucket in (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT):
+        others_key = bucket.subject(f"{encode_token(other)}.{encode_token(rest)}")
+        mine_key = bucket.subject(f"{encode_token(mine)}.{encode_token(rest)}")
+        assert not any(subject_matches(s, others_key) for s in subjects), (mine, other)
+        assert any(subject_matches(s, mine_key) for s in subjects), mine
+
+
+@pytest.mark.parametrize(
+    ("node", "never"), [("a", "a=2Eb.x"), ("a.b", "a.x")], ids=["a never reaches a.b", "a.b never reaches a"]
+)
+def test_dotted_names_are_escaped_like_keys(node: str, never: str) -> None:
+    subjects = node_subjects(grants_for("a", "a.b"), node)
+    assert not any(subject_matches(s, buckets.NEEDS.subject(never)) for s in subjects)
+
+
+def test_no_party_but_the_seat_gets_jetstream_api_beyond_direct_gets() -> None:
+    for grant in grants_for("n1", "n2").parties:
+        for item in grant.imports:
+            if item.subject.startswith("$JS."):
+                assert item.subject.startswith("$JS.API.DIRECT.GET."), (grant.party.label, item.subject)
+
+
+def test_the_verbs_are_imported_shared_so_the_responder_learns_who_asks() -> None:
+    for grant in grants_for("n1").parties:
+        verbs = [i for i in grant.imports if i.subject == buckets.VERB_SUBJECT]
+        assert len(verbs) == 1 and verbs[0].share, grant.party.label
+
+
+def test_issuing_again_with_one_more_node_keeps_every_issued_key(tmp_path: Path) -> None:
+    first = issue_grants(tmp_path, MeshParties(nodes=["n1"], providers=["postgres"], operators=["ops"]))
+    seeds = {p.name: p.read_bytes() for p in tmp_path.glob("*.nk")}
+    second = issue_grants(tmp_path, MeshParties(nodes=["n1", "n2"], providers=["postgres"], operators=["ops"]))
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.nk") if p.name in seeds} == seeds
+    assert {g.user_key for g in first.parties} <= {g.user_key for g in second.parties}
+    assert "node-n2.nk" in {p.name for p in tmp_path.glob("*.nk")}
+    assert all(oct(p.stat().st_mode)[-3:] == "600" for p in tmp_path.glob("*.nk"))
+
+
+def test_the_grants_file_maps_accounts_back_to_parties(tmp_path: Path) -> None:
+    issue_grants(tmp_path, MeshParties(nodes=["a.b"], operators=["ops"]))
+    parties = load_party_map(tmp_path / "grants.json")
+    info = json.dumps({"acc": "node-a=2Eb", "user": "U"})
+    assert parties.who_asks({"Nats-Request-Info": info}) == Party(kind=Kind.NODE, name="a.b")
+    assert re.search(r'"node-a=2Eb"', (tmp_path / "accounts.conf").read_text())

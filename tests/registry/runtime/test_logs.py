@@ -1,0 +1,52 @@
+"""Log lines are key-value events: readable text with `key=value`, or JSON with the same fields."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from registry.runtime import LogFormat, configure_logging, event
+
+log = logging.getLogger("registry.test_logs")
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    handlers, level = logging.getLogger().handlers[:], logging.getLogger().level
+    yield
+    logging.getLogger().handlers[:] = handlers
+    logging.getLogger().setLevel(level)
+
+
+def logged(log_format: LogFormat, message: str, *args: object, **extra: object) -> str:
+    stream = io.StringIO()
+    configure_logging(log_format=log_format, level="INFO", stream=stream)
+    log.info(message, *args, extra=extra)
+    return stream.getvalue().strip()
+
+
+def test_text_puts_the_events_fields_after_the_message_in_a_fixed_order() -> None:
+    line = logged("text", "module %s applied", "web", **event(module="web", node="n1", state="applied"))
+    assert line.endswith("registry.test_logs: module web applied node=n1 module=web state=applied")
+
+
+def test_text_quotes_a_value_with_spaces_or_equals_signs() -> None:
+    line = logged("text", "changed", **event(key="a=b", module="my module"))
+    assert line.endswith('changed module="my module" key="a=b"')
+
+
+def test_json_carries_the_fields_beside_the_message() -> None:
+    entry = json.loads(logged("json", "kind %s written", "config", **event(kind="config", code=3)))
+    assert {k: entry[k] for k in ("level", "logger", "message", "kind", "code")} == {
+        "level": "info", "logger": "registry.test_logs", "message": "kind config written", "kind": "config", "code": 3
+    }  # fmt: skip
+
+
+def test_fields_passed_straight_as_extra_count_and_other_extras_are_left_out() -> None:
+    entry = json.loads(logged("json", "asked", node="n1", password="hunter2"))
+    assert entry["node"] == "n1"
+    assert "password" not in entry and "hunter2" not in json.dumps(entry)
