@@ -54,9 +54,16 @@ async def ensure_bucket(bus: Bus, bucket: Bucket, config: BucketConfig) -> None:
         _report_if_weaker(bucket, existing, config)
         return
     await until_enough_peers(bucket, lambda: create_bucket(bus, bucket, config))
-    log.info("bucket %s created (replicas %d, %s storage, history %d, values up to %d bytes, %d bytes in all)",
-             bucket.name, config.replicas, config.storage, config.history, config.max_value_size, config.max_bytes,
-             extra={"bucket": bucket.name})  # fmt: skip
+    log.info(
+        "bucket %s created (replicas %d, %s storage, history %d, values up to %d bytes, %d bytes in all)",
+        bucket.name,
+        config.replicas,
+        config.storage,
+        config.history,
+        config.max_value_size,
+        config.max_bytes,
+        extra={"bucket": bucket.name},
+    )
 
 
 async def until_enough_peers(bucket: Bucket, attempt: Callable[[], Awaitable[T]]) -> T:
@@ -72,8 +79,9 @@ async def until_enough_peers(bucket: Bucket, attempt: Callable[[], Awaitable[T]]
             told = _log_waiting(bucket, failures, err.reason, told)
         else:
             if failures:
-                log.info("bucket %s reachable after %d failed attempts", bucket.name, failures,
-                         extra={"bucket": bucket.name})  # fmt: skip
+                log.info(
+                    "bucket %s reachable after %d failed attempts", bucket.name, failures, extra={"bucket": bucket.name}
+                )
             return result
         await anyio.sleep(pause)
         pause = min(pause * 2, BACKOFF_MAX)
@@ -83,11 +91,20 @@ def _log_waiting(bucket: Bucket, failures: int, reason: str, told: str) -> str:
     """The first failure, then the count at the 2nd, 4th, 8th, ... attempt or when the reason
     changes; the reason last told."""
     if failures == 1:
-        log.warning("bucket %s cannot be made yet (%s): waiting for the JetStream cluster to have enough peers",
-                    bucket.name, reason, extra={"bucket": bucket.name})  # fmt: skip
+        log.warning(
+            "bucket %s cannot be made yet (%s): waiting for the JetStream cluster to have enough peers",
+            bucket.name,
+            reason,
+            extra={"bucket": bucket.name},
+        )
     elif failures & (failures - 1) == 0 or reason != told:
-        log.warning("bucket %s still cannot be made after %d attempts (%s); still waiting", bucket.name, failures,
-                    reason, extra={"bucket": bucket.name})  # fmt: skip
+        log.warning(
+            "bucket %s still cannot be made after %d attempts (%s); still waiting",
+            bucket.name,
+            failures,
+            reason,
+            extra={"bucket": bucket.name},
+        )
     else:
         return told
     return reason
@@ -122,6 +139,11 @@ def _report_if_weaker(bucket: Bucket, existing: Mapping[str, Any], wanted: Bucke
         return
     differs = "; ".join(what for what, _ in found)
     fix = f"nats stream edit {bucket.stream} {' '.join(flag for _, flag in found)}"
-    log.error("bucket %s is weaker than the seat creates it: %s. Fix it with `%s`, or recreate it: back up its "
-              "keys, delete the stream and restart the seat", bucket.name, differs, fix,
-              extra={"bucket": bucket.name})  # fmt: skip
+    log.error(
+        "bucket %s is weaker than the seat creates it: %s. Fix it with `%s`, or recreate it: back up its "
+        "keys, delete the stream and restart the seat",
+        bucket.name,
+        differs,
+        fix,
+        extra={"bucket": bucket.name},
+    )

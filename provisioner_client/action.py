@@ -54,8 +54,9 @@ async def run_action(module: str, on_change: OnChange, digest: str, *, env: Mapp
     log.info("running the change action of module %s: %s", module, " ".join(command)[:500])
     exit_code: int | None = None
     try:
-        process = await anyio.open_process(list(command), stdin=subprocess.DEVNULL, stdout=None, stderr=None,
-                                           start_new_session=True, env=dict(env))  # fmt: skip
+        process = await anyio.open_process(
+            list(command), stdin=subprocess.DEVNULL, stdout=None, stderr=None, start_new_session=True, env=dict(env)
+        )
     except OSError as err:
         log.warning("change action of module %s could not start: %s", module, err.strerror)
         return _record(on_change, digest, "could not start", None)
@@ -69,15 +70,21 @@ async def run_action(module: str, on_change: OnChange, digest: str, *, env: Mapp
             log.warning("change action of module %s timed out after %g s", module, on_change.timeout_seconds)
             return _record(on_change, digest, "timed out", None)
     outcome: Outcome = "succeeded" if exit_code == 0 else "failed"
-    log.log(logging.INFO if exit_code == 0 else logging.WARNING,
-            "change action of module %s %s (exit code %s)", module, outcome, exit_code)  # fmt: skip
+    log.log(
+        logging.INFO if exit_code == 0 else logging.WARNING,
+        "change action of module %s %s (exit code %s)",
+        module,
+        outcome,
+        exit_code,
+    )
     return _record(on_change, digest, outcome, exit_code)
 
 
 def _record(on_change: OnChange, digest: str, outcome: Outcome, exit_code: int | None) -> ActionRecord:
     finished = datetime.now(UTC).isoformat(timespec="seconds")
-    return ActionRecord(command=_recorded(on_change.command), digest=digest, outcome=outcome, exit_code=exit_code,
-                        finished_at=finished)  # fmt: skip
+    return ActionRecord(
+        command=_recorded(on_change.command), digest=digest, outcome=outcome, exit_code=exit_code, finished_at=finished
+    )
 
 
 def _recorded(command: tuple[str, ...], *, count: int = 16) -> tuple[str, ...]:

@@ -78,9 +78,13 @@ client holds this node (named).
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", type=Path, metavar="PATH",
-                        help=f"the TOML settings file ([nats]: NATS options) (default ${CONFIG_ENV}, else "
-                             f"{DEFAULT_CONFIG} when it exists)")  # fmt: skip
+    common.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help=f"the TOML settings file ([nats]: NATS options) (default ${CONFIG_ENV}, else "
+        f"{DEFAULT_CONFIG} when it exists)",
+    )
     add_settings_arguments(common, ClientSettings, "client settings")
     add_settings_arguments(common, BusSettings, "NATS connection")
     parser = argparse.ArgumentParser(
@@ -91,11 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = commands.add_parser("reconcile", parents=[common], help="register needs, resolve, materialize, record",
-                              epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    run = commands.add_parser(
+        "reconcile",
+        parents=[common],
+        help="register needs, resolve, materialize, record",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("--watch", action="store_true", help="keep reconciling on every change until stopped")
-    status = commands.add_parser("status", parents=[common], help="the client, then per module: state, file, action",
-                                 epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    status = commands.add_parser(
+        "status",
+        parents=[common],
+        help="the client, then per module: state, file, action",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     status.add_argument("--json", action="store_true", help="print JSON for machines")
     return parser
 
@@ -140,14 +154,25 @@ def _fail(code: int, message: str) -> int:
 
 
 async def _command(
-    args: argparse.Namespace, settings: ClientSettings, options: BusOptions, given: _Given, stop: anyio.Event, *,
+    args: argparse.Namespace,
+    settings: ClientSettings,
+    options: BusOptions,
+    given: _Given,
+    stop: anyio.Event,
+    *,
     action_env: dict[str, str],
-) -> int:  # fmt: skip
+) -> int:
     """One command; `stop` (the first signal) only ends watch mode: a one-shot command finishes."""
     if args.command == "status":
         return await _status(options, settings, given, as_json=args.json)
-    plan = ClientPlan(given.node, settings.manifests, settings.materialize, settings.verb_timeout,
-                      lease_ttl=settings.lease_ttl, action_env=action_env)  # fmt: skip
+    plan = ClientPlan(
+        given.node,
+        settings.manifests,
+        settings.materialize,
+        settings.verb_timeout,
+        lease_ttl=settings.lease_ttl,
+        action_env=action_env,
+    )
     if args.watch:
         return await _watch(options, settings, plan, stop)
     async with connect_within(options, options.request_timeout) as bus, holding(bus, plan.node, plan.lease_ttl):
@@ -167,8 +192,13 @@ async def _status(options: BusOptions, settings: ClientSettings, given: _Given, 
 
 
 async def _watch(options: BusOptions, settings: ClientSettings, plan: ClientPlan, stop: anyio.Event) -> int:
-    timing = WatchTiming(debounce=settings.debounce, refresh=settings.refresh, poll=settings.poll,
-                         backoff_max=settings.backoff_max, drift_poll=settings.drift_poll)  # fmt: skip
+    timing = WatchTiming(
+        debounce=settings.debounce,
+        refresh=settings.refresh,
+        poll=settings.poll,
+        backoff_max=settings.backoff_max,
+        drift_poll=settings.drift_poll,
+    )
     async with connect(options) as bus:
         await watch(bus, plan, timing, stop=stop)
     log.info("stopped watching", extra=event(node=plan.node))

@@ -103,8 +103,10 @@ def _entries(found: object, check: Callable[[str, str], bool], problems: list[st
         if isinstance(name, str) and isinstance(module, str) and check(name, module):
             entries[name] = module
         else:
-            problems.append(f"ledger {section} entry {str(name)[:80]!r} ignored: not a plain <module>.env "
-                            f"name of its module inside the folder")  # fmt: skip
+            problems.append(
+                f"ledger {section} entry {str(name)[:80]!r} ignored: not a plain <module>.env "
+                f"name of its module inside the folder"
+            )
     return entries
 
 
@@ -241,8 +243,11 @@ def _read_key(path: Path) -> bytes | None:
         regular = stat.S_ISREG(os.fstat(file.fileno()).st_mode)
         key = file.read(KEY_BYTES + 1) if regular else b""
     if len(key) != KEY_BYTES:
-        raise MaterializeError(path, f"the digest key is not {KEY_BYTES} bytes in a regular file; remove it and a "
-                                     f"new one is made (every module's digest changes once)")  # fmt: skip
+        raise MaterializeError(
+            path,
+            f"the digest key is not {KEY_BYTES} bytes in a regular file; remove it and a "
+            f"new one is made (every module's digest changes once)",
+        )
     return key
 
 

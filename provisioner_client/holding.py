@@ -61,8 +61,12 @@ async def wait_for(lease: Lease, node: str, stopping: anyio.Event) -> bool:
         except LeaseHeld as held:
             delay = every
             if told != "held":
-                log.warning("node %s is held by another client: %s; waiting for its lease to expire", node,
-                            _holder(held), extra={"node": node})  # fmt: skip
+                log.warning(
+                    "node %s is held by another client: %s; waiting for its lease to expire",
+                    node,
+                    _holder(held),
+                    extra={"node": node},
+                )
                 told = "held"
         except BusError as err:  # the bus is away: retried with a backoff, up to every third of the ttl
             delay = min(delay * 2, every)

@@ -289,8 +289,13 @@ def _kind_of(mode: int) -> str | None:
     """What a non-regular file is, in words; None for a regular file."""
     if stat.S_ISREG(mode):
         return None
-    kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device",
-             stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}  # fmt: skip
+    kinds = {
+        stat.S_ISDIR: "a folder",
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISSOCK: "a socket",
+    }
     return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
 
 

@@ -111,8 +111,13 @@ class ModuleStatus:
         return "ok" if self.ok else "bad" if self.drifted or self.action_failed else "pending"
 
     def as_json(self) -> dict[str, object]:
-        facts = {"on_disk": self.on_disk, "drifted": self.drifted, "file_state": self.file_state, "since": self.since,
-                 "ok": self.ok}  # fmt: skip
+        facts = {
+            "on_disk": self.on_disk,
+            "drifted": self.drifted,
+            "file_state": self.file_state,
+            "since": self.since,
+            "ok": self.ok,
+        }
         return {**self.applied.model_dump(mode="json"), **facts}
 
 

@@ -59,11 +59,14 @@ class Outcome:
 
     def summary(self) -> str:
         counts = {
-            "roles created": self.created_roles, "roles altered": self.altered_roles,
-            "databases created": self.created_databases, "databases altered": self.altered_databases,
-            "databases dropped": self.dropped_databases, "roles dropped": self.dropped_roles,
+            "roles created": self.created_roles,
+            "roles altered": self.altered_roles,
+            "databases created": self.created_databases,
+            "databases altered": self.altered_databases,
+            "databases dropped": self.dropped_databases,
+            "roles dropped": self.dropped_roles,
             "refused": self.refused,
-        }  # fmt: skip
+        }
         return ", ".join(f"{len(names)} {what}" for what, names in counts.items())
 
 

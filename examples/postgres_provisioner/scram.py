@@ -24,10 +24,18 @@ SALT_BYTES = 16
 PREFIX = "SCRAM-SHA-256"
 
 _PROHIBITED = (
-    stringprep.in_table_c12, stringprep.in_table_c21, stringprep.in_table_c22, stringprep.in_table_c3,
-    stringprep.in_table_c4, stringprep.in_table_c5, stringprep.in_table_c6, stringprep.in_table_c7,
-    stringprep.in_table_c8, stringprep.in_table_c9, stringprep.in_table_a1,
-)  # fmt: skip
+    stringprep.in_table_c12,
+    stringprep.in_table_c21,
+    stringprep.in_table_c22,
+    stringprep.in_table_c3,
+    stringprep.in_table_c4,
+    stringprep.in_table_c5,
+    stringprep.in_table_c6,
+    stringprep.in_table_c7,
+    stringprep.in_table_c8,
+    stringprep.in_table_c9,
+    stringprep.in_table_a1,
+)
 
 
 def saslprep(password: str) -> bytes:

@@ -230,9 +230,14 @@ def operator_imports() -> list[Import]:
 
 
 def derive_grants(
-    domains: Mapping[str, Domain], *, nodes: Sequence[str], providers: Sequence[str] = (),
-    operators: Sequence[str] = (), user_keys: Mapping[Party, str], account_keys: Mapping[Party, str] | None = None,
-) -> Grants:  # fmt: skip
+    domains: Mapping[str, Domain],
+    *,
+    nodes: Sequence[str],
+    providers: Sequence[str] = (),
+    operators: Sequence[str] = (),
+    user_keys: Mapping[Party, str],
+    account_keys: Mapping[Party, str] | None = None,
+) -> Grants:
     """The grants of every party; `user_keys` holds each party's user public nkey (and
     `account_keys` each account's, in JWT mode)."""
     catalogue = _Catalogue(domains, providers)

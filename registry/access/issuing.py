@@ -51,9 +51,13 @@ def issue_grants(
     user_keys = issue_user_keys(parties.all(), keys or out)
     account_keys = issue_account_keys(parties.all(), keys or out) if jwt else None
     grants = derive_grants(
-        domains, nodes=parties.nodes, providers=parties.providers, operators=parties.operators, user_keys=user_keys,
+        domains,
+        nodes=parties.nodes,
+        providers=parties.providers,
+        operators=parties.operators,
+        user_keys=user_keys,
         account_keys=account_keys,
-    )  # fmt: skip
+    )
     (out / "accounts.conf").write_text(render_accounts(grants, verb_subjects(domains)), encoding="utf-8")
     (out / "grants.json").write_text(grants.to_json(), encoding="utf-8")  # public keys only: no secret
     if jwt:

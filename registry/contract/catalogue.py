@@ -30,9 +30,20 @@ from registry.errors import CatalogueError, RegistryError
 # Fields every template may use besides those the name pattern and parts give.
 PLACEHOLDER_FIELDS = ("node", "module", "kind", "name")
 KINDS = (
-    "config", "secret", "bound", "consumers", "collected", "shell", "environment", "contribution",
-    "dir", "access", "port", "seat", "machine",
-)  # fmt: skip
+    "config",
+    "secret",
+    "bound",
+    "consumers",
+    "collected",
+    "shell",
+    "environment",
+    "contribution",
+    "dir",
+    "access",
+    "port",
+    "seat",
+    "machine",
+)
 
 
 class Domain(BaseModel):
@@ -74,9 +85,14 @@ def _field_error(field: str, message: str) -> PydanticCustomError:
 
 def _collections(kinds: tuple[str, ...], name: str, parts: dict[str, str]) -> Domain:
     return Domain(
-        module=buckets.PREFIX, kinds=kinds, bucket=buckets.COLLECT.name, key=buckets.COLLECT.shape.text,
-        name=name, parts=parts, read="items",
-    )  # fmt: skip
+        module=buckets.PREFIX,
+        kinds=kinds,
+        bucket=buckets.COLLECT.name,
+        key=buckets.COLLECT.shape.text,
+        name=name,
+        parts=parts,
+        read="items",
+    )
 
 
 BUILT_IN: Mapping[str, Domain] = {

@@ -62,8 +62,12 @@ class NatsContext(BaseModel):
     def unhonoured(self) -> list[str]:
         """The fields set that this project cannot connect by; a credentials file makes nsc's moot."""
         logs_in_otherwise = bool(self.creds or self.nkey or self.user or self.token.get_secret_value())
-        found = {"nsc": bool(self.nsc) and not logs_in_otherwise, "user_jwt": bool(self.user_jwt),
-                 "socks_proxy": bool(self.socks_proxy), "tls_first": self.tls_first}  # fmt: skip
+        found = {
+            "nsc": bool(self.nsc) and not logs_in_otherwise,
+            "user_jwt": bool(self.user_jwt),
+            "socks_proxy": bool(self.socks_proxy),
+            "tls_first": self.tls_first,
+        }
         return [name for name, is_set in found.items() if is_set]
 
     def as_file(self) -> bytes:
@@ -119,8 +123,11 @@ class NatsContexts:
         except ValidationError as err:
             raise SettingsError(source, f"not a context: {_complaints(err)}") from None
         if unhonoured := context.unhonoured():
-            raise SettingsError(source, f"sets {', '.join(unhonoured)}, which mesh-provisioner cannot connect by; "
-                                "give it a creds or nkey file instead")  # fmt: skip
+            raise SettingsError(
+                source,
+                f"sets {', '.join(unhonoured)}, which mesh-provisioner cannot connect by; "
+                "give it a creds or nkey file instead",
+            )
         return context
 
     def dev(self) -> NatsContext | None:
