@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nats
 import pytest
+from hypothesis import HealthCheck, settings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
@@ -18,6 +19,13 @@ from provisioner_client.reconcile import ClientPlan
 from registry.wire import Bus, BusOptions, connect
 from tests.helpers import DEPLOY, EXAMPLES, in_own_task
 from tests.isolation import NODE, Domains, Mesh, domains_of, jwt_mesh_server, mesh_server
+
+# Every property test, whatever its own settings: no deadline (an example that takes 200 ms on a
+# machine running the suite in parallel is a slow machine, not a failure; the per-test timeout
+# bounds a hang) and no "too slow" health check, for the same reason; a failure prints the blob
+# that replays it.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+settings.load_profile("suite")
 
 
 @pytest.fixture

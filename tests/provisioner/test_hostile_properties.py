@@ -105,7 +105,9 @@ def writes_figures() -> Iterator[Figures]:
         yield counted
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(batch=st.lists(bodies, min_size=1, max_size=8))
 async def test_any_request_gets_an_answer_or_a_refusal_and_the_seat_stays(
     server: LocalNats, bus: Bus, requests_figures: Figures, batch: list[bytes]
@@ -169,7 +171,9 @@ async def listing_of(bus: Bus, what: str, written: dict[str, bytes]) -> dict[str
 
 
 @pytest.mark.usefixtures("server")
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
     bucket=st.sampled_from(list(LISTED)),
     writes=st.lists(st.tuples(hostile_keys, stored_values, st.booleans()), min_size=1, max_size=6),

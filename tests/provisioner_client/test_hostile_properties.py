@@ -87,7 +87,9 @@ async def reconcile_or_error(bus: Bus, plan: ClientPlan) -> Report | ClientError
         return err
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
     manifests=st.dictionaries(st.from_regex(r"[a-z]{1,6}\.json", fullmatch=True), _contents, max_size=4),
     ledger=st.none() | _ledgers,
