@@ -27,7 +27,6 @@ from bench.cases import need_items
 from bench.harness import Latency
 from provisioner_client.holding import holding
 from provisioner_client.own import OwnKeys
-from provisioner_client.remembered import Remembered
 from provisioner_client.resolve import read_registry
 from provisioner_client.scope import NodeScope
 from registry.contract import AppliedValue, buckets, to_json
@@ -62,7 +61,7 @@ async def register_node(bus: Bus, node: int) -> None:
     of the verb) and the registry read, all at once; its needs (and empty collect) converged, then
     its modules' applied records."""
     name = f"n{node:05d}"
-    own = OwnKeys(bus, NodeScope(name), Remembered(node=name))
+    own = OwnKeys(bus, NodeScope(name))
     needs = dict(need_items(node, NODE_KEYS, NODE_KEYS))
     async with holding(bus, name, LEASE_TTL):
         async with anyio.create_task_group() as tg:

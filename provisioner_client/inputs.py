@@ -17,18 +17,17 @@ bucket) nothing is remembered and the next reconcile resolves every module again
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 
 from provisioner_client import envfile
 from provisioner_client.resolve import Pending, Registry, Resolver, Source
-from registry.contract import Bucket, Placeholder, VerbAnswer, buckets, shape_of, to_json, under
-from registry.errors import BusError, NoResponders, RegistryError
+from registry.contract import Bucket, Placeholder, VerbAnswer, buckets, to_json, under
+from registry.errors import BusError, NoResponders
 from registry.wire import Bus, get_direct
 
 _OWN = {buckets.REGISTRY.name, buckets.COLLECT.name}
@@ -46,11 +45,14 @@ def stamp_filter(bucket: Bucket, node: str) -> str:
 
 @dataclass(frozen=True)
 class World:
-    """The digest of what every module resolves from (None when it cannot be vouched for), and the
-    stamps it was made of, by bucket name."""
+    """The digest of what every module resolves from (None when it cannot be vouched for, and then
+    `unknown` says why), the stamps it was made of by bucket name, and the digest of each of its
+    other parts (`registry`, `collect`, `verbs`): what a memory keeps to say which of them moved."""
 
     digest: str | None
     stamps: Mapping[str, int]
+    parts: Mapping[str, str] = field(default_factory=dict)
+    unknown: str = ""
 
     def inputs(self, module: str, manifest_digest: str, env_file: str) -> str | None:
         """The digest of one module's inputs; None when the world is not known."""
@@ -116,46 +118,55 @@ async def verb_digests(
     return digests
 
 
-def world_of(registry: Registry, stamps: Mapping[str, int], collect_digest: str, verbs: Mapping[str, str]) -> World:
+def world_of(
+    registry: Registry, stamps: Mapping[str, int], collect: Mapping[str, bytes], verbs: Mapping[str, str]
+) -> World:
     """The world from its parts; not vouched for when a stamp could not be read."""
-    if UNREAD in stamps.values():
-        return World(None, stamps)
+    unread = sorted(bucket for bucket, stamp in stamps.items() if stamp == UNREAD)
+    if unread:
+        return World(None, stamps, unknown=f"stamp of {', '.join(unread)} not read")
+    entries = {kind: to_json(entry).decode() for kind, entry in sorted(registry.entries.items())}
     document = {
         "format": _FORMAT,
-        "registry": {kind: to_json(entry).decode() for kind, entry in sorted(registry.entries.items())},
+        "registry": entries,
         "problems": dict(sorted(registry.problems.items())),
         "stamps": dict(sorted(stamps.items())),
-        "collect": collect_digest,
+        "collect": digest_of(collect),
         "verbs": dict(sorted(verbs.items())),
     }
-    return World(hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest(), stamps)
+    parts = {
+        "registry": _digest({"registry": document["registry"], "problems": document["problems"]}),
+        "collect": str(document["collect"]),
+        "verbs": _digest(document["verbs"]),
+    }
+    return World(_digest(document), stamps, parts)
+
+
+def unknown_world(stamps: Mapping[str, int], why: str) -> World:
+    return World(None, stamps, unknown=why)
+
+
+def digest_of(desired: Mapping[str, bytes]) -> str:
+    """One digest of a bucket's keys and values, whatever their order."""
+    hasher = hashlib.sha256()
+    for key in sorted(desired):
+        value = desired[key]
+        hasher.update(f"{len(key)}:{key}{len(value)}:".encode())
+        hasher.update(value)
+    return hasher.hexdigest()
 
 
 def buckets_of(sources: Iterable[Source]) -> list[Bucket]:
     return [s.bucket for s in sources if s.bucket.name not in _OWN]
 
 
-def source_of(document: object) -> Source | None:
-    """A source as `document_of` wrote it, or None."""
-    if not isinstance(document, list) or len(document) != 3 or not all(isinstance(p, str) for p in document):
-        return None
-    name, shape, subject_filter = (str(part) for part in document)
-    try:
-        return Source(Bucket(name, _shape_of(shape)), subject_filter)
-    except RegistryError:
-        return None
-
-
-def document_of(source: Source) -> list[str]:
-    return [source.bucket.name, source.bucket.shape.text, source.filter]
-
-
-_shape_of = functools.lru_cache(maxsize=256)(shape_of)
-
-
 def _answer_of(registry: Registry, placeholder: Placeholder) -> object:
     entry = registry.entries.get(placeholder.kind)
     return entry.answer if entry is not None else None
+
+
+def _digest(document: object) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 
 
 def _keyed(key: bytes, text: str) -> str:

@@ -17,12 +17,17 @@ An applied record is bounded: at most `MAX_REASONS` reasons of at most `errors.R
 characters each (then "... and N more"), and never more than `MAX_VALUE_BYTES` (the buckets'
 value limit), so a module with thousands of pending placeholders is still recorded.
 
-A reconcile that changes nothing costs little: the node's own keys are not listed when their
-stamps say nothing moved since the last reconcile (`provisioner_client.remembered`, `own`), and a
-module whose inputs are what they were (the registry, the stamps of the buckets it reads from, the
-node's collections, the digests of the verbs' answers, its manifest: `provisioner_client.inputs`)
-is not resolved again while its file on disk is still the one recorded. Needs and collect are
-written (64 in flight) before the values are read, applied after the env files.
+A reconcile that changes nothing costs little: one object, the node's `Memory` of the last
+reconcile (`provisioner_client.memory`), says whether the node's own keys need listing (their
+stamps moved?) and which modules need resolving (their inputs moved?: the registry, the stamps of
+the buckets they read from, the node's collections, the digests of the verbs' answers, their
+manifest, `provisioner_client.inputs`; their file on disk is still the one recorded?), each with its
+reason in a debug line; it is told what was converged and applied, and saved once at the end.
+Needs and collect are written (64 in flight) before the values are read, applied after the env files.
+
+The steps, in `reconcile`: load the manifests; open the memory; find the node's own keys and read
+the registry; register (converge needs and collect); read the world; decide what to resolve;
+resolve; materialize; record applied; remember; remove the files of modules no longer declared.
 
 `reconcile` takes no lease: the CLI and watch mode hold the node's lease around it
 (`provisioner_client.holding`).
@@ -40,15 +45,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from provisioner_client import inputs, remembered
+from provisioner_client import inputs
 from provisioner_client.action import DEFAULT_ENVIRONMENT, action_environment, run_action
 from provisioner_client.concurrently import all_of
 from provisioner_client.envfile import EnvFolder, render
 from provisioner_client.errors import ManifestError, MaterializeError, capped
 from provisioner_client.inputs import World
 from provisioner_client.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
+from provisioner_client.memory import Memory, Verdict
 from provisioner_client.own import OwnKeys
-from provisioner_client.remembered import Remembered
 from provisioner_client.resolve import Pending, Registry, Resolver, Source, read_registry
 from provisioner_client.scope import NodeScope
 from registry.contract import (
@@ -109,6 +114,7 @@ class Report:
     actions_run: list[str] = field(default_factory=list)
     listed: set[str] = field(default_factory=set)  # the buckets whose node keys were listed, not known as remembered
     unchanged: set[str] = field(default_factory=set)  # the modules whose inputs were as before: not resolved
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # each module's: resolved again or not, and why
     write_seconds: dict[str, float] = field(default_factory=dict)  # how long each bucket's writes took
 
     @property
@@ -135,6 +141,28 @@ class Report:
 
 
 async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
+    folder, manifests, report = _load_manifests(plan)
+    memory = Memory.load(plan.materialize, plan.node)
+    own = OwnKeys(bus, NodeScope(plan.node), memory)
+    wanted = await _find_own_keys(own, manifests)
+    resolver = _resolver(bus, plan, wanted)
+    await _register(own, report, wanted)
+    previous = _applied_by_module(own.items(buckets.APPLIED))
+    world = await _world(memory, resolver, wanted, folder, _placeholders(manifests))
+    to_resolve = _decide(memory, world, manifests=manifests, previous=previous, folder=folder, report=report)
+    await resolver.prefetch(_placeholders(manifests, only=to_resolve))
+    await _materialize(resolver, folder, plan, manifests=manifests, previous=previous, report=report)
+    await _record_applied(own, report, previous)
+    report.sources = resolver.sources | (memory.sources_read() if report.unchanged else set())
+    _remember(memory, world, manifests, folder, report)
+    report.removed = folder.remove_except(set(report.modules))
+    report.listed = {name for name, found in own.found.items() if found.listed}
+    return report
+
+
+def _load_manifests(plan: ClientPlan) -> tuple[EnvFolder, Manifests, Report]:
+    """The manifests, read with the ledger's memory of which module each file declared; the
+    env folder remembers what they declare now."""
     if not plan.manifests.is_dir():  # never read a missing folder as "no modules": that would remove them all
         raise ManifestError(plan.manifests, "the manifests folder does not exist")
     folder = EnvFolder(plan.materialize)
@@ -145,114 +173,26 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     for error in manifests.errors:
         log.error("%s", error)
     folder.remember(manifests.declared())
-    report = Report(plan.node, manifest_errors=list(manifests.errors), ledger_problems=ledger.problems)
-    own = OwnKeys(bus, NodeScope(plan.node), remembered.read(plan.materialize, plan.node))
-    needs, collect = _needs(plan.node, manifests), _collect(plan.node, manifests)
-    registry = await _read_state(own, needs=needs, collect=collect, held=bool(manifests.held))
-    needs.update(_kept(own.items(buckets.NEEDS), buckets.NEEDS.shape.parse, "module", set(manifests.held)))
-    collect.update(_kept(own.items(buckets.COLLECT), buckets.COLLECT.shape.parse, "contributor", set(manifests.held)))
-    resolver = Resolver(bus, registry, node=plan.node, verb_timeout=plan.verb_timeout, own_collect=collect)
-    wanted = [(m, p) for m, loaded in manifests.modules.items() for p in loaded.manifest.placeholders()]
-    await all_of(  # needs and collect are written before applied, below
-        partial(_converge, own, report, buckets.NEEDS, needs),
-        partial(_converge, own, report, buckets.COLLECT, collect),
-    )
-    previous = _applied_by_module(own.items(buckets.APPLIED))
-    read_before = _remembered_sources(own.memory)
-    world = await _world(read_before, resolver, registry, wanted, folder, collect=collect)
-    unchanged = report.unchanged = _unchanged(manifests, previous, world, own.memory, folder)
-    await resolver.prefetch([(m, p) for m, p in wanted if m not in unchanged])
-    for module, loaded in sorted(manifests.modules.items()):
-        if module in unchanged:
-            report.modules[module] = ModuleReport(module, previous[module])
-            continue
-        report.modules[module] = await _apply(resolver, folder, plan, loaded, previous=previous.get(module),
-                                              report=report)  # fmt: skip
-    for module, error in sorted(manifests.held.items()):
-        report.modules[module] = _held(folder, module, error, previous.get(module))
-    await _converge(own, report, buckets.APPLIED, _applied(plan.node, report, previous, own.items(buckets.APPLIED)))
-    report.sources = resolver.sources | (read_before if unchanged else set())
-    _remember_inputs(own, world, report, manifests, folder)
-    if own.changed:
-        remembered.write(plan.materialize, own.memory)
-    report.removed = folder.remove_except(set(report.modules))
-    report.listed = {name for name, found in own.found.items() if found.listed}
-    return report
+    return folder, manifests, Report(plan.node, manifest_errors=list(manifests.errors), ledger_problems=ledger.problems)
 
 
-async def _world(
-    read_before: set[Source], resolver: Resolver, registry: Registry, wanted: Sequence[tuple[str, Placeholder]],
-    folder: EnvFolder, *, collect: Mapping[str, bytes],
-) -> World:  # fmt: skip
-    """What every module resolves from this time: the stamps of the buckets read last time (or, the
-    first time, of those the registry names), and the digests of the verbs' answers, asked at once."""
-    stamped = inputs.buckets_of(read_before) or resolver.buckets_read(wanted)
-    key = folder.key(create=bool(wanted))
-    stamps: dict[str, int] = {}
-    verbs: dict[str, str] = {}
+@dataclass(frozen=True)
+class _Wanted:
+    """What the node's keys of needs and collect should hold (a held module's as they are), and the
+    registry read beside them."""
 
-    async def read_stamps() -> None:
-        stamps.update(await inputs.stamps_of(resolver.bus, resolver.node, stamped))
-
-    async def ask_verbs() -> None:
-        verbs.update(await inputs.verb_digests(resolver, registry, wanted, key or b""))
-
-    await all_of(read_stamps, ask_verbs)
-    if key is None:
-        return inputs.World(None, stamps)
-    return inputs.world_of(registry, stamps, remembered.digest_of(collect), verbs)
+    registry: Registry
+    needs: dict[str, bytes]
+    collect: dict[str, bytes]
 
 
-def _unchanged(
-    manifests: Manifests, previous: Mapping[str, AppliedValue], world: World, memory: Remembered, folder: EnvFolder
-) -> set[str]:
-    """The modules whose inputs are what they were when their file was written, and whose file is
-    still that one: neither resolved nor written again."""
-    found = set()
-    for module, loaded in manifests.modules.items():
-        before = previous.get(module)
-        now = world.inputs(module, loaded.digest, str(folder.path_of(module)))
-        if now is None or before is None or not memory.resolved(module, now):
-            continue
-        if before.state != "applied" or before.digest is None or not folder.intact(module, before.digest):
-            continue
-        action = before.action
-        if loaded.manifest.on_change is not None and (action is None or action.digest != before.digest):
-            continue
-        found.add(module)
-    return found
-
-
-def _remembered_sources(memory: Remembered) -> set[Source]:
-    return {source for source in map(inputs.source_of, memory.sources) if source is not None}
-
-
-def _remember_inputs(own: OwnKeys, world: World, report: Report, manifests: Manifests, folder: EnvFolder) -> None:
-    """Keeps the world, the places read and each applied module's inputs (with when it was last
-    resolved from them), when the world's stamps cover every place read; else forgets them (the
-    next reconcile resolves every module)."""
-    memory = own.memory
-    if world.digest is not None and world.digest == memory.world and report.unchanged == memory.modules.keys():
-        return  # every module as it was, from the world as it was: nothing new to keep
-    modules: dict[str, tuple[str, float]] = {}
-    vouched = world.digest is not None and world.covers(report.sources, own.scope.node)
-    now = time.time()
-    for module, done in report.modules.items():
-        loaded = manifests.modules.get(module)
-        inputs_now = world.inputs(module, loaded.digest, str(folder.path_of(module))) if loaded else None
-        if not vouched or inputs_now is None or done.applied.state != "applied":
-            continue
-        before = own.memory.modules.get(module)
-        kept = module in report.unchanged and before is not None
-        modules[module] = before if kept and before is not None else (inputs_now, now)
-    sources = sorted(inputs.document_of(source) for source in report.sources)
-    own.changed |= own.memory.resolved_in(world.digest if vouched else None, sources, modules)
-
-
-async def _read_state(own: OwnKeys, *, needs: dict[str, bytes], collect: dict[str, bytes], held: bool) -> Registry:
+async def _find_own_keys(own: OwnKeys, manifests: Manifests) -> _Wanted:
     """The node's keys of needs, collect and applied (as remembered where nothing moved, else
     listed), and the registry: asked all at once. With modules held, needs and collect are listed:
     their keys are kept as they are."""
+    node, held = own.scope.node, set(manifests.held)
+    needs = {key: value for loaded in manifests.modules.values() for key, value in loaded.needs(node).items()}
+    collect = {k: v for loaded in manifests.modules.values() for k, v in loaded.contributions(node).items()}
     registry = Registry()
 
     async def read_whole_registry() -> None:
@@ -265,7 +205,107 @@ async def _read_state(own: OwnKeys, *, needs: dict[str, bytes], collect: dict[st
         partial(own.find, buckets.APPLIED, None),
         read_whole_registry,
     )
-    return registry
+    needs.update(_kept(own.items(buckets.NEEDS), buckets.NEEDS.shape.parse, "module", held))
+    collect.update(_kept(own.items(buckets.COLLECT), buckets.COLLECT.shape.parse, "contributor", held))
+    return _Wanted(registry, needs, collect)
+
+
+async def _register(own: OwnKeys, report: Report, wanted: _Wanted) -> None:
+    """Needs and collect converged at once, before any value is read and before applied is."""
+    await all_of(
+        partial(_converge, own, report, buckets.NEEDS, wanted.needs),
+        partial(_converge, own, report, buckets.COLLECT, wanted.collect),
+    )
+
+
+def _resolver(bus: Bus, plan: ClientPlan, wanted: _Wanted) -> Resolver:
+    """Resolves through the registry read, the node's collections from its collect keys as converged."""
+    return Resolver(bus, wanted.registry, node=plan.node, verb_timeout=plan.verb_timeout, own_collect=wanted.collect)
+
+
+def _placeholders(manifests: Manifests, *, only: set[str] | None = None) -> list[tuple[str, Placeholder]]:
+    """Each module's placeholders (of the modules `only` names, if given)."""
+    modules = manifests.modules.items()
+    return [(m, p) for m, loaded in modules if only is None or m in only for p in loaded.manifest.placeholders()]
+
+
+async def _world(
+    memory: Memory, resolver: Resolver, wanted: _Wanted, folder: EnvFolder, placeholders: list[tuple[str, Placeholder]]
+) -> World:
+    """What every module resolves from this time: the stamps of the buckets read last time (or, the
+    first time, of those the registry names), and the digests of the verbs' answers, asked at once."""
+    stamped = inputs.buckets_of(memory.sources_read()) or resolver.buckets_read(placeholders)
+    key = folder.key(create=bool(placeholders))
+    stamps: dict[str, int] = {}
+    verbs: dict[str, str] = {}
+
+    async def read_stamps() -> None:
+        stamps.update(await inputs.stamps_of(resolver.bus, resolver.node, stamped))
+
+    async def ask_verbs() -> None:
+        verbs.update(await inputs.verb_digests(resolver, wanted.registry, placeholders, key or b""))
+
+    await all_of(read_stamps, ask_verbs)
+    if key is None:
+        return inputs.unknown_world(stamps, "no digest key in the env folder yet")
+    return inputs.world_of(wanted.registry, stamps, wanted.collect, verbs)
+
+
+def _decide(
+    memory: Memory,
+    world: World,
+    *,
+    manifests: Manifests,
+    previous: Mapping[str, AppliedValue],
+    folder: EnvFolder,
+    report: Report,
+) -> set[str]:
+    """The modules to resolve: each one the memory cannot vouch for, with its verdict (in the
+    report, and a debug line); the others keep their file and applied record as they are."""
+    for module, loaded in sorted(manifests.modules.items()):
+        verdict = report.verdicts[module] = memory.verdict(loaded, world, previous.get(module), folder)
+        how = "as before" if verdict.as_before else "resolved"
+        log.debug("node %s: module %s %s: %s", report.node, module, how, verdict, extra={"node": report.node})
+    report.unchanged = {module for module, verdict in report.verdicts.items() if verdict.as_before}
+    return set(manifests.modules) - report.unchanged
+
+
+async def _materialize(
+    resolver: Resolver,
+    folder: EnvFolder,
+    plan: ClientPlan,
+    *,
+    manifests: Manifests,
+    previous: Mapping[str, AppliedValue],
+    report: Report,
+) -> None:
+    """Each module resolved, written and its change action run, or kept as it was; a held module
+    pending with its file as it was."""
+    for module, loaded in sorted(manifests.modules.items()):
+        if module in report.unchanged:
+            report.modules[module] = ModuleReport(module, previous[module])
+        else:
+            before = previous.get(module)
+            report.modules[module] = await _apply(resolver, folder, plan, loaded, previous=before, report=report)
+    for module, error in sorted(manifests.held.items()):
+        report.modules[module] = _held(folder, module, error, previous.get(module))
+
+
+async def _record_applied(own: OwnKeys, report: Report, previous: Mapping[str, AppliedValue]) -> None:
+    """Each module's applied record converged, after its env file."""
+    desired = _applied(own.scope.node, report, previous, own.items(buckets.APPLIED))
+    await _converge(own, report, buckets.APPLIED, desired)
+
+
+def _remember(memory: Memory, world: World, manifests: Manifests, folder: EnvFolder, report: Report) -> None:
+    """The memory told which modules are applied from what, and saved (only if that changed)."""
+    applied = {
+        module: manifests.modules[module]
+        for module, done in report.modules.items()
+        if module in manifests.modules and done.applied.state == "applied"
+    }
+    memory.record_applied(world, report.sources, applied, report.unchanged, folder)
+    memory.save()
 
 
 async def _converge(own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes]) -> None:
@@ -274,8 +314,8 @@ async def _converge(own: OwnKeys, report: Report, bucket: Bucket, desired: Mappi
     report.writes[bucket.name] = changes
     if changes:
         report.write_seconds[bucket.name] = time.perf_counter() - started
-        log.info("node %s: %s %s", own.scope.node, bucket.name, changes.summary(),
-                 extra={"node": own.scope.node, "bucket": bucket.name})  # fmt: skip
+        node = own.scope.node
+        log.info("node %s: %s %s", node, bucket.name, changes.summary(), extra={"node": node, "bucket": bucket.name})
 
 
 def _applied(
@@ -295,16 +335,6 @@ def _applied(
         report.modules[module] = replace(done, applied=stamped)
         desired[key] = to_json(stamped)
     return desired
-
-
-def _needs(node: str, manifests: Manifests) -> dict[str, bytes]:
-    """The needs of the modules read (a held module's are kept as they are, from the listing)."""
-    return {key: value for loaded in manifests.modules.values() for key, value in loaded.needs(node).items()}
-
-
-def _collect(node: str, manifests: Manifests) -> dict[str, bytes]:
-    """The contributions of the modules read (a held module's are kept as they are, from the listing)."""
-    return {key: value for loaded in manifests.modules.values() for key, value in loaded.contributions(node).items()}
 
 
 def _kept(
@@ -338,9 +368,14 @@ def _applied_by_module(current: Sequence[KvItem]) -> dict[str, AppliedValue]:
 
 
 async def _apply(
-    resolver: Resolver, folder: EnvFolder, plan: ClientPlan, loaded: LoadedManifest, *,
-    previous: AppliedValue | None, report: Report,
-) -> ModuleReport:  # fmt: skip
+    resolver: Resolver,
+    folder: EnvFolder,
+    plan: ClientPlan,
+    loaded: LoadedManifest,
+    *,
+    previous: AppliedValue | None,
+    report: Report,
+) -> ModuleReport:
     module, manifest = loaded.module, loaded.manifest
     content = await rendered(resolver, loaded)
     old_action = previous.action if previous else None
@@ -385,13 +420,13 @@ async def rendered(resolver: Resolver, loaded: LoadedManifest) -> bytes | list[s
 def _pending(folder: EnvFolder, module: str, reasons: list[str], previous: AppliedValue | None) -> ModuleReport:
     reasons = bounded_reasons(reasons)
     unchanged = previous is not None and previous.reasons == tuple(reasons)
-    log.log(logging.DEBUG if unchanged else logging.WARNING, "module %s is pending: %s", module,
-            capped("; ".join(reasons), 2000))  # fmt: skip
+    level = logging.DEBUG if unchanged else logging.WARNING
+    log.log(level, "module %s is pending: %s", module, capped("; ".join(reasons), 2000))
     action = previous.action if previous else None
     on_disk = folder.digest_on_disk(module)
     file = str(folder.path_of(module)) if on_disk else None
-    return ModuleReport(module, AppliedValue(state="pending", digest=on_disk, file=file, reasons=tuple(reasons),
-                                             action=action))  # fmt: skip
+    applied = AppliedValue(state="pending", digest=on_disk, file=file, reasons=tuple(reasons), action=action)
+    return ModuleReport(module, applied)
 
 
 def _held(folder: EnvFolder, module: str, error: ManifestError, previous: AppliedValue | None) -> ModuleReport:

@@ -14,11 +14,11 @@ import anyio
 import pytest
 
 from mesh_dev.standins import StandIns
-from provisioner_client import remembered
 from provisioner_client.action import inherited
 from provisioner_client.envfile import KEY, LEDGER, read_ledger
 from provisioner_client.errors import MaterializeError
 from provisioner_client.manifest import MAX_MANIFEST_BYTES, load_manifests
+from provisioner_client.memory import FILE, Memory
 from provisioner_client.reconcile import MAX_REASONS, ClientPlan, Report, reconcile
 from provisioner_client.scope import NodeScope
 from provisioner_client.watching import WatchTiming, watch
@@ -223,6 +223,6 @@ def test_the_ledger_and_the_remembered_state_are_read_no_further_than_their_boun
     ledger.symlink_to(elsewhere)
     with pytest.raises(MaterializeError, match="cannot be read"):
         read_ledger(ledger)
-    state = tmp_path / remembered.FILE
+    state = tmp_path / FILE
     os.mkfifo(state)
-    assert remembered.read(tmp_path, NODE).buckets == {}  # ignored, not blocked on: the keys are listed
+    assert Memory.load(tmp_path, NODE).buckets == {}  # ignored, not blocked on: the keys are listed

@@ -1,5 +1,5 @@
 """A reconcile that finds the node's keys as the last one left them does not list them
-(`provisioner_client.remembered`); anything that moved them, or a remembered state it cannot
+(`provisioner_client.memory`); anything that moved them, or a remembered state it cannot
 vouch for, makes it list them again. On a real nats-server, the seat and the stand-ins."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 from mesh_dev.standins import StandIns
-from provisioner_client import remembered
+from provisioner_client import memory
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.scope import NodeScope
 from registry.contract import buckets
@@ -23,7 +23,7 @@ async def test_an_unchanged_reconcile_lists_none_of_the_nodes_keys_and_writes_no
 ) -> None:
     first = await reconcile(bus, plan)
     assert first.listed == OWN
-    state = plan.materialize / remembered.FILE
+    state = plan.materialize / memory.FILE
     assert stat.S_IMODE(state.stat().st_mode) == 0o600
     written = state.stat().st_mtime_ns
     again = await reconcile(bus, plan)
@@ -85,10 +85,10 @@ async def test_a_remembered_state_too_old_unreadable_or_another_nodes_is_not_tru
     domains: StandIns, bus: Bus, plan: ClientPlan
 ) -> None:
     await reconcile(bus, plan)
-    state = plan.materialize / remembered.FILE
+    state = plan.materialize / memory.FILE
     document = json.loads(state.read_text())
     for bucket in document["buckets"].values():
-        bucket["listed_at"] -= remembered.TRUSTED_FOR + 1
+        bucket["listed_at"] -= memory.TRUSTED_FOR + 1
     state.write_text(json.dumps(document))
     assert (await reconcile(bus, plan)).listed == OWN
     state.write_text(json.dumps({**json.loads(state.read_text()), "node": "node-2"}))
@@ -103,7 +103,7 @@ async def test_a_stamp_that_does_not_agree_is_listed_and_remembered_again(
     domains: StandIns, bus: Bus, plan: ClientPlan
 ) -> None:
     await reconcile(bus, plan)
-    state = plan.materialize / remembered.FILE
+    state = plan.materialize / memory.FILE
     document = json.loads(state.read_text())
     document["buckets"][buckets.NEEDS.name]["digest"] = "not what is wanted"
     document["buckets"][buckets.NEEDS.name]["stamp"] = -5
@@ -145,7 +145,7 @@ async def test_a_rotated_secret_is_seen_by_its_digest_and_the_module_written_aga
     again = await reconcile(bus, plan)
     assert "app" not in again.unchanged and again.modules["app"].written
     assert "rotated-password" in (plan.materialize / "app.env").read_text()
-    assert b"rotated-password" not in (plan.materialize / remembered.FILE).read_bytes()
+    assert b"rotated-password" not in (plan.materialize / memory.FILE).read_bytes()
 
 
 async def test_a_file_changed_on_disk_resolves_that_module_only_and_puts_it_back(
@@ -178,9 +178,9 @@ async def test_a_module_resolved_longer_ago_than_trusted_is_resolved_again(
     domains: StandIns, bus: Bus, plan: ClientPlan
 ) -> None:
     await reconcile(bus, plan)
-    state = plan.materialize / remembered.FILE
+    state = plan.materialize / memory.FILE
     document = json.loads(state.read_text())
-    document["modules"]["app"][1] -= remembered.TRUSTED_FOR + 1
+    document["modules"]["app"][1] -= memory.TRUSTED_FOR + 1
     state.write_text(json.dumps(document))
     again = await reconcile(bus, plan)
     assert again.unchanged == {"postgres", "tools"}

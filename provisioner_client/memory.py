@@ -1,0 +1,411 @@
+"""The client's incremental memory: what the last reconcile left, so that this one skips what has not moved.
+
+Listing the node's own keys of needs, collect and applied through the verb, and resolving every
+module, are the largest costs of a reconcile that changes nothing. So each reconcile remembers,
+per bucket of its own, the *stamp* of the node's keys (the stream sequence of the latest entry
+under `<node>.>`: `NodeScope.stamp`) and a digest of what they held then (for applied, the records
+themselves with their revisions: they say what was applied before); and, per applied module, the
+digest of the inputs it was resolved from (`provisioner_client.inputs`: the world, its manifest,
+its env file's path), with the world's parts, so that a module resolved again says which part moved.
+
+A reconcile loads the memory once (`Memory.load`), asks it what may be skipped (`keys`: may the
+node's keys of a bucket be taken as remembered instead of listed; `verdict`: may a module be left
+unresolved), each answer a `Verdict` whose reason reads in a debug log line ("stamp of needs
+moved", "manifest digest changed", "memory older than 10 min", "first run"), tells it what it
+converged and applied (`keep_keys`, `record_applied`), and saves it once (`save`), only when what is
+remembered changed: an unchanged reconcile writes nothing. Nothing else reads or writes the file.
+
+It is kept in the materialize folder (`FILE`, mode 0600, written atomically) and holds stamps,
+digests and applied records, never a value. It is trusted only as far as the stamps agree, and for
+at most `TRUSTED_FOR` (then the keys are listed and the modules resolved again whatever the stamps
+say: a key removed without a new entry, by an administrator's purge of the stream, leaves the stamp
+alone). It relies on the node's keys having one writer at a time, the holder of the node's lease.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner_client.envfile import EnvFolder
+from provisioner_client.inputs import World, digest_of
+from provisioner_client.manifest import LoadedManifest
+from provisioner_client.resolve import Source
+from provisioner_client.scope import LISTED_AS
+from registry.contract import MAX_PAGE_BYTES, AppliedValue, Bucket, JsonRefused, buckets, read_json_file, shape_of
+from registry.errors import RegistryError
+from registry.wire import KvItem
+
+log = logging.getLogger(__name__)
+
+FILE = ".mesh-provisioner-client.state.json"
+TRUSTED_FOR = 600.0  # seconds a remembered state is used before the keys are listed again whatever it says
+_VERSION = 1
+_KEEPS_ITEMS = buckets.APPLIED.name  # its records say what was applied before: kept, not only their digest
+_PARTS = {
+    "registry": "the registry changed",
+    "collect": "the node's collections changed",
+    "verbs": "a verb's answer changed",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether what was remembered still holds (`as_before`: the listing or the resolving is
+    skipped), and why, in words an operator reads in a debug log line."""
+
+    as_before: bool
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def _again(reason: str) -> Verdict:
+    return Verdict(as_before=False, reason=reason)
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """A bucket's node keys at `stamp`: their digest, and (for applied) the entries themselves, as
+    they have been known since the listing at `listed_at` (seconds since the epoch)."""
+
+    stamp: int
+    digest: str
+    listed_at: float
+    items: tuple[KvItem, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ModuleState:
+    """The digest of the inputs an applied module was resolved from, when, and its manifest's digest
+    then (None in a memory written before it was kept)."""
+
+    inputs: str
+    at: float
+    manifest: str | None = None
+
+
+@dataclass
+class Memory:
+    """The node's incremental memory for one reconcile. `folder` None: kept nowhere (a benchmark's
+    node), so it remembers nothing beyond this reconcile. `missing` says why nothing was loaded
+    ("first run", "memory unreadable", ...); empty when the memory was read."""
+
+    node: str
+    folder: Path | None = None
+    buckets: dict[str, BucketState] = field(default_factory=dict)
+    world: str | None = None
+    world_parts: dict[str, object] = field(default_factory=dict)
+    sources: list[list[str]] = field(default_factory=list)
+    modules: dict[str, ModuleState] = field(default_factory=dict)
+    missing: str = "first run"
+    _as_loaded: dict[str, object] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def load(cls, folder: Path, node: str) -> Memory:
+        """The memory `node`'s last reconcile left in `folder`; empty (saying why) when there is
+        none, it is another node's or it cannot be read: then everything is listed and resolved."""
+        memory = _read(folder, node)
+        memory._as_loaded = memory._document()
+        return memory
+
+    def save(self) -> bool:
+        """Keeps the memory for the next reconcile when it changed; whether it was written. A failure
+        to write only costs the next reconcile a listing."""
+        document = self._document()
+        if self.folder is None or document == self._as_loaded:
+            return False
+        self._as_loaded = document
+        return _write(self.folder, self.node, document)
+
+    def keys(self, bucket: str, stamp: int, wanted: Mapping[str, bytes] | None) -> Verdict:
+        """Whether the node's keys of `bucket`, at `stamp` (-1: not read), are as remembered and need
+        no listing: for applied, by their stamp alone (their records are remembered); for needs and
+        collect, by their stamp and `wanted` (None, with modules held: they are listed to be kept)."""
+        name = LISTED_AS.get(bucket, bucket)
+        known = self.buckets.get(bucket)
+        if known is None:
+            return _again(self.missing or f"{name} not remembered")
+        moved = _stamp_moved(known, stamp, name)
+        if moved is not None:
+            return _again(moved)
+        if known.items is not None:
+            return Verdict(as_before=True, reason=f"stamp of {name} as remembered")
+        if wanted is None:
+            return _again(f"modules held: the {name} keys are listed to keep theirs")
+        if digest_of(wanted) != known.digest:
+            return _again(f"the {name} wanted differ from those remembered")
+        return Verdict(as_before=True, reason=f"stamp of {name} and what is wanted there as remembered")
+
+    def items_of(self, bucket: str) -> list[KvItem] | None:
+        """The remembered entries of a bucket that keeps them (applied); None for the others."""
+        known = self.buckets.get(bucket)
+        return None if known is None or known.items is None else list(known.items)
+
+    def converged(
+        self,
+        bucket: str,
+        stamp: int,
+        current: Iterable[KvItem],
+        desired: Mapping[str, bytes],
+        written: Mapping[str, int],
+        *,
+        listed: bool,
+    ) -> BucketState | None:
+        """What the node's keys of `bucket` hold once `desired` is converged over `current` (found at
+        `stamp`), with the revisions `written`; None when that cannot be vouched for (the stamp was
+        not read, or the listing itself went past it: something wrote meanwhile)."""
+        if stamp < 0:
+            return None
+        present = {item.key: item for item in current if not item.deleted}
+        if any(item.revision > stamp for item in present.values()):
+            return None
+        items = _items_after(present, desired, written) if bucket == _KEEPS_ITEMS else None
+        if bucket == _KEEPS_ITEMS and items is None:
+            return None
+        known = self.buckets.get(bucket)
+        listed_at = time.time() if listed or known is None else known.listed_at
+        return BucketState(max(written.values(), default=stamp), digest_of(desired), listed_at, items)
+
+    def keep_keys(self, bucket: str, state: BucketState | None) -> None:
+        """Remembers the node's keys of `bucket` as `state`; None forgets them (they are listed next time)."""
+        if state is None:
+            self.buckets.pop(bucket, None)
+        else:
+            self.buckets[bucket] = state
+
+    def sources_read(self) -> set[Source]:
+        """The places the modules read values from last time, as remembered."""
+        return {source for source in map(_source_of, self.sources) if source is not None}
+
+    def verdict(self, loaded: LoadedManifest, world: World, applied: AppliedValue | None, folder: EnvFolder) -> Verdict:
+        """Whether a module may be left unresolved: it was applied (`applied`) from the inputs it has
+        now, less than `TRUSTED_FOR` ago, and its env file is still that one."""
+        if applied is None or applied.state != "applied" or applied.digest is None:
+            return _again(self.missing or ("no applied record" if applied is None else f"{applied.state} last time"))
+        if world.digest is None:
+            return _again(world.unknown)
+        why = self._inputs_moved(loaded, world, folder) or _file_moved(loaded, applied, applied.digest, folder)
+        return _again(why) if why else Verdict(as_before=True, reason="inputs and env file as remembered")
+
+    def record_applied(
+        self,
+        world: World,
+        sources: set[Source],
+        applied: Mapping[str, LoadedManifest],
+        spared: set[str],
+        folder: EnvFolder,
+    ) -> None:
+        """Remembers the world, the places read and each module `applied` now with its inputs (when
+        it was last resolved from them: now, unless it was `spared`), when the world's stamps cover
+        every place read; else forgets them (the next reconcile resolves every module)."""
+        if world.digest is not None and world.digest == self.world and spared == self.modules.keys():
+            return  # every module as it was, from the world as it was: nothing new to keep
+        vouched = world.digest is not None and world.covers(sources, self.node)
+        now = time.time()
+        modules = {}
+        for module, loaded in applied.items():
+            inputs = world.inputs(module, loaded.digest, str(folder.path_of(module)))
+            if not vouched or inputs is None:
+                continue
+            before = self.modules.get(module)
+            kept = before if module in spared else None
+            modules[module] = kept or ModuleState(inputs, now, loaded.digest)
+        self.world = world.digest if vouched else None
+        self.world_parts = {**world.parts, "stamps": dict(world.stamps)} if vouched else {}
+        self.sources = sorted(_document_of(source) for source in sources)
+        self.modules = modules
+
+    def _inputs_moved(self, loaded: LoadedManifest, world: World, folder: EnvFolder) -> str | None:
+        """Why the module's inputs are not the remembered ones, if they are not."""
+        module = loaded.module
+        known = self.modules.get(module)
+        if known is None:
+            return self.missing or "not remembered as resolved"
+        if not _trusted(known.at):
+            return _too_old(known.at)
+        if known.inputs == world.inputs(module, loaded.digest, str(folder.path_of(module))):
+            return None
+        return self._what_moved(known, loaded, world)
+
+    def _what_moved(self, known: ModuleState, loaded: LoadedManifest, world: World) -> str:
+        """Which of a module's inputs moved, as far as the memory tells."""
+        moved = []
+        if known.manifest is not None and known.manifest != loaded.digest:
+            moved.append("manifest digest changed")
+        before = self.world_parts
+        stamps = before.get("stamps")
+        if isinstance(stamps, dict):
+            for bucket in sorted({*stamps, *world.stamps}):
+                if stamps.get(bucket) != world.stamps.get(bucket):
+                    moved.append(f"stamp of {bucket} moved")
+        moved.extend(says for part, says in _PARTS.items() if part in before and before[part] != world.parts.get(part))
+        return "; ".join(moved) or "inputs changed"
+
+    def _document(self) -> dict[str, object]:
+        return {
+            "version": _VERSION,
+            "node": self.node,
+            "buckets": {name: _bucket_document(state) for name, state in sorted(self.buckets.items())},
+            "world": self.world,
+            "world_parts": self.world_parts,
+            "sources": sorted(self.sources),
+            "modules": {module: _module_document(state) for module, state in sorted(self.modules.items())},
+        }
+
+
+def _stamp_moved(known: BucketState, stamp: int, name: str) -> str | None:
+    if not _trusted(known.listed_at):
+        return _too_old(known.listed_at)
+    if stamp == known.stamp:
+        return None
+    return f"stamp of {name} not read" if stamp < 0 else f"stamp of {name} moved"
+
+
+def _file_moved(loaded: LoadedManifest, applied: AppliedValue, digest: str, folder: EnvFolder) -> str | None:
+    """Why the module's env file or change action is not as applied, if it is not."""
+    if not folder.intact(loaded.module, digest):
+        return "env file on disk is not the one applied"
+    action = applied.action
+    if loaded.manifest.on_change is not None and (action is None or action.digest != digest):
+        return "change action not run on this file"
+    return None
+
+
+def _trusted(since: float) -> bool:
+    return 0 <= time.time() - since <= TRUSTED_FOR
+
+
+def _too_old(since: float) -> str:
+    if time.time() < since:
+        return "memory dated in the future (the clock moved back)"
+    return f"memory older than {TRUSTED_FOR / 60:g} min"
+
+
+def _items_after(
+    present: Mapping[str, KvItem], desired: Mapping[str, bytes], written: Mapping[str, int]
+) -> tuple[KvItem, ...] | None:
+    """The entries `desired` leaves, with their revisions; None when one's revision is not known
+    (found holding the value without being listed)."""
+    items = []
+    for key, value in sorted(desired.items()):
+        revision = written.get(key) or (present[key].revision if key in present else 0)
+        if not revision:
+            return None
+        items.append(KvItem(key, value, revision))
+    return tuple(items)
+
+
+def _read(folder: Path, node: str) -> Memory:
+    try:
+        document = read_json_file(folder / FILE, max_bytes=MAX_PAGE_BYTES)
+    except FileNotFoundError:
+        return Memory(node, folder)
+    except (OSError, JsonRefused) as err:
+        log.warning("%s: ignored (%s); the node's keys are listed", folder / FILE, err, extra={"node": node})
+        return Memory(node, folder, missing=f"memory unreadable ({err})")
+    try:
+        return _parsed(document, folder, node)
+    except (KeyError, TypeError, ValueError):
+        log.warning(
+            "%s: ignored, not a remembered state; the node's keys are listed", folder / FILE, extra={"node": node}
+        )
+        return Memory(node, folder, missing="memory unreadable (not a remembered state)")
+
+
+def _parsed(document: object, folder: Path, node: str) -> Memory:
+    if not isinstance(document, dict) or document.get("version") != _VERSION:
+        return Memory(node, folder, missing="memory of another version")
+    if document.get("node") != node:
+        return Memory(node, folder, missing="memory of another node")
+    world = document.get("world")
+    parts = document.get("world_parts")
+    return Memory(
+        node,
+        folder,
+        buckets={str(name): _bucket_state(state) for name, state in dict(document["buckets"]).items()},
+        world=world if isinstance(world, str) else None,
+        world_parts=parts if isinstance(parts, dict) else {},
+        sources=[[str(part) for part in source] for source in document.get("sources", [])],
+        modules={str(m): _module_state(state) for m, state in dict(document.get("modules", {})).items()},
+        missing="",
+    )
+
+
+def _bucket_state(state: dict[str, Any]) -> BucketState:
+    items = state.get("items")
+    return BucketState(
+        int(state["stamp"]),
+        str(state["digest"]),
+        float(state["listed_at"]),
+        None if items is None else tuple(KvItem(str(k), str(v).encode(), int(r)) for k, r, v in items),
+    )
+
+
+def _bucket_document(state: BucketState) -> dict[str, object]:
+    items = None if state.items is None else [[i.key, i.revision, i.value.decode()] for i in state.items]
+    return {"stamp": state.stamp, "digest": state.digest, "listed_at": state.listed_at, "items": items}
+
+
+def _module_state(state: list[Any]) -> ModuleState:
+    inputs, at, *manifest = state
+    return ModuleState(str(inputs), float(at), str(manifest[0]) if manifest else None)
+
+
+def _module_document(state: ModuleState) -> list[object]:
+    return [state.inputs, state.at] if state.manifest is None else [state.inputs, state.at, state.manifest]
+
+
+def _write(folder: Path, node: str, document: Mapping[str, object]) -> bool:
+    """Writes `document` atomically, mode 0600; on failure removes the file (the next reconcile lists)."""
+    path = folder / FILE
+    temporary = path.with_name(f"{FILE}.{os.getpid()}.tmp")
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as file:
+            file.write(json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode())
+        os.replace(temporary, path)
+    except OSError as err:
+        log.warning(
+            "%s: not written (%s); the next reconcile lists the node's keys", path, err.strerror, extra={"node": node}
+        )
+        _forget(folder)
+        return False
+    return True
+
+
+def _forget(folder: Path) -> None:
+    for path in (folder / FILE, *folder.glob(f"{FILE}.*.tmp")):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            log.warning("%s: not removed (%s)", path, err.strerror)
+
+
+def _source_of(document: object) -> Source | None:
+    """A source as `_document_of` wrote it, or None."""
+    if not isinstance(document, list) or len(document) != 3 or not all(isinstance(p, str) for p in document):
+        return None
+    name, shape, subject_filter = (str(part) for part in document)
+    try:
+        return Source(Bucket(name, _shape_of(shape)), subject_filter)
+    except RegistryError:
+        return None
+
+
+def _document_of(source: Source) -> list[str]:
+    return [source.bucket.name, source.bucket.shape.text, source.filter]
+
+
+_shape_of = functools.lru_cache(maxsize=256)(shape_of)
