@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from provisioner.paging import Encoded, build_pages
+from provisioner.pages import Encoded, build_pages
 from provisioner.request import LISTABLE
 from registry.contract import JsonRefused, read_json
 from registry.errors import KeyShapeError

@@ -33,7 +33,8 @@ from anyio.abc import TaskStatus
 from pydantic import ValidationError
 
 from provisioner.errors import Unavailable
-from provisioner.paging import Encoded, PageCache, build_pages
+from provisioner.pages import Encoded, build_pages
+from provisioner.paging import PageCache
 from provisioner.request import Asked, Query
 from registry.contract import Bucket, JsonRefused, buckets, read_json, subject_matches
 from registry.errors import BusError, ConnectionClosed, KeyShapeError, NotFound

@@ -1,7 +1,6 @@
-"""Answers split into pages by bytes, and the cursors that fetch the pages after the first.
+"""The cursors that fetch the pages after the first, and what they fetch them from.
 
-The page's shape, `total` and the cursor's rules are the verb's contract (README, "Paging"). A
-page fits the connection's `max_payload` with a margin. A listing read whole (a narrowed one the
+A page's shape and its cursor are `provisioner.pages`. A listing read whole (a narrowed one the
 batch read answers) is read once, on the first request, and its later pages are kept here; a
 streamed listing (`provisioner.streamed`: one too large to hold) is kept here as the state it
 reads its next page from. Both are bounded in count (`max_cursors`) and bytes
@@ -13,135 +12,19 @@ read a listing scoped to someone else.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from provisioner.errors import CursorGone, RequestError
+from provisioner.pages import CURSOR
+from provisioner.streamed import StreamedListing
 from registry.access import Party
 
-if TYPE_CHECKING:
-    from provisioner.streamed import StreamedListing
-
 log = logging.getLogger(__name__)
-
-# Room in a page for everything besides its items: what, page numbers, totals and the cursor.
-ENVELOPE_BYTES = 512
-
-
-@dataclass
-class Encoded:
-    """A listing (or a part of one) as JSON pieces, each serialised once."""
-
-    entries: list[bytes]
-    malformed: list[bytes]
-
-    @property
-    def size(self) -> int:
-        """Its bytes in a page: each piece and its separator."""
-        return sum(len(p) + 1 for p in self.entries) + sum(len(p) + 1 for p in self.malformed)
-
-    def extend(self, more: Encoded) -> None:
-        self.entries.extend(more.entries)
-        self.malformed.extend(more.malformed)
-
-    def __bool__(self) -> bool:
-        return bool(self.entries or self.malformed)
-
-
-def page_budget(max_payload: int) -> int:
-    """The bytes of items one page may carry: a margin below the connection's max_payload."""
-    return max_payload - max(max_payload // 32, 1024) - ENVELOPE_BYTES
-
-
-def build_pages(what: str, encoded: Encoded, *, budget: int, listing_id: str) -> list[bytes]:
-    """The pages of a listing, each under `budget` bytes of items. Consumes `encoded`."""
-    bounds = _page_bounds([len(p) for p in encoded.entries], [len(p) for p in encoded.malformed], budget)
-    total = totals(len(encoded.entries), len(encoded.malformed))
-    pages: list[bytes] = []
-    for number, (e0, e1, m0, m1) in enumerate(bounds, start=1):
-        following = cursor_for(listing_id, number + 1) if number < len(bounds) else None
-        items = Encoded(_take(encoded.entries, e0, e1), _take(encoded.malformed, m0, m1))
-        pages.append(page_json(what, items, number=number, pages=len(bounds), total=total, following=following))
-    return pages
-
-
-def totals(entries: int, malformed: int) -> bytes:
-    return b'{"entries":%d,"malformed":%d}' % (entries, malformed)
-
-
-def page_json(
-    what: str, items: Encoded, *, number: int, pages: int | None, total: bytes, following: str | None
-) -> bytes:
-    """One page: its items, its number, how many pages (None: not known yet), `total` (JSON) and
-    the cursor of the next page (None on the last)."""
-    return (
-        b'{"what":' + json.dumps(what).encode()
-        + b',"entries":[' + b",".join(items.entries)
-        + b'],"malformed":[' + b",".join(items.malformed)
-        + b'],"page":%d,"pages":%s,"total":%s,"next":%s}'
-        % (number, json.dumps(pages).encode(), total, json.dumps(following).encode())
-    )  # fmt: skip
-
-
-def take_page(carried: Encoded, budget: int) -> Encoded:
-    """The first page's worth of `carried` (entries first, under `budget` bytes, at least one
-    piece), taken out of it."""
-    used = 0
-    counts = []
-    for pieces in (carried.entries, carried.malformed):
-        count = 0
-        for piece in pieces:
-            if used + len(piece) + 1 > budget and used > 0:
-                break
-            used, count = used + len(piece) + 1, count + 1
-        counts.append(count)
-        if count < len(pieces):
-            counts.append(0)
-            break
-    e, m = counts[0], counts[1]
-    page = Encoded(carried.entries[:e], carried.malformed[:m])
-    del carried.entries[:e], carried.malformed[:m]
-    return page
-
-
-def _take(pieces: list[bytes], start: int, end: int) -> list[bytes]:
-    taken = pieces[start:end]
-    pieces[start:end] = [b""] * (end - start)  # release each piece once it is in its page
-    return taken
-
-
-def _page_bounds(entries: list[int], malformed: list[int], budget: int) -> list[tuple[int, int, int, int]]:
-    """Greedy split: (entries start, end, malformed start, end) per page; at least one page."""
-    bounds: list[tuple[int, int, int, int]] = []
-    e0 = e = m0 = m = 0
-    used = 0
-    while e < len(entries) or m < len(malformed):
-        size = (entries[e] if e < len(entries) else malformed[m]) + 1
-        if used + size > budget and used > 0:
-            bounds.append((e0, e, m0, m))
-            e0, m0, used = e, m, 0
-        used += size
-        if e < len(entries):
-            e += 1
-        else:
-            m += 1
-    bounds.append((e0, e, m0, m))
-    return bounds
-
-
-# `<listing id>.<page>`: ASCII only, so that no digit Python's `int` reads differently slips through.
-CURSOR = re.compile(r"([A-Za-z0-9_-]{1,64})\.([1-9][0-9]{0,8})", re.ASCII)
-
-
-def cursor_for(listing_id: str, page: int) -> str:
-    return f"{listing_id}.{page}"
 
 
 @dataclass

@@ -26,8 +26,8 @@ from importlib import metadata
 import anyio
 from anyio.abc import TaskGroup
 
+from provisioner.answering import AtOnce, Reading
 from provisioner.errors import RequestError
-from provisioner.request import Asked
 from provisioner.verb import Verb
 from registry.contract import buckets
 from registry.serving import EndpointSpec, RunningService, ServiceRequest, capped, serve
@@ -108,14 +108,14 @@ async def verb_service(
     async with anyio.create_task_group() as handlers:
 
         async def on_request(request: ServiceRequest) -> None:
-            asked = await _answer_at_once(verb, request)
-            if asked is None:
+            reading = await _answer_at_once(verb, request)
+            if reading is None:
                 return
             if in_flight.count >= max_concurrent + max_waiting:
                 await request.respond_error("503", "too many requests waiting; retry shortly")
                 return
             in_flight.enter()
-            handlers.start_soon(_handle, verb, asked, limiter, in_flight, request)
+            handlers.start_soon(_handle, reading, limiter, in_flight, request)
 
         endpoint = EndpointSpec(ENDPOINT, buckets.VERB_SUBJECT, on_request)
         async with serve(bus, name=buckets.SEAT, version=version(), description=DESCRIPTION,
@@ -145,35 +145,31 @@ async def _shut_down(service: RunningService, handlers: TaskGroup, in_flight: In
     handlers.cancel_scope.cancel()
 
 
-async def _answer_at_once(verb: Verb, request: ServiceRequest) -> Asked | None:
-    """Answers what needs no bucket read in the handler itself; returns the request that does."""
+async def _answer_at_once(verb: Verb, request: ServiceRequest) -> Reading | None:
+    """Answers what memory holds in the handler itself; returns the reading the rest needs
+    (`provisioner.answering` decides which is which)."""
     try:
-        asked = verb.asked(request.data, request.headers)
-        page = verb.from_memory(asked)
+        answer = verb.answer(request.data, request.headers)
     except RequestError as err:
         await _refuse(request, err)
     except Exception:
         log.exception("request failed unexpectedly; answered 500")
         await request.respond_error("500", INTERNAL_ERROR)
     else:
-        if page is None:
-            return asked
-        await request.respond(page)
+        if not isinstance(answer, AtOnce):
+            return answer
+        await request.respond(answer.page)
     return None
 
 
 async def _handle(
-    verb: Verb,
-    asked: Asked,
-    limiter: anyio.CapacityLimiter,
-    in_flight: InFlight,
-    request: ServiceRequest,
+    reading: Reading, limiter: anyio.CapacityLimiter, in_flight: InFlight, request: ServiceRequest
 ) -> None:
     started = time.perf_counter()
     try:
         async with limiter:
             with in_flight.answering_one():
-                page = await verb.by_listing(asked)
+                page = await reading.read()
         await request.respond(page)
         log.debug("answered %d bytes in %.1f ms", len(page), (time.perf_counter() - started) * 1000)
     except RequestError as err:

@@ -29,7 +29,7 @@ import anyio
 
 from provisioner.errors import CursorGone
 from provisioner.listing import Encoder, encode_listing
-from provisioner.paging import cursor_for, page_json, take_page, totals
+from provisioner.pages import cursor_for, page_json, take_page, totals
 from provisioner.request import LISTABLE
 from registry.wire import Bus, KvItem, StreamWalk, leader_floor, replicated
 

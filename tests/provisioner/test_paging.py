@@ -14,7 +14,8 @@ import pytest
 from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner.buckets import ensure_buckets
 from provisioner.errors import CursorGone, RequestError
-from provisioner.paging import Encoded, PageCache, build_pages, page_budget
+from provisioner.pages import Encoded, build_pages, page_budget
+from provisioner.paging import PageCache
 from provisioner.service import verb_service
 from provisioner.streamed import StreamedListing
 from provisioner.verb import Verb

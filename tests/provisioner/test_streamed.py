@@ -12,7 +12,8 @@ import pytest
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.listing import KNOWN_VALUES, Encoder
-from provisioner.paging import PageCache, page_budget
+from provisioner.pages import page_budget
+from provisioner.paging import PageCache
 from provisioner.streamed import READ_AHEAD_PAGES, StreamedListing
 from registry.contract import buckets
 from registry.wire import Bus, BusOptions, ask, ask_page, connect, delete, get_latest, put

@@ -1,0 +1,222 @@
+"""How each request of the verb is answered: the one place that decides (`Answering.answer`).
+
+    at once, in the service's handler: memory holds the answer
+        REGISTRY_VIEW   what=registry: the registry view's answer, when it fits one page
+        NODES_VIEW      what=nodes: the fleet view, once it is filled
+        KEPT_PAGE       a cursor of a listing read whole: its page, kept
+    queued under the service's concurrency limit: the bucket is read
+        STREAMED_PAGE   a cursor of a streamed listing: its next page, read from the stream
+        FLEET_LISTED    what=nodes without a filled view: the leases and applied buckets listed
+        NARROWED_READ   a narrowed listing: one batch read, its later pages kept; streamed when
+                        it has more keys than one batch read answers
+        STREAMED        anything else, a whole listing: read from the bucket's stream a page at
+                        a time (`provisioner.streamed`)
+
+A narrowed listing reads under server-side subject filters of its key shape, so a query for one
+node never reads the whole bucket. A streamed listing's memory does not grow with the bucket,
+and listings need not take turns. The contract of requests and answers is in the README.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
+from functools import partial
+
+import anyio
+import anyio.to_thread
+
+from provisioner.errors import Unavailable
+from provisioner.listing import paginate_listing
+from provisioner.nodes import FleetView, first_page, fleet_of
+from provisioner.pages import page_budget
+from provisioner.paging import PageCache
+from provisioner.registry_view import RegistryView
+from provisioner.request import LISTABLE, Asked, Query
+from provisioner.streamed import StreamedListing
+from registry.errors import BusError, NoResponders
+from registry.wire import Bus, KvItem, TooManyKeys, current_snapshot
+
+log = logging.getLogger(__name__)
+
+IN_THREAD_FROM = 2000  # items; below this a thread costs more than it spares the loop
+
+
+class Way(Enum):
+    """How a request is answered (the module's docstring draws them)."""
+
+    REGISTRY_VIEW = "registry view"
+    NODES_VIEW = "nodes view"
+    KEPT_PAGE = "kept page"
+    STREAMED_PAGE = "streamed page"
+    FLEET_LISTED = "fleet listed"
+    NARROWED_READ = "narrowed read"
+    STREAMED = "streamed"
+
+
+@dataclass(frozen=True)
+class AtOnce:
+    """An answer memory holds: `page`, sent from the service's handler."""
+
+    way: Way
+    page: bytes
+
+
+@dataclass(frozen=True)
+class Reading:
+    """An answer that reads a bucket: `read()` once the request's turn comes."""
+
+    way: Way
+    read: Callable[[], Awaitable[bytes]]
+
+
+Answer = AtOnce | Reading
+
+
+class Answering:
+    """Decides how each request is answered, and reads the buckets for those memory cannot answer."""
+
+    def __init__(
+        self, bus: Bus, cache: PageCache, registry: RegistryView | None = None, nodes: FleetView | None = None
+    ) -> None:
+        self.bus = bus
+        self.cache = cache
+        self.registry = registry
+        self.nodes = nodes
+        # The fleet is read whole one reading at a time (what=nodes before its view is filled).
+        # Listings need not take turns: a streamed one reads a pull at a time, bounded.
+        self.whole_listings = anyio.CapacityLimiter(1)
+
+    @property
+    def budget(self) -> int:
+        """The bytes of items a page carries, read per request: a reconnect may reach a server of
+        another max_payload."""
+        return page_budget(self.bus.max_payload)
+
+    def answer(self, asked: Asked) -> Answer:
+        """How `asked` is answered: at once when memory holds its page, else by reading a bucket.
+        Raises `RequestError` for a request the verb refuses."""
+        if asked.query.cursor is not None:
+            return self._by_cursor(asked)
+        at_once = self._from_views(asked)
+        if at_once is not None:
+            return at_once
+        return self._reading(_listing_way(asked.query), asked)
+
+    def _by_cursor(self, asked: Asked) -> Answer:
+        query = asked.query
+        assert query.cursor is not None
+        kept = self.cache.page(query.cursor, query.given(), asked.party)
+        if isinstance(kept, bytes):
+            return AtOnce(Way.KEPT_PAGE, kept)
+        return self._reading(Way.STREAMED_PAGE, asked)
+
+    def _from_views(self, asked: Asked) -> AtOnce | None:
+        what = asked.query.what
+        if what == "registry" and self.registry is not None:
+            page = self.registry.answer(self.budget)
+            return AtOnce(Way.REGISTRY_VIEW, page) if page is not None else None
+        if what == "nodes" and self.nodes is not None and self.nodes.ready:
+            return AtOnce(Way.NODES_VIEW, first_page(self.nodes, asked, self.cache, self.budget))
+        return None
+
+    def _reading(self, way: Way, asked: Asked) -> Reading:
+        readers = {
+            Way.STREAMED_PAGE: self._continued,
+            Way.FLEET_LISTED: self._fleet_listed,
+            Way.NARROWED_READ: self._narrowed,
+            Way.STREAMED: self._streamed,
+        }
+        return Reading(way, partial(self._closing_dropped, readers[way], asked))
+
+    async def _closing_dropped(self, read: Callable[[Asked], Awaitable[bytes]], asked: Asked) -> bytes:
+        try:
+            return await read(asked)
+        finally:
+            await self.cache.close_dropped()
+
+    async def _fleet_listed(self, asked: Asked) -> bytes:
+        fleet = await fleet_of(self.bus, self.nodes, asked.query.node, self.whole_listings)
+        return first_page(fleet, asked, self.cache, self.budget)
+
+    async def _narrowed(self, asked: Asked) -> bytes:
+        """The first page of a listing read whole, its later pages kept under a cursor for the
+        party that asked; streamed instead when one batch read does not answer it."""
+        query = asked.query
+        items = await read_narrowed(self.bus, query)
+        if items is None:
+            return await self._streamed(asked)
+        listing_id = self.cache.new_listing_id()
+        paginate = partial(paginate_listing, query.what, items, budget=self.budget, listing_id=listing_id)
+        # A large listing is encoded in a worker thread so that the event loop keeps answering others.
+        pages = await anyio.to_thread.run_sync(paginate) if len(items) > IN_THREAD_FROM else paginate()
+        log.debug("listed %s %s: %d pages", query.what, query.narrowing(), len(pages), extra={"what": query.what})
+        if len(pages) > 1:
+            self.cache.keep(listing_id, query.given(), pages[1:], asked.party)
+        return pages[0]
+
+    async def _streamed(self, asked: Asked) -> bytes:
+        """The first page of a streamed listing; kept under a cursor unless it was the last."""
+        query = asked.query
+        bucket = LISTABLE[query.what].bucket
+        filters = bucket.shape.filters(**query.narrowing())
+        listing_id = self.cache.new_listing_id()
+        try:
+            listing = await StreamedListing.start(
+                self.bus, query.what, filters, listing_id=listing_id, budget=self.budget, idle=self.cache.ttl
+            )
+        except BusError as err:
+            raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err
+        page = await self._page_of(listing, 1)
+        if not listing.finished:
+            self.cache.keep_streamed(listing_id, query.given(), listing, asked.party)
+        return page
+
+    async def _continued(self, asked: Asked) -> bytes:
+        """The page a streamed listing's cursor names. Looked up again now that its turn came: the
+        listing may have been dropped or have expired while the request waited."""
+        query = asked.query
+        assert query.cursor is not None
+        kept = self.cache.page(query.cursor, query.given(), asked.party)
+        if isinstance(kept, bytes):
+            return kept
+        listing, number = kept
+        page = await self._page_of(listing, number)
+        if listing.finished:
+            self.cache.forget(listing.listing_id)
+        return page
+
+    async def _page_of(self, listing: StreamedListing, number: int) -> bytes:
+        """Page `number` of `listing`; a listing that fails is forgotten (its cursor then 410)."""
+        try:
+            page = await listing.page(number)
+        except BusError as err:
+            self.cache.forget(listing.listing_id)
+            await listing.close()
+            bucket = LISTABLE[listing.what].bucket
+            raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err
+        if listing.finished:
+            await listing.close()
+        return page
+
+
+def _listing_way(query: Query) -> Way:
+    if query.what == "nodes":
+        return Way.FLEET_LISTED
+    return Way.NARROWED_READ if query.narrowing() else Way.STREAMED
+
+
+async def read_narrowed(bus: Bus, query: Query) -> list[KvItem] | None:
+    """The current keys of the query's bucket under its narrowing (server-side filters) by one
+    batch read, flat in the bucket's size; None when it has more keys than a batch read answers
+    (or the bucket has no direct get): such a listing is streamed."""
+    bucket = LISTABLE[query.what].bucket
+    filters = bucket.shape.filters(**query.narrowing())
+    try:
+        return await current_snapshot(bus, bucket, filters, batch_only=True)
+    except (TooManyKeys, NoResponders):
+        return None
+    except BusError as err:
+        raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err
