@@ -36,11 +36,17 @@ import anyio.to_thread
 from provisioner import tables
 from provisioner.errors import ProvisionerError
 from provisioner.grants_command import add_grants_command, run_grants
-from provisioner.nodes import DEFAULT_STALE_AFTER
 from provisioner.removal import node_keys, remove_keys
-from provisioner.request import MAX_STALE_AFTER_SECONDS
 from provisioner.server import run_server
-from provisioner.settings import ENV_PREFIX, QuerySettings, ServerSettings
+from provisioner.settings import (
+    ENV_PREFIX,
+    CommandLogSettings,
+    GrantsArguments,
+    QueryArguments,
+    RemoveNodeArguments,
+    ServerSettings,
+    TopArguments,
+)
 from provisioner.top import TopOptions, run_top
 from registry.contract import Bucket, buckets
 from registry.edge import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
@@ -154,34 +160,7 @@ def _add_query(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "columns when stdout is not a terminal), or JSON with --json, or JSON lines with --jsonl.",
         epilog=_EPILOG_QUERY, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    query.add_argument("what", nargs="?", default="registry", choices=tuple(tables.COLUMNS))
-    query.add_argument("--node", help="narrow to one node (needs, applied, collect)")
-    query.add_argument("--module", help="narrow to one module; for collect, the contributor")
-    query.add_argument("--collection", help="narrow to one collection (collect)")
-    query.add_argument("--kind", help="keep the entries of one kind (registry, needs; filtered here)")
-    query.add_argument("--name", help="keep the entries of one placeholder name (needs; filtered here)")
-    query.add_argument(
-        "--state", choices=tuple(dict.fromkeys(s for states in tables.STATES.values() for s in states)),
-        help="keep one state: applied or pending (applied), healthy, stale or gone (nodes); filtered here",
-    )  # fmt: skip
-    query.add_argument(
-        "--stale-after", type=float, metavar="SECONDS",
-        help=f"nodes: a node is stale after this long without a sign of life (default {_default_stale_after()})",
-    )  # fmt: skip
-    query.add_argument(
-        "--by-reason", action="store_true",
-        help="applied: each reason given, how many modules give it and which (--json: a list; --jsonl: one a line)",
-    )  # fmt: skip
-    output = query.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true", help="print the merged answer as JSON")
-    output.add_argument("--jsonl", action="store_true", help="print one JSON object per entry, then per malformed key")
-    query.add_argument("--compact", action="store_true", help="with --json, print it on one line")
-    query.add_argument(
-        "--wait", type=float, default=30.0, metavar="SECONDS",
-        help="how long to wait to connect, then for the whole answer (default 30); a seat that does not answer "
-        "within an attempt (2 s, doubled each time), is not there, is busy (503) or forgot the listing (410) "
-        "is asked again until then",
-    )  # fmt: skip
+    add_settings_arguments(query, QueryArguments, "what to ask and how to print it")
     _add_client_settings(query)
 
 
@@ -191,29 +170,15 @@ def _add_top(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Show the fleet's nodes and their verdicts, refreshed every --interval seconds, until Ctrl-C.",
         epilog=_EPILOG_TOP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    top.add_argument("--node", help="show one node only")
-    top.add_argument(
-        "--stale-after", type=float, metavar="SECONDS",
-        help=f"a node is stale after this long without a sign of life (default {_default_stale_after()})",
-    )  # fmt: skip
-    top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="how often to ask (default 2)")
-    top.add_argument("--once", action="store_true", help="print one frame and exit (5 if a node is stale or gone)")
-    top.add_argument(
-        "--wait", type=float, default=30.0, metavar="SECONDS",
-        help="how long to wait to connect, and with --once for the answer (default 30)",
-    )  # fmt: skip
+    add_settings_arguments(top, TopArguments, "what to show and how often")
     _add_client_settings(top)
 
 
 def _add_client_settings(command: argparse.ArgumentParser) -> None:
     """The settings of a command that connects as a client of the seat: the config, logging, NATS."""
     command.add_argument("--config", type=Path, metavar="PATH", help="a TOML file whose [nats] table has NATS options")
-    add_settings_arguments(command, QuerySettings, "logging")
+    add_settings_arguments(command, CommandLogSettings, "logging")
     add_settings_arguments(command, BusSettings, "NATS connection")
-
-
-def _default_stale_after() -> str:
-    return f"{DEFAULT_STALE_AFTER.total_seconds():g} s, the seat's"
 
 
 def _add_remove_node(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -223,9 +188,7 @@ def _add_remove_node(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "print what was removed.",
         epilog=_EPILOG_REMOVE, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    remove.add_argument("node", metavar="NODE", help="the node's name, as its client is told it (never escaped)")
-    remove.add_argument("--yes", action="store_true", help="remove without asking")
-    remove.add_argument("--wait", type=float, default=30.0, metavar="SECONDS", help="how long to wait to connect")
+    add_settings_arguments(remove, RemoveNodeArguments, "what to remove")
     _add_client_settings(remove)
 
 
@@ -256,40 +219,15 @@ async def _run_server(bus_options: BusOptions, settings: ServerSettings, stop: a
 
 
 def _query(args: argparse.Namespace) -> int:
-    logging_settings = load_settings(QuerySettings, given_flags(args, QuerySettings), None, os.environ)
+    query = load_settings(QueryArguments, given_flags(args, QueryArguments), None, os.environ)
     options = _bus_options(args, f"{buckets.SEAT}-query")
-    _configure_logging(logging_settings)
-    _check_client_filters(args)
-    request: dict[str, object] = {"what": args.what}
-    request |= {f: getattr(args, f) for f in ("node", "module", "collection") if getattr(args, f)}
-    if args.stale_after is not None:
-        request["stale_after"] = args.stale_after
-    answer = anyio.run(partial(_ask, options, request, wait=args.wait))
-    answer = tables.narrowed(answer, **{field: getattr(args, field) for field in tables.CLIENT_FILTERS})
+    _configure_logging(_log_settings(args))
+    answer = anyio.run(partial(_ask, options, query.request(), wait=query.wait.total_seconds()))
+    answer = tables.narrowed(answer, kind=query.kind, name=query.name, state=query.state)
     _print_answer(args, answer)
-    if args.what == "nodes" and tables.unhealthy(answer):
+    if query.what == "nodes" and tables.unhealthy(answer):
         return EXIT_STALE
     return EXIT_MALFORMED if answer["malformed"] else EXIT_OK
-
-
-def _check_client_filters(args: argparse.Namespace) -> None:
-    for field, whats in tables.CLIENT_FILTERS.items():
-        if getattr(args, field) is not None and args.what not in whats:
-            raise SettingsError(f"--{field}", f"does not apply to {args.what}; only to {', '.join(whats)}")
-    if args.by_reason and args.what != "applied":
-        raise SettingsError("--by-reason", f"does not apply to {args.what}; only to applied")
-    if args.state is not None and args.state not in tables.STATES.get(args.what, ()):
-        raise SettingsError(
-            "--state", f"{args.state} is not a state of {args.what}; one of {', '.join(tables.STATES[args.what])}"
-        )
-    if args.stale_after is not None and args.what != "nodes":
-        raise SettingsError("--stale-after", f"does not apply to {args.what}; only to nodes")
-    _check_stale_after(args.stale_after)
-
-
-def _check_stale_after(seconds: float | None) -> None:
-    if seconds is not None and not 0 < seconds <= MAX_STALE_AFTER_SECONDS:
-        raise SettingsError("--stale-after", f"{seconds:g} is not a number of seconds above 0 and within a year")
 
 
 def _print_answer(args: argparse.Namespace, answer: dict[str, Any]) -> None:
@@ -321,35 +259,28 @@ async def _ask(options: BusOptions, request: Mapping[str, object], *, wait: floa
 
 
 def _top(args: argparse.Namespace) -> int:
-    logging_settings = load_settings(QuerySettings, given_flags(args, QuerySettings), None, os.environ)
+    options = TopOptions.of(load_settings(TopArguments, given_flags(args, TopArguments), None, os.environ))
     bus_options = _bus_options(args, f"{buckets.SEAT}-top")
-    _configure_logging(logging_settings)
-    _check_stale_after(args.stale_after)
-    if not 0 < args.interval <= 86400:  # NaN and inf fail too
-        raise SettingsError("--interval", f"{args.interval:g} is not a number of seconds above 0 and at most a day")
-    options = TopOptions(interval=timedelta(seconds=args.interval), stale_after=args.stale_after, node=args.node,
-                         once=args.once, reply_wait=timedelta(seconds=args.wait))  # fmt: skip
-    last = anyio.run(until_signalled, partial(_watch_fleet, bus_options, options, wait=args.wait))
-    return EXIT_STALE if args.once and last is not None and tables.unhealthy(last) else EXIT_OK
+    _configure_logging(_log_settings(args))
+    last = anyio.run(until_signalled, partial(_watch_fleet, bus_options, options))
+    return EXIT_STALE if options.once and last is not None and tables.unhealthy(last) else EXIT_OK
 
 
-async def _watch_fleet(
-    bus_options: BusOptions, options: TopOptions, stop: anyio.Event, *, wait: float
-) -> dict[str, Any] | None:
-    async with connect_within(bus_options, timedelta(seconds=wait)) as bus:
+async def _watch_fleet(bus_options: BusOptions, options: TopOptions, stop: anyio.Event) -> dict[str, Any] | None:
+    async with connect_within(bus_options, options.reply_wait) as bus:
         return await run_top(bus, options, sys.stdout, stop)
 
 
 def _remove_node(args: argparse.Namespace) -> int:
-    logging_settings = load_settings(QuerySettings, given_flags(args, QuerySettings), None, os.environ)
+    removal = load_settings(RemoveNodeArguments, given_flags(args, RemoveNodeArguments), None, os.environ)
     options = _bus_options(args, f"{buckets.SEAT}-remove-node")
-    _configure_logging(logging_settings)
-    return anyio.run(partial(_remove, options, args.node, confirmed=args.yes, wait=args.wait))
+    _configure_logging(_log_settings(args))
+    return anyio.run(partial(_remove, options, removal.node, confirmed=removal.yes, wait=removal.wait))
 
 
-async def _remove(options: BusOptions, node: str, *, confirmed: bool, wait: float) -> int:
+async def _remove(options: BusOptions, node: str, *, confirmed: bool, wait: timedelta) -> int:
     """Lists the node's keys, asks unless `confirmed`, removes them and prints what was removed."""
-    async with connect_within(options, timedelta(seconds=wait)) as bus:
+    async with connect_within(options, wait) as bus:
         found = await node_keys(bus, node)
         if not any(found.values()):
             print(f"nothing to remove: node {node!r} has no key in the needs, applied or collect buckets")
@@ -379,8 +310,12 @@ def _bus_options(args: argparse.Namespace, name: str) -> BusOptions:
 
 
 def _grants(args: argparse.Namespace) -> int:
-    print(run_grants(args))
+    print(run_grants(load_settings(GrantsArguments, given_flags(args, GrantsArguments), None, os.environ)))
     return EXIT_OK
+
+
+def _log_settings(args: argparse.Namespace) -> CommandLogSettings:
+    return load_settings(CommandLogSettings, given_flags(args, CommandLogSettings), None, os.environ)
 
 
 def _configure_logging(settings: LogSettings) -> None:

@@ -6,9 +6,10 @@ A thin layer over `registry.access.issuing.issue_grants`, which the controller c
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from provisioner.settings import GrantsArguments
 from registry.access import SEED_SUFFIX, MeshParties, issue_grants
+from registry.edge import add_settings_arguments
 
 DESCRIPTION = """\
 Derive every party's NATS account from the catalogue, the providers and the node names, and write:
@@ -38,32 +39,22 @@ def add_grants_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "grants", help="write every party's NATS account, imports and key (for the controller)",
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="where accounts.conf and grants.json go")
-    parser.add_argument("--keys", type=Path, metavar="DIR", help="where the seeds are kept (default: --out)")
-    parser.add_argument("--node", action="append", default=[], metavar="NAME", help="a node (repeat)")
-    parser.add_argument("--provider", action="append", default=[], metavar="MODULE", help="a provider (repeat)")
-    parser.add_argument("--operator", action="append", default=[], metavar="NAME", help="an operator (repeat)")
-    parser.add_argument("--domains-file", type=Path, metavar="PATH", help="the seat's domains file, if any")
-    parser.add_argument("--jwt", action="store_true", help="also decentralized auth: JWTs, .creds, server-auth.conf")
+    add_settings_arguments(parser, GrantsArguments, "what to write, for whom")
 
 
-def run_grants(args: argparse.Namespace) -> str:
+def run_grants(asked: GrantsArguments) -> str:
     """Issues the grants; a summary for the terminal."""
-    keys = args.keys or args.out
+    out, keys = asked.out, asked.keys or asked.out
     before = {p.name for p in keys.glob(f"*{SEED_SUFFIX}")} if keys.is_dir() else set()
-    parties = MeshParties(nodes=_unique(args.node), providers=_unique(args.provider), operators=_unique(args.operator))
-    grants = issue_grants(args.out, parties, domains_file=args.domains_file, keys=keys, jwt=args.jwt)
+    parties = MeshParties(nodes=asked.node, providers=asked.provider, operators=asked.operator)
+    grants = issue_grants(out, parties, domains_file=asked.domains_file, keys=keys, jwt=asked.jwt)
     issued = sorted({p.name for p in keys.glob(f"*{SEED_SUFFIX}")} - before)
     lines = [
-        f"{len(grants.parties)} party accounts and the data account written to {args.out / 'accounts.conf'}",
-        f"grants as data: {args.out / 'grants.json'}",
+        f"{len(grants.parties)} party accounts and the data account written to {out / 'accounts.conf'}",
+        f"grants as data: {out / 'grants.json'}",
         f"seeds in {keys}: {len(issued)} new ({', '.join(issued) or 'none'}), the others reused",
     ]
-    if args.jwt:
-        lines.append(f"JWT mode: include {args.out / 'jwt' / 'server-auth.conf'}; credentials in {keys}/*.creds")
+    if asked.jwt:
+        lines.append(f"JWT mode: include {out / 'jwt' / 'server-auth.conf'}; credentials in {keys}/*.creds")
     lines += [f"not granted: {reason}" for reason in grants.skipped]
     return "\n".join(lines)
-
-
-def _unique(names: list[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(names))

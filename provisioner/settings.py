@@ -1,9 +1,15 @@
-"""The server's own settings, read once at the edge by `registry.edge.settings.load_settings`.
+"""Every `mesh-provisioner` command's settings, read once at the edge by `registry.edge.load_settings`.
 
-Precedence: command-line flags, then environment variables `MESH_PROVISIONER_<FIELD>`, then the
-TOML config file given by `--config` (top-level keys named as the fields; NATS options in its
-`[nats]` table), then the defaults. Unknown names are errors. Durations are seconds or ISO 8601
-(`PT1H`). NATS connection options are `registry.edge.settings.BusSettings` (`--nats-*`, `NATS_*`).
+The server's (`ServerSettings`): command-line flags, then environment variables
+`MESH_PROVISIONER_<FIELD>`, then the TOML config file given by `--config` (top-level keys named as
+the fields; NATS options in its `[nats]` table), then the defaults. Unknown names are errors.
+Durations are seconds or ISO 8601 (`PT1H`). NATS connection options are
+`registry.edge.BusSettings` (`--nats-*`, `NATS_*`).
+
+`query`, `top` and `remove-node` log as `CommandLogSettings` say (`MESH_PROVISIONER_LOG_*`), and
+connect as `serve` does. Each command's own arguments (`QueryArguments`, `TopArguments`,
+`RemoveNodeArguments`, `GrantsArguments`) are read from its command line alone: what to ask this
+time is no variable of the shell.
 
 Example config file:
 
@@ -20,14 +26,19 @@ Example config file:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import BeforeValidator, Field, StringConstraints
+from pydantic import AfterValidator, BeforeValidator, Field, JsonValue, StringConstraints, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from registry.edge import Duration, LogSettings
+from provisioner import tables
+from provisioner.nodes import DEFAULT_STALE_AFTER
+from provisioner.request import FILTERS, MAX_STALE_AFTER_SECONDS, What
+from registry.edge import CommandLine, Duration, EdgeSettings, LogSettings, flag_of
+from registry.errors import SettingsError
 from registry.runtime import LogLevel
 
 ENV_PREFIX = "MESH_PROVISIONER_"
@@ -92,9 +103,9 @@ class ServerSettings(LogSettings):
     )
 
 
-class QuerySettings(LogSettings):
-    """`mesh-provisioner query` reads only how to log: quieter by default, and it leaves the
-    server's other `MESH_PROVISIONER_*` variables (set in the same shell, say) alone."""
+class CommandLogSettings(LogSettings):
+    """How `query`, `top` and `remove-node` log: quieter than the server by default, and they leave
+    the server's other `MESH_PROVISIONER_*` variables (set in the same shell, say) alone."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
     foreign_env_prefixes: ClassVar[tuple[str, ...]] = (ENV_PREFIX,)
@@ -102,3 +113,134 @@ class QuerySettings(LogSettings):
     log_level: Annotated[LogLevel, BeforeValidator(str.upper)] = Field(
         default="WARNING", description="the least severe level logged"
     )
+
+
+class CommandArguments(EdgeSettings):
+    """A command's own arguments: from its command line alone, never a variable or the file."""
+
+    model_config = SettingsConfigDict(frozen=True)
+    command_line_only: ClassVar[bool] = True
+
+
+def _each_once(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names))
+
+
+Named = Annotated[str, Field(min_length=1)]
+EachOnce = Annotated[tuple[str, ...], AfterValidator(_each_once)]  # a flag repeated: each name once, in order
+Wait = Annotated[Duration, Field(gt=timedelta(0))]
+StaleAfter = Annotated[Duration, Field(gt=timedelta(0), le=timedelta(seconds=MAX_STALE_AFTER_SECONDS))]
+State = Literal["applied", "pending", "healthy", "stale", "gone"]  # a module's (applied) or a node's (nodes)
+
+_WAIT = timedelta(seconds=30)
+_THE_SEATS: dict[str, JsonValue] = {"shown_default": f"{DEFAULT_STALE_AFTER.total_seconds():g} s, the seat's"}
+_STALE = "a node is stale after this long without a sign of life"
+# The `what`s each argument read here applies to; the verb says which of its own filters apply.
+_APPLIES: Mapping[str, tuple[str, ...]] = {
+    **tables.CLIENT_FILTERS,
+    "by_reason": ("applied",),
+    "stale_after": ("nodes",),
+}
+
+
+class QueryArguments(CommandArguments):
+    """What `mesh-provisioner query` asks the verb, what it keeps of the answer and how it prints it."""
+
+    what: Annotated[What, CommandLine(positional=True, choices=True)] = Field(
+        default="registry", description="what to ask the verb for"
+    )
+    node: Named | None = Field(default=None, description="narrow to one node (needs, applied, collect)")
+    module: Named | None = Field(default=None, description="narrow to one module; for collect, the contributor")
+    collection: Named | None = Field(default=None, description="narrow to one collection (collect)")
+    kind: Named | None = Field(
+        default=None, description="keep the entries of one kind (registry, needs; filtered here)"
+    )
+    name: Named | None = Field(
+        default=None, description="keep the entries of one placeholder name (needs; filtered here)"
+    )
+    state: Annotated[State | None, CommandLine(choices=True)] = Field(
+        default=None,
+        description="keep one state: applied or pending (applied), healthy, stale or gone (nodes); filtered here",
+    )
+    stale_after: StaleAfter | None = Field(default=None, description=f"nodes: {_STALE}", json_schema_extra=_THE_SEATS)
+    by_reason: bool = Field(
+        default=False,
+        description="applied: each reason given, how many modules give it and which (--json: a list; --jsonl: "
+        "one a line)",
+    )
+    as_json: Annotated[bool, CommandLine(flag="--json", exclusive="output")] = Field(
+        default=False, description="print the merged answer as JSON"
+    )
+    jsonl: Annotated[bool, CommandLine(exclusive="output")] = Field(
+        default=False, description="print one JSON object per entry, then per malformed key"
+    )
+    compact: bool = Field(default=False, description="with --json, print it on one line")
+    wait: Wait = Field(
+        default=_WAIT,
+        description="how long to wait to connect, then for the whole answer; a seat that does not answer within "
+        "an attempt (2 s, doubled each time), is not there, is busy (503) or forgot the listing (410) is asked "
+        "again until then",
+    )
+
+    @model_validator(mode="after")
+    def _asks_what_applies(self) -> Self:
+        """A `SettingsError` naming the flag as typed; pydantic passes it on as it is (no `ValueError`)."""
+        for field, whats in _APPLIES.items():
+            if getattr(self, field) not in (None, False) and self.what not in whats:
+                raise SettingsError(
+                    flag_of(type(self), field), f"does not apply to {self.what}; only to {', '.join(whats)}"
+                )
+        states = tables.STATES.get(self.what, ())
+        if self.state is not None and self.state not in states:
+            raise SettingsError("--state", f"{self.state} is not a state of {self.what}; one of {', '.join(states)}")
+        return self
+
+    def request(self) -> dict[str, object]:
+        """The verb's request: `what`, the narrowing nats-server applies, and when a node is stale."""
+        asked: dict[str, object] = {"what": self.what}
+        asked |= {field: value for field in FILTERS if (value := getattr(self, field)) is not None}
+        if self.stale_after is not None:
+            asked["stale_after"] = self.stale_after.total_seconds()
+        return asked
+
+
+class TopArguments(CommandArguments):
+    """What `mesh-provisioner top` shows, and how often it asks."""
+
+    node: Named | None = Field(default=None, description="show one node only")
+    stale_after: StaleAfter | None = Field(default=None, description=_STALE, json_schema_extra=_THE_SEATS)
+    interval: Duration = Field(
+        default=timedelta(seconds=2), gt=timedelta(0), le=timedelta(days=1), description="how often to ask"
+    )
+    once: bool = Field(default=False, description="print one frame and exit (5 if a node is stale or gone)")
+    wait: Wait = Field(default=_WAIT, description="how long to wait to connect, and with --once for the answer")
+
+
+class RemoveNodeArguments(CommandArguments):
+    """Which node `mesh-provisioner remove-node` removes, and whether it asks first."""
+
+    node: Annotated[str, CommandLine(positional=True, metavar="NODE")] = Field(
+        min_length=1, description="the node's name, as its client is told it (never escaped)"
+    )
+    yes: bool = Field(default=False, description="remove without asking")
+    wait: Wait = Field(default=_WAIT, description="how long to wait to connect")
+
+
+class GrantsArguments(CommandArguments):
+    """The parties `mesh-provisioner grants` writes accounts and keys for, and where."""
+
+    out: Annotated[Path, CommandLine(metavar="DIR")] = Field(description="where accounts.conf and grants.json go")
+    keys: Annotated[Path | None, CommandLine(metavar="DIR")] = Field(
+        default=None, description="where the seeds are kept (default: --out)"
+    )
+    node: Annotated[EachOnce, CommandLine(repeat=True, metavar="NAME")] = Field(
+        default=(), description="a node (repeat)"
+    )
+    provider: Annotated[EachOnce, CommandLine(repeat=True, metavar="MODULE")] = Field(
+        default=(), description="a provider (repeat)"
+    )
+    operator: Annotated[EachOnce, CommandLine(repeat=True, metavar="NAME")] = Field(
+        default=(), description="an operator (repeat)"
+    )
+    domains_file: Path | None = Field(default=None, description="the seat's domains file, if any")
+    jwt: bool = Field(default=False, description="also decentralized auth: JWTs, .creds, server-auth.conf")

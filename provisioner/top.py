@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.text import Text
 
 from provisioner import tables
+from provisioner.settings import TopArguments
 from registry.errors import BusError, ServiceError
 from registry.wire import Bus, ask_page
 
@@ -36,17 +37,28 @@ OnPage = Callable[[int, int | None], None]  # pages read, pages in all (None: no
 @dataclass(frozen=True)
 class TopOptions:
     interval: timedelta = timedelta(seconds=2)
-    stale_after: float | None = None
+    stale_after: timedelta | None = None
     node: str | None = None
     once: bool = False
     reply_wait: timedelta = timedelta(seconds=10)
+
+    @classmethod
+    def of(cls, arguments: TopArguments) -> TopOptions:
+        """The options `mesh-provisioner top` was given; it waits as long for an answer as to connect."""
+        return cls(
+            interval=arguments.interval,
+            stale_after=arguments.stale_after,
+            node=arguments.node,
+            once=arguments.once,
+            reply_wait=arguments.wait,
+        )
 
     def request(self) -> dict[str, Any]:
         asked: dict[str, Any] = {"what": "nodes"}
         if self.node is not None:
             asked["node"] = self.node
         if self.stale_after is not None:
-            asked["stale_after"] = self.stale_after
+            asked["stale_after"] = self.stale_after.total_seconds()
         return asked
 
 

@@ -15,6 +15,11 @@ A field may have more flags (`flag_aliases`): `BusSettings` answers to the `nats
 (`--server`/`-s`, `--creds`, `--tlsca`, `--context`...), and once read it looks up what was not
 given in the `nats` CLI's contexts (`BusSettings.resolved`, `registry.edge.nats_context`).
 
+A command's own arguments are a model too, read from the command line alone (`command_line_only`:
+no variable, no file key). A `bool` field is a switch (`--json`); `CommandLine` in a field's
+`Annotated` metadata makes it a positional argument, a flag repeated into a list, a value argparse
+checks against the field's `Literal`, one of flags given at most one at a time, or names its flag.
+
 Example config file of the server:
 
     compile_interval = "PT10M"
@@ -32,6 +37,7 @@ import tomllib
 import types
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Self, TypeVar
@@ -61,12 +67,26 @@ Duration = Annotated[timedelta, BeforeValidator(_seconds_or_iso)]
 """A duration setting: seconds as a number or numeric text, or ISO 8601 (`PT1H`)."""
 
 
+@dataclass(frozen=True)
+class CommandLine:
+    """How a field is given on the command line when not as `--field VALUE`, in its `Annotated`
+    metadata: `what: Annotated[What, CommandLine(positional=True, choices=True)]`."""
+
+    flag: str | None = None  # its flag when not named after the field: `--json` for `as_json`
+    positional: bool = False  # an argument, not a flag; it may be left out when the field has a default
+    metavar: str | None = None
+    choices: bool = False  # argparse refuses a value outside the field's `Literal`, with the usage
+    repeat: bool = False  # the flag may be given again, each value one item of the field's list
+    exclusive: str | None = None  # of the flags sharing this name, at most one may be given
+
+
 class EdgeSettings(BaseSettings):
     """A settings model read by `load_settings`; each field's `description` is its `--help` line.
 
     `flag_prefix` names the model's flags (`"nats"`: `--nats-url`), `config_table` the TOML table
-    its keys live in (`None`: the top level), and `foreign_env_prefixes` the variables under its
-    `env_prefix` that belong to someone else and are not refused as misspellings."""
+    its keys live in (`None`: the top level), `foreign_env_prefixes` the variables under its
+    `env_prefix` that belong to someone else and are not refused as misspellings, and
+    `command_line_only` a command's arguments: read from its flags alone, never a variable or file."""
 
     model_config = SettingsConfigDict(extra="forbid")
 
@@ -74,6 +94,7 @@ class EdgeSettings(BaseSettings):
     flag_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     config_table: ClassVar[str | None] = None
     foreign_env_prefixes: ClassVar[tuple[str, ...]] = ()
+    command_line_only: ClassVar[bool] = False
 
     def resolved(self, environ: Mapping[str, str], origins: Mapping[str, str]) -> Self:
         """The settings once what was not given is looked up elsewhere; `origins` says where each
@@ -257,8 +278,11 @@ _SHARED_TABLES = frozenset({BusSettings.config_table})
 
 
 def flag_of(model_cls: type[EdgeSettings], field: str) -> str:
-    """The command-line flag of `field`: `--compile-interval`, `--nats-url`."""
-    return "--" + "-".join(p for p in (model_cls.flag_prefix, field.replace("_", "-")) if p)
+    """The command-line flag of `field`: `--compile-interval`, `--nats-url`, or the one its
+    `CommandLine` names (`--json`)."""
+    info = model_cls.model_fields.get(field)
+    named = _command_line(info).flag if info is not None else None
+    return named or "--" + "-".join(p for p in (model_cls.flag_prefix, field.replace("_", "-")) if p)
 
 
 def env_of(model_cls: type[EdgeSettings], field: str) -> str:
@@ -274,34 +298,93 @@ def _dest_of(model_cls: type[EdgeSettings], field: str) -> str:
     return flag_of(model_cls, field)[2:].replace("-", "_")
 
 
+_AS_A_FLAG = CommandLine()
+
+
+def _command_line(field: FieldInfo) -> CommandLine:
+    return next((said for said in field.metadata if isinstance(said, CommandLine)), _AS_A_FLAG)
+
+
+def _given_as(model_cls: type[EdgeSettings], name: str) -> str:
+    """How an error names the setting `name`: its flag or argument, and its variable."""
+    field = model_cls.model_fields[name]
+    said = _command_line(field)
+    given = f"argument {_metavar(name, field)}" if said.positional else f"flag {flag_of(model_cls, name)}"
+    return given if model_cls.command_line_only else f"{given}, env {env_of(model_cls, name)}"
+
+
 # -- flags -------------------------------------------------------------------------------------
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser, model_cls: type[EdgeSettings], title: str) -> None:
-    """A `--flag` for every field of `model_cls`, in a help group `title`. Values stay text for
-    pydantic to validate; read the given ones back with `given_flags`."""
+    """An argument for every field of `model_cls`: a `--flag` in a help group `title`, or a
+    positional one. Values stay text for pydantic to validate; read the given ones back with
+    `given_flags`."""
     group = parser.add_argument_group(title)
+    exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
     for name, field in model_cls.model_fields.items():
-        group.add_argument(
-            *model_cls.flag_aliases.get(name, ()),
-            flag_of(model_cls, name),
-            dest=_dest_of(model_cls, name),
-            default=None,
-            metavar=_metavar(name, field),
-            help=_help(model_cls, name, field).replace("%", "%%"),
-        )
+        said = _command_line(field)
+        if said.positional:
+            parser.add_argument(_dest_of(model_cls, name), **_positional(model_cls, name, field))
+            continue
+        where: argparse._ActionsContainer = group
+        if said.exclusive is not None:
+            if said.exclusive not in exclusive:
+                exclusive[said.exclusive] = group.add_mutually_exclusive_group()
+            where = exclusive[said.exclusive]
+        names = (*model_cls.flag_aliases.get(name, ()), flag_of(model_cls, name))
+        where.add_argument(*names, dest=_dest_of(model_cls, name), **_flag(model_cls, name, field))
 
 
-def given_flags(args: argparse.Namespace, model_cls: type[EdgeSettings]) -> dict[str, str]:
-    """The fields of `model_cls` given on the command line, as the text given."""
+def given_flags(args: argparse.Namespace, model_cls: type[EdgeSettings]) -> dict[str, Any]:
+    """The fields of `model_cls` given on the command line: the text given (a list of them for a
+    repeated flag, `True` for a switch)."""
     given = {name: getattr(args, _dest_of(model_cls, name), None) for name in model_cls.model_fields}
     return {name: value for name, value in given.items() if value is not None}
 
 
+def _flag(model_cls: type[EdgeSettings], name: str, field: FieldInfo) -> dict[str, Any]:
+    """argparse's keywords for the flag of `name`: a switch for a `bool`, else one value (or more)."""
+    said = _command_line(field)
+    described = {"default": None, "help": _help(model_cls, name, field)}
+    if _without_none(field.annotation) is bool:
+        return described | {"action": "store_true"}
+    required = model_cls.command_line_only and field.is_required()  # else a variable or the file may give it
+    return described | {
+        "metavar": _metavar(name, field),
+        "choices": _choices(field),
+        "action": "append" if said.repeat else "store",
+        "required": required,
+    }
+
+
+def _positional(model_cls: type[EdgeSettings], name: str, field: FieldInfo) -> dict[str, Any]:
+    given = {"metavar": _metavar(name, field), "choices": _choices(field), "help": _help(model_cls, name, field)}
+    return given if field.is_required() else given | {"nargs": "?", "default": None}
+
+
+def _choices(field: FieldInfo) -> tuple[object, ...] | None:
+    return typing.get_args(_without_none(field.annotation)) if _command_line(field).choices else None
+
+
 def _help(model_cls: type[EdgeSettings], name: str, field: FieldInfo) -> str:
-    default = "required" if field.is_required() else f"default {_shown_default(field)}"
-    where = f"env {env_of(model_cls, name)}, file {_file_key_of(model_cls, name)}"
-    return f"{field.description or name.replace('_', ' ')} ({default}; {where})"
+    notes = [note for note in (_default_note(model_cls, field), _where(model_cls, name)) if note]
+    described = field.description or name.replace("_", " ")
+    return (f"{described} ({'; '.join(notes)})" if notes else described).replace("%", "%%")
+
+
+def _default_note(model_cls: type[EdgeSettings], field: FieldInfo) -> str | None:
+    if field.is_required():  # a command's argument: argparse says it is required
+        return None if model_cls.command_line_only else "required"
+    shown = _shown_default(field)
+    unsaid = model_cls.command_line_only and shown in ("none", "False")  # a switch, a narrowing not asked
+    return None if unsaid else f"default {shown}"
+
+
+def _where(model_cls: type[EdgeSettings], name: str) -> str | None:
+    if model_cls.command_line_only:
+        return None
+    return f"env {env_of(model_cls, name)}, file {_file_key_of(model_cls, name)}"
 
 
 def _shown_default(field: FieldInfo) -> str:
@@ -320,6 +403,8 @@ def _shown(value: object) -> str:
 
 
 def _metavar(name: str, field: FieldInfo) -> str:
+    if _command_line(field).metavar is not None:
+        return str(_command_line(field).metavar)
     annotation = _without_none(field.annotation)
     if typing.get_origin(annotation) is Literal:
         return "{" + ",".join(str(choice) for choice in typing.get_args(annotation)) + "}"
@@ -328,10 +413,11 @@ def _metavar(name: str, field: FieldInfo) -> str:
 
 
 def _without_none(annotation: Any) -> Any:
+    """The type a value is given as: `timedelta` for `Duration | None`."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         rest = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-        return rest[0] if len(rest) == 1 else annotation
-    return annotation
+        annotation = rest[0] if len(rest) == 1 else annotation
+    return typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -357,13 +443,15 @@ def load_settings(
 
 
 def _env_values(model_cls: type[EdgeSettings], environ: Mapping[str, str]) -> dict[str, str]:
+    if model_cls.command_line_only:
+        return {}
     upper = {name.upper(): value for name, value in environ.items()}
     return {name: upper[env_of(model_cls, name)] for name in model_cls.model_fields if env_of(model_cls, name) in upper}
 
 
 def _refuse_unknown_variables(model_cls: type[EdgeSettings], environ: Mapping[str, str]) -> None:
     prefix = env_of(model_cls, "")
-    if not prefix:
+    if not prefix or model_cls.command_line_only:
         return
     known = {env_of(model_cls, name) for name in model_cls.model_fields}
     ours = (n.upper() for n in environ if n.upper().startswith(prefix))
@@ -374,7 +462,7 @@ def _refuse_unknown_variables(model_cls: type[EdgeSettings], environ: Mapping[st
 
 
 def _file_values(model_cls: type[EdgeSettings], config_file: Path | None) -> dict[str, Any]:
-    if config_file is None:
+    if config_file is None or model_cls.command_line_only:
         return {}
     source = f"config file {config_file}"
     try:
@@ -394,6 +482,8 @@ def _file_values(model_cls: type[EdgeSettings], config_file: Path | None) -> dic
 
 
 def _sources(model_cls: type[EdgeSettings], config_file: Path | None) -> str:
+    if model_cls.command_line_only:
+        return "settings (the command line)"
     flags = f"--{model_cls.flag_prefix}-* flags" if model_cls.flag_prefix else "flags"
     file = f", config file {config_file}" if config_file else ""
     if file and model_cls.config_table:
@@ -419,4 +509,4 @@ def _describe_one(error: Any, model_cls: type[EdgeSettings] | None) -> str:
     top = str(error["loc"][0]) if error["loc"] else ""
     if top not in model_cls.model_fields:
         return f"{field}: {error['msg']}"
-    return f"{field}: {error['msg']} (flag {flag_of(model_cls, top)}, env {env_of(model_cls, top)})"
+    return f"{field}: {error['msg']} ({_given_as(model_cls, top)})"

@@ -7,19 +7,39 @@ import json
 import os
 import subprocess
 import sys
+import typing
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import Annotated, ClassVar, Literal
 
 import pytest
-from pydantic import TypeAdapter
+from pydantic import Field, TypeAdapter
 
 from mesh_dev.cli import build_parser as dev_parser
 from provisioner.cli import build_parser as server_parser
-from provisioner.settings import QuerySettings, ServerSettings
+from provisioner.settings import (
+    CommandLogSettings,
+    GrantsArguments,
+    QueryArguments,
+    RemoveNodeArguments,
+    ServerSettings,
+    TopArguments,
+)
 from provisioner_client.cli import build_parser as client_parser
 from provisioner_client.settings import ClientSettings
-from registry.edge import DEV_CONTEXT, BusSettings, Duration, EdgeSettings, env_of, flag_of, given_flags, load_settings
+from registry.edge import (
+    DEV_CONTEXT,
+    BusSettings,
+    CommandLine,
+    Duration,
+    EdgeSettings,
+    add_settings_arguments,
+    env_of,
+    flag_of,
+    given_flags,
+    load_settings,
+)
 from registry.errors import SettingsError
 
 
@@ -110,8 +130,11 @@ def test_only_the_flags_given_are_read_back_as_the_text_given() -> None:
 
 COMMANDS = [
     pytest.param(server_parser, ["serve"], [ServerSettings, BusSettings], id="mesh-provisioner serve"),
-    pytest.param(server_parser, ["query"], [QuerySettings, BusSettings], id="mesh-provisioner query"),
-    pytest.param(server_parser, ["remove-node", "n1"], [QuerySettings, BusSettings], id="mesh-provisioner remove-node"),
+    pytest.param(server_parser, ["query"], [CommandLogSettings, BusSettings], id="mesh-provisioner query"),
+    pytest.param(server_parser, ["top"], [CommandLogSettings, BusSettings], id="mesh-provisioner top"),
+    pytest.param(
+        server_parser, ["remove-node", "n1"], [CommandLogSettings, BusSettings], id="mesh-provisioner remove-node"
+    ),
     pytest.param(client_parser, ["reconcile"], [ClientSettings, BusSettings], id="client reconcile"),
     pytest.param(client_parser, ["status"], [ClientSettings, BusSettings], id="client status"),
     pytest.param(dev_parser, [], [ServerSettings], id="mesh-provisioner-dev"),
@@ -138,6 +161,123 @@ def test_help_lists_every_field_of_every_settings_model_the_command_takes(
     assert missing == [] and [alias for alias in aliases if f"{alias} " not in shown] == []
 
 
+# -- a command's arguments -----------------------------------------------------------------------
+
+
+class Arguments(EdgeSettings):
+    """A command's arguments, given every way the command line gives one."""
+
+    command_line_only: ClassVar[bool] = True
+
+    target: Annotated[str, CommandLine(positional=True, metavar="TARGET")] = Field(min_length=1)
+    what: Annotated[Literal["one", "two"], CommandLine(positional=True, choices=True)] = "one"
+    level: Annotated[Literal["low", "high"] | None, CommandLine(choices=True)] = None
+    as_json: Annotated[bool, CommandLine(flag="--json", exclusive="output")] = False
+    jsonl: Annotated[bool, CommandLine(exclusive="output")] = False
+    tag: Annotated[tuple[str, ...], CommandLine(repeat=True, metavar="TAG")] = ()
+    out: Path = Field(description="where it goes")
+    pause: Duration = Field(default=timedelta(seconds=2), gt=timedelta(0), description="how long it waits")
+
+
+def arguments_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="command")
+    add_settings_arguments(parser, Arguments, "arguments")
+    return parser
+
+
+def test_a_commands_arguments_are_read_from_its_command_line_alone(tmp_path: Path) -> None:
+    argv = ["t", "two", "--level", "high", "--json", "--tag", "a", "--tag", "b", "--out", "o", "--pause", "PT1M"]
+    flags = given_flags(arguments_parser().parse_args(argv), Arguments)
+    assert flags == {"target": "t", "what": "two", "level": "high", "as_json": True, "tag": ["a", "b"], "out": "o",
+                     "pause": "PT1M"}  # fmt: skip
+    config = tmp_path / "config.toml"
+    config.write_text("pause = 9\nunknown = 1\n")
+    environ = {"PAUSE": "5", "TARGET": "env", "JSONL": "true", "MESH_PROVISIONER_PAUSE": "5"}
+    read = load_settings(Arguments, flags, config, environ)
+    assert (read.target, read.what, read.level, read.as_json, read.jsonl, read.tag, read.out, read.pause) == (
+        "t", "two", "high", True, False, ("a", "b"), Path("o"), timedelta(minutes=1)
+    )  # fmt: skip
+
+
+def test_an_argument_not_given_is_its_default() -> None:
+    flags = given_flags(arguments_parser().parse_args(["t", "--out", "o"]), Arguments)
+    assert flags == {"target": "t", "out": "o"}
+    read = load_settings(Arguments, flags, None, {})
+    assert (read.what, read.level, read.as_json, read.tag, read.pause) == ("one", None, False, (), timedelta(seconds=2))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["t", "three", "--out", "o"], id="a positional argument outside its choices"),
+        pytest.param(["t", "--level", "mid", "--out", "o"], id="a flag outside its choices"),
+        pytest.param(["t", "--json", "--jsonl", "--out", "o"], id="two flags of one exclusive group"),
+        pytest.param(["t"], id="a required flag left out"),
+        pytest.param(["--out", "o"], id="a required positional argument left out"),
+        pytest.param(["t", "--out", "o", "--json", "yes"], id="a value after a switch"),
+    ],
+)
+def test_argparse_refuses_what_the_generated_arguments_do_not_take(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        arguments_parser().parse_args(argv)
+    assert raised.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        pytest.param({"target": "", "out": "o"}, "target: String should have at least 1 character (argument TARGET)",
+                     id="a positional argument"),
+        pytest.param({"target": "t", "out": "o", "pause": "-1"}, "(flag --pause)", id="a flag"),
+    ],
+)  # fmt: skip
+def test_a_wrong_argument_is_named_as_given_and_never_as_a_variable(flags: dict[str, str], names: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings(Arguments, flags, None, {})
+    assert str(raised.value).startswith("settings (the command line): ")
+    assert names in str(raised.value) and "env" not in str(raised.value)
+
+
+def test_the_help_of_arguments_says_only_the_defaults_worth_saying() -> None:
+    shown = " ".join(arguments_parser().format_help().split())
+    assert "TARGET" in shown and "--out PATH where it goes --pause SECONDS how long it waits (default 2 s)" in shown
+    assert "{one,two} what (default one)" in shown and "[--json | --jsonl]" in shown and "--tag TAG tag --out" in shown
+    assert "env" not in shown and "file" not in shown and "default none" not in shown and "False" not in shown
+
+
+def shown_as(model: type[EdgeSettings], field: str) -> str:
+    """How `--help` names a field of a command's arguments: its positional argument or its flag."""
+    info = model.model_fields[field]
+    said = next((m for m in info.metadata if isinstance(m, CommandLine)), CommandLine())
+    if not said.positional:
+        return flag_of(model, field)
+    return said.metavar or "{" + ",".join(typing.get_args(info.annotation)) + "}"
+
+
+@pytest.mark.parametrize(
+    ("command", "model"),
+    [
+        pytest.param("query", QueryArguments, id="query"),
+        pytest.param("top", TopArguments, id="top"),
+        pytest.param("remove-node", RemoveNodeArguments, id="remove-node"),
+        pytest.param("grants", GrantsArguments, id="grants"),
+    ],
+)
+def test_help_lists_every_argument_of_every_command(
+    command: str, model: type[EdgeSettings], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        server_parser().parse_args([command, "--help"])
+    shown = capsys.readouterr().out
+    described = " ".join(shown.split())
+    missing = [
+        field
+        for field, info in model.model_fields.items()
+        if shown_as(model, field) not in shown or " ".join(str(info.description).split()) not in described
+    ]
+    assert model.command_line_only and missing == []
+
+
 # -- the nats CLI's names and contexts -----------------------------------------------------------
 
 NATS_CLI_FLAGS = [
@@ -161,6 +301,7 @@ NATS_CLI_FLAGS = [
         pytest.param(server_parser, ["query"], id="query"),
         pytest.param(server_parser, ["serve"], id="serve"),
         pytest.param(server_parser, ["remove-node", "n1"], id="remove-node"),
+        pytest.param(server_parser, ["top"], id="top"),
         pytest.param(client_parser, ["status"], id="client status"),
         pytest.param(client_parser, ["reconcile"], id="client reconcile"),
     ],
