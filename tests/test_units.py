@@ -4,7 +4,10 @@ programs' defaults, the polkit rule as polkit runs it, the container definitions
 `systemd-analyze verify` runs on a temporary root holding the units, systemd's own units and the
 console scripts of this virtualenv at the units' `/opt/mesh-provisioner/bin/` (verify refuses an
 `ExecStart=` it cannot find). When `systemd-analyze` is missing it is installed with apt-get if
-we are root on such a machine, else those tests are skipped with the reason.
+we are root on such a machine, else those tests are skipped with the reason; the tests that may
+install it run on one xdist worker, so that two apt-gets never contend for dpkg's lock.
+
+The polkit rule is run by `node`, which `./scripts/test` installs: without it that test fails.
 """
 
 from __future__ import annotations
@@ -80,6 +83,9 @@ def _systemd_analyze() -> str:
     return shutil.which("systemd-analyze") or pytest.fail("apt-get installed systemd without systemd-analyze")
 
 
+APT_GET = pytest.mark.xdist_group("apt-get")
+
+
 @pytest.fixture(scope="module")
 def analyze() -> str:
     return _systemd_analyze()
@@ -110,11 +116,13 @@ def verify(analyze: str, root: Path, *units: str) -> subprocess.CompletedProcess
     return subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
 
 
+@APT_GET
 def test_systemd_analyze_verify_accepts_both_units_without_a_warning(analyze: str, system_root: Path) -> None:
     done = verify(analyze, system_root, *(unit.name for unit in UNITS.values()))
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
+@APT_GET
 def test_verify_here_does_report_a_misspelt_setting_and_a_missing_program(analyze: str, system_root: Path) -> None:
     """The check above could pass by looking at nothing: the same harness does see faults."""
     unit = system_root / "etc/systemd/system" / UNITS["seat"].name
@@ -126,6 +134,7 @@ def test_verify_here_does_report_a_misspelt_setting_and_a_missing_program(analyz
     assert done.returncode != 0
 
 
+@APT_GET
 @pytest.mark.parametrize("role", list(UNITS))
 def test_systemd_analyze_security_rates_each_unit_at_most_2_of_10(analyze: str, system_root: Path, role: str) -> None:
     unit = f"/etc/systemd/system/{UNITS[role].name}"
@@ -258,6 +267,10 @@ const asked = JSON.parse(process.argv[3]);
 console.log(JSON.stringify(asked.map(([id, user, unit, verb]) =>
     rules.map((rule) => rule({id, lookup: (k) => ({unit, verb})[k]}, {user})).find((r) => r != null) ?? null)));
 """
+NODE_MISSING = (
+    "node is not installed, so the polkit rule cannot be run: install it (Debian: sudo apt-get install nodejs; "
+    "./scripts/test does so when run as root)"
+)
 MANAGE = "org.freedesktop.systemd1.manage-units"
 ASKED = {
     (MANAGE, "mesh-provisioner", "app.service", "try-restart"): "yes",
@@ -272,7 +285,7 @@ ASKED = {
 
 
 def test_the_polkit_rule_lets_the_client_restart_its_listed_units_and_nothing_else(tmp_path: Path) -> None:
-    node = shutil.which("node") or shutil.which("nodejs") or pytest.skip("node is not installed: the rule is not run")
+    node = shutil.which("node") or shutil.which("nodejs") or pytest.fail(NODE_MISSING)
     harness = tmp_path / "harness.js"
     harness.write_text(POLKIT_HARNESS)
     rule = DEPLOY / "polkit" / "50-mesh-provisioner-client.rules"
