@@ -8,9 +8,9 @@ own keys of needs, applied and collect from the provisioning verb, which answers
 own keys with each entry's revision; whether they moved at all it learns from their stamp, one
 direct get of `<node>.>` (`NodeScope.stamp`), which its grant of its own keys' direct gets allows.
 A key out of shape under the node is the node's footprint too: the verb names it as malformed, and
-it is read by direct get so that a converge removes it. The verb's pages are read by
-`registry.contract.bounded_json.read_json` (at most the largest NATS payload, and the values' depth bound
-plus the answer's own levels): a page beyond that is a `BusError`, never a crash.
+it is read by direct get so that a converge removes it. The verb's pages are followed and bounded
+by `registry.wire.answer_of` (a key answered twice is kept where it was answered last): a page it
+cannot use is a `BusError`, never a crash.
 """
 
 from __future__ import annotations
@@ -18,16 +18,20 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Literal
 
 from provisioner_client.errors import ForeignKeyError
-from registry.contract import MAX_DEPTH, MAX_PAGE_BYTES, Bucket, JsonRefused, buckets, encode_token, read_json, under
-from registry.errors import BusError, WrongLastSequence
-from registry.wire import Bus, Changes, KvItem, Step, ask_service, converge_steps, get_direct, run_steps, update
+from registry.contract import Bucket, NodeRow, Row, buckets, encode_token, under
+from registry.errors import WrongLastSequence
+from registry.wire import Bus, Changes, KvItem, Step, answer_of, converge_steps, get_direct, run_steps, update
 
 IN_FLIGHT = 64  # writes a converge keeps in flight: about one round trip per 64 keys
 
-LISTED_AS = {buckets.NEEDS.name: "needs", buckets.APPLIED.name: "applied", buckets.COLLECT.name: "collect"}
+LISTED_AS: Mapping[str, Literal["needs", "applied", "collect"]] = {
+    buckets.NEEDS.name: "needs",
+    buckets.APPLIED.name: "applied",
+    buckets.COLLECT.name: "collect",
+}
 
 
 class NodeScope:
@@ -54,11 +58,12 @@ class NodeScope:
         """This node's keys of `bucket` (needs, applied or collect), as the verb lists them, with
         the malformed ones under the node read by direct get; `narrowing` adds request fields
         (`collection`, `module`)."""
-        entries, malformed = await _ask_all(bus, {"what": LISTED_AS[bucket.name], "node": self.node, **narrowing})
-        items = [_item_of(entry) for entry in entries if _revised(entry)]
-        unsure = [e for e in entries if not _revised(e)] + malformed
-        for entry in unsure:
-            item = await self._stored(bus, bucket, str(entry["key"]))
+        answer = await answer_of(bus, {"what": LISTED_AS[bucket.name], "node": self.node, **narrowing})
+        listed = [row for row in answer.entries if not isinstance(row, NodeRow)]
+        items = [_item_of(row, row.revision) for row in listed if row.revision is not None]
+        unsure = [row.key for row in listed if row.revision is None] + [bad.key for bad in answer.malformed]
+        for key in unsure:
+            item = await self._stored(bus, bucket, key)
             if item is not None:
                 items.append(item)
         return items
@@ -101,45 +106,11 @@ class NodeScope:
         return changes
 
 
-async def _ask_all(bus: Bus, request: Mapping[str, str]) -> tuple[list[Any], list[Any]]:
-    """Every page of the verb's answer to `request`: its entries and its malformed keys."""
-    entries: list[Any] = []
-    malformed: list[Any] = []
-    cursor: object = None
-    while True:
-        body = {**request, "cursor": cursor} if cursor is not None else dict(request)
-        page = await _ask_page(bus, body)
-        entries.extend(page["entries"])
-        malformed.extend(page["malformed"])
-        cursor = page.get("next")
-        if cursor is None:
-            return entries, malformed
-
-
-async def _ask_page(bus: Bus, request: Mapping[str, object]) -> dict[str, Any]:
-    operation = f"ask {buckets.VERB_SUBJECT} {request.get('what')}"
-    reply = await ask_service(bus, buckets.VERB_SUBJECT, json.dumps(request).encode())
-    try:
-        page = read_json(reply.data, max_bytes=MAX_PAGE_BYTES, max_depth=MAX_DEPTH + 8)
-    except JsonRefused as err:
-        raise BusError(operation, f"the answer cannot be used: {err.reason}") from None
-    if not isinstance(page, dict) or not all(isinstance(page.get(f), list) for f in ("entries", "malformed")):
-        raise BusError(operation, "the answer is not a listing")
-    for entry in [*page["entries"], *page["malformed"]]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
-            raise BusError(operation, "the answer lists an entry without a key")
-    return page
-
-
-def _revised(entry: Mapping[str, Any]) -> bool:
-    return isinstance(entry.get("revision"), int) and "value" in entry
-
-
-def _item_of(entry: Mapping[str, Any]) -> KvItem:
+def _item_of(row: Row, revision: int) -> KvItem:
     """An entry of the verb's answer as the stored bytes: the value re-encoded as
     `registry.contract.models.to_json` writes it, so an unchanged value compares equal and is not rewritten."""
-    value = json.dumps(entry["value"], sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    return KvItem(str(entry["key"]), value, int(entry["revision"]))
+    value = json.dumps(row.value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return KvItem(row.key, value, revision)
 
 
 async def _recorded(step: Step, revisions: dict[str, int]) -> object:

@@ -30,7 +30,10 @@ from registry.contract.placeholders import Placeholder, find_placeholders, parse
 from registry.contract.templates import NamePattern, fields_of, pattern_of, render
 from registry.contract.verb import (
     MAX_NAME_BYTES,
+    MAX_PAGE_DEPTH,
     MAX_STALE_AFTER_SECONDS,
+    MAX_VALUE_DEPTH,
+    PAGES,
     WHATS,
     AppliedPage,
     AppliedRow,
@@ -68,7 +71,10 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_NAME_BYTES",
     "MAX_PAGE_BYTES",
+    "MAX_PAGE_DEPTH",
     "MAX_STALE_AFTER_SECONDS",
+    "MAX_VALUE_DEPTH",
+    "PAGES",
     "WHATS",
     "ActionRecord",
     "AppliedPage",

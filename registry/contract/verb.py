@@ -19,7 +19,8 @@ pages come from the bus: their size and depth are bounded before they are parsed
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -27,10 +28,15 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    PlainSerializer,
     SerializerFunctionWrapHandler,
+    SkipValidation,
     TypeAdapter,
+    ValidationError,
     model_serializer,
 )
+
+from registry.contract.bounded_json import MAX_PAGE_BYTES, JsonRefused, read_json
 
 What = Literal["registry", "needs", "applied", "collect", "nodes"]
 WHATS: tuple[What, ...] = ("registry", "needs", "applied", "collect", "nodes")
@@ -38,6 +44,9 @@ Verdict = Literal["healthy", "stale", "gone"]
 
 MAX_NAME_BYTES = 1024
 MAX_STALE_AFTER_SECONDS = 366 * 86400
+MAX_VALUE_DEPTH = 256  # levels of arrays and objects in a value the seat answers as an entry
+PAGE_LEVELS = 8  # levels of a page around a value: the page, its entries, an entry, a lease
+MAX_PAGE_DEPTH = MAX_VALUE_DEPTH + PAGE_LEVELS
 
 
 class _Wire(BaseModel):
@@ -45,12 +54,23 @@ class _Wire(BaseModel):
 
 
 class _Sparse(_Wire):
-    """A model whose optional fields the seat leaves out when it has nothing for them."""
+    """A model with fields (`sparse`) the seat leaves out when it has nothing for them."""
+
+    sparse: ClassVar[frozenset[str]] = frozenset()
 
     @model_serializer(mode="wrap")
     def _left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        return {field: value for field, value in data.items() if value is not None}
+        return {field: value for field, value in data.items() if value is not None or field not in self.sparse}
+
+
+def _as_parsed(value: JsonValue) -> Any:
+    return value
+
+
+# A stored value as the seat spliced it in: parsed JSON of up to MAX_VALUE_DEPTH levels, deeper
+# than pydantic validates or serialises, so it is taken and given back as parsed.
+StoredValue = Annotated[JsonValue, SkipValidation, PlainSerializer(_as_parsed, return_type=Any)]
 
 
 def _short_enough(name: str) -> str:
@@ -82,16 +102,23 @@ class VerbRequest(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
-class RegistryRow(_Wire):
+class _Row(_Sparse):
+    """An entry: its key, the parts its bucket's shape names, its revision (the entry's stream
+    sequence; none from a seat older than the field) and its value."""
+
+    sparse = frozenset({"revision"})
+
+
+class RegistryRow(_Row):
     """An entry of `what=registry`: the key `<kind>`."""
 
     key: str
     kind: str
-    revision: int
-    value: JsonValue
+    revision: int | None = None
+    value: StoredValue
 
 
-class NeedsRow(_Wire):
+class NeedsRow(_Row):
     """An entry of `what=needs`: the key `<node>.<module>.<kind>.<name>`."""
 
     key: str
@@ -99,29 +126,29 @@ class NeedsRow(_Wire):
     module: str
     kind: str
     name: str
-    revision: int
-    value: JsonValue
+    revision: int | None = None
+    value: StoredValue
 
 
-class AppliedRow(_Wire):
+class AppliedRow(_Row):
     """An entry of `what=applied`: the key `<node>.<module>`."""
 
     key: str
     node: str
     module: str
-    revision: int
-    value: JsonValue
+    revision: int | None = None
+    value: StoredValue
 
 
-class CollectRow(_Wire):
+class CollectRow(_Row):
     """An entry of `what=collect`: the key `<node>.<collection>.<contributor>`."""
 
     key: str
     node: str
     collection: str
     contributor: str
-    revision: int
-    value: JsonValue
+    revision: int | None = None
+    value: StoredValue
 
 
 Row = RegistryRow | NeedsRow | AppliedRow | CollectRow
@@ -129,6 +156,8 @@ Row = RegistryRow | NeedsRow | AppliedRow | CollectRow
 
 class HeldLease(_Sparse):
     """A lease renewed at `renewed_at`; its holder's fields when its record could be read."""
+
+    sparse = frozenset({"host", "pid", "since", "ttl_seconds"})
 
     state: Literal["held"]
     renewed_at: str
@@ -166,6 +195,8 @@ class MalformedKey(_Sparse):
     """A key out of its bucket's shape, or whose value cannot be answered, with the reason;
     `bucket` only where an answer reads several buckets (`what=nodes`)."""
 
+    sparse = frozenset({"bucket"})
+
     key: str
     bucket: str | None = None
     reason: str
@@ -188,8 +219,8 @@ Total = Totals | AtMost
 
 class _Page(_Wire):
     what: What
-    entries: tuple[Any, ...]
-    malformed: tuple[MalformedKey, ...]
+    entries: list[Any]
+    malformed: list[MalformedKey]
     page: int = Field(ge=1)
     pages: int | None
     total: Total
@@ -198,31 +229,38 @@ class _Page(_Wire):
 
 class RegistryPage(_Page):
     what: Literal["registry"]
-    entries: tuple[RegistryRow, ...]
+    entries: list[RegistryRow]
 
 
 class NeedsPage(_Page):
     what: Literal["needs"]
-    entries: tuple[NeedsRow, ...]
+    entries: list[NeedsRow]
 
 
 class AppliedPage(_Page):
     what: Literal["applied"]
-    entries: tuple[AppliedRow, ...]
+    entries: list[AppliedRow]
 
 
 class CollectPage(_Page):
     what: Literal["collect"]
-    entries: tuple[CollectRow, ...]
+    entries: list[CollectRow]
 
 
 class NodesPage(_Page):
     what: Literal["nodes"]
-    entries: tuple[NodeRow, ...]
+    entries: list[NodeRow]
 
 
-Page = Annotated[RegistryPage | NeedsPage | AppliedPage | CollectPage | NodesPage, Field(discriminator="what")]
-_PAGE: TypeAdapter[Page] = TypeAdapter(Page)
+Page = RegistryPage | NeedsPage | AppliedPage | CollectPage | NodesPage
+PAGES: Mapping[What, type[Page]] = {
+    "registry": RegistryPage,
+    "needs": NeedsPage,
+    "applied": AppliedPage,
+    "collect": CollectPage,
+    "nodes": NodesPage,
+}
+_ANY_PAGE: TypeAdapter[Page] = TypeAdapter(Annotated[Page, Field(discriminator="what")])
 
 Entry = Row | NodeRow
 
@@ -232,22 +270,54 @@ class MergedAnswer(_Wire):
     from the last page (`total` counting what was kept when a key came twice)."""
 
     what: What
-    entries: tuple[Entry, ...]
-    malformed: tuple[MalformedKey, ...]
+    entries: list[Entry]
+    malformed: list[MalformedKey]
     pages: int | None
     total: Total
 
     def document(self) -> dict[str, Any]:
         """The answer as JSON data, in the wire's field order."""
-        return self.model_dump(mode="json")
+        return self.model_dump()
 
 
-def parse_page(data: bytes | str) -> Page:
-    """A page of the verb's answer; `pydantic.ValidationError` when it is not one. Its size and
-    depth are the caller's to bound first."""
-    return _PAGE.validate_json(data)
+def parse_page(data: bytes, what: What | None = None) -> Page:
+    """A page of the verb's answer to a request of `what` (None: whichever it says), at most
+    `MAX_PAGE_BYTES` long and `MAX_PAGE_DEPTH` levels deep; `JsonRefused` saying why it is not one.
+
+    Parsed and validated in one pass by pydantic, whose parser stops short of the deepest value the
+    seat answers: such a page is read by the bounded reader, then validated."""
+    if len(data) > MAX_PAGE_BYTES:
+        raise JsonRefused(f"it is {len(data):,} bytes long, more than the {MAX_PAGE_BYTES:,} allowed")
+    try:
+        return _validated(data, what, from_json=True)
+    except ValidationError as err:
+        if not _too_deep_to_parse(err):
+            raise JsonRefused(_described(err)) from None
+    try:
+        return _validated(read_json(data, max_bytes=MAX_PAGE_BYTES, max_depth=MAX_PAGE_DEPTH), what, from_json=False)
+    except ValidationError as err:
+        raise JsonRefused(_described(err)) from None
+
+
+def _validated(data: object, what: What | None, *, from_json: bool) -> Page:
+    if what is None:
+        return _ANY_PAGE.validate_json(data) if from_json else _ANY_PAGE.validate_python(data)  # type: ignore[arg-type]
+    page_type = PAGES[what]
+    return page_type.model_validate_json(data) if from_json else page_type.model_validate(data)  # type: ignore[arg-type]
+
+
+def _too_deep_to_parse(err: ValidationError) -> bool:
+    first = err.errors(include_input=False)[0]
+    return first["type"] == "json_invalid" and "recursion limit" in first["msg"]
+
+
+def _described(err: ValidationError) -> str:
+    """What is wrong with a page, never quoting it."""
+    first = err.errors(include_input=False, include_url=False)[0]
+    where = ".".join(map(str, first["loc"]))
+    return f"it is not a page of the verb's answer: {where + ': ' if where else ''}{first['msg']}"
 
 
 def page_json(page: Page | MergedAnswer) -> bytes:
     """`page` as the seat writes it: fields in order, no spaces, non-ASCII as it is."""
-    return json.dumps(page.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":")).encode()
+    return json.dumps(page.model_dump(), ensure_ascii=False, separators=(",", ":")).encode()

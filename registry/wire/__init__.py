@@ -34,13 +34,26 @@ from registry.wire.kv import (
     update,
 )
 from registry.wire.lease import SKEW, Holder, Lease, LeaseHeld, LeaseLost, node_key, seat_key
-from registry.wire.verb_client import ERROR_CODE_HEADER, ERROR_HEADER, ask, ask_page, ask_patiently, ask_service
+from registry.wire.verb_client import (
+    ERROR_CODE_HEADER,
+    ERROR_HEADER,
+    MAX_PAGES,
+    answer_of,
+    answer_patiently,
+    ask,
+    ask_page,
+    ask_patiently,
+    ask_service,
+    follow,
+    page_of,
+)
 from registry.wire.walk import Sink, StreamWalk
 from registry.wire.watch import ScopedWatch, scoped_watch
 
 __all__ = [
     "ERROR_CODE_HEADER",
     "ERROR_HEADER",
+    "MAX_PAGES",
     "MULTI_LAST_LIMIT",
     "SKEW",
     "BucketConfig",
@@ -59,6 +72,8 @@ __all__ = [
     "Step",
     "StreamWalk",
     "TooManyKeys",
+    "answer_of",
+    "answer_patiently",
     "ask",
     "ask_page",
     "ask_patiently",
@@ -71,6 +86,7 @@ __all__ = [
     "create_bucket",
     "current_snapshot",
     "delete",
+    "follow",
     "get_direct",
     "get_last_many",
     "get_latest",
@@ -78,6 +94,7 @@ __all__ = [
     "leader_floor",
     "nats_client",
     "node_key",
+    "page_of",
     "put",
     "replicated",
     "run_steps",

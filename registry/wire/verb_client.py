@@ -1,15 +1,28 @@
 """Asking a service on the bus as a client does: the provisioning verb, a vault's verbs.
 
 A service answers with the micro service API's error headers (`Nats-Service-Error-Code`,
-`Nats-Service-Error`) when it refuses; `ask_service` raises those as `ServiceError`. `ask`
-follows every page of the provisioning verb (see the README) and merges them into one answer
-shaped like a page with every page's `entries` and `malformed` joined, the last page's `pages` and
-`total` (a streamed listing's earlier pages do not know them yet), and no `page` or `next`.
-Used by `mesh-provisioner query`, the node client, the tests and the benchmarks.
+`Nats-Service-Error`) when it refuses; `ask_service` raises those as `ServiceError`.
 
-`ask_patiently` is `ask` for a person waiting at a terminal: a seat that is restarting, busy or
-gone is asked again with short attempts until an overall deadline, and a listing whose pages the
-seat forgot (410) is started again.
+The provisioning verb's pages are followed by one follower, `follow`, into one
+`registry.contract.MergedAnswer` (see the README, "Paging"): every page's entries and malformed
+keys joined, the last page's `pages` and `total` (a streamed listing's earlier pages do not know
+them yet). Its rules, whoever follows (`mesh-provisioner query`, `top`, the node client, the
+provider SDK, the benchmarks):
+
+- a key answered twice (written again during a streamed listing) is kept where it was answered
+  last, with its last value, entry or malformed alike (a malformed key by its bucket and key);
+  `total` then counts what was kept;
+- each page is read by `registry.contract.parse_page`: at most `MAX_PAGE_BYTES` (the largest NATS
+  payload) and `MAX_PAGE_DEPTH` levels deep (the deepest value the seat answers, and the page
+  around it), and of the contract's shape for the `what` asked; any other answer is a `BusError`;
+- at most `MAX_PAGES` pages: a seat whose cursors never end is a `BusError`, not a client that
+  follows them for ever.
+
+`answer_of` and `answer_patiently` return the typed answer, `page_of` one typed page; `ask`,
+`ask_patiently` and `ask_page` the same as JSON data, as the README documents it.
+`answer_patiently` is for a person waiting at a terminal: a seat that is restarting, busy or gone
+is asked again with short attempts until an overall deadline, and a listing whose pages the seat
+forgot (410) is started again.
 """
 
 from __future__ import annotations
@@ -23,14 +36,36 @@ from typing import Any
 
 import anyio
 
-from registry.contract import buckets
-from registry.errors import BusTimeout, NoResponders, ServiceError
+from registry.contract import (
+    WHATS,
+    Entry,
+    JsonRefused,
+    MalformedKey,
+    MergedAnswer,
+    NodeRow,
+    Page,
+    Total,
+    Totals,
+    VerbRequest,
+    What,
+    buckets,
+    parse_page,
+)
+from registry.errors import BusError, BusTimeout, NoResponders, ServiceError
 from registry.wire.bus import Bus, Message
 
 log = logging.getLogger(__name__)
 
 ERROR_HEADER = "Nats-Service-Error"
 ERROR_CODE_HEADER = "Nats-Service-Error-Code"
+# Pages one answer may take: 10 GB at nats-server's default payload of 1 MiB, 200 times the whole
+# listing of a million keys, and a stop for a seat whose cursors never end.
+MAX_PAGES = 10_000
+
+Request = VerbRequest | Mapping[str, object] | None
+PageAsker = Callable[[Mapping[str, object]], Awaitable[Page]]
+DataPageAsker = Callable[[Mapping[str, object]], Awaitable[Mapping[str, object]]]
+OnPage = Callable[[int, int | None], None]  # the page read, the pages in all (None: not known yet)
 
 
 async def ask_service(bus: Bus, subject: str, body: bytes, *, reply_wait: timedelta | None = None) -> Message:
@@ -46,70 +81,97 @@ def raise_for_service_error(operation: str, reply: Message) -> None:
         raise ServiceError(operation, reply.headers.get(ERROR_CODE_HEADER, "?"), reply.headers.get(ERROR_HEADER, ""))
 
 
-async def ask(
-    bus: Bus, request: Mapping[str, Any] | None = None, *, reply_wait: timedelta | None = None
-) -> dict[str, Any]:
-    """The verb's whole answer to `request` (fields `what`, `node`, `module`, `collection`), all
-    pages merged. Raises `ServiceError` when the verb refuses, `BusError` when it cannot be asked."""
-    return await _follow(dict(request or {}), partial(ask_page, bus, reply_wait=reply_wait))
+async def answer_of(
+    bus: Bus, request: Request = None, *, reply_wait: timedelta | None = None, on_page: OnPage | None = None
+) -> MergedAnswer:
+    """The verb's whole answer to `request`, all pages followed. Raises `ServiceError` when the verb
+    refuses, `BusError` when it cannot be asked or its answer cannot be used."""
+    return await follow(fields_of(request), partial(page_of, bus, reply_wait=reply_wait), on_page=on_page)
 
 
-PageAsker = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
+async def ask(bus: Bus, request: Request = None, *, reply_wait: timedelta | None = None) -> dict[str, Any]:
+    """`answer_of` as JSON data."""
+    return (await answer_of(bus, request, reply_wait=reply_wait)).document()
 
 
-async def _follow(request: Mapping[str, Any], ask_one: PageAsker) -> dict[str, Any]:
-    """Every page joined; `pages` and `total` from the last page (a streamed listing knows them
-    only there). A key written during a streamed listing is answered again at its new place: the
-    joined answer keeps each key's last occurrence, and its `total` counts what it keeps."""
-    answer = await ask_one(request)
-    merged = {key: value for key, value in answer.items() if key not in ("page", "next")}
-    latest = _Latest()
-    latest.add(answer)
-    while answer["next"] is not None:
-        answer = await ask_one({**request, "cursor": answer["next"]})
-        latest.add(answer)
-    merged["entries"], merged["malformed"] = list(latest.entries.values()), list(latest.malformed.values())
-    merged["pages"], merged["total"] = answer["pages"], answer["total"]
-    if latest.repeated:
-        merged["total"] = {"entries": len(merged["entries"]), "malformed": len(merged["malformed"])}
-    return merged
+def fields_of(request: Request) -> dict[str, object]:
+    """A request as sent: a `VerbRequest`'s fields given, or the fields as they are."""
+    if isinstance(request, VerbRequest):
+        return request.fields()
+    return dict(request or {})
 
 
-class _Latest:
+async def follow(
+    request: Mapping[str, object], ask_one: PageAsker, *, on_page: OnPage | None = None, max_pages: int = MAX_PAGES
+) -> MergedAnswer:
+    """Every page of the answer to `request` joined (see the module's rules), `on_page` told after
+    each; `BusError` past `max_pages` pages."""
+    page = await ask_one(request)
+    joined = _Joined()
+    while True:
+        joined.add(page)
+        if on_page is not None:
+            on_page(page.page, page.pages)
+        if page.next is None:
+            return joined.answer(page)
+        if joined.pages >= max_pages:
+            raise BusError(f"ask {buckets.VERB_SUBJECT}", f"the answer goes on past {max_pages:,} pages")
+        page = await ask_one({**request, "cursor": page.next})
+
+
+class _Joined:
     """Entries and malformed keys by key, each key where it was answered last."""
 
     def __init__(self) -> None:
-        self.entries: dict[Any, Any] = {}
-        self.malformed: dict[Any, Any] = {}
+        self.entries: dict[object, Entry] = {}
+        self.malformed: dict[object, MalformedKey] = {}
         self.repeated = False
+        self.pages = 0
 
-    def add(self, page: Mapping[str, Any]) -> None:
-        for found, into in ((page["entries"], self.entries), (page["malformed"], self.malformed)):
-            for item in found:
-                key = (item.get("bucket"), item["key"]) if isinstance(item, dict) and "key" in item else object()
-                before = self.entries.pop(key, None) or self.malformed.pop(key, None)
-                self.repeated = self.repeated or before is not None
-                into[key] = item
+    def add(self, page: Page) -> None:
+        self.pages += 1
+        for entry in page.entries:
+            self.entries[self._moved(entry)] = entry
+        for bad in page.malformed:
+            self.malformed[self._moved(bad)] = bad
+
+    def _moved(self, item: Entry | MalformedKey) -> object:
+        """The item's key, no longer where it was answered before; a node row has none."""
+        if isinstance(item, NodeRow):
+            return object()
+        key = (item.bucket if isinstance(item, MalformedKey) else None, item.key)
+        was_entry = self.entries.pop(key, None) is not None
+        was_malformed = self.malformed.pop(key, None) is not None
+        self.repeated = self.repeated or was_entry or was_malformed
+        return key
+
+    def answer(self, last: Page) -> MergedAnswer:
+        entries, malformed = list(self.entries.values()), list(self.malformed.values())
+        total: Total = Totals(entries=len(entries), malformed=len(malformed)) if self.repeated else last.total
+        # Built of pages already validated: not validated again, entry by entry.
+        return MergedAnswer.model_construct(
+            what=last.what, entries=entries, malformed=malformed, pages=last.pages, total=total
+        )
 
 
 FIRST_ATTEMPT = timedelta(seconds=2)
 PAUSES = (0.1, 0.2, 0.5, 1.0)  # seconds between asking a seat that is not there, growing
 
 
-async def ask_patiently(
-    bus: Bus, request: Mapping[str, Any] | None = None, *, within: timedelta, attempt: timedelta = FIRST_ATTEMPT
-) -> dict[str, Any]:
-    """`ask`, retried until `within` has passed: a page not answered within its attempt (`attempt`,
-    doubled after each timeout, for a large listing's slow first page), nobody serving the verb, or
-    a 503 is asked again; a 410 (the seat forgot the listing: it restarted, or the cursor expired)
-    starts the listing again. Raises `BusTimeout` "no answer from the seat within N s", or the
-    `ServiceError` of any other refusal."""
+async def answer_patiently(
+    bus: Bus, request: Request = None, *, within: timedelta, attempt: timedelta = FIRST_ATTEMPT
+) -> MergedAnswer:
+    """`answer_of`, retried until `within` has passed: a page not answered within its attempt
+    (`attempt`, doubled after each timeout, for a large listing's slow first page), nobody serving
+    the verb, or a 503 is asked again; a 410 (the seat forgot the listing: it restarted, or the
+    cursor expired) starts the listing again. Raises `BusTimeout` "no answer from the seat within
+    N s", or the `ServiceError` of any other refusal."""
     retry = _Retry(attempt)
-    request = dict(request or {})
+    fields = fields_of(request)
     with anyio.move_on_after(within.total_seconds()):
         while True:
             try:
-                return await _follow(request, partial(_page_patiently, bus, retry))
+                return await follow(fields, partial(_page_patiently, bus, retry))
             except ServiceError as err:
                 if err.code != "410":
                     raise
@@ -117,10 +179,17 @@ async def ask_patiently(
     raise BusTimeout(f"ask {buckets.VERB_SUBJECT}", f"no answer from the seat within {within.total_seconds():g} s")
 
 
-async def _page_patiently(bus: Bus, retry: _Retry, request: Mapping[str, Any]) -> dict[str, Any]:
+async def ask_patiently(
+    bus: Bus, request: Request = None, *, within: timedelta, attempt: timedelta = FIRST_ATTEMPT
+) -> dict[str, Any]:
+    """`answer_patiently` as JSON data."""
+    return (await answer_patiently(bus, request, within=within, attempt=attempt)).document()
+
+
+async def _page_patiently(bus: Bus, retry: _Retry, request: Mapping[str, object]) -> Page:
     while True:
         try:
-            return await ask_page(bus, request, reply_wait=retry.reply_wait)
+            return await page_of(bus, request, reply_wait=retry.reply_wait)
         except BusTimeout:
             retry.timed_out()
         except NoResponders:
@@ -148,8 +217,32 @@ class _Retry:
         self._pauses += 1
 
 
-async def ask_page(bus: Bus, request: Mapping[str, Any], *, reply_wait: timedelta | None = None) -> dict[str, Any]:
-    """One page: the verb's answer to `request` as it is sent."""
+async def page_of(bus: Bus, request: Mapping[str, object], *, reply_wait: timedelta | None = None) -> Page:
+    """One page: the verb's answer to `request` as it is sent; `BusError` when it cannot be used."""
+    operation = f"ask {buckets.VERB_SUBJECT}"
     reply = await ask_service(bus, buckets.VERB_SUBJECT, json.dumps(request).encode(), reply_wait=reply_wait)
-    answer: dict[str, Any] = json.loads(reply.data)
-    return answer
+    try:
+        return parse_page(reply.data, _what_of(request))
+    except JsonRefused as err:
+        raise BusError(operation, f"the answer cannot be used: {err.reason}") from None
+
+
+async def ask_page(bus: Bus, request: Mapping[str, object], *, reply_wait: timedelta | None = None) -> dict[str, Any]:
+    """`page_of` as JSON data."""
+    return (await page_of(bus, request, reply_wait=reply_wait)).model_dump()
+
+
+def _what_of(request: Mapping[str, object]) -> What | None:
+    """The `what` a page must answer: the request's, `registry` when it starts a listing without
+    one, or whichever the page says when a cursor alone continues one."""
+    what = request.get("what", None if "cursor" in request else "registry")
+    return next((known for known in WHATS if known == what), None)
+
+
+async def _follow(request: Mapping[str, object], ask_one: DataPageAsker) -> dict[str, Any]:
+    """`follow` over pages given as JSON data (`ask_page`'s, or a test's own), joined as JSON data."""
+
+    async def typed(asked: Mapping[str, object]) -> Page:
+        return parse_page(json.dumps(await ask_one(asked)).encode(), _what_of(asked))
+
+    return (await follow(request, typed)).document()

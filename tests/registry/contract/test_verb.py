@@ -14,9 +14,13 @@ from pydantic import ValidationError
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from registry.contract import (
+    MAX_PAGE_BYTES,
+    MAX_PAGE_DEPTH,
+    MAX_VALUE_DEPTH,
     AppliedPage,
     AtMost,
     CollectPage,
+    JsonRefused,
     MalformedKey,
     NeedsPage,
     NodesPage,
@@ -96,7 +100,7 @@ async def test_a_seat_page_parses_and_is_written_back_as_the_same_bytes(
     seat: Bus, request_: dict[str, object], page_type: type
 ) -> None:
     raw = await _page(seat, request_)
-    page = parse_page(raw)
+    page = parse_page(raw, request_["what"])  # type: ignore[arg-type]
     assert isinstance(page, page_type)
     assert page_json(page) == raw
 
@@ -150,9 +154,9 @@ def test_the_documented_answer_is_the_same_json_document() -> None:
         "total": {"entries": 1, "malformed": 1},
         "next": None,
     }
-    page = parse_page(json.dumps(documented))
+    page = parse_page(json.dumps(documented).encode(), "needs")
     assert json.loads(page_json(page)) == documented
-    assert page.malformed == (MalformedKey(key="n1.bad", reason="it has 2 tokens, the shape has 4"),)
+    assert page.malformed == [MalformedKey(key="n1.bad", reason="it has 2 tokens, the shape has 4")]
 
 
 @pytest.mark.parametrize(
@@ -184,8 +188,26 @@ def test_what_is_not_the_contract_is_refused(changed: dict[str, object]) -> None
         "total": {"entries": 0, "malformed": 0},
         "next": None,
     }
-    with pytest.raises(ValidationError):
-        parse_page(json.dumps(page | changed))
+    with pytest.raises(JsonRefused, match="not a page of the verb's answer"):
+        parse_page(json.dumps(page | changed).encode())
+
+
+async def test_a_value_as_deep_as_the_seat_answers_round_trips(seat: Bus) -> None:
+    deepest = b"[" * MAX_VALUE_DEPTH + b"]" * MAX_VALUE_DEPTH
+    await put_many(seat, buckets.NEEDS, {"n1.web.config.deep": deepest})
+    raw = await _page(seat, {"what": "needs", "node": "n1", "module": "web"})
+    page = parse_page(raw, "needs")
+    assert isinstance(page, NeedsPage)
+    assert "n1.web.config.deep" in [row.key for row in page.entries]
+    assert page_json(page) == raw
+
+
+def test_a_page_too_deep_or_too_long_is_refused_unparsed() -> None:
+    too_deep = b'{"what":"needs","entries":' + b"[" * MAX_PAGE_DEPTH + b"]" * MAX_PAGE_DEPTH + b"}"
+    with pytest.raises(JsonRefused, match="levels deep"):
+        parse_page(too_deep, "needs")
+    with pytest.raises(JsonRefused, match="bytes long"):
+        parse_page(b" " * (MAX_PAGE_BYTES + 1), "needs")
 
 
 def test_a_request_is_sent_with_the_fields_given_only() -> None:
