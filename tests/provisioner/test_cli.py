@@ -22,7 +22,18 @@ from registry.contract import buckets
 from tests.helpers import clean_environment, in_own_task, serving
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["query", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["serve", "--help"],
+        ["query", "--help"],
+        ["top", "--help"],
+        ["remove-node", "--help"],
+        ["grants", "--help"],
+    ],
+    ids=" ".join,
+)
 def test_help_exits_0_and_shows_examples(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as raised:
         build_parser().parse_args(argv)
@@ -38,12 +49,34 @@ def test_help_exits_0_and_shows_examples(argv: list[str], capsys: pytest.Capture
         pytest.param(["query", "everything"], id="an unknown what"),
         pytest.param(["dev"], id="dev, now mesh-provisioner-dev"),
         pytest.param(["serve", "--log-json"], id="--log-json, now --log-format json"),
+        pytest.param(["query", "--json", "--jsonl"], id="query's --json and --jsonl together"),
+        pytest.param(["query", "nodes", "--state", "asleep"], id="a state no entry has"),
+        pytest.param(["top", "--once", "yes"], id="a value after a switch"),
+        pytest.param(["remove-node"], id="remove-node without a node"),
+        pytest.param(["grants", "--node", "n1"], id="grants without --out"),
     ],
 )
 def test_a_usage_error_exits_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as raised:
         main(argv)
     assert raised.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        pytest.param(["query", "--wait", "0"], "wait: ", id="query without time to wait"),
+        pytest.param(["query", "nodes", "--stale-after", "nan"], "stale_after: ", id="query a NaN threshold"),
+        pytest.param(["top", "--wait", "-1"], "wait: ", id="top without time to wait"),
+        pytest.param(["remove-node", "n1", "--wait", "PT0S"], "wait: ", id="remove-node without time to wait"),
+    ],
+)
+def test_a_commands_wrong_argument_is_one_line_and_exit_2(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--nats-url", "nats://127.0.0.1:1"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"mesh-provisioner {argv[0]}: settings (the command line): {says}")
 
 
 async def serve(*args: str, **environ: str) -> tuple[int, str]:

@@ -1,15 +1,32 @@
-"""Server settings: flags over environment over config file over defaults; unknown names refused."""
+"""Server settings: flags over environment over config file over defaults; unknown names refused. The
+commands' arguments: from the command line alone, bounded by their types."""
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-from provisioner.settings import ServerSettings
-from registry.edge import load_settings
+from provisioner import tables
+from provisioner.cli import build_parser
+from provisioner.request import MAX_STALE_AFTER_SECONDS, What
+from provisioner.settings import (
+    GrantsArguments,
+    QueryArguments,
+    RemoveNodeArguments,
+    ServerSettings,
+    State,
+    TopArguments,
+)
+from provisioner.top import TopOptions
+from registry.edge import EdgeSettings, given_flags, load_settings
 from registry.errors import SettingsError
+
+S = TypeVar("S", bound=EdgeSettings)
 
 
 @pytest.fixture
@@ -95,3 +112,110 @@ def test_providers_are_comma_separated_names_in_a_flag_or_variable_and_a_list_in
 def test_a_provider_name_that_cannot_name_a_bucket_is_an_error() -> None:
     with pytest.raises(SettingsError, match="providers"):
         load({"providers": "post.gres"})
+
+
+# -- the commands' arguments ---------------------------------------------------------------------
+
+
+def arguments(model: type[S], flags: Mapping[str, object], environ: dict[str, str] | None = None) -> S:
+    return load_settings(model, flags, None, environ or {})
+
+
+def test_querys_choices_are_the_whats_and_states_its_tables_show() -> None:
+    assert typing.get_args(What) == tuple(tables.COLUMNS)
+    assert set(typing.get_args(State)) == {state for states in tables.STATES.values() for state in states}
+
+
+def test_query_asks_the_verb_to_narrow_and_keeps_the_rest_to_filter_here() -> None:
+    flags = {"what": "nodes", "node": "n1", "state": "stale", "stale_after": "PT10M", "as_json": True}
+    query = arguments(QueryArguments, flags)
+    assert query.request() == {"what": "nodes", "node": "n1", "stale_after": 600.0}
+    assert (query.state, query.as_json, query.wait) == ("stale", True, timedelta(seconds=30))
+    assert arguments(QueryArguments, {}).request() == {"what": "registry"}
+
+
+NOT_APPLYING = {
+    "a kind for applied": (
+        {"what": "applied", "kind": "secret"},
+        "--kind: does not apply to applied; only to registry, needs",
+    ),
+    "by reason for needs": (
+        {"what": "needs", "by_reason": True},
+        "--by-reason: does not apply to needs; only to applied",
+    ),
+    "a threshold for the registry": ({"stale_after": "5"}, "--stale-after: does not apply to registry; only to nodes"),
+    "a module's state for nodes": (
+        {"what": "nodes", "state": "pending"},
+        "--state: pending is not a state of nodes; one of healthy, stale, gone",
+    ),
+}
+
+
+@pytest.mark.parametrize(("flags", "says"), NOT_APPLYING.values(), ids=NOT_APPLYING.keys())
+def test_a_query_argument_that_does_not_apply_is_refused_naming_its_flag(flags: dict[str, object], says: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        arguments(QueryArguments, flags)
+    assert str(raised.value) == says
+
+
+@pytest.mark.parametrize("model", [QueryArguments, TopArguments], ids=["query nodes", "top"])
+@pytest.mark.parametrize(
+    ("seconds", "taken"),
+    [
+        pytest.param("0", False, id="0"),
+        pytest.param("-1", False, id="negative"),
+        pytest.param("nan", False, id="NaN"),
+        pytest.param("inf", False, id="infinity"),
+        pytest.param(str(MAX_STALE_AFTER_SECONDS + 1), False, id="past the verb's bound"),
+        pytest.param(str(MAX_STALE_AFTER_SECONDS), True, id="the verb's bound"),
+        pytest.param("0.001", True, id="a millisecond"),
+    ],
+)
+def test_stale_after_is_a_duration_the_verb_takes(model: type[EdgeSettings], seconds: str, taken: bool) -> None:
+    flags = {"stale_after": seconds} | ({"what": "nodes"} if model is QueryArguments else {})
+    if taken:
+        assert arguments(model, flags).model_dump()["stale_after"] == timedelta(seconds=float(seconds))
+        return
+    with pytest.raises(SettingsError, match="--stale-after"):
+        arguments(model, flags)
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "nan", "inf", "86401", "PT24H1S"])
+def test_tops_interval_is_above_0_and_at_most_a_day(interval: str) -> None:
+    with pytest.raises(SettingsError, match="--interval"):
+        arguments(TopArguments, {"interval": interval})
+
+
+def test_top_asks_every_interval_and_waits_for_an_answer_as_long_as_to_connect() -> None:
+    options = TopOptions.of(arguments(TopArguments, {"interval": "PT24H", "stale_after": "60", "wait": "5"}))
+    assert (options.interval, options.reply_wait, options.once) == (timedelta(days=1), timedelta(seconds=5), False)
+    assert options.request() == {"what": "nodes", "stale_after": 60.0}
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        pytest.param({"node": ""}, "argument NODE", id="an empty node"),
+        pytest.param({"node": "n1", "wait": "0"}, "flag --wait", id="no time to connect"),
+    ],
+)
+def test_remove_node_needs_a_node_and_time_to_connect(flags: dict[str, object], says: str) -> None:
+    with pytest.raises(SettingsError, match=says):
+        arguments(RemoveNodeArguments, flags)
+
+
+def test_grants_takes_each_party_once_in_the_order_given() -> None:
+    args = build_parser().parse_args(["grants", "--out", "o", "--node", "n2", "--node", "n1", "--node", "n2", "--jwt"])
+    grants = arguments(GrantsArguments, given_flags(args, GrantsArguments))
+    assert (grants.out, grants.keys, grants.node, grants.provider, grants.jwt) == (
+        Path("o"),
+        None,
+        ("n2", "n1"),
+        (),
+        True,
+    )
+
+
+def test_a_commands_arguments_are_never_read_from_the_environment() -> None:
+    environ = {"INTERVAL": "nan", "NODE": "n1", "MESH_PROVISIONER_INTERVAL": "nan", "MESH_PROVISIONER_TOP_NODE": "n1"}
+    assert arguments(TopArguments, {}, environ) == arguments(TopArguments, {})

@@ -188,15 +188,13 @@ def arguments_parser() -> argparse.ArgumentParser:
 def test_a_commands_arguments_are_read_from_its_command_line_alone(tmp_path: Path) -> None:
     argv = ["t", "two", "--level", "high", "--json", "--tag", "a", "--tag", "b", "--out", "o", "--pause", "PT1M"]
     flags = given_flags(arguments_parser().parse_args(argv), Arguments)
-    assert flags == {"target": "t", "what": "two", "level": "high", "as_json": True, "tag": ["a", "b"], "out": "o",
-                     "pause": "PT1M"}  # fmt: skip
+    given = {"target": "t", "what": "two", "level": "high", "as_json": True, "tag": ["a", "b"], "out": "o"}
+    assert flags == given | {"pause": "PT1M"}
     config = tmp_path / "config.toml"
     config.write_text("pause = 9\nunknown = 1\n")
     environ = {"PAUSE": "5", "TARGET": "env", "JSONL": "true", "MESH_PROVISIONER_PAUSE": "5"}
-    read = load_settings(Arguments, flags, config, environ)
-    assert (read.target, read.what, read.level, read.as_json, read.jsonl, read.tag, read.out, read.pause) == (
-        "t", "two", "high", True, False, ("a", "b"), Path("o"), timedelta(minutes=1)
-    )  # fmt: skip
+    read = load_settings(Arguments, flags, config, environ).model_dump()
+    assert read == given | {"tag": ("a", "b"), "out": Path("o"), "jsonl": False, "pause": timedelta(minutes=1)}
 
 
 def test_an_argument_not_given_is_its_default() -> None:
@@ -226,11 +224,10 @@ def test_argparse_refuses_what_the_generated_arguments_do_not_take(argv: list[st
 @pytest.mark.parametrize(
     ("flags", "names"),
     [
-        pytest.param({"target": "", "out": "o"}, "target: String should have at least 1 character (argument TARGET)",
-                     id="a positional argument"),
+        pytest.param({"target": "", "out": "o"}, "least 1 character (argument TARGET)", id="a positional argument"),
         pytest.param({"target": "t", "out": "o", "pause": "-1"}, "(flag --pause)", id="a flag"),
     ],
-)  # fmt: skip
+)
 def test_a_wrong_argument_is_named_as_given_and_never_as_a_variable(flags: dict[str, str], names: str) -> None:
     with pytest.raises(SettingsError) as raised:
         load_settings(Arguments, flags, None, {})
