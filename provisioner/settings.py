@@ -192,7 +192,9 @@ class QueryArguments(CommandArguments):
                 )
         states = tables.STATES.get(self.what, ())
         if self.state is not None and self.state not in states:
-            raise SettingsError("--state", f"{self.state} is not a state of {self.what}; one of {', '.join(states)}")
+            raise SettingsError(
+                flag_of(type(self), "state"), f"{self.state} is not a state of {self.what}; one of {', '.join(states)}"
+            )
         return self
 
     def request(self) -> dict[str, object]:

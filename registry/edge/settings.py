@@ -327,13 +327,18 @@ def add_settings_arguments(parser: argparse.ArgumentParser, model_cls: type[Edge
         if said.positional:
             parser.add_argument(_dest_of(model_cls, name), **_positional(model_cls, name, field))
             continue
-        where: argparse._ActionsContainer = group
-        if said.exclusive is not None:
-            if said.exclusive not in exclusive:
-                exclusive[said.exclusive] = group.add_mutually_exclusive_group()
-            where = exclusive[said.exclusive]
         names = (*model_cls.flag_aliases.get(name, ()), flag_of(model_cls, name))
+        where = group if said.exclusive is None else _exclusive(group, exclusive, said.exclusive)
         where.add_argument(*names, dest=_dest_of(model_cls, name), **_flag(model_cls, name, field))
+
+
+def _exclusive(
+    group: argparse._ArgumentGroup, made: dict[str, argparse._MutuallyExclusiveGroup], name: str
+) -> argparse._MutuallyExclusiveGroup:
+    """The flags `name` of `group`, of which at most one may be given; made at the first."""
+    if name not in made:
+        made[name] = group.add_mutually_exclusive_group()
+    return made[name]
 
 
 def given_flags(args: argparse.Namespace, model_cls: type[EdgeSettings]) -> dict[str, Any]:
@@ -403,8 +408,9 @@ def _shown(value: object) -> str:
 
 
 def _metavar(name: str, field: FieldInfo) -> str:
-    if _command_line(field).metavar is not None:
-        return str(_command_line(field).metavar)
+    named = _command_line(field).metavar
+    if named is not None:
+        return named
     annotation = _without_none(field.annotation)
     if typing.get_origin(annotation) is Literal:
         return "{" + ",".join(str(choice) for choice in typing.get_args(annotation)) + "}"
