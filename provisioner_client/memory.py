@@ -133,7 +133,7 @@ class Memory:
         name = LISTED_AS.get(bucket, bucket)
         known = self.buckets.get(bucket)
         if known is None:
-            return _again(self.missing or f"{name} not remembered")
+            return _again(self._unknown(self.buckets, f"{name} not remembered"))
         moved = _stamp_moved(known, stamp, name)
         if moved is not None:
             return _again(moved)
@@ -190,7 +190,9 @@ class Memory:
         """Whether a module may be left unresolved: it was applied (`applied`) from the inputs it has
         now, less than `TRUSTED_FOR` ago, and its env file is still that one."""
         if applied is None or applied.state != "applied" or applied.digest is None:
-            return _again(self.missing or ("no applied record" if applied is None else f"{applied.state} last time"))
+            return _again(
+                self._unknown(self.modules, "no applied record" if applied is None else f"{applied.state} last time")
+            )
         if world.digest is None:
             return _again(world.unknown)
         why = self._inputs_moved(loaded, world, folder) or _file_moved(loaded, applied, applied.digest, folder)
@@ -229,12 +231,16 @@ class Memory:
         module = loaded.module
         known = self.modules.get(module)
         if known is None:
-            return self.missing or "not remembered as resolved"
+            return self._unknown(self.modules, "not remembered as resolved")
         if not _trusted(known.at):
             return _too_old(known.at)
         if known.inputs == world.inputs(module, loaded.digest, str(folder.path_of(module))):
             return None
         return self._what_moved(known, loaded, world)
+
+    def _unknown(self, remembered: Mapping[str, object], otherwise: str) -> str:
+        """Why nothing was loaded, when nothing of the kind is remembered; else `otherwise`."""
+        return self.missing if self.missing and not remembered else otherwise
 
     def _what_moved(self, known: ModuleState, loaded: LoadedManifest, world: World) -> str:
         """Which of a module's inputs moved, as far as the memory tells."""

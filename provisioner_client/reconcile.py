@@ -115,6 +115,7 @@ class Report:
     listed: set[str] = field(default_factory=set)  # the buckets whose node keys were listed, not known as remembered
     unchanged: set[str] = field(default_factory=set)  # the modules whose inputs were as before: not resolved
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # each module's: resolved again or not, and why
+    key_verdicts: dict[str, Verdict] = field(default_factory=dict)  # each own bucket's: listed or not, and why
     write_seconds: dict[str, float] = field(default_factory=dict)  # how long each bucket's writes took
 
     @property
@@ -156,7 +157,8 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     report.sources = resolver.sources | (memory.sources_read() if report.unchanged else set())
     _remember(memory, world, manifests, folder, report)
     report.removed = folder.remove_except(set(report.modules))
-    report.listed = {name for name, found in own.found.items() if found.listed}
+    report.key_verdicts = {name: found.verdict for name, found in own.found.items()}
+    report.listed = {name for name, verdict in report.key_verdicts.items() if not verdict.as_before}
     return report
 
 
