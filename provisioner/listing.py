@@ -3,8 +3,8 @@
 Each entry is its key, the parts its bucket's shape names, its revision (the entry's stream
 sequence: what a conditional write of that key compares against), and the stored JSON value
 spliced in as it is; a key out of shape, a value that is not strict JSON (or nested deeper than
-`MAX_VALUE_DEPTH` levels), or an entry larger than a page is a malformed key with the reason
-instead (see the README, "The verb"). A value larger than a page is not even parsed.
+the contract's `MAX_VALUE_DEPTH` levels), or an entry larger than a page is a malformed key with
+the reason instead (see the README, "The verb"). A value larger than a page is not even parsed.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from typing import Any
 
 from provisioner.pages import Encoded, build_pages
 from provisioner.request import LISTABLE
-from registry.contract import JsonRefused, read_json
+from registry.contract import MAX_VALUE_DEPTH, JsonRefused, read_json
 from registry.errors import KeyShapeError
 from registry.wire import KvItem
 
 # Plain tokens: their decoded parts are substrings of the key, so neither needs JSON escaping.
 _JSON_SAFE_KEY = re.compile(r"[-/_.a-zA-Z0-9]+")
 _COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-MAX_VALUE_DEPTH = 256  # levels of arrays and objects in a stored value
 
 
 def paginate_listing(what: str, items: list[KvItem], *, budget: int, listing_id: str) -> list[bytes]:

@@ -6,7 +6,7 @@ is a `RequestError` (answered 400) whose reason says what was wrong.
 
 Hostile input is bounded before it costs anything: a body over `MAX_REQUEST_BYTES` is refused
 unread, JSON nested deeper than `MAX_REQUEST_DEPTH` is refused before it is parsed, a name over
-`MAX_NAME_BYTES` (UTF-8) or a `null` field is refused (a cursor is read by
+`registry.contract.MAX_NAME_BYTES` (UTF-8) or a `null` field is refused (a cursor is read by
 `provisioner.pages.CURSOR` alone). Whatever of the input a reason quotes is cut short (`_quoted`).
 
 Who asks decides the scope (`scoped`), never the body: the bus tells the party
@@ -17,22 +17,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from provisioner.errors import Forbidden, RequestError
 from registry.access import Party
-from registry.contract import Bucket, JsonRefused, buckets, read_json
+from registry.contract import MAX_STALE_AFTER_SECONDS, Bucket, JsonRefused, VerbRequest, What, buckets, read_json
 from registry.serving import capped
 
-What = Literal["registry", "needs", "applied", "collect", "nodes"]
+# The contract's bound and `what`s are read here by the settings of `query` and `top`.
+__all__ = [
+    "FILTERS",
+    "LISTABLE",
+    "MAX_REQUEST_BYTES",
+    "MAX_REQUEST_DEPTH",
+    "MAX_STALE_AFTER_SECONDS",
+    "Asked",
+    "Listable",
+    "Query",
+    "What",
+    "parse_request",
+    "scoped",
+]
+
 FILTERS = ("node", "module", "collection")
-MAX_STALE_AFTER_SECONDS = 366 * 86400
 
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_REQUEST_DEPTH = 64  # levels of arrays and objects; a request needs 1
-MAX_NAME_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -53,26 +65,9 @@ LISTABLE: Mapping[str, Listable] = {
 }
 
 
-def _short_enough(name: str) -> str:
-    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-        raise ValueError(f"a name is at most {MAX_NAME_BYTES} bytes (UTF-8)")
-    return name
-
-
-Name = Annotated[str, Field(min_length=1), AfterValidator(_short_enough)]
-
-
-class Query(BaseModel):
-    """A validated request of the verb."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    what: What = "registry"
-    node: Name | None = None
-    module: Name | None = None
-    collection: Name | None = None
-    cursor: Annotated[str, Field(min_length=1, max_length=MAX_NAME_BYTES)] | None = None
-    stale_after: Annotated[float, Field(gt=0, le=MAX_STALE_AFTER_SECONDS, allow_inf_nan=False)] | None = None
+class Query(VerbRequest):
+    """A validated request of the verb: the contract's request (`registry.contract.VerbRequest`),
+    and what it reads."""
 
     def narrowing(self) -> dict[str, str]:
         """The key parts this query narrows to, named as its bucket's shape names them."""
