@@ -107,7 +107,7 @@ class Memory:
     sources: list[list[str]] = field(default_factory=list)
     modules: dict[str, ModuleState] = field(default_factory=dict)
     missing: str = "first run"
-    _as_loaded: dict[str, object] = field(default_factory=dict, repr=False)
+    _as_loaded: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, folder: Path, node: str) -> Memory:
