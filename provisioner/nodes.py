@@ -37,7 +37,7 @@ from provisioner.pages import Encoded, build_pages
 from provisioner.paging import PageCache
 from provisioner.request import Asked, Query
 from registry.contract import Bucket, JsonRefused, buckets, read_json, subject_matches
-from registry.errors import BusError, ConnectionClosed, KeyShapeError, NotFound
+from registry.errors import BusError, ConnectionClosed, KeyShapeError, NotFound, sole_exception
 from registry.wire import SKEW, Bus, Holder, KvItem, current_snapshot, scoped_watch
 
 log = logging.getLogger(__name__)
@@ -354,7 +354,7 @@ async def read_fleet(bus: Bus, node: str | None) -> Fleet:
             tg.start_soon(leases.read)
             tg.start_soon(applied.read)
     except* BusError as group:
-        err = group.exceptions[0]
+        err = sole_exception(group)
         raise Unavailable(f"reading the leases and applied buckets failed, retry: {err}") from None
     for item in leases:
         fleet.apply_lease(item)

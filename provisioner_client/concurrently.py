@@ -8,6 +8,8 @@ from typing import Any
 
 import anyio
 
+from registry.errors import sole_exception
+
 
 async def all_of(*calls: Callable[[], Coroutine[Any, Any, object]]) -> None:
     """Runs `calls` at once and returns when all have; the first failure cancels the rest and is raised."""
@@ -16,14 +18,4 @@ async def all_of(*calls: Callable[[], Coroutine[Any, Any, object]]) -> None:
             for call in calls:
                 tasks.start_soon(call)
     except BaseExceptionGroup as group:
-        raise _first(group) from None
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first failure in `group` that is not the cancellation of a sibling."""
-    for err in group.exceptions:
-        if isinstance(err, BaseExceptionGroup):
-            return _first(err)
-        if not isinstance(err, anyio.get_cancelled_exc_class()):
-            return err
-    return group
+        raise sole_exception(group) from None

@@ -19,10 +19,13 @@
         ├── ServiceError        a service (the verb, the vault) answered `code` and `description`
         └── ConvergeError       a converge failed part-way; `done` says what was already written
 
-Each error carries what was wrong as attributes and builds its own message.
+Each error carries what was wrong as attributes and builds its own message. `sole_exception`
+finds the error a task group's exception group stands for, so that a caller raises it as itself.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 
 class RegistryError(Exception):
@@ -141,3 +144,22 @@ class ConvergeError(BusError):
         self.key = key
         self.done = done
         super().__init__(f"converge {bucket}", f"key {key!r}: {reason} (already done: {done})")
+
+
+def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The failure a task group's exception group stands for, looked for inside nested groups and
+    past the cancellations of siblings (the leaves, depth first, in order).
+
+    The one failure when the group holds one. When it holds several (tasks that failed at once,
+    such as every write in flight when the connection closes), the first of them: a caller that
+    raises it keeps its class, hence its exit code, and the others are the same story told again.
+    When it holds nothing but cancellations, the group itself."""
+    # nats-py runs on asyncio alone, so anyio's cancellation is asyncio's, known outside a loop too.
+    failures = [err for err in _leaves(group) if not isinstance(err, asyncio.CancelledError)]
+    return failures[0] if failures else group
+
+
+def _leaves(err: BaseException) -> list[BaseException]:
+    if not isinstance(err, BaseExceptionGroup):
+        return [err]
+    return [leaf for inner in err.exceptions for leaf in _leaves(inner)]

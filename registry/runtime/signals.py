@@ -21,6 +21,7 @@ import anyio
 from anyio import CancelScope
 from anyio.abc import TaskStatus
 
+from registry.errors import sole_exception
 from registry.runtime.logs import event
 
 log = logging.getLogger(__name__)
@@ -104,15 +105,7 @@ async def until_signalled(body: Callable[[anyio.Event], Awaitable[T]], *, grace:
                 outcome.append(result)
             tasks.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        raise _sole(group) from None
+        raise sole_exception(group) from None
     finally:
         last_resort.disarm()
     return outcome[0] if outcome else None
-
-
-def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The one error inside nested groups of one; the group itself when it holds several."""
-    err: BaseException = group
-    while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
-        err = err.exceptions[0]
-    return err
