@@ -145,7 +145,7 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     folder, manifests, report = _load_manifests(plan)
     memory = Memory.load(plan.materialize, plan.node)
     own = OwnKeys(bus, NodeScope(plan.node), memory)
-    wanted = await _find_own_keys(own, manifests)
+    wanted = await _find_own_keys(own, manifests, report)
     resolver = _resolver(bus, plan, wanted)
     await _register(own, report, wanted)
     previous = _applied_by_module(own.items(buckets.APPLIED))
@@ -157,8 +157,6 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     report.sources = resolver.sources | (memory.sources_read() if report.unchanged else set())
     _remember(memory, world, manifests, folder, report)
     report.removed = folder.remove_except(set(report.modules))
-    report.key_verdicts = {name: found.verdict for name, found in own.found.items()}
-    report.listed = {name for name, verdict in report.key_verdicts.items() if not verdict.as_before}
     return report
 
 
@@ -188,10 +186,10 @@ class _Wanted:
     collect: dict[str, bytes]
 
 
-async def _find_own_keys(own: OwnKeys, manifests: Manifests) -> _Wanted:
+async def _find_own_keys(own: OwnKeys, manifests: Manifests, report: Report) -> _Wanted:
     """The node's keys of needs, collect and applied (as remembered where nothing moved, else
-    listed), and the registry: asked all at once. With modules held, needs and collect are listed:
-    their keys are kept as they are."""
+    listed, each bucket's verdict in the report), and the registry: asked all at once. With modules
+    held, needs and collect are listed: their keys are kept as they are."""
     node, held = own.scope.node, set(manifests.held)
     needs = {key: value for loaded in manifests.modules.values() for key, value in loaded.needs(node).items()}
     collect = {k: v for loaded in manifests.modules.values() for k, v in loaded.contributions(node).items()}
@@ -209,6 +207,8 @@ async def _find_own_keys(own: OwnKeys, manifests: Manifests) -> _Wanted:
     )
     needs.update(_kept(own.items(buckets.NEEDS), buckets.NEEDS.shape.parse, "module", held))
     collect.update(_kept(own.items(buckets.COLLECT), buckets.COLLECT.shape.parse, "contributor", held))
+    report.key_verdicts = {name: found.verdict for name, found in own.found.items()}
+    report.listed = {name for name, verdict in report.key_verdicts.items() if not verdict.as_before}
     return _Wanted(registry, needs, collect)
 
 
