@@ -246,18 +246,20 @@ async def test_a_long_running_connect_waits_for_a_server_saying_where_it_looks(t
     told = f"still connecting to nats at nats://127.0.0.1:{port} (from the command line): "
     with logged(told, "registry.wire.bus") as waiter:
         async with anyio.create_task_group() as tg:
-            connected = anyio.Event()
+            connected, closed = anyio.Event(), anyio.Event()
 
             async def connecting() -> None:
                 async with connect(options) as bus:
                     await bus.flush()
                     connected.set()
+                closed.set()
 
             tg.start_soon(connecting)
             await waiter.wait(within=30)
             async with local_nats(tmp_path / "late", port=port):
                 with anyio.fail_after(30):
                     await connected.wait()
+                    await closed.wait()  # drained while the server is still there, not retried for seconds
 
 
 async def _say_nothing(stream: SocketStream) -> None:
