@@ -141,9 +141,14 @@ class Resolver:
     """Resolves placeholders for one reconcile; remembers every source it read, for watching."""
 
     def __init__(
-        self, bus: Bus, registry: Registry, *, node: str, verb_timeout: timedelta,
+        self,
+        bus: Bus,
+        registry: Registry,
+        *,
+        node: str,
+        verb_timeout: timedelta,
         own_collect: Mapping[str, bytes] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """`own_collect`: this node's keys of the collect bucket as its converge leaves them; its
         collections are then read from it, not listed by the verb."""
         self._bus = bus
@@ -279,8 +284,10 @@ class Resolver:
 
     async def _items(self, bucket: Bucket, prefix: str, fields: dict[str, str]) -> str:
         if bucket.name != buckets.COLLECT.name or bucket.shape != buckets.COLLECT.shape:
-            raise Pending(f"bucket {bucket.name} cannot be listed without a listing grant: a node lists only "
-                          f"its own collections, through the provisioning verb")  # fmt: skip
+            raise Pending(
+                f"bucket {bucket.name} cannot be listed without a listing grant: a node lists only "
+                "its own collections, through the provisioning verb"
+            )
         self.sources.add(Source(bucket, f"{prefix}.*"))
         listed = await self._collection(fields, prefix)
         contributions: list[tuple[str, tuple[str, ...]]] = []
@@ -289,8 +296,8 @@ class Resolver:
                 contributor = bucket.shape.parse(item.key)[bucket.shape.fields[-1]]
                 contributions.append((contributor, CollectValue.model_validate(read_json(item.value)).items))
             except (RegistryError, ValidationError, JsonRefused):
-                log.warning("skipped %s key %r: not a contribution", bucket.name, item.key,
-                            extra={"bucket": bucket.name, "key": item.key})  # fmt: skip
+                where = {"bucket": bucket.name, "key": item.key}
+                log.warning("skipped %s key %r: not a contribution", bucket.name, item.key, extra=where)
         return "\n".join(i for _, items in sorted(contributions) for i in items)
 
     async def _collection(self, fields: dict[str, str], prefix: str) -> list[KvItem]:
@@ -304,8 +311,8 @@ class Resolver:
         except NoResponders:
             raise Pending(f"nobody answers {buckets.VERB_SUBJECT}: the seat is away") from None
         except BusError as err:
-            raise Pending(f"{buckets.VERB_SUBJECT} could not list collection {fields['collection']!r}: "
-                          f"{err.reason}") from None  # fmt: skip
+            collection = fields["collection"]
+            raise Pending(f"{buckets.VERB_SUBJECT} could not list collection {collection!r}: {err.reason}") from None
 
     async def _ask(self, answer: VerbAnswer, module: str, placeholder: Placeholder) -> str:
         body = json.dumps({"node": self._node, "module": module, "kind": placeholder.kind, "name": placeholder.name})

@@ -76,8 +76,11 @@ async def test_a_malformed_manifest_is_named_and_the_other_modules_still_apply(
     assert [str(e.path.name) for e in report.manifest_errors] == ["bad.json"]
     assert complaint in str(report.manifest_errors[0])
     assert {m: r.applied.state for m, r in report.modules.items()} == {
-        "app": "applied", "postgres": "applied", "tools": "applied", "bad": "pending"
-    }  # fmt: skip
+        "app": "applied",
+        "postgres": "applied",
+        "tools": "applied",
+        "bad": "pending",
+    }
     assert "bad.json" in (await applied_of(bus, "bad")).reasons[0]
     assert not report.ok
 

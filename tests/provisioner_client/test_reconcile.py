@@ -42,8 +42,10 @@ async def test_every_kind_resolves_into_an_env_file_of_mode_0600(domains: StandI
     }
     applied = {i.key: json.loads(i.value) for i in await snapshot(bus, buckets.APPLIED)}
     assert {k: v["state"] for k, v in applied.items()} == {
-        "node-1.app": "applied", "node-1.postgres": "applied", "node-1.tools": "applied"
-    }  # fmt: skip
+        "node-1.app": "applied",
+        "node-1.postgres": "applied",
+        "node-1.tools": "applied",
+    }
     assert applied["node-1.app"]["action"]["outcome"] == "succeeded"
     needs = {i.key for i in await snapshot(bus, buckets.NEEDS)}
     assert "node-1.app.secret.db-password" in needs
@@ -51,10 +53,13 @@ async def test_every_kind_resolves_into_an_env_file_of_mode_0600(domains: StandI
     assert "node-1.app.shell.zsh=3Anormal" in needs
     collect = {i.key for i in await snapshot(bus, buckets.COLLECT)}
     assert collect == {
-        "node-1.app-plugins.app", "node-1.app-plugins.postgres", "node-1.shell=3Azsh=3Anormal.app",
-        "node-1.shell=3Azsh=3Anormal.tools", "node-1.environment=3Aapp.postgres",
+        "node-1.app-plugins.app",
+        "node-1.app-plugins.postgres",
+        "node-1.shell=3Azsh=3Anormal.app",
+        "node-1.shell=3Azsh=3Anormal.tools",
+        "node-1.environment=3Aapp.postgres",
         "node-1.contribution=3Amotd.postgres",
-    }  # fmt: skip
+    }
 
 
 async def stream_sequences(js: JetStreamContext) -> dict[str, int]:
@@ -109,12 +114,16 @@ async def test_removing_a_module_removes_its_keys_and_file_and_nothing_else(
     after = {b.name: {i.key for i in await snapshot(bus, b)} for b in buckets.OWN}
     gone = {name: before[name] - after[name] for name in before}
     assert gone[buckets.NEEDS.name] == {
-        "node-1.postgres.consumers.db", "node-1.postgres.dir.data", "node-1.postgres.port.postgres"
-    }  # fmt: skip
+        "node-1.postgres.consumers.db",
+        "node-1.postgres.dir.data",
+        "node-1.postgres.port.postgres",
+    }
     assert gone[buckets.APPLIED.name] == {"node-1.postgres"}
     assert gone[buckets.COLLECT.name] == {
-        "node-1.app-plugins.postgres", "node-1.environment=3Aapp.postgres", "node-1.contribution=3Amotd.postgres"
-    }  # fmt: skip
+        "node-1.app-plugins.postgres",
+        "node-1.environment=3Aapp.postgres",
+        "node-1.contribution=3Amotd.postgres",
+    }
     assert gone[buckets.REGISTRY.name] == set()
     assert all(after[name] <= before[name] for name in before)
     assert report.removed == [plan.materialize / "postgres.env"]
