@@ -31,7 +31,7 @@ from mesh_dev.standins import SECRET_SUBJECT, stand_ins
 from provisioner.registry_sync import sync_registry
 from provisioner_client.reconcile import ClientPlan
 from registry.contract import buckets
-from registry.wire import Bus, BusOptions, ask, connect
+from registry.wire import Bus, BusOptions, answer_of, connect
 
 ECHO_SUBJECT = "bench.echo"
 
@@ -201,8 +201,8 @@ async def needs_of_one_node(bus: Bus, nc: Client, report: Report, sizes: Sizes, 
     node = "n00000"
 
     async def ask_needs() -> None:
-        answer = await ask(bus, {"what": "needs", "node": node})
-        assert len(answer["entries"]) == sizes.node_keys, len(answer["entries"])
+        answer = await answer_of(bus, {"what": "needs", "node": node})
+        assert len(answer.entries) == sizes.node_keys, len(answer.entries)
 
     async def read_direct() -> None:
         await read_whole(nc, f"{node}.>", sizes.node_keys)
@@ -249,9 +249,9 @@ async def whole_listing(bus: Bus, nc: Client, report: Report, sizes: Sizes, serv
 
     async def ask_all() -> None:
         nonlocal pages
-        answer = await ask(bus, {"what": "needs"}, reply_wait=timedelta(seconds=60))
-        assert len(answer["entries"]) == total, len(answer["entries"])
-        pages = answer["pages"]
+        answer = await answer_of(bus, {"what": "needs"}, reply_wait=timedelta(seconds=60))
+        assert len(answer.entries) == total, len(answer.entries)
+        pages = answer.pages or 0
 
     async def read_all() -> None:
         await read_whole(nc, ">", total)

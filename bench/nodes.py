@@ -27,7 +27,7 @@ from provisioner.request import Query
 from provisioner.server import run_server
 from provisioner.settings import ServerSettings
 from registry.contract import buckets
-from registry.wire import BucketConfig, Bus, BusOptions, Holder, ask, connect, node_key, put
+from registry.wire import BucketConfig, Bus, BusOptions, Holder, answer_of, connect, node_key, put
 
 SEAT_SETTLE = 15.0  # seconds: 100,000 applied keys fill the view in about 4 s on the shared machine
 WAIT = timedelta(seconds=60)
@@ -64,7 +64,7 @@ async def timed(call: Any) -> tuple[float, Any]:
 
 async def measure(url: str, nodes: int, modules: int) -> dict[str, Any]:
     figures: dict[str, Any] = {"nodes": nodes, "modules_per_node": modules}
-    async with connect(BusOptions(servers=(url,), name="bench-nodes", request_timeout=60)) as bus:
+    async with connect(BusOptions(servers=(url,), name="bench-nodes", request_timeout=timedelta(seconds=60))) as bus:
         await ensure_buckets(bus, BucketConfig())
         started = time.perf_counter()
         await fill(bus, nodes, modules)
@@ -107,10 +107,10 @@ async def through_the_seat(bus: Bus, asks: int = 20) -> dict[str, float]:
                   settings=ServerSettings(), stop=stop)  # fmt: skip
     async with anyio.create_task_group() as tg:
         await tg.start(run)
-        figures["seat_first_answer_ms"], _ = await timed(lambda: ask(bus, {"what": "nodes"}, reply_wait=WAIT))
+        figures["seat_first_answer_ms"], _ = await timed(lambda: answer_of(bus, {"what": "nodes"}, reply_wait=WAIT))
         await anyio.sleep(SEAT_SETTLE)
         for name, request in (("seat_whole", {"what": "nodes"}), ("seat_one_node", {"what": "nodes", "node": "n0500"})):
-            times = [(await timed(lambda r=request: ask(bus, r, reply_wait=WAIT)))[0] for _ in range(asks)]
+            times = [(await timed(lambda r=request: answer_of(bus, r, reply_wait=WAIT)))[0] for _ in range(asks)]
             figures[f"{name}_p50_ms"] = sorted(times)[len(times) // 2]
         stop.set()
     return figures

@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -48,11 +47,11 @@ from provisioner.settings import (
     TopArguments,
 )
 from provisioner.top import TopOptions, run_top
-from registry.contract import Bucket, buckets
+from registry.contract import Bucket, MergedAnswer, buckets
 from registry.edge import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
-from registry.errors import CatalogueError, RegistryError, ServiceError, SettingsError, sole_exception
+from registry.errors import CatalogueError, RegistryError, ServiceError, SettingsError
 from registry.runtime import configure_logging, until_signalled
-from registry.wire import BusOptions, KvItem, ask_patiently, connect_within
+from registry.wire import BusOptions, KvItem, answer_patiently, connect_within
 
 log = logging.getLogger(__name__)
 
@@ -227,35 +226,35 @@ def _query(args: argparse.Namespace) -> int:
     _print_answer(args, answer)
     if query.what == "nodes" and tables.unhealthy(answer):
         return EXIT_STALE
-    return EXIT_MALFORMED if answer["malformed"] else EXIT_OK
+    return EXIT_MALFORMED if answer.malformed else EXIT_OK
 
 
-def _print_answer(args: argparse.Namespace, answer: dict[str, Any]) -> None:
+def _print_answer(args: argparse.Namespace, answer: MergedAnswer) -> None:
     if args.by_reason:
         _print_by_reason(args, answer)
     elif args.jsonl:
         for line in tables.json_lines(answer):
             print(line)
     elif args.json:
-        print(json.dumps(answer, indent=None if args.compact else 2, ensure_ascii=False))
+        print(json.dumps(answer.document(), indent=None if args.compact else 2, ensure_ascii=False))
     else:
         tables.print_answer(answer, tables.console_for(sys.stdout))
 
 
-def _print_by_reason(args: argparse.Namespace, answer: dict[str, Any]) -> None:
+def _print_by_reason(args: argparse.Namespace, answer: MergedAnswer) -> None:
     if args.jsonl:
-        for line in tables.json_lines({"entries": tables.by_reason(answer), "malformed": answer["malformed"]}):
+        for line in tables.reason_lines(answer):
             print(line)
     elif args.json:
-        grouped = {"reasons": tables.by_reason(answer), "malformed": answer["malformed"]}
+        grouped = {"reasons": tables.by_reason(answer), "malformed": [bad.model_dump() for bad in answer.malformed]}
         print(json.dumps(grouped, indent=None if args.compact else 2, ensure_ascii=False))
     else:
         tables.print_by_reason(answer, tables.console_for(sys.stdout))
 
 
-async def _ask(options: BusOptions, request: Mapping[str, object], *, wait: float) -> dict[str, Any]:
+async def _ask(options: BusOptions, request: Mapping[str, object], *, wait: float) -> MergedAnswer:
     async with connect_within(options, timedelta(seconds=wait)) as bus:
-        return await ask_patiently(bus, request, within=timedelta(seconds=wait))
+        return await answer_patiently(bus, request, within=timedelta(seconds=wait))
 
 
 def _top(args: argparse.Namespace) -> int:
@@ -266,7 +265,7 @@ def _top(args: argparse.Namespace) -> int:
     return EXIT_STALE if options.once and last is not None and tables.unhealthy(last) else EXIT_OK
 
 
-async def _watch_fleet(bus_options: BusOptions, options: TopOptions, stop: anyio.Event) -> dict[str, Any] | None:
+async def _watch_fleet(bus_options: BusOptions, options: TopOptions, stop: anyio.Event) -> MergedAnswer | None:
     async with connect_within(bus_options, options.reply_wait) as bus:
         return await run_top(bus, options, sys.stdout, stop)
 
@@ -333,7 +332,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def _ours(err: BaseException) -> ProvisionerError | RegistryError | None:
     """Our error inside `err`, unwrapping the exception groups task groups raise."""
-    err = sole_exception(err) if isinstance(err, BaseExceptionGroup) else err
+    while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
+        err = err.exceptions[0]
     return err if isinstance(err, ProvisionerError | RegistryError) else None
 
 

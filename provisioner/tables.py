@@ -1,6 +1,6 @@
 """The verb's answer as rows and tables, for `mesh-provisioner query`.
 
-An answer (`registry.wire.verb_client.ask`'s merged pages) becomes one row per entry, with the columns
+An answer (`registry.contract.MergedAnswer`, every page joined) becomes one row per entry, with the columns
 of its `what`, and one row per malformed key, marked so. `kind`, `name` and `state` are not
 fields of the verb: `narrowed` keeps the entries that match them, after the verb's own narrowing
 by node, module and collection, and keeps every malformed key (its parts cannot be read).
@@ -12,14 +12,31 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TextIO, TypedDict
 
+from pydantic import JsonValue
 from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+from registry.contract import (
+    AppliedRow,
+    CollectRow,
+    Entry,
+    HeldLease,
+    MalformedKey,
+    MergedAnswer,
+    NeedsRow,
+    NodeRow,
+    NoLease,
+    RegistryRow,
+    ReleasedLease,
+    Row,
+    Totals,
+)
 
 COLUMNS: Mapping[str, tuple[str, ...]] = {
     "registry": ("kind", "domain", "module", "via", "where"),
@@ -45,63 +62,84 @@ SHORT_CELL = 10  # characters: a column whose cells are all this short is never 
 PLAIN_WIDTH = 100_000  # wide enough that no plain row is ever wrapped
 
 
-def narrowed(answer: Mapping[str, Any], **filters: str | None) -> dict[str, Any]:
+def narrowed(answer: MergedAnswer, **filters: str | None) -> MergedAnswer:
     """`answer` with only the entries whose `kind`, `name` or value's `state` equal the filters
     given (`None`: any), and `total` counting what is kept. No filter given: `answer` as it is."""
     given = {field: wanted for field, wanted in filters.items() if wanted is not None}
     if not given:
-        return dict(answer)
-    entries = [entry for entry in answer["entries"] if all(_filtered(entry, f) == w for f, w in given.items())]
-    total = {"entries": len(entries), "malformed": len(answer["malformed"])}
-    return {**answer, "entries": entries, "total": total}
+        return answer
+    entries = [entry for entry in answer.entries if all(_filtered(entry, f) == w for f, w in given.items())]
+    total = Totals(entries=len(entries), malformed=len(answer.malformed))
+    return answer.model_copy(update={"entries": entries, "total": total})
 
 
-def _filtered(entry: Mapping[str, Any], field: str) -> object:
+def _filtered(entry: Entry, field: str) -> object:
+    if isinstance(entry, NodeRow):
+        return entry.verdict if field == "state" else None
     if field == "state":
-        return entry["verdict"] if "verdict" in entry else _value(entry).get(field)
-    return entry.get(field)
+        return _value(entry).get(field)
+    return getattr(entry, field, None)
 
 
-def rows(answer: Mapping[str, Any]) -> list[tuple[str, ...]]:
+def rows(answer: MergedAnswer) -> list[tuple[str, ...]]:
     """One row per entry, in the columns of the answer's `what` (`COLUMNS`)."""
-    row = _ROWS[answer["what"]]
-    return [row(entry) for entry in answer["entries"]]
+    return [_row(entry) for entry in answer.entries]
 
 
-def _registry_row(entry: Mapping[str, Any]) -> tuple[str, ...]:
+def _row(entry: Entry) -> tuple[str, ...]:
+    match entry:
+        case RegistryRow():
+            return _registry_row(entry)
+        case NeedsRow():
+            return _needs_row(entry)
+        case AppliedRow():
+            return _applied_row(entry)
+        case CollectRow():
+            return _collect_row(entry)
+        case NodeRow():
+            return _nodes_row(entry)
+
+
+def _registry_row(entry: RegistryRow) -> tuple[str, ...]:
     value = _value(entry)
-    answer = value.get("answer")
-    answer = answer if isinstance(answer, dict) else {}
+    answer = _object(value.get("answer"))
     via, read = str(answer.get("via", "?")), answer.get("read", "value")
     where = answer.get("subject", "") if via == "verb" else f"{answer.get('bucket', '')} {answer.get('key', '')}"
     shown_via = via if via == "verb" or read == "value" else f"{via}, {read}"
-    return entry["kind"], _text(value.get("domain")), _text(value.get("module")), shown_via, str(where)
+    return entry.kind, _text(value.get("domain")), _text(value.get("module")), shown_via, str(where)
 
 
-def _needs_row(entry: Mapping[str, Any]) -> tuple[str, ...]:
+def _needs_row(entry: NeedsRow) -> tuple[str, ...]:
     used_in = _value(entry).get("used_in")
     shown = ", ".join(map(str, used_in)) if isinstance(used_in, list) else ""
-    return entry["node"], entry["module"], entry["kind"], entry["name"], shown
+    return entry.node, entry.module, entry.kind, entry.name, shown
 
 
-def _applied_row(entry: Mapping[str, Any]) -> tuple[str, ...]:
+def _applied_row(entry: AppliedRow) -> tuple[str, ...]:
     value = _value(entry)
-    return entry["node"], entry["module"], _text(value.get("state")), _digest(value), _reasons(value), _action(value)
+    return entry.node, entry.module, _text(value.get("state")), _digest(value), _reasons(value), _action(value)
 
 
-def _collect_row(entry: Mapping[str, Any]) -> tuple[str, ...]:
+def _collect_row(entry: CollectRow) -> tuple[str, ...]:
     items = _value(entry).get("items")
-    return entry["node"], entry["collection"], entry["contributor"], str(len(items)) if isinstance(items, list) else ""
+    return entry.node, entry.collection, entry.contributor, str(len(items)) if isinstance(items, list) else ""
 
 
-def _nodes_row(entry: Mapping[str, Any]) -> tuple[str, ...]:
-    return (entry["node"], entry["verdict"], _lease(entry.get("lease")), str(entry["applied"]),
-            str(entry["pending"]), _moment(entry.get("changed_at")), entry["because"])  # fmt: skip
+def _nodes_row(entry: NodeRow) -> tuple[str, ...]:
+    return (
+        entry.node,
+        entry.verdict,
+        _lease(entry.lease),
+        str(entry.applied),
+        str(entry.pending),
+        _moment(entry.changed_at),
+        entry.because,
+    )
 
 
-def _moment(text: object) -> str:
+def _moment(text: str | None) -> str:
     """A time of the answer to the second, `2026-01-01 12:00:00Z`; as it is if it is not a time."""
-    if not isinstance(text, str):
+    if text is None:
         return ""
     try:
         moment = datetime.fromisoformat(text)
@@ -110,24 +148,19 @@ def _moment(text: object) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if moment.tzinfo else text
 
 
-def _lease(lease: object) -> str:
+def _lease(lease: HeldLease | ReleasedLease | NoLease) -> str:
     """`held by <host> pid <pid>`, `released` or `none`."""
-    if not isinstance(lease, dict):
-        return ""
-    state = _text(lease.get("state"))
-    if state == "held" and "host" in lease:
-        return f"held by {lease['host']} pid {lease.get('pid')}"
-    return state
+    if isinstance(lease, HeldLease) and lease.host is not None:
+        return f"held by {lease.host} pid {lease.pid}"
+    return lease.state
 
 
-_ROWS = {
-    "registry": _registry_row, "needs": _needs_row, "applied": _applied_row, "collect": _collect_row,
-    "nodes": _nodes_row,
-}  # fmt: skip
+def _value(entry: Row) -> Mapping[str, JsonValue]:
+    return _object(entry.value)
 
 
-def _value(entry: Mapping[str, Any]) -> dict[str, Any]:
-    value = entry.get("value")
+def _object(value: JsonValue) -> Mapping[str, JsonValue]:
+    """`value` if it is a JSON object, else an empty one: a value is as a node wrote it."""
     return value if isinstance(value, dict) else {}
 
 
@@ -135,12 +168,12 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def _digest(value: Mapping[str, Any]) -> str:
+def _digest(value: Mapping[str, JsonValue]) -> str:
     digest = _text(value.get("digest"))
     return digest.rpartition(":")[2][:DIGEST_SHOWN]
 
 
-def _reasons(value: Mapping[str, Any]) -> str:
+def _reasons(value: Mapping[str, JsonValue]) -> str:
     reasons = value.get("reasons")
     if not isinstance(reasons, list) or not reasons:
         return ""
@@ -148,21 +181,30 @@ def _reasons(value: Mapping[str, Any]) -> str:
     return f"{len(reasons)}: {first if len(first) <= REASON_SHOWN else first[: REASON_SHOWN - 1] + '…'}"
 
 
-def _action(value: Mapping[str, Any]) -> str:
-    action = value.get("action")
-    if not isinstance(action, dict):
+def _action(value: Mapping[str, JsonValue]) -> str:
+    action = _object(value.get("action"))
+    if not action:
         return ""
     exit_code = action.get("exit_code")
     return _text(action.get("outcome")) + ("" if exit_code in (None, 0) else f" (exit {exit_code})")
 
 
-def json_lines(answer: Mapping[str, Any]) -> Iterator[str]:
+def json_lines(answer: MergedAnswer) -> Iterator[str]:
     """One JSON object per entry, as the answer has it, then one per malformed key, marked
     `"malformed": true`."""
-    for entry in answer["entries"]:
-        yield json.dumps(entry, ensure_ascii=False)
-    for bad in answer["malformed"]:
-        yield json.dumps({**bad, "malformed": True}, ensure_ascii=False)
+    return _lines((entry.model_dump() for entry in answer.entries), answer.malformed)
+
+
+def reason_lines(answer: MergedAnswer) -> Iterator[str]:
+    """One JSON object per reason (`by_reason`), then one per malformed key, marked so."""
+    return _lines(by_reason(answer), answer.malformed)
+
+
+def _lines(documents: Iterable[Mapping[str, object]], malformed: Iterable[MalformedKey]) -> Iterator[str]:
+    for document in documents:
+        yield json.dumps(document, ensure_ascii=False)
+    for bad in malformed:
+        yield json.dumps({**bad.model_dump(), "malformed": True}, ensure_ascii=False)
 
 
 def console_for(out: TextIO) -> Console:
@@ -172,44 +214,62 @@ def console_for(out: TextIO) -> Console:
     return Console(file=out, force_terminal=False, width=PLAIN_WIDTH, highlight=False, emoji=False)
 
 
-def by_reason(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+class Giver(TypedDict):
+    node: str
+    module: str
+
+
+class ReasonGroup(TypedDict):
+    """A reason the applied entries give: how many modules give it, and which."""
+
+    reason: str
+    count: int
+    modules: list[Giver]
+
+
+def by_reason(answer: MergedAnswer) -> list[ReasonGroup]:
     """Each reason the applied entries give, with the modules giving it (`{"node", "module"}`, in
     key order) and how many: most modules first, then by reason."""
-    modules: dict[str, list[dict[str, str]]] = {}
-    for entry in answer["entries"]:
+    modules: dict[str, list[Giver]] = {}
+    for entry in answer.entries:
+        if not isinstance(entry, AppliedRow):
+            continue
         reasons = _value(entry).get("reasons")
         for reason in dict.fromkeys(map(str, reasons)) if isinstance(reasons, list) else ():
-            modules.setdefault(reason, []).append({"node": entry["node"], "module": entry["module"]})
+            modules.setdefault(reason, []).append({"node": entry.node, "module": entry.module})
     ordered = sorted(modules.items(), key=lambda item: (-len(item[1]), item[0]))
     return [{"reason": reason, "count": len(which), "modules": which} for reason, which in ordered]
 
 
-def print_answer(answer: Mapping[str, Any], console: Console) -> None:
+def print_answer(answer: MergedAnswer, console: Console) -> None:
     """The entries' table, the malformed keys' table (when there are any) and a count line."""
-    header = [column.upper() for column in COLUMNS[answer["what"]]]
-    if answer["what"] == "nodes":
+    header = [column.upper() for column in COLUMNS[answer.what]]
+    if answer.what == "nodes":
         body = [_verdict_styled(row) for row in rows(answer)]
-        _print_listing(console, header, body, answer["malformed"], fleet_summary(answer))
+        _print_listing(console, header, body, answer.malformed, fleet_summary(answer))
         return
-    _print_listing(
-        console, header, rows(answer), answer["malformed"], _count(len(answer["entries"]), "entry", "entries")
-    )
+    _print_listing(console, header, rows(answer), answer.malformed, _count(len(answer.entries), "entry", "entries"))
 
 
-def unhealthy(answer: Mapping[str, Any]) -> list[str]:
+def node_rows(answer: MergedAnswer) -> list[NodeRow]:
+    """The entries of a `nodes` answer."""
+    return [entry for entry in answer.entries if isinstance(entry, NodeRow)]
+
+
+def unhealthy(answer: MergedAnswer) -> list[str]:
     """The nodes of a `nodes` answer that are stale or gone."""
-    return [entry["node"] for entry in answer["entries"] if entry["verdict"] in UNHEALTHY]
+    return [entry.node for entry in node_rows(answer) if entry.verdict in UNHEALTHY]
 
 
-def fleet_summary(answer: Mapping[str, Any]) -> str:
+def fleet_summary(answer: MergedAnswer) -> str:
     """`3 nodes: 1 healthy, 1 stale, 1 gone; modules: 4 applied, 1 pending`."""
-    entries = answer["entries"]
-    verdicts = ", ".join(f"{sum(e['verdict'] == v for e in entries)} {v}" for v in STATES["nodes"])
-    applied, pending = sum(e["applied"] for e in entries), sum(e["pending"] for e in entries)
+    entries = node_rows(answer)
+    verdicts = ", ".join(f"{sum(e.verdict == v for e in entries)} {v}" for v in STATES["nodes"])
+    applied, pending = sum(e.applied for e in entries), sum(e.pending for e in entries)
     return f"{_count(len(entries), 'node', 'nodes')}: {verdicts}; modules: {applied} applied, {pending} pending"
 
 
-def print_by_reason(answer: Mapping[str, Any], console: Console) -> None:
+def print_by_reason(answer: MergedAnswer, console: Console) -> None:
     """`by_reason` as a table (reason, how many modules, which), then the malformed keys."""
     groups = by_reason(answer)
     body = [
@@ -217,7 +277,7 @@ def print_by_reason(answer: Mapping[str, Any], console: Console) -> None:
     ]
     giving = len({(e["node"], e["module"]) for g in groups for e in g["modules"]})
     count = f"{_count(len(groups), 'reason', 'reasons')}, given by {_count(giving, 'module', 'modules')}"
-    _print_listing(console, ["REASON", "MODULES", "WHICH"], body, answer["malformed"], count)
+    _print_listing(console, ["REASON", "MODULES", "WHICH"], body, answer.malformed, count)
 
 
 def _count(n: int, one: str, many: str) -> str:
@@ -225,20 +285,24 @@ def _count(n: int, one: str, many: str) -> str:
 
 
 def _print_listing(
-    console: Console, header: Sequence[str], body: Sequence[Sequence[str | Text]], malformed: Sequence[Any], count: str
+    console: Console,
+    header: Sequence[str],
+    body: Sequence[Sequence[str | Text]],
+    malformed: Sequence[MalformedKey],
+    count: str,
 ) -> None:
     print_plain(console, _table(header, body, console))
     if malformed:
         console.print()
-        bad_rows = [("malformed", _bad_key(bad), bad["reason"]) for bad in malformed]
+        bad_rows = [("malformed", _bad_key(bad), bad.reason) for bad in malformed]
         print_plain(console, _table(["", "MALFORMED KEY", "REASON"], bad_rows, console, style="red"))
     console.print()
     console.print(Text(count + (f", {len(malformed)} malformed" if malformed else "")))
 
 
-def _bad_key(bad: Mapping[str, Any]) -> str:
+def _bad_key(bad: MalformedKey) -> str:
     """The key, after its bucket where an answer reads several (`nodes`)."""
-    return f"{bad['bucket']} {bad['key']}" if "bucket" in bad else str(bad["key"])
+    return f"{bad.bucket} {bad.key}" if bad.bucket is not None else bad.key
 
 
 def _table(header: Sequence[str], body: Sequence[Sequence[str | Text]], console: Console, style: str = "") -> Table:
@@ -267,10 +331,10 @@ def _verdict_styled(row: Sequence[str]) -> list[str | Text]:
     return [row[0], Text(_printable(row[1]), style=VERDICT_STYLES.get(row[1], "")), *row[2:]]
 
 
-def nodes_table(answer: Mapping[str, Any], console: Console) -> Table:
+def nodes_table(answer: MergedAnswer, console: Console) -> Table:
     """The nodes of an answer as a table: stale and gone first, then by name (for `top`)."""
     order = {verdict: rank for rank, verdict in enumerate(("gone", "stale", "healthy"))}
-    ordered = sorted(answer["entries"], key=lambda e: (order.get(e["verdict"], -1), e["node"]))
+    ordered = sorted(node_rows(answer), key=lambda e: (order.get(e.verdict, -1), e.node))
     header = [column.upper() for column in COLUMNS["nodes"]]
     return _table(header, [_verdict_styled(_nodes_row(entry)) for entry in ordered], console)
 

@@ -13,7 +13,7 @@ ends it with the error (exit 1). `once` prints one frame and returns.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
@@ -26,8 +26,9 @@ from rich.text import Text
 
 from provisioner import tables
 from provisioner.settings import TopArguments
+from registry.contract import MergedAnswer
 from registry.errors import BusError, ServiceError
-from registry.wire import Bus, ask_page
+from registry.wire import Bus, answer_of
 
 log = logging.getLogger(__name__)
 
@@ -62,27 +63,17 @@ class TopOptions:
         return asked
 
 
-async def fleet(bus: Bus, options: TopOptions, on_page: OnPage) -> dict[str, Any]:
+async def fleet(bus: Bus, options: TopOptions, on_page: OnPage) -> MergedAnswer:
     """The whole `what=nodes` answer, every page followed, `on_page` told after each."""
-    request = options.request()
-    answer = await ask_page(bus, request, reply_wait=options.reply_wait)
-    merged = {key: value for key, value in answer.items() if key not in ("page", "next")}
-    on_page(1, answer["pages"])
-    while answer["next"] is not None:
-        answer = await ask_page(bus, {**request, "cursor": answer["next"]}, reply_wait=options.reply_wait)
-        merged["entries"].extend(answer["entries"])
-        merged["malformed"].extend(answer["malformed"])
-        on_page(answer["page"], answer["pages"])
-    merged["pages"], merged["total"] = answer["pages"], answer["total"]
-    return merged
+    return await answer_of(bus, options.request(), reply_wait=options.reply_wait, on_page=on_page)
 
 
-def frame(answer: Mapping[str, Any] | None, problem: str | None, console: Console, taken: datetime) -> Group:
+def frame(answer: MergedAnswer | None, problem: str | None, console: Console, taken: datetime) -> Group:
     """One frame: the time, the summary, the nodes; the problem when the seat did not answer."""
     parts: list[RenderableType] = []
     when = taken.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
     if answer is not None:
-        malformed = len(answer["malformed"])
+        malformed = len(answer.malformed)
         summary = tables.fleet_summary(answer) + (f"; {malformed} malformed" if malformed else "")
         parts.append(Text(f"{when}  {summary}", style="bold" if console.is_terminal else ""))
     if problem is not None:
@@ -92,11 +83,11 @@ def frame(answer: Mapping[str, Any] | None, problem: str | None, console: Consol
     return Group(*parts)
 
 
-async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event) -> dict[str, Any] | None:
+async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event) -> MergedAnswer | None:
     """Shows frames until `stop` is set (or one, with `options.once`); the last answer, if any."""
     console = tables.console_for(out)
     screen = Screen(console)
-    last: dict[str, Any] | None = None
+    last: MergedAnswer | None = None
     with screen:
         while True:
             problem = None

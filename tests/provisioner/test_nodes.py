@@ -28,7 +28,7 @@ from provisioner.top import Screen, TopOptions, fleet, frame, run_top
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watching import WatchTiming, watch
 from registry.access import Kind
-from registry.contract import buckets
+from registry.contract import MergedAnswer, buckets
 from registry.errors import ConnectionClosed, ServiceError
 from registry.wire import Bus, BusOptions, Holder, KvItem, Lease, ask, connect, nats_client, node_key, put
 from tests.helpers import clean_environment, put_many
@@ -328,7 +328,7 @@ async def test_a_paged_fleet_is_one_table_and_its_pages_are_counted(small_payloa
     pages = pages_read[0][1]
     assert pages is not None and pages > 1
     assert pages_read == [(page, pages) for page in range(1, pages + 1)]
-    assert [entry["node"] for entry in answer["entries"]] == [f"n{i:03}" for i in range(300)]
+    assert [entry["node"] for entry in answer.document()["entries"]] == [f"n{i:03}" for i in range(300)]
     assert code == 5
     assert out.splitlines()[-1] == "300 nodes: 0 healthy, 0 stale, 300 gone; modules: 300 applied, 0 pending"
 
@@ -336,9 +336,11 @@ async def test_a_paged_fleet_is_one_table_and_its_pages_are_counted(small_payloa
 def test_on_a_terminal_top_redraws_in_place_with_a_progress_bar_while_pages_are_read() -> None:
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, color_system=None, width=120)
-    answer = {"what": "nodes", "malformed": [], "entries": [
-        {"node": "n1", "verdict": "stale", "because": "lease released 10 min ago", "lease": {"state": "released"},
-         "applied": 3, "pending": 1, "changed_at": "2026-01-01T00:00:00Z"}]}  # fmt: skip
+    answer = MergedAnswer.model_validate({"what": "nodes", "malformed": [], "entries": [
+        {"node": "n1", "verdict": "stale", "because": "lease released 10 min ago",
+         "lease": {"state": "released", "released_at": "2026-01-01T00:00:00Z"},
+         "applied": 3, "pending": 1, "changed_at": "2026-01-01T00:00:00Z"}],
+        "pages": 1, "total": {"entries": 1, "malformed": 0}})  # fmt: skip
     with Screen(console) as screen:
         screen.on_page(1, 3)
         drawn_while_reading = out.getvalue()

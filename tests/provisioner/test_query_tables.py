@@ -13,7 +13,7 @@ from rich.console import Console
 
 from mesh_dev.local_nats import LocalNats
 from provisioner import tables
-from registry.contract import buckets
+from registry.contract import MergedAnswer, buckets
 from registry.wire import Bus, BusOptions, ask, connect, put
 from tests.helpers import clean_environment, put_many
 
@@ -161,13 +161,14 @@ async def test_a_filter_that_does_not_apply_is_a_usage_error(seeded: LocalNats, 
 
 
 def test_on_a_terminal_the_table_is_boxed_and_the_malformed_key_marked() -> None:
-    answer = {
+    answer = MergedAnswer.model_validate({
         "what": "collect",
         "entries": [{"key": "n1.c.web", "node": "n1", "collection": "c", "contributor": "web", "revision": 1,
                      "value": {"items": ["[bold]x"]}}],
         "malformed": [{"key": "n1.bad", "reason": "it has 2 tokens, the shape has 3"}],
+        "pages": 1,
         "total": {"entries": 1, "malformed": 1},
-    }  # fmt: skip
+    })  # fmt: skip
     out = io.StringIO()
     tables.print_answer(answer, Console(file=out, force_terminal=True, color_system=None, width=100))
     text = out.getvalue()
@@ -181,13 +182,15 @@ def test_on_a_terminal_the_table_is_boxed_and_the_malformed_key_marked() -> None
 
 def test_what_a_node_wrote_reaches_the_terminal_without_its_escape_sequences() -> None:
     host = "evil\x1b]0;owned\x07\x1b[2J\x9b1m"  # a terminal title, a clear screen, an 8-bit CSI
-    answer = {
+    answer = MergedAnswer.model_validate({
         "what": "nodes",
         "entries": [{"node": "n1", "verdict": "healthy", "because": "renewed", "applied": 0, "pending": 0,
-                     "lease": {"state": "held", "host": host, "pid": 1}, "changed_at": None}],
+                     "lease": {"state": "held", "renewed_at": "2026-01-01T00:00:00.000Z", "host": host, "pid": 1},
+                     "changed_at": None}],
         "malformed": [{"key": "n1.bad", "bucket": "b", "reason": "why\x1b[31m"}],
+        "pages": 1,
         "total": {"entries": 1, "malformed": 1},
-    }  # fmt: skip
+    })  # fmt: skip
     out = io.StringIO()
     tables.print_answer(answer, Console(file=out, force_terminal=True, color_system=None, width=200))
     text = out.getvalue()
