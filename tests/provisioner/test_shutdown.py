@@ -105,16 +105,8 @@ async def test_a_bad_domains_file_stops_serve_with_one_line_and_exit_2(nats_serv
 
 async def test_sigterm_before_nats_is_reachable_exits_0_at_once() -> None:
     """Signalled at its first failed attempt, logged at debug level (the first warning waits 5 s)."""
-    command = [
-        sys.executable,
-        "-m",
-        "provisioner.cli",
-        "serve",
-        "--nats-url",
-        "nats://127.0.0.1:1",
-        "--log-level",
-        "debug",
-    ]
+    serve = [sys.executable, "-m", "provisioner.cli", "serve"]
+    command = [*serve, "--nats-url", "nats://127.0.0.1:1", "--log-level", "debug"]
     async with await anyio.open_process(command, env=clean_environment()) as process:
         assert process.stderr is not None
         stream = TextReceiveStream(process.stderr)
