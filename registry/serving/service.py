@@ -11,9 +11,9 @@ so; an error's reason is capped (it may quote what the requester sent).
 
 Stopping in order needs one thing nats-py has no public call for: draining an endpoint's
 subscription, so that requests already received are handed to the handler rather than dropped
-(`Service.stop()` unsubscribes). That reaches nats-py's `Service._endpoints` and
-`Endpoint._subscription`; `check_internals()` runs when a service starts and refuses to start on
-a nats-py without them, rather than lose requests silently on a later stop.
+(`Service.stop()` unsubscribes). That reaches nats-py's internals, in
+`registry.wire.nats_internals` (`drain_endpoints`), whose check runs when a service starts and
+refuses a nats-py without them, rather than lose requests silently on a later stop.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from dataclasses import dataclass
 import anyio
 from nats import micro
 from nats.micro.request import Request
-from nats.micro.service import Endpoint, Service
+from nats.micro.service import Service
 
-from registry.errors import BusError
-from registry.wire import Bus, nats_client
+from registry.wire import Bus, check_nats_internals, drain_endpoints, nats_client
 
 log = logging.getLogger(__name__)
 
@@ -133,31 +132,11 @@ class RunningService:
         if self._stopped:
             return
         self._stopped = True
-        service = self._service
         try:
-            for endpoint in service._endpoints:
-                subscription = endpoint._subscription
-                if subscription is not None:
-                    await subscription.drain()
-            service._endpoints = []  # drained above; `stop()` would unsubscribe them again and fail
-            await service.stop()
+            await drain_endpoints(self._service)
+            await self._service.stop()
         except Exception as err:  # a closed connection takes no requests anyway
             log.warning("could not stop the service's subscriptions cleanly: %s", err)
-
-
-def check_internals() -> None:
-    """Refuses a nats-py whose service internals the ordered stop relies on have changed."""
-    missing = [name for name, owner in (("_endpoints", Service), ("_subscription", Endpoint))
-               if name not in _attributes_of(owner)]  # fmt: skip
-    if missing:
-        raise BusError("start a service", f"this nats-py has no {', '.join(missing)}; pin the version in pyproject")
-
-
-def _attributes_of(cls: type) -> set[str]:
-    names = set(vars(cls))
-    init = getattr(cls, "__init__", None)
-    code = getattr(init, "__code__", None)
-    return names | set(code.co_names if code is not None else ())
 
 
 @asynccontextmanager
@@ -166,7 +145,7 @@ async def serve(
 ) -> AsyncIterator[RunningService]:
     """The service answering on its endpoints until the block exits; the caller stops it in order
     with `stop_taking_requests()` (a second stop on exit is harmless)."""
-    check_internals()
+    check_nats_internals(serving=True)
     with bus.translated(f"start service {name}"):
         service = await micro.add_service(nats_client(bus), name=name, version=version, description=description)
     running = RunningService(service)

@@ -34,6 +34,7 @@ from registry.wire.kv import (
     update,
 )
 from registry.wire.lease import SKEW, Holder, Lease, LeaseHeld, LeaseLost, node_key, seat_key
+from registry.wire.nats_internals import check_nats_internals, drain_endpoints
 from registry.wire.verb_client import (
     ERROR_CODE_HEADER,
     ERROR_HEADER,
@@ -79,6 +80,7 @@ __all__ = [
     "ask_patiently",
     "ask_service",
     "bucket_config",
+    "check_nats_internals",
     "connect",
     "connect_within",
     "converge",
@@ -86,6 +88,7 @@ __all__ = [
     "create_bucket",
     "current_snapshot",
     "delete",
+    "drain_endpoints",
     "follow",
     "get_direct",
     "get_last_many",

@@ -1,4 +1,5 @@
-"""The NATS connection, the one place besides `registry.serving.service` that touches nats-py.
+"""The NATS connection, the one place besides `registry.serving.service` that calls nats-py (its
+private internals are touched in `registry.wire.nats_internals` alone, checked as a bus connects).
 
 Everything the programs do on the bus goes through `Bus`: publish, request, subscribe, the
 JetStream API and KV writes. nats-py's exceptions are translated here into the typed errors of
@@ -52,6 +53,8 @@ from registry.errors import (
     PermissionDenied,
     WrongLastSequence,
 )
+from registry.wire import nats_internals
+from registry.wire.nats_internals import RawHandler
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +105,6 @@ class Message:
 
 
 Handler = Callable[[Message], Awaitable[None]]
-RawHandler = Callable[[bytes, bytes, bytes, bytes | None], Awaitable[None]]
-"""A message as nats-py's parser reads it: subject, reply subject, body, header block (None when
-there is none, the `NATS/1.0` line included when there is one)."""
 
 
 class Subscription:
@@ -143,7 +143,7 @@ async def _unsubscribe(sub: NatsSubscription) -> None:
 class Bus:
     """A live connection: requests, subscriptions, JetStream, and its recent permission denials."""
 
-    def __init__(self, nc: Client, options: BusOptions) -> None:
+    def __init__(self, nc: Client, options: BusOptions, raw_handlers: dict[int, RawHandler]) -> None:
         self._nc = nc
         self.options = options
         self.closed = anyio.Event()  # set when the connection is closed for good
@@ -152,7 +152,7 @@ class Bus:
         self._reconnected = anyio.Event()  # replaced at each reconnect and at the close, after being set
         self._away = False  # from the loss until the reconnect is noted (nats-py's status changes earlier)
         self._unsubscribe_on_reconnect: list[NatsSubscription] = []
-        self._raw: dict[int, RawHandler] = getattr(nc, "_mesh_raw_handlers", {})
+        self._raw = raw_handlers  # by subscription id: the messages `subscribe_raw` takes from the parser
 
     @property
     def max_payload(self) -> int:
@@ -293,7 +293,7 @@ class Bus:
 
         with self.translated(f"subscribe {subject}"):
             sub = await self._nc.subscribe(subject, cb=never)
-        sid = sub._id
+        sid = nats_internals.subscription_id(sub)
         self._raw[sid] = handler
         ours._sub, ours._raw = sub, (self._raw, sid)
         return ours
@@ -504,9 +504,10 @@ def _target(options: BusOptions) -> str:
 @asynccontextmanager
 async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterator[Bus]:
     log.debug("connecting to nats at %s (from %s)", ", ".join(options.servers), options.servers_from)
+    nats_internals.check_nats_internals()
     nc = Client()
-    nc._parse_header_lines = _header_lines  # type: ignore[method-assign]
-    _route_raw_subscriptions(nc)
+    nats_internals.use_faster_header_parser(nc)
+    raw_handlers = nats_internals.route_raw_messages(nc)
     try:
         await nc.connect(**_connect_options(options, callbacks))
     except BaseException as err:
@@ -516,7 +517,7 @@ async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterato
             raise BusError(f"connect to {_target(options)}", _describe(err)) from err
         raise
     callbacks.outage = None
-    bus = Bus(nc, options)
+    bus = Bus(nc, options, raw_handlers)
     callbacks.bus = bus
     log.info("connected to nats at %s as %s", _server_of(nc), options.name)
     try:
@@ -525,69 +526,6 @@ async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterato
         # nats-py closes the connection itself once its drain times out: leave it time to.
         with anyio.move_on_after(options.drain_timeout.total_seconds() + 2, shield=True):
             await _close(bus, nc)
-
-
-def _route_raw_subscriptions(nc: Client) -> None:
-    """nats-py's parser hands each message to `Client._process_msg`, looked up on the client at
-    every message; the messages of a `Bus.subscribe_raw` subscription go to its handler instead.
-    A nats-py whose parser no longer works so fails tests/registry/wire/test_walk.py (no walk ends)."""
-    handlers: dict[int, RawHandler] = {}
-    process = nc._process_msg
-
-    def routed(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> Awaitable[None]:
-        # Not a coroutine itself: the parser awaits what it returns, one frame fewer a message.
-        handler = handlers.get(sid)
-        if handler is None:
-            return process(sid, subject, reply, data, headers)  # type: ignore[arg-type]  # its parser passes None
-        return handler(subject, reply, data, headers)
-
-    nc._process_msg = routed  # type: ignore[method-assign,assignment]  # returns its awaitable
-    nc._mesh_raw_handlers = handlers  # type: ignore[attr-defined]
-
-
-_WHITESPACE = re.compile(r"\s")
-_BYTES_WHITESPACE = " \t\n\r\x0b\x0c"  # what `bytes.strip()` strips
-
-
-def header_lines(block: bytes) -> dict[str, str]:
-    """The headers of a raw header block (`NATS/1.0` line first), as nats-py would parse them."""
-    return _header_lines(block[_HEADER_LINE_SIZE:])
-
-
-_HEADER_LINE_SIZE = len(b"NATS/1.0\r\n")  # what nats-py cuts off before parsing the lines
-
-
-def _header_lines(raw: bytes) -> dict[str, str]:
-    """nats-py's `Client._parse_header_lines`, the same result, faster: an ASCII block (every
-    block JetStream sends) is decoded once, not twice a line, and a name is checked for
-    whitespace by a regular expression instead of a generator over its characters. A batch direct
-    get answers seven header lines a message: parsing them was a quarter of reading one node's 100
-    keys (1.9 ms raw, 1.4 ms with this; issue 10)."""
-    if raw.isascii():
-        return _ascii_header_lines(raw.decode("ascii"))
-    out: dict[str, str] = {}
-    for line in raw.split(b"\r\n"):
-        name, sep, value = line.partition(b":")
-        if not sep:
-            continue
-        try:
-            key = name.strip().decode("ascii")
-        except UnicodeDecodeError:
-            continue
-        if _WHITESPACE.search(key) is None:
-            out[key] = value.strip().decode("utf-8", "replace")
-    return out
-
-
-def _ascii_header_lines(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in text.split("\r\n"):
-        name, sep, value = line.partition(":")
-        if sep:
-            key = name.strip(_BYTES_WHITESPACE)
-            if _WHITESPACE.search(key) is None:
-                out[key] = value.strip(_BYTES_WHITESPACE)
-    return out
 
 
 def nats_client(bus: Bus) -> Client:
@@ -631,10 +569,7 @@ async def _abandon(nc: Client) -> None:
     except Exception:  # a client that never connected may have little to close
         log.debug("closing an unconnected client failed", exc_info=True)
     finally:
-        # A connect cancelled inside nats-py's own close of a failed attempt (which marks the client
-        # closed first) leaves that attempt's socket open, and `close()` then returns at once.
-        if nc._transport is not None:
-            nc._transport.close()  # type: ignore[no-untyped-call]  # nats-py's Transport is untyped
+        nats_internals.close_socket(nc)
 
 
 async def _close(bus: Bus, nc: Client) -> None:

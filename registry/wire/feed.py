@@ -18,18 +18,21 @@ listens. A long-lived one is given a name per party and purpose, and a party gra
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from registry.contract import Bucket
 from registry.errors import NotFound
 from registry.wire.bus import Bus, Message, Subscription
+from registry.wire.nats_internals import HEADER_LINE_SIZE, header_lines
 
 log = logging.getLogger(__name__)
 
+_OPERATION, _OPERATION_BYTES = "KV-Operation", b"KV-Operation"
 _REMOVED = ("DEL", "PURGE")
 
 
@@ -141,7 +144,7 @@ class Feed:
             self.broken = f"messages were lost (consumer sequence {self._consumer_sequence} then {consumer_seq})"
             return
         self._consumer_sequence, self.stream_sequence = consumer_seq, stream_seq
-        deleted = msg.headers.get("KV-Operation") in _REMOVED
+        deleted = is_delete_marker(msg.headers)
         item = KvItem(self.bucket.key_of(msg.subject), msg.data, stream_seq, deleted, ack_time(msg.reply))
         self._on_item(item, pending)
 
@@ -154,6 +157,30 @@ class Feed:
         last = msg.headers.get("Nats-Last-Consumer")
         if not msg.reply and last is not None and int(last) > self._consumer_sequence:
             self.broken = f"heartbeat names consumer sequence {last}, last seen {self._consumer_sequence}"
+
+
+def is_delete_marker(headers: Mapping[str, str] | bytes) -> bool:
+    """Whether a KV message is a delete marker (`KV-Operation` `DEL` or `PURGE`), from its headers
+    parsed or from its raw header block (`NATS/1.0` line first, as the parser or a stream message
+    get hands it), read as nats-py would read it."""
+    if isinstance(headers, bytes):
+        return _block_is_marker(headers)
+    return headers.get(_OPERATION) in _REMOVED
+
+
+_MARKER_LINE = re.compile(rb"\r\nKV-Operation: (?:DEL|PURGE)\r\n")
+
+
+def _block_is_marker(block: bytes) -> bool:
+    """A walk meets a raw block per message: one that never names the header, or names it once on
+    the line nats-server writes, is answered without parsing it (a parse costs four to six times
+    as much)."""
+    named = block.count(_OPERATION_BYTES)
+    if named == 0:
+        return False
+    if named == 1 and _MARKER_LINE.search(block, HEADER_LINE_SIZE - 2) is not None:
+        return True
+    return header_lines(block[HEADER_LINE_SIZE:]).get(_OPERATION) in _REMOVED
 
 
 def ack_metadata(reply: str) -> tuple[int, int, int]:

@@ -32,17 +32,11 @@ import anyio
 from registry.contract import Bucket
 from registry.errors import BusError, BusTimeout, ConvergeError, NoResponders, NotFound, PermissionDenied
 from registry.wire.bus import Bus, Message
-from registry.wire.feed import Feed, KvItem
+from registry.wire.feed import Feed, KvItem, is_delete_marker
 
 log = logging.getLogger(__name__)
 
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
-_REMOVED = ("DEL", "PURGE")
-
-__all__ = [
-    "Changes", "KvItem", "TooManyKeys", "converge", "current_snapshot", "delete", "get_direct", "get_last_many",
-    "get_latest", "leader_floor", "put", "replicated", "snapshot", "update",
-]  # fmt: skip
 
 
 async def snapshot(
@@ -221,7 +215,7 @@ async def _get_without_direct(bus: Bus, bucket: Bucket, key: str, operation: str
         return None
     message = answer["message"]
     headers = base64.b64decode(message.get("hdrs") or b"")
-    deleted = any(f"KV-Operation: {op}".encode() in headers for op in _REMOVED)
+    deleted = is_delete_marker(headers)
     return KvItem(key, base64.b64decode(message.get("data") or b""), int(message["seq"]), deleted)
 
 
@@ -344,7 +338,7 @@ def _direct_item(bucket: Bucket, operation: str, msg: Message, key: str) -> KvIt
     status = msg.headers.get("Status")
     if status is not None:
         raise _status_error(operation, status, msg.headers.get("Description", ""))
-    deleted = msg.headers.get("KV-Operation") in _REMOVED
+    deleted = is_delete_marker(msg.headers)
     stored_at = _server_time(msg.headers["Nats-Time-Stamp"]) if "Nats-Time-Stamp" in msg.headers else None
     return KvItem(key, msg.data, int(msg.headers.get("Nats-Sequence", "0")), deleted, stored_at)
 

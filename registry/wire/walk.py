@@ -29,12 +29,11 @@ import anyio
 
 from registry.contract import Bucket
 from registry.errors import BusError, BusTimeout, NotFound
-from registry.wire.bus import Bus, Subscription, header_lines
-from registry.wire.feed import ack_metadata
+from registry.wire.bus import Bus, Subscription
+from registry.wire.feed import ack_metadata, is_delete_marker
 
 log = logging.getLogger(__name__)
 
-_REMOVED = ("DEL", "PURGE")
 _NOTHING_MORE = ("404", "408")
 BEHIND_PAUSE = 0.05  # seconds between pulls of a replica behind its leader
 LARGEST_PULL = 1_000_000  # messages a pull may ask for: its bytes, not its count, end it
@@ -170,7 +169,7 @@ class StreamWalk:
         self._received += 1
         if pending == 0:
             self._ran_dry = True  # the server follows with a 404
-        deleted = headers is not None and header_lines(headers).get("KV-Operation") in _REMOVED
+        deleted = headers is not None and is_delete_marker(headers)
         key = subject[self._prefix_length :].decode("utf-8", "replace")  # `$KV.<bucket>.` cut off
         self._sink(key, data, stream_seq, deleted)
         # What nats-server counts against the pull's max_bytes (consumer.go); a pull that its

@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import nats.errors
+import nats.micro.service
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from mesh_dev.local_nats import LocalNats
 from registry.errors import BusError, BusTimeout, ConnectionClosed, NoResponders, NotFound
-from registry.serving import service
-from registry.wire import Bus, BusOptions, connect
+from registry.wire import Bus, BusOptions, check_nats_internals, connect, nats_internals
 
 
 async def test_a_subject_nobody_serves_is_no_responders_with_the_cause_kept(bus: Bus) -> None:
@@ -47,8 +47,9 @@ async def test_a_closed_connection_says_so_and_is_told(nats_server: LocalNats) -
     assert isinstance(raised.value.__cause__, nats.errors.ConnectionClosedError)
 
 
-def test_the_service_adapter_accepts_the_installed_nats_py() -> None:
-    service.check_internals()
+def test_the_service_adapter_accepts_the_installed_nats_py(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nats_internals, "_passed", set())  # checked afresh, not remembered
+    check_nats_internals(serving=True)
 
 
 def test_the_service_adapter_refuses_a_nats_py_without_the_internals_it_drains_through(
@@ -58,9 +59,10 @@ def test_the_service_adapter_refuses_a_nats_py_without_the_internals_it_drains_t
         def __init__(self) -> None:
             self.config = None
 
-    monkeypatch.setattr(service, "Endpoint", EndpointWithoutSubscription)
+    monkeypatch.setattr(nats.micro.service, "Endpoint", EndpointWithoutSubscription)
+    monkeypatch.setattr(nats_internals, "_passed", set())
     with pytest.raises(BusError, match="_subscription"):
-        service.check_internals()
+        check_nats_internals(serving=True)
 
 
 def test_the_bus_surface_is_pinned_and_shows_no_nats_py() -> None:

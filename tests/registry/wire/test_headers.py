@@ -1,4 +1,5 @@
-"""The bus parses message headers as nats-py does, faster (`registry.wire.bus._header_lines`)."""
+"""The bus parses message headers as nats-py does, faster (`registry.wire.nats_internals.header_lines`),
+and tells a delete marker from its raw header block as nats-py's parse would (`is_delete_marker`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from registry.wire.bus import _header_lines
+from registry.wire.feed import is_delete_marker
+from registry.wire.nats_internals import header_lines as _header_lines
 
 LINES = st.lists(
     st.tuples(
@@ -38,3 +40,26 @@ def test_any_bytes_are_read_as_nats_py_reads_them(raw: bytes) -> None:
 def test_any_ascii_block_is_read_as_nats_py_reads_it(text: str) -> None:
     raw = text.encode("utf-8")
     assert _header_lines(raw) == Client._parse_header_lines(raw)
+
+
+MARKER_LINES = st.lists(
+    st.tuples(
+        st.sampled_from(["KV-Operation", " KV-Operation", "X-KV-Operation", "kv-operation", "Nats-Subject"]),
+        st.sampled_from([":", ": ", ":\t"]),
+        st.sampled_from(["DEL", "PURGE", " DEL ", "DELETE", "PUT", ""]),
+    ),
+    max_size=4,
+)
+
+
+@given(MARKER_LINES)
+def test_a_delete_marker_is_told_from_its_raw_block_as_from_nats_py_s_parse(lines: list[tuple[str, str, str]]) -> None:
+    block = "NATS/1.0\r\n" + "".join(f"{name}{sep}{value}\r\n" for name, sep, value in lines) + "\r\n"
+    parsed = Client._parse_header_lines(block.encode()[len("NATS/1.0\r\n") :])
+    assert is_delete_marker(block.encode()) == (parsed.get("KV-Operation") in ("DEL", "PURGE"))
+    assert is_delete_marker(parsed) == is_delete_marker(block.encode())
+
+
+def test_a_block_without_the_header_is_no_delete_marker() -> None:
+    assert not is_delete_marker(b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 41\r\n\r\n")
+    assert not is_delete_marker(b"")
