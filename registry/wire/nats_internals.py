@@ -1,6 +1,6 @@
 """Every use of nats-py's private API, each behind a named function, and the check of them at start.
 
-nats-py has no public call for five things the bus and the service do:
+nats-py has no public call for four things the bus and the service do:
 
 - hand a message straight from its parser to a handler (`Bus.subscribe_raw`, how a streamed
   listing reads hundreds of thousands of keys): `Client._process_msg`, which the parser looks up
