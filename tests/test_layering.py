@@ -1,6 +1,6 @@
 """The layering of issue 7, enforced: registry under both programs, the server and the node client
-never importing each other, mesh_dev above both, and nats-py reached only through registry.wire.bus and
-registry.serving.service.
+never importing each other, mesh_dev above both, and nats-py reached only through registry.wire.bus,
+registry.wire.nats_internals and registry.serving.service.
 
 The contracts live in pyproject.toml (`[tool.importlinter]`) and `lint-imports` checks them in
 scripts/test; these tests show that they hold on the tree as it is, that each one catches the edge it
