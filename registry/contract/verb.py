@@ -1,25 +1,25 @@
 """Pydantic models of the provisioning verb's wire format (`mesh-provisioner.provisioning`).
 
-A request (`VerbRequest`) and a page of the answer (`Page`, one class per `what`, told apart by
-`what`: `parse_page`), whose `entries` are rows of that `what` (`RegistryRow`, `NeedsRow`,
-`AppliedRow`, `CollectRow`, `NodeRow`), whose `malformed` are `MalformedKey`s and whose `total` is
-`Totals`, or `AtMost` on a streamed listing's pages before its last. `MergedAnswer` is every page of a
-listing joined, as `registry.wire.verb_client.ask` returns it: a page without `page` or `next`.
+A request (`VerbRequest`) and a page of the answer (`Page`: a class per `what`, `PAGES`), whose
+`entries` are rows of that `what` (`RegistryRow`, `NeedsRow`, `AppliedRow`, `CollectRow`,
+`NodeRow`), whose `malformed` are `MalformedKey`s and whose `total` is `Totals`, or `AtMost` on a
+streamed listing's pages before its last. `MergedAnswer` is every page of a listing joined, as
+`registry.wire.answer_of` returns it: a page without `page` or `next`. `parse_page` reads a page
+from the bus, bounded in size and depth before it is parsed.
 
 The shapes are the README's ("The verb", "Paging", "Nodes"). `page_json` serialises as the seat
-does: in field order, without spaces, non-ASCII as it is, so an answer parsed and written again
-is the same bytes. An entry's `value` is the stored JSON as it is (anything a node wrote: it is
-shown, never trusted), and a field the seat leaves out (a malformed key's `bucket` outside
-`what=nodes`, a held lease's unreadable holder) is left out again. Everything else is ours:
-`extra="forbid"`, so a field the contract does not know is an error, not a silent default. The
-pages come from the bus: their size and depth are bounded before they are parsed
-(`registry.contract.bounded_json`).
+does: in field order, without spaces, non-ASCII as it is, so a page parsed and written again is
+the same bytes (its values being compact JSON, as the clients write them). An entry's `value` is
+the stored JSON as it is (anything a node wrote: shown, never trusted), and a field the seat
+leaves out (a malformed key's `bucket` outside `what=nodes`, a held lease's unreadable holder, the
+revision a seat older than it does not answer) is left out again. Everything else is ours:
+`extra="forbid"`, so a field the contract does not know is an error, not a silent default.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -191,6 +191,9 @@ class NodeRow(_Wire):
     changed_at: str | None
 
 
+Entry = Row | NodeRow
+
+
 class MalformedKey(_Sparse):
     """A key out of its bucket's shape, or whose value cannot be answered, with the reason;
     `bucket` only where an answer reads several buckets (`what=nodes`)."""
@@ -219,7 +222,7 @@ Total = Totals | AtMost
 
 class _Page(_Wire):
     what: What
-    entries: list[Any]
+    entries: Sequence[Entry]
     malformed: list[MalformedKey]
     page: int = Field(ge=1)
     pages: int | None
@@ -261,8 +264,6 @@ PAGES: Mapping[What, type[Page]] = {
     "nodes": NodesPage,
 }
 _ANY_PAGE: TypeAdapter[Page] = TypeAdapter(Annotated[Page, Field(discriminator="what")])
-
-Entry = Row | NodeRow
 
 
 class MergedAnswer(_Wire):
