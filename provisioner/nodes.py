@@ -36,7 +36,18 @@ from provisioner.errors import Unavailable
 from provisioner.pages import Encoded, build_pages
 from provisioner.paging import PageCache
 from provisioner.request import Asked, Query
-from registry.contract import Bucket, JsonRefused, buckets, read_json, subject_matches
+from registry.contract import (
+    Bucket,
+    HeldLease,
+    JsonRefused,
+    MalformedKey,
+    NodeRow,
+    NoLease,
+    ReleasedLease,
+    buckets,
+    read_json,
+    subject_matches,
+)
 from registry.errors import BusError, ConnectionClosed, KeyShapeError, NotFound, sole_exception
 from registry.wire import SKEW, Bus, Holder, KvItem, current_snapshot, scoped_watch
 
@@ -83,17 +94,18 @@ class NodeReport:
     lease: LeaseSeen | None
     tally: Tally
 
-    def to_json(self) -> dict[str, object]:
+    def row(self) -> NodeRow:
+        """The report as the contract's entry of `what=nodes`."""
         changed = self.tally.changed_at
-        return {
-            "node": self.node,
-            "verdict": self.verdict,
-            "because": self.because,
-            "lease": _lease_json(self.lease),
-            "applied": self.tally.applied,
-            "pending": self.tally.pending,
-            "changed_at": _iso(changed) if changed is not None else None,
-        }
+        return NodeRow(
+            node=self.node,
+            verdict=self.verdict,
+            because=self.because,
+            lease=_lease_row(self.lease),
+            applied=self.tally.applied,
+            pending=self.tally.pending,
+            changed_at=_iso(changed) if changed is not None else None,
+        )
 
 
 class Fleet:
@@ -273,21 +285,23 @@ def _span(span: timedelta) -> str:
     return f"{seconds:g} s" if seconds < 120 else ago(span)
 
 
-def _lease_json(lease: LeaseSeen | None) -> dict[str, object]:
+def _lease_row(lease: LeaseSeen | None) -> HeldLease | ReleasedLease | NoLease:
     if lease is None:
-        return {"state": "none"}
+        return NoLease(state="none")
     if lease.released:
-        return {"state": "released", "released_at": _iso(lease.stored_at)}
-    found: dict[str, object] = {"state": "held", "renewed_at": _iso(lease.stored_at)}
+        return ReleasedLease(state="released", released_at=_iso(lease.stored_at))
     holder = lease.holder
-    if holder is not None:
-        found |= {
-            "host": holder.host,
-            "pid": holder.pid,
-            "since": _iso(holder.since),
-            "ttl_seconds": holder.ttl_seconds,
-        }
-    return found
+    if holder is None:
+        return HeldLease(state="held", renewed_at=_iso(lease.stored_at))
+    renewed_at, since = _iso(lease.stored_at), _iso(holder.since)
+    return HeldLease(
+        state="held",
+        renewed_at=renewed_at,
+        host=holder.host,
+        pid=holder.pid,
+        since=since,
+        ttl_seconds=holder.ttl_seconds,
+    )
 
 
 def _iso(moment: datetime) -> str:
@@ -302,15 +316,15 @@ def answer_pages(fleet: Fleet, query: Query, *, budget: int, listing_id: str, no
     """The pages of the `what=nodes` answer (entries by node, then the keys out of shape)."""
     encoded = Encoded([], [])
     for report in fleet.reports(query.node, now=now, stale_after=stale_after_of(query)):
-        piece = _compact(report.to_json())
+        piece = _compact(report.row())
         if len(piece) <= budget:
             encoded.entries.append(piece)
         else:  # a holder record of a page's size: said, not sent
             reason = f"the report is {len(piece)} bytes, more than one answer message carries ({budget})"
-            encoded.malformed.append(_compact({"key": buckets.LEASES.shape.build(role=NODE_ROLE, name=report.node),
-                                               "bucket": buckets.LEASES.name, "reason": reason}))  # fmt: skip
+            key = buckets.LEASES.shape.build(role=NODE_ROLE, name=report.node)
+            encoded.malformed.append(_compact(MalformedKey(key=key, bucket=buckets.LEASES.name, reason=reason)))
     for bucket, key, reason in fleet.malformed_under(query.node):
-        encoded.malformed.append(_compact({"key": key, "bucket": bucket, "reason": reason}))
+        encoded.malformed.append(_compact(MalformedKey(key=key, bucket=bucket, reason=reason)))
     return build_pages("nodes", encoded, budget=budget, listing_id=listing_id)
 
 
@@ -323,8 +337,9 @@ def first_page(fleet: Fleet, asked: Asked, cache: PageCache, budget: int) -> byt
     return pages[0]
 
 
-def _compact(document: dict[str, object]) -> bytes:
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+def _compact(row: NodeRow | MalformedKey) -> bytes:
+    """`row` as the seat writes it (the contract's `page_json` does pages the same way)."""
+    return json.dumps(row.model_dump(), ensure_ascii=False, separators=(",", ":")).encode()
 
 
 async def fleet_of(bus: Bus, view: FleetView | None, node: str | None, whole_listings: anyio.CapacityLimiter) -> Fleet:
