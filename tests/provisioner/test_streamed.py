@@ -15,7 +15,7 @@ from provisioner.listing import KNOWN_VALUES, Encoder
 from provisioner.pages import page_budget
 from provisioner.paging import PageCache
 from provisioner.streamed import READ_AHEAD_PAGES, StreamedListing
-from registry.contract import buckets
+from registry.contract import AtMost, Totals, buckets, page_json, parse_page
 from registry.wire import Bus, BusOptions, ask, ask_page, connect, delete, get_latest, put
 from registry.wire.verb_client import _follow
 from tests.helpers import in_own_task, put_many
@@ -204,3 +204,19 @@ def test_an_encoder_parses_a_value_once_and_still_reports_every_malformed_one() 
     encoder.add("n1.app.config.open", NEED[:-1], 3)
     assert len(encoder.encoded.entries) == KNOWN_VALUES + 11
     assert [json.loads(m)["key"] for m in encoder.encoded.malformed] == ["n1.app.config.nan", "n1.app.config.open"]
+
+
+async def test_every_page_of_a_streamed_listing_is_the_contracts_page_byte_for_byte(bus: Bus) -> None:
+    """The hot path writes its pages by hand: each, the totals `at_most` before the last and the
+    last's exact ones, parses into the contract's page and is written back as the same bytes."""
+    await put_many(bus, buckets.NEEDS, needs(500) | {"n1.web.config.db=3Aurl": '{"placeholder":"é"}'.encode()})
+    await put_many(bus, buckets.NEEDS, {"n1.bad": b"{}", "n2.web.config.broken": b"{not json"})
+    request = {"what": "needs"}
+    pages = [(await bus.request(buckets.VERB_SUBJECT, json.dumps(request).encode())).data]
+    while (following := json.loads(pages[-1])["next"]) is not None:
+        pages.append((await bus.request(buckets.VERB_SUBJECT, json.dumps({"cursor": following}).encode())).data)
+    parsed = [parse_page(data, "needs") for data in pages]
+    assert len(parsed) > 3
+    assert {type(page.total) for page in parsed[:-1]} == {AtMost}
+    assert parsed[-1].total == Totals(entries=501, malformed=2)
+    assert [page_json(page) for page in parsed] == pages

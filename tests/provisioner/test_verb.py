@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -12,9 +13,15 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from mesh_dev.local_nats import LocalNats
-from registry.contract import KINDS, buckets
+from provisioner.answering import Answering, AtOnce, Reading, Way
+from provisioner.nodes import FleetView
+from provisioner.paging import PageCache
+from provisioner.registry_view import RegistryView
+from provisioner.request import Asked, parse_request
+from provisioner.streamed import StreamedListing
+from registry.contract import KINDS, NeedsPage, What, buckets, page_json, parse_page
 from registry.errors import ServiceError
-from registry.wire import ERROR_CODE_HEADER, ERROR_HEADER, MULTI_LAST_LIMIT, Bus, Message, ask
+from registry.wire import ERROR_CODE_HEADER, ERROR_HEADER, MULTI_LAST_LIMIT, Bus, Holder, Message, ask, node_key
 from tests.helpers import put_many
 
 NEED = b'{"placeholder":"${config:x}","used_in":["a.conf"]}'
@@ -260,3 +267,78 @@ async def test_a_node_with_more_keys_than_one_batch_read_answers_is_listed_whole
     answer = await ask(seeded, {"what": "needs", "node": "n3"})
     assert keys_of(answer) == sorted(many)
     assert answer["total"] == {"entries": len(many), "malformed": 0}
+
+
+def asked_for(request: dict[str, str]) -> Asked:
+    return Asked(parse_request(json.dumps(request).encode()), None)
+
+
+WAYS = [
+    pytest.param({}, True, Way.REGISTRY_VIEW, id="the registry from its view"),
+    pytest.param({}, False, Way.STREAMED, id="the registry without a view streamed"),
+    pytest.param({"what": "nodes"}, True, Way.NODES_VIEW, id="the fleet from its filled view"),
+    pytest.param({"what": "nodes"}, False, Way.FLEET_LISTED, id="the fleet without a view listed"),
+    pytest.param({"what": "nodes", "node": "n1"}, False, Way.FLEET_LISTED, id="one node without a view listed"),
+    pytest.param({"what": "needs", "node": "n1"}, True, Way.NARROWED_READ, id="one node's needs by one batch read"),
+    pytest.param({"what": "collect", "collection": "shell:zsh:normal"}, True, Way.NARROWED_READ, id="a collection"),
+    pytest.param({"what": "applied"}, True, Way.STREAMED, id="every applied record streamed"),
+]
+
+
+@pytest.mark.parametrize(("request_", "views", "way"), WAYS)
+async def test_one_place_decides_how_each_request_is_answered(
+    seeded: Bus, request_: dict[str, str], views: bool, way: Way
+) -> None:
+    registry, nodes = RegistryView(), FleetView()
+    registry.ready = True
+    nodes.filled.set()
+    answering = Answering(seeded, PageCache(), registry, nodes) if views else Answering(seeded, PageCache())
+    answer = answering.answer(asked_for(request_))
+    assert answer.way is way
+    assert isinstance(answer, AtOnce) == (way in (Way.REGISTRY_VIEW, Way.NODES_VIEW))
+    page = answer.page if isinstance(answer, AtOnce) else await answer.read()
+    assert parse_page(page).what == request_.get("what", "registry")
+
+
+async def test_a_cursor_is_answered_from_its_kept_page_or_read_from_its_listings_stream(seeded: Bus) -> None:
+    cache = PageCache()
+    answering = Answering(seeded, cache)
+    cache.keep("kept", {"what": "needs"}, [b"page two"])
+    assert answering.answer(asked_for({"what": "needs", "cursor": "kept.2"})) == AtOnce(Way.KEPT_PAGE, b"page two")
+    listing = await StreamedListing.start(seeded, "needs", [">"], listing_id="streamed", budget=200, idle=10)
+    first = parse_page(await listing.page(1), "needs")
+    assert isinstance(first, NeedsPage)
+    cache.keep_streamed("streamed", {"what": "needs"}, listing)
+    answer = answering.answer(asked_for({"what": "needs", "cursor": "streamed.2"}))
+    assert isinstance(answer, Reading)
+    assert answer.way is Way.STREAMED_PAGE
+    second = parse_page(await answer.read(), "needs")
+    assert isinstance(second, NeedsPage)
+    assert (first.next, second.page) == ("streamed.2", 2)
+    assert {entry.key for entry in first.entries}.isdisjoint(entry.key for entry in second.entries)
+    await listing.close()
+
+
+SEEN_AT = "2026-12-01T12:00:00+00:00"
+
+
+@pytest.mark.parametrize("what", ["registry", "needs", "applied", "collect", "nodes"])
+@pytest.mark.parametrize("narrowed", [False, True], ids=["whole", "one node"])
+async def test_every_page_the_seat_writes_is_the_contracts_page_byte_for_byte(
+    seeded: Bus, js: JetStreamContext, what: What, narrowed: bool
+) -> None:
+    """Pages, entries and node rows are formatted by hand on the hot path (`provisioner.pages`,
+    `provisioner.listing`): each parses into `registry.contract`'s page of its `what` and is
+    written back by the contract as the same bytes (every stored value here is compact JSON)."""
+    holder = Holder(id="h", host="hôte", pid=7, since=datetime.fromisoformat(SEEN_AT), ttl_seconds=1e-05)
+    leases = await js.key_value(buckets.LEASES.name)
+    await leases.put(node_key("n1"), holder.model_dump_json().encode())
+    await leases.put(node_key("n2"), b"not a holder")
+    await leases.put(node_key("n3"), b"{}")
+    await leases.delete(node_key("n3"))
+    await put_all(await js.key_value(buckets.NEEDS.name), {"n1.web.config.bad": b"{not json", "n1.bad": b"{}"})
+    request = {"what": what} | ({"node": "n1"} if narrowed and what != "registry" else {})
+    data = (await seeded.request(buckets.VERB_SUBJECT, json.dumps(request).encode())).data
+    page = parse_page(data, what)
+    assert page.entries
+    assert page_json(page) == data
