@@ -126,10 +126,15 @@ def _each_once(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _as_the_verb_takes(stale_after: timedelta) -> timedelta:
+    if not timedelta(0) < stale_after <= timedelta(seconds=MAX_STALE_AFTER_SECONDS):
+        raise ValueError(f"a duration above 0 s and at most {MAX_STALE_AFTER_SECONDS} s (366 days), as the verb takes")
+    return stale_after
+
+
 Named = Annotated[str, Field(min_length=1)]
 EachOnce = Annotated[tuple[str, ...], AfterValidator(_each_once)]  # a flag repeated: each name once, in order
-Wait = Annotated[Duration, Field(gt=timedelta(0))]
-StaleAfter = Annotated[Duration, Field(gt=timedelta(0), le=timedelta(seconds=MAX_STALE_AFTER_SECONDS))]
+StaleAfter = Annotated[Duration, AfterValidator(_as_the_verb_takes)]
 State = Literal["applied", "pending", "healthy", "stale", "gone"]  # a module's (applied) or a node's (nodes)
 
 _WAIT = timedelta(seconds=30)
@@ -175,8 +180,9 @@ class QueryArguments(CommandArguments):
         default=False, description="print one JSON object per entry, then per malformed key"
     )
     compact: bool = Field(default=False, description="with --json, print it on one line")
-    wait: Wait = Field(
+    wait: Duration = Field(
         default=_WAIT,
+        gt=timedelta(0),
         description="how long to wait to connect, then for the whole answer; a seat that does not answer within "
         "an attempt (2 s, doubled each time), is not there, is busy (503) or forgot the listing (410) is asked "
         "again until then",
@@ -215,7 +221,9 @@ class TopArguments(CommandArguments):
         default=timedelta(seconds=2), gt=timedelta(0), le=timedelta(days=1), description="how often to ask"
     )
     once: bool = Field(default=False, description="print one frame and exit (5 if a node is stale or gone)")
-    wait: Wait = Field(default=_WAIT, description="how long to wait to connect, and with --once for the answer")
+    wait: Duration = Field(
+        default=_WAIT, gt=timedelta(0), description="how long to wait to connect, and with --once for the answer"
+    )
 
 
 class RemoveNodeArguments(CommandArguments):
@@ -225,7 +233,7 @@ class RemoveNodeArguments(CommandArguments):
         min_length=1, description="the node's name, as its client is told it (never escaped)"
     )
     yes: bool = Field(default=False, description="remove without asking")
-    wait: Wait = Field(default=_WAIT, description="how long to wait to connect")
+    wait: Duration = Field(default=_WAIT, gt=timedelta(0), description="how long to wait to connect")
 
 
 class GrantsArguments(CommandArguments):
