@@ -56,7 +56,7 @@ class Way(Enum):
     STREAMED = "streamed"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AtOnce:
     """An answer memory holds: `page`, sent from the service's handler."""
 
@@ -64,7 +64,7 @@ class AtOnce:
     page: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reading:
     """An answer that reads a bucket: `read()` once the request's turn comes."""
 
