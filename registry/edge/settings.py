@@ -508,11 +508,12 @@ def describe_validation(err: ValidationError, model_cls: type[EdgeSettings] | No
 
 def _describe_one(error: Any, model_cls: type[EdgeSettings] | None) -> str:
     field = ".".join(str(part) for part in error["loc"]) or "?"
+    complaint = str(error["msg"]).removeprefix("Value error, ")  # a validator of ours says it all
     if model_cls is None:
-        return f"{field}: {error['msg']}"
+        return f"{field}: {complaint}"
     if error["type"] == "extra_forbidden":
         return f"{field}: unknown setting; known: {', '.join(model_cls.model_fields)}"
     top = str(error["loc"][0]) if error["loc"] else ""
     if top not in model_cls.model_fields:
-        return f"{field}: {error['msg']}"
-    return f"{field}: {error['msg']} ({_given_as(model_cls, top)})"
+        return f"{field}: {complaint}"
+    return f"{field}: {complaint} ({_given_as(model_cls, top)})"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 import pytest
-from pydantic import Field, TypeAdapter
+from pydantic import AfterValidator, Field, TypeAdapter
 
 from mesh_dev.cli import build_parser as dev_parser
 from provisioner.cli import build_parser as server_parser
@@ -233,6 +233,24 @@ def test_a_wrong_argument_is_named_as_given_and_never_as_a_variable(flags: dict[
         load_settings(Arguments, flags, None, {})
     assert str(raised.value).startswith("settings (the command line): ")
     assert names in str(raised.value) and "env" not in str(raised.value)
+
+
+def _even(n: int) -> int:
+    if n % 2:
+        raise ValueError("an even number of pairs")
+    return n
+
+
+class Pairs(EdgeSettings):
+    command_line_only: ClassVar[bool] = True
+
+    count: Annotated[int, AfterValidator(_even)] = 0
+
+
+def test_a_validators_own_complaint_is_said_as_it_is() -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings(Pairs, {"count": "3"}, None, {})
+    assert str(raised.value) == "settings (the command line): count: an even number of pairs (flag --count)"
 
 
 def test_the_help_of_arguments_says_only_the_defaults_worth_saying() -> None:
