@@ -88,6 +88,12 @@ class Answering:
         # The fleet is read whole one reading at a time (what=nodes before its view is filled).
         # Listings need not take turns: a streamed one reads a pull at a time, bounded.
         self.whole_listings = anyio.CapacityLimiter(1)
+        self._readers: dict[Way, Callable[[Asked], Awaitable[bytes]]] = {
+            Way.STREAMED_PAGE: self._continued,
+            Way.FLEET_LISTED: self._fleet_listed,
+            Way.NARROWED_READ: self._narrowed,
+            Way.STREAMED: self._streamed,
+        }
 
     @property
     def budget(self) -> int:
@@ -98,17 +104,16 @@ class Answering:
     def answer(self, asked: Asked) -> Answer:
         """How `asked` is answered: at once when memory holds its page, else by reading a bucket.
         Raises `RequestError` for a request the verb refuses."""
-        if asked.query.cursor is not None:
-            return self._by_cursor(asked)
+        cursor = asked.query.cursor
+        if cursor is not None:
+            return self._by_cursor(asked, cursor)
         at_once = self._from_views(asked)
         if at_once is not None:
             return at_once
         return self._reading(_listing_way(asked.query), asked)
 
-    def _by_cursor(self, asked: Asked) -> Answer:
-        query = asked.query
-        assert query.cursor is not None
-        kept = self.cache.page(query.cursor, query.given(), asked.party)
+    def _by_cursor(self, asked: Asked, cursor: str) -> Answer:
+        kept = self.cache.page(cursor, asked.query.given(), asked.party)
         if isinstance(kept, bytes):
             return AtOnce(Way.KEPT_PAGE, kept)
         return self._reading(Way.STREAMED_PAGE, asked)
@@ -123,13 +128,7 @@ class Answering:
         return None
 
     def _reading(self, way: Way, asked: Asked) -> Reading:
-        readers = {
-            Way.STREAMED_PAGE: self._continued,
-            Way.FLEET_LISTED: self._fleet_listed,
-            Way.NARROWED_READ: self._narrowed,
-            Way.STREAMED: self._streamed,
-        }
-        return Reading(way, partial(self._closing_dropped, readers[way], asked))
+        return Reading(way, partial(self._closing_dropped, self._readers[way], asked))
 
     async def _closing_dropped(self, read: Callable[[Asked], Awaitable[bytes]], asked: Asked) -> bytes:
         try:
