@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -29,11 +29,9 @@ from pydantic import (
     Field,
     JsonValue,
     PlainSerializer,
-    SerializerFunctionWrapHandler,
     SkipValidation,
     TypeAdapter,
     ValidationError,
-    model_serializer,
 )
 
 from registry.contract.bounded_json import MAX_PAGE_BYTES, JsonRefused, read_json
@@ -53,15 +51,12 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class _Sparse(_Wire):
-    """A model with fields (`sparse`) the seat leaves out when it has nothing for them."""
+def _is_none(value: object) -> bool:
+    return value is None
 
-    sparse: ClassVar[frozenset[str]] = frozenset()
 
-    @model_serializer(mode="wrap")
-    def _left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        return {field: value for field, value in data.items() if value is not None or field not in self.sparse}
+# A field the seat leaves out when it has nothing for it, and is left out again.
+Omitted = Field(exclude_if=_is_none)
 
 
 def _as_parsed(value: JsonValue) -> Any:
@@ -102,11 +97,9 @@ class VerbRequest(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
-class _Row(_Sparse):
+class _Row(_Wire):
     """An entry: its key, the parts its bucket's shape names, its revision (the entry's stream
     sequence; none from a seat older than the field) and its value."""
-
-    sparse = frozenset({"revision"})
 
 
 class RegistryRow(_Row):
@@ -114,7 +107,7 @@ class RegistryRow(_Row):
 
     key: str
     kind: str
-    revision: int | None = None
+    revision: Annotated[int | None, Omitted] = None
     value: StoredValue
 
 
@@ -126,7 +119,7 @@ class NeedsRow(_Row):
     module: str
     kind: str
     name: str
-    revision: int | None = None
+    revision: Annotated[int | None, Omitted] = None
     value: StoredValue
 
 
@@ -136,7 +129,7 @@ class AppliedRow(_Row):
     key: str
     node: str
     module: str
-    revision: int | None = None
+    revision: Annotated[int | None, Omitted] = None
     value: StoredValue
 
 
@@ -147,24 +140,22 @@ class CollectRow(_Row):
     node: str
     collection: str
     contributor: str
-    revision: int | None = None
+    revision: Annotated[int | None, Omitted] = None
     value: StoredValue
 
 
 Row = RegistryRow | NeedsRow | AppliedRow | CollectRow
 
 
-class HeldLease(_Sparse):
+class HeldLease(_Wire):
     """A lease renewed at `renewed_at`; its holder's fields when its record could be read."""
-
-    sparse = frozenset({"host", "pid", "since", "ttl_seconds"})
 
     state: Literal["held"]
     renewed_at: str
-    host: str | None = None
-    pid: int | None = None
-    since: str | None = None
-    ttl_seconds: float | None = None
+    host: Annotated[str | None, Omitted] = None
+    pid: Annotated[int | None, Omitted] = None
+    since: Annotated[str | None, Omitted] = None
+    ttl_seconds: Annotated[float | None, Omitted] = None
 
 
 class ReleasedLease(_Wire):
@@ -194,14 +185,12 @@ class NodeRow(_Wire):
 Entry = Row | NodeRow
 
 
-class MalformedKey(_Sparse):
+class MalformedKey(_Wire):
     """A key out of its bucket's shape, or whose value cannot be answered, with the reason;
     `bucket` only where an answer reads several buckets (`what=nodes`)."""
 
-    sparse = frozenset({"bucket"})
-
     key: str
-    bucket: str | None = None
+    bucket: Annotated[str | None, Omitted] = None
     reason: str
 
 
