@@ -36,7 +36,8 @@ from pydantic_settings import SettingsConfigDict
 
 from provisioner import tables
 from provisioner.nodes import DEFAULT_STALE_AFTER
-from provisioner.request import FILTERS, MAX_STALE_AFTER_SECONDS, What
+from provisioner.request import FILTERS
+from registry.contract import MAX_STALE_AFTER_SECONDS, Verdict, What
 from registry.edge import CommandLine, Duration, EdgeSettings, LogSettings, flag_of
 from registry.errors import SettingsError
 from registry.runtime import LogLevel
@@ -135,7 +136,7 @@ def _as_the_verb_takes(stale_after: timedelta) -> timedelta:
 Named = Annotated[str, Field(min_length=1)]
 EachOnce = Annotated[tuple[str, ...], AfterValidator(_each_once)]  # a flag repeated: each name once, in order
 StaleAfter = Annotated[Duration, AfterValidator(_as_the_verb_takes)]
-State = Literal["applied", "pending", "healthy", "stale", "gone"]  # a module's (applied) or a node's (nodes)
+State = Literal["applied", "pending", Verdict]  # a module's state (applied) or a node's verdict (nodes)
 
 _WAIT = timedelta(seconds=30)
 _THE_SEATS: dict[str, JsonValue] = {"shown_default": f"{DEFAULT_STALE_AFTER.total_seconds():g} s, the seat's"}

@@ -13,7 +13,6 @@ import pytest
 
 from provisioner import tables
 from provisioner.cli import build_parser
-from provisioner.request import MAX_STALE_AFTER_SECONDS, What
 from provisioner.settings import (
     GrantsArguments,
     QueryArguments,
@@ -23,6 +22,7 @@ from provisioner.settings import (
     TopArguments,
 )
 from provisioner.top import TopOptions
+from registry.contract import MAX_STALE_AFTER_SECONDS, What
 from registry.edge import EdgeSettings, given_flags, load_settings
 from registry.errors import SettingsError
 
