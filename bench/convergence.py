@@ -112,9 +112,23 @@ async def client_peak_rss_mb(url: str, manifests: Path, materialize: Path, *, no
     (through `bench.client`: `provisioner_client.cli` does nothing when run as a module)."""
     report = materialize.parent / "client-peak-rss"
     command = [
-        sys.executable, "-m", "bench.peak", str(report), "bench.client", "reconcile", "--node", node,
-        "--manifests", str(manifests), "--materialize", str(materialize), "--nats-url", url, "--log-level", "WARNING",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "bench.peak",
+        str(report),
+        "bench.client",
+        "reconcile",
+        "--node",
+        node,
+        "--manifests",
+        str(manifests),
+        "--materialize",
+        str(materialize),
+        "--nats-url",
+        url,
+        "--log-level",
+        "WARNING",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = await anyio.run_process(command, cwd=ROOT, env=env, check=False, stdout=None, stderr=None)
     assert result.returncode == 0, f"the client exited {result.returncode}"

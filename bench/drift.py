@@ -31,8 +31,10 @@ def main() -> None:
         drift, paths = _written(Path(folder) / "env", args.files)
         quiet = _median_ms(drift.drifted)
         every = _median_ms(drift.drifted, before=lambda: _touch_all(paths))
-    print(f"{args.files:,} env files: a poll with nothing changed {quiet:.2f} ms (median of {ROUNDS}); "
-          f"with every file changed {every:.2f} ms")  # fmt: skip
+    print(
+        f"{args.files:,} env files: a poll with nothing changed {quiet:.2f} ms (median of {ROUNDS}); "
+        f"with every file changed {every:.2f} ms"
+    )
 
 
 def _written(folder: Path, count: int) -> tuple[DriftWatch, list[Path]]:

@@ -103,8 +103,12 @@ async def through_the_seat(bus: Bus, asks: int = 20) -> dict[str, float]:
     filling), then the median of `asks` once its view has had `SEAT_SETTLE` to fill."""
     figures: dict[str, float] = {}
     stop = anyio.Event()
-    run = partial(run_server, bus_options=BusOptions(servers=bus.options.servers, name=buckets.SEAT),
-                  settings=ServerSettings(), stop=stop)  # fmt: skip
+    run = partial(
+        run_server,
+        bus_options=BusOptions(servers=bus.options.servers, name=buckets.SEAT),
+        settings=ServerSettings(),
+        stop=stop,
+    )
     async with anyio.create_task_group() as tg:
         await tg.start(run)
         figures["seat_first_answer_ms"], _ = await timed(lambda: answer_of(bus, {"what": "nodes"}, reply_wait=WAIT))

@@ -76,8 +76,12 @@ async def direct_pages(nc: Client, expected: int) -> None:
     reader = _Reader()
 
     def request() -> tuple[str, bytes]:
-        body = {"next_by_subj": NEEDS.subject(">"), "seq": reader.last_seq + 1, "batch": LARGEST,
-                "max_bytes": nc.max_payload}  # fmt: skip
+        body = {
+            "next_by_subj": NEEDS.subject(">"),
+            "seq": reader.last_seq + 1,
+            "batch": LARGEST,
+            "max_bytes": nc.max_payload,
+        }
         return NEEDS.batch_get_subject, json.dumps(body).encode()
 
     await _requests(nc, reader, request)
@@ -89,8 +93,14 @@ async def pulled(nc: Client, expected: int) -> None:
     (ended by their count: nats-server ends a pull that its messages fill, by count or exactly by
     max_bytes, without a status, and the count is what a plain nats-py reader can tell)."""
     name = uuid.uuid4().hex
-    config: dict[str, Any] = {"name": name, "ack_policy": "none", "deliver_policy": "all", "mem_storage": True,
-                              "filter_subject": NEEDS.subject(">"), "inactive_threshold": 30_000_000_000}  # fmt: skip
+    config: dict[str, Any] = {
+        "name": name,
+        "ack_policy": "none",
+        "deliver_policy": "all",
+        "mem_storage": True,
+        "filter_subject": NEEDS.subject(">"),
+        "inactive_threshold": 30_000_000_000,
+    }
     create = f"$JS.API.{NEEDS.consumer_create_api(name, '>')}"
     await nc.request(create, json.dumps({"stream_name": NEEDS.stream, "config": config}).encode(), timeout=10)
     reader = _Reader(PULL_BATCH)

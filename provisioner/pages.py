@@ -64,12 +64,15 @@ def page_json(
     """One page: its items, its number, how many pages (None: not known yet), `total` (JSON) and
     the cursor of the next page (None on the last)."""
     return (
-        b'{"what":' + json.dumps(what).encode()
-        + b',"entries":[' + b",".join(items.entries)
-        + b'],"malformed":[' + b",".join(items.malformed)
+        b'{"what":'
+        + json.dumps(what).encode()
+        + b',"entries":['
+        + b",".join(items.entries)
+        + b'],"malformed":['
+        + b",".join(items.malformed)
         + b'],"page":%d,"pages":%s,"total":%s,"next":%s}'
         % (number, json.dumps(pages).encode(), total, json.dumps(following).encode())
-    )  # fmt: skip
+    )
 
 
 def take_page(carried: Encoded, budget: int) -> Encoded:

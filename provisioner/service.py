@@ -118,8 +118,9 @@ async def verb_service(
             handlers.start_soon(_handle, reading, limiter, in_flight, request)
 
         endpoint = EndpointSpec(ENDPOINT, buckets.VERB_SUBJECT, on_request)
-        async with serve(bus, name=buckets.SEAT, version=version(), description=DESCRIPTION,
-                         endpoints=[endpoint]) as service:  # fmt: skip
+        async with serve(
+            bus, name=buckets.SEAT, version=version(), description=DESCRIPTION, endpoints=[endpoint]
+        ) as service:
             log.info("serving %s as service %s %s", buckets.VERB_SUBJECT, buckets.SEAT, service.id)
             try:
                 yield RunningVerb(service, in_flight)

@@ -55,8 +55,15 @@ class StreamedListing:
         self.budget = budget
         self.at_most = 0
         self.finished = False
-        self.walk = StreamWalk(bus, LISTABLE[what].bucket, filters, sink=self._add, wanted=self._wanted,
-                               pull_bytes=budget, idle=idle + CONSUMER_GRACE)  # fmt: skip
+        self.walk = StreamWalk(
+            bus,
+            LISTABLE[what].bucket,
+            filters,
+            sink=self._add,
+            wanted=self._wanted,
+            pull_bytes=budget,
+            idle=idle + CONSUMER_GRACE,
+        )
         self._encoder = Encoder(what, max_item_bytes=budget)
         self._waiting = 0  # bytes encoded and not yet in a page
         self.most_waiting = 0  # the most bytes it held at once, encoded and not yet in a page
@@ -134,8 +141,13 @@ class StreamedListing:
         number = self._answered + 1
         if self.walk.finished and not self._encoder.encoded:
             self.finished = True
-            log.debug("streamed %s: %d pages, %d entries, %d malformed, at most %d bytes waiting",
-                      self.what, number, *self._counts, self.most_waiting)  # fmt: skip
+            log.debug(
+                "streamed %s: %d pages, %d entries, %d malformed, at most %d bytes waiting",
+                self.what,
+                number,
+                *self._counts,
+                self.most_waiting,
+            )
             total = totals(*self._counts)
             return page_json(self.what, items, number=number, pages=number, total=total, following=None)
         self._ahead = READ_AHEAD_PAGES * self.budget

@@ -310,8 +310,13 @@ def _table(header: Sequence[str], body: Sequence[Sequence[str | Text]], console:
     table = Table(box=box.SIMPLE_HEAD if terminal else None, pad_edge=terminal, show_edge=terminal)
     for column, title in enumerate(header):
         short = max((len(row[column]) for row in body), default=0) <= SHORT_CELL  # counts, verdicts: never wrapped
-        table.add_column(Text(title), header_style="bold" if terminal else "", style=style if terminal else "",
-                         no_wrap=short, min_width=len(title) if short else None)  # fmt: skip
+        table.add_column(
+            Text(title),
+            header_style="bold" if terminal else "",
+            style=style if terminal else "",
+            no_wrap=short,
+            min_width=len(title) if short else None,
+        )
     for row in body:
         table.add_row(*(Text(_printable(cell)) if isinstance(cell, str) else cell for cell in row))  # never markup
     return table

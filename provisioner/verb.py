@@ -26,9 +26,13 @@ class Verb:
     """Answers the verb's requests; raises `RequestError` for one the verb refuses."""
 
     def __init__(
-        self, bus: Bus, cache: PageCache, registry: RegistryView | None = None, parties: PartyMap | None = None,
+        self,
+        bus: Bus,
+        cache: PageCache,
+        registry: RegistryView | None = None,
+        parties: PartyMap | None = None,
         nodes: FleetView | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.parties = parties
         self.answering = Answering(bus, cache, registry, nodes)
 

@@ -84,9 +84,15 @@ class NodeScope:
         return await get_direct(bus, bucket, key)
 
     async def converge(
-        self, bus: Bus, bucket: Bucket, current: Sequence[KvItem], desired: Mapping[str, bytes], *,
-        in_flight: int = IN_FLIGHT, revisions: dict[str, int] | None = None,
-    ) -> Changes:  # fmt: skip
+        self,
+        bus: Bus,
+        bucket: Bucket,
+        current: Sequence[KvItem],
+        desired: Mapping[str, bytes],
+        *,
+        in_flight: int = IN_FLIGHT,
+        revisions: dict[str, int] | None = None,
+    ) -> Changes:
         """`registry.wire.kv.converge`, after checking every key it could touch is this node's; up to
         `in_flight` writes at once; `revisions` receives the new revision of each key written or deleted.
 

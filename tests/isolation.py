@@ -62,9 +62,12 @@ class Mesh:
 
 @asynccontextmanager
 async def mesh_server(
-    state: Path, *, nodes: Sequence[str] = NODES, providers: Sequence[str] = PROVIDERS,
+    state: Path,
+    *,
+    nodes: Sequence[str] = NODES,
+    providers: Sequence[str] = PROVIDERS,
     operators: Sequence[str] = OPERATORS,
-) -> AsyncIterator[Mesh]:  # fmt: skip
+) -> AsyncIterator[Mesh]:
     """nats-server with the generated accounts and the seat serving in the data account."""
     keys = state / "keys"
     grants = issue_grants(keys, MeshParties(nodes=nodes, providers=providers, operators=operators))
@@ -99,8 +102,9 @@ class JwtMesh(Mesh):
 
     def issue(self, nodes: Sequence[str]) -> Grants:
         """The grants issued again for `nodes` (the keys already issued are kept)."""
-        return issue_grants(self.out, MeshParties(nodes=nodes, providers=PROVIDERS, operators=OPERATORS),
-                            keys=self.keys, jwt=True)  # fmt: skip
+        return issue_grants(
+            self.out, MeshParties(nodes=nodes, providers=PROVIDERS, operators=OPERATORS), keys=self.keys, jwt=True
+        )
 
 
 @asynccontextmanager

@@ -177,8 +177,10 @@ CONSUMER_INTO_REGISTRY = {
 @pytest.mark.parametrize(
     ("subject", "body"),
     [
-        (f"$JS.API.CONSUMER.CREATE.{buckets.NEEDS.stream}.evil.$KV.mesh-provisioner_needs.n1.>",
-         CONSUMER_INTO_REGISTRY),
+        (
+            f"$JS.API.CONSUMER.CREATE.{buckets.NEEDS.stream}.evil.$KV.mesh-provisioner_needs.n1.>",
+            CONSUMER_INTO_REGISTRY,
+        ),
         (f"$JS.API.CONSUMER.DURABLE.CREATE.{buckets.NEEDS.stream}.evil", CONSUMER_INTO_REGISTRY),
         (f"$JS.API.STREAM.INFO.{buckets.NEEDS.stream}", {"subjects_filter": ">"}),
         (f"$JS.API.STREAM.PURGE.{buckets.APPLIED.stream}", {}),
@@ -187,10 +189,15 @@ CONSUMER_INTO_REGISTRY = {
         (f"$JS.API.DIRECT.GET.{buckets.NEEDS.stream}", {"multi_last": ["$KV.mesh-provisioner_needs.>"]}),
     ],
     ids=[
-        "a consumer delivering into the registry", "a durable consumer", "stream info listing key names",
-        "a purge", "a stream delete", "a get of another node's key", "a batch get of the whole needs bucket",
+        "a consumer delivering into the registry",
+        "a durable consumer",
+        "stream info listing key names",
+        "a purge",
+        "a stream delete",
+        "a get of another node's key",
+        "a batch get of the whole needs bucket",
     ],
-)  # fmt: skip
+)
 async def test_a_node_holds_no_jetstream_api_in_the_data_account(
     seat: Bus, attacker: Client, subject: str, body: dict[str, Any] | None
 ) -> None:

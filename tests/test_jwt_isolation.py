@@ -75,9 +75,13 @@ async def refused(mesh: JwtMesh, who: str) -> str:
     # and 0 attempts means forever).
     try:
         client = await nats.connect(
-            mesh.server.url, user_credentials=str(mesh.keys / f"{who}.creds"), error_cb=on_error,
-            max_reconnect_attempts=1, reconnect_time_wait=0.05, connect_timeout=2,
-        )  # fmt: skip
+            mesh.server.url,
+            user_credentials=str(mesh.keys / f"{who}.creds"),
+            error_cb=on_error,
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.05,
+            connect_timeout=2,
+        )
     except NoServersError:
         return " ".join(reasons)
     await client.close()
@@ -175,9 +179,13 @@ async def test_a_removed_node_loses_its_keys_and_its_credential_is_refused(mesh:
         closed.set()
 
     n2 = await nats.connect(
-        mesh.server.url, user_credentials=str(mesh.keys / f"{N2.label}.creds"), error_cb=on_error,
-        disconnected_cb=on_disconnect, max_reconnect_attempts=1, reconnect_time_wait=0.1,
-    )  # fmt: skip
+        mesh.server.url,
+        user_credentials=str(mesh.keys / f"{N2.label}.creds"),
+        error_cb=on_error,
+        disconnected_cb=on_disconnect,
+        max_reconnect_attempts=1,
+        reconnect_time_wait=0.1,
+    )
     n2_account = mesh.grants.parties[1].account_key
     assert n2_account is not None and mesh.grants.parties[1].party == N2
     try:
@@ -226,9 +234,12 @@ async def test_an_account_the_operator_did_not_sign_grants_nothing(mesh: JwtMesh
     # The server keeps the account it holds (or refuses its users, when it must load it afresh).
     try:
         n1_again = await nats.connect(
-            mesh.server.url, user_credentials=str(mesh.keys / f"{N1.label}.creds"), max_reconnect_attempts=1,
-            reconnect_time_wait=0.05, connect_timeout=2,
-        )  # fmt: skip
+            mesh.server.url,
+            user_credentials=str(mesh.keys / f"{N1.label}.creds"),
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.05,
+            connect_timeout=2,
+        )
     except NoServersError:
         pass
     else:

@@ -99,8 +99,11 @@ def test_each_consumer_gets_its_role_and_its_own_database_and_logs_in(postgres: 
     assert outcome.ok and outcome.created_roles == ["app", "billing"]
     assert outcome.created_databases == ["app", "billing_db"]
     assert postgres.databases() | {} == {
-        "postgres": "postgres", f"{VICTIM}db": VICTIM, "app": "app", "billing_db": "billing"
-    }  # fmt: skip
+        "postgres": "postgres",
+        f"{VICTIM}db": VICTIM,
+        "app": "app",
+        "billing_db": "billing",
+    }
     assert logs_in(postgres, APP) == ("app", "app")
     assert logs_in(postgres, BILLING) == ("billing", "billing_db")
 
@@ -194,13 +197,16 @@ def test_a_role_made_by_hand_is_never_taken_over(postgres: Postgres, env_file: P
 
 
 HOSTILE = [
-    {"name": 'x"; DROP ROLE victim; --', "database": "d'; DROP DATABASE victimdb; --",
-     "password": "p'; DROP ROLE victim; --"},
+    {
+        "name": 'x"; DROP ROLE victim; --',
+        "database": "d'; DROP DATABASE victimdb; --",
+        "password": "p'; DROP ROLE victim; --",
+    },
     {"name": "Ünïcødé ロール with spaces", "database": "データベース", "password": 'quote " and \\ and $HOME and `x`'},
     {"name": "long", "database": "long", "password": "ロ" + ("a;'\" \\" * 200)[:999]},
     {"name": "prepared", "database": "prepared", "password": "non\u00a0breaking soft\u00adhyphen cafe\u0301 ﬁ"},
     {"name": "right to left", "database": "rtl", "password": "\u05d0abc\u05d1"},
-]  # fmt: skip
+]
 
 
 def test_hostile_names_and_passwords_are_applied_literally(postgres: Postgres, env_file: Path) -> None:
@@ -212,8 +218,10 @@ def test_hostile_names_and_passwords_are_applied_literally(postgres: Postgres, e
     assert outcome.ok, outcome.refused
     assert postgres.roles() == {"postgres", VICTIM, *(c["name"] for c in HOSTILE)}
     assert postgres.databases() == {
-        "postgres": "postgres", f"{VICTIM}db": VICTIM, **{c["database"]: c["name"] for c in HOSTILE}
-    }  # fmt: skip
+        "postgres": "postgres",
+        f"{VICTIM}db": VICTIM,
+        **{c["database"]: c["name"] for c in HOSTILE},
+    }
     for consumer in HOSTILE:
         assert logs_in(postgres, consumer) == (consumer["name"], consumer["database"])
     assert not apply(postgres, env_file).changed
@@ -230,9 +238,16 @@ def test_hostile_names_and_passwords_are_applied_literally(postgres: Postgres, e
         ({"name": "n", "database": "d", "password": ""}, "consumer 2: password must be a non-empty text"),
         ({"name": "n", "database": "d", "password": "p", "extra": "x"}, "consumer 2: expected exactly the fields"),
     ],
-    ids=["a name PostgreSQL would truncate", "a database name too long in bytes", "a reserved name",
-         "a password libpq cannot send", "a name given twice", "an empty password", "an unknown field"],
-)  # fmt: skip
+    ids=[
+        "a name PostgreSQL would truncate",
+        "a database name too long in bytes",
+        "a reserved name",
+        "a password libpq cannot send",
+        "a name given twice",
+        "an empty password",
+        "an unknown field",
+    ],
+)
 def test_a_delivery_postgres_cannot_take_literally_changes_nothing(
     postgres: Postgres, env_file: Path, consumer: Mapping[str, str], reason: str
 ) -> None:
@@ -260,8 +275,20 @@ def test_watch_mode_applies_each_change_and_no_password_reaches_a_log_or_an_argu
 ) -> None:
     deliver(env_file, APP, BILLING)
     rotated = {**APP, "password": "app-pass-rotated"}
-    command = [sys.executable, "-m", "examples.postgres_provisioner", "--env-file", str(env_file),
-               "--dsn", postgres.admin_dsn, "--watch", "--poll", "0.05", "--log-level", "DEBUG"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "examples.postgres_provisioner",
+        "--env-file",
+        str(env_file),
+        "--dsn",
+        postgres.admin_dsn,
+        "--watch",
+        "--poll",
+        "0.05",
+        "--log-level",
+        "DEBUG",
+    ]
     child = subprocess.Popen(command, stderr=subprocess.PIPE, env=clean_environment())
     assert child.stderr is not None
     lines = Lines(child.stderr)
@@ -269,8 +296,10 @@ def test_watch_mode_applies_each_change_and_no_password_reaches_a_log_or_an_argu
         lines.until("reconciled 2 consumers: 2 roles created")
         arguments = Path(f"/proc/{child.pid}/cmdline").read_bytes().decode()
         deliver(env_file, rotated)
-        lines.until("reconciled 1 consumers: 0 roles created, 1 roles altered, 0 databases created, "
-                    "0 databases altered, 1 databases dropped, 1 roles dropped")  # fmt: skip
+        lines.until(
+            "reconciled 1 consumers: 0 roles created, 1 roles altered, 0 databases created, "
+            "0 databases altered, 1 databases dropped, 1 roles dropped"
+        )
         assert refused(postgres, APP) and logs_in(postgres, rotated) == ("app", "app")
         child.send_signal(signal.SIGTERM)
         lines.until("stopping on SIGTERM")
@@ -413,10 +442,13 @@ async def test_end_to_end_a_consumer_connects_with_what_the_mesh_delivered_throu
 APP_MANIFEST = {
     "module": "app",
     "env": {
-        "DB_HOST": "${bound:postgres:db:host}", "DB_PORT": "${bound:postgres:db:port}",
-        "DB_NAME": "${bound:postgres:db:database}", "DB_USER": "app", "DB_PASSWORD": "${secret:db-password}",
+        "DB_HOST": "${bound:postgres:db:host}",
+        "DB_PORT": "${bound:postgres:db:port}",
+        "DB_NAME": "${bound:postgres:db:database}",
+        "DB_USER": "app",
+        "DB_PASSWORD": "${secret:db-password}",
     },
-}  # fmt: skip
+}
 PROVIDER_MANIFEST = {"module": "postgres", "env": {"PG_CONSUMERS": "${consumers:db}"}}
 
 
@@ -453,8 +485,18 @@ async def _vault_served(mesh: Mesh, vault: Vault) -> AsyncIterator[None]:
 @contextmanager
 def _watching(postgres: Postgres, env_file: Path) -> Iterator[Lines]:
     """The provisioner in watch mode, as its own process, until the block ends (then SIGTERM)."""
-    command = [sys.executable, "-m", "examples.postgres_provisioner", "--env-file", str(env_file),
-               "--dsn", postgres.admin_dsn, "--watch", "--poll", "0.05"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "examples.postgres_provisioner",
+        "--env-file",
+        str(env_file),
+        "--dsn",
+        postgres.admin_dsn,
+        "--watch",
+        "--poll",
+        "0.05",
+    ]
     child = subprocess.Popen(command, stderr=subprocess.PIPE, env=clean_environment())
     assert child.stderr is not None
     try:
@@ -468,8 +510,13 @@ def _watching(postgres: Postgres, env_file: Path) -> Iterator[Lines]:
 
 
 def _connect_as(env: Mapping[str, str]) -> tuple[object, ...]:
-    dsn = make_conninfo(host=env["DB_HOST"], port=env["DB_PORT"], dbname=env["DB_NAME"], user=env["DB_USER"],
-                        password=env["DB_PASSWORD"])  # fmt: skip
+    dsn = make_conninfo(
+        host=env["DB_HOST"],
+        port=env["DB_PORT"],
+        dbname=env["DB_NAME"],
+        user=env["DB_USER"],
+        password=env["DB_PASSWORD"],
+    )
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT current_user, current_database()").fetchone()
     assert row is not None

@@ -59,9 +59,12 @@ def _exit_now() -> None:
 
 
 async def stop_on_signals(
-    stop: anyio.Event, force: CancelScope, last_resort: _LastResort, *,
+    stop: anyio.Event,
+    force: CancelScope,
+    last_resort: _LastResort,
+    *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:  # fmt: skip
+) -> None:
     """The first SIGTERM or SIGINT sets `stop`; a second one cancels `force` at once."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         task_status.started()

@@ -57,8 +57,11 @@ class ServiceRequest:
         """`data` as the answer; a 500 service error instead when it is over `max_payload`."""
         limit = self._bus.max_payload
         if len(data) > limit:
-            log.error("an answer of %d bytes is over the connection's max_payload (%d); answered 500 instead",
-                      len(data), limit)  # fmt: skip
+            log.error(
+                "an answer of %d bytes is over the connection's max_payload (%d); answered 500 instead",
+                len(data),
+                limit,
+            )
             await self.respond_error("500", f"the answer is {len(data)} bytes, over max_payload ({limit}): not sent")
             return
         try:

@@ -422,8 +422,12 @@ class _Callbacks:
     async def on_reconnected(self) -> None:
         outage, self.outage = self.outage, None
         took, attempts = (time.monotonic() - outage.since, outage.attempts) if outage else (0.0, 0)
-        log.info("nats connection recovered to %s after %.1f s (%d failed attempts)",
-                 _server_of(self.bus._nc) if self.bus else "?", took, attempts)  # fmt: skip
+        log.info(
+            "nats connection recovered to %s after %.1f s (%d failed attempts)",
+            _server_of(self.bus._nc) if self.bus else "?",
+            took,
+            attempts,
+        )
         if self.bus is not None:
             await self.bus._note_reconnect()
 
@@ -455,8 +459,13 @@ class _Callbacks:
         doing = "reconnecting to nats" if self.bus is not None else f"connecting to nats at {self.target}"
         log.debug("nats %s attempt failed: %s", "reconnect" if self.bus is not None else "connect", reason)
         if self.outage.failed_attempt(time.monotonic()):
-            log.warning("still %s: %d attempts in %.0f s (last: %s)",
-                        doing, self.outage.attempts, time.monotonic() - self.outage.since, reason)  # fmt: skip
+            log.warning(
+                "still %s: %d attempts in %.0f s (last: %s)",
+                doing,
+                self.outage.attempts,
+                time.monotonic() - self.outage.since,
+                reason,
+            )
 
 
 @asynccontextmanager

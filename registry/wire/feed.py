@@ -67,9 +67,17 @@ class Feed:
     """One consumer's messages, turned into `KvItem`s for `on_item` until closed or broken."""
 
     def __init__(
-        self, bus: Bus, bucket: Bucket, filters: Sequence[str], on_item: OnItem, *,
-        start: FeedStart = FeedStart(), heartbeat: float, inactive_threshold: float, name: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        bus: Bus,
+        bucket: Bucket,
+        filters: Sequence[str],
+        on_item: OnItem,
+        *,
+        start: FeedStart = FeedStart(),
+        heartbeat: float,
+        inactive_threshold: float,
+        name: str | None = None,
+    ) -> None:
         self.bus = bus
         self.bucket = bucket
         self.filters = tuple(filters)
@@ -119,17 +127,20 @@ class Feed:
             await sub.unsubscribe()
 
     def _request(self, inbox: str) -> dict[str, object]:
-        return self.bucket.consumer_request(self.filters, {
-            "name": self.name,
-            "deliver_subject": inbox,
-            "ack_policy": "none",
-            "flow_control": True,
-            "idle_heartbeat": _nanoseconds(self._heartbeat),
-            "inactive_threshold": _nanoseconds(self._inactive),
-            "mem_storage": True,
-            "num_replicas": 1,
-            **self._start.policy(),
-        })  # fmt: skip
+        return self.bucket.consumer_request(
+            self.filters,
+            {
+                "name": self.name,
+                "deliver_subject": inbox,
+                "ack_policy": "none",
+                "flow_control": True,
+                "idle_heartbeat": _nanoseconds(self._heartbeat),
+                "inactive_threshold": _nanoseconds(self._inactive),
+                "mem_storage": True,
+                "num_replicas": 1,
+                **self._start.policy(),
+            },
+        )
 
     async def _on_message(self, msg: Message) -> None:
         if self.broken is not None:

@@ -189,8 +189,9 @@ async def leader_floor(bus: Bus, bucket: Bucket, filters: Sequence[str]) -> int:
 async def _leader_last_revision(bus: Bus, bucket: Bucket, subject_filter: str) -> int:
     operation = f"last entry of {bucket.name} {subject_filter}"
     try:
-        answer = await bus.jetstream(bucket.message_get_api, {"last_by_subj": bucket.subject(subject_filter)},
-                                     operation=operation)  # fmt: skip
+        answer = await bus.jetstream(
+            bucket.message_get_api, {"last_by_subj": bucket.subject(subject_filter)}, operation=operation
+        )
     except NotFound:
         return 0
     return int(answer["message"]["seq"])

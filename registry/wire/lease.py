@@ -46,8 +46,13 @@ class Holder(BaseModel):
 
     @staticmethod
     def me(ttl: timedelta) -> Holder:
-        return Holder(id=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid(),
-                      since=datetime.now(UTC), ttl_seconds=ttl.total_seconds())  # fmt: skip
+        return Holder(
+            id=uuid.uuid4().hex,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            since=datetime.now(UTC),
+            ttl_seconds=ttl.total_seconds(),
+        )
 
     def describe(self) -> str:
         return f"host {self.host} pid {self.pid} since {self.since.isoformat(timespec='seconds')}"

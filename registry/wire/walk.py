@@ -52,9 +52,16 @@ class StreamWalk:
     more is wanted. Not thread-safe; one event loop."""
 
     def __init__(
-        self, bus: Bus, bucket: Bucket, filters: Sequence[str], *, sink: Sink, wanted: Callable[[], bool],
-        pull_bytes: int, idle: float,
-    ) -> None:  # fmt: skip
+        self,
+        bus: Bus,
+        bucket: Bucket,
+        filters: Sequence[str],
+        *,
+        sink: Sink,
+        wanted: Callable[[], bool],
+        pull_bytes: int,
+        idle: float,
+    ) -> None:
         self.bus = bus
         self.bucket = bucket
         self.filters = tuple(filters)
@@ -101,14 +108,17 @@ class StreamWalk:
         return int(info.get("num_pending", 0))
 
     def _config(self) -> dict[str, object]:
-        return self.bucket.consumer_request(self.filters, {
-            "name": self.name,
-            "ack_policy": "none",
-            "deliver_policy": "all",
-            "inactive_threshold": int(self._idle * 1_000_000_000),
-            "mem_storage": True,
-            "num_replicas": 1,
-        })  # fmt: skip
+        return self.bucket.consumer_request(
+            self.filters,
+            {
+                "name": self.name,
+                "ack_policy": "none",
+                "deliver_policy": "all",
+                "inactive_threshold": int(self._idle * 1_000_000_000),
+                "mem_storage": True,
+                "num_replicas": 1,
+            },
+        )
 
     async def read(self, enough: Callable[[], bool]) -> None:
         """Returns once `enough()` or the walk has finished (pulls go on meanwhile while the sink

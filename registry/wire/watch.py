@@ -43,10 +43,17 @@ class ScopedWatch:
     """The events of one watch, as an async iterator; see `scoped_watch`."""
 
     def __init__(
-        self, bus: Bus, bucket: Bucket, subject_filter: str, send: MemoryObjectSendStream[KvItem],
-        receive: MemoryObjectReceiveStream[KvItem], *, heartbeat: timedelta, retry_max: timedelta,
+        self,
+        bus: Bus,
+        bucket: Bucket,
+        subject_filter: str,
+        send: MemoryObjectSendStream[KvItem],
+        receive: MemoryObjectReceiveStream[KvItem],
+        *,
+        heartbeat: timedelta,
+        retry_max: timedelta,
         name: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.bus = bus
         self.bucket = bucket
         self.subject_filter = subject_filter
@@ -96,8 +103,14 @@ class ScopedWatch:
             except ConnectionClosed:
                 raise
             except BusError as err:
-                log.warning("watch %s %s: %s; retrying in %.1f s", self.bucket.name, self.subject_filter,
-                            err.reason, delay, extra={"bucket": self.bucket.name})  # fmt: skip
+                log.warning(
+                    "watch %s %s: %s; retrying in %.1f s",
+                    self.bucket.name,
+                    self.subject_filter,
+                    err.reason,
+                    delay,
+                    extra={"bucket": self.bucket.name},
+                )
                 await self._close_feed()
                 if not started:
                     task_status.started()
@@ -111,16 +124,26 @@ class ScopedWatch:
                 started = True
             reason = await self._until_broken(seen)
             self.resets += 1
-            log.info("watch %s %s: %s; re-reading from stream sequence %d", self.bucket.name,
-                     self.subject_filter, reason, self._last_sequence + 1)  # fmt: skip
+            log.info(
+                "watch %s %s: %s; re-reading from stream sequence %d",
+                self.bucket.name,
+                self.subject_filter,
+                reason,
+                self._last_sequence + 1,
+            )
             await self._close_feed()
 
     async def _open_feed(self) -> None:
         self.feed = Feed(
-            self.bus, self.bucket, [self.subject_filter], self._deliver,
-            start=FeedStart(self._last_sequence), heartbeat=self._heartbeat,
-            inactive_threshold=max(5.0, 3 * self._heartbeat), name=self._name,
-        )  # fmt: skip
+            self.bus,
+            self.bucket,
+            [self.subject_filter],
+            self._deliver,
+            start=FeedStart(self._last_sequence),
+            heartbeat=self._heartbeat,
+            inactive_threshold=max(5.0, 3 * self._heartbeat),
+            name=self._name,
+        )
         await self.feed.open(replace=self._name is not None)
 
     def _deliver(self, item: KvItem, pending: int) -> None:
@@ -144,8 +167,13 @@ class ScopedWatch:
             try:
                 await feed.delete()
             except BusError as err:
-                log.info("watch %s %s: its consumer %s was not deleted (%s); it expires", self.bucket.name,
-                         self.subject_filter, feed.name, err.reason)  # fmt: skip
+                log.info(
+                    "watch %s %s: its consumer %s was not deleted (%s); it expires",
+                    self.bucket.name,
+                    self.subject_filter,
+                    feed.name,
+                    err.reason,
+                )
 
     async def _until_broken(self, seen: int) -> str:
         """Why the feed must be opened again: broken, the connection recovered (what was published
@@ -167,9 +195,15 @@ class ScopedWatch:
 
 @asynccontextmanager
 async def scoped_watch(
-    bus: Bus, bucket: Bucket, subject_filter: str, *, heartbeat: timedelta = timedelta(seconds=2),
-    retry_max: timedelta = timedelta(seconds=30), buffer: int = 4096, name: str | None = None,
-) -> AsyncIterator[ScopedWatch]:  # fmt: skip
+    bus: Bus,
+    bucket: Bucket,
+    subject_filter: str,
+    *,
+    heartbeat: timedelta = timedelta(seconds=2),
+    retry_max: timedelta = timedelta(seconds=30),
+    buffer: int = 4096,
+    name: str | None = None,
+) -> AsyncIterator[ScopedWatch]:
     """Watches the keys of `bucket` matching `subject_filter` (relative to the bucket).
 
     With a `name` (one per party and purpose; the caller must be granted `CONSUMER.DELETE` on the

@@ -7,8 +7,14 @@ import provisioner
 
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(provisioner.__all__) == [
-        "CursorGone", "Forbidden", "ProvisionerError", "RequestError", "ServerSettings", "Unavailable",
-        "remove_node", "run_server",
-    ]  # fmt: skip
+        "CursorGone",
+        "Forbidden",
+        "ProvisionerError",
+        "RequestError",
+        "ServerSettings",
+        "Unavailable",
+        "remove_node",
+        "run_server",
+    ]
     for name in provisioner.__all__:
         assert getattr(provisioner, name).__module__.startswith("provisioner."), name

@@ -68,11 +68,20 @@ async def still_serving(bus: Bus) -> None:
         (b" " * (MAX_REQUEST_BYTES + 1), f"at most {MAX_REQUEST_BYTES}"),
     ],
     ids=[
-        "an array nested 1,000 deep", "an object nested 1,000 deep", "a name one level too deep",
-        "a null node", "a null module", "a null collection", "a null cursor", "a null what",
-        "a 100 KB name", "a name of 1,026 bytes", "a cursor of 1,025 characters", "a body of blanks over the bound",
+        "an array nested 1,000 deep",
+        "an object nested 1,000 deep",
+        "a name one level too deep",
+        "a null node",
+        "a null module",
+        "a null collection",
+        "a null cursor",
+        "a null what",
+        "a 100 KB name",
+        "a name of 1,026 bytes",
+        "a cursor of 1,025 characters",
+        "a body of blanks over the bound",
     ],
-)  # fmt: skip
+)
 async def test_a_hostile_request_is_refused_400_and_the_seat_keeps_serving(seeded: Bus, body: bytes, says: str) -> None:
     code, description, document = error_of(await seeded.request(buckets.VERB_SUBJECT, body))
     assert (code, says in description) == ("400", True), description

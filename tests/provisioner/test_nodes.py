@@ -44,8 +44,9 @@ APPLIED = {
 GONE = "no lease record: its client never ran, or the record was removed"
 
 
-async def nodes_until(bus: Bus, check: Callable[[dict[str, Any]], bool], within: float = 15.0,
-                      **request: Any) -> dict[str, Any]:  # fmt: skip
+async def nodes_until(
+    bus: Bus, check: Callable[[dict[str, Any]], bool], within: float = 15.0, **request: Any
+) -> dict[str, Any]:
     """The seat's `what=nodes` answer once `check` holds: the seat's view follows the buckets
     a few milliseconds behind a write, and a verdict turns stale only as time passes."""
     with anyio.fail_after(within):
@@ -70,8 +71,9 @@ async def fleet_server(server: LocalNats, bus: Bus) -> LocalNats:
     n2 = Lease(bus, node_key("n2"), ttl=timedelta(seconds=30))
     await n2.try_take()
     await n2.release()
-    await nodes_until(bus, lambda a: verdicts(a) == {"n1": "healthy", "n2": "healthy", "n3": "gone"}
-                      and len(a["malformed"]) == 1)  # fmt: skip
+    await nodes_until(
+        bus, lambda a: verdicts(a) == {"n1": "healthy", "n2": "healthy", "n3": "gone"} and len(a["malformed"]) == 1
+    )
     return server
 
 
@@ -134,21 +136,46 @@ async def test_query_nodes_json_has_the_lease_the_counts_and_how_the_verdict_is_
     assert json.loads(aged(json.dumps(answer))) == {
         "what": "nodes",
         "entries": [
-            {"node": "n1", "verdict": "healthy", "because": "lease renewed N s ago (ttl 30 s)",
-             "lease": {"state": "held", "host": "host-1", "pid": 101, "since": "2026-01-01T00:00:00.000Z",
-                       "ttl_seconds": 30.0},
-             "applied": 1, "pending": 1, "changed_at": "2026-01-02T03:04:05.000Z"},
-            {"node": "n2", "verdict": "healthy", "because": "lease released N s ago", "lease": {"state": "released"},
-             "applied": 1, "pending": 0, "changed_at": "2026-01-01T00:00:00.000Z"},
-            {"node": "n3", "verdict": "gone", "because": GONE, "lease": {"state": "none"},
-             "applied": 0, "pending": 1, "changed_at": "2026-01-03T00:00:00.000Z"},
+            {
+                "node": "n1",
+                "verdict": "healthy",
+                "because": "lease renewed N s ago (ttl 30 s)",
+                "lease": {
+                    "state": "held",
+                    "host": "host-1",
+                    "pid": 101,
+                    "since": "2026-01-01T00:00:00.000Z",
+                    "ttl_seconds": 30.0,
+                },
+                "applied": 1,
+                "pending": 1,
+                "changed_at": "2026-01-02T03:04:05.000Z",
+            },
+            {
+                "node": "n2",
+                "verdict": "healthy",
+                "because": "lease released N s ago",
+                "lease": {"state": "released"},
+                "applied": 1,
+                "pending": 0,
+                "changed_at": "2026-01-01T00:00:00.000Z",
+            },
+            {
+                "node": "n3",
+                "verdict": "gone",
+                "because": GONE,
+                "lease": {"state": "none"},
+                "applied": 0,
+                "pending": 1,
+                "changed_at": "2026-01-03T00:00:00.000Z",
+            },
         ],
         "malformed": [
             {"key": "n1.bad.key", "bucket": buckets.APPLIED.name, "reason": "it has 3 tokens, the shape has 2"}
         ],
         "pages": 1,
         "total": {"entries": 3, "malformed": 1},
-    }  # fmt: skip
+    }
 
 
 def _parsed(text: str) -> datetime:
@@ -178,21 +205,45 @@ def released(age: float) -> LeaseSeen:
     ("lease", "stale_after", "verdict", "because"),
     [
         pytest.param(held(12), 300, "healthy", "lease renewed 12 s ago (ttl 30 s)", id="renewed within its ttl"),
-        pytest.param(held(36), 300, "stale", "no renewal for 36 s: its lease expired (ttl 30 s)",
-                     id="held but past its ttl and the skew: its client died without releasing it"),
-        pytest.param(held(12), 10, "stale", "no renewal for 12 s (ttl 30 s, stale after 10 s)",
-                     id="within its ttl but past the threshold asked"),
-        pytest.param(LeaseSeen(1, NOW - timedelta(seconds=5), released=False), 300, "healthy",
-                     "lease renewed 5 s ago (holder unreadable)", id="a holder record that cannot be read"),
+        pytest.param(
+            held(36),
+            300,
+            "stale",
+            "no renewal for 36 s: its lease expired (ttl 30 s)",
+            id="held but past its ttl and the skew: its client died without releasing it",
+        ),
+        pytest.param(
+            held(12),
+            10,
+            "stale",
+            "no renewal for 12 s (ttl 30 s, stale after 10 s)",
+            id="within its ttl but past the threshold asked",
+        ),
+        pytest.param(
+            LeaseSeen(1, NOW - timedelta(seconds=5), released=False),
+            300,
+            "healthy",
+            "lease renewed 5 s ago (holder unreadable)",
+            id="a holder record that cannot be read",
+        ),
         pytest.param(released(40), 300, "healthy", "lease released 40 s ago", id="released within the threshold"),
-        pytest.param(released(600), 300, "stale",
-                     "lease released 10 min ago, no sign of life since (stale after 5 min)",
-                     id="released longer ago than the threshold"),
-        pytest.param(released(3 * 86400), 0.5, "stale",
-                     "lease released 3 d ago, no sign of life since (stale after 0.5 s)", id="days ago"),
+        pytest.param(
+            released(600),
+            300,
+            "stale",
+            "lease released 10 min ago, no sign of life since (stale after 5 min)",
+            id="released longer ago than the threshold",
+        ),
+        pytest.param(
+            released(3 * 86400),
+            0.5,
+            "stale",
+            "lease released 3 d ago, no sign of life since (stale after 0.5 s)",
+            id="days ago",
+        ),
         pytest.param(None, 300, "gone", GONE, id="no lease record at all"),
     ],
-)  # fmt: skip
+)
 def test_verdicts_say_how_they_are_known(
     lease: LeaseSeen | None, stale_after: float, verdict: str, because: str
 ) -> None:
@@ -207,7 +258,7 @@ def test_verdicts_say_how_they_are_known(
         pytest.param({"since": "0001-01-01T00:00:00+05:00"}, {}, id="a since before year 1 in UTC"),
         pytest.param({}, {"changed_at": "9999-12-31T23:59:59-05:00"}, id="a changed_at after year 9999 in UTC"),
     ],
-)  # fmt: skip
+)
 def test_a_nodes_own_records_out_of_range_do_not_fail_the_fleets_answer(
     lease: dict[str, Any], applied: dict[str, Any]
 ) -> None:
@@ -264,14 +315,23 @@ async def test_a_node_is_answered_about_itself_only(mesh: Mesh) -> None:
 @pytest.mark.parametrize(
     ("request_body", "says"),
     [
-        pytest.param({"what": "needs", "stale_after": 5}, "'stale_after' does not apply to what='needs'; only to "
-                     "what='nodes'", id="a threshold for another what"),
-        pytest.param({"what": "nodes", "stale_after": 0}, "field 'stale_after': Input should be greater than 0",
-                     id="a threshold of zero"),
-        pytest.param({"what": "nodes", "module": "web"}, "'module' does not apply to what='nodes'; it takes node",
-                     id="a module for nodes"),
+        pytest.param(
+            {"what": "needs", "stale_after": 5},
+            "'stale_after' does not apply to what='needs'; only to what='nodes'",
+            id="a threshold for another what",
+        ),
+        pytest.param(
+            {"what": "nodes", "stale_after": 0},
+            "field 'stale_after': Input should be greater than 0",
+            id="a threshold of zero",
+        ),
+        pytest.param(
+            {"what": "nodes", "module": "web"},
+            "'module' does not apply to what='nodes'; it takes node",
+            id="a module for nodes",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_the_verb_refuses_what_does_not_apply(
     server: LocalNats, bus: Bus, request_body: dict[str, Any], says: str
 ) -> None:
@@ -336,11 +396,25 @@ async def test_a_paged_fleet_is_one_table_and_its_pages_are_counted(small_payloa
 def test_on_a_terminal_top_redraws_in_place_with_a_progress_bar_while_pages_are_read() -> None:
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, color_system=None, width=120)
-    answer = MergedAnswer.model_validate({"what": "nodes", "malformed": [], "entries": [
-        {"node": "n1", "verdict": "stale", "because": "lease released 10 min ago",
-         "lease": {"state": "released", "released_at": "2026-01-01T00:00:00Z"},
-         "applied": 3, "pending": 1, "changed_at": "2026-01-01T00:00:00Z"}],
-        "pages": 1, "total": {"entries": 1, "malformed": 0}})  # fmt: skip
+    answer = MergedAnswer.model_validate(
+        {
+            "what": "nodes",
+            "malformed": [],
+            "entries": [
+                {
+                    "node": "n1",
+                    "verdict": "stale",
+                    "because": "lease released 10 min ago",
+                    "lease": {"state": "released", "released_at": "2026-01-01T00:00:00Z"},
+                    "applied": 3,
+                    "pending": 1,
+                    "changed_at": "2026-01-01T00:00:00Z",
+                }
+            ],
+            "pages": 1,
+            "total": {"entries": 1, "malformed": 0},
+        }
+    )
     with Screen(console) as screen:
         screen.on_page(1, 3)
         drawn_while_reading = out.getvalue()
@@ -352,8 +426,9 @@ def test_on_a_terminal_top_redraws_in_place_with_a_progress_bar_while_pages_are_
 
 
 @pytest.mark.parametrize("node", [None, "n1"], ids=["the whole fleet", "one node, with its key out of shape"])
-async def test_the_listed_fleet_answers_as_the_kept_view_does(fleet_server: LocalNats, bus: Bus,
-                                                              node: str | None) -> None:  # fmt: skip
+async def test_the_listed_fleet_answers_as_the_kept_view_does(
+    fleet_server: LocalNats, bus: Bus, node: str | None
+) -> None:
     view = FleetView()
     async with anyio.create_task_group() as tg:
         await tg.start(view.follow, bus)

@@ -60,9 +60,14 @@ def test_pages_hold_every_piece_in_order_each_under_the_budget() -> None:
 def test_an_empty_listing_is_one_page() -> None:
     pages = build_pages("applied", Encoded([], []), budget=1000, listing_id="L")
     assert json.loads(pages[0]) == {
-        "what": "applied", "entries": [], "malformed": [], "page": 1, "pages": 1,
-        "total": {"entries": 0, "malformed": 0}, "next": None,
-    }  # fmt: skip
+        "what": "applied",
+        "entries": [],
+        "malformed": [],
+        "page": 1,
+        "pages": 1,
+        "total": {"entries": 0, "malformed": 0},
+        "next": None,
+    }
 
 
 def test_the_budget_leaves_a_margin_below_max_payload() -> None:

@@ -28,19 +28,36 @@ NEEDS = {
 }
 UNREACHABLE = "secret db-password: mesh-vault.secret did not answer"
 APPLIED = {
-    "n1.web": json.dumps({
-        "state": "applied", "digest": "hmac-sha256:0123456789abcdef0123", "file": "/run/mesh/env/web.env",
-        "action": {"command": ["true"], "digest": "hmac-sha256:0123456789abcdef0123", "outcome": "succeeded",
-                   "exit_code": 0, "finished_at": "2026-01-01T00:00:00Z"},
-    }).encode(),
+    "n1.web": json.dumps(
+        {
+            "state": "applied",
+            "digest": "hmac-sha256:0123456789abcdef0123",
+            "file": "/run/mesh/env/web.env",
+            "action": {
+                "command": ["true"],
+                "digest": "hmac-sha256:0123456789abcdef0123",
+                "outcome": "succeeded",
+                "exit_code": 0,
+                "finished_at": "2026-01-01T00:00:00Z",
+            },
+        }
+    ).encode(),
     "n2.api": json.dumps({"state": "pending", "reasons": [UNREACHABLE, "config db:url: no value"]}).encode(),
-    "n3.web": json.dumps({
-        "state": "pending", "digest": "hmac-sha256:fedcba9876543210",
-        "reasons": [UNREACHABLE],
-        "action": {"command": ["false"], "digest": "hmac-sha256:fedcba9876543210", "outcome": "failed",
-                   "exit_code": 1, "finished_at": "2026-01-01T00:00:00Z"},
-    }).encode(),
-}  # fmt: skip
+    "n3.web": json.dumps(
+        {
+            "state": "pending",
+            "digest": "hmac-sha256:fedcba9876543210",
+            "reasons": [UNREACHABLE],
+            "action": {
+                "command": ["false"],
+                "digest": "hmac-sha256:fedcba9876543210",
+                "outcome": "failed",
+                "exit_code": 1,
+                "finished_at": "2026-01-01T00:00:00Z",
+            },
+        }
+    ).encode(),
+}
 COLLECT = {
     "n1.shell=3Azsh=3Anormal.web": b'{"items":["alias ll=ls","alias la=ls -a"]}',
     "n2.shell=3Azsh=3Anormal.api": b'{"items":[]}',
@@ -148,12 +165,18 @@ async def test_state_is_filtered_here_and_json_counts_what_is_kept(seeded: Local
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        pytest.param(["applied", "--kind", "secret"], "--kind: does not apply to applied; only to registry, needs",
-                     id="a kind for applied"),
-        pytest.param(["needs", "--state", "pending"], "--state: does not apply to needs; only to applied, nodes",
-                     id="a state for needs"),
+        pytest.param(
+            ["applied", "--kind", "secret"],
+            "--kind: does not apply to applied; only to registry, needs",
+            id="a kind for applied",
+        ),
+        pytest.param(
+            ["needs", "--state", "pending"],
+            "--state: does not apply to needs; only to applied, nodes",
+            id="a state for needs",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_a_filter_that_does_not_apply_is_a_usage_error(seeded: LocalNats, args: list[str], says: str) -> None:
     code, out, err = await query(seeded.url, *args)
     assert (code, out) == (2, "")
@@ -161,14 +184,24 @@ async def test_a_filter_that_does_not_apply_is_a_usage_error(seeded: LocalNats, 
 
 
 def test_on_a_terminal_the_table_is_boxed_and_the_malformed_key_marked() -> None:
-    answer = MergedAnswer.model_validate({
-        "what": "collect",
-        "entries": [{"key": "n1.c.web", "node": "n1", "collection": "c", "contributor": "web", "revision": 1,
-                     "value": {"items": ["[bold]x"]}}],
-        "malformed": [{"key": "n1.bad", "reason": "it has 2 tokens, the shape has 3"}],
-        "pages": 1,
-        "total": {"entries": 1, "malformed": 1},
-    })  # fmt: skip
+    answer = MergedAnswer.model_validate(
+        {
+            "what": "collect",
+            "entries": [
+                {
+                    "key": "n1.c.web",
+                    "node": "n1",
+                    "collection": "c",
+                    "contributor": "web",
+                    "revision": 1,
+                    "value": {"items": ["[bold]x"]},
+                }
+            ],
+            "malformed": [{"key": "n1.bad", "reason": "it has 2 tokens, the shape has 3"}],
+            "pages": 1,
+            "total": {"entries": 1, "malformed": 1},
+        }
+    )
     out = io.StringIO()
     tables.print_answer(answer, Console(file=out, force_terminal=True, color_system=None, width=100))
     text = out.getvalue()
@@ -182,15 +215,25 @@ def test_on_a_terminal_the_table_is_boxed_and_the_malformed_key_marked() -> None
 
 def test_what_a_node_wrote_reaches_the_terminal_without_its_escape_sequences() -> None:
     host = "evil\x1b]0;owned\x07\x1b[2J\x9b1m"  # a terminal title, a clear screen, an 8-bit CSI
-    answer = MergedAnswer.model_validate({
-        "what": "nodes",
-        "entries": [{"node": "n1", "verdict": "healthy", "because": "renewed", "applied": 0, "pending": 0,
-                     "lease": {"state": "held", "renewed_at": "2026-01-01T00:00:00.000Z", "host": host, "pid": 1},
-                     "changed_at": None}],
-        "malformed": [{"key": "n1.bad", "bucket": "b", "reason": "why\x1b[31m"}],
-        "pages": 1,
-        "total": {"entries": 1, "malformed": 1},
-    })  # fmt: skip
+    answer = MergedAnswer.model_validate(
+        {
+            "what": "nodes",
+            "entries": [
+                {
+                    "node": "n1",
+                    "verdict": "healthy",
+                    "because": "renewed",
+                    "applied": 0,
+                    "pending": 0,
+                    "lease": {"state": "held", "renewed_at": "2026-01-01T00:00:00.000Z", "host": host, "pid": 1},
+                    "changed_at": None,
+                }
+            ],
+            "malformed": [{"key": "n1.bad", "bucket": "b", "reason": "why\x1b[31m"}],
+            "pages": 1,
+            "total": {"entries": 1, "malformed": 1},
+        }
+    )
     out = io.StringIO()
     tables.print_answer(answer, Console(file=out, force_terminal=True, color_system=None, width=200))
     text = out.getvalue()
@@ -230,12 +273,15 @@ async def test_by_reason_as_json_lists_each_reason_with_its_modules(seeded: Loca
     assert code == 0
     assert json.loads(out) == {
         "reasons": [
-            {"reason": UNREACHABLE, "count": 2,
-             "modules": [{"node": "n2", "module": "api"}, {"node": "n3", "module": "web"}]},
+            {
+                "reason": UNREACHABLE,
+                "count": 2,
+                "modules": [{"node": "n2", "module": "api"}, {"node": "n3", "module": "web"}],
+            },
             {"reason": "config db:url: no value", "count": 1, "modules": [{"node": "n2", "module": "api"}]},
         ],
         "malformed": [],
-    }  # fmt: skip
+    }
 
 
 async def test_by_reason_only_applies_to_applied(seeded: LocalNats) -> None:

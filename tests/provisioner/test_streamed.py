@@ -146,9 +146,10 @@ async def test_a_listing_holds_a_few_pages_whatever_the_buckets_size(bus: Bus) -
 
 
 @pytest.mark.parametrize(
-    "cache", [PageCache(max_listings=1), PageCache(max_bytes=StreamedListing.most_bytes_for(2000))],
+    "cache",
+    [PageCache(max_listings=1), PageCache(max_bytes=StreamedListing.most_bytes_for(2000))],
     ids=["one listing kept", "one listing's most bytes kept"],
-)  # fmt: skip
+)
 async def test_a_dropped_listing_has_its_consumer_deleted(bus: Bus, cache: PageCache) -> None:
     await put_many(bus, buckets.NEEDS, needs(400))
     for listing_id in ("A", "B"):

@@ -77,11 +77,25 @@ async def test_needs_entries_carry_their_decoded_parts_revision_and_value(seeded
         await revision_in(js, buckets.NEEDS.name, k) for k in ("n1.web.config.db=3Aurl", "n1.web.secret.token")
     ]
     assert answer["entries"] == [
-        {"key": "n1.web.config.db=3Aurl", "node": "n1", "module": "web", "kind": "config", "name": "db:url",
-         "revision": db, "value": json.loads(NEED)},
-        {"key": "n1.web.secret.token", "node": "n1", "module": "web", "kind": "secret", "name": "token",
-         "revision": token, "value": json.loads(NEED)},
-    ]  # fmt: skip
+        {
+            "key": "n1.web.config.db=3Aurl",
+            "node": "n1",
+            "module": "web",
+            "kind": "config",
+            "name": "db:url",
+            "revision": db,
+            "value": json.loads(NEED),
+        },
+        {
+            "key": "n1.web.secret.token",
+            "node": "n1",
+            "module": "web",
+            "kind": "secret",
+            "name": "token",
+            "revision": token,
+            "value": json.loads(NEED),
+        },
+    ]
     assert answer["malformed"] == []
 
 
@@ -90,8 +104,10 @@ async def test_needs_entries_carry_their_decoded_parts_revision_and_value(seeded
     [
         ({"what": "needs"}, sorted(NEEDS)),
         ({"what": "needs", "node": "n1"}, ["n1.cron.dir.state", "n1.web.config.db=3Aurl", "n1.web.secret.token"]),
-        ({"what": "needs", "module": "web"},
-         ["n1.web.config.db=3Aurl", "n1.web.secret.token", "n2.web.config.db=3Aurl"]),
+        (
+            {"what": "needs", "module": "web"},
+            ["n1.web.config.db=3Aurl", "n1.web.secret.token", "n2.web.config.db=3Aurl"],
+        ),
         ({"what": "needs", "node": "n2", "module": "web"}, ["n2.web.config.db=3Aurl"]),
         ({"what": "needs", "node": "n3"}, []),
         ({"what": "applied"}, sorted(APPLIED)),
@@ -99,20 +115,35 @@ async def test_needs_entries_carry_their_decoded_parts_revision_and_value(seeded
         ({"what": "applied", "module": "web"}, ["n1.web", "n2.web"]),
         ({"what": "collect"}, sorted(COLLECT)),
         ({"what": "collect", "node": "n1"}, sorted(k for k in COLLECT if k.startswith("n1."))),
-        ({"what": "collect", "collection": "shell:zsh:normal"},
-         ["n1.shell=3Azsh=3Anormal.cron", "n1.shell=3Azsh=3Anormal.web", "n2.shell=3Azsh=3Anormal.web"]),
-        ({"what": "collect", "node": "n1", "module": "web"},
-         ["n1.environment=3Apath.web", "n1.shell=3Azsh=3Anormal.web"]),
-        ({"what": "collect", "node": "n1", "collection": "shell:zsh:normal", "module": "cron"},
-         ["n1.shell=3Azsh=3Anormal.cron"]),
+        (
+            {"what": "collect", "collection": "shell:zsh:normal"},
+            ["n1.shell=3Azsh=3Anormal.cron", "n1.shell=3Azsh=3Anormal.web", "n2.shell=3Azsh=3Anormal.web"],
+        ),
+        (
+            {"what": "collect", "node": "n1", "module": "web"},
+            ["n1.environment=3Apath.web", "n1.shell=3Azsh=3Anormal.web"],
+        ),
+        (
+            {"what": "collect", "node": "n1", "collection": "shell:zsh:normal", "module": "cron"},
+            ["n1.shell=3Azsh=3Anormal.cron"],
+        ),
     ],
     ids=[
-        "all needs", "needs of one node", "needs of one module on every node", "needs of one module on one node",
-        "needs of an unknown node are none", "all applied", "applied on one node", "applied of one module",
-        "all collect", "collect of one node", "one collection on every node", "one contributor's items on one node",
+        "all needs",
+        "needs of one node",
+        "needs of one module on every node",
+        "needs of one module on one node",
+        "needs of an unknown node are none",
+        "all applied",
+        "applied on one node",
+        "applied of one module",
+        "all collect",
+        "collect of one node",
+        "one collection on every node",
+        "one contributor's items on one node",
         "one contributor to one collection on one node",
     ],
-)  # fmt: skip
+)
 async def test_each_filter_narrows_to_its_keys(seeded: Bus, request_: dict[str, str], expected: list[str]) -> None:
     answer = await ask(seeded, request_)
     assert keys_of(answer) == expected
@@ -123,9 +154,15 @@ async def test_collect_entries_name_collection_and_contributor(seeded: Bus, js: 
     answer = await ask(seeded, {"what": "collect", "node": "n2"})
     revision = await revision_in(js, buckets.COLLECT.name, "n2.shell=3Azsh=3Anormal.web")
     assert answer["entries"] == [
-        {"key": "n2.shell=3Azsh=3Anormal.web", "node": "n2", "collection": "shell:zsh:normal", "contributor": "web",
-         "revision": revision, "value": {"items": ["x"]}},
-    ]  # fmt: skip
+        {
+            "key": "n2.shell=3Azsh=3Anormal.web",
+            "node": "n2",
+            "collection": "shell:zsh:normal",
+            "contributor": "web",
+            "revision": revision,
+            "value": {"items": ["x"]},
+        },
+    ]
 
 
 async def test_an_entry_written_again_is_answered_at_its_new_revision(seeded: Bus, js: JetStreamContext) -> None:
@@ -222,11 +259,21 @@ def error_of(msg: Message) -> tuple[str, str, dict[str, Any]]:
         (b'{"cursor":"garbage"}', "410", "restart the listing"),
     ],
     ids=[
-        "a body that is not JSON", "a body that is not UTF-8", "an array", "a string", "an unknown field",
-        "an unknown what", "a filter on the registry", "collection on applied", "collection on needs",
-        "a node that is not a string", "an empty node", "an unknown cursor", "a cursor that is not one",
+        "a body that is not JSON",
+        "a body that is not UTF-8",
+        "an array",
+        "a string",
+        "an unknown field",
+        "an unknown what",
+        "a filter on the registry",
+        "collection on applied",
+        "collection on needs",
+        "a node that is not a string",
+        "an empty node",
+        "an unknown cursor",
+        "a cursor that is not one",
     ],
-)  # fmt: skip
+)
 async def test_a_bad_request_gets_a_service_error_and_the_server_keeps_serving(
     seeded: Bus, body: bytes, code: str, says: str
 ) -> None:

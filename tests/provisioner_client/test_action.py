@@ -23,8 +23,11 @@ from registry.wire import Bus, put
 async def test_the_action_runs_once_per_change_and_its_outcome_is_recorded(
     domains: StandIns, bus: Bus, plan: ClientPlan, command: list[str], expected: tuple[str, int | None]
 ) -> None:
-    manifest = {"module": "svc", "env": {"LEVEL": "${config:log-level}"},
-                "on_change": {"command": command, "timeout_seconds": 1}}  # fmt: skip
+    manifest = {
+        "module": "svc",
+        "env": {"LEVEL": "${config:log-level}"},
+        "on_change": {"command": command, "timeout_seconds": 1},
+    }
     (plan.manifests / "svc.json").write_text(json.dumps(manifest))
     first = await reconcile(bus, plan)
     action = first.modules["svc"].action

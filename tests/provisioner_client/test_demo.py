@@ -57,8 +57,11 @@ async def test_without_postgresql_the_demo_keeps_the_stand_ins_fixed_values_and_
         monkeypatch.setattr(local_postgres, "find_binaries", lambda: None)
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(15):
-            await tg.start(lambda task_status: run_demo(nats_server.url, tmp_path, postgres=absent != "not wanted",
-                                                        task_status=task_status))  # fmt: skip
+            await tg.start(
+                lambda task_status: run_demo(
+                    nats_server.url, tmp_path, postgres=absent != "not wanted", task_status=task_status
+                )
+            )
         tg.cancel_scope.cancel()
     out = capsys.readouterr().out
     assert f"app: applied -> {tmp_path / 'env' / 'app'}.env (written)" in out

@@ -37,8 +37,9 @@ def systemd_reads(content: str) -> dict[str, str]:
             else:
                 raise AssertionError(f"unexpected {char!r} after a closing quote")
         elif state == "quoted":
-            state, value = ("pre_value", value) if char == '"' else ("escape", value) if char == "\\" else (
-                "quoted", value + char)  # fmt: skip
+            state, value = (
+                ("pre_value", value) if char == '"' else ("escape", value) if char == "\\" else ("quoted", value + char)
+            )
         elif state == "escape":
             value += char if char in _SHELL_NEED_ESCAPE else "" if char == "\n" else "\\" + char
             state = "quoted"
@@ -53,8 +54,9 @@ def sh_reads(path: Path, names: list[str]) -> dict[str, str]:
 
 @settings(max_examples=60, deadline=None)
 @given(st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), values, min_size=1, max_size=4))
-def test_every_value_reads_back_the_same_in_sh_and_systemd(tmp_path_factory: pytest.TempPathFactory,
-                                                             env: dict[str, str]) -> None:  # fmt: skip
+def test_every_value_reads_back_the_same_in_sh_and_systemd(
+    tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]
+) -> None:
     path = tmp_path_factory.mktemp("env") / "m.env"
     content = render("m", env)
     path.write_bytes(content)
@@ -93,8 +95,10 @@ def test_a_file_is_written_0600_once_and_a_foreign_file_is_never_touched(tmp_pat
     assert folder.remove_except(set()) == [first.path]
     assert foreign.exists()
     assert sorted(p.name for p in (tmp_path / "env").iterdir()) == [
-        ".mesh-provisioner-client.json", ".mesh-provisioner-client.key", "other.env"
-    ]  # fmt: skip
+        ".mesh-provisioner-client.json",
+        ".mesh-provisioner-client.key",
+        "other.env",
+    ]
 
 
 @pytest.mark.timeout(20)

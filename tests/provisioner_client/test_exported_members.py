@@ -7,8 +7,19 @@ import provisioner_client
 
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(provisioner_client.__all__) == [
-        "ClientError", "ClientPlan", "ClientSettings", "ForeignKeyError", "ManifestError", "MaterializeError",
-        "ModuleReport", "NodeStatus", "Report", "WatchTiming", "read_status", "reconcile", "watch",
-    ]  # fmt: skip
+        "ClientError",
+        "ClientPlan",
+        "ClientSettings",
+        "ForeignKeyError",
+        "ManifestError",
+        "MaterializeError",
+        "ModuleReport",
+        "NodeStatus",
+        "Report",
+        "WatchTiming",
+        "read_status",
+        "reconcile",
+        "watch",
+    ]
     for name in provisioner_client.__all__:
         assert getattr(provisioner_client, name) is not None

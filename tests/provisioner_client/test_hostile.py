@@ -173,8 +173,11 @@ async def test_the_change_action_gets_a_minimal_environment(
     monkeypatch.setenv("NATS_PASSWORD", "hunter2")
     monkeypatch.setenv("NATS_NKEY", "/secret/seed.nk")
     seen = tmp_path / "seen"
-    manifest = {"module": "svc", "env": {"LEVEL": "${config:log-level}"},
-                "on_change": {"command": ["sh", "-c", f"env > {seen}"]}}  # fmt: skip
+    manifest = {
+        "module": "svc",
+        "env": {"LEVEL": "${config:log-level}"},
+        "on_change": {"command": ["sh", "-c", f"env > {seen}"]},
+    }
     (plan.manifests / "svc.json").write_text(json.dumps(manifest))
     await reconcile(bus, plan)
     env = dict(line.split("=", 1) for line in seen.read_text().splitlines())
@@ -182,8 +185,9 @@ async def test_the_change_action_gets_a_minimal_environment(
     assert env["MESH_ENV_FILE"] == str(plan.materialize / "svc.env")
     assert (env["MESH_MODULE"], env["MESH_NODE"]) == ("svc", NODE)
     assert inherited({"PATH": "/opt/bin", "NATS_PASSWORD": "p", "HOME": "/root"}) == {
-        "PATH": "/opt/bin", "LANG": "C.UTF-8"
-    }  # fmt: skip
+        "PATH": "/opt/bin",
+        "LANG": "C.UTF-8",
+    }
 
 
 async def test_the_applied_digest_is_keyed_and_a_new_key_rewrites_no_env_file(

@@ -42,8 +42,14 @@ accounts { MESH { jetstream: enabled, users = [
 
 
 def options(server: LocalNats, user: str) -> BusOptions:
-    return BusOptions(servers=(server.url,), name=f"test-{user}", user=user, password=SecretStr(user),
-                      inbox_prefix=f"_INBOX_{user}", request_timeout=timedelta(seconds=2))  # fmt: skip
+    return BusOptions(
+        servers=(server.url,),
+        name=f"test-{user}",
+        user=user,
+        password=SecretStr(user),
+        inbox_prefix=f"_INBOX_{user}",
+        request_timeout=timedelta(seconds=2),
+    )
 
 
 @pytest.fixture

@@ -104,8 +104,11 @@ async def test_pending_drifted_and_missing_are_shown_with_the_running_client_and
     assert json_code == 1
     assert document["client"]["running"] is True
     assert {m: s["file_state"] for m, s in document["modules"].items()} == {
-        "app": "drifted", "extra": "none", "postgres": "missing", "tools": "in place"
-    }  # fmt: skip
+        "app": "drifted",
+        "extra": "none",
+        "postgres": "missing",
+        "tools": "in place",
+    }
     assert all(s["since"] for s in document["modules"].values())
 
 

@@ -48,10 +48,16 @@ def test_a_node_named_as_a_prefix_of_another_is_not_its_owner() -> None:
         ("n1.>", "n1.a.b", True),
     ],
     ids=[
-        "the same key", "another key", "a token wildcard", "a token wildcard is one token",
-        "a collection's contributors", "another collection", "everything", "'>' needs a token",
+        "the same key",
+        "another key",
+        "a token wildcard",
+        "a token wildcard is one token",
+        "a collection's contributors",
+        "another collection",
+        "everything",
+        "'>' needs a token",
         "'>' takes the rest",
     ],
-)  # fmt: skip
+)
 def test_a_change_wakes_the_loop_only_under_a_key_it_read(subject_filter: str, key: str, matches: bool) -> None:
     assert subject_matches(subject_filter, key) is matches

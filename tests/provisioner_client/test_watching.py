@@ -22,9 +22,11 @@ from registry.wire import Bus, BusOptions, connect, put
 from tests.helpers import Reports, logged, serving, sh_env
 
 TIMING = WatchTiming(
-    debounce=timedelta(seconds=0.1), refresh=timedelta(seconds=1), poll=timedelta(seconds=0.2),
+    debounce=timedelta(seconds=0.1),
+    refresh=timedelta(seconds=1),
+    poll=timedelta(seconds=0.2),
     backoff_max=timedelta(seconds=1),
-)  # fmt: skip
+)
 BOUND = 10.0
 
 
@@ -51,8 +53,12 @@ async def test_each_kind_of_change_is_materialized_within_a_bounded_time(
         await other.put("greeting", b'"hi"')
         await other.put("log-level", b'"warning"')
         registry = await js.key_value(buckets.REGISTRY.name)
-        entry = RegistryEntry(kind="config", domain="config", module="mesh-config",
-                              answer=BucketAnswer(bucket="mesh-config_other", key="<name>"))  # fmt: skip
+        entry = RegistryEntry(
+            kind="config",
+            domain="config",
+            module="mesh-config",
+            answer=BucketAnswer(bucket="mesh-config_other", key="<name>"),
+        )
         await registry.put("config", to_json(entry))
         await reports.until(lambda: app_env("LOG_LEVEL") == "warning", "a registry change")
 
@@ -111,8 +117,10 @@ async def test_watch_mode_rides_out_a_restart_of_the_bus(
                 await servers.start(server, first.port, stop_second, anyio.Event())
                 await resynced.wait(within=BOUND)
             await put(bus, domains.config, "log-level", b'"after-restart"')
-            await reports.until(lambda: sh_env(plan.materialize / "app.env")["LOG_LEVEL"] == "after-restart",
-                                "a value written after the bus restarted")  # fmt: skip
+            await reports.until(
+                lambda: sh_env(plan.materialize / "app.env")["LOG_LEVEL"] == "after-restart",
+                "a value written after the bus restarted",
+            )
             tg.cancel_scope.cancel()
         stop_second.set()
 

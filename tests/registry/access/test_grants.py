@@ -17,9 +17,12 @@ from registry.contract import buckets, encode_token, load_catalogue, subject_mat
 def grants_for(*nodes: str) -> Grants:
     parties = MeshParties(nodes=nodes, providers=("postgres",), operators=("ops",)).all()
     return derive_grants(
-        load_catalogue(), nodes=nodes, providers=("postgres",), operators=("ops",),
+        load_catalogue(),
+        nodes=nodes,
+        providers=("postgres",),
+        operators=("ops",),
         user_keys={p: f"U{p.label}" for p in parties},
-    )  # fmt: skip
+    )
 
 
 def node_subjects(grants: Grants, node: str) -> list[str]:

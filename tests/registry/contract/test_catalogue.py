@@ -25,9 +25,20 @@ from registry.errors import CatalogueError
 
 DEPLOY_DOMAINS = Path(__file__).resolve().parents[3] / "deploy" / "domains.toml"
 CONTRACT_KINDS = {
-    "config", "secret", "bound", "consumers", "collected", "shell", "environment", "contribution",
-    "dir", "access", "port", "seat", "machine",
-}  # fmt: skip
+    "config",
+    "secret",
+    "bound",
+    "consumers",
+    "collected",
+    "shell",
+    "environment",
+    "contribution",
+    "dir",
+    "access",
+    "port",
+    "seat",
+    "machine",
+}
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -157,62 +168,104 @@ BAD_FILES = [
     pytest.param("domains = 3\n", None, None, "must be a table", id="domains that is not a table"),
     pytest.param(
         '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nverb = "v"\ncolour = "red"\n',
-        "pki", "colour", "Extra inputs are not permitted", id="an unknown field",
+        "pki",
+        "colour",
+        "Extra inputs are not permitted",
+        id="an unknown field",
     ),
     pytest.param('[domains.pki]\nmodule = "m"\nverb = "v"\n', "pki", "kinds", "Field required", id="no kinds"),
     pytest.param(
-        '[domains.pki]\nmodule = "m"\nkinds = "cert"\nverb = "v"\n', "pki", "kinds", "valid tuple",
+        '[domains.pki]\nmodule = "m"\nkinds = "cert"\nverb = "v"\n',
+        "pki",
+        "kinds",
+        "valid tuple",
         id="kinds that is not a list",
     ),
     pytest.param(
         '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nverb = "v"\nbucket = "b"\nkey = "<name>"\n',
-        "pki", "verb", "give exactly one of 'verb'", id="both verb and bucket",
+        "pki",
+        "verb",
+        "give exactly one of 'verb'",
+        id="both verb and bucket",
     ),
     pytest.param(
-        '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\n', "pki", "bucket", "give exactly one of 'verb'",
+        '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\n',
+        "pki",
+        "bucket",
+        "give exactly one of 'verb'",
         id="neither verb nor bucket",
     ),
     pytest.param(
-        '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nbucket = "b"\n', "pki", "key", "needs 'key'",
+        '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nbucket = "b"\n',
+        "pki",
+        "key",
+        "needs 'key'",
         id="a bucket without its key",
     ),
     pytest.param(
-        '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nverb = "v"\nkey = "<name>"\n', "pki", "key",
-        "a verb answer takes no 'key'", id="a verb with a key",
+        '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nverb = "v"\nkey = "<name>"\n',
+        "pki",
+        "key",
+        "a verb answer takes no 'key'",
+        id="a verb with a key",
     ),
     pytest.param(
         '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nbucket = "<owner>_certs"\nkey = "<name>"\n',
-        "pki", "bucket", "unknown field <owner>", id="an unknown template field in the bucket",
+        "pki",
+        "bucket",
+        "unknown field <owner>",
+        id="an unknown template field in the bucket",
     ),
     pytest.param(
         '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nbucket = "b"\nkey = "<node>.<colour>"\n',
-        "pki", "key", "unknown field <colour>", id="an unknown template field in the key",
+        "pki",
+        "key",
+        "unknown field <colour>",
+        id="an unknown template field in the key",
     ),
     pytest.param(
         '[domains.pki]\nmodule = "<team>"\nkinds = ["cert"]\nverb = "v"\n',
-        "pki", "module", "unknown field <team>", id="an unknown template field in the module",
+        "pki",
+        "module",
+        "unknown field <team>",
+        id="an unknown template field in the module",
     ),
     pytest.param(
         '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nbucket = "b"\nkey = "<name>"\nparts = { a = "<b>" }\n',
-        "pki", "parts.a", "unknown field <b>", id="an unknown template field in a part",
+        "pki",
+        "parts.a",
+        "unknown field <b>",
+        id="an unknown template field in a part",
     ),
     pytest.param(
         '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nbucket = "b"\nkey = "<node>..<name>"\n',
-        "pki", "key", "an empty token", id="a key shape that does not read",
+        "pki",
+        "key",
+        "an empty token",
+        id="a key shape that does not read",
     ),
     pytest.param(
         '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nverb = "v"\nname = "oops"\n',
-        "pki", "name", "expected <field>s joined by ':'", id="a name pattern that does not read",
+        "pki",
+        "name",
+        "expected <field>s joined by ':'",
+        id="a name pattern that does not read",
     ),
     pytest.param(
         '[domains.pki]\nmodule = "m"\nkinds = ["cert", "secret"]\nverb = "v"\n',
-        "pki", "kinds", "kind 'secret' is answered by 'vault-secrets' too", id="a kind answered twice",
+        "pki",
+        "kinds",
+        "kind 'secret' is answered by 'vault-secrets' too",
+        id="a kind answered twice",
     ),
     pytest.param(
         '[domains.config]\nmodule = "m"\nkinds = ["config", "secret"]\nverb = "v"\n',
-        "config", "kinds", "kind 'secret' is answered by", id="a kind answered twice is blamed on the file",
+        "config",
+        "kinds",
+        "kind 'secret' is answered by",
+        id="a kind answered twice is blamed on the file",
     ),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("text", "domain", "field", "reason"), BAD_FILES)

@@ -130,10 +130,14 @@ def test_a_key_out_of_shape_says_why(shape: KeyShape, key: str, reason: str) -> 
         pytest.param(keys.NEEDS, {"node": "n1", "module": "web"}, "missing kind, name", id="needs without kind"),
         pytest.param(keys.APPLIED, {"module": "web"}, "missing node", id="applied without node"),
         pytest.param(keys.BOUND, {"node": "n1", "module": "w", "local": "x"}, "missing provision", id="bound"),
-        pytest.param(keys.COLLECT, {"node": "n1", "collection": "c", "contributor": ""}, "missing contributor",
-                     id="an empty part counts as missing"),
+        pytest.param(
+            keys.COLLECT,
+            {"node": "n1", "collection": "c", "contributor": ""},
+            "missing contributor",
+            id="an empty part counts as missing",
+        ),
     ],
-)  # fmt: skip
+)
 def test_building_without_a_part_says_which(shape: KeyShape, parts: dict[str, str], missing: str) -> None:
     with pytest.raises(KeyShapeError, match=re.escape(missing)):
         shape.build(**parts)
@@ -149,10 +153,14 @@ def test_building_without_a_part_says_which(shape: KeyShape, parts: dict[str, st
         pytest.param(keys.NEEDS, {"node": "n.1"}, ["n=2E1", "n=2E1.>"], id="narrowed names are escaped"),
         pytest.param(keys.NEEDS, {"node": None}, [">"], id="a None narrows nothing"),
         pytest.param(keys.COLLECT, {"contributor": "web"}, ["*.*.web", "*.*.web.>"], id="a collect contributor"),
-        pytest.param(keys.COLLECT, {"node": "n1", "collection": "shell:zsh"}, ["n1.shell=3Azsh", "n1.shell=3Azsh.>"],
-                     id="a collection on one node"),
+        pytest.param(
+            keys.COLLECT,
+            {"node": "n1", "collection": "shell:zsh"},
+            ["n1.shell=3Azsh", "n1.shell=3Azsh.>"],
+            id="a collection on one node",
+        ),
     ],
-)  # fmt: skip
+)
 def test_filters_narrow_by_whole_tokens(shape: KeyShape, narrow: dict[str, str | None], filters: list[str]) -> None:
     assert shape.filters(**narrow) == filters
 

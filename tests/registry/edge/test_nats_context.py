@@ -38,8 +38,11 @@ def test_a_written_context_is_read_back_by_the_nats_clis_names_and_readable_by_i
     written = NatsContext(url="nats://a:4222", user="ops", password=SecretStr("s3cret"), mesh_provisioner_dev_pid=7)
     path = contexts.write("lab", written)
     assert json.loads(path.read_text()) == {
-        "url": "nats://a:4222", "user": "ops", "password": "s3cret", "mesh_provisioner_dev_pid": 7,
-    }  # fmt: skip
+        "url": "nats://a:4222",
+        "user": "ops",
+        "password": "s3cret",
+        "mesh_provisioner_dev_pid": 7,
+    }
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert contexts.read("lab") == written
     assert [p.name for p in path.parent.iterdir()] == ["lab.json"]  # no partial file left beside it

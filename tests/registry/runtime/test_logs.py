@@ -42,8 +42,12 @@ def test_text_quotes_a_value_with_spaces_or_equals_signs() -> None:
 def test_json_carries_the_fields_beside_the_message() -> None:
     entry = json.loads(logged("json", "kind %s written", "config", **event(kind="config", code=3)))
     assert {k: entry[k] for k in ("level", "logger", "message", "kind", "code")} == {
-        "level": "info", "logger": "registry.test_logs", "message": "kind config written", "kind": "config", "code": 3
-    }  # fmt: skip
+        "level": "info",
+        "logger": "registry.test_logs",
+        "message": "kind config written",
+        "kind": "config",
+        "code": 3,
+    }
 
 
 def test_fields_passed_straight_as_extra_count_and_other_extras_are_left_out() -> None:

@@ -69,7 +69,21 @@ def test_the_bus_surface_is_pinned_and_shows_no_nats_py() -> None:
     """What callers may use of a connection; nats-py's client and JetStream context stay inside."""
     public = {name for name in dir(Bus) if not name.startswith("_")}
     assert public == {
-        "connected", "flush", "jetstream", "max_payload", "new_inbox", "note_denial", "publish", "recent_denial",
-        "reconnected", "reconnects", "request", "store", "subscribe", "subscribe_raw", "timeout", "translated",
+        "connected",
+        "flush",
+        "jetstream",
+        "max_payload",
+        "new_inbox",
+        "note_denial",
+        "publish",
+        "recent_denial",
+        "reconnected",
+        "reconnects",
+        "request",
+        "store",
+        "subscribe",
+        "subscribe_raw",
+        "timeout",
+        "translated",
         "until_connected",
-    }  # fmt: skip
+    }

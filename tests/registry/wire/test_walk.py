@@ -116,9 +116,14 @@ async def test_a_walk_that_ends_before_the_leaders_last_sequence_fails_after_the
 
 def stream_config() -> dict[str, object]:
     return {
-        "name": BUCKET.stream, "subjects": [BUCKET.subject(">")], "max_msgs_per_subject": 1, "allow_direct": True,
-        "storage": "memory", "discard": "new", "deny_delete": True,
-    }  # fmt: skip
+        "name": BUCKET.stream,
+        "subjects": [BUCKET.subject(">")],
+        "max_msgs_per_subject": 1,
+        "allow_direct": True,
+        "storage": "memory",
+        "discard": "new",
+        "deny_delete": True,
+    }
 
 
 @pytest.fixture
