@@ -46,7 +46,7 @@ SECOND_SHELL = (
 )
 AFTER_STOP = ("./scripts/run --reset",)
 NOT_RUNNABLE = {
-    "./scripts/test": "the whole suite, tens of minutes, of which this test is a part",
+    "./scripts/test": "the whole suite, of which this test is a part",
     "mesh-provisioner-client reconcile --node n1 --manifests /etc/mesh-provisioner/modules --materialize "
     "/run/mesh-provisioner/env": "a real node's folders, written as root; the demo runs the same client "
     "(tests/test_units.py checks these paths against the defaults and the units)",
