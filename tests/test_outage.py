@@ -33,9 +33,11 @@ from tests.helpers import EXAMPLES, NODE, Reports, restartable_nats, serving, sh
 
 SCALE = 5  # every timer below is a fifth of what it was when issue 9 measured 15 s and 60 s outages
 TIMING = WatchTiming(
-    debounce=timedelta(seconds=0.1) / SCALE, refresh=timedelta(seconds=5) / SCALE,
-    poll=timedelta(seconds=0.5) / SCALE, backoff_max=timedelta(seconds=1) / SCALE,
-)  # fmt: skip
+    debounce=timedelta(seconds=0.1) / SCALE,
+    refresh=timedelta(seconds=5) / SCALE,
+    poll=timedelta(seconds=0.5) / SCALE,
+    backoff_max=timedelta(seconds=1) / SCALE,
+)
 LEASE_TTL = timedelta(seconds=15) / SCALE  # the seat's compile lease and the node's lease, by default 15 s
 CLIENT_RECONNECT_WAIT = timedelta(seconds=0.5) / SCALE
 SEAT_RECONNECT_WAIT = BusOptions().reconnect_wait / SCALE
@@ -112,8 +114,8 @@ class Figures:
 
     def __str__(self) -> str:
         streams = sorted(set(self.consumers_before) | set(self.consumers_after))
-        lines = [f"NATS outage of {self.outage:.0f} s (every timer at 1/{SCALE}: {self.outage * SCALE:.0f} s at "
-                 "issue 9's) under a seat and a watching client:"]  # fmt: skip
+        scaled = f"every timer at 1/{SCALE}: {self.outage * SCALE:.0f} s at issue 9's"
+        lines = [f"NATS outage of {self.outage:.0f} s ({scaled}) under a seat and a watching client:"]
         lines += [
             f"  {s}: consumers before {self.consumers_before.get(s, 0)}, after {self.consumers_after.get(s, 0)}"
             for s in streams
@@ -126,9 +128,12 @@ async def run_outage(tmp_path: Path, lease_ttls: int) -> Figures:
     outage = (LEASE_TTL * lease_ttls).total_seconds()
     figures = Figures(outage)
     plan = ClientPlan(
-        node=NODE, manifests=tmp_path / "manifests", materialize=tmp_path / "env", verb_timeout=timedelta(seconds=1),
+        node=NODE,
+        manifests=tmp_path / "manifests",
+        materialize=tmp_path / "env",
+        verb_timeout=timedelta(seconds=1),
         lease_ttl=LEASE_TTL,
-    )  # fmt: skip
+    )
     shutil.copytree(EXAMPLES, plan.manifests, ignore=shutil.ignore_patterns("*.md"))
     async with restartable_nats(tmp_path / "nats") as server:
         options = BusOptions(servers=(server.url,), name="client", reconnect_wait=CLIENT_RECONNECT_WAIT)

@@ -37,9 +37,11 @@ INTERVAL = timedelta(seconds=1) / SCALE
 TTL = timedelta(seconds=2)
 TAKEOVER_BOUND = TTL + SKEW + TTL / 3 + INTERVAL  # README, "The registry"
 TIMING = WatchTiming(
-    debounce=timedelta(seconds=0.1) / SCALE, refresh=timedelta(seconds=1) / SCALE,
-    poll=timedelta(seconds=0.2) / SCALE, backoff_max=timedelta(seconds=1) / SCALE,
-)  # fmt: skip
+    debounce=timedelta(seconds=0.1) / SCALE,
+    refresh=timedelta(seconds=1) / SCALE,
+    poll=timedelta(seconds=0.2) / SCALE,
+    backoff_max=timedelta(seconds=1) / SCALE,
+)
 
 OTHER_CONFIG = Bucket("mesh-config_other", KeyShape("<name>"))
 SEAT_A = """
