@@ -49,7 +49,7 @@ from provisioner.settings import (
 from provisioner.top import TopOptions, run_top
 from registry.contract import Bucket, MergedAnswer, buckets
 from registry.edge import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
-from registry.errors import CatalogueError, RegistryError, ServiceError, SettingsError
+from registry.errors import CatalogueError, RegistryError, ServiceError, SettingsError, sole_exception
 from registry.runtime import configure_logging, until_signalled
 from registry.wire import BusOptions, KvItem, answer_patiently, connect_within
 
@@ -332,8 +332,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def _ours(err: BaseException) -> ProvisionerError | RegistryError | None:
     """Our error inside `err`, unwrapping the exception groups task groups raise."""
-    while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
-        err = err.exceptions[0]
+    err = sole_exception(err) if isinstance(err, BaseExceptionGroup) else err
     return err if isinstance(err, ProvisionerError | RegistryError) else None
 
 
