@@ -31,7 +31,7 @@ from registry.wire import BucketConfig, Bus, BusOptions, Holder, answer_of, conn
 
 SEAT_SETTLE = 15.0  # seconds: 100,000 applied keys fill the view in about 4 s on the shared machine
 WAIT = timedelta(seconds=60)
-BUDGET = 1024 * 1024 - 32 * 1024 - 512  # a page under the default max_payload (provisioner.paging.page_budget)
+BUDGET = 1024 * 1024 - 32 * 1024 - 512  # a page under the default max_payload (provisioner.pages.page_budget)
 
 
 async def fill(bus: Bus, nodes: int, modules: int) -> None:

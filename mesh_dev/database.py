@@ -169,8 +169,20 @@ async def provisioner_watching(env_file: Path, server: LocalPostgres) -> AsyncIt
     """`mesh-postgres-provisioner --watch` on `env_file` against `server` as its superuser (through
     the socket: no password in its arguments) until the block ends; then SIGTERM, and it finishes
     the reconcile in progress."""
-    command = [sys.executable, "-m", "examples.postgres_provisioner", "--env-file", str(env_file),
-               "--dsn", server.admin_dsn, "--watch", "--poll", _POLL_SECONDS, "--log-format", "json"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "examples.postgres_provisioner",
+        "--env-file",
+        str(env_file),
+        "--dsn",
+        server.admin_dsn,
+        "--watch",
+        "--poll",
+        _POLL_SECONDS,
+        "--log-format",
+        "json",
+    ]
     # its own session: a Ctrl-C at the terminal is ours to pass on, once
     async with (
         await anyio.open_process(command, stdin=None, stdout=None, start_new_session=True) as process,

@@ -107,15 +107,18 @@ async def provider_side(bus: Bus, plan: ClientPlan, database: Database, vault: V
     ):
         outcome = await provisioner.wait_first_outcome()
         connected = await anyio.to_thread.run_sync(connects, plan.materialize / f"{CONSUMER}.env", URL_VARIABLE)
-        summary = "\n".join([
-            "", "provider side: a real PostgreSQL",
-            f"  PostgreSQL on 127.0.0.1:{server.port}, data in {server.data}"
-            + (" (a temporary folder, removed at stop)" if database.temporary else ""),
-            f"  postgres_bound written by the provider helper from the needs: {bound.summary()}",
-            f"  the postgres provisioner watches {plan.materialize / PROVIDER_MODULE}.env: {outcome}",
-            f"  module {CONSUMER}'s {URL_VARIABLE} {connected}",
-            f"  try it: (set -a; . {plan.materialize / CONSUMER}.env; psql \"${URL_VARIABLE}\")",
-        ])  # fmt: skip
+        summary = "\n".join(
+            [
+                "",
+                "provider side: a real PostgreSQL",
+                f"  PostgreSQL on 127.0.0.1:{server.port}, data in {server.data}"
+                + (" (a temporary folder, removed at stop)" if database.temporary else ""),
+                f"  postgres_bound written by the provider helper from the needs: {bound.summary()}",
+                f"  the postgres provisioner watches {plan.materialize / PROVIDER_MODULE}.env: {outcome}",
+                f"  module {CONSUMER}'s {URL_VARIABLE} {connected}",
+                f'  try it: (set -a; . {plan.materialize / CONSUMER}.env; psql "${URL_VARIABLE}")',
+            ]
+        )
         tg.start_soon(provider.follow)
         yield ProviderSide(report, summary, provider)
         tg.cancel_scope.cancel()

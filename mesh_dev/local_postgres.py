@@ -92,10 +92,21 @@ def _run(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
 
 def initialise(data: Path) -> None:
     """A new cluster in `data` (which must not exist; its parent belongs to PostgreSQL's user)."""
-    _run([
-        str(binaries() / "initdb"), "-D", str(data), "-U", SUPERUSER, "-E", "UTF8", "--locale=C",
-        "--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync",
-    ])  # fmt: skip
+    _run(
+        [
+            str(binaries() / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            SUPERUSER,
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--no-sync",
+        ]
+    )
 
 
 def conninfo(**params: object) -> str:

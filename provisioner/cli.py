@@ -142,11 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
-        "serve", help="run the server against a NATS deployment",
+        "serve",
+        help="run the server against a NATS deployment",
         description="Connect to NATS (reconnecting forever), make sure the four buckets exist, compile the "
         "registry now and every interval, and serve the verb until SIGTERM or SIGINT.",
-        epilog=_EPILOG_SERVE, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        epilog=_EPILOG_SERVE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     serve.add_argument("--config", type=Path, metavar="PATH", help="a TOML file of settings ([nats]: NATS options)")
     add_settings_arguments(serve, ServerSettings, "server settings")
     add_settings_arguments(serve, BusSettings, "NATS connection")
@@ -154,21 +156,25 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _add_query(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     query = commands.add_parser(
-        "query", help="ask the verb and print the whole answer as a table, JSON or JSON lines",
+        "query",
+        help="ask the verb and print the whole answer as a table, JSON or JSON lines",
         description="Ask the verb, follow every page, and print the merged answer: a table (plain "
         "columns when stdout is not a terminal), or JSON with --json, or JSON lines with --jsonl.",
-        epilog=_EPILOG_QUERY, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        epilog=_EPILOG_QUERY,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_settings_arguments(query, QueryArguments, "what to ask and how to print it")
     _add_client_settings(query)
 
 
 def _add_top(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     top = commands.add_parser(
-        "top", help="a live view of the fleet: nodes healthy, stale or gone, modules applied and pending",
+        "top",
+        help="a live view of the fleet: nodes healthy, stale or gone, modules applied and pending",
         description="Show the fleet's nodes and their verdicts, refreshed every --interval seconds, until Ctrl-C.",
-        epilog=_EPILOG_TOP, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        epilog=_EPILOG_TOP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_settings_arguments(top, TopArguments, "what to show and how often")
     _add_client_settings(top)
 
@@ -182,11 +188,13 @@ def _add_client_settings(command: argparse.ArgumentParser) -> None:
 
 def _add_remove_node(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     remove = commands.add_parser(
-        "remove-node", help="remove every key of a node from the needs, applied and collect buckets",
+        "remove-node",
+        help="remove every key of a node from the needs, applied and collect buckets",
         description="List every key of NODE in the needs, applied and collect buckets, remove each, and "
         "print what was removed.",
-        epilog=_EPILOG_REMOVE, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        epilog=_EPILOG_REMOVE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_settings_arguments(remove, RemoveNodeArguments, "what to remove")
     _add_client_settings(remove)
 

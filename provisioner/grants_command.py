@@ -36,9 +36,12 @@ examples:
 
 def add_grants_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
-        "grants", help="write every party's NATS account, imports and key (for the controller)",
-        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        "grants",
+        help="write every party's NATS account, imports and key (for the controller)",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_settings_arguments(parser, GrantsArguments, "what to write, for whom")
 
 

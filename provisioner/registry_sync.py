@@ -28,7 +28,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from registry.contract import buckets, load_catalogue, registry_values
-from registry.errors import RegistryError
+from registry.errors import RegistryError, sole_exception
 from registry.wire import Bus, Changes, KvItem, Lease, LeaseHeld, converge, current_snapshot, seat_key
 
 log = logging.getLogger(__name__)
@@ -62,10 +62,13 @@ class Compiler:
         if self._written is not None:
             changed = differing(current, self._written)
             if changed:
-                log.warning("registry kinds %s were rewritten by someone else since this seat's last compile (a seat "
-                            "with another catalogue that does not hold the compile lease, or a hand edit); this seat "
-                            "holds the lease and writes its own back", ", ".join(changed),
-                            extra={"kinds": list(changed)})  # fmt: skip
+                log.warning(
+                    "registry kinds %s were rewritten by someone else since this seat's last compile (a seat "
+                    "with another catalogue that does not hold the compile lease, or a hand edit); this seat "
+                    "holds the lease and writes its own back",
+                    ", ".join(changed),
+                    extra={"kinds": list(changed)},
+                )
         changes = await converge(self.bus, buckets.REGISTRY, current, desired)
         self._written = desired
         _log_compiled(changes, len(desired))
@@ -78,9 +81,13 @@ class Compiler:
             await current_snapshot(self.bus, buckets.REGISTRY, include_deleted=True), self.desired()
         )
         if disagreeing and disagreeing != self._told:
-            log.warning("the registry disagrees with this seat's catalogue on kinds %s: the seat holding the compile "
-                        "lease wrote it from another domains file; this seat does not write while another holds the "
-                        "lease", ", ".join(disagreeing), extra={"kinds": list(disagreeing)})  # fmt: skip
+            log.warning(
+                "the registry disagrees with this seat's catalogue on kinds %s: the seat holding the compile "
+                "lease wrote it from another domains file; this seat does not write while another holds the "
+                "lease",
+                ", ".join(disagreeing),
+                extra={"kinds": list(disagreeing)},
+            )
         elif self._told and not disagreeing:
             log.info("the registry agrees with this seat's catalogue again")
         self._told = disagreeing
@@ -95,16 +102,24 @@ def differing(current: Sequence[KvItem], wanted: Mapping[str, bytes]) -> tuple[s
 
 def _log_compiled(changes: Changes, kinds: int) -> None:
     if changes:
-        log.info("registry compiled: %s (written: %s; deleted: %s)", changes.summary(),
-                 ", ".join(changes.written) or "-", ", ".join(changes.deleted) or "-")  # fmt: skip
+        log.info(
+            "registry compiled: %s (written: %s; deleted: %s)",
+            changes.summary(),
+            ", ".join(changes.written) or "-",
+            ", ".join(changes.deleted) or "-",
+        )
     else:
         log.info("registry compiled: unchanged, %d kinds", kinds)
 
 
 async def keep_registry_compiled(
-    bus: Bus, *, domains_file: Path | None, interval: timedelta, lease_ttl: timedelta = COMPILE_LEASE_TTL,
+    bus: Bus,
+    *,
+    domains_file: Path | None,
+    interval: timedelta,
+    lease_ttl: timedelta = COMPILE_LEASE_TTL,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:  # fmt: skip
+) -> None:
     """Compiles now if the compile lease is free (failing loudly), else compares; reports started;
     then compiles every `interval` while holding the lease, or waits for it, comparing."""
     compiler = Compiler(bus, domains_file)
@@ -120,8 +135,12 @@ async def keep_registry_compiled(
         try:
             await _hold_and_compile(lease, compiler, interval)
         except* RegistryError as failed:  # the lease lost, or the bus away while renewing it
-            log.error("compile lease %s: %s; this seat stops compiling and waits for the lease again",  # noqa: TRY400
-                      lease.key, failed.exceptions[0])  # fmt: skip
+            # One line, no traceback: the reason says it all, and the seat goes on.
+            log.error(  # noqa: TRY400
+                "compile lease %s: %s; this seat stops compiling and waits for the lease again",
+                lease.key,
+                sole_exception(failed),
+            )
         await anyio.sleep(lease.ttl.total_seconds() / 3)
 
 

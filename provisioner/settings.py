@@ -74,9 +74,10 @@ class ServerSettings(LogSettings):
         default=timedelta(hours=1), gt=timedelta(0), description="how often the registry is compiled again"
     )
     compile_lease_ttl: Duration = Field(
-        default=timedelta(seconds=15), gt=timedelta(0),
+        default=timedelta(seconds=15),
+        gt=timedelta(0),
         description="how long the compile lease outlives its holder's last renewal (renewed every third of it)",
-    )  # fmt: skip
+    )
     bucket_replicas: int = Field(default=1, ge=1, le=5, description="replicas of the buckets the server creates")
     bucket_storage: Literal["file", "memory"] = Field(
         default="file", description="storage of the buckets the server creates"

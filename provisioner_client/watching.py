@@ -156,9 +156,14 @@ class _Followers:
 
 
 async def watch(
-    bus: Bus, plan: ClientPlan, timing: WatchTiming, *, stop: anyio.Event | None = None,
-    on_report: Callable[[Report], None] | None = None, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:  # fmt: skip
+    bus: Bus,
+    plan: ClientPlan,
+    timing: WatchTiming,
+    *,
+    stop: anyio.Event | None = None,
+    on_report: Callable[[Report], None] | None = None,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
     """Reconciles until `stop` is set, then returns after the reconcile in progress (its change
     actions finish: cancelling would kill them), or until cancelled; ready after the first
     reconcile that reached the bus. Only while it holds the node's lease (`holding`): it waits
@@ -181,9 +186,14 @@ async def _end_when_closed(bus: Bus, closed_for_good: anyio.Event, everything: a
 
 
 async def _watch_holding(
-    bus: Bus, plan: ClientPlan, timing: WatchTiming, *, stop: anyio.Event | None,
-    on_report: Callable[[Report], None] | None, task_status: TaskStatus[None],
-) -> None:  # fmt: skip
+    bus: Bus,
+    plan: ClientPlan,
+    timing: WatchTiming,
+    *,
+    stop: anyio.Event | None,
+    on_report: Callable[[Report], None] | None,
+    task_status: TaskStatus[None],
+) -> None:
     stopping = anyio.Event() if stop is None else stop
     lease = node_lease(bus, plan.node, plan.lease_ttl)
     started: list[bool] = []
@@ -198,8 +208,9 @@ async def _watch_holding(
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(renew, lease, lost)
-                await _reconcile_while_held(bus, plan, timing, stopping=stopping, lost=lost, on_report=on_report,
-                                            on_started=on_started)  # fmt: skip
+                await _reconcile_while_held(
+                    bus, plan, timing, stopping=stopping, lost=lost, on_report=on_report, on_started=on_started
+                )
                 tg.cancel_scope.cancel()
         finally:
             with anyio.move_on_after(2, shield=True):
@@ -207,9 +218,15 @@ async def _watch_holding(
 
 
 async def _reconcile_while_held(
-    bus: Bus, plan: ClientPlan, timing: WatchTiming, *, stopping: anyio.Event, lost: anyio.Event,
-    on_report: Callable[[Report], None] | None, on_started: Callable[[], None],
-) -> None:  # fmt: skip
+    bus: Bus,
+    plan: ClientPlan,
+    timing: WatchTiming,
+    *,
+    stopping: anyio.Event,
+    lost: anyio.Event,
+    on_report: Callable[[Report], None] | None,
+    on_started: Callable[[], None],
+) -> None:
     trigger = Trigger()
     trigger.pull("start")
 
@@ -275,8 +292,13 @@ def _log_report(report: Report) -> None:
     pending = sorted(m for m, r in report.modules.items() if r.applied.state == "pending")
     written = sorted(m for m, r in report.modules.items() if r.written)
     if written or pending or any(report.writes.values()) or report.removed:
-        log.info("node %s reconciled: %d modules, written %s, pending %s", report.node, len(report.modules),
-                 ", ".join(written) or "none", ", ".join(pending) or "none")  # fmt: skip
+        log.info(
+            "node %s reconciled: %d modules, written %s, pending %s",
+            report.node,
+            len(report.modules),
+            ", ".join(written) or "none",
+            ", ".join(pending) or "none",
+        )
 
 
 async def _put_back(
@@ -286,16 +308,25 @@ async def _put_back(
     for module, how in sorted(drifted.items()):
         record = applied.get(module)
         if record is None or record.digest is None or not await put_back(bus, plan, module, record.digest):
-            log.info("the env file of module %s was %s; its values or manifest changed since it was applied: "
-                     "reconciling", module, how, extra=event(node=plan.node, module=module))  # fmt: skip
+            log.info(
+                "the env file of module %s was %s; its values or manifest changed since it was applied: reconciling",
+                module,
+                how,
+                extra=event(node=plan.node, module=module),
+            )
             return False
         _drift_put_back(plan.node, module, how, record.file)
     return True
 
 
 def _drift_put_back(node: str, module: str, how: str, file: str | None) -> None:
-    log.warning("drift put back: %s of module %s had been %s", file, module, how,
-                extra=event(node=node, module=module, path=file or ""))  # fmt: skip
+    log.warning(
+        "drift put back: %s of module %s had been %s",
+        file,
+        module,
+        how,
+        extra=event(node=node, module=module, path=file or ""),
+    )
 
 
 async def _poll_drift(drift: DriftWatch, trigger: Trigger, every: timedelta) -> None:

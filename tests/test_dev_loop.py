@@ -55,8 +55,9 @@ def test_dev_runs_the_whole_loop_tells_the_tools_where_it_is_and_stops_on_sigter
 def _second_shell(environ: dict[str, str], env_dir: Path) -> dict[str, object]:
     """The README's commands from another shell, without a NATS flag or variable."""
     query = _run(["mesh-provisioner", "query", "needs", "--node", "node-1", "--jsonl"], environ)
-    status = _run(["mesh-provisioner-client", "status", "--node", "node-1", "--materialize", str(env_dir), "--json"],
-                  environ)  # fmt: skip
+    status = _run(
+        ["mesh-provisioner-client", "status", "--node", "node-1", "--materialize", str(env_dir), "--json"], environ
+    )
     assert query.returncode == 0, query.stderr
     assert status.returncode in (0, 1), status.stderr  # 1: something pending; never 3, the bus unreachable
     return {

@@ -161,8 +161,10 @@ def fresh_clone(where: Path) -> Path:
     subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(ROOT), str(clone)], check=True)
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, check=True, capture_output=True,
-    ).stdout.decode()  # fmt: skip
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
     for name in filter(None, listed.split("\0")):
         source = ROOT / name
         if source.is_file():
@@ -196,9 +198,14 @@ class FirstShell:
     def __init__(self, clone: Path, environment: dict[str, str]) -> None:
         pip = {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k.lower().endswith("_proxy")}
         self.process = subprocess.Popen(
-            ["./scripts/run"], cwd=clone, env={**environment, **pip}, start_new_session=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            ["./scripts/run"],
+            cwd=clone,
+            env={**environment, **pip},
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.output: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -250,9 +257,14 @@ class SecondShell:
             self.prelude += command + "\n"
         script = f"{self.prelude}{command}\n"
         process = subprocess.Popen(
-            ["bash", "-c", script], cwd=self.clone, env=self.environment, start_new_session=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            ["bash", "-c", script],
+            cwd=self.clone,
+            env=self.environment,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             out, err = process.communicate(timeout=COMMAND_TIMEOUT)
         except subprocess.TimeoutExpired:  # a command that never ends (`top`): its whole group, not bash alone
@@ -273,8 +285,10 @@ def run_blocks(shell: SecondShell, blocks: list[Block], firsts: tuple[str, ...])
             if done.returncode != 0:
                 wrong.append(f"README line {block.line}: {command!r} exited {done.returncode}:\n{done.stderr[-2000:]}")
             elif said is not None and not printed_as_said(said.lines, done.stdout):
-                wrong.append(f"README line {block.line}: {command!r} printed, not as README line {said.line} says:\n"
-                             f"{done.stdout[-3000:]}")  # fmt: skip
+                wrong.append(
+                    f"README line {block.line}: {command!r} printed, not as README line {said.line} says:\n"
+                    f"{done.stdout[-3000:]}"
+                )
     return wrong
 
 

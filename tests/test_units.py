@@ -399,11 +399,15 @@ async def test_the_seat_and_a_node_run_from_the_deploy_settings_files_as_the_uni
     """The seat's ExecStart with server.toml and its seed through NATS_NKEY (as LoadCredential hands
     it over), a node's one-shot reconcile and status with client.toml, on the generated accounts."""
     keys = DEPLOY / "dev-keys"
-    server_toml = _as_installed(SETTINGS["seat"], {
-        "nats://nats.example:4222": deploy_nats,
-        "/etc/mesh-provisioner/grants.json": str(DEPLOY / "mesh" / "grants.json"),
-        "/etc/mesh-provisioner/domains.toml": str(DEPLOY / "domains.toml"),
-    }, tmp_path / "server.toml")  # fmt: skip
+    server_toml = _as_installed(
+        SETTINGS["seat"],
+        {
+            "nats://nats.example:4222": deploy_nats,
+            "/etc/mesh-provisioner/grants.json": str(DEPLOY / "mesh" / "grants.json"),
+            "/etc/mesh-provisioner/domains.toml": str(DEPLOY / "domains.toml"),
+        },
+        tmp_path / "server.toml",
+    )
     credentials = tmp_path / "credentials"  # what %d names for the unit
     credentials.mkdir(mode=0o700)
     shutil.copyfile(keys / "seat.nk", credentials / "seat.nk")
@@ -411,13 +415,17 @@ async def test_the_seat_and_a_node_run_from_the_deploy_settings_files_as_the_uni
 
     (tmp_path / "modules").mkdir()
     (tmp_path / "modules" / "hello.json").write_text('{"module": "hello", "env": {"GREETING": "hello"}}')
-    client_toml = _as_installed(SETTINGS["client"], {
-        'node = "n1"': 'node = "n1"',
-        "nats://nats.example:4222": deploy_nats,
-        '"/etc/mesh-provisioner/keys/node.nk"': json.dumps(str(keys / "node-n1.nk")),
-        '"/etc/mesh-provisioner/modules"': json.dumps(str(tmp_path / "modules")),
-        '"/run/mesh-provisioner/env"': json.dumps(str(tmp_path / "env")),
-    }, tmp_path / "client.toml")  # fmt: skip
+    client_toml = _as_installed(
+        SETTINGS["client"],
+        {
+            'node = "n1"': 'node = "n1"',
+            "nats://nats.example:4222": deploy_nats,
+            '"/etc/mesh-provisioner/keys/node.nk"': json.dumps(str(keys / "node-n1.nk")),
+            '"/etc/mesh-provisioner/modules"': json.dumps(str(tmp_path / "modules")),
+            '"/run/mesh-provisioner/env"': json.dumps(str(tmp_path / "env")),
+        },
+        tmp_path / "client.toml",
+    )
     client = _argv("client", {"--config": str(client_toml)})
 
     async with (
@@ -429,8 +437,9 @@ async def test_the_seat_and_a_node_run_from_the_deploy_settings_files_as_the_uni
                 while not (tmp_path / "env" / "hello.env").exists():
                     await anyio.sleep(0.2)
             assert sh_env(tmp_path / "env" / "hello.env") == {"GREETING": "hello"}
-            status = await anyio.run_process([client[0], "status", "--config", str(client_toml)],
-                                             env=clean_environment(), check=False)  # fmt: skip
+            status = await anyio.run_process(
+                [client[0], "status", "--config", str(client_toml)], env=clean_environment(), check=False
+            )
             assert status.returncode == 0, status.stdout.decode() + status.stderr.decode()
             assert "hello: applied" in status.stdout.decode()
             # deploy/README.md, step 6: the operator asks on its own account.

@@ -135,10 +135,16 @@ class BusSettings(EdgeSettings):
     model_config = SettingsConfigDict(env_prefix="NATS_")
     flag_prefix: ClassVar[str] = "nats"
     flag_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "url": ("-s", "--server"), "context": ("--context",), "creds": ("--creds",), "nkey": ("--nkey",),
-        "user": ("--user",), "password": ("--password",), "ca": ("--tlsca",), "cert": ("--tlscert",),
+        "url": ("-s", "--server"),
+        "context": ("--context",),
+        "creds": ("--creds",),
+        "nkey": ("--nkey",),
+        "user": ("--user",),
+        "password": ("--password",),
+        "ca": ("--tlsca",),
+        "cert": ("--tlscert",),
         "key": ("--tlskey",),
-    }  # fmt: skip
+    }
     config_table: ClassVar[str | None] = "nats"
     foreign_env_prefixes: ClassVar[tuple[str, ...]] = ("NATS_",)
 
@@ -243,8 +249,9 @@ def _fallback(contexts: NatsContexts | None) -> FoundContext | None:
         return None
     selected = contexts.selected()
     if selected is not None:
-        return FoundContext(f"the nats CLI's selected context {selected!r} at {contexts.path(selected)}",
-                            contexts.read(selected))  # fmt: skip
+        return FoundContext(
+            f"the nats CLI's selected context {selected!r} at {contexts.path(selected)}", contexts.read(selected)
+        )
     dev = contexts.dev()
     return FoundContext(f"{DEV_CONTEXT}'s context at {contexts.path(DEV_CONTEXT)}", dev) if dev else None
 

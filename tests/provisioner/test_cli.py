@@ -89,12 +89,16 @@ async def serve(*args: str, **environ: str) -> tuple[int, str]:
     ("args", "environ", "says"),
     [
         pytest.param(["--compile-interval", "soon"], {}, "compile_interval: ", id="a bad flag"),
-        pytest.param([], {"MESH_PROVISIONER_COMPILE_INTERVALL": "2"}, "MESH_PROVISIONER_COMPILE_INTERVALL",
-                     id="a misspelt variable"),
+        pytest.param(
+            [],
+            {"MESH_PROVISIONER_COMPILE_INTERVALL": "2"},
+            "MESH_PROVISIONER_COMPILE_INTERVALL",
+            id="a misspelt variable",
+        ),
         pytest.param([], {"NATS_TIMEOUT": "-1"}, "timeout: ", id="a bad NATS variable"),
         pytest.param(["--config", "/nonexistent.toml"], {}, "not found", id="a missing config file"),
     ],
-)  # fmt: skip
+)
 async def test_a_settings_error_stops_serve_with_one_line_and_exit_2(
     args: list[str], environ: dict[str, str], says: str
 ) -> None:

@@ -154,8 +154,14 @@ async def test_two_seats_with_disagreeing_catalogues_compile_once_and_say_so(
                     written_by_b = await last_sequence(bus) - written_by_a
                     assert written_by_b == 2  # config rewritten, cert deleted: once
                 client.cancel_scope.cancel()
-    log.info("registry writes: seat A %d, seat B 0 during %d compiles and %d after taking over (%.1f s, bound %.1f s)",
-             written_by_a, compiles, written_by_b, took, TAKEOVER_BOUND.total_seconds())  # fmt: skip
+    log.info(
+        "registry writes: seat A %d, seat B 0 during %d compiles and %d after taking over (%.1f s, bound %.1f s)",
+        written_by_a,
+        compiles,
+        written_by_b,
+        took,
+        TAKEOVER_BOUND.total_seconds(),
+    )
 
 
 @contextmanager

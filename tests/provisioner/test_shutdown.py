@@ -94,8 +94,15 @@ async def test_a_bad_domains_file_stops_serve_with_one_line_and_exit_2(nats_serv
     domains = tmp_path / "domains.toml"
     domains.write_text('[domains.config]\nmodule = "mesh-config"\nkinds = ["config"]\n')
     command = [
-        sys.executable, "-m", "provisioner.cli", "serve", "--nats-url", nats_server.url, "--domains-file", str(domains),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "provisioner.cli",
+        "serve",
+        "--nats-url",
+        nats_server.url,
+        "--domains-file",
+        str(domains),
+    ]
     result = await anyio.run_process(command, env=clean_environment(), check=False)
     errors = result.stderr.decode().strip().splitlines()
     assert result.returncode == 2

@@ -54,8 +54,10 @@ async def test_reconcile_then_status_say_everything_is_applied(
     assert code == 0
     status = json.loads(out)
     assert {m: s["state"] for m, s in status["modules"].items()} == {
-        "app": "applied", "postgres": "applied", "tools": "applied"
-    }  # fmt: skip
+        "app": "applied",
+        "postgres": "applied",
+        "tools": "applied",
+    }
     assert status["modules"]["app"]["digest"] == status["modules"]["app"]["on_disk"]
     assert status["modules"]["app"]["action"]["outcome"] == "succeeded"
     (plan.materialize / "app.env").write_text("EDITED=1\n")
@@ -117,8 +119,13 @@ async def test_failures_have_their_exit_code_and_one_line(
 
 async def test_watch_mode_exits_cleanly_on_sigterm(domains: StandIns, nats_server: LocalNats, plan: ClientPlan) -> None:
     env = client_env(nats_server.url, plan)
-    command = [sys.executable, "-c", "import sys; from provisioner_client.cli import main; sys.exit(main())",
-               "reconcile", "--watch"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from provisioner_client.cli import main; sys.exit(main())",
+        "reconcile",
+        "--watch",
+    ]
     async with await anyio.open_process(command, env=env) as process:
         assert process.stderr is not None
         logged = ""

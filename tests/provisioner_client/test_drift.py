@@ -44,9 +44,10 @@ async def test_a_hand_edit_a_chmod_and_a_removal_are_each_put_back_within_5_s(
         written = app.read_bytes()
         stranger.write_text("MINE=1\n")
         drifts: list[tuple[str, Callable[[], object]]] = [
-            ("edited", lambda: app.write_text("DATABASE_URL=elsewhere\n")), ("removed", app.unlink),
+            ("edited", lambda: app.write_text("DATABASE_URL=elsewhere\n")),
+            ("removed", app.unlink),
             ("edited", lambda: app.chmod(0o644)),
-        ]  # fmt: skip
+        ]
         for how, drift in drifts:
             with logged(f"drift put back: {app} of module app had been {how}", "provisioner_client.watching") as back:
                 drift()
@@ -85,11 +86,13 @@ async def test_only_the_files_of_applied_modules_inside_the_folder_are_followed(
     outside = tmp_path / "outside.env"
     outside.write_text("B=1\n")
     drift = DriftWatch(folder.folder)
-    drift.expect({
-        "app": AppliedValue(state="applied", digest=done.digest, file=str(done.path)),
-        "pending": AppliedValue(state="pending", digest=done.digest, file=str(done.path)),
-        "outside": AppliedValue(state="applied", digest=done.digest, file=str(outside)),
-    })  # fmt: skip
+    drift.expect(
+        {
+            "app": AppliedValue(state="applied", digest=done.digest, file=str(done.path)),
+            "pending": AppliedValue(state="pending", digest=done.digest, file=str(done.path)),
+            "outside": AppliedValue(state="applied", digest=done.digest, file=str(outside)),
+        }
+    )
     assert drift.drifted() == {}
     outside.unlink()
     folder.materialize("app", b"A=1\n")  # the client's own write of the same content: no drift

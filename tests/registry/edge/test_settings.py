@@ -111,13 +111,15 @@ def test_a_wrong_value_names_field_flag_and_variable_but_never_the_value() -> No
 @pytest.mark.parametrize(
     ("model", "field", "flag", "variable"),
     [
-        pytest.param(ServerSettings, "compile_interval", "--compile-interval", "MESH_PROVISIONER_COMPILE_INTERVAL",
-                     id="server"),
-        pytest.param(ClientSettings, "backoff_max", "--backoff-max", "MESH_PROVISIONER_CLIENT_BACKOFF_MAX",
-                     id="client"),
+        pytest.param(
+            ServerSettings, "compile_interval", "--compile-interval", "MESH_PROVISIONER_COMPILE_INTERVAL", id="server"
+        ),
+        pytest.param(
+            ClientSettings, "backoff_max", "--backoff-max", "MESH_PROVISIONER_CLIENT_BACKOFF_MAX", id="client"
+        ),
         pytest.param(BusSettings, "inbox_prefix", "--nats-inbox-prefix", "NATS_INBOX_PREFIX", id="nats"),
     ],
-)  # fmt: skip
+)
 def test_a_field_names_its_flag_and_variable(model: type[EdgeSettings], field: str, flag: str, variable: str) -> None:
     assert (flag_of(model, field), env_of(model, field)) == (flag, variable)
 
@@ -346,8 +348,15 @@ def resolved_url(flags: dict[str, str], config: Path | None, environ: dict[str, 
 
 
 SOURCES = ["a flag", "NATS_URL", "the file's url", "the context named", "the selected context", "the dev context"]
-SAID = ["the command line", "NATS_URL", "config file", "nats context 'named' at",
-        "the nats CLI's selected context 'selected' at", f"{DEV_CONTEXT}'s context at", "the default"]  # fmt: skip
+SAID = [
+    "the command line",
+    "NATS_URL",
+    "config file",
+    "nats context 'named' at",
+    "the nats CLI's selected context 'selected' at",
+    f"{DEV_CONTEXT}'s context at",
+    "the default",
+]
 
 
 @pytest.mark.parametrize("first", range(len(SOURCES) + 1), ids=[*(f"{s} first" for s in SOURCES), "the default last"])
@@ -369,8 +378,15 @@ def test_the_server_comes_from_flag_variable_file_context_selected_dev_default_i
     config = tmp_path / "client.toml"
     config.write_text('[nats]\nurl = "nats://file:4222"\n' if "the file's url" in present else "")
     url, said = resolved_url(flags, config, environ)
-    expected = ["nats://flag:4222", "nats://NATS_URL:4222", "nats://file:4222", "nats://named:4222",
-                "nats://selected:4222", "nats://dev:4222", "nats://127.0.0.1:4222"][first]  # fmt: skip
+    expected = [
+        "nats://flag:4222",
+        "nats://NATS_URL:4222",
+        "nats://file:4222",
+        "nats://named:4222",
+        "nats://selected:4222",
+        "nats://dev:4222",
+        "nats://127.0.0.1:4222",
+    ][first]
     assert (url, said.startswith(SAID[first])) == (expected, True), said
 
 
@@ -391,16 +407,31 @@ def test_without_xdg_config_home_the_contexts_are_under_home(tmp_path: Path) -> 
 
 
 def test_a_context_gives_what_was_not_given_otherwise(tmp_path: Path) -> None:
-    lab = {"url": "nats://lab:4222", "creds": "~/lab.creds", "nkey": "", "user": "ops", "password": "s3cret",
-           "cert": "/c.pem", "key": "/k.pem", "ca": "/ca.pem", "inbox_prefix": "_INBOX_ops",
-           "nsc": "nsc://ignored"}  # fmt: skip
+    lab = {
+        "url": "nats://lab:4222",
+        "creds": "~/lab.creds",
+        "nkey": "",
+        "user": "ops",
+        "password": "s3cret",
+        "cert": "/c.pem",
+        "key": "/k.pem",
+        "ca": "/ca.pem",
+        "inbox_prefix": "_INBOX_ops",
+        "nsc": "nsc://ignored",
+    }
     environ = nats_config(tmp_path, {"lab": lab}) | {"NATS_CONTEXT": "lab", "NATS_USER": "me"}
     bus = load_settings(BusSettings, {"ca": "/mine.pem"}, None, environ)
     home = Path(environ["HOME"])
     assert (bus.url, bus.creds, bus.nkey, bus.user, bus.ca, bus.cert, bus.key, bus.inbox_prefix) == (
-        "nats://lab:4222", home / "lab.creds", None, "me", Path("/mine.pem"), Path("/c.pem"), Path("/k.pem"),
+        "nats://lab:4222",
+        home / "lab.creds",
+        None,
+        "me",
+        Path("/mine.pem"),
+        Path("/c.pem"),
+        Path("/k.pem"),
         "_INBOX_ops",
-    )  # fmt: skip
+    )
     assert bus.password is not None and bus.password.get_secret_value() == "s3cret"
 
 
@@ -431,7 +462,7 @@ def test_a_dev_context_whose_loop_is_gone_is_passed_over(tmp_path: Path) -> None
         pytest.param("wrong", None, r"not a context: url: Input should be a valid string", id="a wrong type"),
         pytest.param("nsc", None, r"sets nsc, tls_first, which mesh-provisioner cannot connect by", id="nsc"),
     ],
-)  # fmt: skip
+)
 def test_a_context_that_cannot_be_used_is_a_settings_error_naming_it(
     tmp_path: Path, context: str | None, selected: str | None, complaint: str
 ) -> None:

@@ -89,8 +89,12 @@ async def test_each_way_of_naming_the_server_reaches_it(
     environ = with_contexts(tmp_path, {"lab": lab, DEV_CONTEXT: dev}, selected="lab" if how == "selected" else "")
     config = tmp_path / "query.toml"
     config.write_text(f'[nats]\nurl = "{nats_server.url if how == "[nats] url" else elsewhere}"\n')
-    argv = {"-s": ["-s", nats_server.url], "--server": ["--server", nats_server.url],
-            "--nats-url": ["--nats-url", nats_server.url], "--context": ["--context", "lab"]}.get(how, [])  # fmt: skip
+    argv = {
+        "-s": ["-s", nats_server.url],
+        "--server": ["--server", nats_server.url],
+        "--nats-url": ["--nats-url", nats_server.url],
+        "--context": ["--context", "lab"],
+    }.get(how, [])
     environ |= {"NATS_URL": nats_server.url} if how == "NATS_URL" else {}
     environ |= {"NATS_CONTEXT": "lab"} if how == "NATS_CONTEXT" else {}
     uses_file = how in ("[nats] url", "-s", "--server", "--nats-url", "NATS_URL")  # the file is below these
@@ -148,7 +152,7 @@ async def password_server(tmp_path: Path) -> AsyncIterator[LocalNats]:
         pytest.param(["--nats-user", "ops"], {"NATS_PASSWORD": "s3cret"}, {}, id="--nats-user and NATS_PASSWORD"),
         pytest.param(["--context", "ops"], {}, {"user": "ops", "password": "s3cret"}, id="a context's user, password"),
     ],
-)  # fmt: skip
+)
 async def test_a_user_and_password_log_in(
     password_server: LocalNats, tmp_path: Path, argv: list[str], environ: dict[str, str], context: dict[str, str]
 ) -> None:
@@ -174,15 +178,33 @@ def make_certificates(folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True)
     files = {name: folder / f"{name}.pem" for name in ("ca", "ca-key", "server", "server-key", "client", "client-key")}
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl(["req", "-x509", *ec, "-keyout", files["ca-key"], "-out", files["ca"], "-subj", "/CN=test CA",
-              "-days", "1"])  # fmt: skip
+    _openssl(
+        ["req", "-x509", *ec, "-keyout", files["ca-key"], "-out", files["ca"], "-subj", "/CN=test CA", "-days", "1"]
+    )
     for who, extension in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
         request = folder / f"{who}.csr"
         _openssl(["req", *ec, "-keyout", files[f"{who}-key"], "-out", request, "-subj", f"/CN={who}"])
         extension_file = folder / f"{who}.ext"
         extension_file.write_text(extension + "\n")
-        _openssl(["x509", "-req", "-in", request, "-CA", files["ca"], "-CAkey", files["ca-key"], "-CAcreateserial",
-                  "-out", files[who], "-days", "1", "-extfile", extension_file])  # fmt: skip
+        _openssl(
+            [
+                "x509",
+                "-req",
+                "-in",
+                request,
+                "-CA",
+                files["ca"],
+                "-CAkey",
+                files["ca-key"],
+                "-CAcreateserial",
+                "-out",
+                files[who],
+                "-days",
+                "1",
+                "-extfile",
+                extension_file,
+            ]
+        )
     return files
 
 
@@ -193,13 +215,19 @@ def _openssl(args: list[str | Path]) -> None:
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl to make certificates with")
 async def test_tls_with_a_client_certificate_from_the_flags_and_from_a_context(tmp_path: Path) -> None:
     files = make_certificates(tmp_path / "tls")
-    tls = (f'tls {{ cert_file: "{files["server"]}", key_file: "{files["server-key"]}", '
-           f'ca_file: "{files["ca"]}", verify: true }}')  # fmt: skip
+    tls = (
+        f'tls {{ cert_file: "{files["server"]}", key_file: "{files["server-key"]}", '
+        f'ca_file: "{files["ca"]}", verify: true }}'
+    )
     async with local_nats(tmp_path / "nats", tls) as server:
         flags = ["--tlsca", str(files["ca"]), "--tlscert", str(files["client"]), "--tlskey", str(files["client-key"])]
         await reaches(options_of(["-s", server.url, *flags], {}))
-        context = {"url": server.url, "ca": str(files["ca"]), "cert": str(files["client"]),
-                   "key": str(files["client-key"])}  # fmt: skip
+        context = {
+            "url": server.url,
+            "ca": str(files["ca"]),
+            "cert": str(files["client"]),
+            "key": str(files["client-key"]),
+        }
         await reaches(options_of(["--context", "tls"], with_contexts(tmp_path, {"tls": context})))
         with pytest.raises(BusError):  # no client certificate: the server refuses it
             await reaches(options_of(["-s", server.url, "--tlsca", str(files["ca"]), "--nats-timeout", "2"], {}))

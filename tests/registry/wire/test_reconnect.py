@@ -64,9 +64,11 @@ async def bus_and_party(tmp_path: Path) -> AsyncIterator[OnNats]:
     """Our bus and a raw nats-py party on a restartable server."""
     async with restartable_nats(tmp_path / "nats") as server:
         options = BusOptions(
-            servers=(server.url,), name="test", reconnect_wait=timedelta(seconds=0.1),
+            servers=(server.url,),
+            name="test",
+            reconnect_wait=timedelta(seconds=0.1),
             request_timeout=timedelta(seconds=2),
-        )  # fmt: skip
+        )
         async with connect(options) as bus:
             errors = Errors()
             party = await nats.connect(
