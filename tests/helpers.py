@@ -23,7 +23,7 @@ from provisioner.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.watching import WatchTiming, watch
 from registry.contract import Bucket, buckets
-from registry.wire import Bus, BusOptions, Message, put
+from registry.wire import Bus, BusOptions, Message, connect, put
 
 T = TypeVar("T")
 
@@ -72,6 +72,18 @@ async def serving(url: str, *, bus_options: BusOptions | None = None, **settings
             yield
         finally:
             stop.set()
+
+
+@asynccontextmanager
+async def paging_seat(folder: Path) -> AsyncIterator[tuple[LocalNats, Bus]]:
+    """A seat on a nats-server of 16 KiB messages, so that answers take many pages; the server and
+    our connection to it."""
+    async with (
+        in_own_task(local_nats(folder / "nats", "max_payload: 16384")) as server,
+        in_own_task(serving(server.url, bucket_max_value_size=8192)),
+        connect(BusOptions(servers=(server.url,), name="test")) as bus,
+    ):
+        yield server, bus
 
 
 def clean_environment() -> dict[str, str]:

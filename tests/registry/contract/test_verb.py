@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from mesh_dev.local_nats import LocalNats, local_nats
+from mesh_dev.local_nats import LocalNats
 from registry.contract import (
     MAX_PAGE_BYTES,
     MAX_PAGE_DEPTH,
@@ -33,8 +33,8 @@ from registry.contract import (
     to_json,
 )
 from registry.contract.models import AppliedValue, CollectValue, NeedValue
-from registry.wire import Bus, BusOptions, Holder, Lease, ask_service, connect, node_key
-from tests.helpers import in_own_task, put_many, serving
+from registry.wire import Bus, Holder, Lease, ask_service, node_key
+from tests.helpers import paging_seat, put_many
 
 HOLDER = Holder(id="h1", host="hôte-1", pid=101, since=datetime(2026, 1, 1, tzinfo=UTC), ttl_seconds=30)
 NEEDS = {
@@ -54,11 +54,7 @@ COLLECT = {"n1.shell=3Azsh.web": to_json(CollectValue(items=("export A=1", "alia
 @pytest.fixture
 async def seat(tmp_path: Path) -> AsyncIterator[Bus]:
     """A seat on a nats-server of 16 KiB messages, the buckets filled; our connection to it."""
-    async with (
-        in_own_task(local_nats(tmp_path / "nats", "max_payload: 16384")) as server,
-        in_own_task(serving(server.url, bucket_max_value_size=8192)),
-        connect(BusOptions(servers=(server.url,), name="test")) as bus,
-    ):
+    async with paging_seat(tmp_path) as (server, bus):
         await _fill(bus, server)
         yield bus
 

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from mesh_dev.local_nats import local_nats
 from registry.contract import NeedsRow, Page, Totals, buckets
 from registry.errors import BusError
 from registry.serving import EndpointSpec, ServiceRequest, serve
-from registry.wire import Bus, BusOptions, answer_of, connect, follow, page_of, put
-from tests.helpers import in_own_task, put_many, serving
+from registry.wire import Bus, answer_of, follow, page_of, put
+from tests.helpers import paging_seat, put_many
 
 NEED = b'{"placeholder":"${config:x}"}'
 
@@ -25,11 +24,7 @@ NEED = b'{"placeholder":"${config:x}"}'
 @pytest.fixture
 async def seat(tmp_path: Path) -> AsyncIterator[Bus]:
     """A seat on a nats-server of 16 KiB messages (answers take many pages); our connection to it."""
-    async with (
-        in_own_task(local_nats(tmp_path / "nats", "max_payload: 16384")) as server,
-        in_own_task(serving(server.url, bucket_max_value_size=8192)),
-        connect(BusOptions(servers=(server.url,), name="test")) as bus,
-    ):
+    async with paging_seat(tmp_path) as (_, bus):
         yield bus
 
 
