@@ -36,6 +36,7 @@ from registry.contract import (
     ReleasedLease,
     Row,
     Totals,
+    entry_data,
 )
 
 COLUMNS: Mapping[str, tuple[str, ...]] = {
@@ -192,7 +193,7 @@ def _action(value: Mapping[str, JsonValue]) -> str:
 def json_lines(answer: MergedAnswer) -> Iterator[str]:
     """One JSON object per entry, as the answer has it, then one per malformed key, marked
     `"malformed": true`."""
-    return _lines((entry.model_dump() for entry in answer.entries), answer.malformed)
+    return _lines((entry_data(entry) for entry in answer.entries), answer.malformed)
 
 
 def reason_lines(answer: MergedAnswer) -> Iterator[str]:

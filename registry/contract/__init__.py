@@ -59,6 +59,7 @@ from registry.contract.verb import (
     VerbRequest,
     Verdict,
     What,
+    entry_data,
     page_json,
     parse_page,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "compile_registry",
     "decode_token",
     "encode_token",
+    "entry_data",
     "fields_of",
     "find_placeholders",
     "keys",

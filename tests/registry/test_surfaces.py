@@ -65,6 +65,7 @@ SURFACES = {
         "compile_registry",
         "decode_token",
         "encode_token",
+        "entry_data",
         "fields_of",
         "find_placeholders",
         "keys",
