@@ -20,7 +20,6 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -32,7 +31,6 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from provisioner import tables
 from provisioner.errors import ProvisionerError
 from provisioner.grants_command import add_grants_command, run_grants
 from provisioner.removal import node_keys, remove_keys
@@ -46,7 +44,6 @@ from provisioner.settings import (
     ServerSettings,
     TopArguments,
 )
-from provisioner.top import TopOptions, run_top
 from registry.contract import Bucket, MergedAnswer, buckets
 from registry.edge import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
 from registry.errors import CatalogueError, RegistryError, ServiceError, SettingsError, sole_exception
@@ -226,38 +223,22 @@ async def _run_server(bus_options: BusOptions, settings: ServerSettings, stop: a
 
 
 def _query(args: argparse.Namespace) -> int:
+    # The tables (rich) are loaded by the commands that print them, never by `serve`.
+    from provisioner import tables  # noqa: PLC0415
+
     query = load_settings(QueryArguments, given_flags(args, QueryArguments), None, os.environ)
     options = _bus_options(args, f"{buckets.SEAT}-query")
     _configure_logging(_log_settings(args))
     answer = anyio.run(partial(_ask, options, query.request(), wait=query.wait.total_seconds()))
     answer = tables.narrowed(answer, kind=query.kind, name=query.name, state=query.state)
-    _print_answer(args, answer)
+    output = tables.Output(as_json=bool(args.json), as_jsonl=bool(args.jsonl), compact=bool(args.compact))
+    if args.by_reason:
+        tables.print_reasons(answer, output, sys.stdout)
+    else:
+        tables.print_query_answer(answer, output, sys.stdout)
     if query.what == "nodes" and tables.unhealthy(answer):
         return EXIT_STALE
     return EXIT_MALFORMED if answer.malformed else EXIT_OK
-
-
-def _print_answer(args: argparse.Namespace, answer: MergedAnswer) -> None:
-    if args.by_reason:
-        _print_by_reason(args, answer)
-    elif args.jsonl:
-        for line in tables.json_lines(answer):
-            print(line)
-    elif args.json:
-        print(json.dumps(answer.document(), indent=None if args.compact else 2, ensure_ascii=False))
-    else:
-        tables.print_answer(answer, tables.console_for(sys.stdout))
-
-
-def _print_by_reason(args: argparse.Namespace, answer: MergedAnswer) -> None:
-    if args.jsonl:
-        for line in tables.reason_lines(answer):
-            print(line)
-    elif args.json:
-        grouped = {"reasons": tables.by_reason(answer), "malformed": [bad.model_dump() for bad in answer.malformed]}
-        print(json.dumps(grouped, indent=None if args.compact else 2, ensure_ascii=False))
-    else:
-        tables.print_by_reason(answer, tables.console_for(sys.stdout))
 
 
 async def _ask(options: BusOptions, request: Mapping[str, object], *, wait: float) -> MergedAnswer:
@@ -266,16 +247,13 @@ async def _ask(options: BusOptions, request: Mapping[str, object], *, wait: floa
 
 
 def _top(args: argparse.Namespace) -> int:
-    options = TopOptions.of(load_settings(TopArguments, given_flags(args, TopArguments), None, os.environ))
+    from provisioner import tables, top  # noqa: PLC0415 (rich, as for `query`)
+
+    options = top.TopOptions.of(load_settings(TopArguments, given_flags(args, TopArguments), None, os.environ))
     bus_options = _bus_options(args, f"{buckets.SEAT}-top")
     _configure_logging(_log_settings(args))
-    last = anyio.run(until_signalled, partial(_watch_fleet, bus_options, options))
+    last = anyio.run(until_signalled, partial(top.watch_fleet, bus_options, options))
     return EXIT_STALE if options.once and last is not None and tables.unhealthy(last) else EXIT_OK
-
-
-async def _watch_fleet(bus_options: BusOptions, options: TopOptions, stop: anyio.Event) -> MergedAnswer | None:
-    async with connect_within(bus_options, options.reply_wait) as bus:
-        return await run_top(bus, options, sys.stdout, stop)
 
 
 def _remove_node(args: argparse.Namespace) -> int:

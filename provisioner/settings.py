@@ -34,7 +34,6 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from pydantic import AfterValidator, BeforeValidator, Field, JsonValue, StringConstraints, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from provisioner import tables
 from provisioner.nodes import DEFAULT_STALE_AFTER
 from provisioner.request import FILTERS
 from registry.contract import MAX_STALE_AFTER_SECONDS, Verdict, What
@@ -52,6 +51,17 @@ def _comma_separated(value: Any) -> Any:
 
 # A provider module's name makes its bucket's name `<provider>_bound`: only what a bucket name holds.
 ProviderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+# `query`'s filters read from the entries here, not asked of the verb, and the `what`s whose entries
+# have the field.
+CLIENT_FILTERS: Mapping[str, tuple[str, ...]] = {
+    "kind": ("registry", "needs"),
+    "name": ("needs",),
+    "state": ("applied", "nodes"),
+}
+# The values `state` takes for each `what` it applies to: a module's state, a node's verdict.
+STATES: Mapping[str, tuple[str, ...]] = {"applied": ("applied", "pending"), "nodes": ("healthy", "stale", "gone")}
 
 
 class ServerSettings(LogSettings):
@@ -144,7 +154,7 @@ _THE_SEATS: dict[str, JsonValue] = {"shown_default": f"{DEFAULT_STALE_AFTER.tota
 _STALE = "a node is stale after this long without a sign of life"
 # The `what`s each argument read here applies to; the verb says which of its own filters apply.
 _APPLIES: Mapping[str, tuple[str, ...]] = {
-    **tables.CLIENT_FILTERS,
+    **CLIENT_FILTERS,
     "by_reason": ("applied",),
     "stale_after": ("nodes",),
 }
@@ -198,7 +208,7 @@ class QueryArguments(CommandArguments):
                 raise SettingsError(
                     flag_of(type(self), field), f"does not apply to {self.what}; only to {', '.join(whats)}"
                 )
-        states = tables.STATES.get(self.what, ())
+        states = STATES.get(self.what, ())
         if self.state is not None and self.state not in states:
             raise SettingsError(
                 flag_of(type(self), "state"), f"{self.state} is not a state of {self.what}; one of {', '.join(states)}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TextIO, TypedDict
 
@@ -22,6 +23,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from provisioner.settings import STATES
 from registry.contract import (
     AppliedRow,
     CollectRow,
@@ -46,14 +48,7 @@ COLUMNS: Mapping[str, tuple[str, ...]] = {
     "collect": ("node", "collection", "contributor", "items"),
     "nodes": ("node", "verdict", "lease", "applied", "pending", "changed", "why"),
 }
-# The filters read from the entries here, and the `what`s whose entries have the field.
-CLIENT_FILTERS: Mapping[str, tuple[str, ...]] = {
-    "kind": ("registry", "needs"),
-    "name": ("needs",),
-    "state": ("applied", "nodes"),
-}
-# The values `state` takes for each `what` it applies to: a module's state, a node's verdict.
-STATES: Mapping[str, tuple[str, ...]] = {"applied": ("applied", "pending"), "nodes": ("healthy", "stale", "gone")}
+VERDICTS = STATES["nodes"]
 UNHEALTHY = ("stale", "gone")
 VERDICT_STYLES = {"healthy": "green", "stale": "yellow", "gone": "red"}
 
@@ -190,6 +185,40 @@ def _action(value: Mapping[str, JsonValue]) -> str:
     return _text(action.get("outcome")) + ("" if exit_code in (None, 0) else f" (exit {exit_code})")
 
 
+@dataclass(frozen=True)
+class Output:
+    """How `query` prints: a table (the default), JSON (`--json`, `--compact` on one line) or JSON
+    lines (`--jsonl`)."""
+
+    as_json: bool = False
+    as_jsonl: bool = False
+    compact: bool = False
+
+    def dumps(self, document: object) -> str:
+        return json.dumps(document, indent=None if self.compact else 2, ensure_ascii=False)
+
+
+def print_query_answer(answer: MergedAnswer, output: Output, out: TextIO) -> None:
+    """The merged answer as `output` says."""
+    if output.as_jsonl:
+        out.writelines(f"{line}\n" for line in json_lines(answer))
+    elif output.as_json:
+        print(output.dumps(answer.document()), file=out)
+    else:
+        print_answer(answer, console_for(out))
+
+
+def print_reasons(answer: MergedAnswer, output: Output, out: TextIO) -> None:
+    """Each reason a module is pending, with its modules (`--by-reason`), as `output` says."""
+    if output.as_jsonl:
+        out.writelines(f"{line}\n" for line in reason_lines(answer))
+    elif output.as_json:
+        grouped = {"reasons": by_reason(answer), "malformed": [bad.model_dump() for bad in answer.malformed]}
+        print(output.dumps(grouped), file=out)
+    else:
+        print_by_reason(answer, console_for(out))
+
+
 def json_lines(answer: MergedAnswer) -> Iterator[str]:
     """One JSON object per entry, as the answer has it, then one per malformed key, marked
     `"malformed": true`."""
@@ -265,7 +294,7 @@ def unhealthy(answer: MergedAnswer) -> list[str]:
 def fleet_summary(answer: MergedAnswer) -> str:
     """`3 nodes: 1 healthy, 1 stale, 1 gone; modules: 4 applied, 1 pending`."""
     entries = node_rows(answer)
-    verdicts = ", ".join(f"{sum(e.verdict == v for e in entries)} {v}" for v in STATES["nodes"])
+    verdicts = ", ".join(f"{sum(e.verdict == v for e in entries)} {v}" for v in VERDICTS)
     applied, pending = sum(e.applied for e in entries), sum(e.pending for e in entries)
     return f"{_count(len(entries), 'node', 'nodes')}: {verdicts}; modules: {applied} applied, {pending} pending"
 

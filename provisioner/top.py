@@ -13,6 +13,7 @@ ends it with the error (exit 1). `once` prints one frame and returns.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,7 +29,7 @@ from provisioner import tables
 from provisioner.settings import TopArguments
 from registry.contract import MergedAnswer
 from registry.errors import BusError, ServiceError
-from registry.wire import Bus, answer_of
+from registry.wire import Bus, BusOptions, answer_of, connect_within
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,12 @@ async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event)
                 await stop.wait()
             if stop.is_set():
                 return last
+
+
+async def watch_fleet(bus_options: BusOptions, options: TopOptions, stop: anyio.Event) -> MergedAnswer | None:
+    """`run_top` on stdout, over a connection of its own; the last answer, None if none came."""
+    async with connect_within(bus_options, options.reply_wait) as bus:
+        return await run_top(bus, options, sys.stdout, stop)
 
 
 class Screen:

@@ -43,7 +43,7 @@ from provisioner_client.errors import ClientError, NodeHeld
 from provisioner_client.holding import holding
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.settings import CONFIG_ENV, DEFAULT_CONFIG, ENV_PREFIX, ClientSettings, node_of, settings_file
-from provisioner_client.status import print_status, read_status
+from provisioner_client.status import read_status
 from provisioner_client.watching import WatchTiming, watch
 from registry.edge import BusSettings, add_settings_arguments, given_flags, load_settings
 from registry.errors import BusError, SettingsError
@@ -187,6 +187,9 @@ async def _status(options: BusOptions, settings: ClientSettings, given: _Given, 
     if as_json:
         print(status.as_json())
     else:
+        # rich is loaded by this command alone: a reconciling or watching client never needs it.
+        from provisioner_client.status_view import print_status  # noqa: PLC0415
+
         print_status(status, sys.stdout)
     return EXIT_OK if status.ok else EXIT_PENDING
 

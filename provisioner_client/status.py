@@ -16,25 +16,19 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import Literal
 
 from pydantic import ValidationError
-from rich.console import Console
-from rich.text import Text
 
 from provisioner_client.envfile import EnvFolder
 from provisioner_client.errors import MaterializeError
 from provisioner_client.scope import NodeScope
-from registry.contract import ActionRecord, AppliedValue, JsonRefused, buckets, read_json
+from registry.contract import AppliedValue, JsonRefused, buckets, read_json
 from registry.errors import RegistryError
 from registry.wire import SKEW, Bus, Holder, get_stamped, node_key
 
 FileState = Literal["in place", "drifted", "missing", "none", "unknown"]
 Mark = Literal["ok", "pending", "bad"]
-
-_MARKS: dict[Mark, tuple[str, str]] = {"ok": ("●", "green"), "pending": ("○", "yellow"), "bad": ("×", "red")}
-_LABEL = 12  # labels are right-aligned in this width, as systemctl aligns its own
-_PLAIN_WIDTH = 100_000  # plain output is never wrapped
 
 
 @dataclass(frozen=True)
@@ -155,28 +149,8 @@ class NodeStatus:
         }
         return json.dumps(document, indent=2, ensure_ascii=False)
 
-    def as_lines(self) -> list[Text]:
-        lines = [*self._header(), *_labelled("Client", self.client.describe(self.node))]
-        lines.extend(_labelled("Settings", str(self.settings_file) if self.settings_file else "none (no file read)"))
-        if self.materialize is not None:
-            lines.extend(_labelled("Env files", str(self.materialize)))
-        for name, status in sorted(self.modules.items()):
-            lines.append(Text())
-            lines.extend(_module_lines(name, status))
-        for key, reason in sorted(self.unreadable.items()):
-            lines.extend([Text(), _marked("bad", f"{key}: unreadable: {reason}")])
-        return lines
-
-    def as_text(self) -> str:
-        return "\n".join(line.plain for line in self.as_lines())
-
-    def _header(self) -> list[Text]:
-        if not self.modules and not self.unreadable:
-            said = f"no modules recorded in {buckets.APPLIED.name} (has it reconciled? is the node name right?)"
-            return [_marked("pending", f"node {self.node}: {said}")]
-        return [_marked(self.mark, f"node {self.node}: {self._counts()}")]
-
-    def _counts(self) -> str:
+    def counts(self) -> str:
+        """How many modules, applied, pending, drifted, unjudged, failed and unreadable, said in words."""
         modules = self.modules.values()
         applied = sum(m.applied.state == "applied" for m in modules)
         pending, drifted = len(self.modules) - applied, sum(m.drifted for m in modules)
@@ -189,61 +163,6 @@ class NodeStatus:
         said += [f"{failed} change actions failed"] if failed else []
         said += [f"{len(self.unreadable)} records unreadable"] if self.unreadable else []
         return ", ".join(said)
-
-
-def _module_lines(name: str, status: ModuleStatus) -> list[Text]:
-    applied = status.applied
-    since = f" since {status.since}" if status.since else ""
-    lines = [_marked(status.mark, f"{name}: {applied.state}{since}")]
-    lines.extend(_labelled("File", _file_line(status)))
-    if applied.action is not None:
-        lines.extend(_labelled("Action", _action_line(applied.action)))
-    lines.extend(_labelled("Reason", *applied.reasons))
-    return lines
-
-
-def _file_line(status: ModuleStatus) -> str:
-    state, recorded = status.file_state, status.applied.file
-    if state == "none":
-        return "none written yet"
-    elsewhere = recorded is not None and status.expected_path is not None and Path(recorded) != status.expected_path
-    if state == "missing" and elsewhere:
-        return f"{recorded} (not in the env folder used, {status.expected_path}; wrong --materialize?)"
-    if state == "unknown":
-        return f"{recorded} (unknown: {status.unjudged}; run status as the client's user)"
-    said = {
-        "in place": "in place",
-        "drifted": "drifted: not what was applied; put back by watch mode or the next reconcile",
-        "missing": "missing: put back by watch mode or the next reconcile",
-    }
-    return f"{recorded} ({said[state]})"
-
-
-def _action_line(action: ActionRecord) -> str:
-    exit_code = f", exit code {action.exit_code}" if action.exit_code is not None else ""
-    return f"{' '.join(action.command)}: {action.outcome}{exit_code}, finished {action.finished_at}"
-
-
-def _marked(mark: Mark, text: str) -> Text:
-    symbol, style = _MARKS[mark]
-    return Text.assemble((symbol, style), " ", text)
-
-
-def _labelled(label: str, *values: str) -> list[Text]:
-    """`label:` right-aligned, then the first value; the others aligned under it."""
-    heads = [f"{label}:".rjust(_LABEL)] + [" " * _LABEL] * (len(values) - 1)
-    return [Text(f"{head} {value}") for head, value in zip(heads, values, strict=False)]
-
-
-def print_status(status: NodeStatus, out: TextIO) -> None:
-    """Coloured marks on a terminal; plain, never wrapped, anywhere else."""
-    console = (
-        Console(file=out, force_terminal=True, highlight=False, emoji=False)
-        if out.isatty()
-        else Console(file=out, force_terminal=False, width=_PLAIN_WIDTH, highlight=False, emoji=False)
-    )
-    for line in status.as_lines():
-        console.print(line, soft_wrap=True)
 
 
 async def read_status(bus: Bus, node: str, materialize: Path, *, settings_file: Path | None = None) -> NodeStatus:

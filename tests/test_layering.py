@@ -269,6 +269,9 @@ def test_a_forbidden_import_breaks_its_contract(packages_copy: Path, violation: 
 FORBIDDEN_AFTER_IMPORT = [
     pytest.param("provisioner_client", ("mesh_dev", "provisioner", "nats.micro"), id="the node client"),
     pytest.param("provisioner", ("mesh_dev", "provisioner_client"), id="the server"),
+    # rich renders tables and status on a terminal: the commands that print load it when they run.
+    pytest.param("provisioner.cli", ("rich",), id="the seat's command line, which serve runs from"),
+    pytest.param("provisioner_client.cli", ("rich",), id="the node client's command line"),
 ]
 
 

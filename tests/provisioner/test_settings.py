@@ -14,6 +14,7 @@ import pytest
 from provisioner import tables
 from provisioner.cli import build_parser
 from provisioner.settings import (
+    STATES,
     GrantsArguments,
     QueryArguments,
     RemoveNodeArguments,
@@ -123,7 +124,7 @@ def arguments(model: type[S], flags: Mapping[str, object], environ: dict[str, st
 
 def test_querys_choices_are_the_whats_and_states_its_tables_show() -> None:
     assert typing.get_args(What) == tuple(tables.COLUMNS)
-    assert set(typing.get_args(State)) == {state for states in tables.STATES.values() for state in states}
+    assert set(typing.get_args(State)) == {state for states in STATES.values() for state in states}
 
 
 def test_query_asks_the_verb_to_narrow_and_keeps_the_rest_to_filter_here() -> None:

@@ -14,7 +14,8 @@ from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import StandIns
 from provisioner_client.holding import node_lease
 from provisioner_client.reconcile import ClientPlan
-from provisioner_client.status import NodeStatus, print_status
+from provisioner_client.status import NodeStatus
+from provisioner_client.status_view import print_status, status_text
 from registry.wire import Bus
 from tests.helpers import NODE
 from tests.provisioner_client.test_cli import client, client_env, slow_action
@@ -230,4 +231,4 @@ def test_marks_are_coloured_on_a_terminal_and_plain_elsewhere() -> None:
     print_status(status, pipe)
     assert terminal.getvalue().startswith("\x1b[33m○\x1b[0m node n1: no modules recorded")
     assert "\x1b" not in pipe.getvalue()
-    assert pipe.getvalue() == status.as_text() + "\n"
+    assert pipe.getvalue() == status_text(status) + "\n"
