@@ -43,6 +43,7 @@ from registry.contract import (
     MalformedKey,
     MergedAnswer,
     NodeRow,
+    NodesPage,
     Page,
     Total,
     Totals,
@@ -130,10 +131,28 @@ class _Joined:
 
     def add(self, page: Page) -> None:
         self.pages += 1
+        entries = _by_key(page)
+        malformed: dict[object, MalformedKey] = {(bad.bucket, bad.key): bad for bad in page.malformed}
+        if self._all_new(page, entries, malformed):  # as nearly every page is: joined in C, not key by key
+            self.entries.update(entries)
+            self.malformed.update(malformed)
+            return
         for entry in page.entries:
             self.entries[self._moved(entry)] = entry
         for bad in page.malformed:
             self.malformed[self._moved(bad)] = bad
+
+    def _all_new(self, page: Page, entries: dict[object, Entry], malformed: dict[object, MalformedKey]) -> bool:
+        """No key of the page answered twice in it, nor already joined."""
+        return (
+            len(entries) == len(page.entries)
+            and len(malformed) == len(page.malformed)
+            and entries.keys().isdisjoint(malformed.keys())
+            and entries.keys().isdisjoint(self.entries.keys())
+            and entries.keys().isdisjoint(self.malformed.keys())
+            and malformed.keys().isdisjoint(self.entries.keys())
+            and malformed.keys().isdisjoint(self.malformed.keys())
+        )
 
     def _moved(self, item: Entry | MalformedKey) -> object:
         """The item's key, no longer where it was answered before; a node row has none."""
@@ -152,6 +171,13 @@ class _Joined:
         return MergedAnswer.model_construct(
             what=last.what, entries=entries, malformed=malformed, pages=last.pages, total=total
         )
+
+
+def _by_key(page: Page) -> dict[object, Entry]:
+    """The page's entries by the key `_Joined` knows them by; a node row has none, so never moves."""
+    if isinstance(page, NodesPage):
+        return {object(): row for row in page.entries}
+    return {(None, entry.key): entry for entry in page.entries}
 
 
 FIRST_ATTEMPT = timedelta(seconds=2)
