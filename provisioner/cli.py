@@ -231,8 +231,8 @@ def _query(args: argparse.Namespace) -> int:
     _configure_logging(_log_settings(args))
     answer = anyio.run(partial(_ask, options, query.request(), wait=query.wait.total_seconds()))
     answer = tables.narrowed(answer, kind=query.kind, name=query.name, state=query.state)
-    output = tables.Output(as_json=bool(args.json), as_jsonl=bool(args.jsonl), compact=bool(args.compact))
-    if args.by_reason:
+    output = tables.Output(as_json=query.as_json, as_jsonl=query.jsonl, compact=query.compact)
+    if query.by_reason:
         tables.print_reasons(answer, output, sys.stdout)
     else:
         tables.print_query_answer(answer, output, sys.stdout)
