@@ -28,7 +28,7 @@ from bench.harness import (
 )
 from mesh_dev.local_nats import local_nats
 from mesh_dev.standins import SECRET_SUBJECT, stand_ins
-from provisioner.registry_sync import sync_registry
+from provisioner.seat.registry_sync import sync_registry
 from provisioner_client.reconcile import ClientPlan
 from registry.contract import buckets
 from registry.wire import Bus, BusOptions, answer_of, connect
@@ -96,7 +96,7 @@ def need_items(start_node: int, count: int, per_node: int) -> list[tuple[str, by
 async def server_process(url: str) -> AsyncIterator[int]:
     nc = await nats.connect(url)
     try:
-        args = ["-m", "provisioner.cli", "serve", "--nats-url", url]
+        args = ["-m", "provisioner.commands.cli", "serve", "--nats-url", url]
         async with python_process(args, ready=lambda: answers(nc, "$SRV.PING.mesh-provisioner")) as process:
             yield process.pid
     finally:

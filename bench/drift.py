@@ -1,4 +1,4 @@
-"""The cost of watch mode's drift poll (`provisioner_client.drift`): `python -m bench.drift [--files N]`.
+"""The cost of watch mode's drift poll (`provisioner_client.watch.drift`): `python -m bench.drift [--files N]`.
 
 Writes N env files through the client's own `EnvFolder` in a temporary folder, then times one
 look of `DriftWatch.drifted()` when nothing changed (an `lstat` per file: what every poll costs)
@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from provisioner_client.drift import DriftWatch
-from provisioner_client.envfile import EnvFolder
+from provisioner_client.materializing.envfile import EnvFolder
+from provisioner_client.watch.drift import DriftWatch
 from registry.contract import AppliedValue
 
 ROUNDS = 15

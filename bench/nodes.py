@@ -21,17 +21,17 @@ from typing import Any
 import anyio
 
 from mesh_dev.local_nats import local_nats
-from provisioner.buckets import ensure_buckets
-from provisioner.nodes import FleetView, answer_pages, read_fleet
-from provisioner.request import Query
-from provisioner.server import run_server
+from provisioner.seat.buckets import ensure_buckets
+from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
+from provisioner.verb.nodes import FleetView, answer_pages, read_fleet
+from provisioner.verb.request import Query
 from registry.contract import buckets
 from registry.wire import BucketConfig, Bus, BusOptions, Holder, answer_of, connect, node_key, put
 
 SEAT_SETTLE = 15.0  # seconds: 100,000 applied keys fill the view in about 4 s on the shared machine
 WAIT = timedelta(seconds=60)
-BUDGET = 1024 * 1024 - 32 * 1024 - 512  # a page under the default max_payload (provisioner.pages.page_budget)
+BUDGET = 1024 * 1024 - 32 * 1024 - 512  # a page under the default max_payload (provisioner.verb.pages.page_budget)
 
 
 async def fill(bus: Bus, nodes: int, modules: int) -> None:

@@ -25,10 +25,10 @@ import anyio
 
 from bench.cases import need_items
 from bench.harness import Latency
-from provisioner_client.holding import holding
-from provisioner_client.own import OwnKeys
-from provisioner_client.resolve import read_registry
-from provisioner_client.scope import NodeScope
+from provisioner_client.resolving.own import OwnKeys
+from provisioner_client.resolving.resolve import read_registry
+from provisioner_client.resolving.scope import NodeScope
+from provisioner_client.watch.holding import holding
 from registry.contract import AppliedValue, buckets, to_json
 from registry.wire import Bus, BusOptions, connect
 

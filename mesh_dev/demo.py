@@ -32,7 +32,7 @@ from anyio.abc import TaskStatus
 from mesh_dev.database import Database, ProviderLoop, binding, connects, local_database, provisioner_watching
 from mesh_dev.standins import Vault, stand_ins
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import buckets
 from registry.errors import BusError
 from registry.wire import Bus, BusOptions, bucket_config, connect, snapshot

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 import anyio
 
 from mesh_dev.local_nats import local_nats
-from provisioner.server import run_server
+from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
 from registry.contract import buckets
 from registry.edge import DEV_CONTEXT, NatsContext, NatsContexts

@@ -12,6 +12,7 @@ that touches NATS (`registry.wire.bus`); running it all on one machine is `mesh_
 package.
 """
 
+from provisioner.commands.removal import remove_node
 from provisioner.errors import (
     CursorGone,
     Forbidden,
@@ -19,8 +20,7 @@ from provisioner.errors import (
     RequestError,
     Unavailable,
 )
-from provisioner.removal import remove_node
-from provisioner.server import run_server
+from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
 
 __all__ = [

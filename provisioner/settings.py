@@ -34,8 +34,8 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from pydantic import AfterValidator, BeforeValidator, Field, JsonValue, StringConstraints, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from provisioner.nodes import DEFAULT_STALE_AFTER
-from provisioner.request import FILTERS
+from provisioner.verb.nodes import DEFAULT_STALE_AFTER
+from provisioner.verb.request import FILTERS
 from registry.contract import MAX_STALE_AFTER_SECONDS, Verdict, What
 from registry.edge import CommandLine, Duration, EdgeSettings, LogSettings, flag_of
 from registry.errors import SettingsError

@@ -8,7 +8,7 @@ from provisioner_client.errors import ClientError, ForeignKeyError, ManifestErro
 from provisioner_client.reconcile import ClientPlan, ModuleReport, Report, reconcile
 from provisioner_client.settings import ClientSettings
 from provisioner_client.status import NodeStatus, read_status
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.watch.watching import WatchTiming, watch
 
 __all__ = [
     "ClientError",

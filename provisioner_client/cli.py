@@ -38,13 +38,13 @@ from pathlib import Path
 
 import anyio
 
-from provisioner_client.action import inherited
 from provisioner_client.errors import ClientError, NodeHeld
-from provisioner_client.holding import holding
+from provisioner_client.materializing.action import inherited
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.settings import CONFIG_ENV, DEFAULT_CONFIG, ENV_PREFIX, ClientSettings, node_of, settings_file
 from provisioner_client.status import read_status
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.watch.holding import holding
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.edge import BusSettings, add_settings_arguments, given_flags, load_settings
 from registry.errors import BusError, SettingsError
 from registry.runtime import configure_logging, event, until_signalled

@@ -18,10 +18,10 @@ characters each (then "... and N more"), and never more than `MAX_VALUE_BYTES` (
 value limit), so a module with thousands of pending placeholders is still recorded.
 
 A reconcile that changes nothing costs little: one object, the node's `Memory` of the last
-reconcile (`provisioner_client.memory`), says whether the node's own keys need listing (their
+reconcile (`provisioner_client.resolving.memory`), says whether the node's own keys need listing (their
 stamps moved?) and which modules need resolving (their inputs moved?: the registry, the stamps of
 the buckets they read from, the node's collections, the digests of the verbs' answers, their
-manifest, `provisioner_client.inputs`; their file on disk is still the one recorded?), each with its
+manifest, `provisioner_client.resolving.inputs`; their file on disk is still the one recorded?), each with its
 reason in a debug line; it is told what was converged and applied, and saved once at the end.
 Needs and collect are written (64 in flight) before the values are read, applied after the env files.
 
@@ -30,7 +30,7 @@ the registry; register (converge needs and collect); read the world; decide what
 resolve; materialize; record applied; remember; remove the files of modules no longer declared.
 
 `reconcile` takes no lease: the CLI and watch mode hold the node's lease around it
-(`provisioner_client.holding`).
+(`provisioner_client.watch.holding`).
 """
 
 from __future__ import annotations
@@ -45,17 +45,17 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from provisioner_client import inputs
-from provisioner_client.action import DEFAULT_ENVIRONMENT, action_environment, run_action
 from provisioner_client.concurrently import all_of
-from provisioner_client.envfile import EnvFolder, render
 from provisioner_client.errors import ManifestError, MaterializeError, capped
-from provisioner_client.inputs import World
-from provisioner_client.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
-from provisioner_client.memory import Memory, Verdict
-from provisioner_client.own import OwnKeys
-from provisioner_client.resolve import Pending, Registry, Resolver, Source, read_registry
-from provisioner_client.scope import NodeScope
+from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, action_environment, run_action
+from provisioner_client.materializing.envfile import EnvFolder, render
+from provisioner_client.resolving import inputs
+from provisioner_client.resolving.inputs import World
+from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
+from provisioner_client.resolving.memory import Memory, Verdict
+from provisioner_client.resolving.own import OwnKeys
+from provisioner_client.resolving.resolve import Pending, Registry, Resolver, Source, read_registry
+from provisioner_client.resolving.scope import NodeScope
 from registry.contract import (
     ActionRecord,
     AppliedValue,

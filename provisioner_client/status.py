@@ -20,9 +20,9 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from provisioner_client.envfile import EnvFolder
 from provisioner_client.errors import MaterializeError
-from provisioner_client.scope import NodeScope
+from provisioner_client.materializing.envfile import EnvFolder
+from provisioner_client.resolving.scope import NodeScope
 from registry.contract import AppliedValue, JsonRefused, buckets, read_json
 from registry.errors import RegistryError
 from registry.wire import SKEW, Bus, Holder, get_stamped, node_key

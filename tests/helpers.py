@@ -18,10 +18,10 @@ import pytest
 from anyio.abc import TaskGroup, TaskStatus
 
 from mesh_dev.local_nats import LocalNats, local_nats
-from provisioner.server import run_server
+from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, Report
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import Bucket, buckets
 from registry.wire import Bus, BusOptions, Message, connect, put
 

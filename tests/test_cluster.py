@@ -13,8 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from provisioner.buckets import until_enough_peers
-from provisioner.server import run_server
+from provisioner.seat.buckets import until_enough_peers
+from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
 from registry.contract import buckets
 from registry.errors import BusError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 
-from provisioner.server import run_server
+from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
 from registry.contract import buckets
 from registry.wire import BusOptions, ask, connect, get_latest, put
@@ -21,7 +21,16 @@ GENERATE = ["--node", "n1", "--node", "n2", "--provider", "postgres", "--operato
 async def test_deploy_mesh_is_exactly_what_the_grants_command_writes(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     shutil.copytree(DEPLOY / "dev-keys", keys)
-    command = [sys.executable, "-m", "provisioner.cli", "grants", "--out", str(tmp_path / "out"), "--keys", str(keys)]
+    command = [
+        sys.executable,
+        "-m",
+        "provisioner.commands.cli",
+        "grants",
+        "--out",
+        str(tmp_path / "out"),
+        "--keys",
+        str(keys),
+    ]
     result = await anyio.run_process([*command, *GENERATE], env=clean_environment(), check=False)
     assert result.returncode == 0, result.stderr.decode()
     for name in ("accounts.conf", "grants.json"):

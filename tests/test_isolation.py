@@ -19,7 +19,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
-from provisioner.buckets import ensure_buckets
+from provisioner.seat.buckets import ensure_buckets
 from registry.access import Kind
 from registry.contract import Bucket, buckets
 from registry.errors import BusError, ServiceError

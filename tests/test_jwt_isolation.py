@@ -15,7 +15,7 @@ import nats
 import pytest
 from nats.errors import NoServersError
 
-from provisioner.removal import remove_node
+from provisioner.commands.removal import remove_node
 from registry.access import (
     CLAIMS_UPDATE,
     DATA_ACCOUNT,

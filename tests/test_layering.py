@@ -88,26 +88,26 @@ def surface(package: str) -> str:
 
 VIOLATIONS = [
     pytest.param(
-        Violation("provisioner/verb.py", "import mesh_dev", frozenset({LAYERS})),
+        Violation("provisioner/verb/handler.py", "import mesh_dev", frozenset({LAYERS})),
         id="the server importing the development tooling",
     ),
     pytest.param(
         Violation(
-            "provisioner_client/watching.py", "from mesh_dev import standins", frozenset({LAYERS, SERVES_NOTHING})
+            "provisioner_client/watch/watching.py", "from mesh_dev import standins", frozenset({LAYERS, SERVES_NOTHING})
         ),
         id="the node client importing the development tooling",
     ),
     pytest.param(
-        Violation("provisioner_client/resolve.py", "import provisioner", frozenset({LAYERS, SERVES_NOTHING})),
+        Violation("provisioner_client/resolving/resolve.py", "import provisioner", frozenset({LAYERS, SERVES_NOTHING})),
         id="the node client importing the server",
     ),
     pytest.param(
-        Violation("provisioner/listing.py", "import provisioner_client", frozenset({LAYERS})),
+        Violation("provisioner/verb/listing.py", "import provisioner_client", frozenset({LAYERS})),
         id="the server importing the node client",
     ),
     pytest.param(
         Violation(
-            "provisioner/cli.py",
+            "provisioner/commands/cli.py",
             "def _late() -> None:\n    import provisioner_client.cli\n",
             frozenset({LAYERS}),
         ),
@@ -131,7 +131,7 @@ VIOLATIONS = [
         id="the node client importing nats-py itself",
     ),
     pytest.param(
-        Violation("provisioner/verb.py", "from nats.js import api", frozenset({NATS})),
+        Violation("provisioner/verb/handler.py", "from nats.js import api", frozenset({NATS})),
         id="the server importing a submodule of nats-py",
     ),
     pytest.param(
@@ -144,7 +144,7 @@ VIOLATIONS = [
     ),
     pytest.param(
         Violation(
-            "provisioner_client/scope.py",
+            "provisioner_client/resolving/scope.py",
             "import registry.serving.service",
             frozenset({SERVES_NOTHING, surface("serving")}),
         ),
@@ -194,7 +194,7 @@ VIOLATIONS = [
     ),
     pytest.param(
         Violation(
-            "provisioner/verb.py",
+            "provisioner/verb/handler.py",
             "from registry.contract.escaping import encode_token",
             frozenset({surface("contract")}),
         ),
@@ -206,12 +206,14 @@ VIOLATIONS = [
     ),
     pytest.param(
         Violation(
-            "provisioner/server.py", "from registry.serving.service import capped", frozenset({surface("serving")})
+            "provisioner/seat/server.py", "from registry.serving.service import capped", frozenset({surface("serving")})
         ),
         id="the server reaching past the serving surface",
     ),
     pytest.param(
-        Violation("provisioner/grants_command.py", "import registry.access.parties", frozenset({surface("access")})),
+        Violation(
+            "provisioner/commands/grants_command.py", "import registry.access.parties", frozenset({surface("access")})
+        ),
         id="the grants command reaching past the grants' surface",
     ),
     pytest.param(
@@ -270,7 +272,7 @@ FORBIDDEN_AFTER_IMPORT = [
     pytest.param("provisioner_client", ("mesh_dev", "provisioner", "nats.micro"), id="the node client"),
     pytest.param("provisioner", ("mesh_dev", "provisioner_client"), id="the server"),
     # rich renders tables and status on a terminal: the commands that print load it when they run.
-    pytest.param("provisioner.cli", ("rich",), id="the seat's command line, which serve runs from"),
+    pytest.param("provisioner.commands.cli", ("rich",), id="the seat's command line, which serve runs from"),
     pytest.param("provisioner_client.cli", ("rich",), id="the node client's command line"),
 ]
 

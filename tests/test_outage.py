@@ -25,7 +25,7 @@ from anyio.abc import TaskStatus
 
 from mesh_dev.standins import StandIns, stand_ins
 from provisioner_client.reconcile import ClientPlan
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import APPLIED, Bucket, buckets
 from registry.errors import BusError
 from registry.wire import Bus, BusOptions, connect, put, snapshot

@@ -11,7 +11,7 @@ import pytest
 from nats.errors import NoRespondersError
 
 from provisioner_client.reconcile import ClientPlan, reconcile
-from provisioner_client.scope import NodeScope
+from provisioner_client.resolving.scope import NodeScope
 from registry.access import Kind
 from registry.contract import buckets
 from registry.errors import BusError

@@ -24,7 +24,7 @@ from examples.postgres_provisioner.errors import DeliveryError, PostgresUnavaila
 from examples.postgres_provisioner.reconcile import Outcome
 from examples.postgres_provisioner.watching import Plan, apply_once
 from mesh_dev.standins import CONSUMERS_SUBJECT, DEV_SECRETS, SECRET_SUBJECT, Vault
-from provisioner_client.envfile import render
+from provisioner_client.materializing.envfile import render
 from provisioner_client.reconcile import ClientPlan, reconcile
 from registry.access import Kind
 from registry.provider import Bind, BoundNeed, provide

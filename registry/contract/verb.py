@@ -82,7 +82,7 @@ StaleAfter = Annotated[float, Field(gt=0, le=MAX_STALE_AFTER_SECONDS, allow_inf_
 
 class VerbRequest(BaseModel):
     """A request: every field optional, an empty body is `{}`; which fields apply to which `what`
-    is the seat's to check (`provisioner.request`). Sent with the fields given only."""
+    is the seat's to check (`provisioner.verb.request`). Sent with the fields given only."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

@@ -58,7 +58,7 @@ async def test_a_weaker_existing_bucket_is_reported_with_its_fix_and_the_seat_st
     nats_server: LocalNats, bus: Bus, js: JetStreamContext, caplog: pytest.LogCaptureFixture
 ) -> None:
     await js.create_key_value(bucket=buckets.NEEDS.name)  # nats-py's defaults: rollups, no limits, no direct get
-    with caplog.at_level(logging.ERROR, logger="provisioner.buckets"):
+    with caplog.at_level(logging.ERROR, logger="provisioner.seat.buckets"):
         async with serving(nats_server.url):
             assert (await ask(bus, {"what": "needs"}))["entries"] == []
     reports = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
@@ -75,7 +75,7 @@ async def test_a_bucket_as_the_seat_makes_it_is_not_reported(
 ) -> None:
     async with serving(nats_server.url):
         pass
-    with caplog.at_level(logging.ERROR, logger="provisioner.buckets"):
+    with caplog.at_level(logging.ERROR, logger="provisioner.seat.buckets"):
         async with serving(nats_server.url):
             pass
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -17,7 +17,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from mesh_dev.local_nats import LocalNats, local_nats
-from provisioner.cli import build_parser, main
+from provisioner.commands.cli import build_parser, main
 from registry.contract import buckets
 from tests.helpers import clean_environment, in_own_task, serving
 
@@ -80,7 +80,7 @@ def test_a_commands_wrong_argument_is_one_line_and_exit_2(
 
 
 async def serve(*args: str, **environ: str) -> tuple[int, str]:
-    command = [sys.executable, "-m", "provisioner.cli", "serve", *args]
+    command = [sys.executable, "-m", "provisioner.commands.cli", "serve", *args]
     result = await anyio.run_process(command, env=clean_environment() | environ, check=False)
     return result.returncode, result.stderr.decode()
 
@@ -110,7 +110,7 @@ async def test_a_settings_error_stops_serve_with_one_line_and_exit_2(
 
 
 async def query(url: str, *args: str) -> tuple[int, str, str]:
-    command = [sys.executable, "-m", "provisioner.cli", "query", "--nats-url", url, *args]
+    command = [sys.executable, "-m", "provisioner.commands.cli", "query", "--nats-url", url, *args]
     result = await anyio.run_process(command, env=clean_environment(), check=False)
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
@@ -167,7 +167,7 @@ class Serving:
 
 @asynccontextmanager
 async def serve_process(url: str, *args: str, **environ: str) -> AsyncIterator[Serving]:
-    command = [sys.executable, "-m", "provisioner.cli", "serve", "--nats-url", url, *args]
+    command = [sys.executable, "-m", "provisioner.commands.cli", "serve", "--nats-url", url, *args]
     async with await anyio.open_process(command, env=clean_environment() | environ) as process:
         try:
             yield Serving(process)
@@ -219,7 +219,7 @@ async def test_query_waits_for_a_seat_that_answers_within_the_wait(nats_server: 
         asked.set()
 
     listener = await nc.subscribe(buckets.VERB_SUBJECT, cb=silent)
-    command = [sys.executable, "-m", "provisioner.cli", "query", "--json", "--nats-url", nats_server.url]
+    command = [sys.executable, "-m", "provisioner.commands.cli", "query", "--json", "--nats-url", nats_server.url]
     command += ["--wait", "60"]
     async with await anyio.open_process(command, env=clean_environment()) as process:
         with anyio.fail_after(20):

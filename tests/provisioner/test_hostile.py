@@ -17,8 +17,8 @@ from nats.js import JetStreamContext
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.errors import CursorGone
-from provisioner.paging import PageCache
-from provisioner.request import MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH
+from provisioner.verb.paging import PageCache
+from provisioner.verb.request import MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH
 from registry.contract import MAX_VALUE_DEPTH, buckets, nesting
 from registry.serving import EndpointSpec, ServiceRequest, serve
 from registry.wire import ERROR_CODE_HEADER, ERROR_HEADER, Bus, Message, ask

@@ -21,12 +21,12 @@ import pytest
 from rich.console import Console
 
 from mesh_dev.local_nats import LocalNats
-from provisioner.cli import main as cli_main
-from provisioner.nodes import Fleet, FleetView, LeaseSeen, answer_pages, judge, read_fleet
-from provisioner.request import Query
-from provisioner.top import Screen, TopOptions, fleet, frame, run_top
+from provisioner.commands.cli import main as cli_main
+from provisioner.commands.top import Screen, TopOptions, fleet, frame, run_top
+from provisioner.verb.nodes import Fleet, FleetView, LeaseSeen, answer_pages, judge, read_fleet
+from provisioner.verb.request import Query
 from provisioner_client.reconcile import ClientPlan
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.access import Kind
 from registry.contract import MergedAnswer, buckets
 from registry.errors import ConnectionClosed, ServiceError
@@ -79,7 +79,7 @@ async def fleet_server(server: LocalNats, bus: Bus) -> LocalNats:
 
 async def run_cli(url: str, *args: str) -> tuple[int, str, str]:
     """`mesh-provisioner` as a child process, its stdout a pipe: not a terminal."""
-    command = [sys.executable, "-m", "provisioner.cli", *args, "--nats-url", url]
+    command = [sys.executable, "-m", "provisioner.commands.cli", *args, "--nats-url", url]
     result = await anyio.run_process(command, env=clean_environment(), check=False)
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
@@ -351,7 +351,16 @@ async def test_top_once_prints_one_frame_and_exits_5_for_a_gone_node(fleet_serve
 
 
 async def test_top_prints_a_frame_every_interval_until_sigint_then_exits_0(fleet_server: LocalNats) -> None:
-    command = [sys.executable, "-m", "provisioner.cli", "top", "--interval", "0.2", "--nats-url", fleet_server.url]
+    command = [
+        sys.executable,
+        "-m",
+        "provisioner.commands.cli",
+        "top",
+        "--interval",
+        "0.2",
+        "--nats-url",
+        fleet_server.url,
+    ]
     async with await anyio.open_process(command, env=clean_environment()) as process:
         assert process.stdout is not None
         seen = b""

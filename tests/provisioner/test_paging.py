@@ -12,13 +12,13 @@ import anyio
 import pytest
 
 from mesh_dev.local_nats import LocalNats, local_nats
-from provisioner.buckets import ensure_buckets
 from provisioner.errors import CursorGone, RequestError
-from provisioner.pages import Encoded, build_pages, page_budget
-from provisioner.paging import PageCache
-from provisioner.service import verb_service
-from provisioner.streamed import StreamedListing
-from provisioner.verb import Verb
+from provisioner.seat.buckets import ensure_buckets
+from provisioner.verb.handler import Verb
+from provisioner.verb.pages import Encoded, build_pages, page_budget
+from provisioner.verb.paging import PageCache
+from provisioner.verb.service import verb_service
+from provisioner.verb.streamed import StreamedListing
 from registry.access import Kind, Party
 from registry.contract import buckets
 from registry.errors import ServiceError

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from mesh_dev.local_nats import LocalNats
-from provisioner import tables
+from provisioner.commands import tables
 from registry.contract import MergedAnswer, buckets
 from registry.wire import Bus, BusOptions, ask, connect, put
 from tests.helpers import clean_environment, put_many
@@ -74,7 +74,7 @@ async def seeded(server: LocalNats, bus: Bus) -> LocalNats:
 
 async def query(url: str, *args: str) -> tuple[int, str, str]:
     """`mesh-provisioner query` as a child process, its stdout a pipe: not a terminal."""
-    command = [sys.executable, "-m", "provisioner.cli", "query", "--nats-url", url, *args]
+    command = [sys.executable, "-m", "provisioner.commands.cli", "query", "--nats-url", url, *args]
     result = await anyio.run_process(command, env=clean_environment(), check=False)
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from nats.js import JetStreamContext
 
 from mesh_dev.local_nats import LocalNats
-from provisioner.buckets import ensure_bucket, ensure_buckets
-from provisioner.registry_sync import sync_registry
+from provisioner.seat.buckets import ensure_bucket, ensure_buckets
+from provisioner.seat.registry_sync import sync_registry
 from registry.contract import KINDS, RegistryEntry, buckets
 from registry.wire import BucketConfig, Bus, get_latest, snapshot
 from tests.helpers import serving

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from mesh_dev.local_nats import LocalNats
-from provisioner.removal import remove_node
+from provisioner.commands.removal import remove_node
 from registry.contract import Bucket, buckets
 from registry.wire import Bus, KvItem, put, snapshot
 from tests.helpers import clean_environment
@@ -74,7 +74,7 @@ async def test_removing_a_node_with_no_keys_removes_nothing(seeded: Bus) -> None
 
 
 async def remove_command(url: str, *args: str) -> tuple[int, str, str]:
-    command = [sys.executable, "-m", "provisioner.cli", "remove-node", *args, "--nats-url", url]
+    command = [sys.executable, "-m", "provisioner.commands.cli", "remove-node", *args, "--nats-url", url]
     result = await anyio.run_process(command, check=False, env=clean_environment(), stdin=subprocess.DEVNULL)
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 

@@ -21,7 +21,7 @@ from pydantic import SecretStr
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import SECRET_SUBJECT, Vault
-from provisioner.server import run_server
+from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
 from registry.access import REQUEST_INFO, AccountGrant, Grants, Kind, Party, PartyMap
 from registry.contract import buckets

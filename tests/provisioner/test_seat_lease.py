@@ -22,10 +22,10 @@ import pytest
 
 from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import stand_ins
-from provisioner.server import run_server
+from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import Bucket, KeyShape, RegistryEntry, buckets
 from registry.wire import SKEW, BucketConfig, Bus, BusOptions, create_bucket, get_latest, put
 from tests.helpers import EXAMPLES, NODE, logged, sh_env
@@ -123,7 +123,7 @@ def plan(tmp_path: Path) -> ClientPlan:
 async def test_two_seats_with_disagreeing_catalogues_compile_once_and_say_so(
     nats_server: LocalNats, bus: Bus, plan: ClientPlan, caplog: pytest.LogCaptureFixture, compiles: int
 ) -> None:
-    caplog.set_level(logging.INFO, logger="provisioner.registry_sync")
+    caplog.set_level(logging.INFO, logger="provisioner.seat.registry_sync")
     tmp_path = plan.materialize.parent
     (tmp_path / "a.toml").write_text(SEAT_A)
     (tmp_path / "b.toml").write_text(SEAT_B)
@@ -167,7 +167,7 @@ async def test_two_seats_with_disagreeing_catalogues_compile_once_and_say_so(
 @contextmanager
 def counting_compiles() -> Iterator[Compiles]:
     counted = Compiles()
-    target = logging.getLogger("provisioner.registry_sync")
+    target = logging.getLogger("provisioner.seat.registry_sync")
     target.addHandler(counted)
     try:
         yield counted

@@ -10,10 +10,10 @@ import pytest
 from nats.aio.client import Client
 
 from mesh_dev.local_nats import LocalNats
-from provisioner.buckets import ensure_buckets
-from provisioner.paging import PageCache
-from provisioner.service import verb_service
-from provisioner.verb import Verb
+from provisioner.seat.buckets import ensure_buckets
+from provisioner.verb.handler import Verb
+from provisioner.verb.paging import PageCache
+from provisioner.verb.service import verb_service
 from registry.access import Party
 from registry.contract import buckets
 from registry.errors import NoResponders

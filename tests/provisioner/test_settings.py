@@ -11,8 +11,9 @@ from typing import TypeVar
 
 import pytest
 
-from provisioner import tables
-from provisioner.cli import build_parser
+from provisioner.commands import tables
+from provisioner.commands.cli import build_parser
+from provisioner.commands.top import TopOptions
 from provisioner.settings import (
     STATES,
     GrantsArguments,
@@ -22,7 +23,6 @@ from provisioner.settings import (
     State,
     TopArguments,
 )
-from provisioner.top import TopOptions
 from registry.contract import MAX_STALE_AFTER_SECONDS, What
 from registry.edge import EdgeSettings, given_flags, load_settings
 from registry.errors import SettingsError

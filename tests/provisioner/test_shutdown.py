@@ -14,7 +14,7 @@ from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
 from mesh_dev.local_nats import LocalNats
-from provisioner.buckets import ensure_buckets
+from provisioner.seat.buckets import ensure_buckets
 from registry.contract import buckets
 from registry.wire import ERROR_CODE_HEADER, BucketConfig, Bus
 from tests.helpers import clean_environment, fire, put_many
@@ -24,8 +24,9 @@ READY = f"serving {buckets.VERB_SUBJECT}"
 
 @asynccontextmanager
 async def serve_process(url: str, *args: str) -> AsyncIterator[tuple[Process, list[str]]]:
-    """`python -m provisioner.cli serve` against `url`, yielded once it logs that it serves; its log lines so far."""
-    command = [sys.executable, "-m", "provisioner.cli", "serve", "--nats-url", url, *args]
+    """`python -m provisioner.commands.cli serve` against `url`, yielded once it logs that it serves;
+    its log lines so far."""
+    command = [sys.executable, "-m", "provisioner.commands.cli", "serve", "--nats-url", url, *args]
     async with await anyio.open_process(command, env=clean_environment()) as process:
         assert process.stderr is not None
         lines: list[str] = []
@@ -58,7 +59,7 @@ async def test_sigterm_during_load_answers_every_request_in_flight_and_exits_0(
     assert [(r.headers or {}).get(ERROR_CODE_HEADER) for r in replies] == [None] * 20
     assert [json.loads(r.data)["total"]["entries"] for r in replies] == [1000] * 20
     assert code == 0, "\n".join(lines)
-    order = ["SIGTERM received", "stopped taking requests", "provisioner.server: stopped"]
+    order = ["SIGTERM received", "stopped taking requests", "provisioner.seat.server: stopped"]
     positions = [next(i for i, line in enumerate(lines) if step in line) for step in order]
     assert positions == sorted(positions), "\n".join(lines)
 
@@ -96,7 +97,7 @@ async def test_a_bad_domains_file_stops_serve_with_one_line_and_exit_2(nats_serv
     command = [
         sys.executable,
         "-m",
-        "provisioner.cli",
+        "provisioner.commands.cli",
         "serve",
         "--nats-url",
         nats_server.url,
@@ -112,7 +113,7 @@ async def test_a_bad_domains_file_stops_serve_with_one_line_and_exit_2(nats_serv
 
 async def test_sigterm_before_nats_is_reachable_exits_0_at_once() -> None:
     """Signalled at its first failed attempt, logged at debug level (the first warning waits 5 s)."""
-    serve = [sys.executable, "-m", "provisioner.cli", "serve"]
+    serve = [sys.executable, "-m", "provisioner.commands.cli", "serve"]
     command = [*serve, "--nats-url", "nats://127.0.0.1:1", "--log-level", "debug"]
     async with await anyio.open_process(command, env=clean_environment()) as process:
         assert process.stderr is not None

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from mesh_dev.local_nats import LocalNats
-from provisioner.listing import KNOWN_VALUES, Encoder
-from provisioner.pages import page_budget
-from provisioner.paging import PageCache
-from provisioner.streamed import READ_AHEAD_PAGES, StreamedListing
+from provisioner.verb.listing import KNOWN_VALUES, Encoder
+from provisioner.verb.pages import page_budget
+from provisioner.verb.paging import PageCache
+from provisioner.verb.streamed import READ_AHEAD_PAGES, StreamedListing
 from registry.contract import AtMost, Totals, buckets, page_json, parse_page
 from registry.wire import Bus, BusOptions, ask, ask_page, connect, delete, get_latest, put
 from registry.wire.verb_client import _follow

@@ -13,12 +13,12 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from mesh_dev.local_nats import LocalNats
-from provisioner.answering import Answering, AtOnce, Reading, Way
-from provisioner.nodes import FleetView
-from provisioner.paging import PageCache
-from provisioner.registry_view import RegistryView
-from provisioner.request import Asked, parse_request
-from provisioner.streamed import StreamedListing
+from provisioner.verb.answering import Answering, AtOnce, Reading, Way
+from provisioner.verb.nodes import FleetView
+from provisioner.verb.paging import PageCache
+from provisioner.verb.registry_view import RegistryView
+from provisioner.verb.request import Asked, parse_request
+from provisioner.verb.streamed import StreamedListing
 from registry.contract import KINDS, NeedsPage, What, buckets, page_json, parse_page
 from registry.errors import ServiceError
 from registry.wire import ERROR_CODE_HEADER, ERROR_HEADER, MULTI_LAST_LIMIT, Bus, Holder, Message, ask, node_key
@@ -374,8 +374,8 @@ SEEN_AT = "2026-12-01T12:00:00+00:00"
 async def test_every_page_the_seat_writes_is_the_contracts_page_byte_for_byte(
     seeded: Bus, js: JetStreamContext, what: What, narrowed: bool
 ) -> None:
-    """Pages, entries and node rows are formatted by hand on the hot path (`provisioner.pages`,
-    `provisioner.listing`): each parses into `registry.contract`'s page of its `what` and is
+    """Pages, entries and node rows are formatted by hand on the hot path (`provisioner.verb.pages`,
+    `provisioner.verb.listing`): each parses into `registry.contract`'s page of its `what` and is
     written back by the contract as the same bytes (every stored value here is compact JSON)."""
     holder = Holder(id="h", host="hôte", pid=7, since=datetime.fromisoformat(SEEN_AT), ttl_seconds=1e-05)
     leases = await js.key_value(buckets.LEASES.name)

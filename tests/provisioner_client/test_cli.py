@@ -17,7 +17,7 @@ from anyio.streams.text import TextReceiveStream
 from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import StandIns
 from provisioner_client.reconcile import ClientPlan
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import buckets
 from registry.wire import Bus, Holder, get_direct, node_key
 from tests.helpers import NODE, in_own_task

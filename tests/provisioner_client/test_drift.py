@@ -12,10 +12,10 @@ from pathlib import Path
 import anyio
 
 from mesh_dev.standins import StandIns
-from provisioner_client.drift import DriftWatch, put_back
-from provisioner_client.envfile import EnvFolder
+from provisioner_client.materializing.envfile import EnvFolder
 from provisioner_client.reconcile import ClientPlan, reconcile
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.watch.drift import DriftWatch, put_back
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import AppliedValue
 from registry.wire import Bus, put
 from tests.helpers import Reports, logged
@@ -49,14 +49,16 @@ async def test_a_hand_edit_a_chmod_and_a_removal_are_each_put_back_within_5_s(
             ("edited", lambda: app.chmod(0o644)),
         ]
         for how, drift in drifts:
-            with logged(f"drift put back: {app} of module app had been {how}", "provisioner_client.watching") as back:
+            with logged(
+                f"drift put back: {app} of module app had been {how}", "provisioner_client.watch.watching"
+            ) as back:
                 drift()
                 stranger.write_text(f"MINE={how}\n")
                 await back.wait(within=PUT_BACK_WITHIN)
             assert app.read_bytes() == written
             assert stat.S_IMODE(app.stat().st_mode) == 0o600
         stranger.unlink()
-        with logged("drift put back: ", "provisioner_client.watching") as anything:
+        with logged("drift put back: ", "provisioner_client.watch.watching") as anything:
             with anyio.move_on_after(2.5 * TIMING.drift_poll.total_seconds()):  # a file not its own is never followed
                 await anything.seen.wait()
         tg.cancel_scope.cancel()

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from provisioner_client.envfile import EnvFolder, quote, render
 from provisioner_client.errors import MaterializeError
+from provisioner_client.materializing.envfile import EnvFolder, quote, render
 
 _SHELL_NEED_ESCAPE = '"\\`$'
 values = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\0"), max_size=40)

@@ -14,14 +14,14 @@ import anyio
 import pytest
 
 from mesh_dev.standins import StandIns
-from provisioner_client.action import inherited
-from provisioner_client.envfile import KEY, LEDGER, read_ledger
 from provisioner_client.errors import MaterializeError
-from provisioner_client.manifest import MAX_MANIFEST_BYTES, load_manifests
-from provisioner_client.memory import FILE, Memory
+from provisioner_client.materializing.action import inherited
+from provisioner_client.materializing.envfile import KEY, LEDGER, read_ledger
 from provisioner_client.reconcile import MAX_REASONS, ClientPlan, Report, reconcile
-from provisioner_client.scope import NodeScope
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.resolving.manifest import MAX_MANIFEST_BYTES, load_manifests
+from provisioner_client.resolving.memory import FILE, Memory
+from provisioner_client.resolving.scope import NodeScope
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import MAX_DEPTH, JsonRefused, buckets, read_json
 from registry.wire import Bus, get_direct, put
 from tests.helpers import NODE

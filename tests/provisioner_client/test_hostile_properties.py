@@ -11,10 +11,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provisioner_client.envfile import LEDGER
 from provisioner_client.errors import ClientError
-from provisioner_client.manifest import MAX_MANIFEST_BYTES
+from provisioner_client.materializing.envfile import LEDGER
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
+from provisioner_client.resolving.manifest import MAX_MANIFEST_BYTES
 from registry.wire import Bus
 from tests.helpers import NODE
 

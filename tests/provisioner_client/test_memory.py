@@ -1,4 +1,4 @@
-"""The client's incremental memory (`provisioner_client.memory`) says what a reconcile may skip and,
+"""The client's incremental memory (`provisioner_client.resolving.memory`) says what a reconcile may skip and,
 when it may not, why, in words an operator reads in a debug line; it is saved only when it changed.
 
 Reasons that come from the bus (a stamp moved, a value rotated behind a verb) are shown on a real
@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from mesh_dev.standins import StandIns
-from provisioner_client import memory
-from provisioner_client.envfile import EnvFolder
-from provisioner_client.inputs import UNREAD, World, digest_of, world_of
-from provisioner_client.manifest import LoadedManifest, load_manifest
-from provisioner_client.memory import BucketState, Memory
+from provisioner_client.materializing.envfile import EnvFolder
 from provisioner_client.reconcile import ClientPlan, reconcile
-from provisioner_client.resolve import Registry
+from provisioner_client.resolving import memory
+from provisioner_client.resolving.inputs import UNREAD, World, digest_of, world_of
+from provisioner_client.resolving.manifest import LoadedManifest, load_manifest
+from provisioner_client.resolving.memory import BucketState, Memory
+from provisioner_client.resolving.resolve import Registry
 from registry.contract import ActionRecord, AppliedValue, buckets
 from registry.wire import Bus, KvItem, delete, get_direct, put
 from tests.helpers import NODE
@@ -243,7 +243,7 @@ async def test_a_key_deleted_behind_the_clients_back_moves_the_stamp_of_needs(
     item = await get_direct(bus, buckets.NEEDS, key)
     assert item is not None
     await delete(bus, buckets.NEEDS, key, last=item.revision)
-    with caplog.at_level(logging.DEBUG, logger="provisioner_client.own"):
+    with caplog.at_level(logging.DEBUG, logger="provisioner_client.resolving.own"):
         again = await reconcile(bus, plan)
     assert again.key_verdicts[NEEDS] == memory.Verdict(as_before=False, reason="stamp of needs moved")
     assert again.key_verdicts[APPLIED].as_before

@@ -14,7 +14,7 @@ from anyio.abc import TaskStatus
 
 from mesh_dev.standins import StandIns
 from provisioner_client.reconcile import ClientPlan, Report
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import buckets
 from registry.wire import Bus, Holder, Message, get_direct, node_key
 from tests.helpers import NODE, logged
@@ -81,7 +81,7 @@ async def test_a_second_watch_client_waits_writes_nothing_and_takes_over_when_th
         await tg.start(run_first)
         holder = await holder_of_lease(bus)
         before = await last_sequences(bus)
-        with logged("is held by another client", "provisioner_client.holding") as refused:
+        with logged("is held by another client", "provisioner_client.watch.holding") as refused:
             tg.start_soon(lambda: watch(bus, second_plan, TIMING, on_report=on_second_report))
             await refused.wait(within=10)
         said = [r.getMessage() for r in caplog.records if "is held by another client" in r.getMessage()]

@@ -13,7 +13,7 @@ from nats.js import JetStreamContext
 from mesh_dev.standins import DEV_SECRETS, StandIns, stand_ins
 from provisioner_client.errors import ForeignKeyError, ManifestError
 from provisioner_client.reconcile import ClientPlan, reconcile
-from provisioner_client.scope import NodeScope
+from provisioner_client.resolving.scope import NodeScope
 from registry.contract import AppliedValue, BucketAnswer, RegistryEntry, buckets, to_json
 from registry.wire import Bus, get_latest, put, snapshot
 from tests.helpers import NODE

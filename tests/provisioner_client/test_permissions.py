@@ -22,10 +22,10 @@ from pydantic import SecretStr
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import StandIns, stand_ins
-from provisioner.server import run_server
+from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, reconcile
-from provisioner_client.scope import NodeScope
+from provisioner_client.resolving.scope import NodeScope
 from provisioner_client.status import read_status
 from registry.contract import buckets
 from registry.errors import PermissionDenied

@@ -1,5 +1,5 @@
 """A reconcile that finds the node's keys as the last one left them does not list them
-(`provisioner_client.memory`); anything that moved them, or a remembered state it cannot
+(`provisioner_client.resolving.memory`); anything that moved them, or a remembered state it cannot
 vouch for, makes it list them again. On a real nats-server, the seat and the stand-ins."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import stat
 from pathlib import Path
 
 from mesh_dev.standins import StandIns
-from provisioner_client import memory
 from provisioner_client.reconcile import ClientPlan, reconcile
-from provisioner_client.scope import NodeScope
+from provisioner_client.resolving import memory
+from provisioner_client.resolving.scope import NodeScope
 from registry.contract import buckets
 from registry.wire import Bus, delete, get_direct, put, snapshot
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import StandIns
-from provisioner_client.holding import node_lease
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.status import NodeStatus
 from provisioner_client.status_view import print_status, status_text
+from provisioner_client.watch.holding import node_lease
 from registry.wire import Bus
 from tests.helpers import NODE
 from tests.provisioner_client.test_cli import client, client_env, slow_action

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mesh_dev.standins import ASSIGNMENTS, BOUND_BUCKET, CONFIG
-from provisioner_client.resolve import Source
-from provisioner_client.watching import watch_scopes
+from provisioner_client.resolving.resolve import Source
+from provisioner_client.watch.watching import watch_scopes
 from registry.contract import Bucket, buckets, keys, subject_matches
 
 

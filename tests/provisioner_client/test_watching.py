@@ -16,7 +16,7 @@ from nats.js import JetStreamContext
 from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import StandIns, stand_ins
 from provisioner_client.reconcile import ClientPlan
-from provisioner_client.watching import WatchTiming, watch
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import BucketAnswer, RegistryEntry, buckets, to_json
 from registry.wire import Bus, BusOptions, connect, put
 from tests.helpers import Reports, logged, serving, sh_env
@@ -77,7 +77,7 @@ async def test_watch_mode_backs_off_until_the_bus_can_answer_then_applies(
     nats_server: LocalNats, bus: Bus, plan: ClientPlan, caplog: pytest.LogCaptureFixture
 ) -> None:
     reports = Reports(BOUND)
-    with logged("cannot take the lease", "provisioner_client.holding") as failed:
+    with logged("cannot take the lease", "provisioner_client.watch.holding") as failed:
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: watch(bus, plan, TIMING, on_report=reports))
             await failed.wait(within=BOUND)  # logged at the first failed attempt; nothing else tells of one
@@ -93,7 +93,7 @@ async def test_watch_mode_rides_out_a_restart_of_the_bus(
     tmp_path: Path, plan: ClientPlan, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Live updates are at-most-once: once the connection is back, the loop reconciles again."""
-    caplog.set_level(logging.DEBUG, "provisioner_client.watching")
+    caplog.set_level(logging.DEBUG, "provisioner_client.watch.watching")
     store = tmp_path / "restarting-nats"
     stop_first, first_stopped, stop_second = anyio.Event(), anyio.Event(), anyio.Event()
 
@@ -113,7 +113,7 @@ async def test_watch_mode_rides_out_a_restart_of_the_bus(
             await tg.start(lambda task_status: watch(bus, plan, TIMING, on_report=reports, task_status=task_status))
             stop_first.set()
             await first_stopped.wait()
-            with logged("resync after reconnect", "provisioner_client.watching") as resynced:
+            with logged("resync after reconnect", "provisioner_client.watch.watching") as resynced:
                 await servers.start(server, first.port, stop_second, anyio.Event())
                 await resynced.wait(within=BOUND)
             await put(bus, domains.config, "log-level", b'"after-restart"')

@@ -17,7 +17,7 @@ import pytest
 from pydantic import AfterValidator, Field, TypeAdapter
 
 from mesh_dev.cli import build_parser as dev_parser
-from provisioner.cli import build_parser as server_parser
+from provisioner.commands.cli import build_parser as server_parser
 from provisioner.settings import (
     CommandLogSettings,
     GrantsArguments,

@@ -8,7 +8,7 @@ from datetime import timedelta
 import anyio
 import pytest
 
-from provisioner.buckets import ensure_buckets
+from provisioner.seat.buckets import ensure_buckets
 from registry.contract import buckets
 from registry.wire import BucketConfig, Bus, Holder, Lease, LeaseHeld, LeaseLost, get_direct, node_key, put, update
 

@@ -21,7 +21,7 @@ import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
 from mesh_dev.local_nats import LocalNats, local_nats
-from provisioner.cli import build_parser
+from provisioner.commands.cli import build_parser
 from registry.access import Kind, new_seed, write_secret
 from registry.edge import DEV_CONTEXT, BusSettings, given_flags, load_settings
 from registry.errors import BusError

@@ -26,9 +26,9 @@ from importlib import metadata
 import anyio
 from anyio.abc import TaskGroup
 
-from provisioner.answering import AtOnce, Reading
 from provisioner.errors import RequestError
-from provisioner.verb import Verb
+from provisioner.verb.answering import AtOnce, Reading
+from provisioner.verb.handler import Verb
 from registry.contract import buckets
 from registry.serving import EndpointSpec, RunningService, ServiceRequest, capped, serve
 from registry.wire import Bus
@@ -148,7 +148,7 @@ async def _shut_down(service: RunningService, handlers: TaskGroup, in_flight: In
 
 async def _answer_at_once(verb: Verb, request: ServiceRequest) -> Reading | None:
     """Answers what memory holds in the handler itself; returns the reading the rest needs
-    (`provisioner.answering` decides which is which)."""
+    (`provisioner.verb.answering` decides which is which)."""
     try:
         answer = verb.answer(request.data, request.headers)
     except RequestError as err:

@@ -31,7 +31,7 @@ from pathlib import Path
 import anyio
 
 from provisioner_client.errors import capped
-from provisioner_client.manifest import OnChange
+from provisioner_client.resolving.manifest import OnChange
 from registry.contract import ActionRecord, Outcome
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from provisioner.pages import Encoded, build_pages
-from provisioner.request import LISTABLE
+from provisioner.verb.pages import Encoded, build_pages
+from provisioner.verb.request import LISTABLE
 from registry.contract import MAX_VALUE_DEPTH, JsonRefused, read_json
 from registry.errors import KeyShapeError
 from registry.wire import KvItem

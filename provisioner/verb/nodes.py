@@ -33,9 +33,9 @@ from anyio.abc import TaskStatus
 from pydantic import ValidationError
 
 from provisioner.errors import Unavailable
-from provisioner.pages import Encoded, build_pages
-from provisioner.paging import PageCache
-from provisioner.request import Asked, Query
+from provisioner.verb.pages import Encoded, build_pages
+from provisioner.verb.paging import PageCache
+from provisioner.verb.request import Asked, Query
 from registry.contract import (
     Bucket,
     HeldLease,
@@ -400,7 +400,7 @@ class FleetView(Fleet):
 
     Ready once each watch has delivered up to where its stream stood when the watch began. The
     watches' consumers are named per seat and purpose, and deleted when the seat stops (as
-    `provisioner.registry_view.RegistryView` does)."""
+    `provisioner.verb.registry_view.RegistryView` does)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -426,7 +426,7 @@ class FleetView(Fleet):
         try:
             await self._watch(bus, bucket, apply)
         except Exception:
-            # A connection closed for good ends the seat (`provisioner.server`), which says so
+            # A connection closed for good ends the seat (`provisioner.seat.server`), which says so
             # once; a watch starting just then fails its start (RuntimeError), and is no news.
             if not bus.closed.is_set():
                 raise

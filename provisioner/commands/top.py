@@ -25,7 +25,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.text import Text
 
-from provisioner import tables
+from provisioner.commands import tables
 from provisioner.settings import TopArguments
 from registry.contract import MergedAnswer
 from registry.errors import BusError, ServiceError

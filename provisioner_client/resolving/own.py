@@ -1,7 +1,7 @@
 """The node's own keys of needs, collect and applied in one reconcile: found, then converged.
 
 Each bucket's keys are taken as the memory has them when it says they are as remembered
-(`provisioner_client.memory`: their stamp has not moved, and for needs and collect the wanted
+(`provisioner_client.resolving.memory`: their stamp has not moved, and for needs and collect the wanted
 content is the remembered one), else listed through the verb (`NodeScope.read`); a bucket found as
 remembered with the same wanted content is not converged at all. After its converge, the memory is
 told what the bucket now holds, or that it cannot be vouched for.
@@ -13,8 +13,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from provisioner_client.memory import Memory, Verdict
-from provisioner_client.scope import NodeScope
+from provisioner_client.resolving.memory import Memory, Verdict
+from provisioner_client.resolving.scope import NodeScope
 from registry.contract import Bucket
 from registry.errors import BusError
 from registry.wire import Bus, Changes, KvItem

@@ -2,9 +2,9 @@
 
 Who asks comes from the bus: with a `PartyMap` (the grants the controller issued), the header
 `Nats-Request-Info` names the asking account, and the query is scoped to that party
-(`provisioner.request.scoped`). Without one, every request is answered about the mesh, as on a
+(`provisioner.verb.request.scoped`). Without one, every request is answered about the mesh, as on a
 single-account development bus. How the scoped query is answered (from memory, or by reading a
-bucket) is decided in one place, `provisioner.answering`. The contract of requests and answers
+bucket) is decided in one place, `provisioner.verb.answering`. The contract of requests and answers
 is in the README.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from provisioner.answering import Answer, Answering
 from provisioner.errors import Forbidden
-from provisioner.nodes import FleetView
-from provisioner.paging import PageCache
-from provisioner.registry_view import RegistryView
-from provisioner.request import Asked, parse_request, scoped
+from provisioner.verb.answering import Answer, Answering
+from provisioner.verb.nodes import FleetView
+from provisioner.verb.paging import PageCache
+from provisioner.verb.registry_view import RegistryView
+from provisioner.verb.request import Asked, parse_request, scoped
 from registry.access import Party, PartyMap, UnknownAccount
 from registry.wire import Bus
 
@@ -37,7 +37,7 @@ class Verb:
         self.answering = Answering(bus, cache, registry, nodes)
 
     def answer(self, body: bytes, headers: Mapping[str, str]) -> Answer:
-        """How the request is answered (`provisioner.answering`), once validated and scoped."""
+        """How the request is answered (`provisioner.verb.answering`), once validated and scoped."""
         return self.answering.answer(self.asked(body, headers))
 
     def asked(self, body: bytes, headers: Mapping[str, str]) -> Asked:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from provisioner_client import envfile
-from provisioner_client.resolve import Pending, Registry, Resolver, Source
+from provisioner_client.materializing import envfile
+from provisioner_client.resolving.resolve import Pending, Registry, Resolver, Source
 from registry.contract import Bucket, Placeholder, VerbAnswer, buckets, to_json, under
 from registry.errors import BusError, NoResponders
 from registry.wire import Bus, get_direct

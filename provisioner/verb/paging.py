@@ -1,8 +1,8 @@
 """The cursors that fetch the pages after the first, and what they fetch them from.
 
-A page's shape and its cursor are `provisioner.pages`. A listing read whole (a narrowed one the
+A page's shape and its cursor are `provisioner.verb.pages`. A listing read whole (a narrowed one the
 batch read answers) is read once, on the first request, and its later pages are kept here; a
-streamed listing (`provisioner.streamed`: one too large to hold) is kept here as the state it
+streamed listing (`provisioner.verb.streamed`: one too large to hold) is kept here as the state it
 reads its next page from. Both are bounded in count (`max_cursors`) and bytes
 (`cursor_cache_bytes`: the pages kept, the most a streamed listing may hold), oldest dropped
 first, each for `cursor_ttl` after its last use. A listing is kept with the party that started
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from provisioner.errors import CursorGone, RequestError
-from provisioner.pages import CURSOR
-from provisioner.streamed import StreamedListing
+from provisioner.verb.pages import CURSOR
+from provisioner.verb.streamed import StreamedListing
 from registry.access import Party
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import uuid
 import anyio
 from anyio.abc import TaskStatus
 
-from provisioner.listing import paginate_listing
+from provisioner.verb.listing import paginate_listing
 from registry.contract import buckets
 from registry.wire import Bus, KvItem, current_snapshot, scoped_watch
 

@@ -2,8 +2,8 @@
 
 The page's shape, `total` and the cursor's rules are the verb's contract (README, "Paging"). A
 page fits the connection's `max_payload` with a margin (`page_budget`). The bottom of the seat's
-listing modules: `provisioner.listing` encodes items into `Encoded` pieces, `build_pages` and
-`provisioner.streamed` lay them out in pages, and `provisioner.paging` keeps the pages after the
+listing modules: `provisioner.verb.listing` encodes items into `Encoded` pieces, `build_pages` and
+`provisioner.verb.streamed` lay them out in pages, and `provisioner.verb.paging` keeps the pages after the
 first under their cursors.
 """
 

@@ -7,7 +7,7 @@ is a `RequestError` (answered 400) whose reason says what was wrong.
 Hostile input is bounded before it costs anything: a body over `MAX_REQUEST_BYTES` is refused
 unread, JSON nested deeper than `MAX_REQUEST_DEPTH` is refused before it is parsed, a name over
 `registry.contract.MAX_NAME_BYTES` (UTF-8) or a `null` field is refused (a cursor is read by
-`provisioner.pages.CURSOR` alone). Whatever of the input a reason quotes is cut short (`_quoted`).
+`provisioner.verb.pages.CURSOR` alone). Whatever of the input a reason quotes is cut short (`_quoted`).
 
 Who asks decides the scope (`scoped`), never the body: the bus tells the party
 (`registry.access.parties.PartyMap.who_asks`), and a node is answered about its own keys only.
@@ -60,7 +60,7 @@ LISTABLE: Mapping[str, Listable] = {
     "needs": Listable(buckets.NEEDS, {"node": "node", "module": "module"}),
     "applied": Listable(buckets.APPLIED, {"node": "node", "module": "module"}),
     "collect": Listable(buckets.COLLECT, {"node": "node", "module": "contributor", "collection": "collection"}),
-    # Each node's lease and applied counts (`provisioner.nodes`): read from the leases bucket too.
+    # Each node's lease and applied counts (`provisioner.verb.nodes`): read from the leases bucket too.
     "nodes": Listable(buckets.APPLIED, {"node": "node"}),
 }
 

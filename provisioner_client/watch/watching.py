@@ -12,11 +12,11 @@
 - Verb-answered values (secrets) are re-asked on a refresh interval; the env file changes only
   when the digest of what it would hold differs.
 - The env files the client wrote for applied modules are looked at every `drift_poll` (1 s,
-  `provisioner_client.drift`): one edited, re-moded or removed by hand is put back from what is
+  `provisioner_client.watch.drift`): one edited, re-moded or removed by hand is put back from what is
   applied (that module's values alone, written only if they render the applied digest; otherwise
   a full reconcile), and logged as drift put back, naming the file and module, never the content.
 
-All of it runs only while this client holds the node's lease (`provisioner_client.holding`): a
+All of it runs only while this client holds the node's lease (`provisioner_client.watch.holding`): a
 second watch client for the node waits, logging once who holds it, and takes over only when the
 first released it or its lease expired.
 
@@ -38,12 +38,12 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from provisioner_client.drift import DriftWatch, put_back
 from provisioner_client.errors import ClientError
-from provisioner_client.holding import node_lease, renew, wait_for
-from provisioner_client.manifest import manifest_files
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
-from provisioner_client.resolve import Source
+from provisioner_client.resolving.manifest import manifest_files
+from provisioner_client.resolving.resolve import Source
+from provisioner_client.watch.drift import DriftWatch, put_back
+from provisioner_client.watch.holding import node_lease, renew, wait_for
 from registry.contract import AppliedValue, Bucket, subject_matches, under
 from registry.errors import BusError, ConnectionClosed
 from registry.runtime import event

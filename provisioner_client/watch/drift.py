@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner_client.concurrently import all_of
-from provisioner_client.envfile import EnvFolder, as_written
 from provisioner_client.errors import ManifestError
-from provisioner_client.manifest import LoadedManifest, load_manifest
+from provisioner_client.materializing.envfile import EnvFolder, as_written
 from provisioner_client.reconcile import ClientPlan, rendered
-from provisioner_client.resolve import Registry, Resolver, read_registry
-from provisioner_client.scope import NodeScope
+from provisioner_client.resolving.manifest import LoadedManifest, load_manifest
+from provisioner_client.resolving.resolve import Registry, Resolver, read_registry
+from provisioner_client.resolving.scope import NodeScope
 from registry.contract import AppliedValue, buckets
 from registry.wire import Bus
 

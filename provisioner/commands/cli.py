@@ -31,10 +31,10 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
+from provisioner.commands.grants_command import add_grants_command, run_grants
+from provisioner.commands.removal import node_keys, remove_keys
 from provisioner.errors import ProvisionerError
-from provisioner.grants_command import add_grants_command, run_grants
-from provisioner.removal import node_keys, remove_keys
-from provisioner.server import run_server
+from provisioner.seat.server import run_server
 from provisioner.settings import (
     ENV_PREFIX,
     CommandLogSettings,
@@ -224,7 +224,7 @@ async def _run_server(bus_options: BusOptions, settings: ServerSettings, stop: a
 
 def _query(args: argparse.Namespace) -> int:
     # The tables (rich) are loaded by the commands that print them, never by `serve`.
-    from provisioner import tables  # noqa: PLC0415
+    from provisioner.commands import tables  # noqa: PLC0415
 
     query = load_settings(QueryArguments, given_flags(args, QueryArguments), None, os.environ)
     options = _bus_options(args, f"{buckets.SEAT}-query")
@@ -247,7 +247,7 @@ async def _ask(options: BusOptions, request: Mapping[str, object], *, wait: floa
 
 
 def _top(args: argparse.Namespace) -> int:
-    from provisioner import tables, top  # noqa: PLC0415 (rich, as for `query`)
+    from provisioner.commands import tables, top  # noqa: PLC0415 (rich, as for `query`)
 
     options = top.TopOptions.of(load_settings(TopArguments, given_flags(args, TopArguments), None, os.environ))
     bus_options = _bus_options(args, f"{buckets.SEAT}-top")

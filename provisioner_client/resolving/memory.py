@@ -5,7 +5,7 @@ module, are the largest costs of a reconcile that changes nothing. So each recon
 per bucket of its own, the *stamp* of the node's keys (the stream sequence of the latest entry
 under `<node>.>`: `NodeScope.stamp`) and a digest of what they held then (for applied, the records
 themselves with their revisions: they say what was applied before); and, per applied module, the
-digest of the inputs it was resolved from (`provisioner_client.inputs`: the world, its manifest,
+digest of the inputs it was resolved from (`provisioner_client.resolving.inputs`: the world, its manifest,
 its env file's path), with the world's parts, so that a module resolved again says which part moved.
 
 A reconcile loads the memory once (`Memory.load`), asks it what may be skipped (`keys`: may the
@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner_client.envfile import EnvFolder
-from provisioner_client.inputs import World, digest_of
-from provisioner_client.manifest import LoadedManifest
-from provisioner_client.resolve import Source
-from provisioner_client.scope import LISTED_AS
+from provisioner_client.materializing.envfile import EnvFolder
+from provisioner_client.resolving.inputs import World, digest_of
+from provisioner_client.resolving.manifest import LoadedManifest
+from provisioner_client.resolving.resolve import Source
+from provisioner_client.resolving.scope import LISTED_AS
 from registry.contract import MAX_PAGE_BYTES, AppliedValue, Bucket, JsonRefused, buckets, read_json_file, shape_of
 from registry.errors import RegistryError
 from registry.wire import KvItem

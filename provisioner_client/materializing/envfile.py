@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner_client.errors import MaterializeError
-from provisioner_client.manifest import MODULE_PATTERN
+from provisioner_client.resolving.manifest import MODULE_PATTERN
 from registry.contract import JsonRefused, read_json_file
 
 log = logging.getLogger(__name__)

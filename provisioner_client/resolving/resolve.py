@@ -33,7 +33,7 @@ from typing import Generic, TypeVar
 import anyio
 from pydantic import ValidationError
 
-from provisioner_client.scope import NodeScope
+from provisioner_client.resolving.scope import NodeScope
 from registry.contract import (
     Bucket,
     BucketAnswer,

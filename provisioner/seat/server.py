@@ -28,14 +28,14 @@ import anyio
 from anyio import CancelScope
 from anyio.abc import TaskStatus
 
-from provisioner.buckets import ensure_buckets
-from provisioner.nodes import FleetView
-from provisioner.paging import PageCache
-from provisioner.registry_sync import keep_registry_compiled
-from provisioner.registry_view import RegistryView
-from provisioner.service import verb_service
+from provisioner.seat.buckets import ensure_buckets
+from provisioner.seat.registry_sync import keep_registry_compiled
 from provisioner.settings import ServerSettings
-from provisioner.verb import Verb
+from provisioner.verb.handler import Verb
+from provisioner.verb.nodes import FleetView
+from provisioner.verb.paging import PageCache
+from provisioner.verb.registry_view import RegistryView
+from provisioner.verb.service import verb_service
 from registry.access import GrantsFile, PartyMap
 from registry.edge import env_of, flag_of
 from registry.errors import ConnectionClosed, SettingsError

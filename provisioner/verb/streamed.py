@@ -28,9 +28,9 @@ from collections.abc import Sequence
 import anyio
 
 from provisioner.errors import CursorGone
-from provisioner.listing import Encoder, encode_listing
-from provisioner.pages import cursor_for, page_json, take_page, totals
-from provisioner.request import LISTABLE
+from provisioner.verb.listing import Encoder, encode_listing
+from provisioner.verb.pages import cursor_for, page_json, take_page, totals
+from provisioner.verb.request import LISTABLE
 from registry.wire import Bus, KvItem, StreamWalk, leader_floor, replicated
 
 log = logging.getLogger(__name__)

@@ -71,7 +71,7 @@ class NodeScope:
     async def stamp(self, bus: Bus, bucket: Bucket) -> int:
         """The stream sequence of the latest entry under this node's keys of `bucket` (0: none): one
         direct get of `<node>.>` itself, which the server answers with the last message under that
-        filter. Any write, delete or purge of a key of the node moves it; `provisioner_client.memory`
+        filter. Any write, delete or purge of a key of the node moves it; `provisioner_client.resolving.memory`
         compares it with the one it remembered instead of listing the keys again."""
         found = await get_direct(bus, bucket, self.filter)
         return found.revision if found is not None else 0

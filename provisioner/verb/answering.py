@@ -10,7 +10,7 @@
         NARROWED_READ   a narrowed listing: one batch read, its later pages kept; streamed when
                         it has more keys than one batch read answers
         STREAMED        anything else, a whole listing: read from the bucket's stream a page at
-                        a time (`provisioner.streamed`)
+                        a time (`provisioner.verb.streamed`)
 
 A narrowed listing reads under server-side subject filters of its key shape, so a query for one
 node never reads the whole bucket. A streamed listing's memory does not grow with the bucket,
@@ -29,13 +29,13 @@ import anyio
 import anyio.to_thread
 
 from provisioner.errors import Unavailable
-from provisioner.listing import paginate_listing
-from provisioner.nodes import FleetView, first_page, fleet_of
-from provisioner.pages import page_budget
-from provisioner.paging import PageCache
-from provisioner.registry_view import RegistryView
-from provisioner.request import LISTABLE, Asked, Query
-from provisioner.streamed import StreamedListing
+from provisioner.verb.listing import paginate_listing
+from provisioner.verb.nodes import FleetView, first_page, fleet_of
+from provisioner.verb.pages import page_budget
+from provisioner.verb.paging import PageCache
+from provisioner.verb.registry_view import RegistryView
+from provisioner.verb.request import LISTABLE, Asked, Query
+from provisioner.verb.streamed import StreamedListing
 from registry.errors import BusError, NoResponders
 from registry.wire import Bus, KvItem, TooManyKeys, current_snapshot
 

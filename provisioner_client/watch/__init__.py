@@ -1,0 +1,1 @@
+"""Watch mode: the node's lease held, changes followed, and drifted env files put back."""
