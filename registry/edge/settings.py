@@ -44,7 +44,7 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Self, TypeVar
 
 from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from registry.edge.nats_context import DEV_CONTEXT, NatsContext, NatsContexts
 from registry.errors import SettingsError
@@ -95,6 +95,19 @@ class EdgeSettings(BaseSettings):
     config_table: ClassVar[str | None] = None
     foreign_env_prefixes: ClassVar[tuple[str, ...]] = ()
     command_line_only: ClassVar[bool] = False
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """What `load_settings` gives, alone: pydantic-settings' own sources would read `os.environ`
+        (a bare `YES=1` in the shell would answer remove-node's question) and `.env` files."""
+        return (init_settings,)
 
     def resolved(self, environ: Mapping[str, str], origins: Mapping[str, str]) -> Self:
         """The settings once what was not given is looked up elsewhere; `origins` says where each

@@ -220,3 +220,13 @@ def test_grants_takes_each_party_once_in_the_order_given() -> None:
 def test_a_commands_arguments_are_never_read_from_the_environment() -> None:
     environ = {"INTERVAL": "nan", "NODE": "n1", "MESH_PROVISIONER_INTERVAL": "nan", "MESH_PROVISIONER_TOP_NODE": "n1"}
     assert arguments(TopArguments, {}, environ) == arguments(TopArguments, {})
+
+
+def test_the_process_environment_answers_no_commands_question(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`YES=1` in the operator's shell must not remove a node's keys without asking: the settings
+    read what `load_settings` is given, never `os.environ` behind its back."""
+    for name, value in {"YES": "1", "NODE": "evil", "WAIT": "1", "JSONL": "true", "LOG_LEVEL": "debug"}.items():
+        monkeypatch.setenv(name, value)
+    removal = arguments(RemoveNodeArguments, {"node": "n1"})
+    assert (removal.node, removal.yes, removal.wait) == ("n1", False, RemoveNodeArguments.model_fields["wait"].default)
+    assert arguments(QueryArguments, {}).node is None
