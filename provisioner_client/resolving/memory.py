@@ -30,7 +30,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -172,8 +172,10 @@ class Memory:
         if bucket == _KEEPS_ITEMS and items is None:
             return None
         known = self.buckets.get(bucket)
-        listed_at = time.time() if listed or known is None else known.listed_at
-        return BucketState(max(written.values(), default=stamp), digest_of(desired), listed_at, items)
+        state = BucketState(max(written.values(), default=stamp), digest_of(desired), time.time(), items)
+        if known is not None and _trusted(known.listed_at) and replace(state, listed_at=known.listed_at) == known:
+            return known  # listed again (a held module lists every time) and found as remembered: nothing to save
+        return state if listed or known is None else replace(state, listed_at=known.listed_at)
 
     def keep_keys(self, bucket: str, state: BucketState | None) -> None:
         """Remembers the node's keys of `bucket` as `state`; None forgets them (they are listed next time)."""
@@ -320,7 +322,7 @@ def _read(folder: Path, node: str) -> Memory:
         return Memory(node, folder, missing=f"memory unreadable ({err})")
     try:
         return _parsed(document, folder, node)
-    except (KeyError, TypeError, ValueError):
+    except (AttributeError, KeyError, TypeError, ValueError):  # any JSON of the wrong shape
         log.warning(
             "%s: ignored, not a remembered state; the node's keys are listed", folder / FILE, extra={"node": node}
         )

@@ -157,6 +157,23 @@ def test_what_the_memory_says_without_a_memory(tmp_path: Path) -> None:
     assert Memory.load(state.parent, NODE).keys(NEEDS, 5, {}).reason == "memory of another version"
     state.write_text("{not json")
     assert Memory.load(state.parent, NODE).keys(NEEDS, 5, {}).reason.startswith("memory unreadable")
+    for wrong in ({"needs": [1, 2]}, {"needs": {"stamp": "x"}}, {"needs": None}):  # JSON, of the wrong shape
+        state.write_text(json.dumps({"version": 1, "node": NODE, "buckets": wrong}))
+        assert Memory.load(state.parent, NODE).keys(NEEDS, 5, {}).reason == "memory unreadable (not a remembered state)"
+
+
+def test_keys_listed_again_and_found_as_remembered_are_not_saved_again(tmp_path: Path) -> None:
+    """A held module has its needs listed at every reconcile: finding them as remembered writes nothing."""
+    item = KvItem(f"{NODE}.web.config.x", b"{}", 7)
+    first = Memory.load(tmp_path, NODE)
+    first.keep_keys(NEEDS, first.converged(NEEDS, 7, [item], {item.key: b"{}"}, {}, listed=True))
+    assert first.save()
+    again = Memory.load(tmp_path, NODE)
+    again.keep_keys(NEEDS, again.converged(NEEDS, 7, [item], {item.key: b"{}"}, {}, listed=True))
+    assert not again.save()
+    moved = Memory.load(tmp_path, NODE)
+    moved.keep_keys(NEEDS, moved.converged(NEEDS, 8, [replace(item, revision=8)], {item.key: b"{}"}, {}, listed=True))
+    assert moved.save()
 
 
 def remembered_keys(at: float = 0.0) -> Memory:
@@ -214,8 +231,8 @@ def test_the_memory_is_saved_only_when_it_changed(tmp_path: Path) -> None:
 
 def test_nothing_but_the_memory_names_the_state_file() -> None:
     """So nothing else reads or writes it."""
-    package = Path(memory.__file__).parent
-    naming = [p.name for p in package.glob("*.py") if re.search(rf"{re.escape(memory.FILE)}|\bFILE\b", p.read_text())]
+    package = Path(memory.__file__).parent.parent  # the whole client, not only its resolving
+    naming = [p.name for p in package.rglob("*.py") if re.search(rf"{re.escape(memory.FILE)}|\bFILE\b", p.read_text())]
     assert naming == ["memory.py"]
 
 
