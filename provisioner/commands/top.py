@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
@@ -29,11 +28,9 @@ from provisioner.commands import tables
 from provisioner.settings import TopArguments
 from registry.contract import MergedAnswer
 from registry.errors import BusError, ServiceError
-from registry.wire import Bus, BusOptions, answer_of, connect_within
+from registry.wire import Bus, BusOptions, OnPage, answer_of, connect_within
 
 log = logging.getLogger(__name__)
-
-OnPage = Callable[[int, int | None], None]  # pages read, pages in all (None: not known yet)
 
 
 @dataclass(frozen=True)

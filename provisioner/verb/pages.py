@@ -29,10 +29,6 @@ class Encoded:
         """Its bytes in a page: each piece and its separator."""
         return sum(len(p) + 1 for p in self.entries) + sum(len(p) + 1 for p in self.malformed)
 
-    def extend(self, more: Encoded) -> None:
-        self.entries.extend(more.entries)
-        self.malformed.extend(more.malformed)
-
     def __bool__(self) -> bool:
         return bool(self.entries or self.malformed)
 

@@ -23,20 +23,17 @@ from pydantic import ValidationError
 
 from provisioner.errors import Forbidden, RequestError
 from registry.access import Party
-from registry.contract import MAX_STALE_AFTER_SECONDS, Bucket, JsonRefused, VerbRequest, What, buckets, read_json
+from registry.contract import Bucket, JsonRefused, VerbRequest, buckets, read_json
 from registry.serving import capped
 
-# The contract's bound and `what`s are read here by the settings of `query` and `top`.
 __all__ = [
     "FILTERS",
     "LISTABLE",
     "MAX_REQUEST_BYTES",
     "MAX_REQUEST_DEPTH",
-    "MAX_STALE_AFTER_SECONDS",
     "Asked",
     "Listable",
     "Query",
-    "What",
     "parse_request",
     "scoped",
 ]

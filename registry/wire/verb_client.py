@@ -65,7 +65,6 @@ MAX_PAGES = 100_000
 
 Request = VerbRequest | Mapping[str, object] | None
 PageAsker = Callable[[Mapping[str, object]], Awaitable[Page]]
-DataPageAsker = Callable[[Mapping[str, object]], Awaitable[Mapping[str, object]]]
 OnPage = Callable[[int, int | None], None]  # the page read, the pages in all (None: not known yet)
 
 
@@ -263,12 +262,3 @@ def _what_of(request: Mapping[str, object]) -> What | None:
     one, or whichever the page says when a cursor alone continues one."""
     what = request.get("what", None if "cursor" in request else "registry")
     return next((known for known in WHATS if known == what), None)
-
-
-async def _follow(request: Mapping[str, object], ask_one: DataPageAsker) -> dict[str, Any]:
-    """`follow` over pages given as JSON data (`ask_page`'s, or a test's own), joined as JSON data."""
-
-    async def typed(asked: Mapping[str, object]) -> Page:
-        return parse_page(json.dumps(await ask_one(asked)).encode(), _what_of(asked))
-
-    return (await follow(request, typed)).document()

@@ -15,9 +15,8 @@ from provisioner.verb.listing import KNOWN_VALUES, Encoder
 from provisioner.verb.pages import page_budget
 from provisioner.verb.paging import PageCache
 from provisioner.verb.streamed import READ_AHEAD_PAGES, StreamedListing
-from registry.contract import AtMost, Totals, buckets, page_json, parse_page
-from registry.wire import Bus, BusOptions, ask, ask_page, connect, delete, get_latest, put
-from registry.wire.verb_client import _follow
+from registry.contract import AtMost, NeedsRow, Page, Totals, buckets, page_json, parse_page
+from registry.wire import Bus, BusOptions, ask, ask_page, connect, delete, follow, get_latest, page_of, put
 from tests.helpers import in_own_task, put_many
 from tests.provisioner.test_scope import N1, N2, OPS, keys_of, mesh, one_page
 
@@ -94,14 +93,16 @@ async def test_the_joined_answer_keeps_a_key_written_during_the_listing_once_wit
     await put_many(bus, buckets.NEEDS, needs(400))
     moved: list[str] = []
 
-    async def ask_one(request: Mapping[str, Any]) -> dict[str, Any]:
-        page = await ask_page(bus, request)
+    async def ask_one(request: Mapping[str, object]) -> Page:
+        page = await page_of(bus, request)
         if not moved:  # after the first page: a key it answered is written again
-            moved.append(page["entries"][0]["key"])
+            first = page.entries[0]
+            assert isinstance(first, NeedsRow)
+            moved.append(first.key)
             await put(bus, buckets.NEEDS, moved[0], b'{"placeholder":"${config:y}"}')
         return page
 
-    merged = await _follow({"what": "needs"}, ask_one)
+    merged = (await follow({"what": "needs"}, ask_one)).document()
     keys = [e["key"] for e in merged["entries"]]
     assert len(keys) == len(set(keys)) == 400
     assert keys[-1] == moved[0]

@@ -100,6 +100,7 @@ SURFACES = {
         "MAX_PAGES",
         "MULTI_LAST_LIMIT",
         "Message",
+        "OnPage",
         "Outage",
         "SKEW",
         "ScopedWatch",
