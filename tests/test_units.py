@@ -143,8 +143,11 @@ def test_systemd_analyze_security_rates_each_unit_at_most_2_of_10(analyze: str, 
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
 
 
-def test_the_sysusers_file_creates_the_client_units_user(tmp_path: Path) -> None:
-    sysusers = shutil.which("systemd-sysusers") or pytest.skip("systemd-sysusers is not installed here")
+@APT_GET
+def test_the_sysusers_file_creates_the_client_units_user(analyze: str, tmp_path: Path) -> None:
+    """`analyze` installs systemd where it is missing, systemd-sysusers with it: never a silent skip."""
+    sysusers = shutil.which("systemd-sysusers")
+    assert sysusers is not None, f"systemd-sysusers is missing beside {analyze}"
     (tmp_path / "etc").mkdir()
     conf = DEPLOY / "systemd" / "mesh-provisioner.sysusers.conf"
     command = [sysusers, f"--root={tmp_path}", "--dry-run", str(conf)]

@@ -240,7 +240,7 @@ async def test_without_a_server_a_one_shot_connect_fails_at_once_in_one_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Every server refusing ends the wait, however long it may be; nothing is logged meanwhile."""
-    urls = [f"nats://127.0.0.1:{free_port()}", f"nats://127.0.0.1:{free_port()}"]
+    urls = ["nats://127.0.0.1:1", "nats://127.0.0.1:2"]  # privileged ports no test server takes: refused at once
     environ = with_contexts(tmp_path, {"lab": {"url": ",".join(urls)}}, selected="lab")
     options = options_of(["--nats-timeout", "PT10M"], environ)
     with caplog.at_level(logging.INFO, logger="registry.wire.bus"), pytest.raises(BusError) as refused:
