@@ -143,14 +143,11 @@ class _Joined:
 
     def _all_new(self, page: Page, entries: dict[object, Entry], malformed: dict[object, MalformedKey]) -> bool:
         """No key of the page answered twice in it, nor already joined."""
+        keys = entries.keys() | malformed.keys()
         return (
-            len(entries) == len(page.entries)
-            and len(malformed) == len(page.malformed)
-            and entries.keys().isdisjoint(malformed.keys())
-            and entries.keys().isdisjoint(self.entries.keys())
-            and entries.keys().isdisjoint(self.malformed.keys())
-            and malformed.keys().isdisjoint(self.entries.keys())
-            and malformed.keys().isdisjoint(self.malformed.keys())
+            len(keys) == len(page.entries) + len(page.malformed)
+            and keys.isdisjoint(self.entries)
+            and keys.isdisjoint(self.malformed)
         )
 
     def _moved(self, item: Entry | MalformedKey) -> object:

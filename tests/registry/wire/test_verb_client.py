@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.contract import NeedsRow, Page, Totals, buckets
+from registry.contract import NeedsRow, Page, Totals, buckets, parse_page
 from registry.errors import BusError
 from registry.serving import EndpointSpec, ServiceRequest, serve
 from registry.wire import Bus, answer_of, follow, page_of, put
@@ -101,3 +101,42 @@ async def test_an_answer_that_is_no_page_is_a_bus_error(bus: Bus, stand_in: list
     stand_in.append(body)
     with pytest.raises(BusError, match="the answer cannot be used"):
         await answer_of(bus, {"what": "needs"})
+
+
+def _needs_page(rows: list[str], malformed: list[str], number: int, last: bool) -> Page:
+    entries = [{"key": k, "node": "n1", "module": "m", "kind": "config", "name": k, "value": {}} for k in rows]
+    page = {
+        "what": "needs",
+        "entries": entries,
+        "malformed": [{"key": k, "reason": "bad"} for k in malformed],
+        "page": number,
+        "pages": number if last else None,
+        "total": {"entries": len(rows), "malformed": len(malformed)} if last else {"at_most": 99},
+        "next": None if last else f"L.{number + 1}",
+    }
+    return parse_page(json.dumps(page).encode(), "needs")
+
+
+@pytest.mark.parametrize(
+    ("pages", "entries", "malformed"),
+    [
+        pytest.param([(["a", "b"], [])], ["a", "b"], [], id="one page, every key new"),
+        pytest.param([(["a", "b", "a"], [])], ["b", "a"], [], id="a key twice in one page"),
+        pytest.param([(["a"], ["b"]), ([], ["b"])], ["a"], ["b"], id="a malformed key answered again"),
+        pytest.param([(["a"], ["b"]), (["b"], [])], ["a", "b"], [], id="a malformed key answered again as an entry"),
+        pytest.param([(["a", "b"], []), (["c", "a"], [])], ["b", "c", "a"], [], id="an entry answered again later"),
+    ],
+)
+async def test_a_key_answered_twice_is_kept_once_where_it_came_last(
+    pages: list[tuple[list[str], list[str]]], entries: list[str], malformed: list[str]
+) -> None:
+    given = iter(_needs_page(rows, bad, n, n == len(pages)) for n, (rows, bad) in enumerate(pages, start=1))
+
+    async def ask_one(request: Mapping[str, object]) -> Page:
+        return next(given)
+
+    answer = await follow({"what": "needs"}, ask_one)
+    rows = [entry for entry in answer.entries if isinstance(entry, NeedsRow)]
+    assert len(rows) == len(answer.entries)
+    assert ([e.key for e in rows], [m.key for m in answer.malformed]) == (entries, malformed)
+    assert answer.total == Totals(entries=len(entries), malformed=len(malformed))
