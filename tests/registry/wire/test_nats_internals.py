@@ -43,8 +43,8 @@ def test_the_installed_nats_py_is_within_the_pin_and_the_pin_is_pyproject_s() ->
     assert version("nats-py") in SpecifierSet(nats_internals.PIN)
 
 
-def _init_without(name: str) -> Callable[..., None]:
-    """An `__init__` that sets nothing, `name` included."""
+def _empty_init() -> Callable[..., None]:
+    """An `__init__` that sets nothing: the attribute each case names is among what it leaves unset."""
 
     def __init__(self: object, *args: object, **kwargs: object) -> None:
         return None
@@ -102,7 +102,7 @@ CHANGES = [
         id="the parser no longer calling the hook on the client",
     ),
     pytest.param(
-        Change(Subscription, "__init__", _init_without("_id"), "Subscription._id", RAW),
+        Change(Subscription, "__init__", _empty_init(), "Subscription._id", RAW),
         id="a subscription without its id",
     ),
     pytest.param(
@@ -130,14 +130,14 @@ CHANGES = [
         id="the headers parsed without the header-line parser",
     ),
     pytest.param(
-        Change(Client, "__init__", _init_without("_transport"), "Client._transport", "closing a connect given up"),
+        Change(Client, "__init__", _empty_init(), "Client._transport", "closing a connect given up"),
         id="a client without its transport",
     ),
     pytest.param(
         Change(
             nats.micro.service.Service,
             "__init__",
-            _init_without("_endpoints"),
+            _empty_init(),
             "Service._endpoints",
             "the service's ordered stop",
             serving=True,
@@ -148,7 +148,7 @@ CHANGES = [
         Change(
             nats.micro.service.Endpoint,
             "__init__",
-            _init_without("_subscription"),
+            _empty_init(),
             "Endpoint._subscription",
             "the service's ordered stop",
             serving=True,
@@ -173,7 +173,7 @@ def test_a_changed_internal_is_refused_naming_it_and_the_feature_it_breaks(
 
 
 def test_the_service_s_internals_are_not_the_client_s_concern(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nats.micro.service.Service, "__init__", _init_without("_endpoints"))
+    monkeypatch.setattr(nats.micro.service.Service, "__init__", _empty_init())
     check_nats_internals()
 
 
