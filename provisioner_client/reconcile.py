@@ -112,11 +112,19 @@ class Report:
     writes: dict[str, Changes] = field(default_factory=dict)
     sources: set[Source] = field(default_factory=set)
     actions_run: list[str] = field(default_factory=list)
-    listed: set[str] = field(default_factory=set)  # the buckets whose node keys were listed, not known as remembered
-    unchanged: set[str] = field(default_factory=set)  # the modules whose inputs were as before: not resolved
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # each module's: resolved again or not, and why
     key_verdicts: dict[str, Verdict] = field(default_factory=dict)  # each own bucket's: listed or not, and why
     write_seconds: dict[str, float] = field(default_factory=dict)  # how long each bucket's writes took
+
+    @property
+    def listed(self) -> set[str]:
+        """The buckets whose node keys were listed, not known as remembered."""
+        return {name for name, verdict in self.key_verdicts.items() if not verdict.as_before}
+
+    @property
+    def unchanged(self) -> set[str]:
+        """The modules whose inputs were as before: not resolved."""
+        return {module for module, verdict in self.verdicts.items() if verdict.as_before}
 
     @property
     def ok(self) -> bool:
@@ -208,7 +216,6 @@ async def _find_own_keys(own: OwnKeys, manifests: Manifests, report: Report) -> 
     needs.update(_kept(own.items(buckets.NEEDS), buckets.NEEDS.shape.parse, "module", held))
     collect.update(_kept(own.items(buckets.COLLECT), buckets.COLLECT.shape.parse, "contributor", held))
     report.key_verdicts = {name: found.verdict for name, found in own.found.items()}
-    report.listed = {name for name, verdict in report.key_verdicts.items() if not verdict.as_before}
     return _Wanted(registry, needs, collect)
 
 
@@ -268,7 +275,6 @@ def _decide(
         verdict = report.verdicts[module] = memory.verdict(loaded, world, previous.get(module), folder)
         how = "as before" if verdict.as_before else "resolved"
         log.debug("node %s: module %s %s: %s", report.node, module, how, verdict, extra={"node": report.node})
-    report.unchanged = {module for module, verdict in report.verdicts.items() if verdict.as_before}
     return set(manifests.modules) - report.unchanged
 
 
@@ -283,8 +289,9 @@ async def _materialize(
 ) -> None:
     """Each module resolved, written and its change action run, or kept as it was; a held module
     pending with its file as it was."""
+    unchanged = report.unchanged
     for module, loaded in sorted(manifests.modules.items()):
-        if module in report.unchanged:
+        if module in unchanged:
             report.modules[module] = ModuleReport(module, previous[module])
         else:
             before = previous.get(module)
@@ -327,10 +334,10 @@ def _applied(
     module's as it is stored."""
     now = datetime.now(UTC).isoformat(timespec="seconds")
     stored = {item.key: item.value for item in current if not item.deleted}
-    desired = {}
+    desired, unchanged = {}, report.unchanged
     for module, done in report.modules.items():
         key = buckets.APPLIED.shape.build(node=node, module=module)
-        if module in report.unchanged and key in stored:
+        if module in unchanged and key in stored:
             desired[key] = stored[key]
             continue
         stamped = _fitted(done.applied).stamped(previous.get(module), now)
