@@ -36,7 +36,7 @@ from pydantic_settings import SettingsConfigDict
 
 from provisioner.verb.nodes import DEFAULT_STALE_AFTER
 from provisioner.verb.request import FILTERS
-from registry.contract import MAX_STALE_AFTER_SECONDS, Verdict, What
+from registry.contract import MAX_STALE_AFTER_SECONDS, Name, Verdict, What
 from registry.edge import CommandLine, Duration, EdgeSettings, LogSettings, flag_of
 from registry.errors import SettingsError
 from registry.runtime import LogLevel
@@ -144,7 +144,6 @@ def _as_the_verb_takes(stale_after: timedelta) -> timedelta:
     return stale_after
 
 
-Named = Annotated[str, Field(min_length=1)]
 EachOnce = Annotated[tuple[str, ...], AfterValidator(_each_once)]  # a flag repeated: each name once, in order
 StaleAfter = Annotated[Duration, AfterValidator(_as_the_verb_takes)]
 State = Literal["applied", "pending", Verdict]  # a module's state (applied) or a node's verdict (nodes)
@@ -166,13 +165,11 @@ class QueryArguments(CommandArguments):
     what: Annotated[What, CommandLine(positional=True, choices=True)] = Field(
         default="registry", description="what to ask the verb for"
     )
-    node: Named | None = Field(default=None, description="narrow to one node (needs, applied, collect)")
-    module: Named | None = Field(default=None, description="narrow to one module; for collect, the contributor")
-    collection: Named | None = Field(default=None, description="narrow to one collection (collect)")
-    kind: Named | None = Field(
-        default=None, description="keep the entries of one kind (registry, needs; filtered here)"
-    )
-    name: Named | None = Field(
+    node: Name | None = Field(default=None, description="narrow to one node (needs, applied, collect)")
+    module: Name | None = Field(default=None, description="narrow to one module; for collect, the contributor")
+    collection: Name | None = Field(default=None, description="narrow to one collection (collect)")
+    kind: Name | None = Field(default=None, description="keep the entries of one kind (registry, needs; filtered here)")
+    name: Name | None = Field(
         default=None, description="keep the entries of one placeholder name (needs; filtered here)"
     )
     state: Annotated[State | None, CommandLine(choices=True)] = Field(
@@ -227,7 +224,7 @@ class QueryArguments(CommandArguments):
 class TopArguments(CommandArguments):
     """What `mesh-provisioner top` shows, and how often it asks."""
 
-    node: Named | None = Field(default=None, description="show one node only")
+    node: Name | None = Field(default=None, description="show one node only")
     stale_after: StaleAfter | None = Field(default=None, description=_STALE, json_schema_extra=_THE_SEATS)
     interval: Duration = Field(
         default=timedelta(seconds=2), gt=timedelta(0), le=timedelta(days=1), description="how often to ask"

@@ -205,6 +205,12 @@ def test_remove_node_needs_a_node_and_time_to_connect(flags: dict[str, object], 
         arguments(RemoveNodeArguments, flags)
 
 
+def test_a_name_past_the_verbs_bound_is_refused_before_anything_is_asked() -> None:
+    with pytest.raises(SettingsError, match=r"node: a name is at most 1024 bytes"):
+        arguments(QueryArguments, {"node": "é" * 513})
+    assert arguments(QueryArguments, {"node": "é" * 512}).node == "é" * 512
+
+
 def test_grants_takes_each_party_once_in_the_order_given() -> None:
     args = build_parser().parse_args(["grants", "--out", "o", "--node", "n2", "--node", "n1", "--node", "n2", "--jwt"])
     grants = arguments(GrantsArguments, given_flags(args, GrantsArguments))

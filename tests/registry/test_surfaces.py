@@ -38,6 +38,7 @@ SURFACES = {
         "MAX_VALUE_DEPTH",
         "MalformedKey",
         "MergedAnswer",
+        "Name",
         "NamePattern",
         "NeedValue",
         "NeedsPage",
