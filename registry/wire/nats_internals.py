@@ -201,6 +201,13 @@ async def drain_endpoints(service: Service) -> None:
 _WHITESPACE = re.compile(r"\s")
 _BYTES_WHITESPACE = " \t\n\r\x0b\x0c"  # what `bytes.strip()` strips
 HEADER_LINE_SIZE = len(b"NATS/1.0\r\n")  # what nats-py cuts off a header block before parsing its lines
+STATUS_AT = len(b"NATS/1.0")  # a space here: the block is a status (`NATS/1.0 404 No Messages`)
+
+
+def status_line(block: bytes) -> tuple[str, str]:
+    """The status and its description of a raw status block (`NATS/1.0 404 No Messages`)."""
+    status, _, description = block[STATUS_AT + 1 :].split(b"\r\n", 1)[0].decode("utf-8", "replace").partition(" ")
+    return status, description
 
 
 def header_lines(raw: bytes) -> dict[str, str]:

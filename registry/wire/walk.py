@@ -31,6 +31,7 @@ from registry.contract import Bucket
 from registry.errors import BusError, BusTimeout, NotFound
 from registry.wire.bus import Bus, Subscription
 from registry.wire.feed import ack_metadata, is_delete_marker
+from registry.wire.nats_internals import STATUS_AT, status_line
 
 log = logging.getLogger(__name__)
 
@@ -165,10 +166,9 @@ class StreamWalk:
     async def _on_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         if self._outstanding is None or self._failure is not None:
             return  # the tail of a walk that failed
-        if headers is not None and headers[8:9] == b" ":  # `NATS/1.0 404 No Messages`: a pull's status
+        if headers is not None and headers[STATUS_AT : STATUS_AT + 1] == b" ":  # a pull's status
             if subject.endswith(b".%s" % self._outstanding.encode()):  # sent to the pull's own reply subject
-                status, _, description = headers[9:].split(b"\r\n", 1)[0].decode().partition(" ")
-                await self._end(status, description)
+                await self._end(*status_line(headers))
             return
         stream_seq, consumer_seq, pending = ack_metadata(reply.decode())
         if consumer_seq != self._consumer_sequence + 1:
