@@ -192,7 +192,7 @@ SURFACES = {
         "given_flags",
         "load_settings",
     ],
-    "registry.runtime": ["LogFormat", "LogLevel", "configure_logging", "event", "until_signalled"],
+    "registry.runtime": ["LogFormat", "LogLevel", "configure_logging", "event", "terminal_safe", "until_signalled"],
     "registry.provider": ["BOUND_KIND", "Bind", "BoundNeed", "bound_needs", "desired_values", "provide"],
 }
 
