@@ -3,7 +3,7 @@ the seat serving in the data account, and a connection for any party on its own 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +16,7 @@ from mesh_dev.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, StandIns, Vault
 from registry.access import (
     SERVER_AUTH,
     SYSTEM_USER,
+    AccountGrant,
     Grants,
     Kind,
     MeshParties,
@@ -26,7 +27,12 @@ from registry.access import (
     render_server_auth,
     seed_path,
 )
-from registry.contract import buckets
+
+# The renderers `issue_grants` uses, reached past the surface: a test hands them grants it widened.
+from registry.access.accounts_conf import render_accounts
+from registry.access.grants import verb_subjects
+from registry.access.jwt_auth import write_jwt_auth
+from registry.contract import buckets, load_catalogue
 from registry.serving import EndpointSpec, serve
 from registry.wire import Bus, BusOptions, connect
 from tests.helpers import serving
@@ -39,6 +45,29 @@ OPERATORS = ("ops",)
 
 def party(kind: Kind, name: str = "") -> Party:
     return Party(kind=kind, name=name or {Kind.SEAT: buckets.SEAT, Kind.VAULT: "vault"}.get(kind, name))
+
+
+Widening = Callable[[Grants], Grants]
+
+
+def granting(who: Party, *imports: dict[str, str | bool]) -> Widening:
+    """Grants widened on purpose: `who` also imports `imports` (an `Import`'s fields), as if
+    `registry.access.grants` derived them; the data account then exports them too."""
+
+    def widen(grants: Grants) -> Grants:
+        parties = [_with_imports(g, imports) if g.party == who else g for g in grants.parties]
+        return Grants.model_validate({**grants.model_dump(), "parties": [g.model_dump() for g in parties]})
+
+    return widen
+
+
+def _with_imports(grant: AccountGrant, imports: Sequence[dict[str, str | bool]]) -> AccountGrant:
+    granted = grant.model_dump()
+    return AccountGrant.model_validate({**granted, "imports": [*granted["imports"], *imports]})
+
+
+def _vault_subjects() -> list[str]:
+    return verb_subjects(load_catalogue(None))
 
 
 @dataclass(frozen=True)
@@ -67,13 +96,16 @@ async def mesh_server(
     nodes: Sequence[str] = NODES,
     providers: Sequence[str] = PROVIDERS,
     operators: Sequence[str] = OPERATORS,
+    widen: Widening | None = None,
 ) -> AsyncIterator[Mesh]:
-    """nats-server with the generated accounts and the seat serving in the data account."""
+    """nats-server with the generated accounts (as `widen` widens them, if given) and the seat
+    serving in the data account."""
     keys = state / "keys"
     grants = issue_grants(keys, MeshParties(nodes=nodes, providers=providers, operators=operators))
     config_dir = state / "nats"
     config_dir.mkdir(parents=True, exist_ok=True)
-    (config_dir / "accounts.conf").write_text((keys / "accounts.conf").read_text())
+    accounts = render_accounts(widen(grants), _vault_subjects()) if widen else (keys / "accounts.conf").read_text()
+    (config_dir / "accounts.conf").write_text(accounts)
     async with local_nats(config_dir, "include ./accounts.conf") as server:
         mesh = Mesh(server, keys, grants)
         async with seat_serving(mesh, keys / "grants.json", providers):
@@ -108,11 +140,15 @@ class JwtMesh(Mesh):
 
 
 @asynccontextmanager
-async def jwt_mesh_server(state: Path, *, nodes: Sequence[str] = NODES) -> AsyncIterator[JwtMesh]:
-    """nats-server in JWT mode with the accounts of the issued grants preloaded (its resolver takes
-    more at run time), and the seat serving in the data account."""
+async def jwt_mesh_server(
+    state: Path, *, nodes: Sequence[str] = NODES, widen: Widening | None = None
+) -> AsyncIterator[JwtMesh]:
+    """nats-server in JWT mode with the accounts of the issued grants (as `widen` widens them, if
+    given) preloaded (its resolver takes more at run time), and the seat serving in the data account."""
     keys, out, config_dir = state / "keys", state / "grants", state / "nats"
     grants = issue_grants(out, MeshParties(nodes=nodes, providers=PROVIDERS, operators=OPERATORS), keys=keys, jwt=True)
+    if widen:
+        write_jwt_auth(out, widen(grants), _vault_subjects(), keys=keys)
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / SERVER_AUTH).write_text(render_server_auth(load_jwt_auth(out), config_dir / "resolver"))
     async with local_nats(config_dir, f"include ./{SERVER_AUTH}") as server:

@@ -1,5 +1,8 @@
 """Issue 8's attacks, each on a real nats-server running the configuration `mesh-provisioner grants`
-writes, each judged by the data: the target's keys, revisions and contents are unchanged after.
+writes (static and JWT accounts), each judged by the data: the target's keys, revisions and
+contents are unchanged after; a request attack also by what came back to it: a refusal only, no key
+name, no value, no count (`tests/attacks.py`; `tests/test_isolation_sees_a_leak.py` shows that
+these judges fail on grants widened on purpose).
 
 On the single-account configuration these attacks succeeded (issue 8 lists how); across accounts
 a reply subject names the requester's own namespace, and a party holds no JetStream API in the
@@ -8,22 +11,29 @@ data account.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from functools import partial
 
 import anyio
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import NoRespondersError
 
 from provisioner.seat.buckets import ensure_buckets
 from registry.access import Kind
 from registry.contract import Bucket, buckets
 from registry.errors import BusError, ServiceError
-from registry.wire import BucketConfig, Bus, ask, get_latest, put, snapshot, update
+from registry.wire import BucketConfig, Bus, ask, get_latest, put, update
+from tests.attacks import (
+    API_ATTACKS,
+    READ_ATTACKS,
+    RequestAttack,
+    everything,
+    named,
+    nothing_comes_back,
+    unchanged_after,
+)
 from tests.helpers import in_own_task
 from tests.isolation import Mesh, party
 
@@ -50,24 +60,6 @@ async def attacker(mesh: Mesh, seat: Bus) -> AsyncIterator[Client]:
         yield client
     finally:
         await client.close()
-
-
-async def everything(seat: Bus) -> dict[str, list[tuple[str, bytes, int, bool]]]:
-    """Every key of the four buckets as the seat sees them: key, value, revision, deleted."""
-    found = {}
-    for bucket in buckets.OWN:
-        items = await snapshot(seat, bucket, include_deleted=True)
-        found[bucket.name] = sorted((i.key, i.value, i.revision, i.deleted) for i in items)
-    return found
-
-
-async def unchanged_after(seat: Bus, attack: Any) -> None:
-    before = await everything(seat)
-    with contextlib.suppress(Exception):  # the attack may fail loudly or quietly: only the data is judged
-        await attack()
-    # Nothing can be awaited for an answer that must never land: give it the time it would take.
-    await anyio.sleep(0.2)
-    assert await everything(seat) == before
 
 
 async def test_a_node_writes_and_reads_its_own_keys_and_asks_the_verb(mesh: Mesh, seat: Bus) -> None:
@@ -162,67 +154,28 @@ async def test_a_rollup_header_on_a_nodes_own_put_wipes_nothing(seat: Bus, attac
     await unchanged_after(seat, attack)
 
 
-CONSUMER_INTO_REGISTRY = {
-    "stream_name": buckets.NEEDS.stream,
-    "config": {
-        "name": "evil",
-        "deliver_subject": "$KV.mesh-provisioner_registry.secret",
-        "filter_subject": "$KV.mesh-provisioner_needs.n1.>",
-        "ack_policy": "none",
-        "deliver_policy": "last_per_subject",
-    },
-}
-
-
-@pytest.mark.parametrize(
-    ("subject", "body"),
-    [
-        (
-            f"$JS.API.CONSUMER.CREATE.{buckets.NEEDS.stream}.evil.$KV.mesh-provisioner_needs.n1.>",
-            CONSUMER_INTO_REGISTRY,
-        ),
-        (f"$JS.API.CONSUMER.DURABLE.CREATE.{buckets.NEEDS.stream}.evil", CONSUMER_INTO_REGISTRY),
-        (f"$JS.API.STREAM.INFO.{buckets.NEEDS.stream}", {"subjects_filter": ">"}),
-        (f"$JS.API.STREAM.PURGE.{buckets.APPLIED.stream}", {}),
-        (f"$JS.API.STREAM.DELETE.{buckets.COLLECT.stream}", {}),
-        (f"$JS.API.DIRECT.GET.{buckets.NEEDS.stream}.{buckets.NEEDS.subject('n2.web.config.x')}", None),
-        (f"$JS.API.DIRECT.GET.{buckets.NEEDS.stream}", {"multi_last": ["$KV.mesh-provisioner_needs.>"]}),
-    ],
-    ids=[
-        "a consumer delivering into the registry",
-        "a durable consumer",
-        "stream info listing key names",
-        "a purge",
-        "a stream delete",
-        "a get of another node's key",
-        "a batch get of the whole needs bucket",
-    ],
-)
-async def test_a_node_holds_no_jetstream_api_in_the_data_account(
-    seat: Bus, attacker: Client, subject: str, body: dict[str, Any] | None
+@pytest.mark.parametrize("attack", READ_ATTACKS, ids=named(READ_ATTACKS))
+async def test_a_node_reads_nothing_of_another_node_or_the_whole_bucket(
+    seat: Bus, attacker: Client, attack: RequestAttack
 ) -> None:
-    async def attack() -> None:
-        data = json.dumps(body).encode() if body is not None else b""
-        try:
-            reply = await attacker.request(subject, data, timeout=1)
-        except NoRespondersError:
-            return
-        # The node's own account answers for itself (it has no JetStream): an error, nothing of MESH.
-        assert b"error" in reply.data or (reply.headers or {}).get("Status") in ("404", "503"), reply.data
+    await unchanged_after(seat, partial(nothing_comes_back, seat, attacker, attack))
 
-    await unchanged_after(seat, attack)
+
+@pytest.mark.parametrize("attack", API_ATTACKS, ids=named(API_ATTACKS))
+async def test_a_node_holds_no_jetstream_api_in_the_data_account(
+    seat: Bus, attacker: Client, attack: RequestAttack
+) -> None:
+    await unchanged_after(seat, partial(nothing_comes_back, seat, attacker, attack))
     consumers = await seat.jetstream(f"CONSUMER.NAMES.{buckets.NEEDS.stream}", {}, operation="consumer names")
     assert "evil" not in (consumers["consumers"] or [])
 
 
 async def test_a_provider_cannot_create_a_stream_to_capture_inboxes_or_verbs(mesh: Mesh, seat: Bus) -> None:
-    provider = await mesh.raw(POSTGRES)
     config = {"name": "KV_mysql_bound", "subjects": ["_INBOX.>", "mesh-vault.>", "$KV.mysql_bound.>"]}
+    capture = RequestAttack("a stream capturing inboxes and verbs", "$JS.API.STREAM.CREATE.KV_mysql_bound", config)
+    provider = await mesh.raw(POSTGRES)
     try:
-        reply = await provider.request("$JS.API.STREAM.CREATE.KV_mysql_bound", json.dumps(config).encode(), timeout=1)
-        assert b"error" in reply.data, reply.data  # its own account has no JetStream
-    except NoRespondersError:
-        pass
+        await nothing_comes_back(seat, provider, capture)  # its own account has no JetStream
     finally:
         await provider.close()
     names = (await seat.jetstream("STREAM.NAMES", {}, operation="names"))["streams"]
