@@ -47,7 +47,7 @@ from provisioner.settings import (
 from registry.contract import Bucket, MergedAnswer, buckets
 from registry.edge import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
 from registry.errors import CatalogueError, RegistryError, ServiceError, SettingsError, sole_exception
-from registry.runtime import configure_logging, until_signalled
+from registry.runtime import configure_logging, terminal_safe, until_signalled
 from registry.wire import BusOptions, KvItem, answer_patiently, connect_within
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ours = _ours(err)
         if ours is None:
             raise
-        print(f"mesh-provisioner {args.command}: {ours}", file=sys.stderr)
+        print(f"mesh-provisioner {args.command}: {terminal_safe(str(ours))}", file=sys.stderr)
         return _exit_code(ours)
 
 
@@ -275,7 +275,7 @@ async def _remove(options: BusOptions, node: str, *, confirmed: bool, wait: time
             return EXIT_USAGE
         removed = await remove_keys(bus, found)
     for bucket, keys in removed.items():
-        print("\n".join(f"removed {bucket} {key}" for key in keys))
+        print("\n".join(f"removed {bucket} {terminal_safe(key)}" for key in keys))
     print(f"removed {sum(len(keys) for keys in removed.values())} keys of node {node!r}")
     return EXIT_OK
 
@@ -283,7 +283,8 @@ async def _remove(options: BusOptions, node: str, *, confirmed: bool, wait: time
 def _confirm(node: str, found: dict[Bucket, list[KvItem]]) -> bool:
     """Shows what would be removed and asks on a terminal; anywhere else, `--yes` is needed."""
     for bucket, items in found.items():
-        print("\n".join(f"{bucket.name} {item.key}" for item in sorted(items, key=lambda item: item.key)))
+        keys = sorted(item.key for item in items)
+        print("\n".join(f"{bucket.name} {terminal_safe(key)}" for key in keys))
     count = sum(len(items) for items in found.values())
     if not sys.stdin.isatty():
         return False

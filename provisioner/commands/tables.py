@@ -5,13 +5,14 @@ of its `what`, and one row per malformed key, marked so. `kind`, `name` and `sta
 fields of the verb: `narrowed` keeps the entries that match them, after the verb's own narrowing
 by node, module and collection, and keeps every malformed key (its parts cannot be read).
 On a terminal the tables are boxed and coloured; anywhere else they are plain aligned columns
-with a header line, never wrapped, for `grep` and `less`.
+with a header line, never wrapped, for `grep` and `less`. Either way a cell shows what a node wrote
+as text: every character a terminal would act on is escaped (`registry.runtime.terminal_safe`),
+and no cell is read as rich markup. JSON to a terminal is ASCII, to a pipe or a file UTF-8 as written.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,6 +41,7 @@ from registry.contract import (
     Totals,
     entry_data,
 )
+from registry.runtime import terminal_safe
 
 COLUMNS: Mapping[str, tuple[str, ...]] = {
     "registry": ("kind", "domain", "module", "via", "where"),
@@ -194,47 +196,60 @@ class Output:
     as_jsonl: bool = False
     compact: bool = False
 
-    def dumps(self, document: object) -> str:
-        return json.dumps(document, indent=None if self.compact else 2, ensure_ascii=False)
+    def dumps(self, document: object, *, to_terminal: bool = False) -> str:
+        return json_text(document, indent=None if self.compact else 2, to_terminal=to_terminal)
+
+
+def json_text(document: object, *, indent: int | None = None, to_terminal: bool = False) -> str:
+    """`document` as JSON: UTF-8 as written for a pipe or a file; for a terminal ASCII only, every
+    other character a `\\u` escape, so that nothing a node wrote (a C1 control, a bidi override) is
+    acted on."""
+    if not to_terminal:
+        return json.dumps(document, indent=indent, ensure_ascii=False)
+    return json.dumps(document, indent=indent).replace("\x7f", "\\u007f")  # DEL is ASCII: ensure_ascii keeps it
 
 
 def print_query_answer(answer: MergedAnswer, output: Output, out: TextIO) -> None:
     """The merged answer as `output` says."""
+    to_terminal = out.isatty()
     if output.as_jsonl:
-        out.writelines(f"{line}\n" for line in json_lines(answer))
+        out.writelines(f"{line}\n" for line in json_lines(answer, to_terminal=to_terminal))
     elif output.as_json:
-        print(output.dumps(answer.document()), file=out)
+        print(output.dumps(answer.document(), to_terminal=to_terminal), file=out)
     else:
         print_answer(answer, console_for(out))
 
 
 def print_reasons(answer: MergedAnswer, output: Output, out: TextIO) -> None:
     """Each reason a module is pending, with its modules (`--by-reason`), as `output` says."""
+    to_terminal = out.isatty()
     if output.as_jsonl:
-        out.writelines(f"{line}\n" for line in reason_lines(answer))
+        out.writelines(f"{line}\n" for line in reason_lines(answer, to_terminal=to_terminal))
     elif output.as_json:
         grouped = {"reasons": by_reason(answer), "malformed": [bad.model_dump() for bad in answer.malformed]}
-        print(output.dumps(grouped), file=out)
+        print(output.dumps(grouped, to_terminal=to_terminal), file=out)
     else:
         print_by_reason(answer, console_for(out))
 
 
-def json_lines(answer: MergedAnswer) -> Iterator[str]:
+def json_lines(answer: MergedAnswer, *, to_terminal: bool = False) -> Iterator[str]:
     """One JSON object per entry, as the answer has it, then one per malformed key, marked
     `"malformed": true`."""
-    return _lines((entry_data(entry) for entry in answer.entries), answer.malformed)
+    return _lines((entry_data(entry) for entry in answer.entries), answer.malformed, to_terminal)
 
 
-def reason_lines(answer: MergedAnswer) -> Iterator[str]:
+def reason_lines(answer: MergedAnswer, *, to_terminal: bool = False) -> Iterator[str]:
     """One JSON object per reason (`by_reason`), then one per malformed key, marked so."""
-    return _lines(by_reason(answer), answer.malformed)
+    return _lines(by_reason(answer), answer.malformed, to_terminal)
 
 
-def _lines(documents: Iterable[Mapping[str, object]], malformed: Iterable[MalformedKey]) -> Iterator[str]:
+def _lines(
+    documents: Iterable[Mapping[str, object]], malformed: Iterable[MalformedKey], to_terminal: bool
+) -> Iterator[str]:
     for document in documents:
-        yield json.dumps(document, ensure_ascii=False)
+        yield json_text(document, to_terminal=to_terminal)
     for bad in malformed:
-        yield json.dumps({**bad.model_dump(), "malformed": True}, ensure_ascii=False)
+        yield json_text({**bad.model_dump(), "malformed": True}, to_terminal=to_terminal)
 
 
 def console_for(out: TextIO) -> Console:
@@ -337,9 +352,10 @@ def _bad_key(bad: MalformedKey) -> str:
 
 def _table(header: Sequence[str], body: Sequence[Sequence[str | Text]], console: Console, style: str = "") -> Table:
     terminal = console.is_terminal
+    cells = [[_cell(cell) for cell in row] for row in body]
     table = Table(box=box.SIMPLE_HEAD if terminal else None, pad_edge=terminal, show_edge=terminal)
     for column, title in enumerate(header):
-        short = max((len(row[column]) for row in body), default=0) <= SHORT_CELL  # counts, verdicts: never wrapped
+        short = max((row[column].cell_len for row in cells), default=0) <= SHORT_CELL  # counts, verdicts: never wrapped
         table.add_column(
             Text(title),
             header_style="bold" if terminal else "",
@@ -347,23 +363,20 @@ def _table(header: Sequence[str], body: Sequence[Sequence[str | Text]], console:
             no_wrap=short,
             min_width=len(title) if short else None,
         )
-    for row in body:
-        table.add_row(*(Text(_printable(cell)) if isinstance(cell, str) else cell for cell in row))  # never markup
+    for row in cells:
+        table.add_row(*row)
     return table
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def _printable(cell: str) -> str:
-    """`cell` with its control characters written as escapes (`\\x1b`): cells show what nodes
-    wrote (a lease's host, a reason), and an escape sequence must not reach the operator's terminal."""
-    return _CONTROL.sub(lambda found: repr(found.group())[1:-1], cell)
+def _cell(cell: str | Text) -> Text:
+    """A text cell as rich text, never read as markup, with what a terminal acts on escaped: cells
+    show what nodes wrote (a key, a lease's host, a reason). A `Text` is a cell already made."""
+    return Text(terminal_safe(cell)) if isinstance(cell, str) else cell
 
 
 def _verdict_styled(row: Sequence[str]) -> list[str | Text]:
     """A nodes row with its verdict coloured (on a terminal; plain output drops the style)."""
-    return [row[0], Text(_printable(row[1]), style=VERDICT_STYLES.get(row[1], "")), *row[2:]]
+    return [row[0], Text(terminal_safe(row[1]), style=VERDICT_STYLES.get(row[1], "")), *row[2:]]
 
 
 def nodes_table(answer: MergedAnswer, console: Console) -> Table:

@@ -28,6 +28,7 @@ from provisioner.commands import tables
 from provisioner.settings import TopArguments
 from registry.contract import MergedAnswer
 from registry.errors import BusError, ServiceError
+from registry.runtime import terminal_safe
 from registry.wire import Bus, BusOptions, OnPage, answer_of, connect_within
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ def frame(answer: MergedAnswer | None, problem: str | None, console: Console, ta
         summary = tables.fleet_summary(answer) + (f"; {malformed} malformed" if malformed else "")
         parts.append(Text(f"{when}  {summary}", style="bold" if console.is_terminal else ""))
     if problem is not None:
-        parts.append(Text(f"{when}  {problem}", style="red" if console.is_terminal else ""))
+        parts.append(Text(f"{when}  {terminal_safe(problem)}", style="red" if console.is_terminal else ""))
     if answer is not None:
         parts.append(tables.nodes_table(answer, console))
     return Group(*parts)
