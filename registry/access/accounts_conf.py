@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from registry.access.grants import AccountGrant, Grants, Import, vault_listens
+from registry.access.limits import PartyLimits, limits_of
 from registry.access.parties import DATA_ACCOUNT, Kind
 
 HEADER = """\
@@ -72,8 +73,22 @@ def _exports(parties: Sequence[AccountGrant]) -> dict[tuple[str, str, bool], set
 def _party_account(grant: AccountGrant) -> list[str]:
     lines = [f"  {_quoted(grant.account)} {{", f"    users: [{{nkey: {_quoted(grant.user_key)}}}]", "    imports: ["]
     lines += [f"      {_import(item)}" for item in grant.imports]
-    lines += ["    ]", "  }"]
+    lines += ["    ]", f"    limits {{{_limits(limits_of(grant.party.kind))}}}  # {LIMITS_NOTE}", "  }"]
     return lines
+
+
+LIMITS_NOTE = "connections of the account; subscriptions and bytes of one message, of each connection"
+
+
+def _limits(limits: PartyLimits) -> str:
+    """The account's limits as nats-server's static configuration names them."""
+    found = {
+        "max_connections": limits.connections,
+        "max_subscriptions": limits.subscriptions,
+        "max_payload": limits.payload,
+        "max_leafnodes": limits.leafnodes,
+    }
+    return ", ".join(f"{name}: {value}" for name, value in found.items() if value is not None)
 
 
 def _import(item: Import) -> str:

@@ -38,6 +38,7 @@ import nkeys
 
 from registry.access.credentials import SEED_SUFFIX, CredentialError, write_secret
 from registry.access.grants import AccountGrant, Grants, Import, vault_listens
+from registry.access.limits import PartyLimits, limits_of
 from registry.access.parties import DATA_ACCOUNT, SYSTEM_ACCOUNT, Kind, Party
 from registry.errors import BusError
 
@@ -67,12 +68,6 @@ _UNLIMITED = {
     "leaf": NO_LIMIT,
 }
 _JETSTREAM = {"mem_storage": NO_LIMIT, "disk_storage": NO_LIMIT, "streams": NO_LIMIT, "consumer": NO_LIMIT}
-# What a party account may hold: it exports nothing, attaches no leaf node and has no JetStream.
-PARTY_LIMITS: Mapping[Kind, Mapping[str, int]] = {
-    Kind.NODE: {"conn": 16, "subs": 1000},
-    Kind.PROVIDER: {"conn": 64, "subs": 10_000},
-    Kind.OPERATOR: {"conn": 16, "subs": 1000},
-}
 _CREDS_JWT = re.compile(r"-----BEGIN NATS USER JWT-----\s*(\S+)\s*------END NATS USER JWT------")
 
 
@@ -232,8 +227,14 @@ def export_subject(subject: str) -> str:
 
 def party_account(grant: AccountGrant, data: Nkey) -> dict[str, Any]:
     """A party's account: its imports exactly as granted, bounded, without JetStream."""
-    limits = {**_UNLIMITED, "exports": 0, "wildcards": False, "leaf": 0, **PARTY_LIMITS[grant.party.kind]}
+    limits = {**_UNLIMITED, "exports": 0, "wildcards": False, **_claimed(limits_of(grant.party.kind))}
     return {"type": "account", "imports": [_import(item, data.public_key) for item in grant.imports], "limits": limits}
+
+
+def _claimed(limits: PartyLimits) -> dict[str, int]:
+    """The account's limits as its JWT claims name them (`registry.access.limits`)."""
+    payload = NO_LIMIT if limits.payload is None else limits.payload
+    return {"conn": limits.connections, "subs": limits.subscriptions, "payload": payload, "leaf": limits.leafnodes}
 
 
 def _system_account() -> dict[str, Any]:

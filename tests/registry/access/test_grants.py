@@ -10,7 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry.access import Grants, Kind, MeshParties, Party, derive_grants, issue_grants, load_party_map
+from registry.access import (
+    Grants,
+    Kind,
+    MeshParties,
+    Party,
+    account_jwt_path,
+    claims_of,
+    derive_grants,
+    issue_grants,
+    load_party_map,
+)
+from registry.access.limits import PARTY_LIMITS
 from registry.contract import buckets, encode_token, load_catalogue, subject_matches
 
 
@@ -83,3 +94,19 @@ def test_the_grants_file_maps_accounts_back_to_parties(tmp_path: Path) -> None:
     info = json.dumps({"acc": "node-a=2Eb", "user": "U"})
     assert parties.who_asks({"Nats-Request-Info": info}) == Party(kind=Kind.NODE, name="a.b")
     assert re.search(r'"node-a=2Eb"', (tmp_path / "accounts.conf").read_text())
+
+
+@pytest.mark.parametrize("kind", [Kind.NODE, Kind.PROVIDER, Kind.OPERATOR], ids=lambda k: f"a {k.value}")
+def test_both_configurations_carry_the_one_table_of_limits(tmp_path: Path, kind: Kind) -> None:
+    issue_grants(tmp_path, MeshParties(nodes=["n1"], providers=["postgres"], operators=["ops"]), jwt=True)
+    name = {Kind.NODE: "n1", Kind.PROVIDER: "postgres", Kind.OPERATOR: "ops"}[kind]
+    label = Party(kind=kind, name=name).label
+    limits = PARTY_LIMITS[kind]
+    assert limits.payload is not None
+    block = (tmp_path / "accounts.conf").read_text().split(f'"{label}" {{', 1)[1].split("\n  }", 1)[0]
+    static = dict(re.findall(r"(max_\w+): (\d+)", block))
+    claimed = claims_of(account_jwt_path(tmp_path, label).read_text().strip())["nats"]["limits"]
+    figures = (limits.connections, limits.subscriptions, limits.payload, limits.leafnodes)
+    assert tuple(int(static[f"max_{n}"]) for n in ("connections", "subscriptions", "payload", "leafnodes")) == figures
+    assert (claimed["conn"], claimed["subs"], claimed["payload"], claimed["leaf"]) == figures
+    assert (claimed["exports"], claimed["wildcards"]) == (0, False)
