@@ -108,6 +108,7 @@ class Memory:
     modules: dict[str, ModuleState] = field(default_factory=dict)
     missing: str = "first run"
     _as_loaded: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _sources_read: frozenset[Source] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, folder: Path, node: str) -> Memory:
@@ -184,9 +185,11 @@ class Memory:
         else:
             self.buckets[bucket] = state
 
-    def sources_read(self) -> set[Source]:
-        """The places the modules read values from last time, as remembered."""
-        return {source for source in map(_source_of, self.sources) if source is not None}
+    def sources_read(self) -> frozenset[Source]:
+        """The places the modules read values from last time, as remembered (parsed once)."""
+        if self._sources_read is None:
+            self._sources_read = frozenset(source for source in map(_source_of, self.sources) if source is not None)
+        return self._sources_read
 
     def verdict(self, loaded: LoadedManifest, world: World, applied: AppliedValue | None, folder: EnvFolder) -> Verdict:
         """Whether a module may be left unresolved: it was applied (`applied`) from the inputs it has
@@ -226,6 +229,7 @@ class Memory:
         self.world = world.digest if vouched else None
         self.world_parts = {**world.parts, "stamps": dict(world.stamps)} if vouched else {}
         self.sources = sorted(_document_of(source) for source in sources)
+        self._sources_read = None
         self.modules = modules
 
     def _inputs_moved(self, loaded: LoadedManifest, world: World, folder: EnvFolder) -> str | None:
@@ -405,7 +409,12 @@ def _source_of(document: object) -> Source | None:
     """A source as `_document_of` wrote it, or None."""
     if not isinstance(document, list) or len(document) != 3 or not all(isinstance(p, str) for p in document):
         return None
-    name, shape, subject_filter = (str(part) for part in document)
+    return _parsed_source(*document)
+
+
+# A watching client reads the same few hundred sources at every reconcile: each is parsed once.
+@functools.lru_cache(maxsize=4096)
+def _parsed_source(name: str, shape: str, subject_filter: str) -> Source | None:
     try:
         return Source(Bucket(name, _shape_of(shape)), subject_filter)
     except RegistryError:

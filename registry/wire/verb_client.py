@@ -144,10 +144,12 @@ class _Joined:
     def _all_new(self, page: Page, entries: dict[object, Entry], malformed: dict[object, MalformedKey]) -> bool:
         """No key of the page answered twice in it, nor already joined."""
         keys = entries.keys() | malformed.keys()
+        # A dict's view iterates the smaller side; `set.isdisjoint(dict)` would walk every key
+        # joined so far at each page, quadratic in a long listing.
         return (
             len(keys) == len(page.entries) + len(page.malformed)
-            and keys.isdisjoint(self.entries)
-            and keys.isdisjoint(self.malformed)
+            and self.entries.keys().isdisjoint(keys)
+            and self.malformed.keys().isdisjoint(keys)
         )
 
     def _moved(self, item: Entry | MalformedKey) -> object:
