@@ -72,7 +72,9 @@ examples:
 _EPILOG_QUERY = """\
 --node, --module and --collection are asked of the verb (nats-server narrows the listing); --kind,
 --name and --state are then applied here, to the entries answered. Malformed keys under the
-narrowing are always listed, marked, and make the exit code 4.
+narrowing are always listed, marked, and make the exit code 4. A table shows what nodes wrote as
+text: each control, bidirectional or other format character as an escape (\\x1b, \\u202e), a
+backslash as two. --json and --jsonl are ASCII on a terminal (\\u escapes), UTF-8 as written elsewhere.
 
 examples:
   mesh-provisioner query                           the registry: one entry per kind
