@@ -31,7 +31,7 @@ from anyio.abc import TaskStatus
 from provisioner.seat.buckets import ensure_buckets
 from provisioner.seat.registry_sync import keep_registry_compiled
 from provisioner.settings import ServerSettings
-from provisioner.verb.handler import Verb
+from provisioner.verb.handler import GRANTS_SETTING, Verb
 from provisioner.verb.nodes import FleetView
 from provisioner.verb.paging import PageCache
 from provisioner.verb.registry_view import RegistryView
@@ -62,6 +62,12 @@ async def run_server(
     lost = anyio.Event()
     if parties is None and settings.grants_file is not None:
         parties = read_grants(settings.grants_file)
+    if parties is None:
+        log.warning(
+            "no grants file (%s): answering only requests from this seat's own account; "
+            "a request the bus says came from another account is refused",
+            GRANTS_SETTING,
+        )
     async with AsyncExitStack() as resources, anyio.create_task_group() as tasks:
         tasks.start_soon(_give_up_if_stopped_before, ready, stop, tasks.cancel_scope)
         bus = await resources.enter_async_context(connect(bus_options))

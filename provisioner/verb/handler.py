@@ -2,10 +2,11 @@
 
 Who asks comes from the bus: with a `PartyMap` (the grants the controller issued), the header
 `Nats-Request-Info` names the asking account, and the query is scoped to that party
-(`provisioner.verb.request.scoped`). Without one, every request is answered about the mesh, as on a
-single-account development bus. How the scoped query is answered (from memory, or by reading a
-bucket) is decided in one place, `provisioner.verb.answering`. The contract of requests and answers
-is in the README.
+(`provisioner.verb.request.scoped`). Without one the seat fails closed: it answers only requests
+from inside its own account (a single-account development bus, where no request carries the
+header), about the mesh, and refuses any request the bus says came from another account. How the
+scoped query is answered (from memory, or by reading a bucket) is decided in one place,
+`provisioner.verb.answering`. The contract of requests and answers is in the README.
 """
 
 from __future__ import annotations
@@ -13,13 +14,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from provisioner.errors import Forbidden
+from provisioner.settings import ServerSettings
 from provisioner.verb.answering import Answer, Answering
 from provisioner.verb.nodes import FleetView
 from provisioner.verb.paging import PageCache
 from provisioner.verb.registry_view import RegistryView
 from provisioner.verb.request import Asked, parse_request, scoped
-from registry.access import Party, PartyMap, UnknownAccount
+from registry.access import REQUEST_INFO, Party, PartyMap, UnknownAccount
+from registry.edge import env_of, flag_of
 from registry.wire import Bus
+
+GRANTS_SETTING = f"{flag_of(ServerSettings, 'grants_file')}, {env_of(ServerSettings, 'grants_file')}"
+NO_GRANTS = (
+    f"the request came from another account, and this seat was started without a grants file "
+    f"({GRANTS_SETTING}): it answers only its own account's requests"
+)
 
 
 class Verb:
@@ -48,6 +57,8 @@ class Verb:
 
     def who_asks(self, headers: Mapping[str, str]) -> Party | None:
         if self.parties is None:
+            if REQUEST_INFO in headers:
+                raise Forbidden(NO_GRANTS)
             return None
         try:
             return self.parties.who_asks(headers)

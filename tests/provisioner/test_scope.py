@@ -28,7 +28,7 @@ from registry.contract import buckets
 from registry.errors import ServiceError
 from registry.serving import EndpointSpec, serve
 from registry.wire import Bus, BusOptions, ask, connect, get_latest
-from tests.helpers import in_own_task, put_many
+from tests.helpers import in_own_task, logged, put_many
 
 N1, N2 = Party(kind=Kind.NODE, name="n1"), Party(kind=Kind.NODE, name="n2")
 OPS = Party(kind=Kind.OPERATOR, name="ops")
@@ -220,6 +220,21 @@ async def test_the_grants_file_decides_the_scope(tmp_path: Path) -> None:
         with pytest.raises(ServiceError) as refused:
             await asked_by(server, STRANGER, {"what": "applied"})
         assert refused.value.code == "403"
+
+
+async def test_a_seat_without_grants_answers_its_own_account_only(tmp_path: Path) -> None:
+    """Fail closed: with no grants file every account the bus names is refused, each node alike,
+    saying which setting is missing; inside the seat's own account (the development bus) it answers."""
+    with logged("no grants file (--grants-file, MESH_PROVISIONER_GRANTS_FILE)") as said:
+        async with mesh(tmp_path / "nats", parties=None) as server:
+            for account in (N1.account, OPS.account, STRANGER):
+                with pytest.raises(ServiceError) as refused:
+                    await asked_by(server, account, {"what": "needs"})
+                assert refused.value.code == "403"
+                assert "started without a grants file (--grants-file" in refused.value.description
+            async with connect(BusOptions(servers=(server.url,), name="seat")) as seat:
+                assert sorted(keys_of(await ask(seat, {"what": "needs"}))) == sorted(NEEDS)
+    assert said.seen.is_set()
 
 
 # -- the development vault ---------------------------------------------------------------------
