@@ -74,8 +74,8 @@ class ServerSettings(LogSettings):
     domains_file: Path | None = Field(default=None, description="a TOML file adding or overriding domains")
     grants_file: Path | None = Field(
         default=None,
-        description="the grants.json written by `mesh-provisioner grants`; without it every request is answered "
-        "about the mesh, as in a single-account development bus",
+        description="the grants.json written by `mesh-provisioner grants`; without it only requests from the "
+        "seat's own account (a single-account development bus) are answered, any other account's refused",
     )
     providers: Annotated[list[ProviderName], BeforeValidator(_comma_separated)] = Field(
         default_factory=list, description="provider modules (comma-separated) whose <provider>_bound bucket it creates"
