@@ -113,6 +113,12 @@ class ServerSettings(LogSettings):
     cursor_cache_bytes: int = Field(
         default=128 * 1024 * 1024, ge=0, description="bytes of pages kept for all listings together"
     )
+    max_cursors_per_party: int = Field(
+        default=8, ge=1, description="paged listings one party (a node, an operator...) may keep at once"
+    )
+    cursor_cache_bytes_per_party: int = Field(
+        default=32 * 1024 * 1024, ge=0, description="bytes of pages one party's listings may hold"
+    )
 
 
 class CommandLogSettings(LogSettings):

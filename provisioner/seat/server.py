@@ -86,7 +86,11 @@ async def run_server(
         nodes = FleetView()
         await tasks.start(partial(nodes.follow, bus))
         cache = PageCache(
-            ttl=settings.cursor_ttl, max_listings=settings.max_cursors, max_bytes=settings.cursor_cache_bytes
+            ttl=settings.cursor_ttl,
+            max_listings=settings.max_cursors,
+            max_bytes=settings.cursor_cache_bytes,
+            party_listings=settings.max_cursors_per_party,
+            party_bytes=settings.cursor_cache_bytes_per_party,
         )
         async with verb_service(
             bus,

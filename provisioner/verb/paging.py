@@ -4,10 +4,15 @@ A page's shape and its cursor are `provisioner.verb.pages`. A listing read whole
 batch read answers) is read once, on the first request, and its later pages are kept here; a
 streamed listing (`provisioner.verb.streamed`: one too large to hold) is kept here as the state it
 reads its next page from. Both are bounded in count (`max_cursors`) and bytes
-(`cursor_cache_bytes`: the pages kept, the most a streamed listing may hold), oldest dropped
-first, each for `cursor_ttl` after its last use. A listing is kept with the party that started
-it: a cursor is a bearer token, and another party holding it (a node that saw it go by) must not
-read a listing scoped to someone else.
+(`cursor_cache_bytes`: the pages kept, the most a streamed listing may hold), each for `cursor_ttl`
+after its last use. A listing is kept with the party that started it: a cursor is a bearer token,
+and another party holding it (a node that saw it go by) must not read a listing scoped to someone
+else.
+
+Room is shared fairly: each party may keep at most `max_cursors_per_party` listings and
+`cursor_cache_bytes_per_party` bytes, and a party over its share drops its own oldest listing,
+never another's. So one party asking without end cannot take another's listings away; only when
+several parties together fill the whole cache is a listing of the party holding the most dropped.
 """
 
 from __future__ import annotations
@@ -47,11 +52,15 @@ class PageCache:
         ttl: timedelta = timedelta(seconds=120),
         max_listings: int = 32,
         max_bytes: int = 128 * 1024 * 1024,
+        party_listings: int = 8,
+        party_bytes: int = 32 * 1024 * 1024,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ttl = ttl.total_seconds()
         self._max_listings = max_listings
         self._max_bytes = max_bytes
+        self._party_listings = min(party_listings, max_listings)
+        self._party_bytes = min(party_bytes, max_bytes)
         self._clock = clock
         self._kept: dict[str, _Kept] = {}
         self._dropped: list[StreamedListing] = []
@@ -76,7 +85,7 @@ class PageCache:
     ) -> None:
         """Keeps pages 2.. of a listing whose first page is being sent to `owner`."""
         size = sum(len(p) for p in later_pages)
-        self._make_room(size)
+        self._make_room(size, owner)
         if size > self._max_bytes:
             log.warning("a listing of %d bytes is kept although the page cache holds %d", size, self._max_bytes)
         self._kept[listing_id] = _Kept(dict(given), later_pages, size, self._clock() + self._ttl, owner)
@@ -88,14 +97,34 @@ class PageCache:
         is sent (`forget`), it expires or it is dropped for room (then closed by `close_dropped`).
         It counts as the most bytes it may hold (`StreamedListing.most_bytes`)."""
         size = streamed.most_bytes
-        self._make_room(size)
+        self._make_room(size, owner)
         self._kept[listing_id] = _Kept(dict(given), [], size, self._clock() + self._ttl, owner, streamed)
 
-    def _make_room(self, size: int) -> None:
+    def _make_room(self, size: int, owner: Party | None) -> None:
+        """Drops the owner's oldest listings while it is over its share, then, while the whole
+        cache is full, the oldest of the party holding the most."""
         self._expire()
+        own = [listing_id for listing_id, kept in self._kept.items() if kept.owner == owner]  # oldest first
+        while own and (len(own) >= self._party_listings or self._size_of(own) + size > self._party_bytes):
+            self._drop(own.pop(0))
+            log.info("%s keeps as many listings as it may: dropped its oldest unfinished one", _named(owner))
         while self._kept and (len(self._kept) >= self._max_listings or self.size + size > self._max_bytes):
-            self._drop(next(iter(self._kept)))
-            log.info("page cache full: dropped an unfinished listing to keep a new one")
+            heaviest = self._heaviest()
+            self._drop(next(i for i, kept in self._kept.items() if kept.owner == heaviest))
+            log.info(
+                "page cache full: dropped the oldest unfinished listing of %s, which holds the most", _named(heaviest)
+            )
+
+    def _size_of(self, listing_ids: list[str]) -> int:
+        return sum(self._kept[listing_id].size for listing_id in listing_ids)
+
+    def _heaviest(self) -> Party | None:
+        """The party whose kept listings hold the most bytes (then the most listings)."""
+        held: dict[Party | None, tuple[int, int]] = {}
+        for kept in self._kept.values():
+            size, count = held.get(kept.owner, (0, 0))
+            held[kept.owner] = (size + kept.size, count + 1)
+        return max(held, key=held.__getitem__)
 
     def page(
         self, cursor: str, given: Mapping[str, str], asker: Party | None = None
@@ -145,3 +174,7 @@ class PageCache:
 
 
 _DEFAULTS = {"what": "registry"}
+
+
+def _named(party: Party | None) -> str:
+    return "the seat's own account" if party is None else f"{party.kind.value} {party.name}"

@@ -148,6 +148,41 @@ def test_the_oldest_listing_is_dropped_to_keep_within_bounds() -> None:
     assert cache.page("D.2", {}) == b"12345678"
 
 
+def test_a_party_over_its_share_drops_its_own_oldest_listing_never_anothers() -> None:
+    n1, ops = Party(kind=Kind.NODE, name="n1"), Party(kind=Kind.OPERATOR, name="ops")
+    cache = PageCache(max_listings=8, max_bytes=100, party_listings=2, party_bytes=10)
+    cache.keep("O", {}, [b"12", b"34"], owner=ops)
+    for listing in "ABCDEFGH":
+        cache.keep(listing, {}, [b"12", b"34"], owner=n1)
+    assert len(cache) == 3
+    with pytest.raises(CursorGone):
+        cache.page("F.2", {}, n1)
+    assert cache.page("G.2", {}, n1) == b"12"  # its newest two are kept
+    assert cache.page("H.2", {}, n1) == b"12"
+    cache.keep("I", {}, [b"1234", b"5678"], owner=n1)  # over its bytes: its own older ones go
+    assert len(cache) == 2
+    assert cache.page("O.2", {}, ops) == b"12"
+
+
+def test_a_full_cache_drops_a_listing_of_the_party_holding_the_most() -> None:
+    n1, n2, ops = (
+        Party(kind=Kind.NODE, name="n1"),
+        Party(kind=Kind.NODE, name="n2"),
+        Party(kind=Kind.OPERATOR, name="ops"),
+    )
+    cache = PageCache(max_listings=4, max_bytes=100, party_listings=3, party_bytes=100)
+    cache.keep("O", {}, [b"1"], owner=ops)
+    cache.keep("A", {}, [b"1"], owner=n1)
+    cache.keep("B", {}, [b"1"], owner=n1)
+    cache.keep("C", {}, [b"1"], owner=n2)
+    cache.keep("D", {}, [b"1"], owner=n2)  # full: n1 holds the most, its oldest goes
+    assert len(cache) == 4
+    assert cache.page("O.2", {}, ops) == b"1"
+    assert cache.page("B.2", {}, n1) == b"1"
+    with pytest.raises(CursorGone):
+        cache.page("A.2", {}, n1)
+
+
 async def test_pages_fit_a_small_max_payload_and_join_to_the_whole_listing(small_payload_server: LocalNats) -> None:
     async with connect(BusOptions(servers=(small_payload_server.url,), name="test")) as bus:
         assert bus.max_payload == 16384

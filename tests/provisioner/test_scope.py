@@ -204,6 +204,22 @@ async def test_a_cursor_continues_only_for_the_party_that_started_it(paged: Loca
     assert all(key.startswith("n1.") for key in keys_of(following))
 
 
+async def test_a_node_asking_without_end_leaves_an_operators_listing_alone(paged: LocalNats) -> None:
+    """The attack: ops starts a paged listing, n1 starts 40 of its own; ops's cursor still answers
+    (it was dropped, 410, when the seat kept 32 listings for everyone together)."""
+    _, first = await one_page(paged, OPS.account, {"what": "needs"})
+    assert first["next"] is not None
+    async with as_account(paged, N1.account) as n1:
+        for _ in range(40):
+            started = json.loads((await n1.request(buckets.VERB_SUBJECT, b'{"what":"needs"}')).data)
+            assert started["next"] is not None
+        last = started["next"]
+    code, following = await one_page(paged, OPS.account, {"cursor": first["next"]})
+    assert (code, following["page"]) == (None, 2)
+    code, _ = await one_page(paged, N1.account, {"cursor": last})
+    assert code is None  # n1 keeps its newest listings
+
+
 async def test_a_node_follows_its_pages_to_its_whole_listing(paged: LocalNats) -> None:
     answer = await asked_by(paged, N1.account, {"what": "needs"})
     assert answer["total"]["entries"] == 401
