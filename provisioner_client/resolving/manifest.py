@@ -16,10 +16,13 @@ contributes to which collections, and an optional command to run after its env f
 
 - `module`: letters, digits, `-`, `_`, `.` (not first); it names the env file `<module>.env`.
 - `env`: variable names are `[A-Za-z_][A-Za-z0-9_]*`; values are text, never NUL.
-- `contributes`: collection name to a list of items, literal text (no placeholders). Each
-  collection's items go to `<node>.<collection>.<module>` in the collect bucket.
-- `on_change`: `command` is an argv list run without a shell; `timeout_seconds` 1 to 3600,
-  default 30.
+- `contributes`: collection name to a list of items, literal text (no placeholders), never NUL.
+  Each collection's items go to `<node>.<collection>.<module>` in the collect bucket.
+- `on_change`: `command` is an argv list run without a shell, never NUL; `timeout_seconds` 1
+  to 3600, default 30.
+
+Every string of a manifest is UTF-8 text: a lone surrogate escape (`"\\ud800"`), which JSON
+allows but no file, key or argument can carry, makes the file an error.
 
 Only `*.json` files not starting with `.` are read, so an editor's or an atomic replace's
 temporary file is never taken for a manifest. A file that cannot be read is reported with its
@@ -40,6 +43,7 @@ JSON's `module` field, else from the file name.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
@@ -83,6 +87,8 @@ class OnChange(BaseModel):
     def _no_empty_arguments(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if not value[0]:
             raise ValueError("the command's program must not be empty")
+        if any("\0" in argument for argument in value):
+            raise ValueError("the command's arguments must not hold a NUL character")
         return value
 
 
@@ -109,6 +115,9 @@ class Manifest(BaseModel):
     def _collections_named(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
         if "" in value:
             raise ValueError("a collection name must not be empty")
+        for collection, items in value.items():
+            if any("\0" in item for item in items):
+                raise ValueError(f"collection {collection[:60]!r}: an item holds a NUL character")
         return value
 
     @cached_property
@@ -242,6 +251,8 @@ def _parsed(path: Path, data: bytes, digest: str, remembered: str | None, held: 
     except JsonRefused as err:
         raise ManifestError(path, err.reason, module=held) from None
     module = remembered or _module_of(document, path)
+    if not _all_text(document):
+        raise ManifestError(path, _NOT_TEXT, module=module)
     try:
         manifest = Manifest.model_validate(document)
     except ValidationError as err:
@@ -312,6 +323,18 @@ def _too_large(manifest: Manifest) -> str | None:
         if len(value) > MAX_VALUE_BYTES:
             return f"the items contributed to {collection[:60]!r} exceed {MAX_VALUE_BYTES:,} bytes"
     return None
+
+
+_NOT_TEXT = "holds a lone surrogate escape (\\ud800 to \\udfff), which is not UTF-8 text: not read"
+
+
+def _all_text(document: object) -> bool:
+    """Whether every string of the document, names included, is UTF-8 text."""
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _module_of(document: object, path: Path) -> str | None:

@@ -15,7 +15,9 @@ Verb values are secrets: never stored, logged or put in a reason, and they live 
 reconcile. A verb is asked once per reconcile for each distinct kind and name, however many modules
 use it, naming the first module that wants it: a vault answers a node by the name asked (it cannot
 tell which of the node's modules asks, so a value per module would need a name per module).
-Whatever cannot be resolved raises `Pending` with the reason; its module stays pending.
+Whatever cannot be resolved raises `Pending` with the reason; its module stays pending. So does a
+value an env file cannot carry (`carriable`): a NUL, which sh and systemd read as the value's end,
+or a lone surrogate, which is no UTF-8 text.
 Every JSON read here (a value, a plan, a registry entry, a vault's answer) goes through
 `registry.contract.bounded_json.read_json`: a value too deep or too large is a reason naming its key, never a crash.
 """
@@ -298,7 +300,8 @@ class Resolver:
             except (RegistryError, ValidationError, JsonRefused):
                 where = {"bucket": bucket.name, "key": item.key}
                 log.warning("skipped %s key %r: not a contribution", bucket.name, item.key, extra=where)
-        return "\n".join(i for _, items in sorted(contributions) for i in items)
+        joined = "\n".join(i for _, items in sorted(contributions) for i in items)
+        return carriable(joined, f"of {bucket.name} collection {fields['collection']!r}")
 
     async def _collection(self, fields: dict[str, str], prefix: str) -> list[KvItem]:
         """The contributions of one collection of this node: from `own_collect`, else listed by the verb."""
@@ -333,7 +336,7 @@ class Resolver:
         value = answered.get("value") if isinstance(answered, dict) else None
         if not isinstance(value, str):
             raise Pending(f"{answer.subject} answered without a text 'value'")
-        return value
+        return carriable(value, f"{answer.subject} answered")
 
 
 def _where(answer: BucketAnswer, fields: dict[str, str]) -> tuple[Bucket, str]:
@@ -369,8 +372,19 @@ def _as_text(value: object, where: str) -> str:
     if value is None:
         raise Pending(f"the value at {where} is null")
     if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+        return carriable(value, f"at {where}")
+    return carriable(json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True), f"at {where}")
+
+
+def carriable(text: str, where: str) -> str:
+    """`text`, if an env file can carry it; else `Pending` saying why, never quoting it."""
+    if "\0" in text:
+        raise Pending(f"the value {where} holds a NUL character, which an env file cannot carry (sh ends it there)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Pending(f"the value {where} holds a lone surrogate (U+D800 to U+DFFF), which is not UTF-8 text") from None
+    return text
 
 
 def _from_plan(raw: str, bucket: str, key: str, placeholder: Placeholder) -> str:
