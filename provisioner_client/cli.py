@@ -7,14 +7,18 @@ Exit codes:
 
     0  done: every module applied (status: every module recorded as applied and its env file in
        place, as applied); in watch mode, stopped cleanly by SIGTERM or SIGINT
-    1  something is pending: a module waits for a value, a manifest cannot be read, or a change
-       action failed; the reasons are logged and shown by `status`, which also exits 1 when an
-       env file drifted from what was applied or is missing (or is not in the env folder used),
-       and while a module's last change action has not succeeded.
+    1  something is pending: a module waits for a value (or has one an env file cannot carry,
+       such as a NUL), a manifest cannot be read, a module's env file cannot be written (a folder
+       where it goes, say), or a change action failed; the reasons are logged and shown by
+       `status`, which also exits 1 when an env file drifted from what was applied or is missing
+       (or is not in the env folder used), and while a module's last change action has not
+       succeeded.
        Also a stop forced by a second signal, or by the reconcile outlasting --shutdown-timeout
     2  usage or settings error (no node given names where it looked)
     3  the bus could not be reached or refused an operation
-    4  a local failure the client cannot work around (e.g. the materialize folder)
+    4  a local failure the client cannot work around: the materialize folder, the ledger or the
+       digest key cannot be read or written, or something other than a regular file stands where
+       one of them goes (the message names the path and what is there)
     5  another client holds this node (`reconcile` only; the message names its host, pid and
        since when): one client per node; `reconcile --watch` waits for the lease instead
 
@@ -69,10 +73,10 @@ Durations are seconds or ISO 8601 (PT5M). NATS: --nats-* flags, then NATS_* envi
 Every setting, with its default: mesh-provisioner-client COMMAND --help.
 
 exit codes: 0 all applied (status: and every env file in place; watch: stopped cleanly);
-1 something pending (a value, a manifest, a failed change action; status: also an env file
-drifted or missing, a last change action not succeeded) or a forced stop; 2 usage or settings
-error (e.g. no node given); 3 the bus unreachable or refusing; 4 a local failure; 5 another
-client holds this node (named).
+1 something pending (a value, a manifest, an env file, a failed change action; status: also an
+env file drifted or missing, a last change action not succeeded) or a forced stop; 2 usage or
+settings error (e.g. no node given); 3 the bus unreachable or refusing; 4 a local failure (the
+env folder, the ledger or the digest key, named); 5 another client holds this node (named).
 """
 
 

@@ -3,7 +3,8 @@
     ClientError
     ├── ForeignKeyError     a key outside `<node>.>` of this node, refused before the bus
     ├── ManifestError       a manifest that cannot be read, naming the file and what is wrong
-    ├── MaterializeError    an env file that cannot be written or is not the client's to write
+    ├── MaterializeError    a file of the client's own (an env file, the ledger, the digest key, the
+    │                       state file) that cannot be read or written, or is not the client's to write
     └── NodeHeld            another client holds this node's lease, naming it (host, pid, since)
 
 Bus failures are `registry.errors.BusError` and settings that cannot be read
@@ -43,10 +44,14 @@ class ManifestError(ClientError):
 
 
 class MaterializeError(ClientError):
-    def __init__(self, path: Path, reason: str) -> None:
+    """A file of the client's own (`what`: an env file, the ledger, the digest key, the state
+    file, the env folder) that cannot be read or written, or is not the client's to write."""
+
+    def __init__(self, path: Path, reason: str, *, what: str = "env file") -> None:
         self.path = path
         self.reason = reason
-        super().__init__(f"env file {path}: {reason}")
+        self.what = what
+        super().__init__(f"{what} {path}: {reason}")
 
 
 class NodeHeld(ClientError):

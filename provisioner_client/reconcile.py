@@ -25,9 +25,10 @@ manifest, `provisioner_client.resolving.inputs`; their file on disk is still the
 reason in a debug line; it is told what was converged and applied, and saved once at the end.
 Needs and collect are written (64 in flight) before the values are read, applied after the env files.
 
-The steps, in `reconcile`: load the manifests; open the memory; find the node's own keys and read
-the registry; register (converge needs and collect); read the world; decide what to resolve;
-resolve; materialize; record applied; remember; remove the files of modules no longer declared.
+The steps, in `reconcile`: remove the temporary files a killed client left; load the manifests;
+open the memory; find the node's own keys and read the registry; register (converge needs and
+collect); read the world; decide what to resolve; resolve; materialize; record applied;
+remember; remove the files of modules no longer declared.
 
 `reconcile` takes no lease: the CLI and watch mode hold the node's lease around it
 (`provisioner_client.watch.holding`).
@@ -174,6 +175,7 @@ def _load_manifests(plan: ClientPlan) -> tuple[EnvFolder, Manifests, Report]:
     if not plan.manifests.is_dir():  # never read a missing folder as "no modules": that would remove them all
         raise ManifestError(plan.manifests, "the manifests folder does not exist")
     folder = EnvFolder(plan.materialize)
+    folder.remove_leftovers()
     ledger = folder.read_ledger()
     for problem in ledger.problems:
         log.error("%s: %s", folder.folder, problem, extra={"node": plan.node})

@@ -6,9 +6,12 @@ every other character, newline, `#`, `'`, spaces and Unicode included, is writte
 the quoting POSIX `sh` (`. file`) and systemd's `EnvironmentFile=` read the same way: inside
 double quotes both take exactly those four escapes and keep a literal newline.
 
-A file is replaced through a temporary file in the same folder (fsync, rename, fsync of the
+A file is replaced through a temporary file in the same folder (`files.write_atomically`: an
+exclusive temporary file of a random name, mode 0600 set on it, fsync, rename, fsync of the
 folder), and only when its bytes or its mode differ from what is wanted, so an edited file or a
-changed mode is put back while an unchanged one is never rewritten.
+changed mode is put back while an unchanged one is never rewritten. The ledger and the digest
+key are written the same way, and read as the env files are: only a regular file, never through
+a link. A folder where one of them goes is an error naming it; the client never removes it.
 
 The files the client wrote are listed in a ledger (`.mesh-provisioner-client.json` in the same
 folder). Only files in the ledger are ever replaced or removed: a file the client did not write
@@ -28,7 +31,6 @@ so each module's `applied` record is rewritten once and each change action runs 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
@@ -36,22 +38,23 @@ import logging
 import os
 import re
 import secrets
-import stat
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner_client.errors import MaterializeError
+from provisioner_client.materializing import files
+from provisioner_client.materializing.files import MODE
 from provisioner_client.resolving.manifest import MODULE_PATTERN
-from registry.contract import JsonRefused, read_json_file
+from registry.contract import JsonRefused, read_json
 
 log = logging.getLogger(__name__)
 
-MODE = 0o600
 LEDGER = ".mesh-provisioner-client.json"
+LEDGER_BYTES = 1024 * 1024
 KEY = ".mesh-provisioner-client.key"
 KEY_BYTES = 32
+_KEY_READ = 4096  # a key file longer than a key is refused with advice, not read whole
 _ESCAPED = str.maketrans({"\\": "\\\\", '"': '\\"', "$": "\\$", "`": "\\`"})
 
 
@@ -82,19 +85,18 @@ class Ledger:
 
 
 def read_ledger(path: Path) -> Ledger:
-    try:
-        data = read_json_file(path)
-    except FileNotFoundError:
+    found = files.read_regular(path, limit=LEDGER_BYTES, what="ledger")
+    if found is None:
         return Ledger()
-    except OSError as err:
-        raise MaterializeError(path, f"the ledger cannot be read: {err.strerror}") from None
+    try:
+        data = read_json(found.content, max_bytes=LEDGER_BYTES)
     except JsonRefused as err:
-        raise MaterializeError(path, f"the ledger cannot be read: {err.reason}") from None
+        raise MaterializeError(path, f"cannot be read: {err.reason}", what="ledger") from None
     document = data if isinstance(data, dict) else {}
     problems: list[str] = []
-    files = _entries(document.get("files"), _plain_env_file, problems, "files")
+    entries = _entries(document.get("files"), _plain_env_file, problems, "files")
     manifests = _entries(document.get("manifests"), _plain_manifest, problems, "manifests")
-    return Ledger(files, manifests, tuple(problems))
+    return Ledger(entries, manifests, tuple(problems))
 
 
 def _entries(found: object, check: Callable[[str, str], bool], problems: list[str], section: str) -> dict[str, str]:
@@ -142,6 +144,14 @@ class EnvFolder:
             raise MaterializeError(self.folder, f"{module[:80]!r} is not a module name")
         return self.folder / f"{module}.env"
 
+    def remove_leftovers(self) -> list[Path]:
+        """Removes the temporary files of the env files, the ledger and the key that a killed client
+        left (only while holding the node's lease: no write of another client is under way)."""
+        removed = files.remove_leftovers(self.folder, _is_leftover)
+        for path in removed:
+            log.info("removed %s: a temporary file a stopped client left", path)
+        return removed
+
     def read_ledger(self) -> Ledger:
         if self._ledger is None:
             self._ledger = read_ledger(self.folder / LEDGER)
@@ -162,7 +172,6 @@ class EnvFolder:
         if self._key is None:
             self._key = _read_key(self.folder / KEY)
         if self._key is None and create:
-            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._key = _create_key(self.folder / KEY)
         return self._key
 
@@ -198,10 +207,9 @@ class EnvFolder:
             raise MaterializeError(path, "exists but was not written by this client; move it away to let it manage it")
         if path.name in ledger.files and _holds(path, content):
             return Materialized(path, wanted, written=False)
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         if path.name not in ledger.files:
             self._write_ledger({**ledger.files, path.name: module}, ledger.manifests)
-        _write_atomically(path, content)
+        files.write_atomically(path, content, what="env file")
         log.info("wrote %s for module %s (%s)", path, module, wanted)
         return Materialized(path, wanted, written=True)
 
@@ -212,63 +220,57 @@ class EnvFolder:
         removed = []
         for module in sorted(gone.values()):
             path = self.path_of(module)  # the ledger's entries are plain `<module>.env` names: inside the folder
-            try:
-                path.unlink()
+            if files.remove(path, what="env file"):
                 removed.append(path)
                 log.info("removed %s: module %s is no longer declared", path, module)
-            except FileNotFoundError:
-                pass
-            except OSError as err:
-                raise MaterializeError(path, f"cannot be removed: {err.strerror}") from None
         if gone:
-            _fsync_folder(self.folder)
+            files.fsync_folder(self.folder)
             self._write_ledger({n: m for n, m in ledger.files.items() if n not in gone}, ledger.manifests)
         return removed
 
-    def _write_ledger(self, files: Mapping[str, str], manifests: Mapping[str, str]) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        document = {"files": dict(sorted(files.items())), "manifests": dict(sorted(manifests.items()))}
-        _write_atomically(self.folder / LEDGER, (json.dumps(document, indent=2) + "\n").encode())
-        self._ledger = Ledger(dict(files), dict(manifests))
+    def _write_ledger(self, entries: Mapping[str, str], manifests: Mapping[str, str]) -> None:
+        document = {"files": dict(sorted(entries.items())), "manifests": dict(sorted(manifests.items()))}
+        files.write_atomically(self.folder / LEDGER, (json.dumps(document, indent=2) + "\n").encode(), what="ledger")
+        self._ledger = Ledger(dict(entries), dict(manifests))
+
+
+def _is_own(name: str) -> bool:
+    """A file the client keeps in the env folder: the ledger, the key or a module's env file."""
+    return name in (LEDGER, KEY) or (name.endswith(".env") and is_module(name.removesuffix(".env")))
+
+
+# The names mkstemp gave the temporary files of env files and the ledger (`.<name>.<8>.tmp`) and
+# of the key (`<name>.<8>.tmp`) before `files`: a crash before an upgrade left them too.
+_BEFORE = (re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp"), re.compile(rf"({re.escape(KEY)})\.[a-z0-9_]{{8}}\.tmp"))
+
+
+def _is_leftover(name: str) -> bool:
+    """A temporary file of an env file, the ledger or the key."""
+    target = files.target_of(name)
+    if target is not None:
+        return _is_own(target)
+    return any((found := before.fullmatch(name)) is not None and _is_own(found[1]) for before in _BEFORE)
 
 
 def _read_key(path: Path) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+    found = files.read_regular(path, limit=_KEY_READ, what="digest key")
+    if found is None:
         return None
-    except OSError as err:
-        raise MaterializeError(path, f"the digest key cannot be read: {err.strerror}") from None
-    with os.fdopen(fd, "rb") as file:
-        regular = stat.S_ISREG(os.fstat(file.fileno()).st_mode)
-        key = file.read(KEY_BYTES + 1) if regular else b""
-    if len(key) != KEY_BYTES:
+    if len(found.content) != KEY_BYTES:
         raise MaterializeError(
             path,
-            f"the digest key is not {KEY_BYTES} bytes in a regular file; remove it and a "
-            f"new one is made (every module's digest changes once)",
+            f"is not {KEY_BYTES} bytes long; remove it and a new one is made (every module's digest changes once)",
+            what="digest key",
         )
-    return key
+    return found.content
 
 
 def _create_key(path: Path) -> bytes:
     """A new random key, linked into place only if none is there yet (never overwrites one)."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            os.fchmod(file.fileno(), MODE)
-            file.write(secrets.token_bytes(KEY_BYTES))
-            file.flush()
-            os.fsync(file.fileno())
-        with contextlib.suppress(FileExistsError):
-            os.link(temporary, path)
-    except OSError as err:
-        raise MaterializeError(path, f"the digest key cannot be made: {err.strerror}") from None
-    finally:
-        Path(temporary).unlink(missing_ok=True)
-    _fsync_folder(path.parent)
+    files.write_new(path, secrets.token_bytes(KEY_BYTES), what="digest key")
     key = _read_key(path)
-    assert key is not None  # linked above, or by another writer first
+    if key is None:  # linked above, or by another writer first, then removed at once
+        raise MaterializeError(path, "vanished as soon as it was made", what="digest key")
     return key
 
 
@@ -287,39 +289,13 @@ MAX_FILE_BYTES = 64 * 1024 * 1024  # an env file larger than this is not one the
 
 
 def _read_regular(path: Path, *, mode: int | None) -> bytes | None:
-    """The bytes of `path` if it is a regular file (never through a link, never a FIFO or device
-    that would block or never end), of `mode` when given, and at most `MAX_FILE_BYTES`; else None.
-    Judged on the file opened, so nothing swapped in between a check and the read is read."""
+    """The bytes of `path` if it is a regular file (never through a link, never a FIFO, device or
+    folder), of `mode` when given, and at most `MAX_FILE_BYTES`; else None: a judgement, never an
+    error. Judged on the file opened, so nothing swapped in between a check and the read is read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        found = files.read_regular(path, limit=MAX_FILE_BYTES, what="env file")
+    except MaterializeError:
         return None
-    with os.fdopen(fd, "rb") as file:
-        status = os.fstat(file.fileno())
-        if not stat.S_ISREG(status.st_mode) or (mode is not None and stat.S_IMODE(status.st_mode) != mode):
-            return None
-        content = file.read(MAX_FILE_BYTES + 1)
-    return content if len(content) <= MAX_FILE_BYTES else None
-
-
-def _write_atomically(path: Path, content: bytes) -> None:
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            os.fchmod(file.fileno(), MODE)
-            file.write(content)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except OSError as err:
-        Path(temporary).unlink(missing_ok=True)
-        raise MaterializeError(path, f"cannot be written: {err.strerror}") from None
-    _fsync_folder(path.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if found is None or (mode is not None and found.mode != mode):
+        return None
+    return found.content

@@ -15,7 +15,9 @@ moved", "manifest digest changed", "memory older than 10 min", "first run"), tel
 converged and applied (`keep_keys`, `record_applied`), and saves it once (`save`), only when what is
 remembered changed: an unchanged reconcile writes nothing. Nothing else reads or writes the file.
 
-It is kept in the materialize folder (`FILE`, mode 0600, written atomically) and holds stamps,
+It is kept in the materialize folder (`FILE`, mode 0600, written and read as the env files are:
+`provisioner_client.materializing.files`; a temporary file a killed client left is removed at the
+next load; something other than a regular file in its place is said and ignored) and holds stamps,
 digests and applied records, never a value. It is trusted only as far as the stamps agree, and for
 at most `TRUSTED_FOR` (then the keys are listed and the modules resolved again whatever the stamps
 say: a key removed without a new entry, by an administrator's purge of the stream, leaves the stamp
@@ -27,19 +29,21 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from provisioner_client.errors import MaterializeError
+from provisioner_client.materializing import files
 from provisioner_client.materializing.envfile import EnvFolder
 from provisioner_client.resolving.inputs import World, digest_of
 from provisioner_client.resolving.manifest import LoadedManifest
 from provisioner_client.resolving.resolve import Source
 from provisioner_client.resolving.scope import LISTED_AS
-from registry.contract import MAX_PAGE_BYTES, AppliedValue, Bucket, JsonRefused, buckets, read_json_file, shape_of
+from registry.contract import MAX_PAGE_BYTES, AppliedValue, Bucket, JsonRefused, buckets, read_json, shape_of
 from registry.errors import RegistryError
 from registry.wire import KvItem
 
@@ -114,6 +118,7 @@ class Memory:
     def load(cls, folder: Path, node: str) -> Memory:
         """The memory `node`'s last reconcile left in `folder`; empty (saying why) when there is
         none, it is another node's or it cannot be read: then everything is listed and resolved."""
+        _remove_leftovers(folder, node)
         memory = _read(folder, node)
         memory._as_loaded = memory._document()
         return memory
@@ -318,10 +323,14 @@ def _items_after(
 
 def _read(folder: Path, node: str) -> Memory:
     try:
-        document = read_json_file(folder / FILE, max_bytes=MAX_PAGE_BYTES)
-    except FileNotFoundError:
-        return Memory(node, folder)
-    except (OSError, JsonRefused) as err:
+        found = files.read_regular(folder / FILE, limit=MAX_PAGE_BYTES, what="state file")
+        if found is None:
+            return Memory(node, folder)
+        document = read_json(found.content, max_bytes=MAX_PAGE_BYTES)
+    except MaterializeError as err:
+        log.warning("%s; ignored: the node's keys are listed", err, extra={"node": node})
+        return Memory(node, folder, missing=f"memory unreadable ({err.reason})")
+    except JsonRefused as err:
         log.warning("%s: ignored (%s); the node's keys are listed", folder / FILE, err, extra={"node": node})
         return Memory(node, folder, missing=f"memory unreadable ({err})")
     try:
@@ -378,31 +387,40 @@ def _module_document(state: ModuleState) -> list[object]:
 
 def _write(folder: Path, node: str, document: Mapping[str, object]) -> bool:
     """Writes `document` atomically, mode 0600; on failure removes the file (the next reconcile lists)."""
-    path = folder / FILE
-    temporary = path.with_name(f"{FILE}.{os.getpid()}.tmp")
+    content = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as file:
-            file.write(json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode())
-        os.replace(temporary, path)
-    except OSError as err:
-        log.warning(
-            "%s: not written (%s); the next reconcile lists the node's keys", path, err.strerror, extra={"node": node}
-        )
+        files.write_atomically(folder / FILE, content, what="state file")
+    except MaterializeError as err:
+        log.warning("%s; the next reconcile lists the node's keys", err, extra={"node": node})
         _forget(folder)
         return False
     return True
 
 
 def _forget(folder: Path) -> None:
-    for path in (folder / FILE, *folder.glob(f"{FILE}.*.tmp")):
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as err:
-            log.warning("%s: not removed (%s)", path, err.strerror)
+    """The state file removed, so that the memory it held is not trusted after a failed write."""
+    try:
+        files.remove(folder / FILE, what="state file")
+    except MaterializeError as err:  # a folder in its place: said by the failed write, never read as a memory
+        log.debug("%s", err)
+
+
+_NAMED_BEFORE = re.compile(rf"{re.escape(FILE)}\.[0-9]+\.tmp")  # by the writer's pid, before `files`
+
+
+def _is_leftover(name: str) -> bool:
+    return files.target_of(name) == FILE or _NAMED_BEFORE.fullmatch(name) is not None
+
+
+def _remove_leftovers(folder: Path, node: str) -> None:
+    """The state file's temporary files a killed client left (the node's lease is held: none is being written)."""
+    try:
+        removed = files.remove_leftovers(folder, _is_leftover)
+    except MaterializeError as err:
+        log.warning("%s", err, extra={"node": node})
+        return
+    for path in removed:
+        log.info("removed %s: a temporary file a stopped client left", path, extra={"node": node})
 
 
 def _source_of(document: object) -> Source | None:

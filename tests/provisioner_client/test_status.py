@@ -198,9 +198,8 @@ async def test_files_that_cannot_be_judged_are_said_so_and_exit_1(
     code, out, _ = await client("status", env=env)
     assert code == 1, "never in place unless judged so"
     unknown = (
-        f"(unknown: env file {plan.materialize / '.mesh-provisioner-client.key'}: the digest key is not 32 bytes "
-        "in a regular file; remove it and a new one is made (every module's digest changes once); run status as "
-        "the client's user)"
+        f"(unknown: digest key {plan.materialize / '.mesh-provisioner-client.key'}: is not 32 bytes long; remove "
+        "it and a new one is made (every module's digest changes once); run status as the client's user)"
     )
     assert f"○ node {NODE}: 3 modules, 3 applied, 3 files not judged\n" in out
     assert f"       File: {plan.materialize / 'app.env'} {unknown}\n" in out
