@@ -330,13 +330,17 @@ def _drift_put_back(node: str, module: str, how: str, file: str | None) -> None:
 
 
 async def _poll_drift(drift: DriftWatch, trigger: Trigger, every: timedelta) -> None:
+    said = ""  # what stands in the way is said once, not at every poll, until it changes or clears
     while True:
         await anyio.sleep(every.total_seconds())
         try:
             found = drift.drifted()
-        except ClientError as err:  # the digest key cannot be read: the next reconcile says so
-            log.warning("cannot look at the env files for drift: %s", err)
+        except ClientError as err:  # the digest key cannot be read: the next reconcile says so too
+            if str(err) != said:
+                log.warning("cannot look at the env files for drift: %s", err)
+                said = str(err)
             continue
+        said = ""
         for module, how in found.items():
             trigger.drifted(module, how)
 

@@ -198,6 +198,21 @@ async def test_watch_mode_says_what_is_in_the_way_keeps_running_and_tries_again(
         tg.cancel_scope.cancel()
 
 
+async def test_the_drift_watch_says_once_that_it_cannot_read_the_digest_key(
+    domains: StandIns, bus: Bus, plan: ClientPlan, caplog: pytest.LogCaptureFixture
+) -> None:
+    polls = 8
+    async with anyio.create_task_group() as tg:
+        await tg.start(lambda task_status: watch(bus, plan, TIMING, task_status=task_status))
+        with logged("cannot look at the env files for drift") as said:
+            put_a_folder_at(plan.materialize / KEY)
+            await said.wait(5)
+        await anyio.sleep(polls * TIMING.drift_poll.total_seconds())
+        tg.cancel_scope.cancel()
+    told = [r for r in caplog.records if r.getMessage().startswith("cannot look at the env files for drift")]
+    assert len(told) == 1, f"said {len(told)} times in {polls} polls"
+
+
 def test_status_and_the_drift_judge_take_a_folder_for_a_file_not_as_written(tmp_path: Path) -> None:
     folder = EnvFolder(tmp_path / "env")
     done = folder.materialize("app", b"A=1\n")
