@@ -103,6 +103,12 @@ class ServerSettings(LogSettings):
     max_waiting_requests: int = Field(
         default=1000, ge=0, description="requests waiting beyond those; more are answered 503"
     )
+    max_concurrent_per_party: int = Field(
+        default=4, ge=1, description="verb requests of one party (another account) answered at once"
+    )
+    max_waiting_per_party: int = Field(
+        default=64, ge=0, description="requests of one party waiting beyond those; more of its are answered 503"
+    )
     shutdown_timeout: Duration = Field(
         default=timedelta(seconds=10), ge=timedelta(0), description="how long requests in flight may take on stop"
     )

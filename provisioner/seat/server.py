@@ -97,6 +97,8 @@ async def run_server(
             verb=Verb(bus, cache, registry, parties, nodes),
             max_concurrent=settings.max_concurrent_requests,
             max_waiting=settings.max_waiting_requests,
+            concurrent_per_party=settings.max_concurrent_per_party,
+            waiting_per_party=settings.max_waiting_per_party,
             shutdown_timeout=settings.shutdown_timeout,
         ):
             freeze_start_up_heap()

@@ -36,6 +36,7 @@ from provisioner.verb.paging import PageCache
 from provisioner.verb.registry_view import RegistryView
 from provisioner.verb.request import LISTABLE, Asked, Query
 from provisioner.verb.streamed import StreamedListing
+from registry.access import Party
 from registry.errors import BusError, NoResponders
 from registry.wire import Bus, KvItem, TooManyKeys, current_snapshot
 
@@ -66,10 +67,11 @@ class AtOnce:
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """An answer that reads a bucket: `read()` once the request's turn comes."""
+    """An answer that reads a bucket: `read()` once the turn of `party` (who asked) comes."""
 
     way: Way
     read: Callable[[], Awaitable[bytes]]
+    party: Party | None = None
 
 
 Answer = AtOnce | Reading
@@ -128,7 +130,7 @@ class Answering:
         return None
 
     def _reading(self, way: Way, asked: Asked) -> Reading:
-        return Reading(way, partial(self._closing_dropped, self._readers[way], asked))
+        return Reading(way, partial(self._closing_dropped, self._readers[way], asked), asked.party)
 
     async def _closing_dropped(self, read: Callable[[Asked], Awaitable[bytes]], asked: Asked) -> bytes:
         try:

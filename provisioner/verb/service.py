@@ -1,8 +1,15 @@
 """The verb as a NATS service (`nats.micro`): concurrency, the error contract, and shutdown.
 
-nats-py calls a micro handler one request at a time, so the handler only hands each request to a
-task of our own task group; at most `max_concurrent` are answered at once and `max_waiting` more
-wait for a slot, beyond which a request is answered 503 at once.
+nats-py calls a micro handler one request at a time, so the handler answers what memory holds at
+once and hands each request that reads a bucket to a task of our own task group; at most
+`max_concurrent` are read at once and `max_waiting` more wait for a slot, beyond which a request is
+answered 503 at once.
+
+Turns are fair between parties (`PartyTurns`): a party (a node, an operator, a provider: another
+account) has at most `concurrent_per_party` requests read at once and `waiting_per_party` more
+waiting; its next is answered 503, and the seat's other slots stay free for everyone else. Requests
+from inside the data account (the seat's own tools, a single-account development bus) share the
+seat-wide bounds only.
 
 Errors: a `RequestError` is answered with its code (400, 403, 410, 503) in the `Nats-Service-Error-Code`
 header, its reason in `Nats-Service-Error` and `{"error": reason}` as the body. Anything else is
@@ -18,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import metadata
@@ -29,6 +36,7 @@ from anyio.abc import TaskGroup
 from provisioner.errors import RequestError
 from provisioner.verb.answering import AtOnce, Reading
 from provisioner.verb.handler import Verb
+from registry.access import Party
 from registry.contract import buckets
 from registry.serving import EndpointSpec, RunningService, ServiceRequest, capped, serve
 from registry.wire import Bus
@@ -84,6 +92,41 @@ class InFlight:
         await self._idle.wait()
 
 
+class PartyTurns:
+    """Each party's requests in flight, and the limiter that lets `concurrent` of them be read at once."""
+
+    def __init__(self, *, concurrent: int, waiting: int) -> None:
+        self._concurrent = concurrent
+        self._most = concurrent + waiting
+        self._held: dict[Party, int] = {}
+        self._limiters: dict[Party, anyio.CapacityLimiter] = {}
+
+    def enter(self, party: Party | None) -> bool:
+        """Counts a request of `party` in; False when it already has as many in flight as it may."""
+        if party is None:
+            return True
+        held = self._held.get(party, 0)
+        if held >= self._most:
+            return False
+        self._held[party] = held + 1
+        if held == 0:
+            self._limiters[party] = anyio.CapacityLimiter(self._concurrent)
+        return True
+
+    def turn(self, party: Party | None) -> AbstractAsyncContextManager[object]:
+        """Held while one of the party's requests is read."""
+        return nullcontext() if party is None else self._limiters[party]
+
+    def leave(self, party: Party | None) -> None:
+        if party is None:
+            return
+        held = self._held.pop(party) - 1
+        if held:
+            self._held[party] = held
+        else:
+            del self._limiters[party]
+
+
 @dataclass(frozen=True)
 class RunningVerb:
     service: RunningService
@@ -97,6 +140,8 @@ async def verb_service(
     verb: Verb,
     max_concurrent: int = 32,
     max_waiting: int = 1000,
+    concurrent_per_party: int = 4,
+    waiting_per_party: int = 64,
     shutdown_timeout: timedelta = timedelta(seconds=10),
 ) -> AsyncIterator[RunningVerb]:
     """The service `mesh-provisioner` answering the verb until the block exits, then shut down in order.
@@ -104,6 +149,7 @@ async def verb_service(
     On a normal exit the requests in flight are answered first (up to `shutdown_timeout`); when the
     block is left by an exception or a cancellation they are cancelled at once."""
     limiter = anyio.CapacityLimiter(max_concurrent)
+    turns = PartyTurns(concurrent=min(concurrent_per_party, max_concurrent), waiting=waiting_per_party)
     in_flight = InFlight()
     async with anyio.create_task_group() as handlers:
 
@@ -114,8 +160,11 @@ async def verb_service(
             if in_flight.count >= max_concurrent + max_waiting:
                 await request.respond_error("503", "too many requests waiting; retry shortly")
                 return
+            if not turns.enter(reading.party):
+                await request.respond_error("503", "too many of your requests waiting; retry shortly")
+                return
             in_flight.enter()
-            handlers.start_soon(_handle, reading, limiter, in_flight, request)
+            handlers.start_soon(_handle, reading, limiter, turns, in_flight, request)
 
         endpoint = EndpointSpec(ENDPOINT, buckets.VERB_SUBJECT, on_request)
         async with serve(
@@ -164,11 +213,11 @@ async def _answer_at_once(verb: Verb, request: ServiceRequest) -> Reading | None
 
 
 async def _handle(
-    reading: Reading, limiter: anyio.CapacityLimiter, in_flight: InFlight, request: ServiceRequest
+    reading: Reading, limiter: anyio.CapacityLimiter, turns: PartyTurns, in_flight: InFlight, request: ServiceRequest
 ) -> None:
     started = time.perf_counter()
     try:
-        async with limiter:
+        async with turns.turn(reading.party), limiter:
             with in_flight.answering_one():
                 page = await reading.read()
         await request.respond(page)
@@ -183,6 +232,7 @@ async def _handle(
         log.exception("request failed unexpectedly; answered 500")
         await request.respond_error("500", INTERNAL_ERROR)
     finally:
+        turns.leave(reading.party)
         in_flight.leave()
 
 

@@ -28,7 +28,7 @@ from registry.contract import buckets
 from registry.errors import ServiceError
 from registry.serving import EndpointSpec, serve
 from registry.wire import Bus, BusOptions, ask, connect, get_latest
-from tests.helpers import in_own_task, logged, put_many
+from tests.helpers import fire, in_own_task, logged, put_many
 
 N1, N2 = Party(kind=Kind.NODE, name="n1"), Party(kind=Kind.NODE, name="n2")
 OPS = Party(kind=Kind.OPERATOR, name="ops")
@@ -172,9 +172,9 @@ async def test_a_body_claiming_more_changes_nothing(server: LocalNats, body: byt
 
 
 @asynccontextmanager
-async def paged_mesh(state: Path) -> AsyncIterator[LocalNats]:
+async def paged_mesh(state: Path, **settings: Any) -> AsyncIterator[LocalNats]:
     """A small max_payload and many n1 keys: n1's listing takes several pages."""
-    async with mesh(state, "max_payload: 16384\n", bucket_max_value_size=8192) as server:
+    async with mesh(state, "max_payload: 16384\n", bucket_max_value_size=8192, **settings) as server:
         async with connect(BusOptions(servers=(server.url,), name="seat")) as seat:
             await put_many(seat, buckets.NEEDS, {f"n1.m{i:04d}.config.x": NEED for i in range(400)})
         yield server
@@ -251,6 +251,31 @@ async def test_a_seat_without_grants_answers_its_own_account_only(tmp_path: Path
             async with connect(BusOptions(servers=(server.url,), name="seat")) as seat:
                 assert sorted(keys_of(await ask(seat, {"what": "needs"}))) == sorted(NEEDS)
     assert said.seen.is_set()
+
+
+async def test_a_node_flooding_the_verb_leaves_room_for_everyone_else(tmp_path: Path) -> None:
+    """The attack: n1 fires 200 listings at once at a seat reading 4 at a time with 16 waiting.
+    n1 is answered 503 beyond its own share (2 read, 4 waiting); the operator asking meanwhile is
+    answered (before, the flood filled the seat's queue and the operator was answered 503)."""
+    limits = {
+        "max_concurrent_requests": 4,
+        "max_waiting_requests": 16,
+        "max_concurrent_per_party": 2,
+        "max_waiting_per_party": 4,
+    }
+    async with (
+        paged_mesh(tmp_path / "nats", **limits) as server,
+        as_account(server, N1.account) as n1,
+        as_account(server, OPS.account) as ops,
+    ):
+        fired = await fire(n1, [b'{"what":"needs"}'] * 200)
+        msg = await ops.request(buckets.VERB_SUBJECT, b'{"what":"needs","node":"n2"}')
+        assert msg.headers.get("Nats-Service-Error") is None
+        assert sorted(keys_of(json.loads(msg.data))) == ["n2.web.config.a", "n2.web.secret.b"]
+        replies = await fired.replies(within=30)
+    refused = [r for r in replies if r.headers.get("Nats-Service-Error-Code") == "503"]
+    assert refused
+    assert {r.headers["Nats-Service-Error"] for r in refused} == {"too many of your requests waiting; retry shortly"}
 
 
 # -- the development vault ---------------------------------------------------------------------
