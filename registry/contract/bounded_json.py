@@ -10,7 +10,9 @@ which reads no more of a file than the bound). `read_json` refuses, before parsi
 - arrays and objects nested deeper than `max_depth` (by default `MAX_DEPTH`, 64) levels, counted
   outside strings, so Python's recursive parser and encoder never see such a document;
 
-and, while parsing, `NaN` and `Infinity`, which are not JSON. It raises `JsonRefused` with the
+and, while parsing, `NaN` and `Infinity`, which are not JSON, and a lone surrogate (`"\ud800"`, an
+escape of no character, which no UTF-8 text can hold and the pages' parser refuses: a node's value
+holding one would make every listing of it unreadable). It raises `JsonRefused` with the
 reason, which never quotes the text: a caller turns it into a 400, a malformed key, a pending
 reason or a manifest error naming the key or the file, never a crash.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from itertools import accumulate
 from pathlib import Path
@@ -62,7 +65,7 @@ def read_json(data: bytes | str, *, max_bytes: int = MAX_BYTES, max_depth: int =
         if depth > max_depth:
             raise JsonRefused(f"it nests {depth} levels deep, more than the {max_depth} allowed")
     try:
-        return _STRICT.decode(raw.decode("utf-8"))
+        parsed = _STRICT.decode(raw.decode("utf-8"))
     except RecursionError:  # unreachable after the depth check; kept so no input can crash a caller
         raise JsonRefused("it nests too deep") from None
     except UnicodeDecodeError:
@@ -71,6 +74,30 @@ def read_json(data: bytes | str, *, max_bytes: int = MAX_BYTES, max_depth: int =
         raise JsonRefused(f"it is not valid JSON: {_short(err)}") from None
     except ValueError as err:  # e.g. an integer of more digits than Python converts
         raise JsonRefused(f"it is not usable JSON: {_short(err)}") from None
+    if _SURROGATE_ESCAPE.search(raw) is not None and _holds_lone_surrogate(parsed):
+        raise JsonRefused("it holds a lone surrogate escape (such as \\ud800), which is no character")
+    return parsed
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _holds_lone_surrogate(document: object) -> bool:
+    """Whether a string of `document` (a name or a value) holds half a surrogate pair."""
+    pending = [document]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+    return False
 
 
 def _refuse_constant(name: str) -> object:

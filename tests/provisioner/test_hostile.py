@@ -157,6 +157,25 @@ async def test_a_deep_value_under_a_node_is_malformed_and_every_listing_answers(
     assert [e["key"] for e in (await ask(seeded, {"what": "needs", "node": "n2"}))["entries"]] == ["n2.web.config.fine"]
 
 
+async def test_a_value_holding_a_lone_surrogate_is_malformed_and_every_listing_answers(
+    seeded: Bus, js: JetStreamContext
+) -> None:
+    """The attack: a node's value escapes half a surrogate pair; the seat spliced it into every
+    listing of the bucket, which no client could then read. A whole pair is a character and kept."""
+    kv = await js.key_value(buckets.NEEDS.name)
+    await kv.put("n1.web.config.lone", b'{"placeholder":"\\ud800","used_in":["X"]}')
+    await kv.put("n1.web.config.name", b'{"\\udfff":1}')
+    await kv.put("n1.web.config.pair", b'{"placeholder":"\\ud83d\\ude00","used_in":["X"]}')
+    await kv.put("n1.web.config.text", b'{"placeholder":"\\\\ud800","used_in":["X"]}')  # a backslash, then text
+    for request in ({"what": "needs", "node": "n1"}, {"what": "needs"}):
+        answer = await ask(seeded, request)
+        reasons = {m["key"]: m["reason"] for m in answer["malformed"]}
+        assert sorted(reasons) == ["n1.web.config.lone", "n1.web.config.name"]
+        assert all("lone surrogate" in reason for reason in reasons.values())
+        values = {e["key"]: e["value"]["placeholder"] for e in answer["entries"] if e["key"].startswith("n1.")}
+        assert values == {"n1.web.config.pair": "\U0001f600", "n1.web.config.text": "\\ud800"}
+
+
 async def test_a_deep_value_in_the_registry_is_malformed_and_the_registry_answers(
     seeded: Bus, js: JetStreamContext
 ) -> None:
