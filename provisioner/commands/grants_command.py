@@ -21,12 +21,15 @@ With --jwt, also decentralized auth (nats-server trusts an operator; accounts ch
   OUT/jwt/server-auth.conf    operator, system account, resolver and preloaded accounts (include it)
   OUT/jwt/*.jwt               the operator's and every account's JWT
   KEYS/<party>.creds          each party's credentials (NATS_CREDS=<file>), KEYS/sys.creds to push
+A provider given as MODULE@NODE names a machine its module runs on (repeat for each): only those
+nodes may ask the vault for its consumers' credentials (kind `consumers`); every node asks for
+secrets. A provider given without a machine leaves that verb to every node, and says so.
 Seeds already in KEYS are reused: the output is reproducible, and adding a node keeps every
 other party's key. Seeds are secrets (mode 0600): keep KEYS out of version control."""
 
 EPILOG = """\
 examples:
-  mesh-provisioner grants --out /etc/nats/mesh --node n1 --node n2 --provider postgres --operator ops
+  mesh-provisioner grants --out /etc/nats/mesh --node n1 --node n2 --provider postgres@n2 --operator ops
   mesh-provisioner grants --out grants --keys /srv/secrets/mesh-keys --node n1 --node web.eu
   mesh-provisioner grants --jwt --out grants --keys /srv/secrets/mesh-keys --node n1 --node n3
       then push n3's account without a reload, as the system user:
@@ -49,7 +52,7 @@ def run_grants(asked: GrantsArguments) -> str:
     """Issues the grants; a summary for the terminal."""
     out, keys = asked.out, asked.keys or asked.out
     before = {p.name for p in keys.glob(f"*{SEED_SUFFIX}")} if keys.is_dir() else set()
-    parties = MeshParties(nodes=asked.node, providers=asked.provider, operators=asked.operator)
+    parties = MeshParties.named(asked.node, asked.provider, asked.operator)
     grants = issue_grants(out, parties, domains_file=asked.domains_file, keys=keys, jwt=asked.jwt)
     issued = sorted({p.name for p in keys.glob(f"*{SEED_SUFFIX}")} - before)
     lines = [
@@ -60,4 +63,5 @@ def run_grants(asked: GrantsArguments) -> str:
     if asked.jwt:
         lines.append(f"JWT mode: include {out / 'jwt' / 'server-auth.conf'}; credentials in {keys}/*.creds")
     lines += [f"not granted: {reason}" for reason in grants.skipped]
+    lines += [f"granted wide: {reason}" for reason in grants.wide]
     return "\n".join(lines)

@@ -1,18 +1,24 @@
 """What each party of a mesh may do on the bus, derived from the catalogue, providers and nodes.
 
-One account per party. The data account `MESH` holds every bucket and the parties trusted with
-all of it (the seat; the vault, which only answers its verbs). Every other party gets an account
-of its own that imports exactly what it needs from `MESH`, and nothing else: across accounts a
-reply subject names the requester's own namespace, so no request it can make (reply subjects and
-headers included) reaches a key outside its grant. No party but the seat has JetStream's API in
-`MESH`, so none creates, edits, purges or deletes a stream, or makes a consumer there.
+One account per party. The data account `MESH` holds every bucket and the seat, trusted with all
+of it. Every other party gets an account of its own that imports exactly what it needs, and
+nothing else: across accounts a reply subject names the requester's own namespace, so no request
+it can make (reply subjects and headers included) reaches a key outside its grant. No party but
+the seat has JetStream's API in `MESH`, so none creates, edits, purges or deletes a stream, or
+makes a consumer there.
 
 A node imports: puts, deletes and gets of its own `<node>.>` keys in needs, applied and collect;
 gets of its `<node>.>` keys of node-keyed buckets (placement, each provider's `_bound`) and of
 every key of mesh-wide buckets (the registry, shared config), with their live updates; the verb
-and the vault's verbs, shared, so that they learn who asks. A provider reads the needs bucket and
-writes its own `<provider>_bound`. An operator asks the verb. Node names are escaped exactly as
-keys (`a.b` is `a=2Eb`), so node `a` never reaches `a=2Eb.>` nor `a.b` reaches `a.>`.
+and the vault's `secret` verb, shared, so that they learn who asks. A provider's machine (a node
+running the provider's module, named in `machines`) imports the vault's `consumers` verb too. A
+provider reads the needs bucket, writes its own `<provider>_bound` and asks the verb. An operator
+asks the verb. Node names are escaped exactly as keys (`a.b` is `a=2Eb`), so node `a` never
+reaches `a=2Eb.>` nor `a.b` reaches `a.>`.
+
+The vault (every verb-answered domain) has an account of its own, `vault`: it exports its verbs to
+exactly the accounts that import them and imports gets of the needs (which node's module declares
+what it asks), so that it shares no account with the seat and holds no JetStream API anywhere.
 
 `derive_grants` returns the grants as data (`Grants`, written as `grants.json`);
 `registry.access.accounts_conf` renders them as a static nats-server configuration and
@@ -22,6 +28,7 @@ keys (`a.b` is `a=2Eb`), so node `a` never reaches `a=2Eb.>` nor `a.b` reaches `
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -29,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from registry.access.parties import DATA_ACCOUNT, Kind, Party, PartyMap, UnknownAccount
 from registry.contract import Bucket, BucketAnswer, Domain, VerbAnswer, buckets, fields_of, render, shape_of, under
+from registry.errors import SettingsError
 
 
 class _Model(BaseModel):
@@ -36,12 +44,13 @@ class _Model(BaseModel):
 
 
 class Import(_Model):
-    """A subject one account takes from the data account: a service (request/reply) or a stream
-    (live updates). `share` tells the responder who asks; `stream_reply` lets a service answer
-    with several messages (a batch direct get)."""
+    """A subject one account takes from another (`account`, the exporter: the data account, or the
+    vault's): a service (request/reply) or a stream (live updates). `share` tells the responder
+    who asks; `stream_reply` lets a service answer with several messages (a batch direct get)."""
 
     kind: str = Field(pattern="^(service|stream)$")
     subject: str
+    account: str = DATA_ACCOUNT
     share: bool = False
     stream_reply: bool = False
     why: str = ""
@@ -58,12 +67,23 @@ class AccountGrant(_Model):
 
 
 class Grants(_Model):
-    """Every party's grants; `data` are the users of the data account (seat, vault)."""
+    """Every party's grants; `data` are the users of the data account (the seat). `skipped` says
+    what could not be granted, `wide` what was granted wider than it could be, and why."""
 
     data_account: str = DATA_ACCOUNT
     data: tuple[AccountGrant, ...]
     parties: tuple[AccountGrant, ...]
     skipped: tuple[str, ...] = ()
+    wide: tuple[str, ...] = ()
+
+    def exports_of(self, account: str) -> dict[tuple[str, str, bool], set[str]]:
+        """What `account` must export: each (kind, subject, stream reply) to the accounts importing it."""
+        exports: dict[tuple[str, str, bool], set[str]] = defaultdict(set)
+        for grant in self.parties:
+            for item in grant.imports:
+                if item.account == account:
+                    exports[(item.kind, item.subject, item.stream_reply)].add(grant.account)
+        return dict(sorted(exports.items()))
 
     def party_map(self) -> PartyMap:
         return PartyMap.of((grant.party, grant.account_key) for grant in self.parties)
@@ -141,17 +161,24 @@ def _reads(bucket: Bucket, scope: str, why: str, *, live: bool = True) -> list[I
     return found
 
 
-def _asks(subjects: Iterable[str], why: str) -> list[Import]:
-    return [Import(kind="service", subject=s, share=True, why=why) for s in sorted(set(subjects))]
+def _asks(subjects: Iterable[str], why: str, *, account: str = DATA_ACCOUNT) -> list[Import]:
+    return [Import(kind="service", subject=s, account=account, share=True, why=why) for s in sorted(set(subjects))]
+
+
+VAULT = Party(kind=Kind.VAULT, name="vault")
+# The kinds only a provider's machine asks for: its consumers' credentials.
+MACHINE_KINDS = frozenset({"consumers"})
 
 
 class _Catalogue:
-    """The buckets and verbs the catalogue's answers name, with the providers filled in."""
+    """The buckets and verbs the catalogue's answers name, with the providers filled in. A verb
+    answering only kinds of `MACHINE_KINDS` is a machine verb, any other a node verb."""
 
     def __init__(self, domains: Mapping[str, Domain], providers: Sequence[str]) -> None:
         self.node_keyed: list[Bucket] = []
         self.mesh_wide: list[Bucket] = []
-        self.verbs: list[str] = []
+        self.node_verbs: set[str] = set()
+        self.machine_verbs: set[str] = set()
         self.skipped: list[str] = []
         own = {b.name for b in buckets.OWN}
         for name, domain in sorted(domains.items()):
@@ -159,7 +186,8 @@ class _Catalogue:
                 continue
             answer = domain.answer()
             if isinstance(answer, VerbAnswer):
-                self.verbs.append(answer.subject)
+                machine = set(domain.kinds) <= MACHINE_KINDS
+                (self.machine_verbs if machine else self.node_verbs).add(answer.subject)
                 continue
             for bucket in self._buckets_of(name, answer, providers):
                 if bucket.name in own:
@@ -182,7 +210,8 @@ def bound_bucket(provider: str) -> Bucket:
     return Bucket(f"{provider}_bound", shape_of("<node>.<module>.<provision>[.<local>]"))
 
 
-def node_imports(node: str, catalogue: _Catalogue) -> list[Import]:
+def node_imports(node: str, catalogue: _Catalogue, *, machine: bool) -> list[Import]:
+    """What node `node` may do; `machine`: it runs a provider's module, and asks its consumers."""
     own = under(node)
     found: list[Import] = []
     for bucket in (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT):
@@ -193,7 +222,9 @@ def node_imports(node: str, catalogue: _Catalogue) -> list[Import]:
         found += _reads(bucket, own, f"its own keys of {bucket.name}")
     for bucket in catalogue.mesh_wide:
         found += _reads(bucket, ">", f"{bucket.name}, readable mesh-wide")
-    found += _asks([buckets.VERB_SUBJECT, *catalogue.verbs], "ask, telling who asks")
+    found += _asks([buckets.VERB_SUBJECT], "ask the verb, telling who asks")
+    verbs = catalogue.node_verbs | (catalogue.machine_verbs if machine else set())
+    found += _asks(verbs, "ask the vault, telling who asks", account=VAULT.account)
     return found
 
 
@@ -204,21 +235,32 @@ def provider_imports(provider: str, catalogue: _Catalogue) -> list[Import]:
         Import(kind="service", subject=bound.subject(">"), why=f"put and delete in its own {bound.name}"),
         *_reads(bound, ">", f"its own {bound.name}", live=False),
     ]
-    found += _asks([buckets.VERB_SUBJECT, *catalogue.verbs], "ask, telling who asks")
+    found += _asks([buckets.VERB_SUBJECT], "ask the verb, telling who asks")
     return found
+
+
+def vault_imports() -> list[Import]:
+    """The vault reads a need by its key: does the asking node run a module that declares it."""
+    why = "get a need: which node's module declares what it is asked"
+    return [Import(kind="service", subject=buckets.NEEDS.direct_get_subject(">"), why=why)]
 
 
 SERVICE_API = ("PING", "INFO", "STATS")
 
 
 def vault_listens(vault_subjects: Sequence[str]) -> list[str]:
-    """What the vault's user may subscribe to: its verbs, and the service API under its own service
+    """What the vault's user may subscribe to: its verbs, the service API under its own service
     names (the verbs' first token: `mesh-vault.secret` is served as `mesh-vault`) besides the bare
-    discovery subjects, never the seat's `$SRV.*.mesh-provisioner`, which it could answer falsely."""
+    discovery subjects, and its inboxes (the replies to its gets of the needs)."""
     names = sorted({subject.split(".", 1)[0] for subject in vault_subjects})
     service_api = [f"$SRV.{verb}" for verb in SERVICE_API]
     own = [f"$SRV.{verb}.{name}{tail}" for name in names for verb in SERVICE_API for tail in ("", ".>")]
-    return [*vault_subjects, *service_api, *own]
+    return [*vault_subjects, *service_api, *own, "_INBOX.>"]
+
+
+def vault_publishes() -> list[str]:
+    """What the vault's user may publish besides its answers: its gets of the needs."""
+    return [item.subject for item in vault_imports()]
 
 
 def operator_imports() -> list[Import]:
@@ -235,16 +277,21 @@ def derive_grants(
     nodes: Sequence[str],
     providers: Sequence[str] = (),
     operators: Sequence[str] = (),
+    machines: Mapping[str, Sequence[str]] | None = None,
     user_keys: Mapping[Party, str],
     account_keys: Mapping[Party, str] | None = None,
 ) -> Grants:
-    """The grants of every party; `user_keys` holds each party's user public nkey (and
-    `account_keys` each account's, in JWT mode)."""
+    """The grants of every party; `machines` names each provider's machines (the nodes running its
+    module), `user_keys` holds each party's user public nkey (and `account_keys` each account's,
+    in JWT mode). A provider whose machines are not named leaves every node its consumers' verb
+    (said in `wide`): name them, and only they may ask it."""
     catalogue = _Catalogue(domains, providers)
+    asking, wide = _machines(nodes, providers, machines or {})
     wanted = [
-        *((Party(kind=Kind.NODE, name=n), node_imports(n, catalogue)) for n in nodes),
+        *((Party(kind=Kind.NODE, name=n), node_imports(n, catalogue, machine=n in asking)) for n in nodes),
         *((Party(kind=Kind.PROVIDER, name=p), provider_imports(p, catalogue)) for p in providers),
         *((Party(kind=Kind.OPERATOR, name=o), operator_imports()) for o in operators),
+        (VAULT, vault_imports()),
     ]
     accounts = account_keys or {}
     parties = tuple(
@@ -257,21 +304,41 @@ def derive_grants(
         )
         for party, imports in wanted
     )
-    data = tuple(
-        AccountGrant(party=party, account=DATA_ACCOUNT, user_key=user_keys[party])
-        for party in (Party(kind=Kind.SEAT, name=buckets.SEAT), Party(kind=Kind.VAULT, name="vault"))
-    )
+    seat = Party(kind=Kind.SEAT, name=buckets.SEAT)
+    data = (AccountGrant(party=seat, account=DATA_ACCOUNT, user_key=user_keys[seat]),)
     _check_unique_accounts(parties)
-    return Grants(data=data, parties=parties, skipped=tuple(catalogue.skipped))
+    return Grants(data=data, parties=parties, skipped=tuple(catalogue.skipped), wide=tuple(wide))
 
 
-def data_parties() -> tuple[Party, Party]:
-    return Party(kind=Kind.SEAT, name=buckets.SEAT), Party(kind=Kind.VAULT, name="vault")
+def _machines(
+    nodes: Sequence[str], providers: Sequence[str], machines: Mapping[str, Sequence[str]]
+) -> tuple[set[str], list[str]]:
+    """The nodes that may ask for consumers' credentials, and what was granted wide, and why."""
+    for provider, named in machines.items():
+        if provider not in providers:
+            raise SettingsError("the grants' machines", f"{provider!r} is not a provider of the grants")
+        for node in named:
+            if node not in nodes:
+                raise SettingsError("the grants' machines", f"{provider!r} runs on {node!r}, which is not a node")
+    asking = {node for named in machines.values() for node in named}
+    unnamed = [p for p in providers if p not in machines]
+    if not unnamed:
+        return asking, []
+    reason = (
+        f"provider {', '.join(map(repr, unnamed))}: no machine named (PROVIDER@NODE), so every node may "
+        "ask the vault for consumers' credentials, and only the vault keeps them from nodes running no provider"
+    )
+    return set(nodes), [reason]
 
 
 def verb_subjects(domains: Mapping[str, Domain]) -> list[str]:
     """The subjects the vault (any verb-answered domain) serves."""
     return sorted({a.subject for d in domains.values() if d.kinds and isinstance(a := d.answer(), VerbAnswer)})
+
+
+def data_parties() -> tuple[Party, Party]:
+    """The seat (the data account) and the vault (an account of its own): in every mesh."""
+    return Party(kind=Kind.SEAT, name=buckets.SEAT), VAULT
 
 
 def _check_unique_accounts(parties: Sequence[AccountGrant]) -> None:

@@ -11,8 +11,8 @@ again with one more node changes only what that node adds, and the output is rep
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from registry.access.accounts_conf import render_accounts
@@ -21,15 +21,34 @@ from registry.access.grants import Grants, data_parties, derive_grants, verb_sub
 from registry.access.jwt_auth import issue_account_keys, write_jwt_auth
 from registry.access.parties import Kind, Party
 from registry.contract import load_catalogue
+from registry.errors import SettingsError
+
+MACHINE_MARK = "@"  # `postgres@n2`: provider postgres runs on node n2 (a module name holds no `@`)
 
 
 @dataclass(frozen=True)
 class MeshParties:
-    """Who the grants are for, by name."""
+    """Who the grants are for, by name; `machines` names the nodes each provider's module runs
+    on, which alone may ask the vault for its consumers' credentials."""
 
     nodes: Sequence[str]
     providers: Sequence[str] = ()
     operators: Sequence[str] = ()
+    machines: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    @staticmethod
+    def named(nodes: Sequence[str], providers: Sequence[str], operators: Sequence[str]) -> MeshParties:
+        """The parties as the command line names them: a provider `MODULE` or `MODULE@NODE`, the
+        latter naming a machine it runs on (repeat it for each)."""
+        machines: dict[str, list[str]] = {}
+        for given in providers:
+            provider, mark, node = given.partition(MACHINE_MARK)
+            if mark and node:
+                machines.setdefault(provider, []).append(node)
+            elif mark:
+                raise SettingsError("--provider", f"{given!r} names no node after {MACHINE_MARK!r}")
+        unique = list(dict.fromkeys(given.partition(MACHINE_MARK)[0] for given in providers))
+        return MeshParties(nodes=nodes, providers=unique, operators=operators, machines=machines)
 
     def all(self) -> list[Party]:
         return [
@@ -55,6 +74,7 @@ def issue_grants(
         nodes=parties.nodes,
         providers=parties.providers,
         operators=parties.operators,
+        machines=parties.machines,
         user_keys=user_keys,
         account_keys=account_keys,
     )

@@ -1,8 +1,8 @@
 """The grants as decentralized auth (JWT mode): operator, account and user JWTs signed with nkeys.
 
     <keys>/operator.nk                the operator's seed: it alone signs account JWTs (keep it safe)
-    <keys>/account-<label>.nk         one seed per account: account-node-n1.nk, account-MESH.nk,
-                                      account-SYS.nk (the system account)
+    <keys>/account-<label>.nk         one seed per account: account-node-n1.nk, account-vault.nk,
+                                      account-MESH.nk, account-SYS.nk (the system account)
     <keys>/<label>.creds              each user's JWT and seed, for nats-py's `user_credentials=`
                                       (seat.creds, node-n1.creds, ..., sys.creds: pushes accounts)
     <out>/jwt/operator.jwt            the signed JWTs, one file each
@@ -11,9 +11,11 @@
 
 Only the operator signs account JWTs, so a party's account imports exactly what its signed JWT
 says, however it edits its copy. The data account exports each bucket's subjects by wildcard
-(`$KV.<bucket>.>`, `$JS.API.DIRECT.GET.<stream>.>`) and the verbs, publicly: what a party reaches
-is decided by its own account's imports. So a node added later needs no change to the data
-account: push its account JWT (`push_account`) and it connects at once, without a reload.
+(`$KV.<bucket>.>`, `$JS.API.DIRECT.GET.<stream>.>`) and the seat's verb, the vault's account
+(`account-vault.jwt`) the vault's verbs, publicly: what a party reaches is decided by its own
+account's imports. So a node added later needs no change to the data account nor the vault's:
+push its account JWT (`push_account`) and it connects at once, without a reload. Every party
+account carries the limits of its kind (`registry.access.limits`).
 Removing one deletes its account from the resolver (`delete_accounts`): its connections are
 closed and its credential is refused.
 
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import nkeys
 
 from registry.access.credentials import SEED_SUFFIX, CredentialError, write_secret
-from registry.access.grants import AccountGrant, Grants, Import, vault_listens
+from registry.access.grants import AccountGrant, Grants, Import, vault_listens, vault_publishes
 from registry.access.limits import PartyLimits, limits_of
 from registry.access.parties import DATA_ACCOUNT, SYSTEM_ACCOUNT, Kind, Party
 from registry.errors import BusError
@@ -137,7 +139,8 @@ def write_jwt_auth(
     out: Path, grants: Grants, vault_subjects: Sequence[str], *, keys: Path, resolver_dir: str = DEFAULT_RESOLVER_DIR
 ) -> JwtAuth:
     """Signs and writes every JWT of `grants` (whose party accounts carry their `account_key`) and
-    `jwt/server-auth.conf` to `out`, the seeds and `.creds` files to `keys` (seeds there are kept)."""
+    `jwt/server-auth.conf` to `out`, the seeds and `.creds` files to `keys` (seeds there are kept);
+    `vault_subjects` are the verbs the vault serves (`verb_subjects`)."""
     (out / JWT_DIR).mkdir(parents=True, exist_ok=True)
     operator = _nkey(keys / OPERATOR_SEED, nkeys.PREFIX_BYTE_OPERATOR)
     data = _nkey(account_seed_path(keys, DATA_ACCOUNT), nkeys.PREFIX_BYTE_ACCOUNT)
@@ -151,17 +154,19 @@ def write_jwt_auth(
     )
     accounts = {
         system.public_key: _account(out, SYSTEM_ACCOUNT, system, operator, _system_account()),
-        data.public_key: _account(out, DATA_ACCOUNT, data, operator, data_account(grants.parties)),
+        data.public_key: _account(out, DATA_ACCOUNT, data, operator, data_account(grants)),
     }
     _user(keys, SYSTEM_USER, system, {})
     for grant in grants.data:
-        _user(keys, grant.party.label, data, _data_user_permissions(grant, vault_subjects))
+        _user(keys, grant.party.label, data, {})
+    exporters = {DATA_ACCOUNT: data.public_key, **{g.account: g.account_key for g in grants.parties if g.account_key}}
     for grant in grants.parties:
         key = _nkey(account_seed_path(keys, grant.party.label), nkeys.PREFIX_BYTE_ACCOUNT)
         if key.public_key != grant.account_key:
             raise CredentialError(account_seed_path(keys, grant.party.label), "not the account key of the grants")
-        accounts[key.public_key] = _account(out, grant.party.label, key, operator, party_account(grant, data))
-        _user(keys, grant.party.label, key, {})
+        body = party_account(grant, grants, exporters)
+        accounts[key.public_key] = _account(out, grant.party.label, key, operator, body)
+        _user(keys, grant.party.label, key, _user_permissions(grant, vault_subjects))
     _drop_accounts_not_in(out, {account_jwt_path(out, claims_of(token)["name"]) for token in accounts.values()})
     auth = JwtAuth(operator_jwt, system.public_key, accounts)
     (out / JWT_DIR / SERVER_AUTH).write_text(render_server_auth(auth, resolver_dir), encoding="utf-8")
@@ -205,9 +210,10 @@ def render_server_auth(auth: JwtAuth, resolver_dir: str | Path) -> str:
     )
 
 
-def data_account(parties: Sequence[AccountGrant]) -> dict[str, Any]:
+def data_account(grants: Grants) -> dict[str, Any]:
     """The data account: JetStream, and public exports covering every party's imports by bucket."""
-    exports = {(item.kind, export_subject(item.subject), item.stream_reply) for g in parties for item in g.imports}
+    imported = grants.exports_of(DATA_ACCOUNT)
+    exports = {(kind, export_subject(subject), stream_reply) for kind, subject, stream_reply in imported}
     return {
         "type": "account",
         "exports": [_export(kind, subject, stream_reply) for kind, subject, stream_reply in sorted(exports)],
@@ -225,10 +231,17 @@ def export_subject(subject: str) -> str:
     return subject
 
 
-def party_account(grant: AccountGrant, data: Nkey) -> dict[str, Any]:
-    """A party's account: its imports exactly as granted, bounded, without JetStream."""
-    limits = {**_UNLIMITED, "exports": 0, "wildcards": False, **_claimed(limits_of(grant.party.kind))}
-    return {"type": "account", "imports": [_import(item, data.public_key) for item in grant.imports], "limits": limits}
+def party_account(grant: AccountGrant, grants: Grants, exporters: Mapping[str, str]) -> dict[str, Any]:
+    """A party's account: its imports exactly as granted (`exporters`: each exporting account's
+    public key by name), what others import from it (the vault's verbs), bounded, without JetStream.
+    Its exports are public: only the operator signs an import of them."""
+    exports = [_export(kind, subject, stream_reply) for kind, subject, stream_reply in grants.exports_of(grant.account)]
+    limits = {**_UNLIMITED, "exports": len(exports), "wildcards": False, **_claimed(limits_of(grant.party.kind))}
+    imports = [_import(item, exporters[item.account]) for item in grant.imports]
+    body: dict[str, Any] = {"type": "account", "imports": imports, "limits": limits}
+    if exports:
+        body["exports"] = exports
+    return body
 
 
 def _claimed(limits: PartyLimits) -> dict[str, int]:
@@ -248,11 +261,11 @@ def _export(kind: str, subject: str, stream_reply: bool) -> dict[str, Any]:
     return found
 
 
-def _import(item: Import, data_account_key: str) -> dict[str, Any]:
+def _import(item: Import, exporter_key: str) -> dict[str, Any]:
     found: dict[str, Any] = {
         "name": item.why or item.subject,
         "subject": item.subject,
-        "account": data_account_key,
+        "account": exporter_key,
         "type": item.kind,
     }
     if item.share:
@@ -260,11 +273,15 @@ def _import(item: Import, data_account_key: str) -> dict[str, Any]:
     return found
 
 
-def _data_user_permissions(grant: AccountGrant, vault_subjects: Sequence[str]) -> dict[str, Any]:
-    """The seat holds the whole data account; the vault answers its verbs and nothing else."""
+def _user_permissions(grant: AccountGrant, vault_subjects: Sequence[str]) -> dict[str, Any]:
+    """A party's user may do all its account may; the vault's answers its verbs and gets needs."""
     if grant.party.kind != Kind.VAULT:
         return {}
-    return {"pub": {"deny": [">"]}, "sub": {"allow": vault_listens(vault_subjects)}, "resp": {"max": 1, "ttl": 0}}
+    return {
+        "pub": {"allow": vault_publishes()},
+        "sub": {"allow": vault_listens(vault_subjects)},
+        "resp": {"max": 1, "ttl": 0},
+    }
 
 
 def _account(out: Path, account: str, key: Nkey, operator: Nkey, body: dict[str, Any]) -> str:

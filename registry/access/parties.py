@@ -1,10 +1,11 @@
 """Who is on the bus: the parties of a mesh, their accounts, and who asks a request.
 
 Each party connects on a NATS account of its own (see `registry.access.grants`, which derives what each
-account imports). A responder in the data account learns the asking account from the bus, never
-from the request body: an import with `share: true` adds the header `Nats-Request-Info`, whose
-`acc` is the account's name (static configuration) or public key (JWT). `PartyMap` turns that
-back into the party it was issued to.
+account imports); the seat alone holds the data account. A responder (the seat in the data
+account, the vault in its own) learns the asking account from the bus, never from the request
+body: an import with `share: true` adds the header `Nats-Request-Info`, whose `acc` is the
+account's name (static configuration) or public key (JWT). `PartyMap` turns that back into the
+party it was issued to.
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ class Party(BaseModel):
 
     @property
     def account(self) -> str:
-        """Its account's name in a static configuration; the data account for the seat and vault."""
-        if self.kind in (Kind.SEAT, Kind.VAULT):
+        """Its account's name in a static configuration (its label); the data account for the seat."""
+        if self.kind == Kind.SEAT:
             return DATA_ACCOUNT
-        return f"{self.kind.value}-{encode_token(self.name)}"
+        return self.label
 
     @property
     def label(self) -> str:
@@ -77,8 +78,8 @@ class PartyMap:
         return PartyMap(accounts)
 
     def who_asks(self, headers: Mapping[str, str]) -> Party | None:
-        """The party whose account sent a request; `None` when it came from inside the data
-        account (no `Nats-Request-Info`: only the seat's own account can send such a request).
+        """The party whose account sent a request; `None` when it came from inside the
+        responder's own account (no `Nats-Request-Info`: no import carried it).
         Raises `UnknownAccount` for a header naming an account no grant was issued to."""
         info = headers.get(REQUEST_INFO)
         if info is None:

@@ -23,6 +23,7 @@ from registry.access import (
 )
 from registry.access.limits import PARTY_LIMITS
 from registry.contract import buckets, encode_token, load_catalogue, subject_matches
+from registry.errors import SettingsError
 
 
 def grants_for(*nodes: str) -> Grants:
@@ -74,8 +75,75 @@ def test_no_party_but_the_seat_gets_jetstream_api_beyond_direct_gets() -> None:
 
 def test_the_verbs_are_imported_shared_so_the_responder_learns_who_asks() -> None:
     for grant in grants_for("n1").parties:
+        if grant.party.kind == Kind.VAULT:
+            continue  # it answers, and asks no verb
         verbs = [i for i in grant.imports if i.subject == buckets.VERB_SUBJECT]
         assert len(verbs) == 1 and verbs[0].share, grant.party.label
+        assert all(i.share for i in grant.imports if i.subject.startswith("mesh-vault.")), grant.party.label
+
+
+def vault_verbs(grants: Grants) -> dict[str, list[str]]:
+    """Each party's vault verbs, by label."""
+    return {
+        g.party.label: sorted(i.subject for i in g.imports if i.account == "vault" and i.share) for g in grants.parties
+    }
+
+
+def test_each_party_imports_only_the_vault_verbs_it_may_ask() -> None:
+    parties = MeshParties(nodes=["n1", "n2"], providers=["postgres"], operators=["ops"], machines={"postgres": ["n2"]})
+    grants = issue(parties)
+    assert vault_verbs(grants) == {
+        "node-n1": ["mesh-vault.secret"],
+        "node-n2": ["mesh-vault.consumers", "mesh-vault.secret"],
+        "provider-postgres": [],
+        "operator-ops": [],
+        "vault": [],
+    }
+    assert grants.wide == ()
+    assert grants.exports_of("vault") == {
+        ("service", "mesh-vault.consumers", False): {"node-n2"},
+        ("service", "mesh-vault.secret", False): {"node-n1", "node-n2"},
+    }
+
+
+def test_a_provider_without_its_machine_named_leaves_every_node_its_consumers_verb_and_says_so() -> None:
+    grants = issue(MeshParties(nodes=["n1", "n2"], providers=["postgres"]))
+    assert all("mesh-vault.consumers" in vault_verbs(grants)[f"node-{n}"] for n in ("n1", "n2"))
+    assert len(grants.wide) == 1 and "'postgres'" in grants.wide[0] and "PROVIDER@NODE" in grants.wide[0]
+    assert "mesh-vault.consumers" not in str(vault_verbs(issue(MeshParties(nodes=["n1"]))))  # no provider, no one
+
+
+def test_the_vault_has_an_account_of_its_own_that_reads_needs_and_shares_none_with_the_seat() -> None:
+    grants = issue(MeshParties(nodes=["n1"]))
+    vault = next(g for g in grants.parties if g.party.kind == Kind.VAULT)
+    assert vault.account == "vault" and [g.party.kind for g in grants.data] == [Kind.SEAT]
+    assert [i.subject for i in vault.imports] == [buckets.NEEDS.direct_get_subject(">")]
+
+
+@pytest.mark.parametrize(
+    ("providers", "wrong"),
+    [(["postgres@n9"], "not a node"), (["postgres@"], "names no node")],
+    ids=["a machine that is no node", "an empty machine"],
+)
+def test_a_machine_the_grants_cannot_place_is_a_settings_error(providers: list[str], wrong: str) -> None:
+    with pytest.raises(SettingsError, match=wrong):
+        issue(MeshParties.named(["n1"], providers, []))
+
+
+def test_the_command_line_names_a_providers_machines_after_an_at() -> None:
+    parties = MeshParties.named(["n1", "n@2"], ["postgres@n@2", "postgres@n1", "redis"], ["ops"])
+    assert (list(parties.providers), dict(parties.machines)) == (["postgres", "redis"], {"postgres": ["n@2", "n1"]})
+
+
+def issue(parties: MeshParties) -> Grants:
+    return derive_grants(
+        load_catalogue(),
+        nodes=parties.nodes,
+        providers=parties.providers,
+        operators=parties.operators,
+        machines=parties.machines,
+        user_keys={p: f"U{p.label}" for p in parties.all()},
+    )
 
 
 def test_issuing_again_with_one_more_node_keeps_every_issued_key(tmp_path: Path) -> None:
@@ -96,7 +164,7 @@ def test_the_grants_file_maps_accounts_back_to_parties(tmp_path: Path) -> None:
     assert re.search(r'"node-a=2Eb"', (tmp_path / "accounts.conf").read_text())
 
 
-@pytest.mark.parametrize("kind", [Kind.NODE, Kind.PROVIDER, Kind.OPERATOR], ids=lambda k: f"a {k.value}")
+@pytest.mark.parametrize("kind", [Kind.NODE, Kind.PROVIDER, Kind.OPERATOR], ids=lambda k: k.value)
 def test_both_configurations_carry_the_one_table_of_limits(tmp_path: Path, kind: Kind) -> None:
     issue_grants(tmp_path, MeshParties(nodes=["n1"], providers=["postgres"], operators=["ops"]), jwt=True)
     name = {Kind.NODE: "n1", Kind.PROVIDER: "postgres", Kind.OPERATOR: "ops"}[kind]
