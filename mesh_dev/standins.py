@@ -10,11 +10,20 @@
   `mesh-vault.consumers`. Request `{"node", "module", "kind", "name"}`; answer `{"value": "..."}`,
   or service error 404 for an unknown name and 400 for a body that is not such an object. The
   secrets are development values, never for production. A `consumers` value is JSON text,
-  `{"consumers": [{"name", "database", "password"}, ...]}` (deploy/examples/README.md); each dev
-  consumer's password is one of the secrets, so the consumer module reads the same credential
-  through `${secret:...}` and a rotation (`rotate_consumer`) reaches both. Given the grants (`PartyMap`), it does
-  what a real vault must: a node is answered about its own node only (the asking account comes
-  from `Nats-Request-Info`, never the body), and an account no grant names is refused (403).
+  `{"consumers": [{"name", "database", "password"}, ...]}` (deploy/examples/README.md): the
+  consumers of a provision of provider `postgres`; each dev consumer's password is one of the
+  secrets, so the consumer module reads the same credential through `${secret:...}` and a
+  rotation (`rotate_consumer`) reaches both.
+
+The vault shows the contract a real vault holds (deploy/examples/README.md) when it is given the
+grants (`parties`, a `PartyMap`) and the needs (`needs`, a connection that may get them): who asks
+comes from the bus (`Nats-Request-Info`), never from the body; an account no grant names, and every
+party that is not a node (a provider, an operator), is refused (403); a node is answered a secret
+only while one of its modules declares it (its need `<node>.<module>.secret.<name>`, read by direct
+get) and a provision's consumers only from its provider's module (`<node>.postgres.consumers.<name>`)
+on the machine running it. Given the grants alone it checks who asks, but not what their modules
+declare. On a single-account development bus with no grants (`parties=None`: the demo, the
+benchmarks) it answers every request, as nothing on such a bus can tell who asks.
 """
 
 from __future__ import annotations
@@ -25,10 +34,11 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from registry.access import Kind, PartyMap, UnknownAccount
-from registry.contract import BOUND, Bucket, JsonRefused, KeyShape, read_json
+from registry.access import Kind, Party, PartyMap, UnknownAccount
+from registry.contract import BOUND, Bucket, JsonRefused, KeyShape, buckets, read_json
+from registry.errors import BusError, KeyShapeError
 from registry.serving import EndpointSpec, ServiceRequest, capped, serve
-from registry.wire import BucketConfig, Bus, create_bucket, put
+from registry.wire import BucketConfig, Bus, create_bucket, get_direct, put
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +66,7 @@ class DevConsumer:
 
 
 DEV_CONSUMERS: Mapping[str, tuple[DevConsumer, ...]] = {"db": (DevConsumer("app", "app", "db-password"),)}
+DEV_PROVIDER = "postgres"  # the provider module whose provisions the development consumers are of
 
 
 def dev_plans(node: str) -> dict[str, dict[str, dict[str, object]]]:
@@ -79,14 +90,44 @@ def dev_bound(node: str) -> dict[str, object]:
     }
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What a vault request asks, as its body says: for which node, by which module, which name."""
+
+    name: str
+    node: object = None
+    module: object = None
+
+    @staticmethod
+    def of(data: bytes) -> Asked | None:
+        try:
+            body = read_json(data or b"{}", max_bytes=4096, max_depth=4)
+        except JsonRefused:
+            return None
+        if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+            return None
+        return Asked(body["name"], body.get("node"), body.get("module"))
+
+
+class Refused(Exception):
+    """Why a vault request is not answered: a service error's code and reason."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        self.code = code
+        self.reason = reason
+        super().__init__(reason)
+
+
 @dataclass
 class Vault:
-    """Development secrets answered on the vault's verbs; `rotate` changes one. With `parties`,
-    a node asking about another node (the body's `node` is not its own) is refused 403."""
+    """Development secrets answered on the vault's verbs; `rotate` changes one. With `parties`
+    (and `needs`) it holds the vault's contract: see the module's docstring."""
 
     secrets: dict[str, str] = field(default_factory=lambda: dict(DEV_SECRETS))
     consumers: dict[str, tuple[DevConsumer, ...]] = field(default_factory=lambda: dict(DEV_CONSUMERS))
     parties: PartyMap | None = None
+    needs: Bus | None = None
+    provider: str = DEV_PROVIDER
 
     def rotate(self, name: str, value: str) -> None:
         self.secrets[name] = value
@@ -114,37 +155,81 @@ class Vault:
         values = {provision: self.consumers_value(provision) for provision in self.consumers}
         await self._answer(request, values, "consumers")
 
-    async def _answer(self, request: ServiceRequest, values: Mapping[str, str], what: str) -> None:
-        try:
-            body = read_json(request.data or b"{}", max_bytes=4096, max_depth=4)
-            name = body["name"] if isinstance(body, dict) else None
-        except (JsonRefused, KeyError):
-            body, name = None, None
-        if not isinstance(name, str):
+    async def _answer(self, request: ServiceRequest, values: Mapping[str, str], kind: str) -> None:
+        asked = Asked.of(request.data)
+        if asked is None:
             await request.respond_error("400", 'expected {"node", "module", "kind", "name"}')
             return
-        refusal = self.refusal(request.headers, body.get("node") if isinstance(body, dict) else None)
-        if refusal is not None:
-            await request.respond_error("403", refusal)
+        try:
+            await self.judge(request.headers, asked, kind)
+        except Refused as refused:
+            await request.respond_error(refused.code, refused.reason)
             return
-        if name not in values:
-            await request.respond_error("404", f"no development {what} named {name!r}")
+        if asked.name not in values:
+            await request.respond_error("404", f"no development {kind} named {asked.name!r}")
             return
-        await request.respond(json.dumps({"value": values[name]}).encode())
+        await request.respond(json.dumps({"value": values[asked.name]}).encode())
 
-    def refusal(self, headers: Mapping[str, str], node: object) -> str | None:
-        """Why the asking party may not have this answer, or None. The party comes from the bus;
-        the body's `node` only has to be the asking node's own."""
+    async def judge(self, headers: Mapping[str, str], asked: Asked, kind: str) -> None:
+        """Raises `Refused` unless the asking party may have this `kind` of value. The party comes
+        from the bus; the body only says which of its own modules asks."""
         if self.parties is None:
-            return None
+            return
         try:
             party = self.parties.who_asks(headers)
         except UnknownAccount as err:
-            return str(err)
-        if party is None or party.kind != Kind.NODE or node == party.name:
-            return None
-        asked_for = f"node {capped(node, 64)}" if isinstance(node, str) else "no node"
-        return f"a node is answered about its own secrets; asked by node {capped(party.name, 64)} for {asked_for}"
+            raise Refused("403", str(err)) from None
+        if party is None:  # from the vault's own account
+            return
+        node = _asking_node(party, asked, kind)
+        if kind == "consumers" and asked.module != self.provider:
+            raise Refused(
+                "403",
+                f"consumers are answered to the machine of provider {self.provider!r}, to its module "
+                f"{self.provider!r} only; asked by node {capped(node, 64)} for module {_named(asked.module)}",
+            )
+        if self.needs is not None:
+            await self._declared(node, asked, kind)
+
+    async def _declared(self, node: str, asked: Asked, kind: str) -> None:
+        """Refused unless a module of `node` declares the value: its need, read by direct get."""
+        assert self.needs is not None
+        module = asked.module if isinstance(asked.module, str) else ""
+        try:
+            key = buckets.NEEDS.shape.build(node=node, module=module, kind=kind, name=asked.name)
+        except KeyShapeError:
+            raise Refused("403", f"names no module of node {capped(node, 64)} that could declare it") from None
+        try:
+            need = await get_direct(self.needs, buckets.NEEDS, key)
+        except BusError as err:
+            log.warning("the needs cannot be read: %s", err)
+            raise Refused("503", "the vault cannot read the needs now; ask again") from None
+        if need is None or need.deleted:
+            raise Refused(
+                "403",
+                f"node {capped(node, 64)} runs no module declaring {kind} {capped(asked.name, 64)!r}: "
+                f"no need {capped(key, 200)}; a {kind} is answered to a node running a module that declares it",
+            )
+
+
+def _asking_node(party: Party, asked: Asked, kind: str) -> str:
+    """The asking node's name; refused when a party that runs no module asks, or a node asks in
+    another node's name."""
+    if party.kind != Kind.NODE:
+        raise Refused(
+            "403", f"a {kind} is answered to a node running a module that declares it, never to {party.label}"
+        )
+    if asked.node != party.name:
+        asked_for = f"node {capped(asked.node, 64)}" if isinstance(asked.node, str) else "no node"
+        raise Refused(
+            "403",
+            f"a node is answered about its own secrets; asked by node {capped(party.name, 64)} for {asked_for}",
+        )
+    return party.name
+
+
+def _named(module: object) -> str:
+    return repr(capped(module, 64)) if isinstance(module, str) else "none"
 
 
 @dataclass
