@@ -22,7 +22,7 @@ contributes to which collections, and an optional command to run after its env f
   to 3600, default 30.
 
 Every string of a manifest is UTF-8 text: a lone surrogate escape (`"\\ud800"`), which JSON
-allows but no file, key or argument can carry, makes the file an error.
+allows but no file, key or argument can carry, is refused by the JSON reader itself.
 
 Only `*.json` files not starting with `.` are read, so an editor's or an atomic replace's
 temporary file is never taken for a manifest. A file that cannot be read is reported with its
@@ -43,7 +43,6 @@ JSON's `module` field, else from the file name.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import stat
@@ -251,8 +250,6 @@ def _parsed(path: Path, data: bytes, digest: str, remembered: str | None, held: 
     except JsonRefused as err:
         raise ManifestError(path, err.reason, module=held) from None
     module = remembered or _module_of(document, path)
-    if not _all_text(document):
-        raise ManifestError(path, _NOT_TEXT, module=module)
     try:
         manifest = Manifest.model_validate(document)
     except ValidationError as err:
@@ -323,18 +320,6 @@ def _too_large(manifest: Manifest) -> str | None:
         if len(value) > MAX_VALUE_BYTES:
             return f"the items contributed to {collection[:60]!r} exceed {MAX_VALUE_BYTES:,} bytes"
     return None
-
-
-_NOT_TEXT = "holds a lone surrogate escape (\\ud800 to \\udfff), which is not UTF-8 text: not read"
-
-
-def _all_text(document: object) -> bool:
-    """Whether every string of the document, names included, is UTF-8 text."""
-    try:
-        json.dumps(document, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _module_of(document: object, path: Path) -> str | None:

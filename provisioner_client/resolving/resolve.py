@@ -16,8 +16,8 @@ reconcile. A verb is asked once per reconcile for each distinct kind and name, h
 use it, naming the first module that wants it: a vault answers a node by the name asked (it cannot
 tell which of the node's modules asks, so a value per module would need a name per module).
 Whatever cannot be resolved raises `Pending` with the reason; its module stays pending. So does a
-value an env file cannot carry (`carriable`): a NUL, which sh and systemd read as the value's end,
-or a lone surrogate, which is no UTF-8 text.
+value an env file cannot carry (`carriable`): a NUL, which sh reads as the value's end (a lone
+surrogate, which is no UTF-8 text, is refused by the JSON reader already).
 Every JSON read here (a value, a plan, a registry entry, a vault's answer) goes through
 `registry.contract.bounded_json.read_json`: a value too deep or too large is a reason naming its key, never a crash.
 """
@@ -380,10 +380,6 @@ def carriable(text: str, where: str) -> str:
     """`text`, if an env file can carry it; else `Pending` saying why, never quoting it."""
     if "\0" in text:
         raise Pending(f"the value {where} holds a NUL character, which an env file cannot carry (sh ends it there)")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise Pending(f"the value {where} holds a lone surrogate (U+D800 to U+DFFF), which is not UTF-8 text") from None
     return text
 
 

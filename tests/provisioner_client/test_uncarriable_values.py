@@ -54,7 +54,7 @@ async def test_a_lone_surrogate_in_a_value_is_refused_naming_the_key_not_a_crash
     report = await reconcile(bus, plan)
     app = report.modules["app"].applied
     assert app.state == "pending"
-    said = f"${{config:log-level}}: the value at {domains.config.name} key 'log-level' holds a lone surrogate"
+    said = f"${{config:log-level}}: the value at {domains.config.name} key 'log-level' cannot be used: it holds a lone"
     assert any(reason.startswith(said) for reason in app.reasons), app.reasons
 
 
