@@ -61,7 +61,10 @@ CLIENT_FILTERS: Mapping[str, tuple[str, ...]] = {
     "state": ("applied", "nodes"),
 }
 # The values `state` takes for each `what` it applies to: a module's state, a node's verdict.
-STATES: Mapping[str, tuple[str, ...]] = {"applied": ("applied", "pending"), "nodes": ("healthy", "stale", "gone")}
+STATES: Mapping[str, tuple[str, ...]] = {
+    "applied": ("applied", "pending"),
+    "nodes": ("healthy", "stale", "gone", "over-quota"),
+}
 
 
 class ServerSettings(LogSettings):
@@ -118,6 +121,12 @@ class ServerSettings(LogSettings):
     max_cursors: int = Field(default=32, ge=1, description="paged listings kept at once")
     cursor_cache_bytes: int = Field(
         default=128 * 1024 * 1024, ge=0, description="bytes of pages kept for all listings together"
+    )
+    node_quota_keys: int = Field(
+        default=20_000, ge=1, description="keys one node may hold in each of needs, applied and collect"
+    )
+    node_quota_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1, description="bytes of values one node may hold in each of those buckets"
     )
     max_cursors_per_party: int = Field(
         default=8, ge=1, description="paged listings one party (a node, an operator...) may keep at once"
@@ -186,7 +195,8 @@ class QueryArguments(CommandArguments):
     )
     state: Annotated[State | None, CommandLine(choices=True)] = Field(
         default=None,
-        description="keep one state: applied or pending (applied), healthy, stale or gone (nodes); filtered here",
+        description="keep one state: applied or pending (applied), healthy, stale, gone or over-quota (nodes); "
+        "filtered here",
     )
     stale_after: StaleAfter | None = Field(default=None, description=f"nodes: {_STALE}", json_schema_extra=_THE_SEATS)
     by_reason: bool = Field(
@@ -241,7 +251,7 @@ class TopArguments(CommandArguments):
     interval: Duration = Field(
         default=timedelta(seconds=2), gt=timedelta(0), le=timedelta(days=1), description="how often to ask"
     )
-    once: bool = Field(default=False, description="print one frame and exit (5 if a node is stale or gone)")
+    once: bool = Field(default=False, description="print one frame and exit (5 if a node is stale, gone or over quota)")
     wait: Duration = Field(
         default=_WAIT, gt=timedelta(0), description="how long to wait to connect, and with --once for the answer"
     )

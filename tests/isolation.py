@@ -3,10 +3,11 @@ the seat serving in the data account, and a connection for any party on its own 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import nats
 from nats.aio.client import Client
@@ -97,6 +98,7 @@ async def mesh_server(
     providers: Sequence[str] = PROVIDERS,
     operators: Sequence[str] = OPERATORS,
     widen: Widening | None = None,
+    seat: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Mesh]:
     """nats-server with the generated accounts (as `widen` widens them, if given) and the seat
     serving in the data account."""
@@ -108,7 +110,7 @@ async def mesh_server(
     (config_dir / "accounts.conf").write_text(accounts)
     async with local_nats(config_dir, "include ./accounts.conf") as server:
         mesh = Mesh(server, keys, grants)
-        async with seat_serving(mesh, keys / "grants.json", providers):
+        async with seat_serving(mesh, keys / "grants.json", providers, seat):
             yield mesh
 
 
@@ -141,7 +143,7 @@ class JwtMesh(Mesh):
 
 @asynccontextmanager
 async def jwt_mesh_server(
-    state: Path, *, nodes: Sequence[str] = NODES, widen: Widening | None = None
+    state: Path, *, nodes: Sequence[str] = NODES, widen: Widening | None = None, seat: Mapping[str, Any] | None = None
 ) -> AsyncIterator[JwtMesh]:
     """nats-server in JWT mode with the accounts of the issued grants (as `widen` widens them, if
     given) preloaded (its resolver takes more at run time), and the seat serving in the data account."""
@@ -153,15 +155,18 @@ async def jwt_mesh_server(
     (config_dir / SERVER_AUTH).write_text(render_server_auth(load_jwt_auth(out), config_dir / "resolver"))
     async with local_nats(config_dir, f"include ./{SERVER_AUTH}") as server:
         mesh = JwtMesh(server, keys, grants, out)
-        async with seat_serving(mesh, out / "grants.json", PROVIDERS):
+        async with seat_serving(mesh, out / "grants.json", PROVIDERS, seat):
             yield mesh
 
 
 @asynccontextmanager
-async def seat_serving(mesh: Mesh, grants_file: Path, providers: Sequence[str]) -> AsyncIterator[None]:
-    """The seat on its own key, scoping by the grants, until the block exits."""
+async def seat_serving(
+    mesh: Mesh, grants_file: Path, providers: Sequence[str], settings: Mapping[str, Any] | None = None
+) -> AsyncIterator[None]:
+    """The seat on its own key, scoping by the grants (and `settings`), until the block exits."""
     options = mesh.options(party(Kind.SEAT))
-    async with serving(mesh.server.url, bus_options=options, grants_file=grants_file, providers=list(providers)):
+    given = {"grants_file": grants_file, "providers": list(providers), **(settings or {})}
+    async with serving(mesh.server.url, bus_options=options, **given):
         yield
 
 

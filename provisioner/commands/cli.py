@@ -14,7 +14,7 @@ Exit codes:
     3  `query`, `top --once`: the verb answered with an error (other than 410 and 503, which are
        retried)
     4  `query`: answered, with malformed keys (listed and marked in every output)
-    5  `query nodes`, `top --once`: a node shown is stale or gone (before 4: the fleet first)
+    5  `query nodes`, `top --once`: a node shown is stale, gone or over quota (before 4: the fleet first)
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ examples:
   mesh-provisioner query applied --state pending --by-reason    each reason: how many modules, which
   mesh-provisioner query collect --collection shell:zsh:normal
   mesh-provisioner query needs --jsonl | jq -r .node
-  mesh-provisioner query nodes                     each node: healthy, stale or gone, and how that is known
+  mesh-provisioner query nodes                     each node: healthy, stale, gone or over quota, and how that is known
   mesh-provisioner query nodes --state stale --stale-after 600    the nodes silent for 10 min (exit 5 if any)
 
 query nodes: a node's sign of life is its client's lease, renewed every third of its ttl while the
@@ -93,11 +93,11 @@ client watches and released when a one-shot reconcile ends or the client stops; 
 each renewal and release. healthy: renewed within --stale-after and within the lease's ttl (+5 s),
 or released within --stale-after; stale: neither; gone: no lease record at all. APPLIED and PENDING
 count the node's applied records, CHANGED is the latest of their changes. Exit 5 when a node shown
-is stale or gone (after --state), so `query nodes` can be a monitoring check.
+is stale, gone or over quota (after --state), so `query nodes` can be a monitoring check.
 """
 
 _EPILOG_TOP = """Asks the verb what=nodes every --interval seconds and shows the fleet: a summary line (nodes healthy,
-stale and gone; modules applied and pending) over the nodes, stale and gone first (see `query nodes
+stale, gone and over quota; modules applied and pending) over the nodes, those first (see `query nodes
 --help` for the verdicts). On a terminal the view is redrawn in place, with a progress bar while a
 long answer is read; elsewhere each frame is printed after the last. Ctrl-C (SIGINT) or SIGTERM ends
 it with exit 0. A seat that does not answer is said in the frame and asked again at the next tick;
@@ -106,7 +106,7 @@ a connection nats-server closed for good ends it with exit 1.
 examples:
   mesh-provisioner top
   mesh-provisioner top --stale-after 60 --interval 5
-  mesh-provisioner top --once                      one frame; exit 5 if a node is stale or gone
+  mesh-provisioner top --once                      one frame; exit 5 if a node is stale, gone or over quota
 """
 
 _EPILOG_REMOVE = """\
@@ -169,7 +169,7 @@ def _add_query(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _add_top(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     top = commands.add_parser(
         "top",
-        help="a live view of the fleet: nodes healthy, stale or gone, modules applied and pending",
+        help="a live view of the fleet: nodes healthy, stale, gone or over quota, modules applied and pending",
         description="Show the fleet's nodes and their verdicts, refreshed every --interval seconds, until Ctrl-C.",
         epilog=_EPILOG_TOP,
         formatter_class=argparse.RawDescriptionHelpFormatter,

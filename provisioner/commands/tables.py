@@ -51,8 +51,8 @@ COLUMNS: Mapping[str, tuple[str, ...]] = {
     "nodes": ("node", "verdict", "lease", "applied", "pending", "changed", "why"),
 }
 VERDICTS = STATES["nodes"]
-UNHEALTHY = ("stale", "gone")
-VERDICT_STYLES = {"healthy": "green", "stale": "yellow", "gone": "red"}
+UNHEALTHY = ("stale", "gone", "over-quota")
+VERDICT_STYLES = {"healthy": "green", "stale": "yellow", "gone": "red", "over-quota": "red"}
 
 DIGEST_SHOWN = 12  # hex digits of a digest in the table, as `git log --oneline` shows a commit
 REASON_SHOWN = 80  # characters of the first reason in the table; --json has them whole
@@ -302,14 +302,16 @@ def node_rows(answer: MergedAnswer) -> list[NodeRow]:
 
 
 def unhealthy(answer: MergedAnswer) -> list[str]:
-    """The nodes of a `nodes` answer that are stale or gone."""
+    """The nodes of a `nodes` answer that are stale, gone or over quota."""
     return [entry.node for entry in node_rows(answer) if entry.verdict in UNHEALTHY]
 
 
 def fleet_summary(answer: MergedAnswer) -> str:
-    """`3 nodes: 1 healthy, 1 stale, 1 gone; modules: 4 applied, 1 pending`."""
+    """`3 nodes: 1 healthy, 1 stale, 1 gone; modules: 4 applied, 1 pending` (and `, 1 over-quota`
+    after `gone` when a node is)."""
     entries = node_rows(answer)
-    verdicts = ", ".join(f"{sum(e.verdict == v for e in entries)} {v}" for v in VERDICTS)
+    counts = {verdict: sum(e.verdict == verdict for e in entries) for verdict in VERDICTS}
+    verdicts = ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != "over-quota")
     applied, pending = sum(e.applied for e in entries), sum(e.pending for e in entries)
     return f"{_count(len(entries), 'node', 'nodes')}: {verdicts}; modules: {applied} applied, {pending} pending"
 
@@ -380,8 +382,8 @@ def _verdict_styled(row: Sequence[str]) -> list[str | Text]:
 
 
 def nodes_table(answer: MergedAnswer, console: Console) -> Table:
-    """The nodes of an answer as a table: stale and gone first, then by name (for `top`)."""
-    order = {verdict: rank for rank, verdict in enumerate(("gone", "stale", "healthy"))}
+    """The nodes of an answer as a table: over quota, gone and stale first, then by name (for `top`)."""
+    order = {verdict: rank for rank, verdict in enumerate(("over-quota", "gone", "stale", "healthy"))}
     ordered = sorted(node_rows(answer), key=lambda e: (order.get(e.verdict, -1), e.node))
     header = [column.upper() for column in COLUMNS["nodes"]]
     return _table(header, [_verdict_styled(_nodes_row(entry)) for entry in ordered], console)

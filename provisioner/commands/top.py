@@ -1,7 +1,7 @@
 """`mesh-provisioner top`: the fleet at a glance, asked of the verb (`what=nodes`) every few seconds.
 
-Each frame is a summary line (nodes healthy, stale and gone; modules applied and pending) over the
-nodes' table, stale and gone first. The seat answers from the view it keeps of the leases and
+Each frame is a summary line (nodes healthy, stale, gone and over quota; modules applied and pending) over the
+nodes' table, those not healthy first. The seat answers from the view it keeps of the leases and
 applied buckets, so a refresh reads no bucket; an operator's account may ask the verb and nothing
 else, so the frames refresh on a timer, not on the buckets' changes. On a terminal the frame is
 redrawn in place (`rich.live`), with a progress bar while a paged answer is read; anywhere else

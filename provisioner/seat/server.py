@@ -29,6 +29,7 @@ from anyio import CancelScope
 from anyio.abc import TaskStatus
 
 from provisioner.seat.buckets import ensure_buckets
+from provisioner.seat.quotas import Quota, QuotaGuard
 from provisioner.seat.registry_sync import keep_registry_compiled
 from provisioner.settings import ServerSettings
 from provisioner.verb.handler import GRANTS_SETTING, Verb
@@ -83,7 +84,9 @@ async def run_server(
         await tasks.start(compile_registry)
         registry = RegistryView()
         await tasks.start(partial(registry.follow, bus))
-        nodes = FleetView()
+        guard = QuotaGuard(Quota(settings.node_quota_keys, settings.node_quota_bytes))
+        await tasks.start(partial(guard.guard, bus))
+        nodes = FleetView(over_quota=guard.cut_back)
         await tasks.start(partial(nodes.follow, bus))
         cache = PageCache(
             ttl=settings.cursor_ttl,

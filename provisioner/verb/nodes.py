@@ -11,6 +11,8 @@ anything to needs, applied or collect. Verdicts, against `stale_after` (the requ
               released within stale_after
     stale     a held lease not renewed for longer than either, or released longer ago
     gone      no lease record at all: its client never ran, or the record was removed
+    over-quota  cut back by the seat for holding more than its quota in a bucket
+              (`provisioner.seat.quotas`), within the last hour; said before how its lease stands
 
 The applied counts and the latest change (the records' `changed_at`, else when the server stored
 them) come from the applied bucket. The seat keeps both buckets in a `FleetView` (two watches), so
@@ -23,10 +25,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal
 
 import anyio
 from anyio.abc import TaskStatus
@@ -44,6 +45,7 @@ from registry.contract import (
     NodeRow,
     NoLease,
     ReleasedLease,
+    Verdict,
     buckets,
     read_json,
     subject_matches,
@@ -59,7 +61,6 @@ NODE_ROLE = "node"
 # yielding to the task applying them, and one that fell behind is read again from where it was
 # (4,096 of 100,000 applied keys at a time: 28 s instead of 4 s to fill the view).
 WATCH_BUFFER = 1 << 20
-Verdict = Literal["healthy", "stale", "gone"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +112,8 @@ class NodeReport:
 class Fleet:
     """Every node's latest lease record and applied records, as the two buckets hold them."""
 
-    def __init__(self) -> None:
+    def __init__(self, over_quota: Callable[[], Mapping[str, str]] = dict) -> None:
+        self.over_quota = over_quota  # the nodes cut back, with why (`provisioner.seat.quotas`)
         self.leases: dict[str, LeaseSeen] = {}
         self.modules: dict[str, dict[str, ModuleSeen]] = {}
         self.malformed: dict[tuple[str, str], str] = {}  # (bucket, key): reason
@@ -164,11 +166,19 @@ class Fleet:
 
     def reports(self, node: str | None, *, now: datetime, stale_after: timedelta) -> list[NodeReport]:
         """One report per node known to either bucket (only `node` when given), by name."""
-        names = sorted(set(self.leases) | set(self.modules)) if node is None else [node]
+        over = self.over_quota()
+        names = sorted(set(self.leases) | set(self.modules) | set(over)) if node is None else [node]
         return [
-            _report(name, self.leases.get(name), self.tally(name), now, stale_after)
+            _report(
+                name,
+                self.leases.get(name),
+                self.tally(name),
+                now=now,
+                stale_after=stale_after,
+                over_quota=over.get(name),
+            )
             for name in names
-            if name in self.leases or name in self.modules
+            if name in self.leases or name in self.modules or name in over
         ]
 
     def malformed_under(self, node: str | None) -> list[tuple[str, str, str]]:
@@ -247,8 +257,12 @@ def _tally(modules: Iterable[ModuleSeen]) -> Tally:
     return Tally(applied, pending, latest)
 
 
-def _report(node: str, lease: LeaseSeen | None, tally: Tally, now: datetime, stale_after: timedelta) -> NodeReport:
+def _report(
+    node: str, lease: LeaseSeen | None, tally: Tally, *, now: datetime, stale_after: timedelta, over_quota: str | None
+) -> NodeReport:
     verdict, because = judge(lease, now=now, stale_after=stale_after)
+    if over_quota is not None:
+        return NodeReport(node, "over-quota", f"{over_quota}; {because}", lease, tally)
     return NodeReport(node, verdict, because, lease, tally)
 
 
@@ -347,19 +361,19 @@ async def fleet_of(bus: Bus, view: FleetView | None, node: str | None, whole_lis
     keys); the whole fleet is the view once it is filled, if within the bus's timeout (a seat just
     started fills it in seconds; listing it besides would read the buckets twice), else listed."""
     if node is not None:
-        return await read_fleet(bus, node)
+        return await read_fleet(bus, node, view.over_quota if view is not None else dict)
     if view is not None:
         with anyio.move_on_after(bus.timeout):
             await view.filled.wait()
         if view.ready:
             return view
     async with whole_listings:
-        return await read_fleet(bus, None)
+        return await read_fleet(bus, None, view.over_quota if view is not None else dict)
 
 
-async def read_fleet(bus: Bus, node: str | None) -> Fleet:
+async def read_fleet(bus: Bus, node: str | None, over_quota: Callable[[], Mapping[str, str]] = dict) -> Fleet:
     """The fleet as the buckets hold it now, listed (narrowed to `node` when given)."""
-    fleet = Fleet()
+    fleet = Fleet(over_quota)
     lease_filters = buckets.LEASES.shape.filters(role=NODE_ROLE, name=node) if node else [">"]
     applied_filters = buckets.APPLIED.shape.filters(node=node)
     try:
@@ -402,8 +416,8 @@ class FleetView(Fleet):
     watches' consumers are named per seat and purpose, and deleted when the seat stops (as
     `provisioner.verb.registry_view.RegistryView` does)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, over_quota: Callable[[], Mapping[str, str]] = dict) -> None:
+        super().__init__(over_quota)
         seat = uuid.uuid4().hex[:8]
         self.consumer_names = {buckets.LEASES.name: f"seat-leases-{seat}", buckets.APPLIED.name: f"seat-applied-{seat}"}
         self._filled: set[str] = set()

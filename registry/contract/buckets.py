@@ -67,6 +67,10 @@ class Bucket:
         return {"stream_name": self.stream, "config": {**config, **filtered}}
 
     @property
+    def purge_api(self) -> str:
+        return f"STREAM.PURGE.{self.stream}"
+
+    @property
     def info_api(self) -> str:
         return f"STREAM.INFO.{self.stream}"
 

@@ -39,7 +39,7 @@ from registry.contract.bounded_json import MAX_PAGE_BYTES, JsonRefused, read_jso
 
 What = Literal["registry", "needs", "applied", "collect", "nodes"]
 WHATS: tuple[What, ...] = ("registry", "needs", "applied", "collect", "nodes")
-Verdict = Literal["healthy", "stale", "gone"]
+Verdict = Literal["healthy", "stale", "gone", "over-quota"]
 
 MAX_NAME_BYTES = 1024
 MAX_STALE_AFTER_SECONDS = 366 * 86400

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 _OPERATION, _OPERATION_BYTES = "KV-Operation", b"KV-Operation"
 _REMOVED = ("DEL", "PURGE")
+_SIZE = "Nats-Msg-Size"  # a headers-only consumer's stand-in for the value
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class KvItem:
     revision: int
     deleted: bool = False
     stored_at: datetime | None = field(default=None, compare=False)
+    size: int = field(default=-1, compare=False)  # of the value, as stored: read headers only, `value` is empty
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Feed:
         heartbeat: float,
         inactive_threshold: float,
         name: str | None = None,
+        headers_only: bool = False,
     ) -> None:
         self.bus = bus
         self.bucket = bucket
@@ -91,6 +94,7 @@ class Feed:
         self._inactive = inactive_threshold
         self._consumer_sequence = 0
         self._sub: Subscription | None = None
+        self._headers_only = headers_only
 
     @property
     def operation(self) -> str:
@@ -138,6 +142,7 @@ class Feed:
                 "inactive_threshold": _nanoseconds(self._inactive),
                 "mem_storage": True,
                 "num_replicas": 1,
+                **({"headers_only": True} if self._headers_only else {}),
                 **self._start.policy(),
             },
         )
@@ -156,7 +161,8 @@ class Feed:
             return
         self._consumer_sequence, self.stream_sequence = consumer_seq, stream_seq
         deleted = is_delete_marker(msg.headers)
-        item = KvItem(self.bucket.key_of(msg.subject), msg.data, stream_seq, deleted, ack_time(msg.reply))
+        size = int(msg.headers.get(_SIZE, "0")) if self._headers_only else len(msg.data)
+        item = KvItem(self.bucket.key_of(msg.subject), msg.data, stream_seq, deleted, ack_time(msg.reply), size)
         self._on_item(item, pending)
 
     async def _answer_control(self, msg: Message) -> None:

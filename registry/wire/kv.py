@@ -41,10 +41,16 @@ _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 
 
 async def snapshot(
-    bus: Bus, bucket: Bucket, filters: Sequence[str] = (">",), *, include_deleted: bool = False
+    bus: Bus,
+    bucket: Bucket,
+    filters: Sequence[str] = (">",),
+    *,
+    include_deleted: bool = False,
+    headers_only: bool = False,
 ) -> list[KvItem]:
     """The latest entry of every key matching `filters` (relative to the bucket), in stream order.
-    Deleted keys are left out unless `include_deleted` (a converge needs their revision)."""
+    Deleted keys are left out unless `include_deleted` (a converge needs their revision). With
+    `headers_only` the values are not read, only their sizes (`KvItem.size`)."""
     items: list[KvItem] = []
     done = anyio.Event()
 
@@ -53,7 +59,7 @@ async def snapshot(
         if pending == 0:
             done.set()
 
-    feed = Feed(bus, bucket, filters, on_item, heartbeat=1.0, inactive_threshold=1.0)
+    feed = Feed(bus, bucket, filters, on_item, heartbeat=1.0, inactive_threshold=1.0, headers_only=headers_only)
     try:
         if await feed.open():
             done.set()
@@ -347,6 +353,14 @@ def _direct_item(operation: str, headers: Mapping[str, str], data: bytes, key: s
     deleted = is_delete_marker(headers)
     stored_at = _server_time(headers["Nats-Time-Stamp"]) if "Nats-Time-Stamp" in headers else None
     return KvItem(key, data, int(headers.get("Nats-Sequence", "0")), deleted, stored_at)
+
+
+async def purge(bus: Bus, bucket: Bucket, subject_filter: str) -> int:
+    """Removes every entry of the keys matching `subject_filter` (relative to the bucket), history
+    and delete markers included, leaving no trace; how many messages went."""
+    body = {"filter": bucket.subject(subject_filter)}
+    answer = await bus.jetstream(bucket.purge_api, body, operation=f"purge {bucket.name} {subject_filter}")
+    return int(answer.get("purged", 0))
 
 
 async def update(bus: Bus, bucket: Bucket, key: str, value: bytes, *, last: int) -> int:

@@ -53,6 +53,7 @@ class ScopedWatch:
         heartbeat: timedelta,
         retry_max: timedelta,
         name: str | None = None,
+        headers_only: bool = False,
     ) -> None:
         self.bus = bus
         self.bucket = bucket
@@ -65,6 +66,7 @@ class ScopedWatch:
         self._retry_max = retry_max.total_seconds()
         self._last_sequence = 0
         self._name = name
+        self._headers_only = headers_only
 
     @property
     def consumer_name(self) -> str | None:
@@ -143,6 +145,7 @@ class ScopedWatch:
             heartbeat=self._heartbeat,
             inactive_threshold=max(5.0, 3 * self._heartbeat),
             name=self._name,
+            headers_only=self._headers_only,
         )
         await self.feed.open(replace=self._name is not None)
 
@@ -203,14 +206,26 @@ async def scoped_watch(
     retry_max: timedelta = timedelta(seconds=30),
     buffer: int = 4096,
     name: str | None = None,
+    headers_only: bool = False,
 ) -> AsyncIterator[ScopedWatch]:
     """Watches the keys of `bucket` matching `subject_filter` (relative to the bucket).
 
     With a `name` (one per party and purpose; the caller must be granted `CONSUMER.DELETE` on the
     stream), the consumer is deleted by that name before each re-creation and when the watch stops;
-    without, each feed gets a new name and its consumer expires after nobody listens."""
+    without, each feed gets a new name and its consumer expires after nobody listens. With
+    `headers_only` the values are not read, only their sizes (`KvItem.size`)."""
     send, receive = anyio.create_memory_object_stream[KvItem](max_buffer_size=buffer)
-    watch = ScopedWatch(bus, bucket, subject_filter, send, receive, heartbeat=heartbeat, retry_max=retry_max, name=name)
+    watch = ScopedWatch(
+        bus,
+        bucket,
+        subject_filter,
+        send,
+        receive,
+        heartbeat=heartbeat,
+        retry_max=retry_max,
+        name=name,
+        headers_only=headers_only,
+    )
     async with send, receive, anyio.create_task_group() as tg:
         await tg.start(watch.run)
         try:

@@ -147,7 +147,7 @@ NOT_APPLYING = {
     "a threshold for the registry": ({"stale_after": "5"}, "--stale-after: does not apply to registry; only to nodes"),
     "a module's state for nodes": (
         {"what": "nodes", "state": "pending"},
-        "--state: pending is not a state of nodes; one of healthy, stale, gone",
+        "--state: pending is not a state of nodes; one of healthy, stale, gone, over-quota",
     ),
 }
 

@@ -134,6 +134,7 @@ SURFACES = {
         "nats_client",
         "node_key",
         "page_of",
+        "purge",
         "put",
         "replicated",
         "run_steps",

@@ -1,0 +1,198 @@
+"""Each node's footprint in the buckets nodes write, bounded: a node over its quota is cut back.
+
+The needs, applied and collect buckets are shared by every node and refuse writes once full
+(`discard: new`): without a bound per node, one node writing as fast as its grants let it would
+fill a bucket in seconds and make every other party's write fail. NATS has no limit per subject
+prefix, so the seat keeps one:
+
+    watch     each bucket's writes, headers only (`Nats-Msg-Size`, no values): each node's keys
+              and bytes since it was last counted, an upper bound (an overwrite or a delete is
+              not subtracted: the old size is not known)
+    count     when that bound passes the node's quota, the node's keys there are counted exactly
+              (a headers-only read of `<node>.>`)
+    cut back  when the count is over the quota, every key of the node in that bucket is purged,
+              and the node is over quota: `what=nodes` says so and why for `SHOWN_FOR`, the seat
+              logs it once per episode
+
+A node writing without end is purged again each time it passes its quota, so its footprint stays
+within its quota and what it writes while the seat counts: the bucket never fills. Its honest
+client, cut back, registers again at its next reconcile. The leases bucket needs no watch: a node
+is granted its one key there (`node.<node>`), bounded by the bucket's largest value.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import anyio
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from registry.contract import Bucket, buckets, decode_token
+from registry.errors import BusError, RegistryError
+from registry.wire import Bus, KvItem, purge, scoped_watch, snapshot
+
+log = logging.getLogger(__name__)
+
+GUARDED = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT)
+SHOWN_FOR = timedelta(hours=1)  # how long a node cut back is shown over quota
+COUNTS_WAITING = 256  # nodes waiting to be counted; more wait for the next write that passes the bound
+
+
+@dataclass(frozen=True)
+class Quota:
+    """What one node may hold in one bucket."""
+
+    keys: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Footprint:
+    keys: int
+    bytes: int
+
+    def over(self, quota: Quota) -> bool:
+        return self.keys > quota.keys or self.bytes > quota.bytes
+
+
+@dataclass(frozen=True)
+class CutBack:
+    """A node found over its quota in a bucket, and cut back: what it held, when."""
+
+    bucket: str
+    held: Footprint
+    quota: Quota
+    at: datetime
+    times: int = 1
+
+    def reason(self) -> str:
+        when = self.at.astimezone(UTC).strftime("%H:%M:%S UTC")
+        again = f" ({self.times} times)" if self.times > 1 else ""
+        return (
+            f"over quota: held {self.held.keys:,} keys, {_size(self.held.bytes)} in {self.bucket} at {when}, "
+            f"more than its {self.quota.keys:,} keys, {_size(self.quota.bytes)}; "
+            f"the seat removed them{again}"
+        )
+
+
+class QuotaGuard:
+    """Watches the guarded buckets and cuts back a node over its quota (see the module)."""
+
+    def __init__(
+        self,
+        quota: Quota,
+        *,
+        guarded: Iterable[Bucket] = GUARDED,
+        shown_for: timedelta = SHOWN_FOR,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.quota = quota
+        self.guarded = tuple(guarded)
+        self.shown_for = shown_for
+        self._clock = clock
+        self._written: dict[tuple[str, str], list[int]] = {}  # (bucket, node token): [keys, bytes] since counted
+        self._cut: dict[str, CutBack] = {}  # by node name
+        self._counting: set[tuple[str, str]] = set()
+        self._to_count: MemoryObjectSendStream[tuple[Bucket, str]] | None = None
+        self._name = f"seat-quota-{uuid.uuid4().hex[:12]}"
+
+    def over_quota(self, node: str) -> str | None:
+        """Why `node` is shown over quota, if it was cut back within `shown_for`."""
+        cut = self._cut.get(node)
+        if cut is None or self._clock() - cut.at.timestamp() > self.shown_for.total_seconds():
+            return None
+        return cut.reason()
+
+    def cut_back(self) -> dict[str, str]:
+        """Every node shown over quota now, with why."""
+        return {node: reason for node in list(self._cut) if (reason := self.over_quota(node)) is not None}
+
+    async def guard(self, bus: Bus, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Watches every guarded bucket and counts what passes the bound, until cancelled."""
+        send, receive = anyio.create_memory_object_stream[tuple[Bucket, str]](COUNTS_WAITING)
+        async with send, receive, anyio.create_task_group() as tasks:
+            self._to_count = send
+            for bucket in self.guarded:
+                tasks.start_soon(self._watch, bus, bucket)
+            tasks.start_soon(self._count_each, bus, receive)
+            task_status.started()
+
+    async def _watch(self, bus: Bus, bucket: Bucket) -> None:
+        name = f"{self._name}-{bucket.name}"
+        async with scoped_watch(bus, bucket, ">", name=name, buffer=1 << 16, headers_only=True) as watch:
+            async for item in watch:
+                self.note(bucket, item)
+
+    def note(self, bucket: Bucket, item: KvItem) -> None:
+        """Adds a write to its node's bound; queues a count when the bound passes the quota."""
+        if item.deleted:
+            return
+        token = item.key.partition(".")[0]
+        written = self._written.setdefault((bucket.name, token), [0, 0])
+        written[0] += 1
+        written[1] += max(item.size, 0)
+        if not Footprint(*written).over(self.quota) or (bucket.name, token) in self._counting:
+            return
+        if self._to_count is None:
+            return
+        try:
+            self._to_count.send_nowait((bucket, token))
+        except anyio.WouldBlock:
+            return  # counted at its next write once the queue has room
+        self._counting.add((bucket.name, token))
+
+    async def _count_each(self, bus: Bus, queued: MemoryObjectReceiveStream[tuple[Bucket, str]]) -> None:
+        async for bucket, token in queued:
+            try:
+                await self.count(bus, bucket, token)
+            except BusError as err:
+                log.warning(
+                    "counting node %s in %s failed (%s); counted again at its next write",
+                    token,
+                    bucket.name,
+                    err.reason,
+                )
+            finally:
+                self._counting.discard((bucket.name, token))
+
+    async def count(self, bus: Bus, bucket: Bucket, token: str) -> Footprint:
+        """Counts the node's keys in `bucket` and cuts it back if it is over its quota; what it held."""
+        items = await snapshot(bus, bucket, [f"{token}.>"], headers_only=True)
+        held = Footprint(len(items), sum(max(item.size, 0) for item in items))
+        if not held.over(self.quota):
+            self._written[(bucket.name, token)] = [held.keys, held.bytes]
+            return held
+        purged = await purge(bus, bucket, f"{token}.>")
+        self._written[(bucket.name, token)] = [0, 0]
+        self._remember(_name_of(token), bucket, held, purged)
+        return held
+
+    def _remember(self, node: str, bucket: Bucket, held: Footprint, purged: int) -> None:
+        before = self.over_quota(node) is not None
+        times = self._cut[node].times + 1 if before else 1
+        cut = CutBack(bucket.name, held, self.quota, datetime.fromtimestamp(self._clock(), UTC), times)
+        self._cut[node] = cut
+        if before:
+            log.debug("node %s cut back again in %s: %d messages purged", node, bucket.name, purged)
+        else:
+            log.warning("node %s %s (%d messages purged)", node, cut.reason(), purged, extra={"node": node})
+
+
+def _name_of(token: str) -> str:
+    try:
+        return decode_token(token)
+    except RegistryError:
+        return token
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"

@@ -1,0 +1,61 @@
+"""The quota guard's arithmetic, without a bus: when a node is counted, and how long it is shown
+over quota (the guard on a real server: tests/test_quotas.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import anyio
+
+from provisioner.seat.quotas import CutBack, Footprint, Quota, QuotaGuard
+from registry.contract import Bucket, buckets
+from registry.wire import KvItem
+
+QUOTA = Quota(keys=3, bytes=100)
+
+
+def written(key: str, size: int, *, deleted: bool = False) -> KvItem:
+    return KvItem(key, b"", 1, deleted, size=size)
+
+
+async def test_a_node_is_counted_once_its_writes_pass_its_quota_and_not_twice_while_counted() -> None:
+    guard = QuotaGuard(QUOTA)
+    send, receive = anyio.create_memory_object_stream[tuple[Bucket, str]](8)
+    async with send, receive:
+        guard._to_count = send  # what `guard` sets while it runs
+        for index in range(3):
+            guard.note(buckets.NEEDS, written(f"n1.m.config.v{index}", 10))
+        guard.note(buckets.NEEDS, written("n1.m.config.gone", 90, deleted=True))  # a delete adds nothing
+        assert receive.statistics().current_buffer_used == 0
+        guard.note(buckets.NEEDS, written("n1.m.config.v3", 10))  # a fourth key: over 3 keys
+        guard.note(buckets.NEEDS, written("n1.m.config.v4", 10))
+        guard.note(buckets.APPLIED, written("n1.m", 101))  # over 100 bytes in another bucket
+        guard.note(buckets.NEEDS, written("n2.m.config.v0", 10))
+        queued = [receive.receive_nowait() for _ in range(receive.statistics().current_buffer_used)]
+    assert [(bucket.name, token) for bucket, token in queued] == [
+        (buckets.NEEDS.name, "n1"),
+        (buckets.APPLIED.name, "n1"),
+    ]
+
+
+def test_a_node_cut_back_is_shown_over_quota_for_a_while_saying_what_it_held() -> None:
+    now = [1_000_000.0]
+    guard = QuotaGuard(QUOTA, shown_for=timedelta(minutes=10), clock=lambda: now[0])
+    guard._remember("caf\u00e9", buckets.NEEDS, Footprint(keys=20_512, bytes=3 << 30), purged=20_512)
+    reason = guard.over_quota("caf\u00e9")
+    assert reason is not None
+    assert "held 20,512 keys, 3.0 GiB in mesh-provisioner_needs" in reason
+    assert "more than its 3 keys, 100 bytes; the seat removed them" in reason
+    guard._remember("caf\u00e9", buckets.NEEDS, Footprint(keys=4, bytes=10), purged=4)
+    assert "(2 times)" in (guard.over_quota("caf\u00e9") or "")
+    now[0] += 601
+    assert guard.over_quota("caf\u00e9") is None
+    assert guard.cut_back() == {}
+
+
+def test_footprints_are_over_by_keys_or_by_bytes() -> None:
+    assert not Footprint(3, 100).over(QUOTA)
+    assert Footprint(4, 0).over(QUOTA)
+    assert Footprint(0, 101).over(QUOTA)
+    cut = CutBack("b", Footprint(4, 1500), QUOTA, datetime(2026, 12, 1, 18, 0, tzinfo=UTC))
+    assert cut.reason().startswith("over quota: held 4 keys, 1.5 KiB in b at 18:00:00 UTC")
