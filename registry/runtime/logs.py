@@ -18,6 +18,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO, TypedDict, Unpack
 
+from registry.runtime.terminal import terminal_safe
+
 LogFormat = Literal["text", "json"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
@@ -67,14 +69,16 @@ def event_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 class TextFormatter(logging.Formatter):
-    """The console line, then `key=value` for each event field (quoted where it holds a space)."""
+    """The console line, then `key=value` for each event field (quoted where it holds a space).
+    The line is terminal-safe: a key, a host or a reason a node wrote shows its control and format
+    characters as escapes (`registry.runtime.terminal`), never acts on the operator's terminal."""
 
     def __init__(self) -> None:
         super().__init__(CONSOLE_FORMAT)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         pairs = "".join(f" {name}={_text_value(value)}" for name, value in event_fields(record).items())
-        return super().formatMessage(record) + pairs
+        return terminal_safe(super().formatMessage(record) + pairs)
 
 
 def _text_value(value: object) -> str:

@@ -39,6 +39,14 @@ def test_text_quotes_a_value_with_spaces_or_equals_signs() -> None:
     assert line.endswith('changed module="my module" key="a=b"')
 
 
+def test_text_shows_what_a_node_wrote_as_escapes_on_one_line() -> None:
+    """A host or key a node wrote, holding a bidirectional override, ESC and a newline, cannot
+    rewrite the operator's terminal nor forge a second log line."""
+    line = logged("text", "lease of %s taken", "evil\u202e\x1b[2J\nFAKE", **event(node="n\u20661"))
+    assert line.endswith("lease of evil\\u202e\\x1b[2J\\x0aFAKE taken node=n\\u20661")
+    assert "\n" not in line and "\x1b" not in line and "\u202e" not in line
+
+
 def test_json_carries_the_fields_beside_the_message() -> None:
     entry = json.loads(logged("json", "kind %s written", "config", **event(kind="config", code=3)))
     assert {k: entry[k] for k in ("level", "logger", "message", "kind", "code")} == {
