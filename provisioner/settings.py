@@ -278,7 +278,7 @@ class GrantsArguments(CommandArguments):
         default=(), description="a node (repeat)"
     )
     provider: Annotated[EachOnce, CommandLine(repeat=True, metavar="MODULE")] = Field(
-        default=(), description="a provider (repeat)"
+        default=(), description="a provider; MODULE@NODE names a machine its module runs on (repeat)"
     )
     operator: Annotated[EachOnce, CommandLine(repeat=True, metavar="NAME")] = Field(
         default=(), description="an operator (repeat)"
