@@ -16,9 +16,10 @@ from nats.js import JetStreamContext
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner_client.reconcile import ClientPlan
+from registry.access import Kind
 from registry.wire import Bus, BusOptions, connect
 from tests.helpers import DEPLOY, EXAMPLES, in_own_task
-from tests.isolation import NODE, Domains, Mesh, domains_of, jwt_mesh_server, mesh_server
+from tests.isolation import NODE, Domains, Mesh, domains_of, jwt_mesh_server, mesh_server, party
 
 # Every property test, whatever its own settings: no deadline (an example that takes 200 ms on a
 # machine running the suite in parallel is a slow machine, not a failure; the per-test timeout
@@ -86,3 +87,14 @@ def node_plan(tmp_path: Path) -> ClientPlan:
     manifests = tmp_path / "manifests"
     shutil.copytree(EXAMPLES, manifests, ignore=shutil.ignore_patterns("*.md"))
     return ClientPlan(NODE, manifests, tmp_path / "env", timedelta(seconds=2))
+
+
+@pytest.fixture
+async def attacker(mesh: Mesh, seat: Bus) -> AsyncIterator[Client]:
+    """Node n1 through nats-py itself, once the module's `seat` has seeded the mesh: it may send
+    anything its account lets it."""
+    client = await mesh.raw(party(Kind.NODE, "n1"))
+    try:
+        yield client
+    finally:
+        await client.close()

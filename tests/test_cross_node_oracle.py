@@ -78,15 +78,6 @@ async def seat(mesh: Mesh) -> AsyncIterator[Bus]:
         yield bus
 
 
-@pytest.fixture
-async def attacker(mesh: Mesh, seat: Bus) -> AsyncIterator[Client]:
-    client = await mesh.raw(N1)
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
 async def nodes_keys(seat: Bus) -> list[tuple[str, str, bytes, int, bool]]:
     """Every node's keys in needs and leases (the seat's compile lease moves on its own)."""
     found: list[tuple[str, str, bytes, int, bool]] = []

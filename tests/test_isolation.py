@@ -52,16 +52,6 @@ async def seat(mesh: Mesh) -> AsyncIterator[Bus]:
         yield bus
 
 
-@pytest.fixture
-async def attacker(mesh: Mesh, seat: Bus) -> AsyncIterator[Client]:
-    """Node n1 through nats-py itself: it may send anything its account lets it."""
-    client = await mesh.raw(N1)
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
 async def test_a_node_writes_and_reads_its_own_keys_and_asks_the_verb(mesh: Mesh, seat: Bus) -> None:
     async with mesh.connect(N1) as n1:
         current = await get_latest(n1, buckets.NEEDS, "n1.web.config.x")
