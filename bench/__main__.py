@@ -6,17 +6,22 @@ Starts its own nats-server on loopback; needs nothing but the test install.
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 
 from bench.cases import PARTS, Report, run_all
+from bench.fill import FillSizes, run_fill
+from bench.harness import write_json
 from bench.scale import SCALE_PARTS, run_scale
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 SCALE_RESULTS = RESULTS.with_name("scale-latest.json")
+FILL_RESULTS = RESULTS.with_name("fill-latest.json")
 
 
 def results_file(*, scale: bool, parts: Sequence[str]) -> Path:
@@ -50,7 +55,16 @@ def main() -> None:
         help=f"run only these parts: {', '.join(PARTS)} (default all; listing loads the keys growth measures);"
         f" with --scale, of {', '.join(SCALE_PARTS)}",
     )
+    parser.add_argument(
+        "--fill",
+        action="store_true",
+        help="issue 17's fill instead: a node filling the needs bucket at its default size (static accounts)",
+    )
+    parser.add_argument("--seconds", type=float, default=60.0, help="with --fill, how long the node fills (default 60)")
     args = parser.parse_args()
+    if args.fill:
+        fill(args.out or FILL_RESULTS, FillSizes(seconds=args.seconds))
+        return
     if args.scale and (args.keys < 2_000 or args.keys % 100):
         parser.error("--keys: a multiple of 100, at least 2,000")
     parts = args.only or (SCALE_PARTS if args.scale else PARTS)
@@ -64,6 +78,31 @@ def main() -> None:
             report = anyio.run(run_all, Path(state), args.quick, parts)
     print(report.table())
     report.save(out)
+    print(f"\nfigures written to {out}")
+
+
+def fill(out: Path, sizes: FillSizes) -> None:
+    with tempfile.TemporaryDirectory(prefix="mesh-bench-fill-") as state:
+        try:
+            report, details = anyio.run(run_fill, Path(state), sizes)
+        finally:
+            keep_logs(Path(state), out)
+    written(out, report, details)
+
+
+def keep_logs(state: Path, out: Path) -> None:
+    """The seat's and nats-server's logs beside the figures (`<out>.seat.log`, `<out>.nats-server.log`):
+    the evidence of what they did."""
+    for log in (state / "seat.log", state / "nats-server.log"):
+        if log.exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, out.with_suffix(f".{log.name}"))
+            print(f"kept {out.with_suffix(f'.{log.name}')}")
+
+
+def written(out: Path, report: Report, details: dict[str, Any]) -> None:
+    print(report.table())
+    write_json(out, {"figures": report.figures, **details})
     print(f"\nfigures written to {out}")
 
 

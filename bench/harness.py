@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,33 +66,51 @@ async def throughput(call: Callable[[], Awaitable[object]], *, workers: int, per
 
 def peak_rss_mb(pid: int | str) -> float:
     """The process's peak resident set (VmHWM), in MB."""
+    return _status_mb(pid, "VmHWM")
+
+
+def rss_mb(pid: int | str) -> float:
+    """The process's resident set now (VmRSS), in MB."""
+    return _status_mb(pid, "VmRSS")
+
+
+def _status_mb(pid: int | str, field: str) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmHWM for pid {pid}")
+    raise RuntimeError(f"no {field} for pid {pid}")
 
 
 @asynccontextmanager
 async def python_process(
-    args: Sequence[str], *, ready: Callable[[], Awaitable[bool]]
+    args: Sequence[str],
+    *,
+    ready: Callable[[], Awaitable[bool]],
+    log: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    within: float = 30,
 ) -> AsyncIterator[subprocess.Popen[bytes]]:
-    """A Python child process of this project, until the block exits; ready when `ready()` says so."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    try:
-        with anyio.fail_after(30):
-            while not await ready():
-                if process.poll() is not None:
-                    raise RuntimeError(f"{' '.join(args)} exited with {process.returncode}")
-                await anyio.sleep(0.05)
-        yield process
-    finally:
-        process.terminate()
+    """A Python child process of this project, until the block exits; ready when `ready()` says so
+    (within `within` seconds). Its stderr goes to `log` when given, else to ours."""
+    environment = dict(env) if env is not None else {**os.environ, "PYTHONPATH": str(ROOT)}
+    with log.open("ab") if log is not None else contextlib.nullcontext() as stderr:
+        process = subprocess.Popen(
+            [sys.executable, *args], cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=stderr
+        )
         try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            with anyio.fail_after(within):
+                while not await ready():
+                    if process.poll() is not None:
+                        raise RuntimeError(f"{' '.join(args)} exited with {process.returncode}")
+                    await anyio.sleep(0.05)
+            yield process
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 async def answers(nc: Client, subject: str, payload: bytes = b"") -> bool:
