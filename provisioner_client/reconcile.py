@@ -49,7 +49,7 @@ from pydantic import ValidationError
 from provisioner_client.concurrently import all_of
 from provisioner_client.errors import ManifestError, MaterializeError, capped
 from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, action_environment, run_action
-from provisioner_client.materializing.envfile import EnvFolder, render
+from provisioner_client.materializing.envfile import EnvFolder, FileObserver, render
 from provisioner_client.resolving import inputs
 from provisioner_client.resolving.inputs import World
 from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
@@ -150,8 +150,10 @@ class Report:
         return "\n".join(lines)
 
 
-async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
-    folder, manifests, report = _load_manifests(plan)
+async def reconcile(bus: Bus, plan: ClientPlan, *, observer: FileObserver | None = None) -> Report:
+    """One reconcile of the plan's node; `observer` is told of each env file as it is materialized
+    or removed (watch mode's drift watch)."""
+    folder, manifests, report = _load_manifests(plan, observer)
     memory = Memory.load(plan.materialize, plan.node)
     own = OwnKeys(bus, NodeScope(plan.node), memory)
     wanted = await _find_own_keys(own, manifests, report)
@@ -169,12 +171,12 @@ async def reconcile(bus: Bus, plan: ClientPlan) -> Report:
     return report
 
 
-def _load_manifests(plan: ClientPlan) -> tuple[EnvFolder, Manifests, Report]:
+def _load_manifests(plan: ClientPlan, observer: FileObserver | None) -> tuple[EnvFolder, Manifests, Report]:
     """The manifests, read with the ledger's memory of which module each file declared; the
     env folder remembers what they declare now."""
     if not plan.manifests.is_dir():  # never read a missing folder as "no modules": that would remove them all
         raise ManifestError(plan.manifests, "the manifests folder does not exist")
-    folder = EnvFolder(plan.materialize)
+    folder = EnvFolder(plan.materialize, observer=observer)
     folder.remove_leftovers()
     ledger = folder.read_ledger()
     for problem in ledger.problems:

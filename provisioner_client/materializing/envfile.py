@@ -41,6 +41,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from provisioner_client.errors import MaterializeError
 from provisioner_client.materializing import files
@@ -131,11 +132,24 @@ def is_module(name: str) -> bool:
     return re.fullmatch(MODULE_PATTERN, name) is not None
 
 
-class EnvFolder:
-    """The materialize folder, the ledger of the files the client wrote there, and the digest key."""
+class FileObserver(Protocol):
+    """Told, at the moment it happens, that a module's env file now holds what the client wants
+    (written, or found so) and of which digest, or that the client removed it: watch mode's drift
+    watch (`provisioner_client.watch.drift`) judges the files against this, never against what an
+    earlier reconcile wanted."""
 
-    def __init__(self, folder: Path) -> None:
+    def wrote(self, module: str, path: Path, digest: str) -> None: ...
+
+    def removed(self, module: str) -> None: ...
+
+
+class EnvFolder:
+    """The materialize folder, the ledger of the files the client wrote there, and the digest key;
+    `observer` is told of each env file materialized or removed."""
+
+    def __init__(self, folder: Path, *, observer: FileObserver | None = None) -> None:
         self.folder = folder
+        self._observer = observer
         self._key: bytes | None = None
         self._ledger: Ledger | None = None  # read once per reconcile (an EnvFolder lives for one), kept on writes
 
@@ -205,13 +219,15 @@ class EnvFolder:
         ledger = self.read_ledger()
         if path.name not in ledger.files and os.path.lexists(path):
             raise MaterializeError(path, "exists but was not written by this client; move it away to let it manage it")
-        if path.name in ledger.files and _holds(path, content):
-            return Materialized(path, wanted, written=False)
-        if path.name not in ledger.files:
-            self._write_ledger({**ledger.files, path.name: module}, ledger.manifests)
-        files.write_atomically(path, content, what="env file")
-        log.info("wrote %s for module %s (%s)", path, module, wanted)
-        return Materialized(path, wanted, written=True)
+        written = path.name not in ledger.files or not _holds(path, content)
+        if written:
+            if path.name not in ledger.files:
+                self._write_ledger({**ledger.files, path.name: module}, ledger.manifests)
+            files.write_atomically(path, content, what="env file")
+            log.info("wrote %s for module %s (%s)", path, module, wanted)
+        if self._observer is not None:
+            self._observer.wrote(module, path, wanted)
+        return Materialized(path, wanted, written=written)
 
     def remove_except(self, keep: set[str]) -> list[Path]:
         """Removes the files the client wrote for modules not in `keep`; returns their paths."""
@@ -223,6 +239,8 @@ class EnvFolder:
             if files.remove(path, what="env file"):
                 removed.append(path)
                 log.info("removed %s: module %s is no longer declared", path, module)
+            if self._observer is not None:
+                self._observer.removed(module)
         if gone:
             files.fsync_folder(self.folder)
             self._write_ledger({n: m for n, m in ledger.files.items() if n not in gone}, ledger.manifests)

@@ -7,6 +7,13 @@ its keyed digest and mode: the client's own writes are as applied and cost one d
 a `chmod` or a removal is drift. Only files the client wrote for applied modules are followed, and
 only inside the materialize folder; any other file is never looked at, let alone touched.
 
+A file is judged against what the client last wrote into it, never against what an earlier
+reconcile wanted: the poll runs while a reconcile rewrites files (between two of its bus requests,
+during a change action), so the watch is the reconcile's `FileObserver` and takes each file's new
+digest at the moment it is written (a write is synchronous: no poll runs inside one), and forgets
+a file at the moment it is removed. A reconcile that fails after writing leaves the watch knowing
+what it wrote. So only something other than the client changing a file is drift.
+
 `put_back` writes one drifted module's file again: it resolves that module's placeholders alone,
 and writes the file (through the ledger, `EnvFolder.materialize`) only if what it renders has the
 digest that was applied. Otherwise the values moved on since the last reconcile, and it answers
@@ -23,7 +30,7 @@ from pathlib import Path
 
 from provisioner_client.concurrently import all_of
 from provisioner_client.errors import ManifestError
-from provisioner_client.materializing.envfile import EnvFolder, as_written
+from provisioner_client.materializing.envfile import EnvFolder, FileObserver, as_written
 from provisioner_client.reconcile import ClientPlan, rendered
 from provisioner_client.resolving.manifest import LoadedManifest, load_manifest
 from provisioner_client.resolving.resolve import Registry, Resolver, read_registry
@@ -66,6 +73,17 @@ class DriftWatch:
         self._seen = {m: seen for m, seen in self._seen.items() if written.get(m) == self._written.get(m)}
         self._written = written
 
+    def wrote(self, module: str, path: Path, digest: str) -> None:
+        """The client has just made the module's file hold content of `digest`: judged against it from now."""
+        if path == self._folder.folder / f"{module}.env":
+            self._written[module] = Written(path, digest)
+            self._seen.pop(module, None)
+
+    def removed(self, module: str) -> None:
+        """The client has just removed the module's file: no longer followed."""
+        self._written.pop(module, None)
+        self._seen.pop(module, None)
+
     def _written_for(self, module: str, applied: AppliedValue) -> Written | None:
         if applied.state != "applied" or applied.file is None or applied.digest is None:
             return None
@@ -90,9 +108,11 @@ class DriftWatch:
         return self._folder.key() or b""  # no key: no digest can match, so the file is put back
 
 
-async def put_back(bus: Bus, plan: ClientPlan, module: str, applied_digest: str) -> bool:
+async def put_back(
+    bus: Bus, plan: ClientPlan, module: str, applied_digest: str, *, observer: FileObserver | None = None
+) -> bool:
     """Writes the module's env file again if its values still render what was applied; False if not."""
-    folder = EnvFolder(plan.materialize)
+    folder = EnvFolder(plan.materialize, observer=observer)
     loaded = _manifest_of(folder, plan.manifests, module)
     if loaded is None:
         return False

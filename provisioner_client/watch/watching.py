@@ -15,6 +15,9 @@
   `provisioner_client.watch.drift`): one edited, re-moded or removed by hand is put back from what is
   applied (that module's values alone, written only if they render the applied digest; otherwise
   a full reconcile), and logged as drift put back, naming the file and module, never the content.
+  The poll runs while a reconcile rewrites files: each file is judged against what the client last
+  wrote into it, which the reconcile tells the drift watch at the moment it writes, so the
+  client's own writes are never taken for drift.
 
 All of it runs only while this client holds the node's lease (`provisioner_client.watch.holding`): a
 second watch client for the node waits, logging once who holds it, and takes over only when the
@@ -251,9 +254,9 @@ async def _reconcile_while_held(
                 break
             log.debug("woken by %s", wake.described())
             try:
-                if not wake.reasons and await _put_back(bus, plan, wake.drifted, applied):
+                if not wake.reasons and await _put_back(bus, plan, drift, wake.drifted, applied):
                     continue
-                report = await reconcile(bus, plan)
+                report = await reconcile(bus, plan, observer=drift)
             except (BusError, ClientError) as err:
                 delay = backoff.next()
                 log.warning("reconcile failed: %s; retrying in %.1f s", err, delay)
@@ -302,21 +305,27 @@ def _log_report(report: Report) -> None:
 
 
 async def _put_back(
-    bus: Bus, plan: ClientPlan, drifted: Mapping[str, str], applied: Mapping[str, AppliedValue]
+    bus: Bus, plan: ClientPlan, drift: DriftWatch, drifted: Mapping[str, str], applied: Mapping[str, AppliedValue]
 ) -> bool:
     """Puts each drifted file back from what is applied; False when one needs a full reconcile."""
     for module, how in sorted(drifted.items()):
         record = applied.get(module)
-        if record is None or record.digest is None or not await put_back(bus, plan, module, record.digest):
-            log.info(
-                "the env file of module %s was %s; its values or manifest changed since it was applied: reconciling",
-                module,
-                how,
-                extra=event(node=plan.node, module=module),
-            )
-            return False
+        if record is None or record.digest is None:
+            return _needs_reconcile(plan.node, module, how)
+        if not await put_back(bus, plan, module, record.digest, observer=drift):
+            return _needs_reconcile(plan.node, module, how)
         _drift_put_back(plan.node, module, how, record.file)
     return True
+
+
+def _needs_reconcile(node: str, module: str, how: str) -> bool:
+    log.info(
+        "the env file of module %s was %s; its values or manifest changed since it was applied: reconciling",
+        module,
+        how,
+        extra=event(node=node, module=module),
+    )
+    return False
 
 
 def _drift_put_back(node: str, module: str, how: str, file: str | None) -> None:

@@ -3,13 +3,17 @@ on a real nats-server; files the client did not write are never touched."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import stat
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import anyio
+import pytest
 
 from mesh_dev.standins import StandIns
 from provisioner_client.materializing.envfile import EnvFolder
@@ -18,7 +22,7 @@ from provisioner_client.watch.drift import DriftWatch, put_back
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import AppliedValue
 from registry.wire import Bus, put
-from tests.helpers import Reports, logged
+from tests.helpers import Reports, logged, sh_env
 
 
 def _timers(timing: WatchTiming) -> float:
@@ -104,3 +108,52 @@ async def test_only_the_files_of_applied_modules_inside_the_folder_are_followed(
     assert drift.drifted() == {}, "told once per change"
     done.path.unlink()
     assert drift.drifted() == {"app": "removed"}
+
+
+FAST = WatchTiming(drift_poll=timedelta(seconds=0.002), debounce=timedelta(seconds=0.02))
+CHANGES = 20
+
+
+async def test_reconciles_rewriting_the_files_under_a_fast_drift_poll_log_no_drift_and_a_hand_edit_still_is(
+    domains: StandIns, bus: Bus, plan: ClientPlan, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The poll runs all through each reconcile (its change action too) while the values move: a
+    file the client itself rewrote is never judged against what the previous reconcile wrote."""
+    app = plan.materialize / "app.env"
+    reports = Reports()
+    caplog.set_level(logging.WARNING, "provisioner_client.watch.watching")
+    async with anyio.create_task_group() as tg:
+        await tg.start(lambda task_status: watch(bus, plan, FAST, on_report=reports, task_status=task_status))
+        for change in range(CHANGES):
+            level = f"level-{change}"
+            await put(bus, domains.config, "log-level", json.dumps(level).encode())
+            await reports.until(partial(_holds_level, app, level), f"change {change} written")
+        put_back_line = f"drift put back: {app} of module app had been edited"
+        with logged(put_back_line, "provisioner_client.watch.watching") as back:
+            app.write_text("LOG_LEVEL=by-hand\n")
+            await back.wait(within=PUT_BACK_WITHIN)
+        tg.cancel_scope.cancel()
+    assert _holds_level(app, f"level-{CHANGES - 1}")
+    drift_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("drift put back")]
+    assert drift_lines == [put_back_line], "the hand edit's alone"
+
+
+def _holds_level(env_file: Path, level: str) -> bool:
+    return sh_env(env_file)["LOG_LEVEL"] == level
+
+
+def test_a_file_is_judged_against_what_the_client_last_wrote_into_it_and_one_it_removed_is_let_go(
+    tmp_path: Path,
+) -> None:
+    drift = DriftWatch(tmp_path / "env")
+    folder = EnvFolder(tmp_path / "env", observer=drift)
+    first = folder.materialize("app", b"A=1\n")
+    drift.expect({"app": AppliedValue(state="applied", digest=first.digest, file=str(first.path))})
+    folder.materialize("app", b"A=2\n")  # a reconcile's write, before it has expected anything new
+    assert drift.drifted() == {}
+    first.path.write_text("A=by-hand\n")
+    assert drift.drifted() == {"app": "edited"}
+    folder.materialize("app", b"A=2\n")
+    assert drift.drifted() == {}
+    folder.remove_except(set())  # the module is no longer declared
+    assert drift.drifted() == {}, "a file the client removed is not drift"
