@@ -11,8 +11,11 @@ Exit codes:
        such as a NUL), a manifest cannot be read, a module's env file cannot be written (a folder
        where it goes, say), or a change action failed; the reasons are logged and shown by
        `status`, which also exits 1 when an env file drifted from what was applied or is missing
-       (or is not in the env folder used), and while a module's last change action has not
-       succeeded.
+       (or is not in the env folder used), while a module's last change action has not
+       succeeded, and when the last reconcile's writes were refused (a full bucket: the modules
+       whose needs or contributions were refused are pending, saying so; `status` names the
+       bucket and the server's answer, also when applied refused the records and `reconcile`
+       exited 3).
        Also a stop forced by a second signal, or by the reconcile outlasting --shutdown-timeout
     2  usage or settings error (no node given names where it looked)
     3  the bus could not be reached or refused an operation
@@ -73,8 +76,9 @@ Durations are seconds or ISO 8601 (PT5M). NATS: --nats-* flags, then NATS_* envi
 Every setting, with its default: mesh-provisioner-client COMMAND --help.
 
 exit codes: 0 all applied (status: and every env file in place; watch: stopped cleanly);
-1 something pending (a value, a manifest, an env file, a failed change action; status: also an
-env file drifted or missing, a last change action not succeeded) or a forced stop; 2 usage or
+1 something pending (a value, a manifest, an env file, a failed change action, a write a full
+bucket refused; status: also an env file drifted or missing, a last change action not succeeded,
+the last reconcile's writes refused) or a forced stop; 2 usage or
 settings error (e.g. no node given); 3 the bus unreachable or refusing; 4 a local failure (the
 env folder, the ledger or the digest key, named); 5 another client holds this node (named).
 """

@@ -50,7 +50,7 @@ from provisioner_client.concurrently import all_of
 from provisioner_client.errors import ManifestError, MaterializeError, capped
 from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, action_environment, run_action
 from provisioner_client.materializing.envfile import EnvFolder, FileObserver, render
-from provisioner_client.resolving import inputs
+from provisioner_client.resolving import inputs, refusals
 from provisioner_client.resolving.inputs import World
 from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
 from provisioner_client.resolving.memory import Memory, Verdict
@@ -68,7 +68,7 @@ from registry.contract import (
     substitute,
     to_json,
 )
-from registry.errors import RegistryError
+from registry.errors import ConvergeError, RegistryError
 from registry.wire import Bus, Changes, KvItem
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,8 @@ class Report:
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # each module's: resolved again or not, and why
     key_verdicts: dict[str, Verdict] = field(default_factory=dict)  # each own bucket's: listed or not, and why
     write_seconds: dict[str, float] = field(default_factory=dict)  # how long each bucket's writes took
+    refused: dict[str, str] = field(default_factory=dict)  # bucket name to the server's refusal of its writes
+    refused_modules: dict[str, str] = field(default_factory=dict)  # module to why: its keys were refused
 
     @property
     def listed(self) -> set[str]:
@@ -132,12 +134,13 @@ class Report:
         """Every module applied, every manifest read, every action that ran succeeded."""
         modules_ok = all(m.applied.state == "applied" for m in self.modules.values())
         actions = [self.modules[m].action for m in self.actions_run]
-        return modules_ok and all(a is None or a.ok for a in actions) and not self.manifest_errors
+        return modules_ok and all(a is None or a.ok for a in actions) and not self.manifest_errors and not self.refused
 
     def summary(self) -> str:
         """A few readable lines: each module's state, file, reasons and change action."""
         lines = [f"manifest error: {error}" for error in self.manifest_errors]
         lines.extend(f"ledger: {problem}" for problem in self.ledger_problems)
+        lines.extend(f"refused: {bucket} refused the writes: {why}" for bucket, why in sorted(self.refused.items()))
         for name, module in sorted(self.modules.items()):
             applied = module.applied
             where = f" -> {applied.file}" if applied.file else ""
@@ -164,7 +167,7 @@ async def reconcile(bus: Bus, plan: ClientPlan, *, observer: FileObserver | None
     to_resolve = _decide(memory, world, manifests=manifests, previous=previous, folder=folder, report=report)
     await resolver.prefetch(_placeholders(manifests, only=to_resolve))
     await _materialize(resolver, folder, plan, manifests=manifests, previous=previous, report=report)
-    await _record_applied(own, report, previous)
+    await _record_applied(own, report, previous, plan)
     report.sources = resolver.sources | (memory.sources_read() if report.unchanged else set())
     _remember(memory, world, manifests, folder, report)
     report.removed = folder.remove_except(set(report.modules))
@@ -224,11 +227,37 @@ async def _find_own_keys(own: OwnKeys, manifests: Manifests, report: Report) -> 
 
 
 async def _register(own: OwnKeys, report: Report, wanted: _Wanted) -> None:
-    """Needs and collect converged at once, before any value is read and before applied is."""
+    """Needs and collect converged at once, before any value is read and before applied is; a
+    module whose keys a bucket refused is pending, saying why (`refusals`)."""
     await all_of(
-        partial(_converge, own, report, buckets.NEEDS, wanted.needs),
-        partial(_converge, own, report, buckets.COLLECT, wanted.collect),
+        partial(_converge_or_refused, own, report, buckets.NEEDS, wanted.needs, "module"),
+        partial(_converge_or_refused, own, report, buckets.COLLECT, wanted.collect, "contributor"),
     )
+
+
+async def _converge_or_refused(
+    own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes], owner: str
+) -> None:
+    try:
+        await _converge(own, report, bucket, desired)
+    except ConvergeError as err:
+        refusal = refusals.refusal_of(err)
+        if refusal is None:
+            raise
+        report.refused[bucket.name] = refusal
+        modules = {bucket.shape.parse(key)[owner] for key in own.unwritten(bucket, desired)}
+        for module in modules:
+            report.refused_modules.setdefault(module, f"its {bucket.name} keys were refused: {refusal}")
+        node = own.scope.node
+        log.warning(
+            "node %s: %s refused the writes (%s): %s; pending: %s",
+            node,
+            bucket.name,
+            err.done,
+            refusal,
+            ", ".join(sorted(modules)) or "no module",
+            extra={"node": node, "bucket": bucket.name},
+        )
 
 
 def _resolver(bus: Bus, plan: ClientPlan, wanted: _Wanted) -> Resolver:
@@ -276,10 +305,14 @@ def _decide(
     """The modules to resolve: each one the memory cannot vouch for, with its verdict (in the
     report, and a debug line); the others keep their file and applied record as they are."""
     for module, loaded in sorted(manifests.modules.items()):
+        refused = report.refused_modules.get(module)
+        if refused is not None:
+            report.verdicts[module] = Verdict(as_before=False, reason=refused)
+            continue
         verdict = report.verdicts[module] = memory.verdict(loaded, world, previous.get(module), folder)
         how = "as before" if verdict.as_before else "resolved"
         log.debug("node %s: module %s %s: %s", report.node, module, how, verdict, extra={"node": report.node})
-    return set(manifests.modules) - report.unchanged
+    return set(manifests.modules) - report.unchanged - set(report.refused_modules)
 
 
 async def _materialize(
@@ -295,7 +328,9 @@ async def _materialize(
     pending with its file as it was."""
     unchanged = report.unchanged
     for module, loaded in sorted(manifests.modules.items()):
-        if module in unchanged:
+        if module in report.refused_modules:
+            report.modules[module] = _pending(folder, module, [report.refused_modules[module]], previous.get(module))
+        elif module in unchanged:
             report.modules[module] = ModuleReport(module, previous[module])
         else:
             before = previous.get(module)
@@ -304,10 +339,19 @@ async def _materialize(
         report.modules[module] = _held(folder, module, error, previous.get(module))
 
 
-async def _record_applied(own: OwnKeys, report: Report, previous: Mapping[str, AppliedValue]) -> None:
-    """Each module's applied record converged, after its env file."""
+async def _record_applied(own: OwnKeys, report: Report, previous: Mapping[str, AppliedValue], plan: ClientPlan) -> None:
+    """Each module's applied record converged, after its env file; then what was refused, if
+    anything, kept for `status` (`refusals`), also when applied refused the records."""
     desired = _applied(own.scope.node, report, previous, own.items(buckets.APPLIED))
-    await _converge(own, report, buckets.APPLIED, desired)
+    try:
+        await _converge(own, report, buckets.APPLIED, desired)
+    except ConvergeError as err:
+        refusal = refusals.refusal_of(err)
+        if refusal is not None:
+            report.refused[buckets.APPLIED.name] = refusal
+            refusals.record(plan.materialize, plan.node, report.refused)
+        raise
+    refusals.record(plan.materialize, plan.node, report.refused)
 
 
 def _remember(memory: Memory, world: World, manifests: Manifests, folder: EnvFolder, report: Report) -> None:

@@ -4,7 +4,10 @@ The header says whether a client runs for the node (its lease: held by host and 
 renewed how long ago, or not running), the settings file and the env folder used. Then, per
 module, what `applied` says (applied or pending and why, since when, the change action's last
 outcome) and whether its env file is as applied: in place, drifted, missing or none written yet,
-judged by the node's keyed digest (`envfile`), never by printing a value.
+judged by the node's keyed digest (`envfile`), never by printing a value. Writes the bus refused
+at the last reconcile (a full bucket, say) are read from the client's own record in the env folder
+(`refusals`): which bucket refused and the server's answer, also when applied itself refused the
+records, so that what applied holds is older than that reconcile.
 
 Status only reads: no lease taken, no write, no key made where there is none. On a terminal the
 state marks are coloured (rich); anywhere else the same lines are plain text.
@@ -22,6 +25,8 @@ from pydantic import ValidationError
 
 from provisioner_client.errors import MaterializeError
 from provisioner_client.materializing.envfile import EnvFolder
+from provisioner_client.resolving import refusals
+from provisioner_client.resolving.refusals import Refusals
 from provisioner_client.resolving.scope import NodeScope
 from registry.contract import AppliedValue, JsonRefused, buckets, read_json
 from registry.errors import RegistryError
@@ -123,19 +128,30 @@ class NodeStatus:
     client: ClientLease = field(default_factory=ClientLease)
     settings_file: Path | None = None
     materialize: Path | None = None
+    refused: Refusals | None = None  # writes the bus refused at the last reconcile
+    refused_unknown: str | None = None  # why the client's record of refused writes cannot be read
 
     @property
     def ok(self) -> bool:
-        """Every module applied, its file on disk as recorded and its last change action succeeded:
-        a drifted or missing file is not ok (watch mode or the next reconcile puts it back), nor a
-        failed action (the service may not run what the file holds), so the exit code tells a script."""
-        return not self.unreadable and all(m.ok for m in self.modules.values())
+        """Every module applied, its file on disk as recorded and its last change action succeeded,
+        and no write refused: a drifted or missing file is not ok (watch mode or the next reconcile
+        puts it back), nor a failed action (the service may not run what the file holds), nor a
+        full bucket (what is recorded may be older than the manifests), so the exit code tells a script."""
+        if self.unreadable or self.refused is not None or self.refused_unknown is not None:
+            return False
+        return all(m.ok for m in self.modules.values())
+
+    @property
+    def unrecorded(self) -> bool:
+        """The last reconcile's applied records were refused: applied holds older ones, or none."""
+        return self.refused is not None and buckets.APPLIED.name in self.refused.buckets
 
     @property
     def mark(self) -> Mark:
         if self.ok:
             return "ok"
-        return "bad" if self.unreadable or any(m.mark == "bad" for m in self.modules.values()) else "pending"
+        bad = self.unreadable or self.refused is not None or any(m.mark == "bad" for m in self.modules.values())
+        return "bad" if bad else "pending"
 
     def as_json(self) -> str:
         document = {
@@ -146,6 +162,8 @@ class NodeStatus:
             "materialize": str(self.materialize) if self.materialize else None,
             "modules": {name: status.as_json() for name, status in sorted(self.modules.items())},
             "unreadable": self.unreadable,
+            "refused": self.refused.as_json() if self.refused is not None else None,
+            "refused_unknown": self.refused_unknown,
         }
         return json.dumps(document, indent=2, ensure_ascii=False)
 
@@ -162,6 +180,7 @@ class NodeStatus:
         failed = sum(m.action_failed for m in modules)
         said += [f"{failed} change actions failed"] if failed else []
         said += [f"{len(self.unreadable)} records unreadable"] if self.unreadable else []
+        said += [f"writes refused by {', '.join(sorted(self.refused.buckets))}"] if self.refused else []
         return ", ".join(said)
 
 
@@ -187,7 +206,16 @@ async def read_status(bus: Bus, node: str, materialize: Path, *, settings_file: 
             continue
         modules[module] = _judged(folder, module, applied)
     client = await read_client(bus, node)
-    return NodeStatus(node, modules, unreadable, client, settings_file, materialize)
+    refused, unknown = _refusals(materialize, node)
+    return NodeStatus(node, modules, unreadable, client, settings_file, materialize, refused, unknown)
+
+
+def _refusals(materialize: Path, node: str) -> tuple[Refusals | None, str | None]:
+    """The writes the last reconcile found refused, or why the client's record of them cannot be read."""
+    try:
+        return refusals.read(materialize, node), None
+    except MaterializeError as err:
+        return None, str(err)
 
 
 def _judged(folder: EnvFolder, module: str, applied: AppliedValue) -> ModuleStatus:

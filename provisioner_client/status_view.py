@@ -26,6 +26,7 @@ def status_lines(status: NodeStatus) -> list[Text]:
     lines.extend(_labelled("Settings", str(status.settings_file) if status.settings_file else "none (no file read)"))
     if status.materialize is not None:
         lines.extend(_labelled("Env files", str(status.materialize)))
+    lines.extend(_refused_lines(status))
     for name, module in sorted(status.modules.items()):
         lines.append(Text())
         lines.extend(_module_lines(name, module))
@@ -40,10 +41,25 @@ def status_text(status: NodeStatus) -> str:
 
 
 def _header(status: NodeStatus) -> list[Text]:
-    if not status.modules and not status.unreadable:
+    if status.unrecorded:
+        said = f"the last reconcile could not record what it did: {buckets.APPLIED.name} refused the writes"
+        older = f"; {buckets.APPLIED.name} holds older records ({status.counts()})" if status.modules else ""
+        return [_marked("bad", f"node {status.node}: {said}{older}")]
+    if not status.modules and not status.unreadable and status.refused is None:
         said = f"no modules recorded in {buckets.APPLIED.name} (has it reconciled? is the node name right?)"
         return [_marked("pending", f"node {status.node}: {said}")]
     return [_marked(status.mark, f"node {status.node}: {status.counts()}")]
+
+
+def _refused_lines(status: NodeStatus) -> list[Text]:
+    if status.refused_unknown is not None:
+        return _labelled("Refused", f"unknown: {status.refused_unknown}; run status as the client's user")
+    if status.refused is None:
+        return []
+    said = [f"{bucket} refused the writes: {why}" for bucket, why in sorted(status.refused.buckets.items())]
+    return _labelled(
+        "Refused", *said, f"(at the last reconcile, {status.refused.at}; the next one not refused clears this)"
+    )
 
 
 def _module_lines(name: str, status: ModuleStatus) -> list[Text]:

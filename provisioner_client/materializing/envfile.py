@@ -46,6 +46,7 @@ from typing import Protocol
 from provisioner_client.errors import MaterializeError
 from provisioner_client.materializing import files
 from provisioner_client.materializing.files import MODE
+from provisioner_client.resolving import refusals
 from provisioner_client.resolving.manifest import MODULE_PATTERN
 from registry.contract import JsonRefused, read_json
 
@@ -253,8 +254,9 @@ class EnvFolder:
 
 
 def _is_own(name: str) -> bool:
-    """A file the client keeps in the env folder: the ledger, the key or a module's env file."""
-    return name in (LEDGER, KEY) or (name.endswith(".env") and is_module(name.removesuffix(".env")))
+    """A file the client keeps in the env folder: the ledger, the key, the record of refused writes
+    or a module's env file."""
+    return name in (LEDGER, KEY, refusals.RECORD) or (name.endswith(".env") and is_module(name.removesuffix(".env")))
 
 
 # The names mkstemp gave the temporary files of env files and the ledger (`.<name>.<8>.tmp`) and

@@ -46,6 +46,7 @@ class OwnKeys:
         self.scope = scope
         self.memory = memory if memory is not None else Memory(scope.node)
         self.found: dict[str, Found] = {}
+        self.written: dict[str, dict[str, int]] = {}  # per bucket, each key written and its new revision
 
     async def find(self, bucket: Bucket, desired: Mapping[str, bytes] | None) -> None:
         """Finds the bucket's keys: as remembered when the memory says they are (for needs and
@@ -73,7 +74,7 @@ class OwnKeys:
         found = self.found[bucket.name]
         if found.items is None:
             return Changes()
-        written: dict[str, int] = {}
+        written = self.written.setdefault(bucket.name, {})
         try:
             changes = await self.scope.converge(self.bus, bucket, found.items, desired, revisions=written)
         except BaseException:
@@ -84,6 +85,13 @@ class OwnKeys:
             state = None  # someone else wrote meanwhile
         self.memory.keep_keys(bucket.name, state)
         return changes
+
+    def unwritten(self, bucket: Bucket, desired: Mapping[str, bytes]) -> set[str]:
+        """The keys of `desired` the bucket does not hold as desired after a converge that failed
+        part-way: neither found so nor written since."""
+        found = {item.key: item.value for item in self.items(bucket) if not item.deleted}
+        done = self.written.get(bucket.name, {})
+        return {key for key, value in desired.items() if key not in done and found.get(key) != value}
 
     async def _stamp_or_none(self, bucket: Bucket) -> int | None:
         try:

@@ -25,9 +25,9 @@ first released it or its lease expired.
 
 Any change wakes the loop; it waits out a short debounce, then runs one full reconcile (cheap when
 nothing changed: zero writes), or only puts the drifted files back when nothing else changed. A
-reconcile that fails because the bus is away is retried with exponential backoff. A `stop` event
-ends the loop after the reconcile in progress (its change action included); cancelling the task
-group it runs in stops it at once.
+reconcile that fails because the bus is away, or whose writes a bucket refused (full), is retried
+with exponential backoff. A `stop` event ends the loop after the reconcile in progress (its change
+action included); cancelling the task group it runs in stops it at once.
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ async def _reconcile_while_held(
                     await stopping.wait()
                 trigger.pull("retry")
                 continue
-            backoff.reset()
+            _again_if_refused(report, backoff, tg, trigger)
             applied = {module: done.applied for module, done in report.modules.items()}
             drift.expect(applied)
             followers.follow(report.sources)
@@ -276,6 +276,23 @@ async def _reconcile_while_held(
                 on_report(report)
             on_started()
         tg.cancel_scope.cancel()
+
+
+def _again_if_refused(report: Report, backoff: _Backoff, tg: TaskGroup, trigger: Trigger) -> None:
+    """A bucket that refused writes (full) is asked again after a backoff: nothing else would wake
+    the loop when it has room again."""
+    if not report.refused:
+        backoff.reset()
+        return
+    delay = backoff.next()
+    refused_by = ", ".join(sorted(report.refused))
+    log.info("node %s: writes refused by %s; reconciling again in %.1f s", report.node, refused_by, delay)
+    tg.start_soon(_pull_after, trigger, delay, "retry of refused writes")
+
+
+async def _pull_after(trigger: Trigger, delay: float, reason: str) -> None:
+    await anyio.sleep(delay)
+    trigger.pull(reason)
 
 
 class _Backoff:

@@ -1,0 +1,106 @@
+"""Writes of the node's own keys that the bus refused, kept where `status` finds them.
+
+A bucket refuses a write when nats-server answers it with a JetStream error: a bucket full past
+its `max_bytes` (`discard: new`: "maximum bytes exceeded", error 10077), an account over its
+storage, a value over the bucket's limit. That answer will not change by asking again at once, and
+the client's log is not where an operator looks. So a reconcile that met one:
+
+- leaves each module whose needs or contributions were refused pending, its reason naming the
+  bucket and the server's answer, and writes that record to applied if applied takes it
+  (`status` and `query applied` show it);
+- keeps the refusals in the env folder (`RECORD`, mode 0600, written as the env files are, its
+  temporary files a killed client left removed with theirs) with the node and when, and removes
+  that file at the first reconcile that met none: `status` says from it which bucket refused and
+  why, and exits 1, even when applied refused the records too;
+- in watch mode, is followed by another reconcile after a backoff: nothing the client follows
+  changes when the bucket has room again.
+
+A conditional write that lost to another writer (10071) and a cluster that has no leader for the
+moment (10008, 10009) are not refusals: the reconcile fails and is retried, as when the bus is away.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from provisioner_client.errors import MaterializeError, capped
+from provisioner_client.materializing import files
+from registry.contract import JsonRefused, read_json
+from registry.errors import BusError, JetStreamError, PermissionDenied, WrongLastSequence
+
+log = logging.getLogger(__name__)
+
+RECORD = ".mesh-provisioner-client.refused.json"
+_MAX_BYTES = 64 * 1024
+_FOR_THE_MOMENT = frozenset({10008, 10009})  # JetStream temporarily unavailable; not the leader
+WHAT = "refusals file"
+
+
+@dataclass(frozen=True)
+class Refusals:
+    """What the last reconcile of `node` found refused: bucket name to the server's answer, and when."""
+
+    node: str
+    at: str
+    buckets: dict[str, str]
+
+    def as_json(self) -> dict[str, object]:
+        return {"at": self.at, "buckets": dict(sorted(self.buckets.items()))}
+
+
+def refusal_of(err: BusError) -> str | None:
+    """The server's answer if `err` (or the error it wraps: a converge's) is a refusal, else None."""
+    cause = err.__cause__ if isinstance(err.__cause__, BusError) else err
+    if isinstance(cause, PermissionDenied):
+        return cause.reason
+    if isinstance(cause, JetStreamError) and not isinstance(cause, WrongLastSequence):
+        return None if cause.err_code in _FOR_THE_MOMENT else cause.reason
+    return None
+
+
+def record(folder: Path, node: str, refused: Mapping[str, str]) -> None:
+    """Keeps what the reconcile found refused, or removes the record when nothing was. A failure
+    to keep it is logged: the reconcile's own outcome does not depend on it."""
+    path = folder / RECORD
+    try:
+        if not refused:
+            files.remove(path, what=WHAT)
+            return
+        files.make_folder(folder)
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        document = {"node": node, "at": at, "buckets": {b: capped(r) for b, r in sorted(refused.items())}}
+        files.write_atomically(path, json.dumps(document, ensure_ascii=False).encode(), what=WHAT)
+    except MaterializeError as err:
+        log.warning("%s; status cannot say which writes were refused", err, extra={"node": node})
+
+
+def read(folder: Path, node: str) -> Refusals | None:
+    """What the last reconcile of `node` found refused; None when it found nothing refused (or the
+    record is another node's). Raises `MaterializeError` when the record cannot be read."""
+    found = files.read_regular(folder / RECORD, limit=_MAX_BYTES, what=WHAT)
+    if found is None:
+        return None
+    try:
+        document = read_json(found.content, max_bytes=_MAX_BYTES)
+    except JsonRefused as err:
+        raise MaterializeError(folder / RECORD, f"cannot be read: {err.reason}", what=WHAT) from None
+    refusals = _parsed(document)
+    if refusals is None:
+        raise MaterializeError(folder / RECORD, "is not a record of refused writes", what=WHAT)
+    return refusals if refusals.node == node else None
+
+
+def _parsed(document: object) -> Refusals | None:
+    if not isinstance(document, dict):
+        return None
+    node, at, refused = document.get("node"), document.get("at"), document.get("buckets")
+    if not (isinstance(node, str) and isinstance(at, str) and isinstance(refused, dict)):
+        return None
+    if not all(isinstance(b, str) and isinstance(r, str) for b, r in refused.items()):
+        return None
+    return Refusals(node, at, dict(refused))
