@@ -17,11 +17,14 @@ import anyio
 from bench.cases import PARTS, Report, run_all
 from bench.fill import FillSizes, run_fill
 from bench.harness import write_json
+from bench.hostile import ACTS
 from bench.scale import SCALE_PARTS, run_scale
+from bench.soak import SoakSizes, run_soak
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 SCALE_RESULTS = RESULTS.with_name("scale-latest.json")
 FILL_RESULTS = RESULTS.with_name("fill-latest.json")
+SOAK_RESULTS = {False: RESULTS.with_name("soak-static-latest.json"), True: RESULTS.with_name("soak-jwt-latest.json")}
 
 
 def results_file(*, scale: bool, parts: Sequence[str]) -> Path:
@@ -55,15 +58,15 @@ def main() -> None:
         help=f"run only these parts: {', '.join(PARTS)} (default all; listing loads the keys growth measures);"
         f" with --scale, of {', '.join(SCALE_PARTS)}",
     )
-    parser.add_argument(
-        "--fill",
-        action="store_true",
-        help="issue 17's fill instead: a node filling the needs bucket at its default size (static accounts)",
-    )
-    parser.add_argument("--seconds", type=float, default=60.0, help="with --fill, how long the node fills (default 60)")
+    add_fill_and_soak_arguments(parser)
     args = parser.parse_args()
     if args.fill:
         fill(args.out or FILL_RESULTS, FillSizes(seconds=args.seconds))
+        return
+    if args.soak:
+        acts = args.hostile_acts
+        sizes = SoakSizes.lasting(args.minutes, nodes=args.nodes, rate=args.rate, every=args.every, acts=acts)
+        soak(args.out or SOAK_RESULTS[args.jwt], sizes, jwt=args.jwt)
         return
     if args.scale and (args.keys < 2_000 or args.keys % 100):
         parser.error("--keys: a multiple of 100, at least 2,000")
@@ -81,10 +84,55 @@ def main() -> None:
     print(f"\nfigures written to {out}")
 
 
+def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
+    """Issue 17's figures: `--fill` and `--soak`, and what they take."""
+    parser.add_argument(
+        "--fill",
+        action="store_true",
+        help="issue 17's fill instead: a node filling the needs bucket at its default size (static accounts)",
+    )
+    parser.add_argument("--seconds", type=float, default=60.0, help="with --fill, how long the node fills (default 60)")
+    parser.add_argument(
+        "--soak",
+        action="store_true",
+        help="issue 17's multi-party soak instead: a hostile node's whole repertoire while honest nodes reconcile",
+    )
+    parser.add_argument("--minutes", type=float, default=5.0, help="with --soak, how long it lasts (default 5)")
+    parser.add_argument("--nodes", type=int, default=1000, help="with --soak, the honest nodes (default 1,000)")
+    parser.add_argument("--jwt", action="store_true", help="with --soak, JWT accounts instead of static ones")
+    rate, every = SoakSizes.rate, SoakSizes.every
+    parser.add_argument(
+        "--rate", type=float, default=rate, help=f"with --soak, honest nodes arriving a second (default {rate:g})"
+    )
+    parser.add_argument(
+        "--every",
+        type=float,
+        default=every,
+        help=f"with --soak, seconds between a node's reconciles (default {every:g})",
+    )
+    parser.add_argument(
+        "--hostile-acts",
+        nargs="+",
+        choices=ACTS,
+        default=list(ACTS),
+        metavar="ACT",
+        help=f"with --soak, the hostile node's acts (default all: {', '.join(ACTS)}); fewer tell which one hurts",
+    )
+
+
 def fill(out: Path, sizes: FillSizes) -> None:
     with tempfile.TemporaryDirectory(prefix="mesh-bench-fill-") as state:
         try:
             report, details = anyio.run(run_fill, Path(state), sizes)
+        finally:
+            keep_logs(Path(state), out)
+    written(out, report, details)
+
+
+def soak(out: Path, sizes: SoakSizes, *, jwt: bool) -> None:
+    with tempfile.TemporaryDirectory(prefix="mesh-bench-soak-") as state:
+        try:
+            report, details = anyio.run(run_soak, Path(state), sizes, jwt)
         finally:
             keep_logs(Path(state), out)
     written(out, report, details)

@@ -1,16 +1,19 @@
-"""The request/reply floor: a bare nats-py responder that echoes each request, run as its own process."""
+"""The request/reply floor: a bare nats-py responder that echoes each request, run as its own process.
+
+`python -m bench.echo URL SUBJECT [--nkey SEED | --creds CREDS]`: on a mesh, as a party (the
+operator's account, say), whose own connections then reach it without any import."""
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import anyio
 import nats
 from nats.aio.msg import Msg
 
 
-async def serve(url: str, subject: str) -> None:
-    nc = await nats.connect(url, name="bench-echo")
+async def serve(url: str, subject: str, credentials: dict[str, str]) -> None:
+    nc = await nats.connect(url, name="bench-echo", **credentials)
 
     async def echo(msg: Msg) -> None:
         await msg.respond(msg.data)
@@ -21,5 +24,16 @@ async def serve(url: str, subject: str) -> None:
     await anyio.sleep_forever()
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.echo", description=__doc__)
+    parser.add_argument("url")
+    parser.add_argument("subject")
+    parser.add_argument("--nkey", help="the party's nkey seed file")
+    parser.add_argument("--creds", help="the party's .creds file")
+    args = parser.parse_args()
+    credentials = {"nkeys_seed": args.nkey} if args.nkey else {"user_credentials": args.creds} if args.creds else {}
+    anyio.run(serve, args.url, args.subject, credentials)
+
+
 if __name__ == "__main__":
-    anyio.run(serve, sys.argv[1], sys.argv[2])
+    main()

@@ -30,7 +30,7 @@ from provisioner_client.resolving.resolve import read_registry
 from provisioner_client.resolving.scope import NodeScope
 from provisioner_client.watch.holding import holding
 from registry.contract import AppliedValue, buckets, to_json
-from registry.wire import Bus, BusOptions, connect
+from registry.wire import Bus, BusOptions, Changes, connect
 
 NODE_KEYS = 100
 MODULES = 10  # need_items: 10 placeholders a module
@@ -61,7 +61,14 @@ async def register_node(bus: Bus, node: int) -> None:
     of the verb) and the registry read, all at once; its needs (and empty collect) converged, then
     its modules' applied records."""
     name = f"n{node:05d}"
-    own = OwnKeys(bus, NodeScope(name))
+    written, modules = await reconcile_once(bus, OwnKeys(bus, NodeScope(name)), node)
+    assert len(written.written) == NODE_KEYS and len(modules.written) == MODULES, (written.summary(), modules.summary())
+
+
+async def reconcile_once(bus: Bus, own: OwnKeys, node: int) -> tuple[Changes, Changes]:
+    """A reconcile of node `node` as the bus sees it, with what `own` remembers (nothing, at a
+    first reconcile): what it changed in needs, and in applied."""
+    name = own.scope.node
     needs = dict(need_items(node, NODE_KEYS, NODE_KEYS))
     async with holding(bus, name, LEASE_TTL):
         async with anyio.create_task_group() as tg:
@@ -71,7 +78,7 @@ async def register_node(bus: Bus, node: int) -> None:
         written = await own.converge(buckets.NEEDS, needs)
         await own.converge(buckets.COLLECT, {})
         modules = await own.converge(buckets.APPLIED, applied_of(name))
-    assert len(written.written) == NODE_KEYS and len(modules.written) == MODULES, (written.summary(), modules.summary())
+    return written, modules
 
 
 def applied_of(node: str) -> dict[str, bytes]:
