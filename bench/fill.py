@@ -22,7 +22,16 @@ import anyio
 
 from bench.cases import Report
 from bench.mesh import OPERATOR, SEAT, bench_mesh, node
-from bench.observe import BucketPoll, Writes, child_figures, log_lines, nodes_shown, stream_state
+from bench.observe import (
+    SEAT_MARKS,
+    SLOW_CONSUMER,
+    BucketPoll,
+    Writes,
+    child_figures,
+    log_lines,
+    nodes_shown,
+    stream_state,
+)
 from registry.contract import buckets
 from registry.wire import connect, snapshot
 
@@ -56,6 +65,7 @@ class Filled:
     verdict: str
     because: str
     seat_log: dict[str, int]
+    slow_consumers: int
 
 
 async def run_fill(state: Path, sizes: FillSizes) -> tuple[Report, dict[str, Any]]:
@@ -90,7 +100,8 @@ async def run_fill(state: Path, sizes: FillSizes) -> tuple[Report, dict[str, Any
             held_bytes=sum(max(item.size, 0) for item in held),
             verdict=shown.verdict,
             because=shown.because,
-            seat_log=log_lines(mesh.seat_log, "over quota", "ERROR", "Traceback"),
+            seat_log=log_lines(mesh.seat_log, *SEAT_MARKS),
+            slow_consumers=log_lines(mesh.server_log, SLOW_CONSUMER)[SLOW_CONSUMER],
         )
     return report_of(filled, sizes), details_of(filled)
 
@@ -118,8 +129,9 @@ def report_of(filled: Filled, sizes: FillSizes) -> Report:
     under = filled.end < filled.bound
     report.add("bucket bytes at the end", filled.end / MB, "MB", target=f"< {filled.bound / MB:,.0f}", met=under)
     report.add("bucket bound (max_bytes)", filled.bound / MB, "MB")
-    report.add("seat log: over-quota warnings", filled.seat_log["over quota"], "lines")
-    report.add("seat log: errors and tracebacks", filled.seat_log["ERROR"] + filled.seat_log["Traceback"], "lines")
+    for mark, what in SEAT_MARKS.items():
+        report.add(f"seat log: {what}", filled.seat_log[mark], "lines")
+    report.add("seat's connection closed by nats-server as a slow consumer", filled.slow_consumers, "times")
     print(f"  {FILLER} is shown {filled.verdict}: {filled.because}")
     return report
 
@@ -132,4 +144,5 @@ def details_of(filled: Filled) -> dict[str, Any]:
         "bucket": {"peak": filled.peak, "end": filled.end, "bound": filled.bound},
         "held": {"keys": filled.held_keys, "bytes": filled.held_bytes},
         "seat_log": filled.seat_log,
+        "slow_consumers": filled.slow_consumers,
     }

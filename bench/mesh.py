@@ -96,6 +96,7 @@ class RunningMesh:
     server_pid: int
     seat_pid: int
     seat_log: Path
+    server_log: Path
     issue_seconds: float
     server_start_seconds: float
     seat_start_seconds: float
@@ -107,26 +108,31 @@ async def bench_mesh(
 ) -> AsyncIterator[RunningMesh]:
     """nats-server on the grants issued for `nodes` and one operator (`ops`), and the seat serving
     with those grants (and `seat`'s settings) as a process of its own, until the block exits."""
-    keys, out, config_dir = state / "keys", state / "grants", state / "nats"
     started = time.perf_counter()
-    issue_grants(out, MeshParties(nodes=nodes, operators=(OPERATOR.name,)), keys=keys, jwt=jwt)
+    include = issued_configuration(state, nodes, jwt=jwt)
     issued = time.perf_counter() - started
+    logs = state / "seat.log", state / "nats-server.log"
+    started = time.perf_counter()
+    async with local_nats(state / "nats", include, ready_timeout=600) as server, server_log(logs[1]):
+        server_started = time.perf_counter() - started
+        access = Access(server.url, state / "keys", jwt)
+        started = time.perf_counter()
+        async with seat_process(access, state / "grants" / "grants.json", seat or {}, logs[0]) as pid:
+            timing = (issued, server_started, time.perf_counter() - started)
+            yield RunningMesh(access, server.process.pid, pid, *logs, *timing)
+
+
+def issued_configuration(state: Path, nodes: Sequence[str], *, jwt: bool) -> str:
+    """Issues the grants (`state/grants`, the keys in `state/keys`) and writes what nats-server
+    includes of them into `state/nats`; the include line."""
+    keys, out, config_dir = state / "keys", state / "grants", state / "nats"
+    issue_grants(out, MeshParties(nodes=nodes, operators=(OPERATOR.name,)), keys=keys, jwt=jwt)
     config_dir.mkdir(parents=True, exist_ok=True)
     if jwt:
         (config_dir / SERVER_AUTH).write_text(render_server_auth(load_jwt_auth(out), config_dir / "resolver"))
-        include = f"include ./{SERVER_AUTH}"
-    else:
-        (config_dir / "accounts.conf").write_text((out / "accounts.conf").read_text())
-        include = "include ./accounts.conf"
-    started = time.perf_counter()
-    async with local_nats(config_dir, include, ready_timeout=600) as server, server_log(state / "nats-server.log"):
-        server_started = time.perf_counter() - started
-        access = Access(server.url, keys, jwt)
-        started = time.perf_counter()
-        log = state / "seat.log"
-        async with seat_process(access, out / "grants.json", seat or {}, log) as pid:
-            seat_started = time.perf_counter() - started
-            yield RunningMesh(access, server.process.pid, pid, log, issued, server_started, seat_started)
+        return f"include ./{SERVER_AUTH}"
+    (config_dir / "accounts.conf").write_text((out / "accounts.conf").read_text())
+    return "include ./accounts.conf"
 
 
 @asynccontextmanager

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from bench.harness import ROOT, Latency
+from bench.harness import ROOT, Latency, rss_mb
 from bench.mesh import child_command, child_environment
 from registry.contract import Bucket, NodeRow
 from registry.errors import BusError
@@ -137,6 +137,31 @@ class CpuUse:
 
     def stop(self) -> None:
         self.used = {name: used + cpu_seconds(self.pids[name]) for name, used in self.used.items()}
+
+
+class RssSeries:
+    """A process's resident memory every `every` seconds, until cancelled: (seconds since the start, MB)."""
+
+    def __init__(self, pid: int, every: float = 1.0) -> None:
+        self.pid = pid
+        self.every = every
+        self.samples: list[tuple[float, float]] = []
+
+    async def poll(self) -> None:
+        start = anyio.current_time()
+        while True:
+            self.samples.append((round(anyio.current_time() - start, 1), rss_mb(self.pid)))
+            await anyio.sleep(self.every)
+
+
+SEAT_MARKS = {
+    "over quota": "over-quota warnings",
+    "counted again at its next write": "quota counts that failed",
+    "nats connection lost": "its connection lost",
+    "ERROR": "errors",
+    "Traceback": "tracebacks",
+}
+SLOW_CONSUMER = "Slow Consumer Detected"
 
 
 def log_lines(log: Path, *marks: str) -> dict[str, int]:

@@ -36,7 +36,17 @@ from bench.harness import answers, peak_rss_mb, python_process, rss_mb
 from bench.honest import Checked, check_honest_keys, node_name
 from bench.hostile import ACTS
 from bench.mesh import OPERATOR, SEAT, Access, RunningMesh, bench_mesh, child_environment
-from bench.observe import BucketPoll, Bytes, CpuUse, child_figures, log_lines, nodes_shown
+from bench.observe import (
+    SEAT_MARKS,
+    SLOW_CONSUMER,
+    BucketPoll,
+    Bytes,
+    CpuUse,
+    RssSeries,
+    child_figures,
+    log_lines,
+    nodes_shown,
+)
 from bench.operator import ECHO_SUBJECT, Operator, Samples
 from registry.contract import buckets
 from registry.wire import Bus, connect
@@ -88,6 +98,8 @@ class Soaked:
     rss_peak: float
     cpu: dict[str, float]  # seconds of CPU during the soak, by process
     seat_log: dict[str, int]
+    slow_consumers: int  # the seat's connection, closed by nats-server
+    rss: list[tuple[float, float]]  # the seat's, every second of the soak
 
 
 async def run_soak(state: Path, sizes: SoakSizes, jwt: bool) -> tuple[Report, dict[str, Any]]:
@@ -133,6 +145,8 @@ async def soak(
         rss_before = rss_mb(mesh.seat_pid)
         cpu = CpuUse({"the seat": mesh.seat_pid, "nats-server": mesh.server_pid, **operator_pids})
         cpu.start()
+        rss = RssSeries(mesh.seat_pid)
+        tg.start_soon(rss.poll)
         print(f"soak: {HOSTILE} and {sizes.nodes:,} honest nodes for {sizes.seconds:g} s")
         children = await at_once(
             {
@@ -162,7 +176,9 @@ async def soak(
         rss_after=rss_after,
         rss_peak=peak_rss_mb(mesh.seat_pid),
         cpu=cpu.used | {HOSTILE_PROCESS: hostile["cpu_seconds"], HONEST_PROCESS: honest["cpu_seconds"]},
-        seat_log=log_lines(mesh.seat_log, "over quota", "ERROR", "Traceback", "WARNING"),
+        seat_log=log_lines(mesh.seat_log, *SEAT_MARKS),
+        slow_consumers=log_lines(mesh.server_log, SLOW_CONSUMER)[SLOW_CONSUMER],
+        rss=rss.samples,
     )
 
 
@@ -295,14 +311,16 @@ def seat_figures(report: Report, soaked: Soaked) -> None:
             f"{short} bucket bytes at the end", seen.last / MB, "MB", target=f"< {seen.bound / MB:,.0f}", met=under
         )
     report.add("seat RSS before the soak", soaked.rss_before, "MB")
+    most_at, most = max(soaked.rss, key=lambda sample: sample[1], default=(0.0, 0.0))
+    report.add(f"seat RSS, most during the soak (at {most_at:g} s)", most, "MB")
     report.add("seat RSS after the soak", soaked.rss_after, "MB")
     report.add("seat peak RSS (VmHWM)", soaked.rss_peak, "MB")
     for name, seconds in soaked.cpu.items():
         report.add(f"CPU during the soak: {name}", seconds, "s")
     report.add("  of the machine's CPU during the soak (2 cores)", sum(soaked.cpu.values()), "s")
-    log = soaked.seat_log
-    report.add("seat log: errors and tracebacks", log["ERROR"] + log["Traceback"], "lines")
-    report.add("seat log: warnings", log["WARNING"], "lines")
+    for mark, what in SEAT_MARKS.items():
+        report.add(f"seat log: {what}", soaked.seat_log[mark], "lines")
+    report.add("seat's connection closed by nats-server as a slow consumer", soaked.slow_consumers, "times")
 
 
 def details_of(soaked: Soaked, sizes: SoakSizes, jwt: bool) -> dict[str, Any]:
@@ -316,4 +334,6 @@ def details_of(soaked: Soaked, sizes: SoakSizes, jwt: bool) -> dict[str, Any]:
         "operator_failures": dict(soaked.busy.failures + soaked.idle.failures),
         "buckets": {name: seen.__dict__ for name, seen in soaked.bytes.items()},
         "seat_log": soaked.seat_log,
+        "slow_consumers": soaked.slow_consumers,
+        "seat_rss_every_second": soaked.rss,
     }
