@@ -23,7 +23,7 @@ from anyio.abc import TaskStatus
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from registry.contract import buckets, to_json
-from registry.errors import RegistryError, WrongLastSequence
+from registry.errors import BusError, RegistryError, WrongLastSequence
 from registry.wire.bus import Bus
 from registry.wire.kv import Stamped, delete, get_stamped, update
 
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 SKEW = timedelta(seconds=5)
 MAX_TTL = timedelta(days=366)  # a longer ttl in a lease record is read as unreadable
+RETRY_FIRST = 0.25  # seconds before a take the bus left unanswered is tried again, doubling
 
 
 class Holder(BaseModel):
@@ -87,13 +88,28 @@ class Lease:
         self.skew = skew
         self.holder = holder or Holder.me(ttl)
         self._revision: int | None = None
+        self._told: str | None = None  # why the lease was last not taken, once said
 
     @property
     def held(self) -> bool:
         return self._revision is not None
 
     async def try_take(self) -> None:
-        """Takes the lease if it is free, expired or ours; `LeaseHeld` names the live holder."""
+        """Takes the lease if it is free, expired or ours; `LeaseHeld` names the live holder.
+
+        A claimant that wrote first is named from its record, read again; that record may also
+        be this claimant's own, a take given up on and stored later: the lease is then taken
+        from there."""
+        try:
+            await self._take_as_found()
+        except WrongLastSequence:
+            try:
+                await self._take_as_found()
+            except WrongLastSequence:
+                raise LeaseHeld(self.key, None, timedelta(0)) from None  # written again meanwhile
+        log.info("lease %s taken by %s", self.key, self.holder.describe(), extra={"key": self.key})
+
+    async def _take_as_found(self) -> None:
         current = await get_stamped(self.bus, buckets.LEASES, self.key)
         if current is not None and not current.item.deleted:
             other = _holder_of(current)
@@ -101,20 +117,42 @@ class Lease:
             if (other is None or other.id != self.holder.id) and age <= _lifetime(other, self.ttl) + self.skew:
                 raise LeaseHeld(self.key, other, age)
         last = current.item.revision if current is not None else 0
-        try:
-            self._revision = await update(self.bus, buckets.LEASES, self.key, to_json(self.holder), last=last)
-        except WrongLastSequence:
-            raise LeaseHeld(self.key, None, timedelta(0)) from None  # another claimant wrote first
-        log.info("lease %s taken by %s", self.key, self.holder.describe(), extra={"key": self.key})
+        self._revision = await update(self.bus, buckets.LEASES, self.key, to_json(self.holder), last=last)
 
     async def renew(self) -> None:
+        """Writes the record again, conditional on the revision this holder last wrote.
+
+        A renewal the bus did not answer (a timeout, the connection away) may be stored all the
+        same, later: nats-py sends what it buffered while reconnecting. The record is then this
+        holder's own at a revision it never heard of, and the lease is kept and renewed from
+        there. Only another holder's record, or none, is `LeaseLost`; a bus error is raised as
+        itself, the lease still held (its ttl decides, and the next renewal tells)."""
         if self._revision is None:
             raise LeaseLost(self.key, "not held")
         try:
             self._revision = await update(self.bus, buckets.LEASES, self.key, to_json(self.holder), last=self._revision)
         except WrongLastSequence:
+            await self._renew_from_own_record(self._revision)
+
+    async def _renew_from_own_record(self, known: int) -> None:
+        current = await get_stamped(self.bus, buckets.LEASES, self.key)
+        if current is None or current.item.deleted:
+            self._revision = None
+            raise LeaseLost(self.key, "its record was deleted") from None
+        holder = _holder_of(current)
+        if holder is None or holder.id != self.holder.id:
             self._revision = None
             raise LeaseLost(self.key, "another claimant took it after it expired") from None
+        if current.item.revision <= known:  # a replica behind the write that refused ours
+            raise BusError(f"renew lease {self.key}", f"read revision {current.item.revision}, not past {known}; retry")
+        log.info(
+            "lease %s: a renewal given up on was stored all the same (revision %d); kept from there",
+            self.key,
+            current.item.revision,
+            extra={"key": self.key},
+        )
+        self._revision = current.item.revision
+        self._revision = await update(self.bus, buckets.LEASES, self.key, to_json(self.holder), last=self._revision)
 
     async def release(self) -> None:
         """Gives the lease up at once (a delete marker), so the next claimant need not wait."""
@@ -137,29 +175,65 @@ class Lease:
 
     async def hold(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Waits for the lease, reports started once held, renews it every third of its ttl until
-        cancelled (then releases it); raises `LeaseLost` when a renewal finds it taken."""
-        await self.wait_for_it()
+        cancelled (then releases it); raises `LeaseLost` when a renewal finds it taken.
+
+        A renewal the bus does not answer is tried again at the next: the lease lasts a whole
+        ttl, and the next renewal's conditional write tells whether another claimant took it
+        meanwhile. Said once per outage, at WARNING: an outage is no loss. A lease taken already
+        (`take`) is held as it is."""
+        if not self.held:
+            await self.wait_for_it()
         task_status.started()
         try:
+            unanswered = False
             while True:
                 await anyio.sleep(self.ttl.total_seconds() / 3)
-                await self.renew()
+                unanswered = await self._renewed_or_told(unanswered)
         finally:
             with anyio.move_on_after(2, shield=True):
                 await self.release()
 
+    async def _renewed_or_told(self, unanswered: bool) -> bool:
+        """One renewal; whether the bus left it unanswered (told when it starts and when it ends)."""
+        try:
+            await self.renew()
+        except BusError as err:
+            if not unanswered:
+                log.warning("lease %s not renewed: %s; trying again", self.key, err, extra={"key": self.key})
+            return True
+        if unanswered:
+            log.info("lease %s renewed again", self.key, extra={"key": self.key})
+        return False
+
+    async def take(self) -> bool:
+        """One attempt at the lease: whether it is now this claimant's. Held by another, or the bus
+        not answering (an outage; a fresh cluster's stream that does not answer direct gets yet),
+        it is "not taken yet", never an error: said once, at WARNING, until the reason changes
+        or the lease is taken."""
+        try:
+            await self.try_take()
+        except LeaseHeld as held:
+            self._tell("held", "%s; waiting for it to expire", held)
+        except BusError as err:
+            self._tell("bus", "lease %s not taken yet: %s; trying again", self.key, err)
+        else:
+            self._told = None
+            return True
+        return False
+
     async def wait_for_it(self) -> None:
-        told = False
-        while True:
-            try:
-                await self.try_take()
-            except LeaseHeld as held:
-                if not told:
-                    log.warning("%s; waiting for it to expire", held, extra={"key": self.key})
-                    told = True
-            else:
-                return
-            await anyio.sleep(self.ttl.total_seconds() / 3)
+        """Takes the lease once it is free or expired: tried every third of the ttl while another
+        holds it, and sooner, with a backoff, while the bus does not answer."""
+        every = self.ttl.total_seconds() / 3
+        pause = min(RETRY_FIRST, every)
+        while not await self.take():
+            await anyio.sleep(every if self._told == "held" else pause)
+            pause = min(pause * 2, every)
+
+    def _tell(self, reason: str, message: str, *args: object) -> None:
+        if self._told != reason:
+            log.warning(message, *args, extra={"key": self.key})
+            self._told = reason
 
 
 def _holder_of(current: Stamped) -> Holder | None:

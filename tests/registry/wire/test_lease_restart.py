@@ -1,0 +1,176 @@
+"""Leases across a NATS restart (issue 18, item 2), on a real nats-server stopped and started again
+on the same port and store.
+
+A renewal sent while NATS is away waits in nats-py's reconnect buffer and times out; it is still
+stored once the connection is back, moving the record's revision. The holder then finds its own
+record at a revision it never heard of: it keeps the lease from there, says nothing at ERROR, and
+only another holder's record (or none) makes the lease lost."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+from provisioner.seat.buckets import ensure_buckets
+from registry.contract import buckets
+from registry.errors import BusTimeout
+from registry.wire import (
+    BucketConfig,
+    Bus,
+    BusOptions,
+    Holder,
+    Lease,
+    LeaseHeld,
+    LeaseLost,
+    connect,
+    delete,
+    get_direct,
+    node_key,
+    update,
+)
+from tests.helpers import RestartableNats, in_own_task, restartable_nats
+
+TTL = timedelta(seconds=30)  # never expires during a test: only the revision is at stake
+NO_SKEW = timedelta(0)
+BOUND = 20.0
+KEY = node_key("a.b")
+
+
+@dataclass
+class OnNats:
+    server: RestartableNats
+    bus: Bus
+
+
+@pytest.fixture
+async def on_nats(tmp_path: Path) -> AsyncIterator[OnNats]:
+    async with in_own_task(restartable_bus(tmp_path)) as running:
+        yield running
+
+
+@asynccontextmanager
+async def restartable_bus(tmp_path: Path) -> AsyncIterator[OnNats]:
+    async with restartable_nats(tmp_path / "nats") as server:
+        options = BusOptions(
+            servers=(server.url,),
+            name="test",
+            reconnect_wait=timedelta(seconds=0.1),
+            request_timeout=timedelta(seconds=0.5),
+        )
+        async with connect(options) as bus:
+            await ensure_buckets(bus, BucketConfig())
+            yield OnNats(server, bus)
+
+
+def claimant(bus: Bus, host: str, ttl: timedelta = TTL) -> Lease:
+    holder = Holder.me(ttl).model_copy(update={"host": host})
+    return Lease(bus, KEY, ttl=ttl, holder=holder, skew=NO_SKEW)
+
+
+async def revision(bus: Bus) -> int:
+    found = await get_direct(bus, buckets.LEASES, KEY)
+    assert found is not None
+    return found.revision
+
+
+async def renewal_given_up_then_stored(on_nats: OnNats, lease: Lease) -> None:
+    """A renewal sent while NATS is away: it times out, and is stored once the connection is back."""
+    bus, server = on_nats.bus, on_nats.server
+    before = await revision(bus)
+    seen = bus.reconnects
+    await server.stop()
+    with anyio.fail_after(BOUND):
+        while bus.connected:
+            await anyio.sleep(0.01)  # until nats-py knows it is away, so the write waits in its buffer
+    with pytest.raises(BusTimeout):
+        await lease.renew()
+    await server.start()
+    with anyio.fail_after(BOUND):
+        await bus.reconnected(seen)
+    await bus.flush()
+    assert await revision(bus) == before + 1, "the buffered renewal was not stored: nothing reproduced"
+
+
+async def test_a_renewal_given_up_during_an_outage_and_stored_after_it_keeps_the_lease(
+    on_nats: OnNats, caplog: pytest.LogCaptureFixture
+) -> None:
+    holder = claimant(on_nats.bus, "host-1")
+    await holder.try_take()
+    with caplog.at_level(logging.INFO):
+        await renewal_given_up_then_stored(on_nats, holder)
+        await holder.renew()  # finds its own record at the revision it never heard of
+        await holder.renew()  # and goes on from the revision it wrote
+    assert holder.held
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    with pytest.raises(LeaseHeld, match="held by host host-1"):
+        await claimant(on_nats.bus, "host-2").try_take()
+
+
+async def test_another_claimant_after_a_renewal_given_up_still_makes_the_lease_lost(on_nats: OnNats) -> None:
+    holder = claimant(on_nats.bus, "host-1")
+    await holder.try_take()
+    await renewal_given_up_then_stored(on_nats, holder)
+    theirs = claimant(on_nats.bus, "host-2").holder.model_dump_json().encode()
+    await update(on_nats.bus, buckets.LEASES, KEY, theirs, last=await revision(on_nats.bus))
+    with pytest.raises(LeaseLost, match="another claimant"):
+        await holder.renew()
+    assert not holder.held
+
+
+async def test_a_record_deleted_under_the_holder_makes_the_lease_lost(on_nats: OnNats) -> None:
+    holder = claimant(on_nats.bus, "host-1")
+    await holder.try_take()
+    await delete(on_nats.bus, buckets.LEASES, KEY, last=await revision(on_nats.bus))
+    with pytest.raises(LeaseLost, match="deleted"):
+        await holder.renew()
+
+
+async def test_holding_rides_out_a_restart_without_an_error_and_keeps_the_lease(
+    on_nats: OnNats, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`hold()` (the seat's compile lease) across a restart that outlasts a renewal: no ERROR, no
+    loss, and the lease is still this holder's afterwards."""
+    ttl = timedelta(seconds=1.5)
+    holder = claimant(on_nats.bus, "host-1", ttl)
+    seen = on_nats.bus.reconnects
+    with caplog.at_level(logging.INFO):
+        async with anyio.create_task_group() as tg:
+            await tg.start(holder.hold)
+            await on_nats.server.stop()
+            await anyio.sleep(ttl.total_seconds())  # the outage itself: renewals fall into it
+            await on_nats.server.start()
+            with anyio.fail_after(BOUND):
+                await on_nats.bus.reconnected(seen)
+            await anyio.sleep(ttl.total_seconds())  # renewals after it
+            assert holder.held
+            with pytest.raises(LeaseHeld, match="held by host host-1"):
+                await claimant(on_nats.bus, "host-2", ttl).try_take()
+            tg.cancel_scope.cancel()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_waiting_for_a_lease_rides_out_a_bus_that_does_not_answer(
+    on_nats: OnNats, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A take the bus does not answer is "not taken yet": said once, tried again, taken once NATS is back."""
+    holder = claimant(on_nats.bus, "host-1", timedelta(seconds=1.5))
+    await on_nats.server.stop()
+    with caplog.at_level(logging.INFO, logger="registry.wire.lease"):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(holder.wait_for_it)
+            await anyio.sleep(2)  # the outage itself: several attempts fall into it
+            await on_nats.server.start()
+            with anyio.fail_after(BOUND):
+                while not holder.held:
+                    await anyio.sleep(0.05)  # polling the lease, deadline above
+    not_yet = [r for r in caplog.records if "not taken yet" in r.getMessage()]
+    assert len(not_yet) == 1 and not_yet[0].levelno == logging.WARNING
+    with pytest.raises(LeaseHeld, match="held by host host-1"):
+        await claimant(on_nats.bus, "host-2").try_take()
