@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -118,3 +120,61 @@ async def _listed(read: Callable[..., Awaitable[list[KvItem]]], bus: Bus) -> lis
         return await read(bus, buckets.NEEDS, ["n1.>"])
     except BusError:  # the rejoined server still settling: no answer is not a stale answer
         return None
+
+
+RACES = 10
+SEAT_LOGGERS = ("provisioner.seat.registry_sync", "registry.wire.lease")
+
+
+class SeatLog(logging.Handler):
+    """What the seats said about the compile lease and the registry."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def count(self, text: str) -> int:
+        return sum(text in message for message in self.messages)
+
+
+@contextmanager
+def seats_said() -> Iterator[SeatLog]:
+    said = SeatLog()
+    loggers = [logging.getLogger(name) for name in SEAT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(said)
+        logger.setLevel(logging.INFO)
+    try:
+        yield said
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(said)
+            logger.setLevel(level)
+
+
+@pytest.mark.parametrize("race", range(RACES), ids=lambda race: f"race {race + 1} of {RACES}")
+async def test_two_seats_started_at_once_on_a_fresh_cluster_both_stay_up_and_one_compiles(
+    servers: Cluster, race: int
+) -> None:
+    """Issue 18, item 1: the seat that lost the race for the compile lease asked for it before the
+    leases bucket's replicated stream answered direct gets, and exited 1 ("nobody answers")."""
+    await servers.start()
+    stops = [anyio.Event(), anyio.Event()]
+    settings = ServerSettings(bucket_replicas=3)
+    with seats_said() as said:
+        async with anyio.create_task_group() as seats:
+            for index, stop in enumerate(stops):
+                seat = partial(run_server, bus_options=options(servers.urls, f"seat {index}"), settings=settings)
+                seats.start_soon(partial(seat, stop=stop))  # a seat that exits fails the test here
+            with anyio.fail_after(60):
+                while not (said.count("registry compiled") and said.count("waiting for it to expire")):
+                    await anyio.sleep(0.05)  # polling what the seats said, deadline above
+            for stop in stops:
+                stop.set()
+    assert said.count("lease seat.compile taken") == 1, said.messages
+    assert said.count("registry compiled") == 1, said.messages
+    assert said.count("disagrees with this seat's catalogue") == 0, said.messages

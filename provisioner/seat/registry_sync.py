@@ -4,12 +4,16 @@ every interval.
 Every seat answers the verb, but only the seat holding the compile lease (`registry.wire.lease`,
 key `seat.compile`) writes the registry: two seats with different domains files would otherwise
 rewrite it against each other forever. A seat that does not hold the lease waits for it (saying
-once who holds it) and compares its own catalogue with the bucket every interval, warning
-loudly, naming the kinds, when they disagree; it never writes. The holder warns when kinds it
-wrote were changed by someone else since its last compile (a seat without the lease, a hand
-edit), then writes its own back: it holds the lease. A holder that stops (or stops renewing) is
-replaced within the lease's ttl, the clock skew allowed (`registry.wire.lease.SKEW`) and one more
-check (a third of the ttl).
+once who holds it) and compares its own catalogue with the bucket every interval (the first time
+a moment after it starts), warning loudly, naming the kinds, when they disagree; it never writes,
+and never judges a bucket that moved since its last look (the holder compiling it). The holder
+warns when kinds it wrote were changed by someone else since its last compile (a seat without
+the lease, a hand edit), then writes its own back: it holds the lease. A holder that stops (or
+stops renewing) is replaced within the lease's ttl, the clock skew allowed (`registry.wire.lease.SKEW`) and one more
+check (a third of the ttl); an outage is no stop (`registry.wire.lease.Lease.hold`).
+
+The bus failing, at start (a fresh cluster's streams answer a moment after they are made) or
+later, never stops the seat: the lease is not taken yet, or the compile is tried again soon.
 
 An unchanged registry costs no write: only kinds whose bytes differ are written, and kinds no
 domain answers any more are deleted (`registry.wire.kv.converge`). The domains file is read again on
@@ -28,14 +32,15 @@ import anyio
 from anyio.abc import TaskStatus
 
 from registry.contract import buckets, load_catalogue, registry_values
-from registry.errors import RegistryError, sole_exception
-from registry.wire import Bus, Changes, KvItem, Lease, LeaseHeld, converge, current_snapshot, seat_key
+from registry.errors import BusError, RegistryError, sole_exception
+from registry.wire import Bus, Changes, KvItem, Lease, converge, current_snapshot, seat_key
 
 log = logging.getLogger(__name__)
 
 COMPILE_LEASE_TTL = timedelta(seconds=15)
+RETRY_FIRST = 1.0  # seconds before a compile or comparison the bus failed is tried again, doubling
 
-Step = Callable[[], Awaitable[object]]
+Step = Callable[[], Awaitable[object]]  # None: not judged, run again soon
 
 
 async def sync_registry(bus: Bus, *, domains_file: Path | None) -> Changes:
@@ -52,6 +57,7 @@ class Compiler:
         self.domains_file = domains_file
         self._written: dict[str, bytes] | None = None
         self._told: tuple[str, ...] = ()
+        self._seen: int | None = None  # the bucket's last revision at the last comparison
 
     def desired(self) -> dict[str, bytes]:
         return registry_values(load_catalogue(self.domains_file))
@@ -74,12 +80,20 @@ class Compiler:
         _log_compiled(changes, len(desired))
         return changes
 
-    async def compare(self) -> tuple[str, ...]:
-        """The kinds on which the bucket disagrees with this seat's catalogue; warns when they change."""
+    async def compare(self) -> tuple[str, ...] | None:
+        """The kinds on which the bucket disagrees with this seat's catalogue, warning when they
+        change. A bucket that moved since the last comparison is not judged (None): the holder
+        may be compiling it now, as when seats start together. An empty one disagrees with
+        nothing: the holder has not compiled it yet."""
         self._written = None  # another seat compiles now: what this one wrote before is no reference
-        disagreeing = differing(
-            await current_snapshot(self.bus, buckets.REGISTRY, include_deleted=True), self.desired()
-        )
+        current = await current_snapshot(self.bus, buckets.REGISTRY, include_deleted=True)
+        last = max((item.revision for item in current), default=0)
+        seen, self._seen = self._seen, last
+        if last != seen:
+            return None
+        if all(item.deleted for item in current):
+            return ()
+        disagreeing = differing(current, self.desired())
         if disagreeing and disagreeing != self._told:
             log.warning(
                 "the registry disagrees with this seat's catalogue on kinds %s: the seat holding the compile "
@@ -120,54 +134,80 @@ async def keep_registry_compiled(
     lease_ttl: timedelta = COMPILE_LEASE_TTL,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Compiles now if the compile lease is free (failing loudly), else compares; reports started;
-    then compiles every `interval` while holding the lease, or waits for it, comparing."""
+    """Compiles now if the compile lease is free; reports started; then compiles every `interval`
+    while holding the lease, or waits for it, comparing (the first time a moment after the start).
+
+    A domains file that cannot be read fails the start. The bus failing at start does not (a
+    fresh cluster's streams answer a moment after they are made): the lease is then not taken
+    yet, or the registry not compiled yet, and both are tried again soon."""
     compiler = Compiler(bus, domains_file)
+    compiler.desired()  # a domains file that cannot be read fails the start, whoever compiles
     lease = Lease(bus, seat_key(), ttl=lease_ttl)
-    try:
-        await lease.try_take()
-    except LeaseHeld:  # `lease.hold` says who holds it
-        await compiler.compare()
-    else:
-        await compiler.compile()
+    compiled = await lease.take() and await _compiled_at_start(compiler)
     task_status.started()
     while True:
         try:
-            await _hold_and_compile(lease, compiler, interval)
-        except* RegistryError as failed:  # the lease lost, or the bus away while renewing it
+            await _hold_and_compile(lease, compiler, interval, compiled=compiled)
+        except* RegistryError as failed:  # the lease lost to another seat
             # One line, no traceback: the reason says it all, and the seat goes on.
             log.error(  # noqa: TRY400
                 "compile lease %s: %s; this seat stops compiling and waits for the lease again",
                 lease.key,
                 sole_exception(failed),
             )
+        compiled = False
         await anyio.sleep(lease.ttl.total_seconds() / 3)
 
 
-async def _hold_and_compile(lease: Lease, compiler: Compiler, interval: timedelta) -> None:
-    """Waits for the lease (comparing every interval), then compiles every interval until it is lost."""
+async def _compiled_at_start(compiler: Compiler) -> bool:
+    """Whether the start's compile reached the bus; a bus error is said, not raised (anything else is)."""
+    try:
+        await compiler.compile()
+    except BusError as err:
+        log.warning("cannot compile the registry at start: %s; trying again", err)
+        return False
+    return True
+
+
+async def _hold_and_compile(lease: Lease, compiler: Compiler, interval: timedelta, *, compiled: bool) -> None:
+    """Waits for the lease (comparing every interval), then compiles every interval until it is
+    lost: the first time at once, unless `compiled` at start."""
+    whole = interval.total_seconds()
     async with anyio.create_task_group() as tasks:
         comparing = anyio.CancelScope()
-        tasks.start_soon(partial(_every, interval, compiler.compare, scope=comparing, first=False))
-        compiled_at_take = lease.held  # taken at start: compiled already
+        tasks.start_soon(partial(_every, interval, compiler.compare, scope=comparing, first=min(RETRY_FIRST, whole)))
         await tasks.start(lease.hold)
         comparing.cancel()
-        await _every(interval, compiler.compile, scope=anyio.CancelScope(), first=not compiled_at_take)
+        await _every(interval, compiler.compile, scope=anyio.CancelScope(), first=whole if compiled else 0.0)
 
 
-async def _every(interval: timedelta, step: Step, *, scope: anyio.CancelScope, first: bool) -> None:
-    """Runs `step` (now when `first`, then every `interval`) until `scope` is cancelled; a failure
-    is logged and the next interval tries again."""
+async def _every(interval: timedelta, step: Step, *, scope: anyio.CancelScope, first: float) -> None:
+    """Runs `step` (`first` seconds from now, then every `interval`) until `scope` is cancelled.
+
+    A step the bus failed, or that answered None (a registry in motion, not judged), runs again
+    sooner: after `RETRY_FIRST`, then twice as long each time up to the interval. A compile that
+    did not reach the bus leaves the registry behind the catalogue (on a fresh cluster, empty)
+    until one does."""
+    whole = interval.total_seconds()
+    pause, retry = first, RETRY_FIRST
     with scope:
-        if first:
-            await _logged(step)
         while True:
-            await anyio.sleep(interval.total_seconds())
-            await _logged(step)
+            await anyio.sleep(pause)
+            if await _again_soon(step):
+                pause, retry = min(retry, whole), retry * 2
+            else:
+                pause, retry = whole, RETRY_FIRST
 
 
-async def _logged(step: Step) -> None:
+async def _again_soon(step: Step) -> bool:
+    """Runs `step`; whether it must run again soon: it answered None, or the bus failed it (said at
+    WARNING). Any other failure (a domains file that cannot be read) is said at ERROR and waits
+    for the next interval."""
     try:
-        await step()
+        return await step() is None
+    except BusError as err:
+        log.warning("registry compile or comparison failed on the bus: %s; trying again", err)
+        return True
     except RegistryError as err:
         log.error("registry compile or comparison failed, the bucket keeps its last values: %s", err)  # noqa: TRY400
+    return False
