@@ -8,8 +8,10 @@ once who holds it) and compares its own catalogue with the bucket every interval
 a moment after it starts), warning loudly, naming the kinds, when they disagree; it never writes,
 and never judges a bucket that moved since its last look (the holder compiling it). The holder
 warns when kinds it wrote were changed by someone else since its last compile (a seat without
-the lease, a hand edit), then writes its own back: it holds the lease. A holder that stops (or
-stops renewing) is replaced within the lease's ttl, the clock skew allowed (`registry.wire.lease.SKEW`) and one more
+the lease, a hand edit), then writes its own back: it holds the lease. A write of a compile that
+failed may stand (acknowledged before the failure, or sent from nats-py's reconnect buffer after
+the compile gave up), so it is this seat's own too. A holder that stops (or stops renewing) is
+replaced within the lease's ttl, the clock skew allowed (`registry.wire.lease.SKEW`) and one more
 check (a third of the ttl); an outage is no stop (`registry.wire.lease.Lease.hold`).
 
 The bus failing, at start (a fresh cluster's streams answer a moment after they are made) or
@@ -48,14 +50,17 @@ async def sync_registry(bus: Bus, *, domains_file: Path | None) -> Changes:
     return await Compiler(bus, domains_file).compile()
 
 
+Ours = dict[str, frozenset[bytes | None]]  # each kind's values this seat may have left there (None: none)
+
+
 class Compiler:
     """One seat's catalogue against the registry bucket: compiled (by the lease holder) or
-    compared (by any other seat), remembering what its last compile wrote."""
+    compared (by any other seat), remembering what its compiles may have left in the bucket."""
 
     def __init__(self, bus: Bus, domains_file: Path | None) -> None:
         self.bus = bus
         self.domains_file = domains_file
-        self._written: dict[str, bytes] | None = None
+        self._ours: Ours | None = None
         self._told: tuple[str, ...] = ()
         self._seen: int | None = None  # the bucket's last revision at the last comparison
 
@@ -65,8 +70,8 @@ class Compiler:
     async def compile(self) -> Changes:
         desired = self.desired()
         current = await current_snapshot(self.bus, buckets.REGISTRY, include_deleted=True)
-        if self._written is not None:
-            changed = differing(current, self._written)
+        if self._ours is not None:
+            changed = rewritten(current, self._ours)
             if changed:
                 log.warning(
                     "registry kinds %s were rewritten by someone else since this seat's last compile (a seat "
@@ -75,8 +80,14 @@ class Compiler:
                     ", ".join(changed),
                     extra={"kinds": list(changed)},
                 )
-        changes = await converge(self.bus, buckets.REGISTRY, current, desired)
-        self._written = desired
+        try:
+            changes = await converge(self.bus, buckets.REGISTRY, current, desired)
+        except BusError:
+            # Any write of it may stand: acknowledged before the failure, or sent by nats-py from
+            # its reconnect buffer after this compile gave up on it.
+            self._ours = _also(self._ours, desired)
+            raise
+        self._ours = {kind: frozenset({value}) for kind, value in desired.items()}
         _log_compiled(changes, len(desired))
         return changes
 
@@ -85,7 +96,7 @@ class Compiler:
         change. A bucket that moved since the last comparison is not judged (None): the holder
         may be compiling it now, as when seats start together. An empty one disagrees with
         nothing: the holder has not compiled it yet."""
-        self._written = None  # another seat compiles now: what this one wrote before is no reference
+        self._ours = None  # another seat compiles now: what this one wrote before is no reference
         current = await current_snapshot(self.bus, buckets.REGISTRY, include_deleted=True)
         last = max((item.revision for item in current), default=0)
         seen, self._seen = self._seen, last
@@ -110,8 +121,21 @@ class Compiler:
 
 def differing(current: Sequence[KvItem], wanted: Mapping[str, bytes]) -> tuple[str, ...]:
     """The kinds whose entry in `current` (a snapshot with deletions) is not what `wanted` holds."""
+    return rewritten(current, {kind: frozenset({value}) for kind, value in wanted.items()})
+
+
+def rewritten(current: Sequence[KvItem], ours: Ours) -> tuple[str, ...]:
+    """The kinds whose entry in `current` (a snapshot with deletions) is none of the values `ours`
+    allows them (a kind `ours` does not name: none)."""
     held = {item.key: item.value for item in current if not item.deleted}
-    return tuple(sorted(kind for kind in held.keys() | wanted.keys() if held.get(kind) != wanted.get(kind)))
+    return tuple(sorted(kind for kind in held.keys() | ours.keys() if held.get(kind) not in ours.get(kind, {None})))
+
+
+def _also(ours: Ours | None, desired: Mapping[str, bytes]) -> Ours | None:
+    """`ours` allowing each kind what `desired` gives it too (None: no reference, and still none)."""
+    if ours is None:
+        return None
+    return {kind: ours.get(kind, frozenset({None})) | {desired.get(kind)} for kind in ours.keys() | desired.keys()}
 
 
 def _log_compiled(changes: Changes, kinds: int) -> None:
