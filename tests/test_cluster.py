@@ -19,7 +19,7 @@ from provisioner.seat.buckets import until_enough_peers
 from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
 from registry.contract import buckets
-from registry.errors import BusError
+from registry.errors import BusError, NoResponders, NotFound
 from registry.wire import BucketConfig, Bus, BusOptions, KvItem, connect, create_bucket, current_snapshot, put, snapshot
 from tests.cluster import Cluster, cluster
 from tests.helpers import in_own_task, logged
@@ -178,3 +178,27 @@ async def test_two_seats_started_at_once_on_a_fresh_cluster_both_stay_up_and_one
     assert said.count("lease seat.compile taken") == 1, said.messages
     assert said.count("registry compiled") == 1, said.messages
     assert said.count("disagrees with this seat's catalogue") == 0, said.messages
+
+
+async def test_a_write_while_its_stream_elects_a_leader_is_not_said_to_be_a_missing_stream(servers: Cluster) -> None:
+    """Issue 18, the review: nobody stores a write while the stream's leader is being elected (about
+    7 s after the leader is killed); that is no proof that no stream stores its subject."""
+    await servers.start()
+    async with connect(options(servers.urls)) as writer:
+        await until_enough_peers(buckets.NEEDS, lambda: create_bucket(writer, buckets.NEEDS, BucketConfig(replicas=3)))
+        await _write_all(writer, b'"before"')
+        info = await writer.jetstream(buckets.NEEDS.info_api, operation="needs stream info")
+        await servers.kill(next(i for i, p in enumerate(servers.peers) if p.name == info["cluster"]["leader"]))
+        failures: list[BusError] = []
+        with anyio.fail_after(60):
+            while True:
+                try:
+                    await put(writer, buckets.NEEDS, KEYS[0], b'"after"')
+                    break
+                except BusError as err:
+                    failures.append(err)
+                    await anyio.sleep(0.1)  # a new leader is being elected
+    assert failures, "the write never failed: no election seen"
+    assert not [err for err in failures if isinstance(err, NotFound)], failures[:3]
+    leaderless = [err for err in failures if isinstance(err, NoResponders)]
+    assert all("no leader yet" in err.reason for err in leaderless), leaderless[:3]

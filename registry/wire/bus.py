@@ -14,9 +14,10 @@ While nats-py reconnects, whatever is sent waits in its buffer and goes out on r
 when its caller has given up long before, and `unsubscribe()` sends no UNSUB although a SUB made
 meanwhile is replayed: the server keeps that interest, and a consumer pushing to it never expires.
 So `Bus` tells whether the connection is up (`connected`, `until_connected`) for whoever must not
-create anything while it is away, and a subscription ended while away is ended for real once the
-connection is back. A loss is logged once, then a count at a slowing interval, then the recovery;
-a first connection is waited for the same way, naming the servers and where they came from
+create anything while it is away, a write (`store`) is not sent while it is away, and a
+subscription ended while away is ended for real once the connection is back. A loss is logged
+once, then a count at a slowing interval, then the recovery; a first connection is waited for
+the same way, naming the servers and where they came from
 (`BusOptions.servers_from`: a flag, a variable, a nats context...). A one-shot command connects
 with `connect_within` instead, which fails at once when every server refuses.
 """
@@ -312,11 +313,20 @@ class Bus:
         return answer
 
     async def store(self, subject: str, data: bytes, *, headers: Mapping[str, str], operation: str) -> int:
-        """Publishes into a stream and waits for its acknowledgement; the stored sequence."""
+        """Publishes into a stream and waits for its acknowledgement; the stored sequence.
+
+        Never sent while the connection is away: nats-py would keep it in its reconnect buffer and
+        send it once back, long after this call gave up, and a conditional write would then move
+        the revision under its own writer. (A write the server is slow to acknowledge may still
+        be stored after its timeout: its writer reads the key again.) Nobody answering is no
+        proof that no stream stores the subject: a stream electing a leader answers nobody."""
+        if not self.connected:
+            raise BusError(operation, "not sent: the connection to nats is away")
         try:
             reply = await self.request(subject, data, headers=headers, operation=operation)
         except NoResponders as err:
-            raise NotFound(operation, "no stream stores this subject") from err
+            reason = "nobody stored it: no stream stores this subject, or its stream has no leader yet (retry)"
+            raise NoResponders(operation, reason) from err
         answer: dict[str, Any] = json.loads(reply.data)
         raise_for_jetstream_error(operation, answer)
         return int(answer["seq"])
@@ -589,4 +599,8 @@ async def _close(bus: Bus, nc: Client) -> None:
         await nc.drain()
     except Exception:  # a connection that cannot drain is closed all the same
         log.debug("drain failed; closing", exc_info=True)
-        await nc.close()
+        try:
+            await nc.close()
+        except OSError:  # closed while away: nats-py flushes its reconnect buffer into the lost socket
+            log.debug("close failed; closing the socket", exc_info=True)
+            nats_internals.close_socket(nc)
