@@ -74,8 +74,9 @@ class DriftWatch:
         self._written = written
 
     def wrote(self, module: str, path: Path, digest: str) -> None:
-        """The client has just made the module's file hold content of `digest`: judged against it from now."""
-        if path == self._folder.folder / f"{module}.env":
+        """The client has just made a followed module's file hold content of `digest`: judged against
+        it from now. A module not followed yet is from the next `expect` on."""
+        if module in self._written and path == self._folder.folder / f"{module}.env":
             self._written[module] = Written(path, digest)
             self._seen.pop(module, None)
 
