@@ -330,25 +330,28 @@ async def requests(access: Access, name: str, seconds: float, requesters: int) -
 
 async def run(args: argparse.Namespace) -> None:
     access, name, seconds = Access.of(args), args.node, args.seconds
+    filled = [FILLED[bucket] for bucket in args.buckets]
+    acts: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
+        "fill": lambda: figures_of(fill(access, name, filled, seconds, args.writers)),
+        "listings": lambda: listings(access, name, seconds, LISTINGS_AT_ONCE),
+        "churn": lambda: figures_of(churn(access, name, seconds)),
+        "requests": lambda: requests(access, name, seconds, REQUESTERS),
+    }
     figures: dict[str, Any] = {"node": name, "acts": args.acts}
 
-    async def act(which: str, call: Callable[[], Awaitable[Any]]) -> None:
-        result = await call()
-        figures[which] = result.figures() if hasattr(result, "figures") else result
+    async def act(which: str) -> None:
+        figures[which] = await acts[which]()
         print(f"  hostile {name}: {which} done", flush=True)
 
-    filled = [FILLED[name_of] for name_of in args.buckets]
     async with anyio.create_task_group() as tg:
-        if "fill" in args.acts:
-            tg.start_soon(act, "fill", lambda: fill(access, name, filled, seconds, args.writers))
-        if "listings" in args.acts:
-            tg.start_soon(act, "listings", lambda: listings(access, name, seconds, LISTINGS_AT_ONCE))
-        if "churn" in args.acts:
-            tg.start_soon(act, "churn", lambda: churn(access, name, seconds))
-        if "requests" in args.acts:
-            tg.start_soon(act, "requests", lambda: requests(access, name, seconds, REQUESTERS))
+        for which in args.acts:
+            tg.start_soon(act, which)
     figures["cpu_seconds"] = own_cpu_seconds()
     args.out.write_text(json.dumps(figures, indent=2))
+
+
+async def figures_of(done: Awaitable[Fill | Churn]) -> dict[str, Any]:
+    return (await done).figures()
 
 
 def main() -> None:
