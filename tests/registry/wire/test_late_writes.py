@@ -20,7 +20,7 @@ import pytest
 from mesh_dev.local_nats import LocalNats
 from registry.contract import buckets
 from registry.errors import BusError, NoResponders, NotFound
-from registry.wire import BucketConfig, Bus, BusOptions, connect, create_bucket, get_direct, put, update
+from registry.wire import BucketConfig, Bus, BusOptions, connect, create_bucket, get_direct, purge, put, update
 from tests.helpers import RestartableNats, restartable_nats
 
 BOUND = 20.0
@@ -82,3 +82,23 @@ async def test_a_bus_closed_while_away_drops_what_waits_in_the_reconnect_buffer(
             await bus.publish("anything", b"waits in the reconnect buffer")
         assert bus.closed.is_set()
         await server.start()
+
+
+async def test_a_purge_while_the_connection_is_away_is_not_sent_and_never_done_later(tmp_path: Path) -> None:
+    """The quota guard purges a node over its quota: a purge sent once back would take what the
+    node wrote since, with no record that it was cut back."""
+    async with on_a_restartable_server(tmp_path) as (server, bus):
+        await put(bus, buckets.NEEDS, KEY, b'"kept"')
+        seen = bus.reconnects
+        await server.stop()
+        with anyio.fail_after(BOUND):
+            while bus.connected:
+                await anyio.sleep(0.01)  # until nats-py knows it is away
+        with pytest.raises(BusError) as given_up:
+            await purge(bus, buckets.NEEDS, "n1.>")
+        await server.start()
+        with anyio.fail_after(BOUND):
+            await bus.reconnected(seen)
+        await bus.flush()
+        assert await get_direct(bus, buckets.NEEDS, KEY) is not None
+        assert "not sent: the connection to nats is away" in str(given_up.value)
