@@ -9,8 +9,10 @@ import anyio
 import pytest
 
 from provisioner.seat.buckets import ensure_buckets
-from registry.contract import buckets
+from registry.contract import Bucket, buckets
 from registry.wire import BucketConfig, Bus, Holder, Lease, LeaseHeld, LeaseLost, get_direct, node_key, put, update
+from registry.wire import lease as lease_module
+from registry.wire.kv import Stamped, get_stamped
 
 SHORT = timedelta(seconds=1)
 NO_SKEW = timedelta(0)
@@ -97,3 +99,24 @@ async def test_a_release_never_frees_a_lease_another_claimant_holds_now(leases: 
     await first.release()
     with pytest.raises(LeaseHeld):
         await second.try_take()
+
+
+async def test_a_claimant_that_wrote_first_is_named_not_taken_for_an_unreadable_record(
+    leases: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two claimants read a free lease at once; the one whose conditional write loses names the
+    winner from its record (it said "a holder whose record cannot be read")."""
+    first, second = claimant(leases, "host-1"), claimant(leases, "host-2")
+    raced: list[bool] = []
+
+    async def read_then_lose_the_race(bus: Bus, bucket: Bucket, key: str) -> Stamped | None:
+        found = await get_stamped(bus, bucket, key)
+        if not raced:
+            raced.append(True)
+            await first.try_take()  # writes between the second claimant's read and its write
+        return found
+
+    monkeypatch.setattr(lease_module, "get_stamped", read_then_lose_the_race)
+    with pytest.raises(LeaseHeld, match=r"held by host host-1 pid \d+ since"):
+        await second.try_take()
+    assert raced and not second.held
