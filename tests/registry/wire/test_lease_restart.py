@@ -22,8 +22,8 @@ import pytest
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.seat.buckets import ensure_buckets
-from registry.contract import buckets
-from registry.errors import BusTimeout
+from registry.contract import Bucket, buckets
+from registry.errors import BusError, BusTimeout
 from registry.wire import (
     BucketConfig,
     Bus,
@@ -38,6 +38,8 @@ from registry.wire import (
     node_key,
     update,
 )
+from registry.wire import lease as lease_module
+from registry.wire.kv import Stamped, get_stamped
 from tests.helpers import RestartableNats, in_own_task, restartable_nats
 from tests.stalls import impatient_bus, paused
 
@@ -176,3 +178,28 @@ async def test_waiting_for_a_lease_rides_out_a_bus_that_does_not_answer(
     assert len(not_yet) == 1 and not_yet[0].levelno == logging.WARNING
     with pytest.raises(LeaseHeld, match="held by host host-1"):
         await claimant(on_nats.bus, "host-2").try_take()
+
+
+async def test_a_replica_behind_answering_after_a_conflict_is_a_bus_error_not_a_loss(
+    nats_server: LocalNats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a cluster a direct get may be answered by a replica that has not caught up: after the
+    conflict it shows the holder's record at the revision the holder knows, older than the write
+    that refused the renewal. That says nothing about who holds the lease: retried, never lost."""
+    async with impatient_bus(nats_server) as bus:
+        await ensure_buckets(bus, BucketConfig())
+        holder = claimant(bus, "host-1")
+        await holder.try_take()
+        behind = await get_stamped(bus, buckets.LEASES, KEY)  # the record as a replica behind still has it
+        await renewal_given_up_then_stored(nats_server, bus, holder)
+        answers = [behind]
+
+        async def from_a_replica_behind_once(bus: Bus, bucket: Bucket, key: str) -> Stamped | None:
+            return answers.pop() if answers else await get_stamped(bus, bucket, key)
+
+        monkeypatch.setattr(lease_module, "get_stamped", from_a_replica_behind_once)
+        with pytest.raises(BusError, match="retry") as raised:
+            await holder.renew()
+        assert not isinstance(raised.value, LeaseLost) and holder.held
+        await holder.renew()  # the next renewal reads the record as it is
+        assert holder.held
