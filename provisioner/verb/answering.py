@@ -146,7 +146,7 @@ class Answering:
         """The first page of a listing read whole, its later pages kept under a cursor for the
         party that asked; streamed instead when one batch read does not answer it."""
         query = asked.query
-        items = await read_narrowed(self.bus, query)
+        items = await read_narrowed(self.bus, query, max_bytes=self.budget)
         if items is None:
             return await self._streamed(asked)
         listing_id = self.cache.new_listing_id()
@@ -209,14 +209,16 @@ def _listing_way(query: Query) -> Way:
     return Way.NARROWED_READ if query.narrowing() else Way.STREAMED
 
 
-async def read_narrowed(bus: Bus, query: Query) -> list[KvItem] | None:
+async def read_narrowed(bus: Bus, query: Query, *, max_bytes: int) -> list[KvItem] | None:
     """The current keys of the query's bucket under its narrowing (server-side filters) by one
-    batch read, flat in the bucket's size; None when it has more keys than a batch read answers
-    (or the bucket has no direct get): such a listing is streamed."""
+    batch read, flat in the bucket's size; None when it has more keys than a batch read answers,
+    more than `max_bytes` of values (one page: a node's own 1,024 values of 64 KiB sent to the
+    seat's connection at once, four at a time, got it closed by nats-server as a slow consumer)
+    or the bucket has no direct get: such a listing is streamed, a bounded pull at a time."""
     bucket = LISTABLE[query.what].bucket
     filters = bucket.shape.filters(**query.narrowing())
     try:
-        return await current_snapshot(bus, bucket, filters, batch_only=True)
+        return await current_snapshot(bus, bucket, filters, batch_only=True, max_bytes=max_bytes)
     except (TooManyKeys, NoResponders):
         return None
     except BusError as err:

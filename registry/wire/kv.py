@@ -91,6 +91,7 @@ async def current_snapshot(
     include_deleted: bool = False,
     by_batch: bool = True,
     batch_only: bool = False,
+    max_bytes: int | None = None,
 ) -> list[KvItem]:
     """The latest entry of every key matching `filters`, never older than the stream's leader when
     it began; in no particular order.
@@ -108,10 +109,11 @@ async def current_snapshot(
 
     With `batch_only`, a listing the batch read cannot answer raises its `TooManyKeys` or
     `NoResponders` instead of being read by a consumer (a caller that streams large listings,
-    `registry.wire.walk`)."""
+    `registry.wire.walk`); with `max_bytes` too, one whose values pass that many bytes raises
+    `TooManyKeys`."""
     deadline = time.monotonic() + bus.timeout
     read = (
-        partial(get_last_many, bus, bucket, filters)
+        partial(get_last_many, bus, bucket, filters, max_bytes=max_bytes)
         if batch_only
         else partial(_latest_entries, bus, bucket, filters, by_batch=by_batch)
     )
@@ -267,20 +269,30 @@ def _server_time(text: str) -> datetime:
 
 
 async def get_last_many(
-    bus: Bus, bucket: Bucket, filters: str | Sequence[str], *, up_to_seq: int | None = None
+    bus: Bus,
+    bucket: Bucket,
+    filters: str | Sequence[str],
+    *,
+    up_to_seq: int | None = None,
+    max_bytes: int | None = None,
 ) -> list[KvItem]:
     """The latest entry (delete markers included) of every key matching `filters` (one subject
     filter or several, relative to the bucket), by one batch direct get: no consumer, so a party
     with no JetStream API besides direct gets can read it, and its cost does not grow with the
     stream. With `up_to_seq`, the entries as they were at that stream sequence.
 
-    At most `MULTI_LAST_LIMIT` keys: more raise `TooManyKeys`; `BusTimeout` when the batch does not
-    end within the bus's timeout; `NoResponders` when the bucket does not exist or has no direct get."""
+    At most `MULTI_LAST_LIMIT` keys, and at most `max_bytes` of values when given (the server stops
+    the batch past them: a reader's connection is never sent more at once, and one that takes too
+    much pending is closed by nats-server as a slow consumer): more raise `TooManyKeys`;
+    `BusTimeout` when the batch does not end within the bus's timeout; `NoResponders` when the
+    bucket does not exist or has no direct get."""
     subject_filters = [filters] if isinstance(filters, str) else list(filters)
     batch = _Batch(bucket, f"read {bucket.name} {' '.join(subject_filters)}")
     body: dict[str, Any] = {"multi_last": [bucket.subject(f) for f in subject_filters], "batch": MULTI_LAST_LIMIT}
     if up_to_seq is not None:
         body["up_to_seq"] = up_to_seq
+    if max_bytes is not None:
+        body["max_bytes"] = max_bytes
     inbox = bus.new_inbox()
     sub = await bus.subscribe_raw(inbox, batch.on_message)
     try:
@@ -317,6 +329,8 @@ class _Batch:
             status, description = status_line(block)
             if status not in ("204", "404"):
                 self.failure = _status_error(self.operation, status, description)
+            elif _left_pending(block):
+                self.failure = TooManyKeys(self.operation, "more than one batch read carries: its bytes ran out")
             self.done.set()
             return
         self._add(header_lines(block[HEADER_LINE_SIZE:]) if block is not None else {}, data)
@@ -335,6 +349,12 @@ class _Batch:
         if not self.done.is_set():
             raise BusTimeout(self.operation, f"the batch did not end in time ({len(self.items)} keys read)")
         return self.items
+
+
+def _left_pending(block: bytes) -> bool:
+    """Whether a batch's end says it left keys unsent (its `max_bytes` was reached)."""
+    pending = header_lines(block.partition(b"\r\n")[2]).get("Nats-Num-Pending", "0")
+    return pending.isdigit() and int(pending) > 0
 
 
 def _status_error(operation: str, status: str, description: str) -> BusError:

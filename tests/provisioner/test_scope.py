@@ -278,6 +278,28 @@ async def test_a_node_flooding_the_verb_leaves_room_for_everyone_else(tmp_path: 
     assert {r.headers["Nats-Service-Error"] for r in refused} == {"too many of your requests waiting; retry shortly"}
 
 
+async def test_a_node_listing_its_heavy_keys_at_once_keeps_the_seats_connection(tmp_path: Path) -> None:
+    """The attack: n1 holds values of 60 KB and starts four listings of them at once. Each was one
+    batch read of all its values to the seat's connection, which nats-server closed as a slow
+    consumer past `max_pending` (every request in flight lost); now a listing past one page of
+    values is streamed, a bounded pull at a time, and the seat's connection stays."""
+    # One read at a time against 2 MB pending: the seat's design is 32 reads of a page against 64 MiB.
+    extra, settings = "max_pending: 2MB\n", {"bucket_max_value_size": 65536, "max_concurrent_requests": 1}
+    async with mesh(tmp_path / "nats", extra, **settings) as server:
+        async with connect(BusOptions(servers=(server.url,), name="seat")) as seat:
+            await put_many(
+                seat, buckets.NEEDS, {f"n1.m{i:03d}.config.x": b'"' + b"x" * 60_000 + b'"' for i in range(100)}
+            )
+        with logged("nats connection lost") as lost:
+            async with as_account(server, N1.account) as n1:
+                fired = await fire(n1, [b'{"what":"needs"}'] * 4)
+                replies = await fired.replies(within=30)
+                assert all("Nats-Service-Error-Code" not in reply.headers for reply in replies)
+                answer = await ask(n1, {"what": "needs"})
+        assert len(answer["entries"]) == 101  # and the one the mesh is seeded with
+        assert not lost.seen.is_set()
+
+
 # -- the development vault ---------------------------------------------------------------------
 
 

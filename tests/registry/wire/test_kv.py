@@ -177,6 +177,16 @@ async def test_get_last_many_of_more_keys_than_one_batch_answers_says_too_many(b
         await get_last_many(bus, bucket("crowded"), "n1.>")
 
 
+async def test_get_last_many_past_its_bytes_says_too_many_and_within_them_reads_every_key(
+    bus: Bus, js: JetStreamContext
+) -> None:
+    await js.create_key_value(bucket="heavy", direct=True)
+    await put_many(bus, bucket("heavy"), {f"n1.k{i}": b"x" * 10_000 for i in range(50)})
+    with pytest.raises(TooManyKeys, match="its bytes ran out"):
+        await get_last_many(bus, bucket("heavy"), "n1.>", max_bytes=100_000)
+    assert len(await get_last_many(bus, bucket("heavy"), "n1.>", max_bytes=600_000)) == 50
+
+
 async def test_get_last_many_of_exactly_the_limit_reads_every_key(bus: Bus, js: JetStreamContext) -> None:
     await js.create_key_value(bucket="full", direct=True)
     await put_many(bus, bucket("full"), {f"n1.k{i}": str(i).encode() for i in range(MULTI_LAST_LIMIT)})
