@@ -82,3 +82,22 @@ async def test_a_node_filling_a_bucket_is_cut_back_and_every_other_write_succeed
     assert verdict == "over-quota"
     assert "more than its 100 keys, 256.0 KiB" in because and buckets.NEEDS.name in because
     assert [node for node, (verdict, _) in verdicts.items() if verdict == "over-quota"] == ["n1"]
+
+
+async def test_a_node_cut_back_in_applied_leaves_nothing_of_its_keys_in_the_nodes_view(small_mesh: Mesh) -> None:
+    """A purge leaves no delete marker: the seat's view of the applied bucket forgets the purged
+    keys itself, or `what=nodes` would list them (malformed) until the seat restarts."""
+    async with small_mesh.connect(N1) as n1, small_mesh.connect(SEAT_PARTY) as seat:
+        for index in range(QUOTA["node_quota_keys"] + 20):
+            await put(n1, buckets.APPLIED, f"n1.m{index}", b"{}")  # no state: malformed, each
+        async with small_mesh.connect(OPS) as ops:
+            with anyio.fail_after(10):
+                while True:
+                    answer = await answer_of(ops, {"what": "nodes"})
+                    verdicts = {row.node: row.verdict for row in answer.entries if isinstance(row, NodeRow)}
+                    if verdicts.get("n1") == "over-quota":
+                        break
+                    await anyio.sleep(0.05)
+        held = {item.key for item in await snapshot(seat, buckets.APPLIED, ["n1.>"])}
+    shown = {bad.key for bad in answer.malformed if bad.key.startswith("n1.")}
+    assert shown <= held, sorted(shown - held)[:5]

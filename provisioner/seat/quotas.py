@@ -91,8 +91,10 @@ class QuotaGuard:
         guarded: Iterable[Bucket] = GUARDED,
         shown_for: timedelta = SHOWN_FOR,
         clock: Callable[[], float] = time.time,
+        on_purged: Callable[[Bucket, str], None] = lambda bucket, token: None,
     ) -> None:
         self.quota = quota
+        self.on_purged = on_purged  # told the bucket and node token of each purge
         self.guarded = tuple(guarded)
         self.shown_for = shown_for
         self._clock = clock
@@ -169,6 +171,7 @@ class QuotaGuard:
             self._written[(bucket.name, token)] = [held.keys, held.bytes]
             return held
         purged = await purge(bus, bucket, f"{token}.>")
+        self.on_purged(bucket, token)
         self._written[(bucket.name, token)] = [0, 0]
         self._remember(_name_of(token), bucket, held, purged)
         return held

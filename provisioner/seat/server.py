@@ -85,8 +85,9 @@ async def run_server(
         registry = RegistryView()
         await tasks.start(partial(registry.follow, bus))
         guard = QuotaGuard(Quota(settings.node_quota_keys, settings.node_quota_bytes))
-        await tasks.start(partial(guard.guard, bus))
         nodes = FleetView(over_quota=guard.cut_back)
+        guard.on_purged = nodes.forget_purged
+        await tasks.start(partial(guard.guard, bus))
         await tasks.start(partial(nodes.follow, bus))
         cache = PageCache(
             ttl=settings.cursor_ttl,

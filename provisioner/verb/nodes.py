@@ -47,6 +47,7 @@ from registry.contract import (
     ReleasedLease,
     Verdict,
     buckets,
+    encode_token,
     read_json,
     subject_matches,
 )
@@ -151,6 +152,18 @@ class Fleet:
         except ValueError as err:
             modules.pop(module, None)
             self.malformed[(buckets.APPLIED.name, item.key)] = str(err)
+
+    def forget_purged(self, bucket: Bucket, token: str) -> None:
+        """Forgets what the view held of a node's keys in `bucket` once they were purged: a purge
+        leaves no delete marker, so the watch never sees them go (`provisioner.seat.quotas`)."""
+        if bucket.name != buckets.APPLIED.name:
+            return
+        under = f"{token}."
+        for node in [node for node in self.modules if encode_token(node) == token]:
+            del self.modules[node]
+            self._tallies.pop(node, None)
+        for found in [found for found in self.malformed if found[0] == bucket.name and found[1].startswith(under)]:
+            del self.malformed[found]
 
     def _set_malformed(self, bucket: Bucket, item: KvItem, reason: str) -> None:
         if item.deleted:
