@@ -61,9 +61,9 @@ def read_json(data: bytes | str, *, max_bytes: int = MAX_BYTES, max_depth: int =
     if len(raw) > max_bytes:
         raise JsonRefused(f"it is {len(raw):,} bytes long, more than the {max_bytes:,} allowed")
     if raw.count(b"[") + raw.count(b"{") > max_depth:  # counted in C: settles almost every text at once
-        depth = nesting(raw)
+        depth = nesting(raw, stop_past=max_depth)
         if depth > max_depth:
-            raise JsonRefused(f"it nests {depth} levels deep, more than the {max_depth} allowed")
+            raise JsonRefused(f"it nests at least {depth} levels deep, more than the {max_depth} allowed")
     try:
         parsed = _STRICT.decode(raw.decode("utf-8"))
     except RecursionError:  # unreachable after the depth check; kept so no input can crash a caller
@@ -107,8 +107,10 @@ def _refuse_constant(name: str) -> object:
 _STRICT = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
-def nesting(raw: bytes) -> int:
-    """How deep arrays and objects nest in `raw`, ignoring brackets inside strings.
+def nesting(raw: bytes, *, stop_past: int | None = None) -> int:
+    """How deep arrays and objects nest in `raw`, ignoring brackets inside strings; with
+    `stop_past`, the first depth past it once reached (a request 10,000 levels deep was stepped
+    through whole, 2.5 ms, in the verb's handler that every party's requests pass through).
 
     Done in C as far as it goes (a verb page holds thousands of strings; a regular expression
     over them took 6 µs an entry): escaped backslashes and quotes are dropped, then everything
@@ -117,7 +119,16 @@ def nesting(raw: bytes) -> int:
         raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
     marks = raw.translate(None, delete=_NOT_MARKS)
     brackets = b"".join(marks.split(b'"')[::2])
-    return max(accumulate(_STEP[b] for b in brackets), default=0)
+    depths = accumulate(map(_STEP.__getitem__, brackets))
+    if stop_past is None:
+        return max(depths, default=0)
+    deepest = 0
+    for depth in depths:
+        if depth > deepest:
+            deepest = depth
+            if deepest > stop_past:
+                break
+    return deepest
 
 
 def _short(err: ValueError) -> str:

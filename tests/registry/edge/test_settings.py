@@ -458,7 +458,7 @@ def test_a_dev_context_whose_loop_is_gone_is_passed_over(tmp_path: Path) -> None
         pytest.param("missing", None, r"nats context 'missing' .*: no such context", id="a context named missing"),
         pytest.param("../../etc/x", None, r"not a context name", id="a name that climbs out"),
         pytest.param("broken", None, r"not a context: it is not valid JSON", id="not JSON"),
-        pytest.param("deep", None, r"not a context: it nests 100 levels deep", id="nested too deep"),
+        pytest.param("deep", None, r"not a context: it nests at least \d+ levels deep", id="nested too deep"),
         pytest.param("wrong", None, r"not a context: url: Input should be a valid string", id="a wrong type"),
         pytest.param("nsc", None, r"sets nsc, tls_first, which mesh-provisioner cannot connect by", id="nsc"),
     ],
