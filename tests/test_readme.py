@@ -55,9 +55,7 @@ NOT_RUNNABLE = {
     "mesh-provisioner top": "runs until Ctrl-C; tests/provisioner/test_nodes.py runs it until SIGINT and --once",
     ".venv/bin/python -m bench": "a benchmark of minutes; its figures are measured on demand, not asserted by tests",
     ".venv/bin/python -m bench --scale --keys 1000000": "a benchmark of minutes (a million keys filled first)",
-    ".venv/bin/python -m bench --fill                 # n1 fills needs at the seat's defaults, 60 s (--seconds)": (
-        "a benchmark of minutes; tests/bench/test_fill.py runs it for seconds"
-    ),
+    ".venv/bin/python -m bench --fill": "a benchmark of minutes; tests/bench runs the fill and the soak for seconds",
 }
 READY_TIMEOUT = 300  # a first ./scripts/run builds the project's editable install
 COMMAND_TIMEOUT = 120  # seconds a second-shell command may take
