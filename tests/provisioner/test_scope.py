@@ -284,8 +284,8 @@ async def test_a_node_listing_its_heavy_keys_at_once_keeps_the_seats_connection(
     consumer past `max_pending` (every request in flight lost); now a listing past one page of
     values is streamed, a bounded pull at a time, and the seat's connection stays."""
     # One read at a time against 2 MB pending: the seat's design is 32 reads of a page against 64 MiB.
-    extra, settings = "max_pending: 2MB\n", {"bucket_max_value_size": 65536, "max_concurrent_requests": 1}
-    async with mesh(tmp_path / "nats", extra, **settings) as server:
+    extra = "max_pending: 2MB\n"
+    async with mesh(tmp_path / "nats", extra, bucket_max_value_size=65536, max_concurrent_requests=1) as server:
         async with connect(BusOptions(servers=(server.url,), name="seat")) as seat:
             await put_many(
                 seat, buckets.NEEDS, {f"n1.m{i:03d}.config.x": b'"' + b"x" * 60_000 + b'"' for i in range(100)}
