@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
@@ -54,6 +54,7 @@ class ScopedWatch:
         retry_max: timedelta,
         name: str | None = None,
         headers_only: bool = False,
+        on_item: Callable[[KvItem], None] | None = None,
     ) -> None:
         self.bus = bus
         self.bucket = bucket
@@ -67,6 +68,7 @@ class ScopedWatch:
         self._last_sequence = 0
         self._name = name
         self._headers_only = headers_only
+        self._on_item = on_item
 
     @property
     def consumer_name(self) -> str | None:
@@ -150,6 +152,10 @@ class ScopedWatch:
         await self.feed.open(replace=self._name is not None)
 
     def _deliver(self, item: KvItem, pending: int) -> None:
+        if self._on_item is not None:
+            self._on_item(item)
+            self._last_sequence = item.revision
+            return
         try:
             self._send.send_nowait(item)
             self._last_sequence = item.revision
@@ -207,13 +213,16 @@ async def scoped_watch(
     buffer: int = 4096,
     name: str | None = None,
     headers_only: bool = False,
+    on_item: Callable[[KvItem], None] | None = None,
 ) -> AsyncIterator[ScopedWatch]:
     """Watches the keys of `bucket` matching `subject_filter` (relative to the bucket).
 
     With a `name` (one per party and purpose; the caller must be granted `CONSUMER.DELETE` on the
     stream), the consumer is deleted by that name before each re-creation and when the watch stops;
     without, each feed gets a new name and its consumer expires after nobody listens. With
-    `headers_only` the values are not read, only their sizes (`KvItem.size`)."""
+    `headers_only` the values are not read, only their sizes (`KvItem.size`). With `on_item`, each
+    event is handed to it as it is read, in the connection's reading task (it must not block),
+    instead of being held for the iterator: nothing is buffered, and the watch never falls behind."""
     send, receive = anyio.create_memory_object_stream[KvItem](max_buffer_size=buffer)
     watch = ScopedWatch(
         bus,
@@ -225,6 +234,7 @@ async def scoped_watch(
         retry_max=retry_max,
         name=name,
         headers_only=headers_only,
+        on_item=on_item,
     )
     async with send, receive, anyio.create_task_group() as tg:
         await tg.start(watch.run)
