@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
@@ -170,13 +171,14 @@ def logged(text: str, logger: str = "") -> Iterator[LogWaiter]:
 
 
 class RestartableNats:
-    """A nats-server that is stopped and started again on the same port with the same store."""
+    """A nats-server that is stopped (SIGTERM) or killed (SIGKILL) and started again on the same
+    port with the same store."""
 
     def __init__(self, tg: TaskGroup, state_dir: Path) -> None:
         self._tg = tg
         self._state_dir = state_dir
-        self._stop = anyio.Event()
-        self._stopped = anyio.Event()
+        self._running: LocalNats | None = None
+        self._stop, self._stopped = anyio.Event(), anyio.Event()
         self.port = -1
 
     @property
@@ -185,18 +187,27 @@ class RestartableNats:
 
     async def start(self) -> None:
         self._stop, self._stopped = anyio.Event(), anyio.Event()
-        running: LocalNats = await self._tg.start(self._run)
-        self.port = running.port
+        self._running = await self._tg.start(self._run)
+        self.port = self._running.port
 
     async def stop(self) -> None:
         self._stop.set()
         await self._stopped.wait()
 
+    async def kill(self) -> None:
+        """As a crash would: nothing flushed, no client told."""
+        if self._running is not None:
+            self._running.process.send_signal(signal.SIGKILL)
+        await self.stop()
+
     async def _run(self, *, task_status: TaskStatus[LocalNats]) -> None:
-        async with local_nats(self._state_dir, port=self.port) as running:
-            task_status.started(running)
-            await self._stop.wait()
-        self._stopped.set()
+        try:
+            async with local_nats(self._state_dir, port=self.port) as running:
+                task_status.started(running)
+                await self._stop.wait()
+        finally:
+            self._running = None
+            self._stopped.set()
 
 
 @asynccontextmanager

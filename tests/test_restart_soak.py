@@ -21,11 +21,8 @@ import json
 import logging
 import re
 import shutil
-import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -34,14 +31,13 @@ import anyio
 import pytest
 from anyio.abc import TaskGroup, TaskStatus
 
-from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import ASSIGNMENT, StandIns, dev_bound, dev_plans, stand_ins
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import buckets
 from registry.errors import BusError
 from registry.wire import Bus, BusOptions, connect, put
-from tests.helpers import EXAMPLES, serving
+from tests.helpers import EXAMPLES, restartable_nats, serving
 
 CLIENTS = 30
 OUTAGE = 10.0
@@ -52,52 +48,6 @@ QUIET = 1.0  # seconds without a reconcile anywhere before NATS is killed
 LOG_LEVEL = "after-restart"
 WATCHING = "provisioner_client.watch.watching"
 PASSWORD = "rotated-during-the-outage"
-
-
-class KillableNats:
-    """A nats-server killed (SIGKILL) and started again on the same port with the same store."""
-
-    def __init__(self, tg: TaskGroup, state_dir: Path) -> None:
-        self._tg = tg
-        self._state_dir = state_dir
-        self._running: LocalNats | None = None
-        self._stop, self._stopped = anyio.Event(), anyio.Event()
-        self.port = -1
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self._stop, self._stopped = anyio.Event(), anyio.Event()
-        self._running = await self._tg.start(self._run)
-        self.port = self._running.port
-
-    async def kill(self) -> None:
-        if self._running is not None:
-            self._running.process.send_signal(signal.SIGKILL)
-        self._stop.set()
-        await self._stopped.wait()
-
-    async def _run(self, *, task_status: TaskStatus[LocalNats]) -> None:
-        try:
-            async with local_nats(self._state_dir, port=self.port) as running:
-                task_status.started(running)
-                await self._stop.wait()
-        finally:
-            self._running = None
-            self._stopped.set()
-
-
-@asynccontextmanager
-async def killable_nats(state_dir: Path) -> AsyncIterator[KillableNats]:
-    async with anyio.create_task_group() as tg:
-        server = KillableNats(tg, state_dir)
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.kill()
 
 
 @dataclass
@@ -226,7 +176,7 @@ async def run_restart(root: Path, caplog: pytest.LogCaptureFixture) -> Figures:
     plans = [plan_of(root, node) for node in node_names()]
     caplog.set_level(logging.WARNING)
     caplog.set_level(logging.DEBUG, WATCHING)  # "woken by ...": why each loop woke
-    async with killable_nats(root / "nats") as server:
+    async with restartable_nats(root / "nats") as server:
         writer_options = BusOptions(servers=(server.url,), name="writer", reconnect_wait=timedelta(seconds=0.1))
         async with connect(writer_options) as writer, anyio.create_task_group() as tg:
             await tg.start(seat, server.url)
