@@ -2,7 +2,7 @@
 
 A one-shot `reconcile` takes the lease or is refused at once with `NodeHeld`, naming the holder
 (host, pid, since when; the CLI exits 5), keeps it renewed while it runs and releases it after.
-Watch mode waits for the lease (logging once who holds it), takes it when the holder released it
+Watch mode waits for the lease (`Lease.wait_for_it`, logging once who holds it), takes it when the holder released it
 or its lease expired (`lease_ttl` without a renewal, plus `registry.wire.lease.SKEW`), and renews it
 every third of `lease_ttl` for as long as it runs; a renewal that finds the lease taken sets
 `lost`, and watch mode stops reconciling and waits for the lease again. `status` only reads and
@@ -22,7 +22,6 @@ from datetime import timedelta
 import anyio
 
 from provisioner_client.errors import NodeHeld
-from registry.errors import BusError
 from registry.wire import Bus, Lease, LeaseHeld, LeaseLost, node_key
 
 log = logging.getLogger(__name__)
@@ -50,48 +49,13 @@ async def holding(bus: Bus, node: str, ttl: timedelta) -> AsyncIterator[Lease]:
             await lease.release()
 
 
-async def wait_for(lease: Lease, node: str, stopping: anyio.Event) -> bool:
-    """Takes the lease once it is free or expired; False if `stopping` was set first."""
-    told: str | None = None
-    every = lease.ttl.total_seconds() / 3
-    delay = min(0.5, every)
-    while not stopping.is_set():
-        try:
-            await lease.try_take()
-        except LeaseHeld as held:
-            delay = every
-            if told != "held":
-                log.warning(
-                    "node %s is held by another client: %s; waiting for its lease to expire",
-                    node,
-                    _holder(held),
-                    extra={"node": node},
-                )
-                told = "held"
-        except BusError as err:  # the bus is away: retried with a backoff, up to every third of the ttl
-            delay = min(delay * 2, every)
-            if told != "bus":
-                log.warning("node %s: cannot take the lease: %s; retrying", node, err, extra={"node": node})
-                told = "bus"
-        else:
-            return True
-        with anyio.move_on_after(delay):
-            await stopping.wait()
-    return False
-
-
 async def renew(lease: Lease, lost: anyio.Event) -> None:
-    """Renews every third of the ttl; sets `lost` and returns when another claimant took it."""
-    while True:
-        await anyio.sleep(lease.ttl.total_seconds() / 3)
-        try:
-            await lease.renew()
-        except LeaseLost as err:
-            lost.set()
-            log.error("%s; this client stops reconciling", err, extra={"key": lease.key})  # noqa: TRY400 -- an expected refusal, no traceback
-            return
-        except BusError as err:  # tried again at the next tick; the lease lasts a whole ttl
-            log.warning("lease %s not renewed: %s", lease.key, err, extra={"key": lease.key})
+    """Keeps the lease renewed (`Lease.keep_renewed`); sets `lost` and returns when another claimant took it."""
+    try:
+        await lease.keep_renewed()
+    except LeaseLost as err:
+        lost.set()
+        log.error("%s; this client stops reconciling", err, extra={"key": lease.key})  # noqa: TRY400 -- an expected refusal, no traceback
 
 
 def _holder(held: LeaseHeld) -> str:

@@ -46,7 +46,7 @@ from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolving.manifest import manifest_files
 from provisioner_client.resolving.resolve import Source
 from provisioner_client.watch.drift import DriftWatch, put_back
-from provisioner_client.watch.holding import node_lease, renew, wait_for
+from provisioner_client.watch.holding import node_lease, renew
 from registry.contract import AppliedValue, Bucket, subject_matches, under
 from registry.errors import BusError, ConnectionClosed
 from registry.runtime import event
@@ -206,7 +206,7 @@ async def _watch_holding(
             task_status.started()
             started.append(True)
 
-    while await wait_for(lease, plan.node, stopping):
+    while await lease.wait_for_it(stopping):
         lost = anyio.Event()
         try:
             async with anyio.create_task_group() as tg:

@@ -304,13 +304,23 @@ class Bus:
         with self.translated("flush"):
             await self._nc.flush(timeout=int(self.timeout) or 1)
 
-    async def jetstream(self, api: str, body: Mapping[str, Any] | None = None, *, operation: str) -> dict[str, Any]:
-        """The JSON answer of `$JS.API.<api>`; a JetStream error raises `JetStreamError` (or `NotFound`)."""
+    async def jetstream(
+        self, api: str, body: Mapping[str, Any] | None = None, *, operation: str, change: bool = False
+    ) -> dict[str, Any]:
+        """The JSON answer of `$JS.API.<api>`; a JetStream error raises `JetStreamError` (or `NotFound`).
+        A `change` of what a stream holds (a purge) is not sent while the connection is away, as a
+        write is not (`store`)."""
+        if change:
+            self._refuse_while_away(operation)
         data = json.dumps(body).encode() if body is not None else b""
         reply = await self.request(f"$JS.API.{api}", data, operation=operation)
         answer: dict[str, Any] = json.loads(reply.data)
         raise_for_jetstream_error(operation, answer)
         return answer
+
+    def _refuse_while_away(self, operation: str) -> None:
+        if not self.connected:
+            raise BusError(operation, "not sent: the connection to nats is away")
 
     async def store(self, subject: str, data: bytes, *, headers: Mapping[str, str], operation: str) -> int:
         """Publishes into a stream and waits for its acknowledgement; the stored sequence.
@@ -320,8 +330,7 @@ class Bus:
         the revision under its own writer. (A write the server is slow to acknowledge may still
         be stored after its timeout: its writer reads the key again.) Nobody answering is no
         proof that no stream stores the subject: a stream electing a leader answers nobody."""
-        if not self.connected:
-            raise BusError(operation, "not sent: the connection to nats is away")
+        self._refuse_while_away(operation)
         try:
             reply = await self.request(subject, data, headers=headers, operation=operation)
         except NoResponders as err:

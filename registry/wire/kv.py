@@ -380,11 +380,8 @@ async def purge(bus: Bus, bucket: Bucket, subject_filter: str) -> int:
     and delete markers included, leaving no trace; how many messages went. Not sent while the
     connection is away, as a write is not (`Bus.store`): nats-py would send it once back, purging
     whatever the keys hold by then."""
-    operation = f"purge {bucket.name} {subject_filter}"
-    if not bus.connected:
-        raise BusError(operation, "not sent: the connection to nats is away")
     body = {"filter": bucket.subject(subject_filter)}
-    answer = await bus.jetstream(bucket.purge_api, body, operation=operation)
+    answer = await bus.jetstream(bucket.purge_api, body, operation=f"purge {bucket.name} {subject_filter}", change=True)
     return int(answer.get("purged", 0))
 
 

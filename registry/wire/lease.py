@@ -139,8 +139,7 @@ class Lease:
         if current is None or current.item.deleted:
             self._revision = None
             raise LeaseLost(self.key, "its record was deleted") from None
-        holder = _holder_of(current)
-        if holder is None or holder.id != self.holder.id:
+        if not self._is_own(current):
             self._revision = None
             raise LeaseLost(self.key, "another claimant took it after it expired") from None
         if current.item.revision <= known:  # a replica behind the write that refused ours
@@ -154,6 +153,11 @@ class Lease:
         self._revision = current.item.revision
         self._revision = await update(self.bus, buckets.LEASES, self.key, to_json(self.holder), last=self._revision)
 
+    def _is_own(self, current: Stamped) -> bool:
+        """Whether a record read back is this holder's own (a write of its stored after all)."""
+        holder = _holder_of(current) if not current.item.deleted else None
+        return holder is not None and holder.id == self.holder.id
+
     async def release(self) -> None:
         """Gives the lease up at once (a delete marker), so the next claimant need not wait."""
         if self._revision is None:
@@ -166,8 +170,7 @@ class Lease:
                 # A renewal cancelled in flight may have been stored all the same: the lease is
                 # still ours if the record is, and is released at the revision it stands at.
                 current = await get_stamped(self.bus, buckets.LEASES, self.key)
-                holder = _holder_of(current) if current is not None and not current.item.deleted else None
-                if current is None or holder is None or holder.id != self.holder.id:
+                if current is None or not self._is_own(current):
                     return
                 await delete(self.bus, buckets.LEASES, self.key, last=current.item.revision)
         except RegistryError as err:  # it expires anyway
@@ -185,13 +188,18 @@ class Lease:
             await self.wait_for_it()
         task_status.started()
         try:
-            unanswered = False
-            while True:
-                await anyio.sleep(self.ttl.total_seconds() / 3)
-                unanswered = await self._renewed_or_told(unanswered)
+            await self.keep_renewed()
         finally:
             with anyio.move_on_after(2, shield=True):
                 await self.release()
+
+    async def keep_renewed(self) -> None:
+        """Renews the lease every third of its ttl until cancelled; raises `LeaseLost` when a
+        renewal finds it taken. A renewal the bus does not answer is tried again at the next."""
+        unanswered = False
+        while True:
+            await anyio.sleep(self.ttl.total_seconds() / 3)
+            unanswered = await self._renewed_or_told(unanswered)
 
     async def _renewed_or_told(self, unanswered: bool) -> bool:
         """One renewal; whether the bus left it unanswered (told when it starts and when it ends)."""
@@ -221,14 +229,20 @@ class Lease:
             return True
         return False
 
-    async def wait_for_it(self) -> None:
+    async def wait_for_it(self, stopping: anyio.Event | None = None) -> bool:
         """Takes the lease once it is free or expired: tried every third of the ttl while another
-        holds it, and sooner, with a backoff, while the bus does not answer."""
+        holds it, and sooner, with a backoff, while the bus does not answer. False when
+        `stopping` was set first."""
         every = self.ttl.total_seconds() / 3
         pause = min(RETRY_FIRST, every)
-        while not await self.take():
-            await anyio.sleep(every if self._told == "held" else pause)
+        stopped = stopping or anyio.Event()
+        while not stopped.is_set():
+            if await self.take():
+                return True
+            with anyio.move_on_after(every if self._told == "held" else pause):
+                await stopped.wait()
             pause = min(pause * 2, every)
+        return False
 
     def _tell(self, reason: str, message: str, *args: object) -> None:
         if self._told != reason:

@@ -81,15 +81,15 @@ async def test_a_second_watch_client_waits_writes_nothing_and_takes_over_when_th
         await tg.start(run_first)
         holder = await holder_of_lease(bus)
         before = await last_sequences(bus)
-        with logged("is held by another client", "provisioner_client.watch.holding") as refused:
+        with logged("waiting for it to expire", "registry.wire.lease") as refused:
             tg.start_soon(lambda: watch(bus, second_plan, TIMING, on_report=on_second_report))
             await refused.wait(within=10)
-        said = [r.getMessage() for r in caplog.records if "is held by another client" in r.getMessage()]
+        said = [r.getMessage() for r in caplog.records if "waiting for it to expire" in r.getMessage()]
         assert len(said) == 1 and holder.describe() in said[0]
         seen = renewals.count
         await renewals.at_least(seen + 6)  # two ttls of renewals: the second client tried again meanwhile
         assert await last_sequences(bus) == before
-        assert len([r for r in caplog.records if "is held by another client" in r.getMessage()]) == 1  # said once
+        assert len([r for r in caplog.records if "waiting for it to expire" in r.getMessage()]) == 1  # said once
         assert not second_reports
         first.cancel()  # the first stops and releases its lease: the second takes over
         with anyio.fail_after(10):
