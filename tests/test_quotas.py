@@ -9,6 +9,7 @@ writes succeed, n1 shows over quota, and the bucket ends under its bound.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 from registry.access import Kind
 from registry.contract import NodeRow, buckets
 from registry.errors import BusError
-from registry.wire import Bus, answer_of, get_latest, put, snapshot
+from registry.wire import Bus, answer_of, delete, get_latest, put, snapshot
 from tests.helpers import in_own_task
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
@@ -101,3 +102,22 @@ async def test_a_node_cut_back_in_applied_leaves_nothing_of_its_keys_in_the_node
         held = {item.key for item in await snapshot(seat, buckets.APPLIED, ["n1.>"])}
     shown = {bad.key for bad in answer.malformed if bad.key.startswith("n1.")}
     assert shown <= held, sorted(shown - held)[:5]
+
+
+async def test_a_node_leaving_delete_markers_without_end_is_cut_back_too(small_mesh: Mesh) -> None:
+    """The attack: n1 writes a key and deletes it, again and again under new names. Each delete
+    leaves a marker the bucket keeps, so the node's live keys stay few while its footprint grows."""
+    async with small_mesh.connect(N1) as n1:
+        for index in range(QUOTA["node_quota_keys"] + 20):
+            key = f"n1.m.config.v{index}"
+            revision = await put(n1, buckets.NEEDS, key, NEED)
+            with contextlib.suppress(BusError):  # purged meanwhile, once cut back
+                await delete(n1, buckets.NEEDS, key, last=revision)
+        async with small_mesh.connect(OPS) as ops:
+            with anyio.fail_after(10):
+                while True:
+                    answer = await answer_of(ops, {"what": "nodes"})
+                    verdicts = {row.node: row.verdict for row in answer.entries if isinstance(row, NodeRow)}
+                    if verdicts.get("n1") == "over-quota":
+                        break
+                    await anyio.sleep(0.05)

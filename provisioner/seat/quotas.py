@@ -9,7 +9,7 @@ prefix, so the seat keeps one:
               and bytes since it was last counted, an upper bound (an overwrite or a delete is
               not subtracted: the old size is not known)
     count     when that bound passes the node's quota, the node's keys there are counted exactly
-              (a headers-only read of `<node>.>`)
+              (a headers-only read of `<node>.>`, delete markers included: the bucket keeps them)
     cut back  when the count is over the quota, every key of the node in that bucket is purged,
               and the node is over quota: `what=nodes` says so and why for `SHOWN_FOR`, the seat
               logs it once per episode
@@ -133,9 +133,9 @@ class QuotaGuard:
             await anyio.sleep_forever()
 
     def note(self, bucket: Bucket, item: KvItem) -> None:
-        """Adds a write to its node's bound; queues a count when the bound passes the quota."""
-        if item.deleted:
-            return
+        """Adds a write to its node's bound; queues a count when the bound passes the quota. A
+        delete counts as a key: the bucket keeps its marker, so put-and-delete under new names
+        without end would otherwise fill it while the node's live keys stay few."""
         token = item.key.partition(".")[0]
         written = self._written.setdefault((bucket.name, token), [0, 0])
         written[0] += 1
@@ -166,7 +166,7 @@ class QuotaGuard:
 
     async def count(self, bus: Bus, bucket: Bucket, token: str) -> Footprint:
         """Counts the node's keys in `bucket` and cuts it back if it is over its quota; what it held."""
-        items = await snapshot(bus, bucket, [f"{token}.>"], headers_only=True)
+        items = await snapshot(bus, bucket, [f"{token}.>"], include_deleted=True, headers_only=True)
         held = Footprint(len(items), sum(max(item.size, 0) for item in items))
         if not held.over(self.quota):
             self._written[(bucket.name, token)] = [held.keys, held.bytes]
