@@ -31,6 +31,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -68,8 +69,10 @@ class AccountGrant(_Model):
 
 class Grants(_Model):
     """Every party's grants; `data` are the users of the data account (the seat). `skipped` says
-    what could not be granted, `wide` what was granted wider than it could be, and why."""
+    what could not be granted, `wide` what was granted wider than it could be, and why. `version`
+    is the shape's: a reader refuses a version it does not know."""
 
+    version: Literal[1] = 1
     data_account: str = DATA_ACCOUNT
     data: tuple[AccountGrant, ...]
     parties: tuple[AccountGrant, ...]
