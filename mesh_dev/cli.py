@@ -4,6 +4,7 @@ Exit codes:
     0  stopped cleanly on SIGTERM or SIGINT
     1  a runtime failure, or a second SIGTERM/SIGINT that stopped it at once
     2  a usage or settings error (a flag, a MESH_PROVISIONER_* variable, the config or domains file)
+  141  stdout's reader went away (`mesh-provisioner-dev | head`): stopped quietly, as a Unix tool
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from mesh_dev.loop import Participant, run_dev
 from provisioner.settings import ServerSettings
 from registry.edge import NatsContexts, add_settings_arguments, given_flags, load_settings
 from registry.errors import CatalogueError, RegistryError, SettingsError
-from registry.runtime import configure_logging, until_signalled
+from registry.runtime import configure_logging, quiet_on_closed_pipe, until_signalled
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

@@ -24,6 +24,7 @@ Exit codes:
        one of them goes (the message names the path and what is there)
     5  another client holds this node (`reconcile` only; the message names its host, pid and
        since when): one client per node; `reconcile --watch` waits for the lease instead
+  141  stdout's reader went away (`status --json | head -1`): ended quietly, as a Unix tool
 
 Settings are read from the same file as the systemd unit's: `--config`, else
 $MESH_PROVISIONER_CLIENT_CONFIG, else /etc/mesh-provisioner/client.toml when it exists.
@@ -54,7 +55,7 @@ from provisioner_client.watch.holding import holding
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.edge import BusSettings, add_settings_arguments, given_flags, load_settings
 from registry.errors import BusError, SettingsError
-from registry.runtime import configure_logging, event, until_signalled
+from registry.runtime import configure_logging, event, quiet_on_closed_pipe, until_signalled
 from registry.wire import BusOptions, connect, connect_within
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

@@ -23,7 +23,7 @@ from types import FrameType
 from examples.postgres_provisioner.consumers import Digests
 from examples.postgres_provisioner.errors import DeliveryError, PostgresUnavailable
 from examples.postgres_provisioner.watching import Plan, Watcher, apply_once
-from registry.runtime import configure_logging
+from registry.runtime import configure_logging, quiet_on_closed_pipe
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ def _seconds(text: str) -> float:
     return value
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(log_format=args.log_format, level=args.log_level)

@@ -47,7 +47,7 @@ from provisioner.settings import (
 from registry.contract import Bucket, MergedAnswer, buckets
 from registry.edge import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
 from registry.errors import CatalogueError, RegistryError, ServiceError, SettingsError, sole_exception
-from registry.runtime import configure_logging, terminal_safe, until_signalled
+from registry.runtime import configure_logging, quiet_on_closed_pipe, terminal_safe, until_signalled
 from registry.wire import BusOptions, KvItem, answer_patiently, connect_within
 
 log = logging.getLogger(__name__)
@@ -198,6 +198,7 @@ def _add_remove_node(commands: argparse._SubParsersAction[argparse.ArgumentParse
     _add_client_settings(remove)
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

@@ -1,5 +1,6 @@
 """How a program runs: logging set up once (readable on a terminal, JSON with a flag, never a
-secret), signals turned into cancellation, and what a node wrote made safe to show on a terminal.
+secret), signals turned into cancellation, what a node wrote made safe to show on a terminal, and a
+closed pipe ending a command quietly.
 It needs no connection, so a program that never touches the bus (the postgres provisioner) stands
 on it alone.
 """
@@ -7,7 +8,17 @@ on it alone.
 from __future__ import annotations
 
 from registry.runtime.logs import LogFormat, LogLevel, configure_logging, event
+from registry.runtime.pipes import EXIT_CLOSED_PIPE, quiet_on_closed_pipe
 from registry.runtime.signals import until_signalled
 from registry.runtime.terminal import terminal_safe
 
-__all__ = ["LogFormat", "LogLevel", "configure_logging", "event", "terminal_safe", "until_signalled"]
+__all__ = [
+    "EXIT_CLOSED_PIPE",
+    "LogFormat",
+    "LogLevel",
+    "configure_logging",
+    "event",
+    "quiet_on_closed_pipe",
+    "terminal_safe",
+    "until_signalled",
+]

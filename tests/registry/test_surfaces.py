@@ -193,7 +193,16 @@ SURFACES = {
         "given_flags",
         "load_settings",
     ],
-    "registry.runtime": ["LogFormat", "LogLevel", "configure_logging", "event", "terminal_safe", "until_signalled"],
+    "registry.runtime": [
+        "EXIT_CLOSED_PIPE",
+        "LogFormat",
+        "LogLevel",
+        "configure_logging",
+        "event",
+        "quiet_on_closed_pipe",
+        "terminal_safe",
+        "until_signalled",
+    ],
     "registry.provider": ["BOUND_KIND", "Bind", "BoundNeed", "bound_needs", "desired_values", "provide"],
 }
 
