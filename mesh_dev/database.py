@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import shutil
@@ -37,7 +36,7 @@ from mesh_dev.local_postgres import INSTALL, LocalPostgres, give_away, owner_can
 from mesh_dev.standins import Vault
 from registry.errors import BusError
 from registry.provider import Bind, BoundNeed, provide
-from registry.runtime import event
+from registry.runtime import event, missing_extra
 from registry.wire import Bus, Changes
 
 log = logging.getLogger(__name__)
@@ -64,9 +63,8 @@ def why_not_postgres(*, wanted: bool) -> str:
         return "not started (--no-postgres)"
     if local_postgres.find_binaries() is None:
         return f"not installed on this machine: install it to see the provider side for real ({INSTALL})"
-    if importlib.util.find_spec("psycopg") is None:
-        return "the postgres provisioner needs psycopg: pip install -e '.[postgres]'"
-    return ""
+    missing = missing_extra("postgres", "psycopg")
+    return f"not used: the postgres provisioner cannot run: {missing}" if missing else ""
 
 
 @asynccontextmanager

@@ -4,9 +4,9 @@
                               [--dsn 'host=/run/postgresql dbname=postgres'] [--watch]
 
 PostgreSQL is reached with libpq's settings: `--dsn`, then the `PG*` variables (`PGHOST`,
-`PGUSER`, `PGPASSFILE`, ...). Exit codes: 0 applied, 1 something refused, 2 usage or a delivery
-that cannot be used (nothing changed), 3 PostgreSQL unreachable. With `--watch` it runs until
-SIGTERM or SIGINT (exit 0; a second signal exits 1 at once).
+`PGUSER`, `PGPASSFILE`, ...). Exit codes: 0 applied, 1 something refused, 2 usage, a delivery
+that cannot be used (nothing changed) or psycopg missing (the `postgres` extra), 3 PostgreSQL
+unreachable. With `--watch` it runs until SIGTERM or SIGINT (exit 0; a second signal exits 1 at once).
 """
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from examples.postgres_provisioner.consumers import Digests
 from examples.postgres_provisioner.errors import DeliveryError, PostgresUnavailable
-from examples.postgres_provisioner.watching import Plan, Watcher, apply_once
-from registry.runtime import configure_logging, quiet_on_closed_pipe
+from registry.runtime import configure_logging, missing_extra, quiet_on_closed_pipe
+
+if TYPE_CHECKING:  # psycopg's: imported once `main` knows the extra is installed
+    from examples.postgres_provisioner.watching import Plan
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,11 @@ def _seconds(text: str) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(log_format=args.log_format, level=args.log_level)
+    missing = missing_extra("postgres", "psycopg")
+    if missing is not None:
+        return _fail(2, f"mesh-postgres-provisioner cannot run: {missing}")
+    from examples.postgres_provisioner.watching import Plan, apply_once  # noqa: PLC0415 (psycopg's, found)
+
     plan = Plan(env_file=args.env_file, variable=args.variable, dsn=args.dsn, poll=args.poll, resync=args.resync)
     if args.watch:
         _watch(plan)
@@ -80,6 +88,8 @@ def _fail(code: int, message: str) -> int:
 
 
 def _watch(plan: Plan) -> None:
+    from examples.postgres_provisioner.watching import Watcher  # noqa: PLC0415 (psycopg's, as in main)
+
     stop = threading.Event()
 
     def on_signal(number: int, frame: FrameType | None) -> None:

@@ -1,12 +1,13 @@
 """How a program runs: logging set up once (readable on a terminal, JSON with a flag, never a
-secret), signals turned into cancellation, what a node wrote made safe to show on a terminal, and a
-closed pipe ending a command quietly.
+secret), signals turned into cancellation, what a node wrote made safe to show on a terminal, a
+closed pipe ending a command quietly, and an optional extra's package looked for before it is needed.
 It needs no connection, so a program that never touches the bus (the postgres provisioner) stands
 on it alone.
 """
 
 from __future__ import annotations
 
+from registry.runtime.extras import missing_extra
 from registry.runtime.logs import LogFormat, LogLevel, configure_logging, event
 from registry.runtime.pipes import EXIT_CLOSED_PIPE, quiet_on_closed_pipe
 from registry.runtime.signals import until_signalled
@@ -18,6 +19,7 @@ __all__ = [
     "LogLevel",
     "configure_logging",
     "event",
+    "missing_extra",
     "quiet_on_closed_pipe",
     "terminal_safe",
     "until_signalled",

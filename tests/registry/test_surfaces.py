@@ -199,6 +199,7 @@ SURFACES = {
         "LogLevel",
         "configure_logging",
         "event",
+        "missing_extra",
         "quiet_on_closed_pipe",
         "terminal_safe",
         "until_signalled",
