@@ -28,6 +28,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from examples.postgres_provisioner.cli import build_parser as postgres_provisioner_parser
 from provisioner.settings import ServerSettings
 from provisioner_client.settings import DEFAULT_CONFIG, ClientSettings
 from registry.edge import load_settings
@@ -38,6 +39,13 @@ DEPLOY = ROOT / "deploy"
 UNITS = {
     "seat": DEPLOY / "systemd" / "mesh-provisioner.service",
     "client": DEPLOY / "systemd" / "mesh-provisioner-client.service",
+    "provider": DEPLOY / "systemd" / "mesh-postgres-provisioner.service",
+}
+# Where each unit's install steps are: the provider's with its example program.
+INSTALLED_BY = {
+    "seat": DEPLOY / "README.md",
+    "client": DEPLOY / "README.md",
+    "provider": ROOT / "examples" / "postgres_provisioner" / "README.md",
 }
 SETTINGS = {"seat": DEPLOY / "settings" / "server.toml", "client": DEPLOY / "settings" / "client.toml"}
 CONTAINERS = {
@@ -105,7 +113,7 @@ def system_root(tmp_path: Path) -> Path:
         shutil.copyfile(unit, root / "etc/systemd/system" / unit.name)
     programs = root / PROGRAMS.relative_to("/")
     programs.mkdir(parents=True)
-    for name in ("mesh-provisioner", "mesh-provisioner-client"):
+    for name in ("mesh-provisioner", "mesh-provisioner-client", "mesh-postgres-provisioner"):
         shutil.copy2(Path(sys.executable).parent / name, programs / name)
     return root
 
@@ -117,7 +125,7 @@ def verify(analyze: str, root: Path, *units: str) -> subprocess.CompletedProcess
 
 
 @APT_GET
-def test_systemd_analyze_verify_accepts_both_units_without_a_warning(analyze: str, system_root: Path) -> None:
+def test_systemd_analyze_verify_accepts_every_unit_without_a_warning(analyze: str, system_root: Path) -> None:
     done = verify(analyze, system_root, *(unit.name for unit in UNITS.values()))
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
@@ -188,6 +196,20 @@ def test_the_client_unit_writes_env_files_where_the_client_writes_them_by_defaul
     assert "--manifests" not in argv and "--materialize" not in argv and "--node" not in argv  # client.toml's
 
 
+def test_the_provider_unit_applies_the_postgres_modules_env_file_as_the_client_writes_it() -> None:
+    """The postgres module's file where the client unit writes it, read as the user that owns it
+    (mode 0600), the flags its program takes, and PostgreSQL over its socket with no password."""
+    found, client = unit_settings(UNITS["provider"]), unit_settings(UNITS["client"])
+    argv = exec_start(UNITS["provider"])
+    assert argv[0] == str(PROGRAMS / "mesh-postgres-provisioner")
+    module = json.loads((DEPLOY / "examples" / "postgres.json").read_text())["module"]
+    assert Path(option(argv, "--env-file")) == ClientSettings.model_fields["materialize"].default / f"{module}.env"
+    assert (found["User"], found["Group"]) == (client["User"], client["Group"])
+    args = postgres_provisioner_parser().parse_args(argv[1:])
+    assert (args.watch, args.dsn, args.log_format) == (True, "host=/run/postgresql dbname=postgres", "json")
+    assert "LoadCredential" not in found and "password" not in args.dsn
+
+
 def test_the_seat_unit_reads_its_settings_file_and_its_seed_as_a_credential() -> None:
     found = unit_settings(UNITS["seat"])
     argv = exec_start(UNITS["seat"])
@@ -235,6 +257,7 @@ DOCUMENTS = [
     ROOT / "README.md",
     DEPLOY / "README.md",
     *UNITS.values(),
+    INSTALLED_BY["provider"],
     *SETTINGS.values(),
     *CONTAINERS.values(),
     DEPLOY / "polkit" / "50-mesh-provisioner-client.rules",
@@ -351,8 +374,8 @@ def test_each_container_image_builds_where_a_builder_is_available(role: str) -> 
 INSTALL = re.compile(r"^\s*install -D -m (?P<mode>0[0-7]{3})(?: -g (?P<group>\S+))? (?P<source>\S+) (?P<target>\S+)$")
 
 
-def _install_steps() -> list[re.Match[str]]:
-    return [m for line in (DEPLOY / "README.md").read_text().splitlines() if (m := INSTALL.match(line))]
+def _install_steps(readme: Path = DEPLOY / "README.md") -> list[re.Match[str]]:
+    return [m for line in readme.read_text().splitlines() if (m := INSTALL.match(line))]
 
 
 def test_deploy_readme_installs_every_deploy_file_it_names_and_each_unit_settings_file_and_seed() -> None:
@@ -360,8 +383,8 @@ def test_deploy_readme_installs_every_deploy_file_it_names_and_each_unit_setting
     sources = [m["source"] for m in steps if m["source"].startswith("deploy/")]
     assert [s for s in sources if not (ROOT / s).is_file()] == []
     targets = {m["target"]: m for m in steps}
-    for unit in UNITS.values():
-        assert f"/etc/systemd/system/{unit.name}" in targets
+    for role in ("seat", "client"):
+        assert f"/etc/systemd/system/{UNITS[role].name}" in targets
     assert targets[str(DEFAULT_CONFIG)]["source"] == "deploy/settings/client.toml"
     assert targets[str(SEAT_CONFIG)]["source"] == "deploy/settings/server.toml"
     seat_seed = unit_settings(UNITS["seat"])["LoadCredential"][0].split(":", 1)[1]
@@ -372,6 +395,14 @@ def test_deploy_readme_installs_every_deploy_file_it_names_and_each_unit_setting
         "0640",
         unit_settings(UNITS["client"])["Group"][0],
     )
+
+
+def test_the_postgres_provisioners_readme_installs_its_unit_from_deploy() -> None:
+    steps = _install_steps(INSTALLED_BY["provider"])
+    assert [m["source"] for m in steps if not (ROOT / m["source"]).is_file()] == []
+    unit = UNITS["provider"]
+    targets = {m["target"]: m["source"] for m in steps}
+    assert targets[f"/etc/systemd/system/{unit.name}"] == str(unit.relative_to(ROOT))
 
 
 # --- the seat and a node, started as the units start them, from deploy/settings -----------------------

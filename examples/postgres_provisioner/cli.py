@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # psycopg's: imported once `main` knows the extra is installe
 log = logging.getLogger(__name__)
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mesh-postgres-provisioner", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--env-file", type=Path, required=True, help="the provider module's env file the node client writes"
@@ -62,7 +62,7 @@ def _seconds(text: str) -> float:
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     configure_logging(log_format=args.log_format, level=args.log_level)
     missing = missing_extra("postgres", "psycopg")
     if missing is not None:
