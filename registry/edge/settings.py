@@ -33,6 +33,7 @@ Example config file of the server:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import tomllib
 import types
 import typing
@@ -132,6 +133,11 @@ class LogSettings(EdgeSettings):
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 _DEFAULT_FROM = "the default"
+# The schemes nats-py connects with (a URL without one, `host:4222`, is read as nats://); a
+# WebSocket needs aiohttp besides. Anything else it would take for a host name (`nat://h` as the
+# host `nat`) and fail on after the connect timeout, with a DNS error.
+NATS_SCHEMES = ("nats", "tls")
+WEBSOCKET_SCHEMES = ("ws", "wss")
 
 
 class BusSettings(EdgeSettings):
@@ -142,7 +148,8 @@ class BusSettings(EdgeSettings):
     `context` names; the `nats` CLI's selected context; `mesh-provisioner-dev`'s context while the
     dev loop runs; nats://127.0.0.1:4222. A context named, or the one that gave the server, also
     gives every other field not set otherwise; a server given without a context takes nothing from
-    any context (a context's credentials never go to a server it does not name)."""
+    any context (a context's credentials never go to a server it does not name). Wherever the URLs
+    came from, their schemes are checked as they are read (`check_schemes`)."""
 
     # NATS_* is shared with the NATS tools: an unknown name is not ours to refuse.
     model_config = SettingsConfigDict(env_prefix="NATS_")
@@ -210,7 +217,8 @@ class BusSettings(EdgeSettings):
         return self._with(_fallback(contexts), None, environ.get("HOME"))
 
     def _with(self, found: FoundContext | None, url_origin: str | None, home: str | None) -> Self:
-        """Itself with the fields not given taken from the context `found`, and where its URL came from."""
+        """Itself with the fields not given taken from the context `found`, and where its URL came
+        from; `SettingsError` when a server URL has a scheme nats-py does not connect with."""
         settled = self.model_copy(update=_unset_fields(self, found.context, home) if found else {})
         if url_origin is not None:
             settled._url_from = url_origin
@@ -218,11 +226,16 @@ class BusSettings(EdgeSettings):
             settled._url_from = found.source
         elif found is not None:
             settled._url_from = f"{_DEFAULT_FROM}: {found.source} names no url"
+        check_schemes(settled.servers, settled.url_from)
         return settled
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        return tuple(u.strip() for u in (self.url or DEFAULT_URL).split(",") if u.strip())
 
     def options(self, name: str) -> BusOptions:
         return BusOptions(
-            servers=tuple(u.strip() for u in (self.url or DEFAULT_URL).split(",") if u.strip()),
+            servers=self.servers,
             servers_from=self.url_from,
             name=name,
             creds=self.creds,
@@ -237,6 +250,25 @@ class BusSettings(EdgeSettings):
             connect_timeout=self.timeout,
             request_timeout=self.timeout,
         )
+
+
+def check_schemes(servers: tuple[str, ...], source: str) -> None:
+    """`SettingsError` (naming where the URLs came from and the scheme, never a URL: it may hold a
+    password) unless every server's scheme is one nats-py connects with, all of one kind."""
+    schemes = [url.partition("://")[0].lower() if "://" in url else "nats" for url in servers]
+    where = f"NATS server URL (from {source})"
+    for scheme in schemes:
+        if scheme not in NATS_SCHEMES + WEBSOCKET_SCHEMES:
+            raise SettingsError(
+                where,
+                f"the scheme {scheme}:// is not one nats-py connects with: nats://, tls://, ws:// or wss:// "
+                "(a URL without one, host:4222, is nats://)",
+            )
+    websocket = {scheme in WEBSOCKET_SCHEMES for scheme in schemes}
+    if websocket == {True, False}:
+        raise SettingsError(where, "nats:// or tls:// mixed with ws:// or wss://: nats-py takes one kind")
+    if websocket == {True} and importlib.util.find_spec("aiohttp") is None:
+        raise SettingsError(where, "ws:// and wss:// need the aiohttp package, not installed: pip install aiohttp")
 
 
 # A context's fields that are settings of the same name, by kind of value.
