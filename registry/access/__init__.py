@@ -24,7 +24,9 @@ from registry.access.jwt_auth import (
     push_account,
     render_server_auth,
 )
+from registry.access.mesh_file import MeshFile, MeshFileError, combined, read_mesh_file
 from registry.access.parties import DATA_ACCOUNT, REQUEST_INFO, Kind, Party, PartyMap, UnknownAccount
+from registry.access.plan import GrantsPlan, ResolverPlan, plan_grants, plan_resolver
 
 __all__ = [
     "CLAIMS_UPDATE",
@@ -37,15 +39,20 @@ __all__ = [
     "AccountPushError",
     "Grants",
     "GrantsFile",
+    "GrantsPlan",
     "Kind",
+    "MeshFile",
+    "MeshFileError",
     "MeshParties",
     "Nkey",
     "Party",
     "PartyMap",
+    "ResolverPlan",
     "UnknownAccount",
     "account_jwt_path",
     "bound_bucket",
     "claims_of",
+    "combined",
     "creds_path",
     "delete_accounts",
     "derive_grants",
@@ -55,7 +62,10 @@ __all__ = [
     "load_party_map",
     "new_seed",
     "operator_key",
+    "plan_grants",
+    "plan_resolver",
     "push_account",
+    "read_mesh_file",
     "render_server_auth",
     "seed_path",
     "write_secret",

@@ -1,0 +1,173 @@
+"""A mesh described once: the parties of the grants in a TOML file, for `mesh-provisioner grants
+--mesh FILE` or a controller in any language that writes it.
+
+    version = 1                      # the shape of this file (optional; 1 is the only one)
+    nodes = ["n1", "n2"]
+    operators = ["ops"]
+    domains_file = "domains.toml"    # the seat's domains file, relative to this file (optional)
+
+    [providers.postgres]             # a provider module, and the nodes its module runs on
+    machines = ["n2"]                # (left out: every node may ask for its consumers)
+
+Every key is optional. An unknown key, a value of the wrong type, a name listed twice, a machine
+that is not a node of the file, a name over 1,024 bytes, more than 10,000 names in a list and a
+file over 1 MiB are refused, each naming the file, the key and why (`MeshFileError`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+
+from registry.access.issuing import MeshParties
+from registry.contract import Name
+from registry.errors import SettingsError
+
+MAX_FILE_BYTES = 1 << 20
+MAX_NAMES = 10_000  # nodes, operators, providers, and the machines of one provider
+MAX_ERRORS_SAID = 5
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_DICT_KEY = "[key]"  # where pydantic says a table's key (a provider's name), not its value, is wrong
+
+# A provider module's name makes its bucket's name `<provider>_bound`: only what a bucket name holds.
+ProviderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$", max_length=200)]
+
+
+class MeshFileError(SettingsError):
+    """A mesh file that cannot be read: `path`, and why (each key at fault, named)."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        super().__init__(f"mesh file {path}", reason)
+
+
+def _each_once(names: tuple[str, ...]) -> tuple[str, ...]:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{name!r} is listed twice")
+        seen.add(name)
+    return names
+
+
+Names = Annotated[tuple[Name, ...], Field(max_length=MAX_NAMES), AfterValidator(_each_once)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProviderEntry(_Model):
+    """One provider: the nodes its module runs on, which alone may ask for its consumers."""
+
+    machines: Names = ()
+
+
+class MeshFile(_Model):
+    """The parties of a mesh, as its file describes them (see the module's docstring)."""
+
+    version: Literal[1] = 1
+    nodes: Names = ()
+    providers: dict[ProviderName, ProviderEntry] = Field(default_factory=dict, max_length=MAX_NAMES)
+    operators: Names = ()
+    domains_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _machines_are_nodes(self) -> Self:
+        nodes = set(self.nodes)
+        for provider, entry in self.providers.items():
+            for index, machine in enumerate(entry.machines):
+                if machine not in nodes:
+                    key = f"providers.{provider}.machines[{index}]"
+                    raise ValueError(f"{key}: {machine!r} is not one of the nodes")
+        return self
+
+    def parties(self) -> MeshParties:
+        machines = {name: entry.machines for name, entry in self.providers.items() if entry.machines}
+        return MeshParties(
+            nodes=self.nodes, providers=tuple(self.providers), operators=self.operators, machines=machines
+        )
+
+
+def read_mesh_file(path: Path) -> MeshFile:
+    """The mesh file at `path`, its `domains_file` made relative to the file's folder."""
+    try:
+        with path.open("rb") as file:
+            text = file.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise MeshFileError(path, f"cannot be read: {err.strerror or err}") from None
+    if len(text) > MAX_FILE_BYTES:
+        raise MeshFileError(path, f"is larger than {MAX_FILE_BYTES} bytes")
+    try:
+        document = tomllib.loads(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise MeshFileError(path, "is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as err:  # its message names line and column
+        raise MeshFileError(path, f"is not valid TOML: {err}") from None
+    mesh = _validated(path, document)
+    if mesh.domains_file is not None and not mesh.domains_file.is_absolute():
+        mesh = mesh.model_copy(update={"domains_file": path.parent / mesh.domains_file})
+    return mesh
+
+
+def _validated(path: Path, document: dict[str, Any]) -> MeshFile:
+    try:
+        return MeshFile.model_validate(document)
+    except ValidationError as err:
+        problems = [_problem(error) for error in err.errors(include_url=False, include_input=False)]
+        more = len(problems) - MAX_ERRORS_SAID
+        said = "; ".join(problems[:MAX_ERRORS_SAID]) + (f"; and {more} more" if more > 0 else "")
+        raise MeshFileError(path, said) from None
+
+
+def _problem(error: Any) -> str:
+    """One problem: the key (`providers.postgres.machines[0]`) and why, never the value given."""
+    key = _key(error["loc"])
+    if error["type"] == "extra_forbidden":
+        known = ", ".join(_known_at(error["loc"][:-1]))
+        return f"{key}: unknown key; known: {known}"
+    complaint = str(error["msg"]).removeprefix("Value error, ")  # a validator of ours says it all
+    if _DICT_KEY in error["loc"]:
+        complaint = f"a provider's name (it names its bucket <name>_bound): {complaint}"
+    return f"{key}: {complaint}" if key else complaint
+
+
+def _key(loc: Iterable[int | str]) -> str:
+    """The key as TOML writes it: `providers.postgres.machines[0]`, `providers."a b"`."""
+    key = ""
+    for part in loc:
+        if isinstance(part, int):
+            key += f"[{part}]"
+        elif part != _DICT_KEY:
+            bare = part if _BARE_KEY.fullmatch(part) else json.dumps(part)
+            key += f".{bare}" if key else bare
+    return key
+
+
+def _known_at(loc: Sequence[int | str]) -> list[str]:
+    """The keys a table takes: the file's own, or a provider's (`providers.<name>`)."""
+    return list(ProviderEntry.model_fields if loc and loc[0] == "providers" else MeshFile.model_fields)
+
+
+def combined(given: MeshParties, more: MeshParties) -> MeshParties:
+    """The parties of both, `given`'s first, each once; a provider's machines are those of both."""
+    machines: dict[str, list[str]] = {}
+    for source in (given, more):
+        for provider, named in source.machines.items():
+            machines[provider] = _unique([*machines.get(provider, ()), *named])
+    return MeshParties(
+        nodes=_unique([*given.nodes, *more.nodes]),
+        providers=_unique([*given.providers, *more.providers]),
+        operators=_unique([*given.operators, *more.operators]),
+        machines=machines,
+    )
+
+
+def _unique(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))

@@ -1,0 +1,118 @@
+"""The mesh file: the parties described once, read strictly; each mistake named by file, key and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from registry.access import MeshFile, MeshFileError, MeshParties, combined, read_mesh_file
+from tests.helpers import DEPLOY
+
+
+def written(tmp_path: Path, text: str | bytes) -> Path:
+    path = tmp_path / "mesh.toml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def refusal(tmp_path: Path, text: str | bytes) -> str:
+    path = written(tmp_path, text)
+    with pytest.raises(MeshFileError) as refused:
+        read_mesh_file(path)
+    assert str(refused.value).startswith(f"mesh file {path}: "), refused.value
+    return str(refused.value).removeprefix(f"mesh file {path}: ")
+
+
+def test_the_deploy_example_names_the_mesh_of_deploy_mesh() -> None:
+    mesh = read_mesh_file(DEPLOY / "mesh.toml")
+    assert mesh.parties() == MeshParties(nodes=("n1", "n2"), providers=("postgres",), operators=("ops",))
+    assert mesh.domains_file is None
+
+
+def test_a_full_file_names_every_party_and_the_machines_of_each_provider(tmp_path: Path) -> None:
+    mesh = read_mesh_file(
+        written(
+            tmp_path,
+            'version = 1\nnodes = ["n1", "web.eu"]\noperators = ["ops"]\n'
+            '[providers.postgres]\nmachines = ["web.eu"]\n[providers.redis]\n',
+        )
+    )
+    assert mesh.parties() == MeshParties(
+        nodes=("n1", "web.eu"), providers=("postgres", "redis"), operators=("ops",), machines={"postgres": ("web.eu",)}
+    )
+
+
+def test_an_empty_file_is_an_empty_mesh(tmp_path: Path) -> None:
+    assert read_mesh_file(written(tmp_path, "")) == MeshFile()
+
+
+def test_the_domains_file_is_found_beside_the_mesh_file(tmp_path: Path) -> None:
+    mesh = read_mesh_file(written(tmp_path, 'domains_file = "domains.toml"\n'))
+    assert mesh.domains_file == tmp_path / "domains.toml"
+    absolute = read_mesh_file(written(tmp_path, 'domains_file = "/etc/mesh/domains.toml"\n'))
+    assert absolute.domains_file == Path("/etc/mesh/domains.toml")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        pytest.param('node = ["n1"]\n', "node: unknown key; known: version, nodes, providers", id="an unknown key"),
+        pytest.param(
+            '[providers.postgres]\nmachine = ["n1"]\n',
+            "providers.postgres.machine: unknown key; known: machines",
+            id="an unknown key of a provider",
+        ),
+        pytest.param('nodes = ["n1", "n2", "n1"]\n', "nodes: 'n1' is listed twice", id="a node listed twice"),
+        pytest.param(
+            'nodes = ["n1"]\n[providers.postgres]\nmachines = ["n1", "n9"]\n',
+            "providers.postgres.machines[1]: 'n9' is not one of the nodes",
+            id="a machine that is not a node",
+        ),
+        pytest.param('nodes = "n1"\n', "nodes: Input should be a valid tuple", id="a name where a list goes"),
+        pytest.param('nodes = [""]\n', "nodes[0]: String should have at least 1 character", id="an empty name"),
+        pytest.param(
+            f'nodes = ["{"x" * 1025}"]\n', "nodes[0]: a name is at most 1024 bytes (UTF-8)", id="a name too long"
+        ),
+        pytest.param(
+            "nodes = [" + ", ".join(f'"n{i}"' for i in range(10_001)) + "]\n",
+            "nodes: Tuple should have at most 10000 items",
+            id="too many nodes",
+        ),
+        pytest.param(
+            '[providers."my db"]\n',
+            'providers."my db": a provider\'s name (it names its bucket <name>_bound): String should match',
+            id="a provider name no bucket can take",
+        ),
+        pytest.param("version = 2\n", "version: Input should be 1", id="a version this one does not read"),
+        pytest.param("nodes = [\n", "is not valid TOML: ", id="not TOML"),
+        pytest.param(b'nodes = ["\xff"]\n', "is not UTF-8 text", id="not UTF-8"),
+        pytest.param("# " + "x" * (1 << 20) + "\n", "is larger than 1048576 bytes", id="a file too large"),
+    ],
+)
+def test_a_mistake_is_refused_naming_the_key_and_why(tmp_path: Path, text: str | bytes, said: str) -> None:
+    assert refusal(tmp_path, text).startswith(said)
+
+
+def test_every_mistake_is_said_at_once_up_to_five(tmp_path: Path) -> None:
+    said = refusal(tmp_path, "\n".join(f"unknown{i} = 1" for i in range(7)) + "\n")
+    assert said.count("unknown key") == 5 and said.endswith("; and 2 more")
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(MeshFileError, match=r"mesh file .*absent\.toml: cannot be read: No such file"):
+        read_mesh_file(tmp_path / "absent.toml")
+
+
+def test_flags_add_to_the_file_each_party_once_the_files_first() -> None:
+    described = MeshParties(nodes=("n1", "n2"), providers=("postgres",), machines={"postgres": ("n2",)})
+    flags = MeshParties.named(["n3", "n1"], ["postgres@n3", "redis"], ["ops"])
+    assert combined(described, flags) == MeshParties(
+        nodes=["n1", "n2", "n3"],
+        providers=["postgres", "redis"],
+        operators=["ops"],
+        machines={"postgres": ["n2", "n3"]},
+    )
