@@ -13,6 +13,8 @@
         ├── NoResponders        nobody serves the subject asked
         ├── BusTimeout          no answer in time
         ├── PermissionDenied    the bus refused a subject (`subject`) to this connection
+        ├── AuthorizationRefused    every server refused the credentials: which were used (never a
+        │                           secret) and how others are given
         ├── ConnectionClosed    the connection is closed for good
         ├── JetStreamError      JetStream answered an error: `code` and `err_code`
         │   └── WrongLastSequence   a conditional write lost to another writer (10071)
@@ -109,6 +111,18 @@ class PermissionDenied(BusError):
     def __init__(self, operation: str, subject: str, reason: str) -> None:
         self.subject = subject
         super().__init__(operation, reason)
+
+
+class AuthorizationRefused(BusError):
+    """Every server refused this connection's credentials: `credentials` names those used (never a
+    secret), `hint` says how others are given."""
+
+    def __init__(self, operation: str, servers: str, reason: str, *, credentials: str, hint: str = "") -> None:
+        self.servers = servers
+        self.credentials = credentials
+        self.hint = hint
+        refused = f"no NATS server at {servers} accepted {credentials}: {reason}"
+        super().__init__(operation, f"{refused}; {hint}" if hint else refused)
 
 
 class ConnectionClosed(BusError):

@@ -194,6 +194,7 @@ class BusSettings(EdgeSettings):
     )
 
     _url_from: str = PrivateAttr(default="")
+    _credentials_from: str = PrivateAttr(default="")
 
     @field_validator("url")
     @classmethod
@@ -211,23 +212,45 @@ class BusSettings(EdgeSettings):
         """Itself completed from the context named, or the fallback one when no URL was given."""
         contexts = NatsContexts.of(environ)
         if self.context is not None:
-            return self._with(_named(contexts, self.context), origins.get("url"), environ.get("HOME"))
+            return self._with(_named(contexts, self.context), origins, environ.get("HOME"))
         if self.url is not None:
-            return self._with(None, origins.get("url"), None)
-        return self._with(_fallback(contexts), None, environ.get("HOME"))
+            return self._with(None, origins, None)
+        return self._with(_fallback(contexts), origins, environ.get("HOME"))
 
-    def _with(self, found: FoundContext | None, url_origin: str | None, home: str | None) -> Self:
-        """Itself with the fields not given taken from the context `found`, and where its URL came
-        from; `SettingsError` when a server URL has a scheme nats-py does not connect with."""
-        settled = self.model_copy(update=_unset_fields(self, found.context, home) if found else {})
-        if url_origin is not None:
-            settled._url_from = url_origin
+    def _with(self, found: FoundContext | None, origins: Mapping[str, str], home: str | None) -> Self:
+        """Itself with the fields not given taken from the context `found`, and where its URL and
+        credentials came from; `SettingsError` when a server URL has a scheme nats-py does not
+        connect with."""
+        taken = _unset_fields(self, found.context, home) if found else {}
+        settled = self.model_copy(update=taken)
+        if "url" in origins:
+            settled._url_from = origins["url"]
         elif found is not None and found.context.url:
             settled._url_from = found.source
         elif found is not None:
             settled._url_from = f"{_DEFAULT_FROM}: {found.source} names no url"
+        said = {
+            origins.get(f) or (found.source if found and f in taken else "")
+            for f in _CREDENTIALS
+            if f in taken or f in origins
+        }
+        settled._credentials_from = " and ".join(sorted(s for s in said if s))
         check_schemes(settled.servers, settled.url_from)
         return settled
+
+    @classmethod
+    def credentials_hint(cls) -> str:
+        """How credentials are given, said when a server refuses those used."""
+        given = [f"{' or '.join(cls._names(f))} ({what})" for f, what in _CREDENTIAL_KINDS.items()]
+        context = " or ".join(cls._names("context"))
+        return (
+            f"credentials are given by {', '.join(given)}, a nats context holding them ({context}), "
+            f"or the [{cls.config_table}] table of the --config file"
+        )
+
+    @classmethod
+    def _names(cls, field: str) -> tuple[str, str]:
+        return ((*cls.flag_aliases.get(field, ()), flag_of(cls, field))[0], env_of(cls, field))
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -249,6 +272,8 @@ class BusSettings(EdgeSettings):
             inbox_prefix=self.inbox_prefix,
             connect_timeout=self.timeout,
             request_timeout=self.timeout,
+            credentials_from=self._credentials_from,
+            credentials_hint=self.credentials_hint(),
         )
 
 
@@ -270,6 +295,15 @@ def check_schemes(servers: tuple[str, ...], source: str) -> None:
     if websocket == {True} and importlib.util.find_spec("aiohttp") is None:
         raise SettingsError(where, "ws:// and wss:// need the aiohttp package, not installed: pip install aiohttp")
 
+
+# The fields that say who connects, and what each is.
+_CREDENTIAL_KINDS = {
+    "creds": "a .creds file: JWT accounts",
+    "nkey": "an nkey seed file: static accounts",
+    "user": "a user name, with --password or NATS_PASSWORD",
+    "token": "a token",
+}
+_CREDENTIALS = (*_CREDENTIAL_KINDS, "password")
 
 # A context's fields that are settings of the same name, by kind of value.
 _CONTEXT_PATHS = ("creds", "nkey", "ca", "cert", "key")

@@ -45,6 +45,7 @@ from nats.aio.subscription import Subscription as NatsSubscription
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from registry.errors import (
+    AuthorizationRefused,
     BusError,
     BusTimeout,
     ConnectionClosed,
@@ -71,6 +72,8 @@ class BusOptions(BaseModel):
 
     servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
     servers_from: str = "the default"  # where `servers` came from, said in logs and errors
+    credentials_from: str = ""  # where the credentials below came from, said when a server refuses them
+    credentials_hint: str = ""  # how credentials are given, said when a server refuses them
     name: str = "mesh-provisioner"
     creds: Path | None = None
     nkey_seed: Path | None = None
@@ -406,6 +409,7 @@ class _Callbacks:
     note denials; tell a close."""
 
     def __init__(self, options: BusOptions, *, first_report: float) -> None:
+        self.options = options
         self.target = _target(options)
         self.bus: Bus | None = None
         self.outage: Outage | None = Outage(time.monotonic(), first_report=first_report)  # until first connected
@@ -468,10 +472,21 @@ class _Callbacks:
 
         Raised from the callback, so that nats-py's connect stops at once with its socket still
         there to close (a cancellation could land in its own half-done close, leaving the socket open)."""
-        refused = isinstance(err, ConnectionRefusedError) or "authorization violation" in str(err).lower()
+        refused = isinstance(err, ConnectionRefusedError) or _is_unauthorized(self.last_failure)
         self._refusals = self._refusals + 1 if refused and self.bus is None else 0
         if self._refusals >= self._servers and self.refusal_ends_it:
+            if _is_unauthorized(self.last_failure):
+                raise self.unauthorized()
             raise BusError("connect", f"no NATS server at {self.target} accepted the connection: {self.last_failure}")
+
+    def unauthorized(self) -> AuthorizationRefused:
+        return AuthorizationRefused(
+            "connect",
+            self.target,
+            self.last_failure,
+            credentials=_credentials(self.options),
+            hint=self.options.credentials_hint,
+        )
 
     def _failed_attempt(self, reason: str) -> None:
         assert self.outage is not None
@@ -479,11 +494,14 @@ class _Callbacks:
         log.debug("nats %s attempt failed: %s", "reconnect" if self.bus is not None else "connect", reason)
         if self.outage.failed_attempt(time.monotonic()):
             log.warning(
-                "still %s: %d attempts in %.0f s (last: %s)",
+                "still %s: %d attempts in %.0f s (last: %s)%s",
                 doing,
                 self.outage.attempts,
                 time.monotonic() - self.outage.since,
                 reason,
+                f"; it refused {_credentials(self.options)}; {self.options.credentials_hint}"
+                if _is_unauthorized(reason)
+                else "",
             )
 
 
@@ -510,11 +528,34 @@ async def connect_within(options: BusOptions, within: timedelta) -> AsyncIterato
             with anyio.fail_after(deadline):
                 bus = await stack.enter_async_context(_connected(options, callbacks))
         except TimeoutError:
+            if _is_unauthorized(callbacks.last_failure):  # refused by one, the others silent
+                raise callbacks.unauthorized() from None
             raise BusError(
                 "connect", f"{_no_server(options)} answered within {deadline:g} s{_last(callbacks)}"
             ) from None
         callbacks.refusal_ends_it = False
         yield bus
+
+
+def _is_unauthorized(failure: str) -> bool:
+    return "authorization violation" in failure.lower()
+
+
+def _credentials(options: BusOptions) -> str:
+    """The credentials `options` connect with, as an error names them: never a secret."""
+    used = []
+    if options.creds is not None:
+        used.append(f"the credentials file {options.creds}")
+    if options.nkey_seed is not None:
+        used.append(f"the nkey seed {options.nkey_seed}")
+    if options.user is not None:
+        used.append(f"user {options.user!r}" + (" with a password" if options.password is not None else ""))
+    if options.token is not None:
+        used.append("a token")
+    if not used:
+        return "a connection without credentials"
+    said = " and ".join(used)
+    return f"{said} (from {options.credentials_from})" if options.credentials_from else said
 
 
 def _last(callbacks: _Callbacks) -> str:
