@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from provisioner.errors import Forbidden, RequestError
-from registry.access import Party
+from registry.access import Kind, Party
 from registry.contract import Bucket, JsonRefused, VerbRequest, buckets, read_json
 from registry.serving import capped
 
@@ -86,10 +86,16 @@ class Asked:
 
 def scoped(query: Query, party: Party | None) -> Query:
     """`query` as `party` may have it answered: a node about its own keys (needs, applied and
-    collect narrowed to its node), everyone else about the mesh. A continuation is left as it is:
-    its listing was scoped when it started, and its cursor serves only the party that started it."""
+    collect narrowed to its node), a party that sees the mesh about the mesh, any other (a writer)
+    about nothing. A continuation is left as it is: its listing was scoped when it started, and
+    its cursor serves only the party that started it."""
     if party is None or party.sees_the_mesh:
         return query
+    if party.kind != Kind.NODE:
+        raise Forbidden(
+            f"{capped(party.label, 64)} is answered nothing: a {party.kind} party is granted no verb "
+            "(nodes are answered about their own keys, operators and providers about the mesh)"
+        )
     if query.node is not None and query.node != party.name:
         raise Forbidden(
             "a node is answered about its own keys; "

@@ -13,7 +13,10 @@ every key of mesh-wide buckets (the registry, shared config), with their live up
 and the vault's `secret` verb, shared, so that they learn who asks. A provider's machine (a node
 running the provider's module, named in `machines`) imports the vault's `consumers` verb too. A
 provider reads the needs bucket, writes its own `<provider>_bound` and asks the verb. An operator
-asks the verb. Node names are escaped exactly as keys (`a.b` is `a=2Eb`), so node `a` never
+asks the verb. A writer (a domain of the catalogue writing a bucket of a fixed name the registry
+names: the config domain its `mesh-config_values`, the controller its assignments mirror) puts,
+deletes and reads the keys of that one bucket, and nothing else: no verb, no other bucket, no live
+updates. Node names are escaped exactly as keys (`a.b` is `a=2Eb`), so node `a` never
 reaches `a=2Eb.>` nor `a.b` reaches `a.>`.
 
 The vault (every verb-answered domain) has an account of its own, `vault`: it exports its verbs to
@@ -182,6 +185,7 @@ class _Catalogue:
         self.mesh_wide: list[Bucket] = []
         self.node_verbs: set[str] = set()
         self.machine_verbs: set[str] = set()
+        self.written: dict[str, Bucket] = {}
         self.skipped: list[str] = []
         own = {b.name for b in buckets.OWN}
         for name, domain in sorted(domains.items()):
@@ -192,6 +196,8 @@ class _Catalogue:
                 machine = set(domain.kinds) <= MACHINE_KINDS
                 (self.machine_verbs if machine else self.node_verbs).add(answer.subject)
                 continue
+            if not fields_of(answer.bucket) and answer.bucket not in own:
+                self.written[name] = Bucket(answer.bucket, shape_of(answer.key))
             for bucket in self._buckets_of(name, answer, providers):
                 if bucket.name in own:
                     continue
@@ -231,15 +237,46 @@ def node_imports(node: str, catalogue: _Catalogue, *, machine: bool) -> list[Imp
     return found
 
 
-def provider_imports(provider: str, catalogue: _Catalogue) -> list[Import]:
-    bound = bound_bucket(provider)
-    found = _reads(buckets.NEEDS, ">", "the needs: who consumes it")
-    found += [
-        Import(kind="service", subject=bound.subject(">"), why=f"put and delete in its own {bound.name}"),
-        *_reads(bound, ">", f"its own {bound.name}", live=False),
+def _owns(bucket: Bucket) -> list[Import]:
+    """Puts, deletes and gets of every key of `bucket` (a compare-and-set reads the revision it
+    compares), and the whole of it in one batch."""
+    return [
+        Import(kind="service", subject=bucket.subject(">"), why=f"put and delete in its own {bucket.name}"),
+        *_reads(bucket, ">", f"its own {bucket.name}", live=False),
     ]
+
+
+def provider_imports(provider: str, catalogue: _Catalogue) -> list[Import]:
+    found = _reads(buckets.NEEDS, ">", "the needs: who consumes it")
+    found += _owns(bound_bucket(provider))
     found += _asks([buckets.VERB_SUBJECT], "ask the verb, telling who asks")
     return found
+
+
+def writer_imports(bucket: Bucket) -> list[Import]:
+    """A domain writing its bucket: that bucket alone; it reads no node's keys and asks no verb."""
+    return _owns(bucket)
+
+
+def writing_domains(domains: Mapping[str, Domain]) -> dict[str, Bucket]:
+    """Each domain writing a bucket the registry names, by name, with that bucket: a bucket of a
+    fixed name that is not the seat's nor the nodes' (`<provider>_bound` is each provider's)."""
+    return _Catalogue(domains, ()).written
+
+
+def chosen_writers(domains: Mapping[str, Domain], writers: Sequence[str] | None) -> dict[str, Bucket]:
+    """The writers the grants are for, with their buckets: `None`, every writing domain of the
+    catalogue; else those named, each of which must be one."""
+    written = writing_domains(domains)
+    if writers is None:
+        return written
+    for name in writers:
+        if name not in written:
+            known = ", ".join(map(repr, written)) or "none"
+            raise SettingsError(
+                "the grants' writers", f"{name!r} is no domain of the catalogue writing a bucket (those are: {known})"
+            )
+    return {name: written[name] for name in dict.fromkeys(writers)}
 
 
 def vault_imports() -> list[Import]:
@@ -281,19 +318,23 @@ def derive_grants(
     providers: Sequence[str] = (),
     operators: Sequence[str] = (),
     machines: Mapping[str, Sequence[str]] | None = None,
+    writers: Sequence[str] | None = None,
     user_keys: Mapping[Party, str],
     account_keys: Mapping[Party, str] | None = None,
 ) -> Grants:
     """The grants of every party; `machines` names each provider's machines (the nodes running its
-    module), `user_keys` holds each party's user public nkey (and `account_keys` each account's,
-    in JWT mode). A provider whose machines are not named leaves every node its consumers' verb
-    (said in `wide`): name them, and only they may ask it."""
+    module), `writers` the domains writing their bucket (`None`: every one the catalogue has),
+    `user_keys` holds each party's user public nkey (and `account_keys` each account's, in JWT
+    mode). A provider whose machines are not named leaves every node its consumers' verb (said
+    in `wide`): name them, and only they may ask it."""
     catalogue = _Catalogue(domains, providers)
     asking, wide = _machines(nodes, providers, machines or {})
+    written = chosen_writers(domains, writers)
     wanted = [
         *((Party(kind=Kind.NODE, name=n), node_imports(n, catalogue, machine=n in asking)) for n in nodes),
         *((Party(kind=Kind.PROVIDER, name=p), provider_imports(p, catalogue)) for p in providers),
         *((Party(kind=Kind.OPERATOR, name=o), operator_imports()) for o in operators),
+        *((Party(kind=Kind.WRITER, name=w), writer_imports(bucket)) for w, bucket in written.items()),
         (VAULT, vault_imports()),
     ]
     accounts = account_keys or {}

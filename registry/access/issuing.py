@@ -2,8 +2,9 @@
 
     <out>/accounts.conf       the accounts block for nats-server (static configuration)
     <out>/grants.json         the same grants as data, for the controller and the seat
-    <keys>/<party>.nk         one nkey seed per party: seat.nk, vault.nk, node-n1.nk, ... (`keys`
-                              is `out` unless given: seeds are secrets, keep them apart)
+    <keys>/<party>.nk         one nkey seed per party: seat.nk, vault.nk, node-n1.nk,
+                              writer-config.nk, ... (`keys` is `out` unless given: seeds are
+                              secrets, keep them apart)
 
 The controller can call `issue_grants` itself. Seeds already in `keys` are kept, so running it
 again with one more node changes only what that node adds, and the output is reproducible.
@@ -17,10 +18,10 @@ from pathlib import Path
 
 from registry.access.accounts_conf import render_accounts
 from registry.access.credentials import issue_user_keys
-from registry.access.grants import Grants, data_parties, derive_grants, verb_subjects
+from registry.access.grants import Grants, chosen_writers, data_parties, derive_grants, verb_subjects
 from registry.access.jwt_auth import issue_account_keys, write_jwt_auth
 from registry.access.parties import Kind, Party
-from registry.contract import load_catalogue
+from registry.contract import Domain, load_catalogue
 from registry.errors import SettingsError
 
 MACHINE_MARK = "@"  # `postgres@n2`: provider postgres runs on node n2 (a module name holds no `@`)
@@ -29,15 +30,23 @@ MACHINE_MARK = "@"  # `postgres@n2`: provider postgres runs on node n2 (a module
 @dataclass(frozen=True)
 class MeshParties:
     """Who the grants are for, by name; `machines` names the nodes each provider's module runs
-    on, which alone may ask the vault for its consumers' credentials."""
+    on, which alone may ask the vault for its consumers' credentials; `writers` the domains of
+    the catalogue that write their bucket (`config`, `placement`), `None` meaning every one."""
 
     nodes: Sequence[str]
     providers: Sequence[str] = ()
     operators: Sequence[str] = ()
     machines: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    writers: Sequence[str] | None = None
 
     @staticmethod
-    def named(nodes: Sequence[str], providers: Sequence[str], operators: Sequence[str]) -> MeshParties:
+    def named(
+        nodes: Sequence[str],
+        providers: Sequence[str],
+        operators: Sequence[str],
+        *,
+        writers: Sequence[str] | None = None,
+    ) -> MeshParties:
         """The parties as the command line names them: a provider `MODULE` or `MODULE@NODE`, the
         latter naming a machine it runs on (repeat it for each)."""
         machines: dict[str, list[str]] = {}
@@ -48,14 +57,16 @@ class MeshParties:
             elif mark:
                 raise SettingsError("--provider", f"{given!r} names no node after {MACHINE_MARK!r}")
         unique = list(dict.fromkeys(given.partition(MACHINE_MARK)[0] for given in providers))
-        return MeshParties(nodes=nodes, providers=unique, operators=operators, machines=machines)
+        return MeshParties(nodes=nodes, providers=unique, operators=operators, machines=machines, writers=writers)
 
-    def all(self) -> list[Party]:
+    def all(self, domains: Mapping[str, Domain]) -> list[Party]:
+        """Every party, the writers as the catalogue `domains` has them."""
         return [
             *data_parties(),
             *(Party(kind=Kind.NODE, name=n) for n in self.nodes),
             *(Party(kind=Kind.PROVIDER, name=p) for p in self.providers),
             *(Party(kind=Kind.OPERATOR, name=o) for o in self.operators),
+            *(Party(kind=Kind.WRITER, name=w) for w in chosen_writers(domains, self.writers)),
         ]
 
 
@@ -67,14 +78,16 @@ def issue_grants(
     keys (in grants.json too), JWTs and `.creds` files (`registry.access.jwt_auth`)."""
     out.mkdir(parents=True, exist_ok=True)
     domains = load_catalogue(domains_file)
-    user_keys = issue_user_keys(parties.all(), keys or out)
-    account_keys = issue_account_keys(parties.all(), keys or out) if jwt else None
+    everyone = parties.all(domains)
+    user_keys = issue_user_keys(everyone, keys or out)
+    account_keys = issue_account_keys(everyone, keys or out) if jwt else None
     grants = derive_grants(
         domains,
         nodes=parties.nodes,
         providers=parties.providers,
         operators=parties.operators,
         machines=parties.machines,
+        writers=parties.writers,
         user_keys=user_keys,
         account_keys=account_keys,
     )

@@ -41,6 +41,8 @@ PARTY_LIMITS: Mapping[Kind, PartyLimits] = {
     Kind.NODE: PartyLimits(connections=16, subscriptions=1000),
     Kind.PROVIDER: PartyLimits(connections=64, subscriptions=10_000),
     Kind.OPERATOR: PartyLimits(connections=16, subscriptions=1000),
+    # A domain writing its own bucket (the config service, the controller): a few processes.
+    Kind.WRITER: PartyLimits(connections=16, subscriptions=1000),
     # The vault's answers (a provision's consumers) may be as large as the server allows.
     Kind.VAULT: PartyLimits(connections=64, subscriptions=1000, payload=None),
 }

@@ -29,10 +29,12 @@ class Kind(StrEnum):
     PROVIDER = "provider"
     OPERATOR = "operator"
     VAULT = "vault"
+    WRITER = "writer"  # a domain writing its own bucket, named after the domain: `writer-config`
 
 
 class Party(BaseModel):
-    """One party of the mesh: its kind and its name (a node's name, a provider's module, ...)."""
+    """One party of the mesh: its kind and its name (a node's name, a provider's module, a writing
+    domain's name, ...)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -48,7 +50,7 @@ class Party(BaseModel):
 
     @property
     def label(self) -> str:
-        """How files and logs name it: `node-n1`, `provider-postgres`, `seat`."""
+        """How files and logs name it: `node-n1`, `provider-postgres`, `writer-placement`, `seat`."""
         if self.kind in (Kind.SEAT, Kind.VAULT):
             return self.kind.value
         return f"{self.kind.value}-{encode_token(self.name)}"
@@ -56,8 +58,9 @@ class Party(BaseModel):
     @property
     def sees_the_mesh(self) -> bool:
         """Operators, providers and the data account's own parties are answered about the mesh;
-        a node about its own keys only."""
-        return self.kind != Kind.NODE
+        a node about its own keys only; a writer about nothing (it writes its own bucket and is
+        granted no verb: a responder that hears from one anyway refuses it)."""
+        return self.kind not in (Kind.NODE, Kind.WRITER)
 
 
 class PartyMap:

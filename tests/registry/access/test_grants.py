@@ -27,7 +27,7 @@ from registry.errors import SettingsError
 
 
 def grants_for(*nodes: str) -> Grants:
-    parties = MeshParties(nodes=nodes, providers=("postgres",), operators=("ops",)).all()
+    parties = MeshParties(nodes=nodes, providers=("postgres",), operators=("ops",)).all(load_catalogue())
     return derive_grants(
         load_catalogue(),
         nodes=nodes,
@@ -75,8 +75,8 @@ def test_no_party_but_the_seat_gets_jetstream_api_beyond_direct_gets() -> None:
 
 def test_the_verbs_are_imported_shared_so_the_responder_learns_who_asks() -> None:
     for grant in grants_for("n1").parties:
-        if grant.party.kind == Kind.VAULT:
-            continue  # it answers, and asks no verb
+        if grant.party.kind in (Kind.VAULT, Kind.WRITER):
+            continue  # the vault answers, a writer writes: neither asks a verb
         verbs = [i for i in grant.imports if i.subject == buckets.VERB_SUBJECT]
         assert len(verbs) == 1 and verbs[0].share, grant.party.label
         assert all(i.share for i in grant.imports if i.subject.startswith("mesh-vault.")), grant.party.label
@@ -97,6 +97,8 @@ def test_each_party_imports_only_the_vault_verbs_it_may_ask() -> None:
         "node-n2": ["mesh-vault.consumers", "mesh-vault.secret"],
         "provider-postgres": [],
         "operator-ops": [],
+        "writer-config": [],
+        "writer-placement": [],
         "vault": [],
     }
     assert grants.wide == ()
@@ -142,7 +144,8 @@ def issue(parties: MeshParties) -> Grants:
         providers=parties.providers,
         operators=parties.operators,
         machines=parties.machines,
-        user_keys={p: f"U{p.label}" for p in parties.all()},
+        writers=parties.writers,
+        user_keys={p: f"U{p.label}" for p in parties.all(load_catalogue())},
     )
 
 
@@ -164,10 +167,10 @@ def test_the_grants_file_maps_accounts_back_to_parties(tmp_path: Path) -> None:
     assert re.search(r'"node-a=2Eb"', (tmp_path / "accounts.conf").read_text())
 
 
-@pytest.mark.parametrize("kind", [Kind.NODE, Kind.PROVIDER, Kind.OPERATOR], ids=lambda k: k.value)
+@pytest.mark.parametrize("kind", [Kind.NODE, Kind.PROVIDER, Kind.OPERATOR, Kind.WRITER], ids=lambda k: k.value)
 def test_both_configurations_carry_the_one_table_of_limits(tmp_path: Path, kind: Kind) -> None:
     issue_grants(tmp_path, MeshParties(nodes=["n1"], providers=["postgres"], operators=["ops"]), jwt=True)
-    name = {Kind.NODE: "n1", Kind.PROVIDER: "postgres", Kind.OPERATOR: "ops"}[kind]
+    name = {Kind.NODE: "n1", Kind.PROVIDER: "postgres", Kind.OPERATOR: "ops", Kind.WRITER: "config"}[kind]
     label = Party(kind=kind, name=name).label
     limits = PARTY_LIMITS[kind]
     assert limits.payload is not None
