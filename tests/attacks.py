@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from registry.contract import buckets
+from registry.contract import Bucket, KeyShape, buckets
 from registry.errors import BusError
 from registry.wire import Bus, snapshot
 
@@ -33,24 +33,36 @@ BUS_ERRORS = (nats.errors.Error, BusError)
 NO_RESPONDERS_HEADERS = {"Status", "Description", "Nats-Subject"}
 
 
-async def everything(seat: Bus) -> Everything:
-    """Every key of the four buckets as the seat sees them: key, value, revision, deleted."""
+# The seat renews its own lease when it likes: of the leases, the nodes' are what an attack could touch.
+JUDGED = {buckets.LEASES.name: ("node.>",)}
+ANY_KEY = KeyShape("<key>")
+
+
+async def everything(seat: Bus, among: Iterable[Bucket] = buckets.OWN) -> Everything:
+    """Every key of `among` (the four buckets unless told) as the seat sees them: key, value,
+    revision, deleted."""
     found = {}
-    for bucket in buckets.OWN:
-        items = await snapshot(seat, bucket, include_deleted=True)
+    for bucket in among:
+        items = await snapshot(seat, bucket, JUDGED.get(bucket.name, (">",)), include_deleted=True)
         found[bucket.name] = sorted((i.key, i.value, i.revision, i.deleted) for i in items)
     return found
 
 
-async def unchanged_after(seat: Bus, attack: Attack) -> None:
-    """Runs `attack` (a refusal by the bus is its expected end) and asserts that no key of the four
-    buckets changed."""
-    before = await everything(seat)
+async def data_buckets(seat: Bus) -> list[Bucket]:
+    """Every bucket of the data account (each KV stream the seat finds there)."""
+    streams = (await seat.jetstream("STREAM.NAMES", {}, operation="stream names"))["streams"] or []
+    return [Bucket(name.removeprefix("KV_"), ANY_KEY) for name in sorted(streams) if name.startswith("KV_")]
+
+
+async def unchanged_after(seat: Bus, attack: Attack, among: Sequence[Bucket] = buckets.OWN) -> None:
+    """Runs `attack` (a refusal by the bus is its expected end) and asserts that no key of `among`
+    (the four buckets unless told) changed."""
+    before = await everything(seat, among)
     with contextlib.suppress(*BUS_ERRORS):
         await attack()
     # Nothing can be awaited for an answer that must never land: give it the time it would take.
     await anyio.sleep(0.2)
-    assert await everything(seat) == before
+    assert await everything(seat, among) == before
 
 
 @dataclass(frozen=True)
@@ -81,10 +93,12 @@ class RequestAttack:
             await subscription.unsubscribe()
 
 
-async def nothing_comes_back(seat: Bus, attacker: Client, attack: RequestAttack) -> None:
+async def nothing_comes_back(
+    seat: Bus, attacker: Client, attack: RequestAttack, among: Sequence[Bucket] = buckets.OWN
+) -> None:
     """Asserts that `attack`, sent by `attacker`, is answered by refusals only, none of which holds
-    a key name or a value of the data account's buckets."""
-    secrets = _secrets_of(await everything(seat))
+    a key name or a value of `among` (the four buckets unless told)."""
+    secrets = _secrets_of(await everything(seat, among))
     answers = await attack.answers(attacker)
     leaks = [a for a in answers if not _refusal(a, attack.subject) or any(s in a.data for s in secrets)]
     assert not leaks, f"{attack.name}: something came back: {[_describe(a) for a in leaks]}"
