@@ -1,13 +1,15 @@
 """A mesh described once: the parties of the grants in a TOML file, for `mesh-provisioner grants
 --mesh FILE` or a controller in any language that writes it.
 
-    version = 1                      # the shape of this file (optional; 1 is the only one)
+    version = 1                          # the shape of this file (optional; 1 is the only one)
     nodes = ["n1", "n2"]
     operators = ["ops"]
-    domains_file = "domains.toml"    # the seat's domains file, relative to this file (optional)
+    writers = ["config", "placement"]    # the catalogue's domains writing a bucket, a party each
+                                         # (left out: every one of them; [] none)
+    domains_file = "domains.toml"        # the seat's domains file, relative to this file (optional)
 
-    [providers.postgres]             # a provider module, and the nodes its module runs on
-    machines = ["n2"]                # (left out: every node may ask for its consumers)
+    [providers.postgres]                 # a provider module, and the nodes its module runs on
+    machines = ["n2"]                    # (left out: every node may ask for its consumers)
 
 Every key is optional. An unknown key, a value of the wrong type, a name listed twice, a machine
 that is not a node of the file, a name over 1,024 bytes, more than 10,000 names in a list and a
@@ -76,6 +78,7 @@ class MeshFile(_Model):
     nodes: Names = ()
     providers: dict[ProviderName, ProviderEntry] = Field(default_factory=dict, max_length=MAX_NAMES)
     operators: Names = ()
+    writers: Names | None = None
     domains_file: Path | None = None
 
     @model_validator(mode="after")
@@ -91,7 +94,11 @@ class MeshFile(_Model):
     def parties(self) -> MeshParties:
         machines = {name: entry.machines for name, entry in self.providers.items() if entry.machines}
         return MeshParties(
-            nodes=self.nodes, providers=tuple(self.providers), operators=self.operators, machines=machines
+            nodes=self.nodes,
+            providers=tuple(self.providers),
+            operators=self.operators,
+            machines=machines,
+            writers=self.writers,
         )
 
 
@@ -156,7 +163,8 @@ def _known_at(loc: Sequence[int | str]) -> list[str]:
 
 
 def combined(given: MeshParties, more: MeshParties) -> MeshParties:
-    """The parties of both, `given`'s first, each once; a provider's machines are those of both."""
+    """The parties of both, `given`'s first, each once; a provider's machines are those of both;
+    the writers named by either (named by neither: every writing domain, `None`)."""
     machines: dict[str, list[str]] = {}
     for source in (given, more):
         for provider, named in source.machines.items():
@@ -166,7 +174,14 @@ def combined(given: MeshParties, more: MeshParties) -> MeshParties:
         providers=_unique([*given.providers, *more.providers]),
         operators=_unique([*given.operators, *more.operators]),
         machines=machines,
+        writers=_either(given.writers, more.writers),
     )
+
+
+def _either(given: Sequence[str] | None, more: Sequence[str] | None) -> list[str] | None:
+    if given is None and more is None:
+        return None
+    return _unique([*(given or ()), *(more or ())])
 
 
 def _unique(names: Iterable[str]) -> list[str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.access import MeshFile, MeshFileError, MeshParties, combined, read_mesh_file
+from registry.access import Kind, MeshFile, MeshFileError, MeshParties, combined, issue_grants, read_mesh_file
 from tests.helpers import DEPLOY
 
 
@@ -46,6 +46,23 @@ def test_a_full_file_names_every_party_and_the_machines_of_each_provider(tmp_pat
     )
 
 
+@pytest.mark.parametrize(
+    ("line", "writers", "parties"),
+    [
+        pytest.param("", None, ["writer-config", "writer-placement"], id="left out: every writing domain"),
+        pytest.param('writers = ["config"]', ("config",), ["writer-config"], id="named: those alone"),
+        pytest.param("writers = []", (), [], id="none"),
+    ],
+)
+def test_the_writers_are_the_domains_named_else_every_one(
+    tmp_path: Path, line: str, writers: tuple[str, ...] | None, parties: list[str]
+) -> None:
+    mesh = read_mesh_file(written(tmp_path, f'nodes = ["n1"]\n{line}\n'))
+    assert mesh.parties().writers == writers
+    grants = issue_grants(tmp_path / "out", mesh.parties())
+    assert [g.party.label for g in grants.parties if g.party.kind == Kind.WRITER] == parties
+
+
 def test_an_empty_file_is_an_empty_mesh(tmp_path: Path) -> None:
     assert read_mesh_file(written(tmp_path, "")) == MeshFile()
 
@@ -67,6 +84,7 @@ def test_the_domains_file_is_found_beside_the_mesh_file(tmp_path: Path) -> None:
             id="an unknown key of a provider",
         ),
         pytest.param('nodes = ["n1", "n2", "n1"]\n', "nodes: 'n1' is listed twice", id="a node listed twice"),
+        pytest.param('writers = ["config", "config"]\n', "writers: 'config' is listed twice", id="a writer twice"),
         pytest.param(
             'nodes = ["n1"]\n[providers.postgres]\nmachines = ["n1", "n9"]\n',
             "providers.postgres.machines[1]: 'n9' is not one of the nodes",
@@ -108,11 +126,30 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
 
 
 def test_flags_add_to_the_file_each_party_once_the_files_first() -> None:
-    described = MeshParties(nodes=("n1", "n2"), providers=("postgres",), machines={"postgres": ("n2",)})
-    flags = MeshParties.named(["n3", "n1"], ["postgres@n3", "redis"], ["ops"])
+    described = MeshParties(
+        nodes=("n1", "n2"), providers=("postgres",), machines={"postgres": ("n2",)}, writers=("config",)
+    )
+    flags = MeshParties.named(["n3", "n1"], ["postgres@n3", "redis"], ["ops"], writers=["placement", "config"])
     assert combined(described, flags) == MeshParties(
         nodes=["n1", "n2", "n3"],
         providers=["postgres", "redis"],
         operators=["ops"],
         machines={"postgres": ["n2", "n3"]},
+        writers=["config", "placement"],
     )
+
+
+@pytest.mark.parametrize(
+    ("in_file", "in_flags", "writers"),
+    [
+        pytest.param(None, None, None, id="named by neither: every writing domain"),
+        pytest.param(None, ["config"], ["config"], id="named by the flags alone"),
+        pytest.param([], None, [], id="none, said by the file"),
+        pytest.param([], ["config"], ["config"], id="none in the file, one by the flags"),
+    ],
+)
+def test_the_writers_are_those_either_names(
+    in_file: list[str] | None, in_flags: list[str] | None, writers: list[str] | None
+) -> None:
+    parties = combined(MeshParties(nodes=(), writers=in_file), MeshParties.named([], [], [], writers=in_flags))
+    assert parties.writers == writers
