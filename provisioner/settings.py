@@ -258,13 +258,33 @@ class TopArguments(CommandArguments):
 
 
 class RemoveNodeArguments(CommandArguments):
-    """Which node `mesh-provisioner remove-node` removes, and whether it asks first."""
+    """Which node `mesh-provisioner remove-node` removes, whether it asks first, whether it
+    removes a node whose client still holds its lease, and its account (decentralized auth)."""
 
     node: Annotated[str, CommandLine(positional=True, metavar="NODE")] = Field(
         min_length=1, description="the node's name, as its client is told it (never escaped)"
     )
     yes: bool = Field(default=False, description="remove without asking")
+    force: bool = Field(
+        default=False,
+        description="remove even while the node's client holds its lease (revoke its account first, or --jwt)",
+    )
+    jwt: bool = Field(
+        default=False, description="decentralized auth: also delete the node's account, first (needs --keys)"
+    )
+    keys: Annotated[Path | None, CommandLine(metavar="DIR")] = Field(
+        default=None,
+        description="with --jwt: the seeds `grants --jwt` kept (operator.nk, sys.creds, account-node-NODE.nk)",
+    )
     wait: Duration = Field(default=_WAIT, gt=timedelta(0), description="how long to wait to connect")
+
+    @model_validator(mode="after")
+    def _keys_with_jwt(self) -> Self:
+        if self.jwt and self.keys is None:
+            raise SettingsError(flag_of(type(self), "jwt"), f"needs {flag_of(type(self), 'keys')}: the seeds folder")
+        if self.keys is not None and not self.jwt:
+            raise SettingsError(flag_of(type(self), "keys"), f"applies only with {flag_of(type(self), 'jwt')}")
+        return self
 
 
 class GrantsArguments(CommandArguments):

@@ -10,11 +10,12 @@ Exit codes:
        authorization violation after a reload, say: a supervisor should restart it), or
        `query`, `top --once`: no answer from the seat within --wait; `top`'s connection closed for good
     2  a usage or settings error (a flag, a MESH_PROVISIONER_* variable, the config, domains or
-       grants file); `remove-node` not confirmed (nothing was removed)
+       grants file, a seed --keys lacks); `remove-node` not confirmed (nothing was removed)
     3  `query`, `top --once`: the verb answered with an error (other than 410 and 503, which are
        retried)
     4  `query`: answered, with malformed keys (listed and marked in every output)
-    5  `query nodes`, `top --once`: a node shown is stale, gone or over quota (before 4: the fleet first)
+    5  `query nodes`, `top --once`: a node shown is stale, gone or over quota (before 4: the fleet first);
+       `remove-node`: the node's client holds its lease (nothing was removed; the message names it)
 """
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ import anyio
 import anyio.to_thread
 
 from provisioner.commands.grants_command import add_grants_command, run_grants
-from provisioner.commands.removal import node_keys, remove_keys
+from provisioner.commands.removal import (
+    AccountRemoval,
+    Footprint,
+    LiveLease,
+    NodeStillHeld,
+    delete_node_account,
+    footprint,
+    remove_footprint,
+)
 from provisioner.errors import ProvisionerError
 from provisioner.seat.server import run_server
 from provisioner.settings import (
@@ -44,11 +53,11 @@ from provisioner.settings import (
     ServerSettings,
     TopArguments,
 )
-from registry.contract import Bucket, MergedAnswer, buckets
+from registry.contract import MergedAnswer, buckets
 from registry.edge import BusSettings, LogSettings, add_settings_arguments, given_flags, load_settings
 from registry.errors import CatalogueError, RegistryError, ServiceError, SettingsError, sole_exception
 from registry.runtime import configure_logging, quiet_on_closed_pipe, terminal_safe, until_signalled
-from registry.wire import BusOptions, KvItem, answer_patiently, connect_within
+from registry.wire import BusOptions, answer_patiently, connect_within
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +121,20 @@ examples:
 _EPILOG_REMOVE = """\
 Connect as `serve` does, with the seat's credentials in the data account. The node's keys are
 those under its name escaped as a key token (node a.b: a=2Eb.>, never a.>); each gets a delete
-marker at the revision it was listed at. Stop the node's client first: a key it writes again
-meanwhile is left alone and reported (exit 1).
+marker at the revision it was listed at, and its lease (node.<node>) a delete marker saying it
+was removed, so `query nodes` no longer lists it. Stop the node's client first: while it holds its
+lease nothing is removed (exit 5, naming its host, pid and since when) unless --force; a key it
+writes again meanwhile is left alone and reported (exit 1).
+
+With --jwt (decentralized auth) the node's account is deleted first, as the system account's user
+(KEYS/sys.creds), signed by the operator (KEYS/operator.nk): its connections are closed and its
+credential refused. With static accounts, issue the grants without the node and reload
+nats-server: its key is then refused. Either way, issue the grants without it afterwards.
 
 examples:
-  mesh-provisioner remove-node n1                  list n1's keys and ask before removing them
+  mesh-provisioner remove-node n1                  list what n1 holds and ask before removing it
   mesh-provisioner remove-node n1 --yes --nats-nkey seat.nk
+  mesh-provisioner remove-node n1 --yes --nats-creds mesh-keys/seat.creds --jwt --keys mesh-keys
 """
 
 
@@ -188,9 +205,9 @@ def _add_client_settings(command: argparse.ArgumentParser) -> None:
 def _add_remove_node(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     remove = commands.add_parser(
         "remove-node",
-        help="remove every key of a node from the needs, applied and collect buckets",
-        description="List every key of NODE in the needs, applied and collect buckets, remove each, and "
-        "print what was removed.",
+        help="remove a node: its keys of needs, applied and collect, its lease, with --jwt its account",
+        description="List every key of NODE in the needs, applied and collect buckets and its lease, remove "
+        "each (with --jwt its account first), and print what was removed.",
         epilog=_EPILOG_REMOVE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -263,35 +280,74 @@ def _remove_node(args: argparse.Namespace) -> int:
     removal = load_settings(RemoveNodeArguments, given_flags(args, RemoveNodeArguments), None, os.environ)
     options = _bus_options(args, f"{buckets.SEAT}-remove-node")
     _configure_logging(_log_settings(args))
-    return anyio.run(partial(_remove, options, removal.node, confirmed=removal.yes, wait=removal.wait))
+    try:
+        return anyio.run(partial(_remove, options, removal))
+    except NodeStillHeld as held:
+        print(f"mesh-provisioner remove-node: {terminal_safe(str(held))}", file=sys.stderr)
+        return EXIT_STALE
 
 
-async def _remove(options: BusOptions, node: str, *, confirmed: bool, wait: timedelta) -> int:
-    """Lists the node's keys, asks unless `confirmed`, removes them and prints what was removed."""
-    async with connect_within(options, wait) as bus:
-        found = await node_keys(bus, node)
-        if not any(found.values()):
-            print(f"nothing to remove: node {node!r} has no key in the needs, applied or collect buckets")
+async def _remove(options: BusOptions, removal: RemoveNodeArguments) -> int:
+    """Lists what the node holds, refuses while its client holds its lease (unless --force), asks
+    unless --yes, deletes its account first (--jwt), then its keys and lease; prints what went."""
+    account = AccountRemoval.of(removal.keys, removal.node) if removal.keys is not None else None
+    async with connect_within(options, removal.wait) as bus:
+        found = await footprint(bus, removal.node)
+        live = found.refuse_if_held(force=removal.force)
+        if found.empty and account is None:
+            print(
+                f"nothing to remove: node {removal.node!r} has no key in the needs, applied or collect buckets "
+                "and no lease"
+            )
             return EXIT_OK
-        if not confirmed and not await anyio.to_thread.run_sync(_confirm, node, found):
+        if not removal.yes and not await anyio.to_thread.run_sync(_confirm, found, account):
             print("nothing removed; pass --yes to remove without asking", file=sys.stderr)
             return EXIT_USAGE
-        removed = await remove_keys(bus, found)
-    for bucket, keys in removed.items():
-        print("\n".join(f"removed {bucket} {terminal_safe(key)}" for key in keys))
-    print(f"removed {sum(len(keys) for keys in removed.values())} keys of node {node!r}")
+        if account is not None:
+            await _delete_account(options, account)
+        removed = await remove_footprint(bus, found, force=removal.force)
+    _print_removed(removal.node, removed, live if account is None else None)
     return EXIT_OK
 
 
-def _confirm(node: str, found: dict[Bucket, list[KvItem]]) -> bool:
+async def _delete_account(options: BusOptions, account: AccountRemoval) -> None:
+    system = account.options(options)
+    async with connect_within(system, system.connect_timeout) as bus:
+        answer = await delete_node_account(bus, account)
+    print(
+        f"deleted the account of node {account.node!r} ({terminal_safe(answer)}): its connections are closed "
+        "and its credential refused"
+    )
+
+
+def _print_removed(node: str, removed: dict[str, list[str]], forced: LiveLease | None) -> None:
+    for bucket, keys in removed.items():
+        print("\n".join(f"removed {bucket} {terminal_safe(key)}" for key in keys))
+    count = sum(len(keys) for bucket, keys in removed.items() if bucket != buckets.LEASES.name)
+    lease = " and its lease" if buckets.LEASES.name in removed else ""
+    print(f"removed {count} keys of node {node!r}{lease}")
+    if forced is not None:
+        print(
+            f"mesh-provisioner remove-node: removed while its client held its lease ({forced.describe()}): "
+            "unless its account is revoked (the grants issued without it, and nats-server reloaded) it takes "
+            "the lease again and writes its keys back",
+            file=sys.stderr,
+        )
+
+
+def _confirm(found: Footprint, account: AccountRemoval | None) -> bool:
     """Shows what would be removed and asks on a terminal; anywhere else, `--yes` is needed."""
-    for bucket, items in found.items():
+    for bucket, items in found.keys.items():
         keys = sorted(item.key for item in items)
         print("\n".join(f"{bucket.name} {terminal_safe(key)}" for key in keys))
-    count = sum(len(items) for items in found.values())
+    if found.lease_left is not None:
+        print(f"{buckets.LEASES.name} {terminal_safe(found.lease_left.key)}")
+    if account is not None:
+        print(f"the account of node {found.node!r}: {account.account}")
+    count = sum(len(items) for items in found.keys.values())
     if not sys.stdin.isatty():
         return False
-    return input(f"remove these {count} keys of node {node!r}? [y/N] ").strip().lower() in ("y", "yes")
+    return input(f"remove these {count} keys of node {found.node!r}? [y/N] ").strip().lower() in ("y", "yes")
 
 
 def _bus_options(args: argparse.Namespace, name: str) -> BusOptions:

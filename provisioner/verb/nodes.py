@@ -10,9 +10,12 @@ anything to needs, applied or collect. Verdicts, against `stale_after` (the requ
     healthy   renewed within stale_after and within its ttl (+ registry.wire.lease.SKEW), or
               released within stale_after
     stale     a held lease not renewed for longer than either, or released longer ago
-    gone      no lease record at all: its client never ran, or the record was removed
+    gone      no lease record at all: its client never ran, or the record was purged
     over-quota  cut back by the seat for holding more than its quota in a bucket
               (`provisioner.seat.quotas`), within the last hour; said before how its lease stands
+
+A node removed by `mesh-provisioner remove-node` is not listed: its lease's delete marker says
+`removed` (`REMOVED_LEASE`), and its applied records are deleted.
 
 The applied counts and the latest change (the records' `changed_at`, else when the server stored
 them) come from the applied bucket. The seat keeps both buckets in a `FleetView` (two watches), so
@@ -58,6 +61,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STALE_AFTER = timedelta(minutes=5)
 NODE_ROLE = "node"
+# The body of the delete marker `remove-node` leaves on a removed node's lease
+# (`provisioner.commands.removal`): not released but gone from the fleet, so no longer listed.
+REMOVED_LEASE = b'{"removed":"node"}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +130,14 @@ class Fleet:
             return
         if parts["role"] != NODE_ROLE:
             return
-        known = self.leases.get(parts["name"])
-        if known is None or item.revision >= known.revision:
-            self.leases[parts["name"]] = _lease_seen(item)
+        node = parts["name"]
+        known = self.leases.get(node)
+        if known is not None and item.revision < known.revision:
+            return
+        if item.deleted and item.value == REMOVED_LEASE:
+            self.leases.pop(node, None)
+        else:
+            self.leases[node] = _lease_seen(item)
 
     def apply_applied(self, item: KvItem) -> None:
         try:

@@ -398,10 +398,10 @@ async def put(bus: Bus, bucket: Bucket, key: str, value: bytes) -> int:
     return await bus.store(bucket.subject(key), value, headers={}, operation=f"write {bucket.name} {key}")
 
 
-async def delete(bus: Bus, bucket: Bucket, key: str, *, last: int) -> int:
-    """Deletes `key` (a delete marker) if it is still at revision `last`."""
+async def delete(bus: Bus, bucket: Bucket, key: str, *, last: int, note: bytes = b"") -> int:
+    """Deletes `key` (a delete marker, carrying `note` as its body) if it is still at revision `last`."""
     headers = {"KV-Operation": "DEL", _EXPECTED_LAST: str(last)}
-    return await bus.store(bucket.subject(key), b"", headers=headers, operation=f"delete {bucket.name} {key}")
+    return await bus.store(bucket.subject(key), note, headers=headers, operation=f"delete {bucket.name} {key}")
 
 
 @dataclass
