@@ -288,11 +288,15 @@ class RemoveNodeArguments(CommandArguments):
 
 
 class GrantsArguments(CommandArguments):
-    """The parties `mesh-provisioner grants` writes accounts and keys for, and where."""
+    """The parties `mesh-provisioner grants` writes accounts and keys for, and where; a mesh file
+    names them as well, the flags adding to it."""
 
     out: Annotated[Path, CommandLine(metavar="DIR")] = Field(description="where accounts.conf and grants.json go")
     keys: Annotated[Path | None, CommandLine(metavar="DIR")] = Field(
         default=None, description="where the seeds are kept (default: --out)"
+    )
+    mesh: Annotated[Path | None, CommandLine(metavar="FILE")] = Field(
+        default=None, description="a mesh file (TOML) naming the parties; the flags below add to it"
     )
     node: Annotated[EachOnce, CommandLine(repeat=True, metavar="NAME")] = Field(
         default=(), description="a node (repeat)"
@@ -303,5 +307,27 @@ class GrantsArguments(CommandArguments):
     operator: Annotated[EachOnce, CommandLine(repeat=True, metavar="NAME")] = Field(
         default=(), description="an operator (repeat)"
     )
-    domains_file: Path | None = Field(default=None, description="the seat's domains file, if any")
+    writer: Annotated[EachOnce | None, CommandLine(repeat=True, metavar="DOMAIN")] = Field(
+        default=None,
+        description="a domain of the catalogue writing a bucket, given an account writing it (repeat); named "
+        "neither here nor in the mesh file: every one",
+    )
+    domains_file: Path | None = Field(
+        default=None, description="the seat's domains file, if any (not with a mesh file that names one)"
+    )
     jwt: bool = Field(default=False, description="also decentralized auth: JWTs, .creds, server-auth.conf")
+    check: Annotated[bool, CommandLine(exclusive="mode")] = Field(
+        default=False,
+        description="write nothing: print what would change against what is in --out; exit 6 if anything would",
+    )
+    push: Annotated[bool, CommandLine(exclusive="mode")] = Field(
+        default=False,
+        description="with --jwt, then make nats-server's resolver hold exactly the issued accounts, as the "
+        "system account's user (KEYS/sys.creds)",
+    )
+
+    @model_validator(mode="after")
+    def _pushes_jwts(self) -> Self:
+        if self.push and not self.jwt:
+            raise SettingsError(flag_of(type(self), "push"), "pushes account JWTs: give --jwt too")
+        return self

@@ -16,6 +16,7 @@ Exit codes:
     4  `query`: answered, with malformed keys (listed and marked in every output)
     5  `query nodes`, `top --once`: a node shown is stale, gone or over quota (before 4: the fleet first);
        `remove-node`: the node's client holds its lease (nothing was removed; the message names it)
+    6  `grants --check`: something would change (printed)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from provisioner.commands.grants_command import add_grants_command, run_grants
+from provisioner.commands.grants_command import add_grants_command, grants_main
 from provisioner.commands.removal import (
     AccountRemoval,
     Footprint,
@@ -47,7 +48,6 @@ from provisioner.seat.server import run_server
 from provisioner.settings import (
     ENV_PREFIX,
     CommandLogSettings,
-    GrantsArguments,
     QueryArguments,
     RemoveNodeArguments,
     ServerSettings,
@@ -355,8 +355,7 @@ def _bus_options(args: argparse.Namespace, name: str) -> BusOptions:
 
 
 def _grants(args: argparse.Namespace) -> int:
-    print(run_grants(load_settings(GrantsArguments, given_flags(args, GrantsArguments), None, os.environ)))
-    return EXIT_OK
+    return grants_main(args, os.environ)
 
 
 def _log_settings(args: argparse.Namespace) -> CommandLogSettings:

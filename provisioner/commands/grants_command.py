@@ -1,22 +1,56 @@
 """`mesh-provisioner grants`: every party's account, imports and key, written for the controller.
 
-A thin layer over `registry.access.issuing.issue_grants`, which the controller can also call itself.
+A thin layer over `registry.access.issue_grants`, which the controller can also call itself: the
+parties come from a mesh file (`registry.access.read_mesh_file`) and the flags, which add to it;
+`--check` compares instead of writing (`registry.access.plan_grants`), `--push` then brings the
+resolver in line (`provisioner.commands.grants_push`).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 
+import anyio
+from pydantic import ValidationError
+
+from provisioner.commands.grants_push import push_grants
 from provisioner.settings import GrantsArguments
-from registry.access import SEED_SUFFIX, MeshParties, issue_grants
-from registry.edge import add_settings_arguments
+from registry.access import (
+    SEED_SUFFIX,
+    SYSTEM_USER,
+    Grants,
+    GrantsPlan,
+    MeshParties,
+    combined,
+    creds_path,
+    issue_grants,
+    plan_grants,
+    read_mesh_file,
+)
+from registry.contract import buckets
+from registry.edge import BusSettings, add_settings_arguments, flag_of, given_flags, load_settings
+from registry.errors import SettingsError
+from registry.wire import BusOptions
+
+EXIT_OK = 0
+EXIT_CHANGES = 6  # `--check`: something would change (printed)
+# The credentials other than a `.creds` file: `--push` is the system account's user, which has one.
+_NOT_THE_SYSTEM_USER = ("nkey", "user", "password", "token")
 
 DESCRIPTION = """\
 Derive every party's NATS account from the catalogue, the providers and the node names, and write:
   OUT/accounts.conf   an `accounts { ... }` block for nats-server (include it; reload to apply)
-  OUT/grants.json     the same grants as data (the seat reads it: --grants-file)
+  OUT/grants.json     the same grants as data (the seat reads it: --grants-file); its JSON Schema
+                      ships as registry/access/grants.schema.json (`version` names its shape)
   KEYS/<party>.nk     one nkey seed per party (seat, vault, node-<name>, provider-<name>,
-                      operator-<name>); both programs connect with NATS_NKEY=<file>
+                      operator-<name>, writer-<domain>); every program connects with
+                      NATS_NKEY=<file>
 With --jwt, also decentralized auth (nats-server trusts an operator; accounts change at run time):
   OUT/jwt/server-auth.conf    operator, system account, resolver and preloaded accounts (include it)
   OUT/jwt/*.jwt               the operator's and every account's JWT
@@ -24,44 +58,181 @@ With --jwt, also decentralized auth (nats-server trusts an operator; accounts ch
 A provider given as MODULE@NODE names a machine its module runs on (repeat for each): only those
 nodes may ask the vault for its consumers' credentials (kind `consumers`); every node asks for
 secrets. A provider given without a machine leaves that verb to every node, and says so.
-Seeds already in KEYS are reused: the output is reproducible, and adding a node keeps every
-other party's key. Seeds are secrets (mode 0600): keep KEYS out of version control."""
+Seeds already in KEYS are reused: the output is reproducible (the same mesh and seeds write the
+same accounts.conf and grants.json, byte for byte; issued again into the same OUT, every JWT whose
+claims are unchanged is kept as it is), and adding a node keeps every other party's key. Seeds
+are secrets (mode 0600): keep KEYS out of version control.
+
+The mesh file (--mesh, TOML) names the parties once; every key is optional:
+  version = 1
+  nodes = ["n1", "n2"]
+  operators = ["ops"]
+  writers = ["config", "placement"]  # left out: every domain writing a bucket; [] none
+  domains_file = "domains.toml"      # relative to the mesh file
+  [providers.postgres]
+  machines = ["n2"]                  # the nodes its module runs on
+The flags add to it: --node, --provider, --operator and --writer name more parties (a party
+named by both counts once, the file's first; writers named by neither: every one); --domains-file
+is refused when the file names one. A file that cannot be read, an unknown key, a name listed
+twice or a machine that is not one of its nodes is an error naming the file, the key and why
+(exit 2).
+
+--check writes nothing (not even a new seed): it prints what issuing would change against what
+is in OUT/grants.json, one change a line: `+ account` added, `- account` removed, `~ account ...:
+widened: + IMPORT` or `narrowed: - IMPORT`, `~ account ...: user key changed` (any other field
+of an account that changes: its keys, the descriptions of its imports), `+ note` / `- note`
+(what is granted wide, or not granted), then a summary. Exit 0: nothing would change; exit 6:
+something would.
+
+--jwt --push issues, then connects to nats-server as the system account's user (KEYS/sys.creds,
+or --nats-creds; the server from --nats-url, NATS_URL or a nats context) and makes its resolver
+hold exactly the issued accounts: each account JWT it lacks or holds otherwise is pushed (the
+exporting accounts first), each account it holds that the grants no longer name is deleted (its
+connections are closed, its credentials refused). It compares against the resolver, not against
+what was written before: run it again after a failure and it finishes the job. Exit 1 when the
+server cannot be reached or refuses a push. The NATS connection flags apply to --push alone, and
+of the credentials only --nats-creds (the system account's user holds no other)."""
 
 EPILOG = """\
 examples:
   mesh-provisioner grants --out /etc/nats/mesh --node n1 --node n2 --provider postgres@n2 --operator ops
-  mesh-provisioner grants --out grants --keys /srv/secrets/mesh-keys --node n1 --node web.eu
-  mesh-provisioner grants --jwt --out grants --keys /srv/secrets/mesh-keys --node n1 --node n3
-      then push n3's account without a reload, as the system user:
-      nats --creds /srv/secrets/mesh-keys/sys.creds req '$SYS.REQ.CLAIMS.UPDATE' "$(cat grants/jwt/account-node-n3.jwt)"
+  mesh-provisioner grants --out grants --keys /srv/secrets/mesh-keys --mesh deploy/mesh.toml
+  mesh-provisioner grants --out grants --keys /srv/secrets/mesh-keys --mesh deploy/mesh.toml --node n3 --check
+  mesh-provisioner grants --jwt --push --out grants --keys /srv/secrets/mesh-keys --mesh deploy/mesh.toml \\
+      --nats-url nats://nats-1:4222
+exit codes: 0 done (--check: nothing would change), 1 --push failed, 2 a usage, settings or
+mesh file error, 6 --check: something would change
 """
 
 
 def add_grants_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "grants",
-        help="write every party's NATS account, imports and key (for the controller)",
+        help="write every party's NATS account, imports and key (for the controller); --check, --push",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_settings_arguments(parser, GrantsArguments, "what to write, for whom")
+    add_settings_arguments(parser, BusSettings, "NATS connection (--push only)")
 
 
-def run_grants(asked: GrantsArguments) -> str:
-    """Issues the grants; a summary for the terminal."""
+def grants_main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """The command: issue (and push), or with `--check` only say what would change; its exit code."""
+    asked = load_settings(GrantsArguments, given_flags(args, GrantsArguments), None, environ)
+    refuse_nats_flags_without_push(args, asked)
+    keys = asked.keys or asked.out
+    options = push_options(args, keys, environ) if asked.push else None  # refused before anything is written
+    mesh = wanted_mesh(asked)
+    if asked.check:
+        plan = check_grants(asked, mesh)
+        print("\n".join([*plan.lines(), f"{plan.summary()} (against {asked.out / 'grants.json'})"]))
+        return EXIT_OK if plan.unchanged else EXIT_CHANGES
+    print(run_grants(asked, mesh))
+    if options is not None:
+        print(anyio.run(partial(push_grants, options, out=asked.out, keys=keys)).summary())
+    return EXIT_OK
+
+
+@dataclass(frozen=True)
+class WantedMesh:
+    """The parties the grants are for, and the catalogue's domains file, from the file and the flags."""
+
+    parties: MeshParties
+    domains_file: Path | None
+
+
+def wanted_mesh(asked: GrantsArguments) -> WantedMesh:
+    flags = MeshParties.named(asked.node, asked.provider, asked.operator, writers=asked.writer)
+    if asked.mesh is None:
+        return WantedMesh(flags, asked.domains_file)
+    described = read_mesh_file(asked.mesh)
+    if described.domains_file is not None and asked.domains_file is not None:
+        flag = flag_of(GrantsArguments, "domains_file")
+        raise SettingsError(flag, f"the mesh file {asked.mesh} names one already ({described.domains_file})")
+    return WantedMesh(combined(described.parties(), flags), described.domains_file or asked.domains_file)
+
+
+def run_grants(asked: GrantsArguments, mesh: WantedMesh | None = None) -> str:
+    """Issues the grants (for `mesh`, else the mesh `asked` names); a summary for the terminal."""
+    mesh = mesh or wanted_mesh(asked)
     out, keys = asked.out, asked.keys or asked.out
     before = {p.name for p in keys.glob(f"*{SEED_SUFFIX}")} if keys.is_dir() else set()
-    parties = MeshParties.named(asked.node, asked.provider, asked.operator)
-    grants = issue_grants(out, parties, domains_file=asked.domains_file, keys=keys, jwt=asked.jwt)
+    grants = issue_grants(out, mesh.parties, domains_file=mesh.domains_file, keys=keys, jwt=asked.jwt)
     issued = sorted({p.name for p in keys.glob(f"*{SEED_SUFFIX}")} - before)
     lines = [
         f"{len(grants.parties)} party accounts and the data account written to {out / 'accounts.conf'}",
         f"grants as data: {out / 'grants.json'}",
-        f"seeds in {keys}: {len(issued)} new ({', '.join(issued) or 'none'}), the others reused",
+        f"seeds in {keys}: {len(issued)} new ({_some(issued)}), the others reused",
     ]
     if asked.jwt:
         lines.append(f"JWT mode: include {out / 'jwt' / 'server-auth.conf'}; credentials in {keys}/*.creds")
     lines += [f"not granted: {reason}" for reason in grants.skipped]
     lines += [f"granted wide: {reason}" for reason in grants.wide]
     return "\n".join(lines)
+
+
+def _some(names: list[str], shown: int = 10) -> str:
+    """At most `shown` names, and how many more."""
+    more = f", and {len(names) - shown} more" if len(names) > shown else ""
+    return (", ".join(names[:shown]) or "none") + more
+
+
+def check_grants(asked: GrantsArguments, mesh: WantedMesh) -> GrantsPlan:
+    """What issuing would change against `--out`, issued in a private scratch folder from a copy of
+    the seeds: nothing in `--out` or `--keys` is written, a party's new seed is thrown away."""
+    before = issued_grants(asked.out / "grants.json")
+    with tempfile.TemporaryDirectory(prefix="mesh-grants-check-") as scratch:
+        keys = Path(scratch) / "keys"
+        copy_seeds(asked.keys or asked.out, keys)
+        after = issue_grants(
+            Path(scratch) / "out", mesh.parties, domains_file=mesh.domains_file, keys=keys, jwt=asked.jwt
+        )
+    return plan_grants(before, after)
+
+
+def issued_grants(path: Path) -> Grants | None:
+    """The grants a `grants.json` holds; `None` when there is none yet."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise SettingsError(str(path), f"cannot be read: {err.strerror or err}") from None
+    try:
+        return Grants.model_validate_json(text)
+    except ValidationError as err:
+        first = err.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        reason = f"is not a grants.json this version reads: {where}: {first['msg']}"
+        raise SettingsError(str(path), reason) from None
+
+
+def copy_seeds(keys: Path, scratch: Path) -> None:
+    """The seed files of `keys` (`*.nk`, mode kept) copied to `scratch`, made readable by us alone."""
+    scratch.mkdir(mode=0o700)
+    for seed in sorted(keys.glob(f"*{SEED_SUFFIX}")) if keys.is_dir() else []:
+        if seed.is_file():
+            shutil.copy2(seed, scratch / seed.name)
+
+
+def push_options(args: argparse.Namespace, keys: Path, environ: Mapping[str, str]) -> BusOptions:
+    """How `--push` connects: the server and TLS as the NATS settings say, as the system account's
+    user (`--nats-creds` if given, else KEYS/sys.creds), never another credential a context holds."""
+    given = given_flags(args, BusSettings)
+    other = [field for field in _NOT_THE_SYSTEM_USER if field in given]
+    if other:
+        flag = flag_of(BusSettings, other[0])
+        raise SettingsError(flag, "--push connects as the system account's user: its --nats-creds, else KEYS/sys.creds")
+    settings = load_settings(BusSettings, given, None, environ)
+    creds = settings.creds if "creds" in given else creds_path(keys, SYSTEM_USER)
+    update = {"creds": creds, "nkey_seed": None, "user": None, "password": None, "token": None}
+    return settings.options(f"{buckets.SEAT}-grants").model_copy(update=update)
+
+
+def refuse_nats_flags_without_push(args: argparse.Namespace, asked: GrantsArguments) -> None:
+    """A NATS flag without `--push` connects nothing: a mistake, said rather than ignored."""
+    given = given_flags(args, BusSettings)
+    if given and not asked.push:
+        push = flag_of(GrantsArguments, "push")
+        raise SettingsError(flag_of(BusSettings, next(iter(given))), f"applies only with {push}")
