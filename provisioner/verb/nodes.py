@@ -119,8 +119,9 @@ class Fleet:
         self.over_quota = over_quota  # the nodes cut back, with why (`provisioner.seat.quotas`)
         self.leases: dict[str, LeaseSeen] = {}
         self.modules: dict[str, dict[str, ModuleSeen]] = {}
-        self.malformed: dict[tuple[str, str], str] = {}  # (bucket, key): reason
+        self.malformed = MalformedKeys()
         self._tallies: dict[str, Tally] = {}
+        self._rows: dict[str, tuple[object, bytes]] = {}  # by node: what its row was made of, the row
 
     def apply_lease(self, item: KvItem) -> None:
         try:
@@ -147,7 +148,7 @@ class Fleet:
             return
         node, module = parts["node"], parts["module"]
         self._tallies.pop(node, None)
-        self.malformed.pop((buckets.APPLIED.name, item.key), None)
+        self.malformed.drop(buckets.APPLIED, item.key)
         modules = self.modules.setdefault(node, {})
         if item.deleted:
             modules.pop(module, None)
@@ -158,25 +159,23 @@ class Fleet:
             modules[module] = _module_seen(item)
         except ValueError as err:
             modules.pop(module, None)
-            self.malformed[(buckets.APPLIED.name, item.key)] = str(err)
+            self.malformed.set(buckets.APPLIED, item.key, str(err))
 
     def forget_purged(self, bucket: Bucket, token: str) -> None:
         """Forgets what the view held of a node's keys in `bucket` once they were purged: a purge
         leaves no delete marker, so the watch never sees them go (`provisioner.seat.quotas`)."""
         if bucket.name != buckets.APPLIED.name:
             return
-        under = f"{token}."
         for node in [node for node in self.modules if encode_token(node) == token]:
             del self.modules[node]
             self._tallies.pop(node, None)
-        for found in [found for found in self.malformed if found[0] == bucket.name and found[1].startswith(under)]:
-            del self.malformed[found]
+        self.malformed.drop_under(bucket, token)
 
     def _set_malformed(self, bucket: Bucket, item: KvItem, reason: str) -> None:
         if item.deleted:
-            self.malformed.pop((bucket.name, item.key), None)
+            self.malformed.drop(bucket, item.key)
         else:
-            self.malformed[(bucket.name, item.key)] = reason
+            self.malformed.set(bucket, item.key, reason)
 
     def tally(self, node: str) -> Tally:
         found = self._tallies.get(node)
@@ -187,34 +186,121 @@ class Fleet:
     def reports(self, node: str | None, *, now: datetime, stale_after: timedelta) -> list[NodeReport]:
         """One report per node known to either bucket (only `node` when given), by name."""
         over = self.over_quota()
-        names = sorted(set(self.leases) | set(self.modules) | set(over)) if node is None else [node]
         return [
-            _report(
-                name,
-                self.leases.get(name),
-                self.tally(name),
-                now=now,
-                stale_after=stale_after,
-                over_quota=over.get(name),
-            )
-            for name in names
-            if name in self.leases or name in self.modules or name in over
+            _report(name, self.leases.get(name), self.tally(name), now=now, stale_after=stale_after, over_quota=why)
+            for name, why in self._known(node, over)
         ]
 
-    def malformed_under(self, node: str | None) -> list[tuple[str, str, str]]:
-        """(bucket, key, reason) of each key out of shape; narrowed, those under the node's tokens."""
-        found = sorted((bucket, key, reason) for (bucket, key), reason in self.malformed.items())
+    def rows(self, node: str | None, *, now: datetime, stale_after: timedelta) -> Iterator[tuple[str, bytes]]:
+        """Each report of `reports` as its row's JSON, by node. A row is encoded again only when
+        what it says changed: the whole fleet is answered to every operator's `what=nodes`, and
+        encoding 1,000 rows each time held the seat's event loop for tens of milliseconds."""
+        over = self.over_quota()
+        for name, why in self._known(node, over):
+            lease, tally = self.leases.get(name), self.tally(name)
+            verdict, because = judge(lease, now=now, stale_after=stale_after)
+            made_of = (lease, tally, verdict, because, why)
+            kept = self._rows.get(name)
+            if kept is not None and kept[0] == made_of:
+                yield name, kept[1]
+                continue
+            row = _compact(_report(name, lease, tally, now=now, stale_after=stale_after, over_quota=why).row())
+            self._rows[name] = (made_of, row)
+            yield name, row
+
+    def _known(self, node: str | None, over: Mapping[str, str]) -> Iterator[tuple[str, str | None]]:
+        """Each node known to either bucket or cut back (only `node` when given), by name, with why
+        it is over quota if it is; a node no longer known loses its encoded row."""
+        if node is not None:
+            names: Iterable[str] = [node]
+        else:
+            names = sorted(set(self.leases) | set(self.modules) | set(over))
+            for gone in self._rows.keys() - set(names):
+                del self._rows[gone]
+        for name in names:
+            if name in self.leases or name in self.modules or name in over:
+                yield name, over.get(name)
+
+
+class MalformedKeys:
+    """The keys out of shape the fleet's buckets hold, each with why, kept by the node token they
+    fall under and encoded once as the answer carries them: a node writing thousands of keys out of
+    shape had them all sorted, filtered and encoded again for every `what=nodes`, also its own."""
+
+    def __init__(self) -> None:
+        self._by_token: dict[str, dict[tuple[str, str], bytes]] = {}  # token: {(bucket, key): entry}
+        self._sorted: list[bytes] | None = None
+        self._sorted_by_token: dict[str, list[tuple[tuple[str, str], bytes]]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(found) for found in self._by_token.values())
+
+    def set(self, bucket: Bucket, key: str, reason: str) -> None:
+        entry = _compact(MalformedKey(key=key, bucket=bucket.name, reason=reason))
+        token = _token_of(bucket, key)
+        self._by_token.setdefault(token, {})[(bucket.name, key)] = entry
+        self._changed(token)
+
+    def drop(self, bucket: Bucket, key: str) -> None:
+        token = _token_of(bucket, key)
+        found = self._by_token.get(token)
+        if found is None or found.pop((bucket.name, key), None) is None:
+            return
+        if not found:
+            del self._by_token[token]
+        self._changed(token)
+
+    def drop_under(self, bucket: Bucket, token: str) -> None:
+        """Forgets the keys of `bucket` under the node token `token`."""
+        found = self._by_token.get(token, {})
+        for at in [at for at in found if at[0] == bucket.name]:
+            del found[at]
+            self._changed(token)
+        if not found:
+            self._by_token.pop(token, None)
+
+    def _changed(self, token: str) -> None:
+        self._sorted = None
+        self._sorted_by_token.pop(token, None)
+
+    def under(self, node: str | None) -> list[bytes]:
+        """The entries by bucket and key; narrowed, those under the node's own keys."""
         if node is None:
-            return found
+            if self._sorted is None:
+                self._sorted = [entry for _, entry in sorted(self._all())]
+            return self._sorted
         wanted = {
             buckets.LEASES.name: _under_filters(buckets.LEASES, role=NODE_ROLE, name=node),
             buckets.APPLIED.name: _under_filters(buckets.APPLIED, node=node),
         }
-        return [(bucket, key, reason) for bucket, key, reason in found if wanted[bucket](key)]
+        token = encode_token(node)
+        if token not in self._by_token:
+            return []
+        found = self._sorted_by_token.get(token)
+        if found is None:
+            found = self._sorted_by_token[token] = sorted(self._by_token[token].items())
+        return [entry for (bucket, key), entry in found if wanted[bucket](key)]
+
+    def _all(self) -> Iterator[tuple[tuple[str, str], bytes]]:
+        for found in self._by_token.values():
+            yield from found.items()
+
+
+def _token_of(bucket: Bucket, key: str) -> str:
+    """The node token a key of the fleet's buckets falls under: an applied key's first
+    (`<node>.<module>`), a lease's second (`node.<name>`)."""
+    tokens = key.split(".", 2)
+    if bucket.name == buckets.LEASES.name:
+        return tokens[1] if len(tokens) > 1 else ""
+    return tokens[0]
 
 
 def _under_filters(bucket: Bucket, **narrow: str) -> Callable[[str], bool]:
     filters = bucket.shape.filters(**narrow)
+    head = filters[0]
+    if filters == [head, f"{head}.>"] and "*" not in head:  # a key of a name or under it: in C
+        under = f"{head}."
+        return lambda key: key == head or key.startswith(under)
     return lambda key: any(subject_matches(f, key) for f in filters)
 
 
@@ -349,16 +435,14 @@ def stale_after_of(query: Query) -> timedelta:
 def answer_pages(fleet: Fleet, query: Query, *, budget: int, listing_id: str, now: datetime) -> list[bytes]:
     """The pages of the `what=nodes` answer (entries by node, then the keys out of shape)."""
     encoded = Encoded([], [])
-    for report in fleet.reports(query.node, now=now, stale_after=stale_after_of(query)):
-        piece = _compact(report.row())
+    for node, piece in fleet.rows(query.node, now=now, stale_after=stale_after_of(query)):
         if len(piece) <= budget:
             encoded.entries.append(piece)
         else:  # a holder record of a page's size: said, not sent
             reason = f"the report is {len(piece)} bytes, more than one answer message carries ({budget})"
-            key = buckets.LEASES.shape.build(role=NODE_ROLE, name=report.node)
+            key = buckets.LEASES.shape.build(role=NODE_ROLE, name=node)
             encoded.malformed.append(_compact(MalformedKey(key=key, bucket=buckets.LEASES.name, reason=reason)))
-    for bucket, key, reason in fleet.malformed_under(query.node):
-        encoded.malformed.append(_compact(MalformedKey(key=key, bucket=bucket, reason=reason)))
+    encoded.malformed.extend(fleet.malformed.under(query.node))
     return build_pages("nodes", encoded, budget=budget, listing_id=listing_id)
 
 
