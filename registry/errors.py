@@ -11,6 +11,8 @@
     └── BusError            a NATS operation that failed: `operation` and `reason`, the cause kept
         ├── NotFound            a bucket, stream or key that does not exist
         ├── NoResponders        nobody serves the subject asked
+        │   ├── NoRoute             this account neither imports the subject nor serves it now
+        │   └── NobodyBehindImport  it imports the subject, and nobody serves it in the exporting account
         ├── BusTimeout          no answer in time
         ├── PermissionDenied    the bus refused a subject (`subject`) to this connection
         ├── AuthorizationRefused    every server refused the credentials: which were used (never a
@@ -101,6 +103,38 @@ class NotFound(BusError):
 
 class NoResponders(BusError):
     pass
+
+
+class NoRoute(NoResponders):
+    """Nothing leads `subject` anywhere from `account`: it has no import of it and nothing in it
+    subscribes (nats-server's trace of the request stayed there). Either another account serves it
+    and this one is not granted it, or this account serves it itself and that is down (`serves`
+    says what should)."""
+
+    def __init__(self, operation: str, subject: str, account: str, *, serves: str) -> None:
+        self.subject = subject
+        self.account = account
+        reason = (
+            f"nobody answers {subject}: account {account} neither imports it nor serves it (nats-server's trace "
+            "of the request): the grants do not give it to this party (a node name its key does not cover, or "
+            f"grants not yet loaded), or {serves}"
+        )
+        super().__init__(operation, reason)
+
+
+class NobodyBehindImport(NoResponders):
+    """`account` imports `subject` from `exporter`, where nothing serves it (nats-server's trace of
+    the request crossed the import): `serves` says what should."""
+
+    def __init__(self, operation: str, subject: str, account: str, exporter: str, *, serves: str) -> None:
+        self.subject = subject
+        self.account = account
+        self.exporter = exporter
+        reason = (
+            f"nobody answers {subject}: account {account} imports it from account {exporter}, where nothing "
+            f"serves it (nats-server's trace of the request): {serves}"
+        )
+        super().__init__(operation, reason)
 
 
 class BusTimeout(BusError):

@@ -275,8 +275,8 @@ class Resolver:
         self.sources.add(Source(bucket, key))
         try:
             item = await get_direct(self._bus, bucket, key)
-        except NoResponders:
-            raise Pending(f"bucket {bucket.name} does not exist (or has no direct get): nobody answers") from None
+        except NoResponders as err:  # its reason names the bucket's subject, missing or not granted
+            raise Pending(err.reason) from None
         except BusError as err:
             raise Pending(str(err)) from None
         found = _value_of(item, bucket, key)
@@ -311,8 +311,8 @@ class Resolver:
             return [KvItem(k, v, 0) for k, v in self._own_collect.items() if k.rpartition(".")[0] == prefix]
         try:
             return await NodeScope(self._node).read(self._bus, buckets.COLLECT, collection=fields["collection"])
-        except NoResponders:
-            raise Pending(f"nobody answers {buckets.VERB_SUBJECT}: the seat is away") from None
+        except NoResponders as err:
+            raise Pending(err.reason) from None
         except BusError as err:
             collection = fields["collection"]
             raise Pending(f"{buckets.VERB_SUBJECT} could not list collection {collection!r}: {err.reason}") from None
@@ -321,8 +321,8 @@ class Resolver:
         body = json.dumps({"node": self._node, "module": module, "kind": placeholder.kind, "name": placeholder.name})
         try:
             reply = await ask_service(self._bus, answer.subject, body.encode(), reply_wait=self._verb_timeout)
-        except NoResponders:
-            raise Pending(f"nobody answers {answer.subject}") from None
+        except NoResponders as err:
+            raise Pending(err.reason) from None
         except BusTimeout:
             raise Pending(f"{answer.subject} did not answer within {self._verb_timeout.total_seconds():g} s") from None
         except ServiceError as err:

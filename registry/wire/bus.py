@@ -51,12 +51,14 @@ from registry.errors import (
     ConnectionClosed,
     JetStreamError,
     NoResponders,
+    NoRoute,
     NotFound,
     PermissionDenied,
     WrongLastSequence,
 )
 from registry.wire import nats_internals
 from registry.wire.nats_internals import RawHandler
+from registry.wire.no_responders import nobody_answers
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +165,15 @@ class Bus:
         return self._nc.max_payload
 
     @property
+    def server_version(self) -> tuple[int, int]:
+        """The major and minor version of the nats-server connected to; (0, 0) when unknown."""
+        version = self._nc.connected_server_version
+        try:
+            return version.major, version.minor
+        except ValueError:  # not semantic versioning
+            return 0, 0
+
+    @property
     def timeout(self) -> float:
         return self.options.request_timeout.total_seconds()
 
@@ -267,11 +278,19 @@ class Bus:
         headers: Mapping[str, str] | None = None,
         operation: str | None = None,
     ) -> Message:
-        """The reply to `data` on `subject`; `NoResponders`, `BusTimeout` or `PermissionDenied` else."""
-        with self.translated(operation or f"request {subject}"):
-            msg = await self._nc.request(
-                subject, data, timeout=_seconds(reply_wait) or self.timeout, headers=dict(headers) if headers else None
-            )
+        """The reply to `data` on `subject`; `NoResponders` (saying why nobody answers), `BusTimeout`
+        or `PermissionDenied` else."""
+        operation = operation or f"request {subject}"
+        try:
+            with self.translated(operation):
+                msg = await self._nc.request(
+                    subject,
+                    data,
+                    timeout=_seconds(reply_wait) or self.timeout,
+                    headers=dict(headers) if headers else None,
+                )
+        except NoResponders as err:
+            raise await nobody_answers(self, operation, subject) from err.__cause__
         return Message.of(msg)
 
     async def subscribe(self, subject: str, handler: Handler) -> Subscription:
@@ -336,6 +355,8 @@ class Bus:
         self._refuse_while_away(operation)
         try:
             reply = await self.request(subject, data, headers=headers, operation=operation)
+        except NoRoute:
+            raise
         except NoResponders as err:
             reason = "nobody stored it: no stream stores this subject, or its stream has no leader yet (retry)"
             raise NoResponders(operation, reason) from err

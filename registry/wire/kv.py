@@ -34,6 +34,7 @@ from registry.errors import BusError, BusTimeout, ConvergeError, NoResponders, N
 from registry.wire.bus import Bus
 from registry.wire.feed import Feed, KvItem, is_delete_marker
 from registry.wire.nats_internals import HEADER_LINE_SIZE, STATUS_AT, header_lines, status_line
+from registry.wire.no_responders import nobody_answers
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +302,10 @@ async def get_last_many(
             await batch.done.wait()
     finally:
         await sub.unsubscribe()
-    return batch.result()
+    try:
+        return batch.result()
+    except NoResponders as err:  # a 503: said why, as a request nobody answers is
+        raise await nobody_answers(bus, batch.operation, bucket.batch_get_subject) from err
 
 
 class TooManyKeys(BusError):

@@ -189,7 +189,8 @@ async def answer_patiently(
     (`attempt`, doubled after each timeout, for a large listing's slow first page), nobody serving
     the verb, or a 503 is asked again; a 410 (the seat forgot the listing: it restarted, or the
     cursor expired) starts the listing again. Raises `BusTimeout` "no answer from the seat within
-    N s", or the `ServiceError` of any other refusal."""
+    N s" (with why nobody answered, when that was the last), or the `ServiceError` of any other
+    refusal."""
     retry = _Retry(attempt)
     fields = fields_of(request)
     with anyio.move_on_after(within.total_seconds()):
@@ -200,7 +201,10 @@ async def answer_patiently(
                 if err.code != "410":
                     raise
                 await retry.pause("the seat forgot the listing (410); starting it again")
-    raise BusTimeout(f"ask {buckets.VERB_SUBJECT}", f"no answer from the seat within {within.total_seconds():g} s")
+    silence = f" (last: {retry.silence})" if retry.silence else ""
+    raise BusTimeout(
+        f"ask {buckets.VERB_SUBJECT}", f"no answer from the seat within {within.total_seconds():g} s{silence}"
+    )
 
 
 async def ask_patiently(
@@ -216,12 +220,14 @@ async def _page_patiently(bus: Bus, retry: _Retry, request: Mapping[str, object]
             return await page_of(bus, request, reply_wait=retry.reply_wait)
         except BusTimeout:
             retry.timed_out()
-        except NoResponders:
-            await retry.pause("nobody serves the verb yet; asking again")
+        except NoResponders as err:
+            retry.silence = err.reason
+            await retry.pause(f"{err.reason}; asking again")
         except ServiceError as err:
             if err.code != "503":
                 raise
-            await retry.pause(f"the seat is busy ({err.description}); asking again")
+            retry.silence = f"the seat is busy ({err.description})"
+            await retry.pause(f"{retry.silence}; asking again")
 
 
 class _Retry:
@@ -229,11 +235,13 @@ class _Retry:
 
     def __init__(self, attempt: timedelta) -> None:
         self.reply_wait = attempt
+        self.silence = ""  # why nobody answered, when that was the last attempt's outcome
         self._pauses = 0
 
     def timed_out(self) -> None:
         log.info("no answer within %g s; asking again", self.reply_wait.total_seconds())
         self.reply_wait *= 2
+        self.silence = ""
 
     async def pause(self, why: str) -> None:
         (log.info if self._pauses == 0 else log.debug)("%s", why)

@@ -235,7 +235,13 @@ async def test_query_waits_for_a_seat_that_answers_within_the_wait(nats_server: 
 
 
 async def test_query_with_no_seat_says_so_and_exits_1(nats_server: LocalNats) -> None:
+    """One account (no accounts configured): nothing in it serves the verb, the seat included."""
     code, out, err = await query(nats_server.url, "--wait", "1")
     assert (code, out) == (1, "")
     last = err.strip().splitlines()[-1]
-    assert last == f"mesh-provisioner query: ask {buckets.VERB_SUBJECT}: no answer from the seat within 1 s"
+    assert last.startswith(f"mesh-provisioner query: ask {buckets.VERB_SUBJECT}: no answer from the seat within 1 s")
+    assert last.endswith(
+        f"(last: nobody answers {buckets.VERB_SUBJECT}: account $G neither imports it nor serves it (nats-server's "
+        "trace of the request): the grants do not give it to this party (a node name its key does not cover, or "
+        "grants not yet loaded), or the seat (mesh-provisioner serve) is not running)"
+    )

@@ -105,7 +105,7 @@ async def test_a_manifest_that_breaks_keeps_its_module_as_it_was(domains: StandI
         pytest.param({"X": "${secret:unknown}"}, "mesh-vault.secret answered error 404", id="a vault error"),
         pytest.param(
             {"X": "${bound:mysql:db}"},
-            "bucket mysql_bound does not exist (or has no direct get)",
+            "bucket mysql_bound does not exist here, has no direct get, or its stream has no leader yet",
             id="a missing bucket",
         ),
         pytest.param(
@@ -136,8 +136,14 @@ async def test_a_vault_that_does_not_answer_leaves_the_module_pending(provisione
     async with stand_ins(provisioned, NODE, with_vault=False):
         report = await reconcile(provisioned, plan)
     reasons = report.modules["app"].applied.reasons
-    assert reasons == ("${secret:db-password}: nobody answers mesh-vault.secret",)
-    assert report.modules["postgres"].applied.reasons == ("${consumers:db}: nobody answers mesh-vault.consumers",)
+    unserved = (
+        "neither imports it nor serves it (nats-server's trace of the request): the grants do not give it to this "
+        "party (a node name its key does not cover, or grants not yet loaded), or what serves it here is not running"
+    )
+    assert reasons == (f"${{secret:db-password}}: nobody answers mesh-vault.secret: account $G {unserved}",)
+    assert report.modules["postgres"].applied.reasons == (
+        f"${{consumers:db}}: nobody answers mesh-vault.consumers: account $G {unserved}",
+    )
     assert not (plan.materialize / "app.env").exists(), "never a partial file"
 
 

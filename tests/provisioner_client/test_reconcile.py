@@ -143,8 +143,13 @@ async def test_a_domain_bucket_without_direct_get_leaves_the_module_pending_sayi
     (manifests / "web.json").write_text(json.dumps({"module": "web", "env": {"LEVEL": "${config:log-level}"}}))
     plan = ClientPlan(node=NODE, manifests=manifests, materialize=tmp_path / "env")
     report = await reconcile(provisioned, plan)
-    assert report.modules["web"].applied.reasons == (
-        "${config:log-level}: bucket mesh-config_values does not exist (or has no direct get): nobody answers",
+    (reason,) = report.modules["web"].applied.reasons
+    assert reason.startswith(
+        "${config:log-level}: nobody answers $JS.API.DIRECT.GET.KV_mesh-config_values.$KV.mesh-config_values."
+        "log-level: account $G neither imports it nor serves it (nats-server's trace of the request)"
+    )
+    assert reason.endswith(
+        "or bucket mesh-config_values does not exist here, has no direct get, or its stream has no leader yet"
     )
 
 

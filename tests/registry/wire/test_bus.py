@@ -80,6 +80,7 @@ def test_the_bus_surface_is_pinned_and_shows_no_nats_py() -> None:
         "reconnected",
         "reconnects",
         "request",
+        "server_version",
         "store",
         "subscribe",
         "subscribe_raw",
