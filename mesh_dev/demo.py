@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -29,7 +30,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
-from mesh_dev.database import Database, ProviderLoop, binding, connects, local_database, provisioner_watching
+from mesh_dev.database import PROVIDER, Database, ProviderLoop, binding, connects, local_database, provisioner_watching
 from mesh_dev.standins import Vault, stand_ins
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.watch.watching import WatchTiming, watch
@@ -91,7 +92,8 @@ class ProviderSide:
 async def provider_side(bus: Bus, plan: ClientPlan, database: Database, vault: Vault) -> AsyncIterator[ProviderSide]:
     """Reconciles the node; with PostgreSQL, the provider then binds what the needs ask, the node
     reconciles again, and the postgres provisioner applies the consumers until the block ends."""
-    report = await reconcile(bus, plan)
+    with _waiting_for_the_provider(bound_by_provider=database.server is not None):
+        report = await reconcile(bus, plan)
     server = database.server
     if server is None:
         yield ProviderSide(report, _without_postgres(database))
@@ -122,6 +124,34 @@ async def provider_side(bus: Bus, plan: ClientPlan, database: Database, vault: V
         tg.start_soon(provider.follow)
         yield ProviderSide(report, summary, provider)
         tg.cancel_scope.cancel()
+
+
+@contextmanager
+def _waiting_for_the_provider(*, bound_by_provider: bool) -> Iterator[None]:
+    """The first reconcile registers the needs the provider binds from: a module waiting for its
+    postgres_bound values then is the handshake's first step, logged at INFO rather than WARNING."""
+    if not bound_by_provider:
+        yield
+        return
+    logger = logging.getLogger(reconcile.__module__)
+    logger.addFilter(_first_step)
+    try:
+        yield
+    finally:
+        logger.removeFilter(_first_step)
+
+
+def _first_step(record: logging.LogRecord) -> bool:
+    """Lowers a module's "is pending" to INFO when it waits for postgres_bound values alone."""
+    if record.levelno == logging.WARNING and record.msg == _PENDING and isinstance(record.args, tuple):
+        reasons = str(record.args[-1]).split("; ")
+        if all(_UNBOUND.match(reason) for reason in reasons):
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+    return True
+
+
+_PENDING = "module %s is pending: %s"  # provisioner_client.reconcile's line
+_UNBOUND = re.compile(rf"\$\{{bound:{PROVIDER}:[^}}]*\}}: no value at {PROVIDER}_bound key ")
 
 
 def _without_postgres(database: Database) -> str:

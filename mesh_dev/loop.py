@@ -27,6 +27,7 @@ import anyio
 from mesh_dev.local_nats import local_nats
 from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
+from registry.access import PartyMap
 from registry.contract import buckets
 from registry.edge import DEV_CONTEXT, NatsContext, NatsContexts
 from registry.errors import RegistryError
@@ -52,7 +53,10 @@ async def run_dev(
         bus_options = BusOptions(servers=(nats_server.url,), name=buckets.SEAT)
         with advertised(contexts, nats_server.url, state_dir):
             async with anyio.create_task_group() as tasks:
-                await tasks.start(partial(run_server, bus_options=bus_options, settings=settings, stop=stop))
+                serve = partial(
+                    run_server, bus_options=bus_options, settings=settings, stop=stop, parties=_parties(settings)
+                )
+                await tasks.start(serve)
                 if out is not None:
                     out.write(welcome(nats_server.url, state_dir, contexts))
                     out.flush()
@@ -61,6 +65,12 @@ async def run_dev(
                         others.start_soon(participant, nats_server.url)
                     await stop.wait()
                     others.cancel_scope.cancel()
+
+
+def _parties(settings: ServerSettings) -> PartyMap | None:
+    """Who the seat answers besides its own account: nobody, on the dev bus (it has no accounts:
+    every program is in the seat's), unless a grants file was given."""
+    return PartyMap({}) if settings.grants_file is None else None
 
 
 @contextmanager

@@ -43,6 +43,9 @@ def test_dev_runs_the_whole_loop_tells_the_tools_where_it_is_and_stops_on_sigter
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, output
+    assert [line for line in output.splitlines() if " WARNING " in line or " ERROR " in line] == [], (
+        "a healthy start and stop log no warning"
+    )
     assert "mesh-provisioner-dev is running" in output
     assert f"the tools find it through the nats context {DEV_CONTEXT}" in output
     assert "  mesh-provisioner query needs --node node-1\n" in output

@@ -59,6 +59,9 @@ async def test_the_dev_loop_gives_app_a_database_url_that_logs_in(
     assert DEV_SECRETS["db-password"] not in out
     assert "postgres provisioner: reconciled 1 consumers" in caplog.text  # its own process, its lines relayed
     assert DEV_SECRETS["db-password"] not in caplog.text
+    # The first reconcile's wait for postgres_bound is the handshake's first step, not a warning.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert "module app is pending: ${bound:postgres:db:host}: no value at postgres_bound" in caplog.text
     with pytest.raises(psycopg.OperationalError):  # stopped with the loop
         _select_one(str(seen["url"]))
 
