@@ -34,11 +34,12 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from provisioner.seat.buckets import ensure_bucket
 from registry.access import Kind, Party, PartyMap, UnknownAccount
 from registry.contract import BOUND, Bucket, JsonRefused, KeyShape, buckets, read_json
 from registry.errors import BusError, KeyShapeError
 from registry.serving import EndpointSpec, ServiceRequest, capped, serve
-from registry.wire import BucketConfig, Bus, create_bucket, get_direct, put
+from registry.wire import BucketConfig, Bus, get_direct, put
 
 log = logging.getLogger(__name__)
 
@@ -245,9 +246,9 @@ async def stand_ins(
     bus: Bus, node: str, *, with_vault: bool = True, fixed_bound: bool = True
 ) -> AsyncIterator[StandIns]:
     """The config, bound and placement buckets filled for `node` (bound only with `fixed_bound`),
-    and the vault serving."""
+    and the vault serving. Each bucket as the seat makes it, whichever of the two comes first."""
     for bucket in (CONFIG, BOUND_BUCKET, ASSIGNMENTS):
-        await create_bucket(bus, bucket, BucketConfig())
+        await ensure_bucket(bus, bucket, BucketConfig())
     for name, value in DEV_CONFIG.items():
         await put(bus, CONFIG, name, json.dumps(value).encode())
     for key, value in (dev_bound(node) if fixed_bound else {}).items():

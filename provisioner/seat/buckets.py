@@ -1,12 +1,16 @@
 """Making sure the seat's buckets exist, with a configuration no party can wipe or bend.
 
-The seat creates its four buckets, and the `<provider>_bound` bucket of each configured provider
-(no provider may create a stream: that grant would let it choose the stream's subjects), each
-with the same fixed configuration (`registry.wire.kv.BucketConfig`): rollup headers refused, a value
-and a bucket size limit, direct get on (a node's reads are granted key by key), deletion of the
-stream denied. An existing bucket is used as it is, never recreated; one that is weaker than
-that is reported with one ERROR line saying what differs and the command that fixes it, and the
-server still starts: refusing to start would take the whole mesh down over a fixable setting.
+The seat creates its four buckets, the leases, the `<provider>_bound` bucket of each configured
+provider and the bucket of each domain of the catalogue writing one (`mesh-config_values`, the
+controller's `mesh-controller_assignments`): no other party may create a stream (that grant would
+let it choose the stream's subjects). Each has the same fixed configuration
+(`registry.wire.kv.BucketConfig`): rollup headers refused, a value and a bucket size limit, direct
+get on (a node's reads are granted key by key), deletion of the stream denied, and its writes
+republished under `$KVR.<bucket>.` (the parties' live updates). An existing bucket is used as it
+is, never recreated: one that does not republish its writes is made to (one stream update; none
+when it does), and one that is weaker than the rest is reported with one ERROR line saying what
+differs and the command that fixes it, and the server still starts: refusing to start would take
+the whole mesh down over a fixable setting.
 
 A seat started before its JetStream cluster has enough peers for the replicas asked (no meta
 leader yet: no answer; too few servers: "no suitable peers for placement") waits for them, as it
@@ -18,14 +22,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 
-from registry.access import bound_bucket
-from registry.contract import Bucket, buckets
+from registry.access import bound_bucket, writing_domains
+from registry.contract import Bucket, buckets, load_catalogue
 from registry.errors import BusTimeout, JetStreamError
-from registry.wire import BucketConfig, Bus, bucket_config, create_bucket
+from registry.wire import BucketConfig, Bus, bucket_config, create_bucket, republish_writes
 
 log = logging.getLogger(__name__)
 
@@ -37,20 +42,33 @@ _TOO_FEW_PEERS = {10008, 10005}
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0
 
 
-def seat_buckets(providers: Iterable[str] = ()) -> list[Bucket]:
-    """Every bucket the seat creates: its own four, the leases, and each provider's `_bound` bucket."""
-    return [*buckets.OWN, buckets.LEASES, *(bound_bucket(provider) for provider in providers)]
+def seat_buckets(providers: Iterable[str] = (), domains_file: Path | None = None) -> list[Bucket]:
+    """Every bucket the seat creates: its own four, the leases, each provider's `_bound` bucket and
+    the bucket of each domain of the catalogue (`domains_file`'s, else the built-in) writing one."""
+    bound = [bound_bucket(provider) for provider in providers]
+    written = sorted(writing_domains(load_catalogue(domains_file)).values(), key=lambda b: b.name)
+    return list(dict.fromkeys([*buckets.OWN, buckets.LEASES, *bound, *written]))
 
 
-async def ensure_buckets(bus: Bus, config: BucketConfig, providers: Iterable[str] = ()) -> None:
-    """Creates each of the seat's buckets that is missing; reports those that are weaker."""
-    for bucket in seat_buckets(providers):
+async def ensure_buckets(
+    bus: Bus, config: BucketConfig, providers: Iterable[str] = (), domains_file: Path | None = None
+) -> None:
+    """Creates each of the seat's buckets that is missing; makes each that is there republish its
+    writes; reports those that are weaker."""
+    for bucket in seat_buckets(providers, domains_file):
         await ensure_bucket(bus, bucket, config)
 
 
 async def ensure_bucket(bus: Bus, bucket: Bucket, config: BucketConfig) -> None:
     existing = await until_enough_peers(bucket, lambda: bucket_config(bus, bucket))
     if existing is not None:
+        if await until_enough_peers(bucket, lambda: republish_writes(bus, bucket, existing)):
+            log.info(
+                "bucket %s now republishes its writes under %s (the parties' live updates)",
+                bucket.name,
+                bucket.live_subject(">"),
+                extra={"bucket": bucket.name},
+            )
         _report_if_weaker(bucket, existing, config)
         return
     await until_enough_peers(bucket, lambda: create_bucket(bus, bucket, config))

@@ -2,7 +2,7 @@
 
     read the grants file              who is who on the bus, for the verb's scope
     async with connect(...)            reconnects forever; drained last
-      ensure the seat's buckets         its four and each configured provider's `_bound`
+      ensure the seat's buckets         its own, each provider's `_bound`, each writing domain's
       compile the registry              at start (a failure here is fatal) ...
       ├── every compile_interval        ... then as a task of the group
       ├── the registry view             follows the registry bucket for `what=registry`
@@ -73,7 +73,7 @@ async def run_server(
         tasks.start_soon(_give_up_if_stopped_before, ready, stop, tasks.cancel_scope)
         bus = await resources.enter_async_context(connect(bus_options))
         tasks.start_soon(_give_up_if_closed, bus, stop, lost, tasks.cancel_scope)
-        await ensure_buckets(bus, bucket_config_of(settings, bus), settings.providers)
+        await ensure_buckets(bus, bucket_config_of(settings, bus), settings.providers, settings.domains_file)
         compile_registry = partial(
             keep_registry_compiled,
             bus,

@@ -6,7 +6,15 @@ JWTs pushed to a resolver). Nothing here needs a connection except pushing an ac
 from __future__ import annotations
 
 from registry.access.credentials import SEED_SUFFIX, new_seed, seed_path, write_secret
-from registry.access.grants import AccountGrant, Grants, GrantsFile, bound_bucket, derive_grants, load_party_map
+from registry.access.grants import (
+    AccountGrant,
+    Grants,
+    GrantsFile,
+    bound_bucket,
+    derive_grants,
+    load_party_map,
+    writing_domains,
+)
 from registry.access.issuing import MeshParties, issue_grants
 from registry.access.jwt_auth import (
     CLAIMS_UPDATE,
@@ -69,4 +77,5 @@ __all__ = [
     "render_server_auth",
     "seed_path",
     "write_secret",
+    "writing_domains",
 ]

@@ -12,6 +12,10 @@ from registry.contract import keys
 from registry.contract.keys import KeyShape
 
 PREFIX = "mesh-provisioner"
+# Where a bucket's stream republishes each write it stores (`$KVR.<bucket>.<key>`): what a party's
+# live updates import, whoever wrote (nats-server passes a write that came into the data account
+# through a service import on to no stream import of its subject, but a republished one it does).
+LIVE_PREFIX = "$KVR"
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,10 @@ class Bucket:
 
     def key_of(self, subject: str) -> str:
         return subject[len(self.subject_prefix) :]
+
+    def live_subject(self, key_or_filter: str) -> str:
+        """Where the bucket's stream republishes the writes of a key, or of a filter (`n1.>`)."""
+        return f"{LIVE_PREFIX}.{self.name}.{key_or_filter}"
 
     def direct_get_subject(self, key: str) -> str:
         """Direct get of one key: the key is in the subject, so it can be granted per node."""
@@ -82,6 +90,10 @@ class Bucket:
     @property
     def create_api(self) -> str:
         return f"STREAM.CREATE.{self.stream}"
+
+    @property
+    def update_api(self) -> str:
+        return f"STREAM.UPDATE.{self.stream}"
 
 
 REGISTRY = Bucket(f"{PREFIX}_registry", keys.REGISTRY)

@@ -516,8 +516,8 @@ async def bucket_config(bus: Bus, bucket: Bucket) -> dict[str, Any] | None:
 
 
 async def create_bucket(bus: Bus, bucket: Bucket, config: BucketConfig) -> None:
-    """Creates `bucket` as nats-py's `create_key_value` would, but refusing rollups and with the
-    limits of `config`; the same config again succeeds."""
+    """Creates `bucket` as nats-py's `create_key_value` would, but refusing rollups, with the
+    limits of `config`, and republishing its writes (`republish_of`); the same config again succeeds."""
     stream = {
         "name": bucket.stream,
         "subjects": [bucket.subject(">")],
@@ -536,5 +536,26 @@ async def create_bucket(bus: Bus, bucket: Bucket, config: BucketConfig) -> None:
         "allow_rollup_hdrs": False,
         "allow_msg_ttl": True,
         "deny_delete": True,
+        "republish": republish_of(bucket),
     }
     await bus.jetstream(bucket.create_api, stream, operation=f"create bucket {bucket.name}")
+
+
+def republish_of(bucket: Bucket) -> dict[str, str]:
+    """What a bucket's stream republishes: each write it stores, headers and value, under
+    `$KVR.<bucket>.<key>`, where the parties' live updates are imported from. A put that reached
+    the data account through a service import (a node's, a provider's, a writer's) is passed on to
+    no stream import of its own subject; republished by the stream, it is, whoever wrote it."""
+    return {"src": bucket.subject(">"), "dest": bucket.live_subject(">")}
+
+
+async def republish_writes(bus: Bus, bucket: Bucket, existing: Mapping[str, Any]) -> bool:
+    """Makes the stream of an existing bucket (`existing`, its configuration) republish its writes
+    as `create_bucket` makes it; False, and nothing sent, when it already does."""
+    wanted = republish_of(bucket)
+    current = existing.get("republish") or {}
+    if {"src": current.get("src"), "dest": current.get("dest")} == wanted and not current.get("headers_only"):
+        return False
+    config = {**existing, "republish": wanted}
+    await bus.jetstream(bucket.update_api, config, operation=f"republish the writes of bucket {bucket.name}")
+    return True

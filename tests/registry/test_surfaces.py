@@ -137,6 +137,7 @@ SURFACES = {
         "purge",
         "put",
         "replicated",
+        "republish_writes",
         "run_steps",
         "scoped_watch",
         "seat_key",
@@ -185,6 +186,7 @@ SURFACES = {
         "render_server_auth",
         "seed_path",
         "write_secret",
+        "writing_domains",
     ],
     "registry.edge": [
         "BusSettings",
