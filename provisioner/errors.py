@@ -21,6 +21,7 @@ class RequestError(ProvisionerError):
     """A request answered with a service error: `code` and `reason` go to the error headers."""
 
     code = "400"
+    asker = ""  # who asked, as logs name it (a party's label), once the verb knows
 
     def __init__(self, reason: str) -> None:
         self.reason = reason

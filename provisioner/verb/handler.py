@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from provisioner.errors import Forbidden
+from provisioner.errors import Forbidden, RequestError
 from provisioner.settings import ServerSettings
 from provisioner.verb.answering import Answer, Answering
 from provisioner.verb.nodes import FleetView
@@ -53,14 +53,27 @@ class Verb:
         """The request validated and scoped to the party the bus says sent it; `Forbidden` for an
         account no grant was issued to, or a node asking about another node."""
         party = self.who_asks(headers)
-        return Asked(scoped(parse_request(body), party), party)
+        try:
+            return Asked(scoped(parse_request(body), party), party)
+        except RequestError as err:
+            err.asker = asker_of(party)
+            raise
 
     def who_asks(self, headers: Mapping[str, str]) -> Party | None:
         if self.parties is None:
             if REQUEST_INFO in headers:
-                raise Forbidden(NO_GRANTS)
+                refused = Forbidden(NO_GRANTS)
+                refused.asker = "another account"
+                raise refused
             return None
         try:
             return self.parties.who_asks(headers)
         except UnknownAccount as err:
-            raise Forbidden(str(err)) from None
+            refused = Forbidden(str(err))
+            refused.asker = f"account {err.account[:64]}"
+            raise refused from None
+
+
+def asker_of(party: Party | None) -> str:
+    """How logs name who asked: its party's label, or the seat's own account."""
+    return party.label if party is not None else "the seat's own account"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
@@ -35,7 +35,7 @@ from anyio.abc import TaskGroup
 
 from provisioner.errors import RequestError
 from provisioner.verb.answering import AtOnce, Reading
-from provisioner.verb.handler import Verb
+from provisioner.verb.handler import Verb, asker_of
 from registry.access import Party
 from registry.contract import buckets
 from registry.serving import EndpointSpec, RunningService, ServiceRequest, capped, serve
@@ -48,6 +48,8 @@ INTERNAL_ERROR = "internal error"
 STOPPING = "server stopping; retry"
 # Draining the endpoint hands over requests already received; it gets this long even with no deadline.
 STOP_TAKING_AT_LEAST = 2.0
+REFUSALS_EVERY = timedelta(seconds=60)  # a party's refusals of one code are logged once per this
+REFUSALS_KEPT = 10_000  # (party, code) pairs remembered; past it, those said long enough ago are forgotten
 DESCRIPTION = "the mesh-provisioner registry and its read-only provisioning verb"
 
 
@@ -149,12 +151,13 @@ async def verb_service(
     On a normal exit the requests in flight are answered first (up to `shutdown_timeout`); when the
     block is left by an exception or a cancellation they are cancelled at once."""
     limiter = anyio.CapacityLimiter(max_concurrent)
+    refusals = RefusalLog()
     turns = PartyTurns(concurrent=min(concurrent_per_party, max_concurrent), waiting=waiting_per_party)
     in_flight = InFlight()
     async with anyio.create_task_group() as handlers:
 
         async def on_request(request: ServiceRequest) -> None:
-            reading = await _answer_at_once(verb, request)
+            reading = await _answer_at_once(verb, request, refusals)
             if reading is None:
                 return
             if in_flight.count >= max_concurrent + max_waiting:
@@ -164,7 +167,7 @@ async def verb_service(
                 await request.respond_error("503", "too many of your requests waiting; retry shortly")
                 return
             in_flight.enter()
-            handlers.start_soon(_handle, reading, limiter, turns, in_flight, request)
+            handlers.start_soon(_handle, reading, Slots(limiter, turns, in_flight, refusals), request)
 
         endpoint = EndpointSpec(ENDPOINT, buckets.VERB_SUBJECT, on_request)
         async with serve(
@@ -195,13 +198,13 @@ async def _shut_down(service: RunningService, handlers: TaskGroup, in_flight: In
     handlers.cancel_scope.cancel()
 
 
-async def _answer_at_once(verb: Verb, request: ServiceRequest) -> Reading | None:
+async def _answer_at_once(verb: Verb, request: ServiceRequest, refusals: RefusalLog) -> Reading | None:
     """Answers what memory holds in the handler itself; returns the reading the rest needs
     (`provisioner.verb.answering` decides which is which)."""
     try:
         answer = verb.answer(request.data, request.headers)
     except RequestError as err:
-        await _refuse(request, err)
+        await _refuse(request, err, refusals)
     except Exception:
         log.exception("request failed unexpectedly; answered 500")
         await request.respond_error("500", INTERNAL_ERROR)
@@ -212,18 +215,28 @@ async def _answer_at_once(verb: Verb, request: ServiceRequest) -> Reading | None
     return None
 
 
-async def _handle(
-    reading: Reading, limiter: anyio.CapacityLimiter, turns: PartyTurns, in_flight: InFlight, request: ServiceRequest
-) -> None:
+@dataclass(frozen=True)
+class Slots:
+    """What a request read by a task of its own takes its turn from, and where it is counted."""
+
+    limiter: anyio.CapacityLimiter
+    turns: PartyTurns
+    in_flight: InFlight
+    refusals: RefusalLog
+
+
+async def _handle(reading: Reading, slots: Slots, request: ServiceRequest) -> None:
     started = time.perf_counter()
+    turns, in_flight = slots.turns, slots.in_flight
     try:
-        async with turns.turn(reading.party), limiter:
+        async with turns.turn(reading.party), slots.limiter:
             with in_flight.answering_one():
                 page = await reading.read()
         await request.respond(page)
         log.debug("answered %d bytes in %.1f ms", len(page), (time.perf_counter() - started) * 1000)
     except RequestError as err:
-        await _refuse(request, err)
+        err.asker = err.asker or asker_of(reading.party)
+        await _refuse(request, err, slots.refusals)
     except anyio.get_cancelled_exc_class():
         with anyio.move_on_after(1, shield=True):
             await request.respond_error("503", STOPPING)
@@ -236,6 +249,30 @@ async def _handle(
         in_flight.leave()
 
 
-async def _refuse(request: ServiceRequest, err: RequestError) -> None:
-    log.info("request refused (%s): %s", err.code, capped(err.reason), extra={"code": err.code})
+class RefusalLog:
+    """Says a refusal once per `every` for each party and code, with how many it left unsaid
+    since: a party sending bad requests as fast as it can wrote a line each (17% of the seat's
+    time in its handler), and would flood the log an operator reads."""
+
+    def __init__(self, every: timedelta = REFUSALS_EVERY, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every.total_seconds()
+        self._clock = clock
+        self._said: dict[tuple[str, str], list[float]] = {}  # (asker, code): [when said, unsaid since]
+
+    def refused(self, err: RequestError) -> None:
+        now, key = self._clock(), (err.asker, err.code)
+        said = self._said.get(key)
+        if said is not None and now - said[0] < self.every:
+            said[1] += 1
+            return
+        if len(self._said) >= REFUSALS_KEPT:
+            self._said = {at: was for at, was in self._said.items() if now - was[0] < self.every}
+        unsaid = f" ({int(said[1])} more from it since, unsaid)" if said is not None and said[1] else ""
+        who = f" from {err.asker}" if err.asker else ""
+        log.info("request refused (%s)%s%s: %s", err.code, who, unsaid, capped(err.reason), extra={"code": err.code})
+        self._said[key] = [now, 0]
+
+
+async def _refuse(request: ServiceRequest, err: RequestError, refusals: RefusalLog) -> None:
+    refusals.refused(err)
     await request.respond_error(err.code, err.reason)
