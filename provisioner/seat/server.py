@@ -1,7 +1,8 @@
 """The running server: one task group owning the registry compile and the verb service.
 
     read the grants file              who is who on the bus, for the verb's scope
-    async with connect(...)            reconnects forever; drained last
+    async with connect(...)            reconnects forever; drained last: the data connection
+    async with connect(...)            the verb's own connection: requests in, answers out
       ensure the seat's buckets         its own, each provider's `_bound`, each writing domain's
       compile the registry              at start (a failure here is fatal) ...
       ├── every compile_interval        ... then as a task of the group
@@ -14,6 +15,11 @@
 refused it: an authorization violation, a protocol error) ends the server with
 `ConnectionClosed`, so that the CLI exits 1 and a supervisor restarts it, rather than a process
 that stays up answering nothing.
+
+Requests arrive on a connection of their own: on the data connection a request would wait, in
+the socket, behind every byte already sent to the seat before it (pages of listings, the watches'
+writes), and one party's listings of 64 KiB values held an operator's `what=registry` behind
+megabytes of them.
 """
 
 from __future__ import annotations
@@ -73,6 +79,8 @@ async def run_server(
         tasks.start_soon(_give_up_if_stopped_before, ready, stop, tasks.cancel_scope)
         bus = await resources.enter_async_context(connect(bus_options))
         tasks.start_soon(_give_up_if_closed, bus, stop, lost, tasks.cancel_scope)
+        answering = await resources.enter_async_context(connect(verb_connection(bus_options)))
+        tasks.start_soon(_give_up_if_closed, answering, stop, lost, tasks.cancel_scope)
         await ensure_buckets(bus, bucket_config_of(settings, bus), settings.providers, settings.domains_file)
         compile_registry = partial(
             keep_registry_compiled,
@@ -97,7 +105,7 @@ async def run_server(
             party_bytes=settings.cursor_cache_bytes_per_party,
         )
         async with verb_service(
-            bus,
+            answering,
             verb=Verb(bus, cache, registry, parties, nodes),
             max_concurrent=settings.max_concurrent_requests,
             max_waiting=settings.max_waiting_requests,
@@ -114,6 +122,11 @@ async def run_server(
     if lost.is_set():
         raise ConnectionClosed("serve", "nats closed the connection for good; restart the server")
     log.info("stopped")
+
+
+def verb_connection(options: BusOptions) -> BusOptions:
+    """The options of the verb's connection: the seat's, under a name of its own."""
+    return options.model_copy(update={"name": f"{options.name} (verb)"})
 
 
 def freeze_start_up_heap() -> None:
