@@ -20,17 +20,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
 from registry.contract import buckets
 from registry.errors import BusError, NobodyBehindImport, NoResponders, NoRoute
-
-if TYPE_CHECKING:  # the bus calls this module on its error path
-    from registry.wire.bus import Bus, Message
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +37,29 @@ TRACING_SINCE = (2, 11)  # the first nats-server version that traces messages
 TRACE_WAIT = 1.0  # seconds: the server that took the message sends its trace at once
 USER_INFO = "$SYS.REQ.USER.INFO"  # every account imports it from the system account
 _CLIENT = 0  # an ingress event's kind when the message came from a client connection
+
+
+class _Received(Protocol):
+    data: bytes
+
+
+class _Subscribed(Protocol):
+    async def unsubscribe(self) -> None: ...
+
+
+class Bus(Protocol):
+    """What of `registry.wire.bus.Bus` a trace needs (that module calls this one: no import back)."""
+
+    @property
+    def server_version(self) -> tuple[int, int]: ...
+
+    def new_inbox(self) -> str: ...
+
+    async def publish(
+        self, subject: str, data: bytes = b"", *, reply: str = "", headers: Mapping[str, str] | None = None
+    ) -> None: ...
+
+    async def subscribe(self, subject: str, handler: Callable[[_Received], Awaitable[None]]) -> _Subscribed: ...
 
 
 @dataclass(frozen=True)
@@ -99,7 +119,7 @@ async def _first(
     found: list[T] = []
     arrived = anyio.Event()
 
-    async def on_message(msg: Message) -> None:
+    async def on_message(msg: _Received) -> None:
         value = read(msg.data)
         if value is not None and not arrived.is_set():
             found.append(value)
