@@ -15,7 +15,9 @@ import pytest
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from registry.access import Kind, MeshParties, creds_path, issue_grants, seed_path
-from tests.helpers import clean_environment, serving
+from registry.edge import BusSettings, load_settings
+from registry.wire import connect
+from tests.helpers import clean_environment, logged, serving
 from tests.isolation import jwt_mesh_server, mesh_server, party
 
 BIN = Path(sys.executable).parent
@@ -120,3 +122,26 @@ async def test_jwt_accounts_refusing_a_creds_file_name_it(tmp_path: Path) -> Non
         )
     assert f"accepted the credentials file {creds} (from NATS_CREDS): nats: 'Authorization Violation'; {HINT}" in stderr
     assert code == 3
+
+
+async def test_a_daemon_refused_says_the_same_while_it_keeps_trying(tmp_path: Path) -> None:
+    """`serve` and `reconcile --watch` never give up: their 'still connecting' warning names the
+    credentials refused and how others are given."""
+    issue_grants(tmp_path / "other", MeshParties(nodes=["n1"]))
+    seed = seed_path(tmp_path / "other", party(Kind.NODE, "n1"))
+    async with mesh_server(tmp_path / "mesh") as mesh:
+        flags = {"url": mesh.server.url, "nkey": str(seed)}
+        options = load_settings(BusSettings, flags, None, {}).options("a daemon")
+        told = (
+            f"(last: nats: 'Authorization Violation'); it refused the nkey seed {seed} (from the command line); {HINT}"
+        )
+        with logged(told, "registry.wire.bus") as waiter:
+            async with anyio.create_task_group() as tg:
+
+                async def connecting() -> None:
+                    async with connect(options):
+                        pytest.fail("connected on a seed the server does not know")
+
+                tg.start_soon(connecting)
+                await waiter.wait(within=30)
+                tg.cancel_scope.cancel()
