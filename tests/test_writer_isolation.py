@@ -7,7 +7,8 @@ it creates, purges and deletes no stream and makes no consumer; it reads no othe
 node's keys but the assignments the controller writes itself); it asks no verb, and the seat that
 hears from one anyway (its grants widened on purpose) answers it nothing. Every attack is judged
 by the data of every bucket of the data account (keys, revisions and contents unchanged after) and
-a read by all that comes back to it (`tests/attacks.py`).
+a read by all that comes back to it (`tests/attacks.py`). What a writer writes reaches a node's
+live updates at once (`tests/test_live_updates.py` follows it into a node's env file).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from mesh_dev.standins import ASSIGNMENTS, BOUND_BUCKET, CONFIG
 from registry.access import Kind, Party
 from registry.contract import Bucket, buckets
 from registry.errors import NoResponders, ServiceError, WrongLastSequence
-from registry.wire import BucketConfig, Bus, Holder, ask, create_bucket, delete, get_last_many, get_latest, put, update
+from registry.wire import Bus, Holder, ask, delete, get_last_many, get_latest, put, update
 from tests.attacks import (
     API_ATTACKS,
     READ_ATTACKS,
@@ -37,6 +38,7 @@ from tests.attacks import (
 )
 from tests.helpers import in_own_task
 from tests.isolation import Mesh, Widening, granting, jwt_mesh_server, mesh_server, party
+from tests.live import live_update
 
 SEAT = party(Kind.SEAT)
 N1 = party(Kind.NODE, "n1")
@@ -68,11 +70,9 @@ def writer(request: pytest.FixtureRequest) -> Writer:
 
 @pytest.fixture
 async def seat(mesh: Mesh) -> AsyncIterator[Bus]:
-    """The seat, once every bucket holds keys of two nodes (the writers' buckets made by the seat,
-    as whoever runs the data account makes them)."""
+    """The seat, once every bucket holds keys of two nodes (the writers' buckets are the seat's
+    too: it makes them at its start, as it makes its own)."""
     async with in_own_task(mesh.connect(SEAT)) as bus:
-        for bucket in (CONFIG, ASSIGNMENTS):
-            await create_bucket(bus, bucket, BucketConfig())
         await put(bus, CONFIG, "log-level", b'"info"')
         lease = Holder.me(timedelta(hours=1)).model_dump_json().encode()
         for node in ("n1", "n2"):
@@ -112,28 +112,26 @@ async def test_a_writer_writes_and_reads_its_own_bucket_compare_and_set_included
     assert stored is not None and (stored.value, stored.revision) == (b'"changed"', revision)
 
 
-async def test_what_a_writer_writes_a_node_reads_by_a_get_but_its_live_updates_miss_it(
-    mesh: Mesh, seat: Bus, writer: Writer
-) -> None:
-    """Pins a limit of nats-server (2.15): a message that came into the data account through a
-    service import (the writer's put) is not passed on to the accounts importing its subject as a
-    stream (a node's live updates), while the seat's own put is. So a node's watch sees a writer's
-    change at its next refresh, not at once, as with a provider's `_bound`. A stream that
-    republishes its puts under another prefix, imported by the node onto `$KV.<bucket>.`, would
-    carry both; this test fails the day a node's live updates carry the writer's put."""
+async def test_what_a_writer_writes_reaches_a_nodes_live_updates_at_once(mesh: Mesh, seat: Bus, writer: Writer) -> None:
+    """nats-server passes a put that came into the data account through a service import (the
+    writer's) on to no stream import of its subject; the bucket's stream republishes it under
+    `$KVR.<bucket>.`, and the node imports that onto the key's own subject. So the node's live
+    updates carry the writer's put and delete within a second, as they carry the seat's, each with
+    the stream's headers (its revision, and the delete's operation)."""
     node = await mesh.raw(N1)
     try:
         updates = await node.subscribe(writer.own.subject(writer.own_key))
         await node.flush()
-        async with mesh.connect(writer.party) as own, mesh.connect(N1) as n1:
-            await put(own, writer.own, writer.own_key, b'"from the writer"')
-            read = await get_latest(n1, writer.own, writer.own_key)
-        await put(seat, writer.own, writer.own_key, b'"from the seat"')
-        live = await updates.next_msg(timeout=5)
+        async with mesh.connect(writer.party) as own:
+            put_by_writer = await live_update(updates, put(own, writer.own, writer.own_key, b'"from the writer"'))
+            deleted = await live_update(updates, delete(own, writer.own, writer.own_key, last=put_by_writer.revision))
+        put_by_seat = await live_update(updates, put(seat, writer.own, writer.own_key, b'"from the seat"'))
     finally:
         await node.close()
-    assert read is not None and read.value == b'"from the writer"'
-    assert live.data == b'"from the seat"'  # the writer's put, earlier, never came
+    assert (put_by_writer.value, put_by_writer.operation) == (b'"from the writer"', None)
+    assert (deleted.value, deleted.operation) == (b"", "DEL")
+    assert (put_by_seat.value, put_by_seat.operation) == (b'"from the seat"', None)
+    assert put_by_writer.subject == deleted.subject == put_by_seat.subject == writer.own.subject(writer.own_key)
 
 
 def writes_outside(writer: Writer) -> list[tuple[Bucket, str]]:
@@ -317,7 +315,6 @@ async def test_the_judges_see_a_writer_widened_on_purpose(tmp_path: Path, mode: 
     start = mesh_server if mode == "static" else jwt_mesh_server
     config = WRITERS[0]
     async with start(tmp_path / "mesh", widen=writers_widened()) as mesh, mesh.connect(SEAT) as seat:
-        await create_bucket(seat, ASSIGNMENTS, BucketConfig())
         await put(seat, ASSIGNMENTS, "n1.app", b'{"plan":{"port":{"http":8080}}}')
         judged = await data_buckets(seat)
         async with mesh.connect(config.party) as own:

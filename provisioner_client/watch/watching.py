@@ -4,7 +4,9 @@
   `$KV.<bucket>.<filter>`, no consumer (a node has no JetStream API): one per bucket, over the
   node's own `<node>.>` where the keys read lie under it, else over the bucket; only changes of
   the keys read wake the loop. In a node's own account those subjects reach it through stream
-  imports; on a single-account development bus the subscriptions see the writes themselves.
+  imports of where each bucket's stream republishes its writes (`$KVR.<bucket>.`), onto
+  `$KV.<bucket>.`: every write, whoever wrote it (the seat, a writer, a provider); on a
+  single-account development bus the subscriptions see the writes themselves.
   Either way delivery is at-most-once: after the connection is recovered, and once a new
   subscription is in place, the loop reconciles again ("resync") instead of trusting it saw all.
 - Manifests are polled (name, inode, mtime, size of each `*.json`): they are replaced atomically,

@@ -94,7 +94,8 @@ def _limits(limits: PartyLimits) -> str:
 def _import(item: Import) -> str:
     source = f"{{account: {_quoted(item.account)}, subject: {_quoted(item.subject)}}}"
     share = ", share: true" if item.share else ""
-    return f"{{{item.kind}: {source}{share}}}  # {item.why}"
+    to = f", to: {_quoted(item.to)}" if item.to is not None else ""
+    return f"{{{item.kind}: {source}{share}{to}}}  # {item.why}"
 
 
 def _quoted(text: str) -> str:

@@ -9,7 +9,8 @@ makes a consumer there.
 
 A node imports: puts, deletes and gets of its own `<node>.>` keys in needs, applied and collect;
 gets of its `<node>.>` keys of node-keyed buckets (placement, each provider's `_bound`) and of
-every key of mesh-wide buckets (the registry, shared config), with their live updates; the verb
+every key of mesh-wide buckets (the registry, shared config), with their live updates (as each
+bucket's stream republishes them under `$KVR.<bucket>.`, whoever wrote, onto `$KV.<bucket>.`); the verb
 and the vault's `secret` verb, shared, so that they learn who asks. A provider's machine (a node
 running the provider's module, named in `machines`) imports the vault's `consumers` verb too. A
 provider reads the needs bucket, writes its own `<provider>_bound` and asks the verb. An operator
@@ -50,13 +51,17 @@ class _Model(BaseModel):
 class Import(_Model):
     """A subject one account takes from another (`account`, the exporter: the data account, or the
     vault's): a service (request/reply) or a stream (live updates). `share` tells the responder
-    who asks; `stream_reply` lets a service answer with several messages (a batch direct get)."""
+    who asks; `stream_reply` lets a service answer with several messages (a batch direct get);
+    `to` is the subject the importing account sees it on, when not `subject` (live updates are
+    imported from where a bucket's stream republishes them, `$KVR.<bucket>.<keys>`, onto the
+    keys' own subjects, `$KV.<bucket>.<keys>`)."""
 
     kind: str = Field(pattern="^(service|stream)$")
     subject: str
     account: str = DATA_ACCOUNT
     share: bool = False
     stream_reply: bool = False
+    to: str | None = None
     why: str = ""
 
 
@@ -150,11 +155,21 @@ def _writes(bucket: Bucket, scope: str, why: str) -> list[Import]:
 def _reads(bucket: Bucket, scope: str, why: str, *, live: bool = True) -> list[Import]:
     """Gets of the keys under `scope` and their live updates; the whole bucket adds the batch get.
 
-    No live updates of a bucket the party writes itself: a stream import on the subjects of its
-    own service import would hand its writes back to it."""
+    Live updates come from where the bucket's stream republishes each write it stores (nats-server
+    passes a write that came in through a service import, a node's, a provider's or a writer's, on
+    to no stream import of its own subject), onto the keys' own subjects. None of a bucket the
+    party writes itself: a stream import onto the subjects of its own service import would hand
+    its writes back to it."""
     found = [Import(kind="service", subject=bucket.direct_get_subject(scope), why=f"get {why}")]
     if live:
-        found.append(Import(kind="stream", subject=bucket.subject(scope), why=f"live updates of {why}"))
+        found.append(
+            Import(
+                kind="stream",
+                subject=bucket.live_subject(scope),
+                to=bucket.subject(scope),
+                why=f"live updates of {why}, whoever wrote them",
+            )
+        )
     if scope == ">":
         found.append(
             Import(

@@ -11,7 +11,8 @@
 
 Only the operator signs account JWTs, so a party's account imports exactly what its signed JWT
 says, however it edits its copy. The data account exports each bucket's subjects by wildcard
-(`$KV.<bucket>.>`, `$JS.API.DIRECT.GET.<stream>.>`) and the seat's verb, the vault's account
+(`$KV.<bucket>.>`, where its stream republishes them
+`$KVR.<bucket>.>`, `$JS.API.DIRECT.GET.<stream>.>`) and the seat's verb, the vault's account
 (`account-vault.jwt`) the vault's verbs, publicly: what a party reaches is decided by its own
 account's imports. So a node added later needs no change to the data account nor the vault's:
 push its account JWT (`push_account`) and it connects at once, without a reload. Every party
@@ -42,6 +43,7 @@ from registry.access.credentials import SEED_SUFFIX, CredentialError, write_secr
 from registry.access.grants import AccountGrant, Grants, Import, vault_listens, vault_publishes
 from registry.access.limits import PartyLimits, limits_of
 from registry.access.parties import DATA_ACCOUNT, SYSTEM_ACCOUNT, Kind, Party
+from registry.contract import buckets
 from registry.errors import BusError
 
 if TYPE_CHECKING:  # issuing the grants never needs nats-py: only pushing them does
@@ -222,9 +224,10 @@ def data_account(grants: Grants) -> dict[str, Any]:
 
 
 def export_subject(subject: str) -> str:
-    """What the data account exports for an imported subject: a key's whole bucket, else itself."""
+    """What the data account exports for an imported subject: a key's whole bucket (its keys, or
+    where its stream republishes them), else itself."""
     tokens = subject.split(".")
-    if tokens[0] == "$KV" and len(tokens) > 3:
+    if tokens[0] in ("$KV", buckets.LIVE_PREFIX) and len(tokens) > 3:
         return ".".join([*tokens[:2], ">"])
     if tokens[:4] == ["$JS", "API", "DIRECT", "GET"] and len(tokens) > 5:
         return ".".join([*tokens[:5], ">"])
@@ -270,6 +273,8 @@ def _import(item: Import, exporter_key: str) -> dict[str, Any]:
     }
     if item.share:
         found["share"] = True
+    if item.to is not None:
+        found["local_subject"] = item.to
     return found
 
 

@@ -23,15 +23,17 @@ from registry.access.jwt_auth import claims_of
 _IMPORTS, _PARTY = "imports", "party"
 
 
-def _effect(item: Import) -> tuple[str, str, str, bool, bool]:
+def _effect(item: Import) -> tuple[str, str, str, bool, bool, str | None]:
     """What an import lets through, its description aside."""
-    return (item.kind, item.subject, item.account, item.share, item.stream_reply)
+    return (item.kind, item.subject, item.account, item.share, item.stream_reply, item.to)
 
 
 def describe_import(item: Import) -> str:
-    """`service $KV.x.n1.> from MESH, shared`: one import as the plan prints it."""
+    """`service $KV.x.n1.> from MESH, shared` (a stream: `... onto $KV.x.n1.>`): one import as the
+    plan prints it."""
     notes = [note for note, on in (("shared", item.share), ("stream reply", item.stream_reply)) if on]
-    return ", ".join([f"{item.kind} {item.subject} from {item.account}", *notes])
+    onto = f" onto {item.to}" if item.to is not None else ""
+    return ", ".join([f"{item.kind} {item.subject} from {item.account}{onto}", *notes])
 
 
 @dataclass(frozen=True)
