@@ -597,6 +597,7 @@ async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterato
     nats_internals.check_nats_internals()
     nc = Client()
     nats_internals.use_faster_header_parser(nc)
+    nats_internals.tolerate_cancelled_flushes(nc)
     raw_handlers = nats_internals.route_raw_messages(nc)
     try:
         await nc.connect(**_connect_options(options, callbacks))

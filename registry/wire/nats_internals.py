@@ -1,6 +1,6 @@
 """Every use of nats-py's private API, each behind a named function, and the check of them at start.
 
-nats-py has no public call for four things the bus and the service do:
+nats-py has no public call for five things the bus and the service do:
 
 - hand a message straight from its parser to a handler (`Bus.subscribe_raw`, how a streamed
   listing reads hundreds of thousands of keys): `Client._process_msg`, which the parser looks up
@@ -8,6 +8,9 @@ nats-py has no public call for four things the bus and the service do:
 - parse header lines faster: `Client._parse_header_lines`, looked up by `Client._process_headers`,
   is replaced by `header_lines` (the same result; tests/registry/wire/test_headers.py);
 - close the socket of a connect given up part-way (`Client._transport`): `close_socket`;
+- survive a flush given up on: `Client._process_pong` sets the result of the oldest PING's future
+  (`Client._pongs`) even when its flush was cancelled, and the `InvalidStateError` stops nats-py's
+  read loop for good; `tolerate_cancelled_flushes` passes over a future already done;
 - drain a service's endpoints, so that a stop answers the requests already received
   (`Service._endpoints`, `Endpoint._subscription`): `drain_endpoints`, for `registry.serving`.
 
@@ -64,6 +67,7 @@ _RAW = "Bus.subscribe_raw: a streamed listing (registry.wire.walk) would receive
 _HEADERS = "the bus's faster header parser: direct gets and listings would parse headers at nats-py's speed"
 _SOCKET = "closing a connect given up part-way: its socket would stay open"
 _DRAIN = "the service's ordered stop: requests already received would be dropped, not answered"
+_PONG = "a flush given up on: its late PONG would stop the connection reading, for good"
 
 
 _PROCESS_MSG = ("self", "sid", "subject", "reply", "data", "headers")
@@ -91,6 +95,15 @@ def _client_internals() -> list[Internal]:
             partial(_calls, Client, "_process_headers", "_parse_header_lines"),
         ),
         Internal("Client._transport", _SOCKET, partial(_sets, Client, "_transport")),
+        Internal("Client._pongs", _PONG, partial(_sets, Client, "_pongs")),
+        Internal(
+            "Parser.parse calling the client's _process_pong", _PONG, partial(_calls, Parser, "parse", "_process_pong")
+        ),
+        Internal(
+            "Client._process_pong(), setting the result of a future of _pongs",
+            _PONG,
+            partial(_takes_and_names, Client, "_process_pong", ("self",), "_pongs"),
+        ),
     ]
 
 
@@ -142,6 +155,10 @@ def _calls(owner: type, name: str, called: str) -> bool:
     return _names(getattr(owner, name, None), called)
 
 
+def _takes_and_names(owner: type, name: str, parameters: tuple[str, ...], named: str) -> bool:
+    return _takes(owner, name, parameters) and _names(getattr(owner, name, None), named)
+
+
 def _sets(owner: type, name: str) -> bool:
     """Whether instances of `owner` have attribute `name`: a class attribute, or one its `__init__` sets."""
     return name in vars(owner) or _names(getattr(owner, "__init__", None), name)
@@ -178,6 +195,21 @@ def subscription_id(sub: Subscription) -> int:
 def use_faster_header_parser(nc: Client) -> None:
     """Has `nc` parse header lines with `header_lines`, which reads them as nats-py does, faster."""
     nc._parse_header_lines = header_lines  # type: ignore[method-assign]
+
+
+def tolerate_cancelled_flushes(nc: Client) -> None:
+    """Has `nc` take each PONG for the oldest PING as nats-py does, passing over a PING whose
+    flush was given up on (its future cancelled) instead of failing its read loop."""
+
+    async def process_pong() -> None:
+        if nc._pongs:
+            future = nc._pongs.pop(0)
+            if not future.done():
+                future.set_result(True)
+            nc._pongs_received += 1
+            nc._pings_outstanding = 0
+
+    nc._process_pong = process_pong  # type: ignore[method-assign]
 
 
 def close_socket(nc: Client) -> None:

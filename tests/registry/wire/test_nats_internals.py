@@ -53,7 +53,21 @@ def _empty_init() -> Callable[..., None]:
 
 
 async def _parse_without_routing(self: Parser, data: bytes = b"") -> None:
-    return None
+    if not data:  # still hands a PONG to the client: only the message hook is gone
+        await self.nc._process_pong()
+
+
+async def _parse_without_pongs(self: Parser, data: bytes = b"") -> None:
+    if not data:  # still hands a message to the client: only the PONG hook is gone
+        await self.nc._process_msg(0, b"", b"", b"", None)
+
+
+def _client_init_without_transport(self: Client, *args: object, **kwargs: object) -> None:
+    self._pongs = []
+
+
+def _client_init_without_pongs(self: Client, *args: object, **kwargs: object) -> None:
+    self._transport = None
 
 
 async def _process_a_msg(self: Client, msg: object) -> None:
@@ -88,6 +102,7 @@ class Change:
 
 RAW = "Bus.subscribe_raw: a streamed listing"
 HEADERS = "the bus's faster header parser"
+PONG = "a flush given up on"
 CHANGES = [
     pytest.param(
         Change(Client, "_process_msg", None, "Client._process_msg(sid, subject, reply, data, headers)", RAW),
@@ -130,8 +145,20 @@ CHANGES = [
         id="the headers parsed without the header-line parser",
     ),
     pytest.param(
-        Change(Client, "__init__", _empty_init(), "Client._transport", "closing a connect given up"),
+        Change(Client, "__init__", _client_init_without_transport, "Client._transport", "closing a connect given up"),
         id="a client without its transport",
+    ),
+    pytest.param(
+        Change(Client, "__init__", _client_init_without_pongs, "Client._pongs", PONG),
+        id="a client without its list of PINGs waiting",
+    ),
+    pytest.param(
+        Change(Parser, "parse", _parse_without_pongs, "Parser.parse calling the client's _process_pong", PONG),
+        id="the parser no longer handing a PONG to the client",
+    ),
+    pytest.param(
+        Change(Client, "_process_pong", None, "Client._process_pong(), setting the result of a future of _pongs", PONG),
+        id="the PONG hook taken away",
     ),
     pytest.param(
         Change(
