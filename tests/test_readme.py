@@ -52,6 +52,8 @@ NOT_RUNNABLE = {
     "(tests/test_units.py checks these paths against the defaults and the units)",
     "mesh-provisioner grants --out /etc/nats/mesh --keys /srv/secrets/mesh-keys \\": "writes /etc/nats and "
     "/srv/secrets; tests/test_deploy.py runs the same command into a temporary folder",
+    "mesh-provisioner grants --mesh /etc/mesh-provisioner/mesh.toml --check \\": "a real mesh's folders and "
+    "resolver; tests/registry/test_grants_interface.py runs --check and --push on temporary ones",
     "mesh-provisioner top": "runs until Ctrl-C; tests/provisioner/test_nodes.py runs it until SIGINT and --once",
     ".venv/bin/python -m bench": "a benchmark of minutes; its figures are measured on demand, not asserted by tests",
     ".venv/bin/python -m bench --scale --keys 1000000": "a benchmark of minutes (a million keys filled first)",
