@@ -17,6 +17,7 @@ Exit codes:
     5  `query nodes`, `top --once`: a node shown is stale, gone or over quota (before 4: the fleet first);
        `remove-node`: the node's client holds its lease (nothing was removed; the message names it)
     6  `grants --check`: something would change (printed)
+  141  stdout's reader went away (`| head`): ended quietly
 """
 
 from __future__ import annotations
