@@ -315,7 +315,7 @@ class GrantsArguments(CommandArguments):
     domains_file: Path | None = Field(
         default=None, description="the seat's domains file, if any (not with a mesh file that names one)"
     )
-    jwt: bool = Field(default=False, description="also decentralized auth: JWTs, .creds, server-auth.conf")
+    jwt: bool = Field(default=False, description="also decentralized auth: JWTs and .creds files")
     check: Annotated[bool, CommandLine(exclusive="mode")] = Field(
         default=False,
         description="write nothing: print what would change against what is in --out; exit 6 if anything would",

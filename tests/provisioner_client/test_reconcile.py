@@ -136,6 +136,7 @@ async def test_a_domain_bucket_without_direct_get_leaves_the_module_pending_sayi
     provisioned: Bus, js: JetStreamContext, tmp_path: Path
 ) -> None:
     """A node reads values by direct get only (it may not ask the stream itself)."""
+    await js.delete_key_value(CONFIG.name)  # the seat makes it as its own, with direct get
     config = await js.create_key_value(bucket=CONFIG.name)  # no direct get
     await config.put("log-level", b'"debug"')
     manifests = tmp_path / "manifests"
