@@ -249,6 +249,7 @@ def _decided_paths() -> set[Path]:
         seat.grants_file,
         seat.domains_file,
         Path("/etc/mesh-provisioner/keys"),
+        Path("/etc/mesh-provisioner/mesh.toml"),  # the controller's mesh file (`grants --mesh`)
     }
 
 
