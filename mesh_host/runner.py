@@ -1,0 +1,65 @@
+"""Running the machine's own tools: every detector and every service step goes through a `Runner`,
+so that its logic is tested against a fake one and its behaviour against this machine.
+
+A tool that is not installed is not an error here: `Ran.missing` says so, and the caller says what
+that means (a detector: "not installed"; a step: a failed step).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+DEFAULT_TIMEOUT = 10.0  # seconds: a tool that hangs (a daemon not answering) is a verdict, not a hang
+MAX_OUTPUT = 64 * 1024  # characters kept of each of stdout and stderr
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What running a command gave: its exit code and output (capped), or that it could not run."""
+
+    argv: tuple[str, ...]
+    returncode: int | None  # None: it did not run (missing, or timed out)
+    stdout: str = ""
+    stderr: str = ""
+    missing: bool = False  # the program is not on PATH (or not executable)
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def said(self) -> str:
+        """One line saying how it went, for a verdict: `nft exited 1: Operation not permitted`."""
+        name = os.path.basename(self.argv[0]) if self.argv else "?"
+        if self.missing:
+            return f"{name} not found"
+        if self.timed_out:
+            return f"{name} did not answer within its time"
+        text = (self.stderr.strip() or self.stdout.strip()).splitlines()
+        first = text[0][:200] if text else ""
+        return f"{name} exited {self.returncode}" + (f": {first}" if first else "")
+
+
+class Runner(Protocol):
+    def __call__(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> Ran: ...
+
+
+def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, env: Mapping[str, str] | None = None) -> Ran:
+    """Runs `argv` (no shell), its output as text in the C locale so that messages read alike."""
+    command = tuple(argv)
+    environment = dict(os.environ if env is None else env) | {"LC_ALL": "C", "LANG": "C"}
+    try:
+        done = subprocess.run(  # noqa: S603  # argv from our own detectors and steps, never a shell
+            command, capture_output=True, text=True, errors="replace", timeout=timeout, env=environment, check=False
+        )
+    except FileNotFoundError:
+        return Ran(command, None, missing=True)
+    except PermissionError as err:
+        return Ran(command, None, stderr=str(err), missing=True)
+    except subprocess.TimeoutExpired:
+        return Ran(command, None, timed_out=True)
+    return Ran(command, done.returncode, done.stdout[:MAX_OUTPUT], done.stderr[:MAX_OUTPUT])

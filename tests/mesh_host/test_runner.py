@@ -1,0 +1,33 @@
+"""The runner every detector and service step goes through, against this machine's own programs."""
+
+from __future__ import annotations
+
+import sys
+
+from mesh_host.runner import run
+
+
+def test_a_command_that_works_is_ok_with_its_output() -> None:
+    ran = run([sys.executable, "-c", "print('hi')"])
+    assert ran.ok and ran.stdout == "hi\n"
+
+
+def test_a_command_that_fails_says_how_with_its_first_line() -> None:
+    ran = run([sys.executable, "-c", "import sys; sys.stderr.write('no way\\nmore'); sys.exit(3)"])
+    assert not ran.ok and ran.returncode == 3
+    assert ran.said().endswith("exited 3: no way")
+
+
+def test_a_missing_program_is_said_missing_not_raised() -> None:
+    ran = run(["mesh-host-no-such-program"])
+    assert ran.missing and ran.returncode is None and ran.said() == "mesh-host-no-such-program not found"
+
+
+def test_a_program_that_hangs_is_cut_at_its_time() -> None:
+    ran = run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.3)
+    assert ran.timed_out and ran.said().endswith("did not answer within its time")
+
+
+def test_messages_read_in_the_c_locale() -> None:
+    ran = run([sys.executable, "-c", "import os; print(os.environ['LC_ALL'])"])
+    assert ran.stdout.strip() == "C"
