@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from registry.access.grants import AccountGrant, Grants, Import, vault_listens, vault_publishes
+from registry.access.grants import AccountGrant, Exports, Grants, Import, vault_listens, vault_publishes
 from registry.access.limits import PartyLimits, limits_of
 from registry.access.parties import Kind
 
@@ -27,27 +27,27 @@ LIMITS_NOTE = "connections of the account; subscriptions and bytes of one messag
 
 def render_accounts(grants: Grants, vault_subjects: Sequence[str]) -> str:
     """The accounts block; `vault_subjects` are the verbs the vault serves (`verb_subjects`)."""
+    exports = grants.exports()
     lines = [HEADER, "accounts {"]
-    lines += _data_account(grants)
+    lines += _data_account(grants, exports.get(grants.data_account, {}))
     for grant in grants.parties:
-        lines += _party_account(grant, grants, vault_subjects)
+        lines += _party_account(grant, exports.get(grant.account, {}), vault_subjects)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def _data_account(grants: Grants) -> list[str]:
+def _data_account(grants: Grants, exports: Exports) -> list[str]:
     lines = [f"  {grants.data_account} {{", "    jetstream: enabled", "    users: ["]
     for grant in grants.data:
         lines.append(f"      # {grant.party.label}: {SEAT_ROLE}")
         lines.append(f"      {{nkey: {_quoted(grant.user_key)}}}")
     lines.append("    ]")
-    lines += _exports(grants, grants.data_account)
+    lines += _exports(exports)
     lines.append("  }")
     return lines
 
 
-def _exports(grants: Grants, account: str) -> list[str]:
-    exports = grants.exports_of(account)
+def _exports(exports: Exports) -> list[str]:
     if not exports:
         return []
     lines = ["    exports: ["]
@@ -59,9 +59,9 @@ def _exports(grants: Grants, account: str) -> list[str]:
     return lines
 
 
-def _party_account(grant: AccountGrant, grants: Grants, vault_subjects: Sequence[str]) -> list[str]:
+def _party_account(grant: AccountGrant, exports: Exports, vault_subjects: Sequence[str]) -> list[str]:
     lines = [f"  {_quoted(grant.account)} {{", f"    users: [{{{_user(grant, vault_subjects)}}}]"]
-    lines += _exports(grants, grant.account)
+    lines += _exports(exports)
     lines.append("    imports: [")
     lines += [f"      {_import(item)}" for item in grant.imports]
     lines += ["    ]", f"    limits {{{_limits(limits_of(grant.party.kind))}}}  # {LIMITS_NOTE}", "  }"]

@@ -34,13 +34,14 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import nkeys
 
 from registry.access.credentials import SEED_SUFFIX, CredentialError, write_secret
-from registry.access.grants import AccountGrant, Grants, Import, vault_listens, vault_publishes
+from registry.access.grants import AccountGrant, Exports, Grants, Import, vault_listens, vault_publishes
 from registry.access.limits import PartyLimits, limits_of
 from registry.access.parties import DATA_ACCOUNT, SYSTEM_ACCOUNT, Kind, Party
 from registry.contract import buckets
@@ -85,16 +86,21 @@ class Nkey:
 
     seed: bytes
 
-    @property
+    @cached_property
+    def _pair(self) -> nkeys.KeyPair:
+        """Derived once: each derivation decodes the seed and computes the key pair again."""
+        return nkeys.from_seed(bytearray(self.seed))
+
+    @cached_property
     def public_key(self) -> str:
-        return bytes(nkeys.from_seed(bytearray(self.seed)).public_key).decode()
+        return bytes(self._pair.public_key).decode()
 
     def sign(self, data: bytes) -> bytes:
-        return bytes(nkeys.from_seed(bytearray(self.seed)).sign(data))
+        return bytes(self._pair.sign(data))
 
     def signed(self, data: bytes, signature: bytes) -> bool:
         try:
-            return bool(nkeys.from_seed(bytearray(self.seed)).verify(data, signature))
+            return bool(self._pair.verify(data, signature))
         except nkeys.ErrInvalidSignature:
             return False
 
@@ -162,14 +168,16 @@ def write_jwt_auth(
     for grant in grants.data:
         _user(keys, grant.party.label, data, {})
     exporters = {DATA_ACCOUNT: data.public_key, **{g.account: g.account_key for g in grants.parties if g.account_key}}
+    exports = grants.exports()
     for grant in grants.parties:
         key = _nkey(account_seed_path(keys, grant.party.label), nkeys.PREFIX_BYTE_ACCOUNT)
         if key.public_key != grant.account_key:
             raise CredentialError(account_seed_path(keys, grant.party.label), "not the account key of the grants")
-        body = party_account(grant, grants, exporters)
+        body = party_account(grant, exports.get(grant.account, {}), exporters)
         accounts[key.public_key] = _account(out, grant.party.label, key, operator, body)
         _user(keys, grant.party.label, key, _user_permissions(grant, vault_subjects))
-    _drop_accounts_not_in(out, {account_jwt_path(out, claims_of(token)["name"]) for token in accounts.values()})
+    labels = [SYSTEM_ACCOUNT, DATA_ACCOUNT, *(grant.party.label for grant in grants.parties)]
+    _drop_accounts_not_in(out, {account_jwt_path(out, label) for label in labels})
     auth = JwtAuth(operator_jwt, system.public_key, accounts)
     (out / JWT_DIR / SERVER_AUTH).write_text(render_server_auth(auth, resolver_dir), encoding="utf-8")
     return auth
@@ -234,11 +242,11 @@ def export_subject(subject: str) -> str:
     return subject
 
 
-def party_account(grant: AccountGrant, grants: Grants, exporters: Mapping[str, str]) -> dict[str, Any]:
+def party_account(grant: AccountGrant, exported: Exports, exporters: Mapping[str, str]) -> dict[str, Any]:
     """A party's account: its imports exactly as granted (`exporters`: each exporting account's
-    public key by name), what others import from it (the vault's verbs), bounded, without JetStream.
-    Its exports are public: only the operator signs an import of them."""
-    exports = [_export(kind, subject, stream_reply) for kind, subject, stream_reply in grants.exports_of(grant.account)]
+    public key by name), what others import from it (`exported`, the vault's verbs: `Grants.exports`),
+    bounded, without JetStream. Its exports are public: only the operator signs an import of them."""
+    exports = [_export(kind, subject, stream_reply) for kind, subject, stream_reply in exported]
     limits = {**_UNLIMITED, "exports": len(exports), "wildcards": False, **_claimed(limits_of(grant.party.kind))}
     imports = [_import(item, exporters[item.account]) for item in grant.imports]
     body: dict[str, Any] = {"type": "account", "imports": imports, "limits": limits}
@@ -298,11 +306,14 @@ def _user(keys: Path, label: str, account: Nkey, permissions: dict[str, Any]) ->
     body = {"type": "user", "subs": NO_LIMIT, "data": NO_LIMIT, "payload": NO_LIMIT, "pub": {}, "sub": {}}
     body.update(permissions)
     path = creds_path(keys, label)
-    existing = _CREDS_JWT.search(path.read_text(encoding="utf-8")) if path.exists() else None
+    held = path.read_bytes() if path.exists() else b""
+    existing = _CREDS_JWT.search(held.decode(errors="replace"))
     token = _keep_or_sign(
         None, account, subject=user.public_key, name=label, body=body, existing=existing.group(1) if existing else None
     )
-    write_secret(path, creds(token, user.seed))
+    wanted = creds(token, user.seed)
+    if held != wanted or path.stat().st_mode & 0o077:
+        write_secret(path, wanted)
 
 
 def creds(user_jwt: str, seed: bytes) -> bytes:
@@ -343,14 +354,16 @@ def claims_of(token: str) -> dict[str, Any]:
 def _keep_or_sign(
     path: Path | None, issuer: Nkey, *, subject: str, name: str, body: dict[str, Any], existing: str | None = None
 ) -> str:
-    """The JWT at `path` (or `existing`) if `issuer` signed these very claims, else a new one."""
-    if existing is None and path is not None and path.exists():
-        existing = path.read_text(encoding="utf-8").strip()
+    """The JWT at `path` (or `existing`) if `issuer` signed these very claims, else a new one;
+    `path` is written only when it does not hold it already."""
+    held = path.read_text(encoding="utf-8") if path is not None and path.exists() else None
+    if existing is None and held is not None:
+        existing = held.strip()
     if existing is not None and _same(existing, issuer, subject, name, body):
         token = existing
     else:
         token = encode_jwt(issuer, subject=subject, name=name, body=body)
-    if path is not None:
+    if path is not None and held != token + "\n":
         path.write_text(token + "\n", encoding="utf-8")
     return token
 

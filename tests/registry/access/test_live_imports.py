@@ -71,7 +71,7 @@ def test_a_static_account_imports_the_republished_writes_onto_the_keys_subjects(
 def test_a_jwt_account_imports_them_as_its_local_subject_from_the_data_accounts_export() -> None:
     grants = grants_for("n1")
     grant = next(g for g in grants.parties if g.party == N1)
-    imports = party_account(grant, grants, {"MESH": "AMESH", "vault": "Avault"})["imports"]
+    imports = party_account(grant, grants.exports_of(grant.account), {"MESH": "AMESH", "vault": "Avault"})["imports"]
     streams = {(i["subject"], i.get("local_subject")) for i in imports if i["type"] == "stream"}
     assert ("$KVR.postgres_bound.n1.>", "$KV.postgres_bound.n1.>") in streams
     assert all(local is not None for _, local in streams)
