@@ -5,12 +5,15 @@ provider and the bucket of each domain of the catalogue writing one (`mesh-confi
 controller's `mesh-controller_assignments`): no other party may create a stream (that grant would
 let it choose the stream's subjects). Each has the same fixed configuration
 (`registry.wire.kv.BucketConfig`): rollup headers refused, a value and a bucket size limit, direct
-get on (a node's reads are granted key by key), deletion of the stream denied, and its writes
-republished under `$KVR.<bucket>.` (the parties' live updates). An existing bucket is used as it
-is, never recreated: one that does not republish its writes is made to (one stream update; none
-when it does), and one that is weaker than the rest is reported with one ERROR line saying what
-differs and the command that fixes it, and the server still starts: refusing to start would take
-the whole mesh down over a fixable setting.
+get on (a node's reads are granted key by key), deletion of the stream denied. A bucket some party
+follows live (`registry.access.followed_live`, read from the grants' derivation: the registry, the
+needs, each domain's bucket, each provider's `_bound`) republishes its writes under
+`$KVR.<bucket>.`, where the live updates are imported from; the others (applied, collect, leases)
+do not: republishing costs nats-server a message per write, for nobody. An existing bucket is
+used as it is, never recreated: its republishing is made to match (one stream update; none when it
+does), and one that is weaker than the rest is reported with one ERROR line saying what differs
+and the command that fixes it, and the server still starts: refusing to start would take the
+whole mesh down over a fixable setting.
 
 A seat started before its JetStream cluster has enough peers for the replicas asked (no meta
 leader yet: no answer; too few servers: "no suitable peers for placement") waits for them, as it
@@ -27,10 +30,10 @@ from typing import Any, TypeVar
 
 import anyio
 
-from registry.access import bound_bucket, writing_domains
+from registry.access import bound_bucket, followed_live, writing_domains
 from registry.contract import Bucket, buckets, load_catalogue
 from registry.errors import BusTimeout, JetStreamError
-from registry.wire import BucketConfig, Bus, bucket_config, create_bucket, republish_writes
+from registry.wire import BucketConfig, Bus, bucket_config, converge_republish, create_bucket
 
 log = logging.getLogger(__name__)
 
@@ -54,34 +57,51 @@ async def ensure_buckets(
     bus: Bus, config: BucketConfig, providers: Iterable[str] = (), domains_file: Path | None = None
 ) -> None:
     """Creates each of the seat's buckets that is missing; makes each that is there republish its
-    writes; reports those that are weaker."""
+    writes if some party follows it live, and not if none does; reports those that are weaker."""
+    live = followed_live(load_catalogue(domains_file))
     for bucket in seat_buckets(providers, domains_file):
-        await ensure_bucket(bus, bucket, config)
+        await ensure_bucket(bus, bucket, config, live=bucket in live)
 
 
-async def ensure_bucket(bus: Bus, bucket: Bucket, config: BucketConfig) -> None:
+async def ensure_bucket(bus: Bus, bucket: Bucket, config: BucketConfig, *, live: bool | None = None) -> None:
+    """Creates `bucket`, or brings the one there in line; `live`: some party follows it live, so
+    its stream republishes its writes (left out: as the built-in catalogue's grants have it)."""
+    if live is None:
+        live = bucket in followed_live(load_catalogue())
     existing = await until_enough_peers(bucket, lambda: bucket_config(bus, bucket))
     if existing is not None:
-        if await until_enough_peers(bucket, lambda: republish_writes(bus, bucket, existing)):
-            log.info(
-                "bucket %s now republishes its writes under %s (the parties' live updates)",
-                bucket.name,
-                bucket.live_subject(">"),
-                extra={"bucket": bucket.name},
-            )
+        if await until_enough_peers(bucket, lambda: converge_republish(bus, bucket, existing, live=live)):
+            _log_republishing(bucket, live=live)
         _report_if_weaker(bucket, existing, config)
         return
-    await until_enough_peers(bucket, lambda: create_bucket(bus, bucket, config))
+    await until_enough_peers(bucket, lambda: create_bucket(bus, bucket, config, live=live))
     log.info(
-        "bucket %s created (replicas %d, %s storage, history %d, values up to %d bytes, %d bytes in all)",
+        "bucket %s created (replicas %d, %s storage, history %d, values up to %d bytes, %d bytes in all%s)",
         bucket.name,
         config.replicas,
         config.storage,
         config.history,
         config.max_value_size,
         config.max_bytes,
+        f", its writes republished under {bucket.live_subject('>')}" if live else "",
         extra={"bucket": bucket.name},
     )
+
+
+def _log_republishing(bucket: Bucket, *, live: bool) -> None:
+    if live:
+        log.info(
+            "bucket %s now republishes its writes under %s (the parties' live updates)",
+            bucket.name,
+            bucket.live_subject(">"),
+            extra={"bucket": bucket.name},
+        )
+    else:
+        log.info(
+            "bucket %s no longer republishes its writes: no party follows it live",
+            bucket.name,
+            extra={"bucket": bucket.name},
+        )
 
 
 async def until_enough_peers(bucket: Bucket, attempt: Callable[[], Awaitable[T]]) -> T:

@@ -32,6 +32,7 @@ from registry.access.jwt_auth import (
     push_account,
     render_server_auth,
 )
+from registry.access.live import LiveBuckets, followed_live
 from registry.access.mesh_file import MeshFile, MeshFileError, combined, read_mesh_file
 from registry.access.parties import DATA_ACCOUNT, REQUEST_INFO, Kind, Party, PartyMap, UnknownAccount
 from registry.access.plan import GrantsPlan, ResolverPlan, plan_grants, plan_resolver
@@ -49,6 +50,7 @@ __all__ = [
     "GrantsFile",
     "GrantsPlan",
     "Kind",
+    "LiveBuckets",
     "MeshFile",
     "MeshFileError",
     "MeshParties",
@@ -65,6 +67,7 @@ __all__ = [
     "delete_accounts",
     "derive_grants",
     "encode_jwt",
+    "followed_live",
     "issue_grants",
     "load_jwt_auth",
     "load_party_map",

@@ -272,6 +272,11 @@ class _Catalogue:
         return []
 
 
+def catalogue_of(domains: Mapping[str, Domain], providers: Sequence[str]) -> _Catalogue:
+    """The buckets and verbs of the catalogue `domains`, each provider's `_bound` among them."""
+    return _Catalogue(domains, providers)
+
+
 def bound_bucket(provider: str) -> Bucket:
     return Bucket(f"{provider}_bound", shape_of("<node>.<module>.<provision>[.<local>]"))
 

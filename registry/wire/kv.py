@@ -515,9 +515,10 @@ async def bucket_config(bus: Bus, bucket: Bucket) -> dict[str, Any] | None:
     return config
 
 
-async def create_bucket(bus: Bus, bucket: Bucket, config: BucketConfig) -> None:
+async def create_bucket(bus: Bus, bucket: Bucket, config: BucketConfig, *, live: bool = False) -> None:
     """Creates `bucket` as nats-py's `create_key_value` would, but refusing rollups, with the
-    limits of `config`, and republishing its writes (`republish_of`); the same config again succeeds."""
+    limits of `config`, and, when some party follows it `live`, republishing its writes
+    (`republish_of`); the same config again succeeds."""
     stream = {
         "name": bucket.stream,
         "subjects": [bucket.subject(">")],
@@ -536,7 +537,7 @@ async def create_bucket(bus: Bus, bucket: Bucket, config: BucketConfig) -> None:
         "allow_rollup_hdrs": False,
         "allow_msg_ttl": True,
         "deny_delete": True,
-        "republish": republish_of(bucket),
+        **({"republish": republish_of(bucket)} if live else {}),
     }
     await bus.jetstream(bucket.create_api, stream, operation=f"create bucket {bucket.name}")
 
@@ -545,17 +546,30 @@ def republish_of(bucket: Bucket) -> dict[str, str]:
     """What a bucket's stream republishes: each write it stores, headers and value, under
     `$KVR.<bucket>.<key>`, where the parties' live updates are imported from. A put that reached
     the data account through a service import (a node's, a provider's, a writer's) is passed on to
-    no stream import of its own subject; republished by the stream, it is, whoever wrote it."""
+    no stream import of its own subject; republished by the stream, it is, whoever wrote it.
+    Republishing costs nats-server a message per write: a bucket nobody follows live has none."""
     return {"src": bucket.subject(">"), "dest": bucket.live_subject(">")}
 
 
-async def republish_writes(bus: Bus, bucket: Bucket, existing: Mapping[str, Any]) -> bool:
+async def converge_republish(bus: Bus, bucket: Bucket, existing: Mapping[str, Any], *, live: bool) -> bool:
     """Makes the stream of an existing bucket (`existing`, its configuration) republish its writes
-    as `create_bucket` makes it; False, and nothing sent, when it already does."""
-    wanted = republish_of(bucket)
-    current = existing.get("republish") or {}
-    if {"src": current.get("src"), "dest": current.get("dest")} == wanted and not current.get("headers_only"):
+    when some party follows it `live`, and republish nothing when none does, as `create_bucket`
+    makes it; False, and nothing sent, when it already does."""
+    wanted = republish_of(bucket) if live else None
+    if _republished(existing) == wanted:
         return False
-    config = {**existing, "republish": wanted}
-    await bus.jetstream(bucket.update_api, config, operation=f"republish the writes of bucket {bucket.name}")
+    config = {name: value for name, value in existing.items() if name != "republish"}
+    if wanted is not None:
+        config["republish"] = wanted
+    operation = f"{'republish' if live else 'stop republishing'} the writes of bucket {bucket.name}"
+    await bus.jetstream(bucket.update_api, config, operation=operation)
     return True
+
+
+def _republished(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a stream's configuration republishes, as `republish_of` says it (None: nothing)."""
+    current = config.get("republish")
+    if not current:
+        return None
+    found = {"src": current.get("src"), "dest": current.get("dest")}
+    return {**found, "headers_only": True} if current.get("headers_only") else found
