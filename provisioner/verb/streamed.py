@@ -28,10 +28,10 @@ from collections.abc import Sequence
 import anyio
 
 from provisioner.errors import CursorGone
-from provisioner.verb.listing import Encoder, encode_listing
-from provisioner.verb.pages import cursor_for, page_json, take_page, totals
+from provisioner.verb.listing import Encoder
+from provisioner.verb.pages import Encoded, cursor_for, page_json, take_page, totals
 from provisioner.verb.request import LISTABLE
-from registry.wire import Bus, KvItem, StreamWalk, leader_floor, replicated
+from registry.wire import Bus, StreamWalk, leader_floor, replicated
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,11 @@ class StreamedListing:
         self._waiting = 0  # bytes encoded and not yet in a page
         self.most_waiting = 0  # the most bytes it held at once, encoded and not yet in a page
         self._ahead = budget  # bytes to read ahead: one page until the first is sent
-        self._first: list[KvItem] | None = []  # page 1's items, to sort a listing that fits it
+        # The keys of page 1's entries and malformed keys, in the order encoded, to sort a listing
+        # that fits it by key: the pieces, never the items (a page of malformed keys may have read
+        # the node's every 64 KiB value: holding them held tens of MB, encoding them again blocked
+        # the seat's event loop for up to half a second).
+        self._first: tuple[list[str], list[str]] | None = ([], [])
         self._answered = 0  # pages built
         self._counts = [0, 0]  # entries, malformed answered
         self._last: bytes | None = None
@@ -118,9 +122,10 @@ class StreamedListing:
     def _add(self, key: str, value: bytes, revision: int, deleted: bool) -> None:
         if deleted:
             return
-        if self._first is not None:
-            self._first.append(KvItem(key, value, revision))
+        entries = len(self._encoder.encoded.entries)
         self._waiting += self._encoder.add(key, value, revision)
+        if self._first is not None:
+            self._first[len(self._encoder.encoded.entries) == entries].append(key)
 
     def _wanted(self) -> bool:
         return self._waiting < self._ahead
@@ -133,7 +138,7 @@ class StreamedListing:
         self.most_waiting = max(self.most_waiting, self._waiting)  # it only grows between pages
         first, self._first = self._first, None
         if first is not None and self.walk.finished and self._waiting <= self.budget:
-            self._encoder.encoded = encode_listing(self.what, first, max_item_bytes=self.budget)  # one page: by key
+            self._encoder.encoded = by_key(self._encoder.encoded, *first)  # one page: by key
         items = take_page(self._encoder.encoded, self.budget)
         self._waiting -= items.size
         self._counts[0] += len(items.entries)
@@ -155,3 +160,13 @@ class StreamedListing:
         total = b'{"at_most":%d}' % self.at_most
         following = cursor_for(self.listing_id, number + 1)
         return page_json(self.what, items, number=number, pages=None, total=total, following=following)
+
+
+def by_key(encoded: Encoded, entry_keys: list[str], malformed_keys: list[str]) -> Encoded:
+    """The pieces of `encoded`, each list sorted by the keys it was encoded from (in its order)."""
+    return Encoded(_sorted(encoded.entries, entry_keys), _sorted(encoded.malformed, malformed_keys))
+
+
+def _sorted(pieces: list[bytes], keys: list[str]) -> list[bytes]:
+    order = sorted(range(len(pieces)), key=keys.__getitem__)
+    return [pieces[at] for at in order]

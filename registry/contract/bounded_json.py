@@ -31,6 +31,8 @@ MAX_PAGE_BYTES = 64 * 1024 * 1024
 MAX_DEPTH = 64
 
 _NOT_MARKS = bytes(b for b in range(256) if b not in b'"[]{}')
+_NOT_OPENERS = bytes(b for b in range(256) if b not in b"[{")
+_STARTS = frozenset(b'{["-0123456789tfnNI')  # a JSON text's first byte past white space (NaN, Infinity: said)
 _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
 
@@ -60,12 +62,25 @@ def read_json(data: bytes | str, *, max_bytes: int = MAX_BYTES, max_depth: int =
     raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else data
     if len(raw) > max_bytes:
         raise JsonRefused(f"it is {len(raw):,} bytes long, more than the {max_bytes:,} allowed")
-    if raw.count(b"[") + raw.count(b"{") > max_depth:  # counted in C: settles almost every text at once
+    start = len(raw) - len(raw.lstrip(b" \t\r\n"))
+    if start < len(raw) and raw[start] not in _STARTS:
+        # No JSON text starts so: refused as parsing it whole would, parsing one character (a
+        # hostile node's listing of 64 KiB values that are not JSON was parsed through, each time).
+        return _decoded(raw, characters=start + 1)
+    if len(raw.translate(None, delete=_NOT_OPENERS)) > max_depth:  # counted in C: settles most texts at once
         depth = nesting(raw, stop_past=max_depth)
         if depth > max_depth:
             raise JsonRefused(f"it nests at least {depth} levels deep, more than the {max_depth} allowed")
+    parsed = _decoded(raw)
+    if _SURROGATE_ESCAPE.search(raw) is not None and _holds_lone_surrogate(parsed):
+        raise JsonRefused("it holds a lone surrogate escape (such as \\ud800), which is no character")
+    return parsed
+
+
+def _decoded(raw: bytes, *, characters: int | None = None) -> object:
+    """`raw` parsed as strict JSON (its first `characters` only, when given); `JsonRefused` saying why not."""
     try:
-        parsed = _STRICT.decode(raw.decode("utf-8"))
+        return _STRICT.decode(raw.decode("utf-8")[:characters])
     except RecursionError:  # unreachable after the depth check; kept so no input can crash a caller
         raise JsonRefused("it nests too deep") from None
     except UnicodeDecodeError:
@@ -74,9 +89,6 @@ def read_json(data: bytes | str, *, max_bytes: int = MAX_BYTES, max_depth: int =
         raise JsonRefused(f"it is not valid JSON: {_short(err)}") from None
     except ValueError as err:  # e.g. an integer of more digits than Python converts
         raise JsonRefused(f"it is not usable JSON: {_short(err)}") from None
-    if _SURROGATE_ESCAPE.search(raw) is not None and _holds_lone_surrogate(parsed):
-        raise JsonRefused("it holds a lone surrogate escape (such as \\ud800), which is no character")
-    return parsed
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")

@@ -76,6 +76,33 @@ async def test_a_listing_that_fits_one_page_is_sorted_by_key(bus: Bus) -> None:
     assert answer["total"] == {"entries": 20, "malformed": 0}
 
 
+async def test_a_page_of_malformed_keys_read_from_many_large_values_encodes_each_value_once(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The values read for page 1 are encoded as they arrive and never again: sorting a listing that
+    fits one page sorts the pieces. It held the items and encoded them again, values and all: a
+    node's every 64 KiB value that is not JSON, tens of MB, and half a second of the event loop."""
+    values = {f"n1.module-{i:03d}.config.name": b"x" * 4000 for i in reversed(range(40))}  # 160 KB read
+    await put_many(bus, buckets.NEEDS, values)
+    encoded: list[str] = []
+    add = Encoder.add
+
+    def counted(self: Encoder, key: str, value: bytes, revision: int) -> int:
+        encoded.append(key)
+        return add(self, key, value, revision)
+
+    monkeypatch.setattr(Encoder, "add", counted)
+    budget = page_budget(bus.max_payload)
+    listing = await StreamedListing.start(bus, "needs", [">"], listing_id="L", budget=budget, idle=10)
+    try:
+        page = json.loads(await listing.page(1))
+    finally:
+        await listing.close()
+    assert budget < 40 * 4000 and listing.finished
+    assert [m["key"] for m in page["malformed"]] == sorted(values)
+    assert sorted(encoded) == sorted(values)  # each once
+
+
 async def test_a_key_written_during_the_listing_is_answered_again_at_its_new_place(bus: Bus) -> None:
     await put_many(bus, buckets.NEEDS, needs(400))
     first = await ask_page(bus, {"what": "needs"})
