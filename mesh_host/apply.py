@@ -1,0 +1,546 @@
+"""The converging engine: makes the machine (or a --root) match a declaration, owning its footprint.
+
+An apply, in order:
+1. Every declared owner is looked up: one this machine lacks fails the apply before any change.
+2. What the footprint holds and the declaration no longer declares is removed, last applied
+   first: a file the host created is deleted; a directory it created is removed when empty (one
+   still holding what is not the host's is kept, marked no longer declared, and removed by a later
+   apply once empty); a service is returned to how the host first found it (stopped if it was
+   not running, disabled if it was not enabled; a unit whose file is gone is only stopped);
+   what the host found there and adopted, or what a declared directory `knows`, is left as it
+   is and forgotten.
+3. Each resource, in the stated order, is judged against what is there and changed only where it
+   differs: a directory is created (its folder must exist) or its mode and owner returned; a file
+   is written whole when its content differs (atomically: a new file renamed over it), else its
+   mode and owner returned in place; a service is enabled or disabled, started or stopped, after
+   `systemctl daemon-reload` when a unit file changed in this apply. A directory with `unknown:
+   move-out` then moves out its strays (see unknown.py).
+Each step is recorded in the footprint once it worked (a directory or file as soon as it is
+created). A step that fails stops the apply: ApplyFailed carries what was done before it.
+Applying twice changes nothing the second time: the report's changes are then empty.
+
+Services need the real machine: under --root they are skipped, saying so, and not recorded.
+A dry run judges every step the same way and changes nothing, the footprint included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path, PurePosixPath
+
+from mesh_host.declaration import Declaration, Directory, File, PathResource, Resource, Service
+from mesh_host.errors import MeshHostError, StateError
+from mesh_host.footprint import Footprint, OwnedDirectory, OwnedFile, OwnedService, holding, load, save
+from mesh_host.owners import Ids, NoSuchOwner, resolve
+from mesh_host.roots import MOVED_IN_HOME, Root, RootError, moved_folder
+from mesh_host.runner import Runner, run
+from mesh_host.services import ServiceFailed, Systemctl, verbs_back, verbs_toward
+from mesh_host.unknown import destination, move_out, strays
+
+UNIT_FOLDERS = frozenset(
+    PurePosixPath(folder)
+    for folder in ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
+)
+NO_LONGER_DECLARED = "no longer declared"
+_DONE = {"enable": "enabled", "disable": "disabled", "start": "started", "stop": "stopped"}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing an apply did (a change) or has to say (a note), about one resource."""
+
+    where: str  # resources[3], or "no longer declared"
+    subject: str  # a machine path or a unit
+    what: str
+
+    def render(self) -> str:
+        return f"{self.where}  {self.subject}  {self.what}"
+
+    def as_json(self) -> dict[str, str]:
+        return {"where": self.where, "subject": self.subject, "what": self.what}
+
+
+@dataclass(frozen=True)
+class Report:
+    """What an apply changed (a dry run: would change), and what it has to say beyond."""
+
+    changes: tuple[Event, ...] = ()
+    notes: tuple[Event, ...] = ()
+    dry_run: bool = False
+
+    def render(self) -> str:
+        lines = [event.render() for event in self.changes]
+        lines += [f"note: {event.render()}" for event in self.notes]
+        verb = "would change" if self.dry_run else "changed"
+        lines.append(f"{verb} {len(self.changes)}" if self.changes else "nothing to change: the machine matches")
+        return "\n".join(lines)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "dry_run": self.dry_run,
+            "changes": [event.as_json() for event in self.changes],
+            "notes": [event.as_json() for event in self.notes],
+        }
+
+
+class ApplyFailed(MeshHostError):
+    """The step at `where` on `subject` failed for `why`; no later step ran; `done` is what was done before."""
+
+    def __init__(self, where: str, subject: str, why: str, done: Report) -> None:
+        super().__init__(where, subject, why, done)
+        self.where = where
+        self.subject = subject
+        self.why = why
+        self.done = done
+
+    def __str__(self) -> str:
+        done = "; ".join(event.render() for event in self.done.changes) or "nothing"
+        verb = "would fail" if self.done.dry_run else "failed"
+        return f"{self.where} {self.subject} {verb}: {self.why}\ndone before it: {done}"
+
+
+class _StepFailed(Exception):
+    """A step cannot go on, for its message."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where an apply works: the root, the footprint's folder, the home whose mesh-moved receives strays."""
+
+    root: Root
+    state: Path  # the folder footprint.json is in, as this filesystem finds it
+    home: PurePosixPath  # a machine path: the moved-out folder is home/.local/state/mesh-moved/<module>
+    runner: Runner = run
+    services: bool | None = None  # apply services: on the real machine only unless said (a test's fake runner)
+
+    @property
+    def applies_services(self) -> bool:
+        return self.root.is_machine if self.services is None else self.services
+
+
+def apply(declaration: Declaration, host: Host, *, dry_run: bool = False) -> Report:
+    """Makes the machine match `declaration` (a dry run: says what that would change)."""
+    owners = _owners(declaration, dry_run=dry_run)
+    if dry_run:
+        return _Applying(declaration, host, load(host.state), owners, dry_run=True).run()
+    with holding(host.state):
+        return _Applying(declaration, host, load(host.state), owners, dry_run=False).run()
+
+
+def _owners(declaration: Declaration, *, dry_run: bool) -> dict[str, Ids]:
+    owners = {}
+    for index, resource in enumerate(declaration.resources):
+        owner = getattr(resource, "owner", None)
+        if owner is None or owner in owners:
+            continue
+        try:
+            owners[owner] = resolve(owner)
+        except NoSuchOwner as err:
+            why = f"{err}; nothing was changed (every owner is looked up before the first step)"
+            raise ApplyFailed(f"resources[{index}].owner", _subject(resource), why, Report(dry_run=dry_run)) from None
+    return owners
+
+
+def _subject(resource: Resource) -> str:
+    return resource.unit if isinstance(resource, Service) else resource.path
+
+
+@dataclass
+class _Applying:
+    declaration: Declaration
+    host: Host
+    footprint: Footprint
+    owners: dict[str, Ids]
+    dry_run: bool
+    changes: list[Event] = field(default_factory=list)
+    notes: list[Event] = field(default_factory=list)
+    units_changed: bool = False  # a unit file was written or removed since systemd last reloaded
+    units_written: bool = False  # ... at all in this apply (a dry run cannot judge a unit not yet written)
+    _where: str = ""
+    appearing: set[PurePosixPath] = field(default_factory=set)  # a dry run: folders it would create
+    vanishing: set[PurePosixPath] = field(default_factory=set)  # a dry run: what it would remove
+
+    @property
+    def root(self) -> Root:
+        return self.host.root
+
+    @property
+    def systemctl(self) -> Systemctl:
+        return Systemctl(self.host.runner)
+
+    def run(self) -> Report:
+        declared = {
+            ("directory" if isinstance(r, Directory) else "file", r.path) for r in self.declaration.paths.values()
+        }
+        declared |= {("service", unit) for unit in self.declaration.units}
+        for owned in reversed(self.footprint.owned):
+            if owned.key not in declared:
+                self._step(NO_LONGER_DECLARED, owned.key[1], partial(self._remove, owned))
+        for index, resource in enumerate(self.declaration.resources):
+            self._step(f"resources[{index}]", _subject(resource), partial(self._converge, resource))
+        return self._report()
+
+    def _report(self) -> Report:
+        return Report(tuple(self.changes), tuple(self.notes), self.dry_run)
+
+    def _step(self, where: str, subject: str, step: Callable[[], None]) -> None:
+        self._where = where
+        try:
+            step()
+        except (_StepFailed, ServiceFailed, RootError, NoSuchOwner) as err:
+            raise ApplyFailed(where, subject, str(err), self._report()) from None
+        except StateError as err:
+            raise ApplyFailed(where, subject, f"recording it failed: {err}", self._report()) from None
+        except OSError as err:
+            said = err.strerror or str(err)
+            raise ApplyFailed(
+                where, subject, f"{said}: {err.filename}" if err.filename else said, self._report()
+            ) from None
+
+    def _change(self, subject: object, what: str) -> None:
+        self.changes.append(Event(self._where, str(subject), f"would be {what}" if self.dry_run else what))
+
+    def _note(self, subject: object, what: str) -> None:
+        self.notes.append(Event(self._where, str(subject), what))
+
+    def _record(self, owned: OwnedDirectory | OwnedFile | OwnedService) -> None:
+        self._keep(self.footprint.keeping(owned))
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        self._keep(self.footprint.forgetting(key))
+
+    def _keep(self, footprint: Footprint) -> None:
+        if footprint != self.footprint:
+            self.footprint = footprint
+            if not self.dry_run:
+                save(self.host.state, footprint)
+
+    def _converge(self, resource: Resource) -> None:
+        if isinstance(resource, Directory):
+            self._directory(resource)
+        elif isinstance(resource, File):
+            self._file(resource)
+        else:
+            self._service(resource)
+
+    # directories
+
+    def _directory(self, directory: Directory) -> None:
+        real = self.root.real(directory.at)
+        now = _lstat(real)
+        entry = self.footprint.entry(("directory", directory.path))
+        created = entry.created if isinstance(entry, OwnedDirectory) else now is None
+        ids = self._ids(directory)
+        if now is None:
+            self._create_directory(directory, real, ids)
+        else:
+            _must_be(directory.at, now, stat.S_ISDIR, "directory")
+            self._settle(directory.at, real, now, directory.mode, ids)
+        self._record(_owned_directory(directory, created=created))
+        if directory.unknown == "move-out" and not (self.dry_run and now is None):
+            self._move_out(directory)
+
+    def _create_directory(self, directory: Directory, real: Path, ids: Ids | None) -> None:
+        self._folder_exists(directory.at)
+        said = f"created ({directory.mode:04o} {ids or 'as the host'})"
+        if self.dry_run:
+            self.appearing.add(directory.at)
+        else:
+            real.mkdir(mode=0o700)
+            self._record(_owned_directory(directory, created=True))
+            try:
+                self._attributes(real, directory.mode, ids)
+            except BaseException:
+                self._change(directory.at, "created (mode 0700: its owner and mode could not be set)")
+                raise
+        self._change(directory.at, said)
+
+    def _move_out(self, directory: Directory) -> None:
+        assert directory.module is not None  # the declaration requires it with move-out
+        folder = moved_folder(self.host.home, directory.module)
+        for stray in strays(self.root, directory.at, self._kept()):
+            if self.dry_run:
+                self._change(stray, f"moved out to {destination(self.root, stray, folder)}")
+                continue
+            moved = move_out(self.root, stray, folder)
+            self._change(stray, f"moved out to {moved.to}")
+
+    def _kept(self) -> set[PurePosixPath]:
+        """What a folder's strays never include: what is declared, owned, known, or the host's own."""
+        kept = set(self.declaration.paths) | {
+            PurePosixPath(o.key[1]) for o in self.footprint.owned if o.key[0] != "service"
+        }
+        for resource in self.declaration.paths.values():
+            if isinstance(resource, Directory):
+                kept.update(resource.known)
+        kept.add(self.host.home / MOVED_IN_HOME)
+        with contextlib.suppress(ValueError):
+            kept.add(PurePosixPath("/") / self.host.state.relative_to(self.root.base))
+        return kept
+
+    # files
+
+    def _file(self, file: File) -> None:
+        real = self.root.real(file.at)
+        now = _lstat(real)
+        entry = self.footprint.entry(("file", file.path))
+        created = entry.created if isinstance(entry, OwnedFile) else now is None
+        ids = self._ids(file)
+        if now is None:
+            self._folder_exists(file.at)
+            self._write(file, real, ids or _host_ids())
+            self._change(file.at, f"created ({len(file.data)} bytes, {file.mode:04o} {ids or 'as the host'})")
+        else:
+            _must_be(file.at, now, stat.S_ISREG, "file")
+            if _content_differs(real, file.data):
+                self._write(file, real, ids or Ids(now.st_uid, now.st_gid))
+                self._change(file.at, f"rewritten ({len(file.data)} bytes declared)")
+                self._say(file.at, _differences(now, file.mode, ids))
+            else:
+                self._settle(file.at, real, now, file.mode, ids)
+        self._record(_owned_file(file, created=created))
+
+    def _write(self, file: File, real: Path, ids: Ids) -> None:
+        self._unit_file_changes(file.at)
+        if not self.dry_run:
+            _write_atomically(real, file.data, file.mode, ids)
+
+    # services
+
+    def _service(self, service: Service) -> None:
+        if not self.host.applies_services:
+            self._note(
+                service.unit, f"skipped: services are applied on the real machine, not under --root {self.root.base}"
+            )
+            return
+        if self.units_changed:
+            self._change("systemd", "reloaded (daemon-reload: a unit file changed)")
+            if not self.dry_run:
+                self.systemctl.reload()
+            self.units_changed = False
+        state = self.systemctl.state(service.unit)
+        if self.dry_run and not state.exists and self.units_written:
+            self._note(service.unit, "judged once its unit file is written: made as declared then")
+            return
+        if state.need_reload and not self.dry_run:
+            self.systemctl.reload()
+            state = self.systemctl.state(service.unit)
+        running = service.state == "running"
+        verbs = verbs_toward(service.unit, state, running=running, enabled=service.enabled)
+        for verb in verbs:
+            self._change(service.unit, _DONE[verb])
+            if not self.dry_run:
+                self.systemctl.act(verb, service.unit)
+        if verbs and not self.dry_run:
+            self._verify(service)
+        entry = self.footprint.entry(("service", service.unit))
+        before = entry.before if isinstance(entry, OwnedService) else state.before
+        self._record(OwnedService(unit=service.unit, state=service.state, enabled=service.enabled, before=before))
+
+    def _verify(self, service: Service) -> None:
+        state = self.systemctl.state(service.unit)
+        if verbs_toward(service.unit, state, running=service.state == "running", enabled=service.enabled):
+            raise ServiceFailed(service.unit, f"systemctl did as asked, yet it is {state.said()}")
+
+    # what is no longer declared
+
+    def _remove(self, owned: OwnedDirectory | OwnedFile | OwnedService) -> None:
+        if isinstance(owned, OwnedService):
+            self._remove_service(owned)
+            return
+        path = PurePosixPath(owned.path)
+        knower = self._knower(path)
+        if knower is not None:
+            self._note(path, f"released: left in place, {knower} knows it")
+        elif not owned.created:
+            self._note(path, "released: left as it is, it was there before the host")
+        elif isinstance(owned, OwnedFile):
+            self._remove_file(path)
+        else:
+            self._remove_directory(owned, path)
+            return
+        self._forget(owned.key)
+
+    def _knower(self, path: PurePosixPath) -> str | None:
+        for index, resource in enumerate(self.declaration.resources):
+            if isinstance(resource, Directory) and any(path.is_relative_to(known) for known in resource.known):
+                return f"resources[{index}] ({resource.path})"
+        return None
+
+    def _remove_file(self, path: PurePosixPath) -> None:
+        real = self.root.real(path)
+        now = _lstat(real)
+        if now is None:
+            self._note(path, "already gone: forgotten")
+        elif not stat.S_ISREG(now.st_mode):
+            self._note(path, f"released: {_kind(now)} stands there now, not the file the host wrote")
+        else:
+            self._change(path, "removed")
+            self._unit_file_changes(path)
+            self.vanishing.add(path)
+            if not self.dry_run:
+                real.unlink()
+
+    def _remove_directory(self, owned: OwnedDirectory, path: PurePosixPath) -> None:
+        real = self.root.real(path)
+        now = _lstat(real)
+        if now is None or not stat.S_ISDIR(now.st_mode):
+            self._note(path, "already gone: forgotten" if now is None else f"released: {_kind(now)} stands there now")
+            self._forget(owned.key)
+            return
+        held = [name for name in sorted(os.listdir(real)) if path / name not in self.vanishing]
+        if held:
+            shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+            self._note(path, f"kept: it holds what is not the host's ({shown}); removed once empty")
+            self._record(owned.model_copy(update={"declared": False}))
+            return
+        self._change(path, "removed")
+        self.vanishing.add(path)
+        if not self.dry_run:
+            real.rmdir()
+        self._forget(owned.key)
+
+    def _remove_service(self, owned: OwnedService) -> None:
+        if not self.host.applies_services:
+            self._note(owned.unit, "skipped: services are returned on the real machine, not under --root")
+            self._record(owned.model_copy(update={"declared": False}))
+            return
+        state = self.systemctl.state(owned.unit)
+        for verb in verbs_back(state, owned.before):
+            self._change(owned.unit, f"{_DONE[verb]} (as the host found it)")
+            if not self.dry_run:
+                self.systemctl.act(verb, owned.unit)
+        if not state.exists:
+            self._note(owned.unit, f"its unit is gone ({state.said()}): forgotten")
+        self._forget(owned.key)
+
+    # shared
+
+    def _unit_file_changes(self, path: PurePosixPath) -> None:
+        if path.parent in UNIT_FOLDERS:
+            self.units_changed = self.units_written = True
+
+    def _ids(self, resource: PathResource) -> Ids | None:
+        return None if resource.owner is None else self.owners[resource.owner]
+
+    def _folder_exists(self, path: PurePosixPath) -> None:
+        folder = path.parent
+        if folder in self.appearing or (self.root.folder(folder).is_dir() and folder not in self.vanishing):
+            return
+        raise _StepFailed(f"its folder {self.root.under(folder)} does not exist: declare it as a directory before")
+
+    def _settle(self, path: PurePosixPath, real: Path, now: os.stat_result, mode: int, ids: Ids | None) -> None:
+        """Returns the owner and mode of what is at `real` to what is declared, saying what differed."""
+        differences = _differences(now, mode, ids)
+        if differences and not self.dry_run:
+            self._attributes(real, mode, ids)
+        self._say(path, differences)
+
+    def _say(self, path: PurePosixPath, differences: list[str]) -> None:
+        for difference in differences:
+            self._change(path, difference)
+
+    @staticmethod
+    def _attributes(real: Path, mode: int, ids: Ids | None) -> None:
+        if ids is not None:
+            with _giving(ids):
+                os.chown(real, ids.uid, ids.gid, follow_symlinks=False)
+        os.chmod(real, mode)  # after chown, which may clear the set-id bits
+
+
+def _differences(now: os.stat_result, mode: int, ids: Ids | None) -> list[str]:
+    """How the owner and mode of what is there differ from what is declared, as a report says it."""
+    said = []
+    if ids is not None and (now.st_uid, now.st_gid) != (ids.uid, ids.gid):
+        said.append(f"owner {Ids(now.st_uid, now.st_gid)} -> {ids}")
+    if stat.S_IMODE(now.st_mode) != mode:
+        said.append(f"mode {stat.S_IMODE(now.st_mode):04o} -> {mode:04o}")
+    return said
+
+
+def _owned_directory(directory: Directory, *, created: bool) -> OwnedDirectory:
+    return OwnedDirectory(
+        path=directory.path,
+        created=created,
+        mode=directory.mode,
+        owner=directory.owner,
+        unknown=directory.unknown,
+        module=directory.module,
+        knows=tuple(directory.knows),
+    )
+
+
+def _owned_file(file: File, *, created: bool) -> OwnedFile:
+    digest = hashlib.sha256(file.data).hexdigest()
+    return OwnedFile(path=file.path, created=created, mode=file.mode, owner=file.owner, sha256=digest)
+
+
+def _host_ids() -> Ids:
+    return Ids(os.geteuid(), os.getegid())
+
+
+def _lstat(real: Path) -> os.stat_result | None:
+    try:
+        return real.lstat()
+    except FileNotFoundError:
+        return None
+
+
+def _kind(now: os.stat_result) -> str:
+    if stat.S_ISLNK(now.st_mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(now.st_mode):
+        return "a directory"
+    if stat.S_ISREG(now.st_mode):
+        return "a file"
+    return "something other than a file or directory"
+
+
+def _must_be(path: PurePosixPath, now: os.stat_result, test: Callable[[int], bool], kind: str) -> None:
+    if test(now.st_mode):
+        return
+    if stat.S_ISLNK(now.st_mode):
+        raise _StepFailed(f"a symbolic link stands where the {kind} goes: the host follows no link it did not make")
+    raise _StepFailed(f"{_kind(now)} stands where the {kind} goes")
+
+
+def _content_differs(real: Path, data: bytes) -> bool:
+    descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(descriptor, "rb") as stream:
+        return stream.read(len(data) + 1) != data
+
+
+def _write_atomically(real: Path, data: bytes, mode: int, ids: Ids) -> None:
+    """Writes a new file beside `real` with its content, owner and mode, flushed, then renames it over."""
+    temporary = real.with_name(f".{real.name}.mesh-host-{os.getpid()}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            if (ids.uid, ids.gid) != (os.geteuid(), os.getegid()):
+                with _giving(ids):
+                    os.fchown(stream.fileno(), ids.uid, ids.gid)
+            os.fchmod(stream.fileno(), mode)
+            os.fsync(stream.fileno())
+        os.replace(temporary, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def _giving(ids: Ids) -> Iterator[None]:
+    """Says why a chown was refused: giving a file away takes root (or the group's member, for a group)."""
+    try:
+        yield
+    except PermissionError as err:
+        who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}, not root"
+        raise _StepFailed(f"cannot give it to {ids}: {err.strerror} (the host runs as {who})") from None

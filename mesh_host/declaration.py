@@ -1,0 +1,363 @@
+"""The declaration: what a machine should hold, as a versioned, ordered list of resources.
+
+    {"declaration": 1, "resources": [
+      {"type": "directory", "path": "/etc/app", "mode": "0755", "owner": "root:root",
+       "unknown": "module", "module": "app", "knows": ["/etc/app/local.toml"]},
+      {"type": "file", "path": "/etc/app/app.toml", "content": "...", "mode": "0640", "owner": "root"},
+      {"type": "service", "unit": "app.service", "state": "running", "enabled": true}]}
+
+The order is stated, never derived: a file's folder, when declared, comes before it. Anything
+outside this vocabulary refuses the whole declaration before anything is changed, each problem
+named where it is (`resources[3].type: 'package' is not a resource type ...`).
+
+Decided here:
+- `mode` is an octal string ("0644", "755"), 0000 to 7777; `owner` ("user", "user:group", names or
+  numeric ids) is optional: left out, the owner is whoever runs the host and is not maintained.
+- Every directory carries `unknown` (program, module or move-out); `module` names the module the
+  folder belongs to, required for `module` and `move-out` (strays go to mesh-moved/<module>/).
+- `knows` are absolute paths strictly inside their directory.
+- Nothing is declared inside a `program` directory: everything in it is the program's, so the host
+  writing there would fight the program over it.
+- A path or unit is declared once; a declared path's folders are not declared as files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
+
+from mesh_host.errors import DeclarationRefused
+
+VERSION = 1
+MAX_DECLARATION_BYTES = 8 * 1024 * 1024
+MAX_RESOURCES = 1000
+MAX_CONTENT_BYTES = 1024 * 1024
+MAX_KNOWS = 256
+MAX_PATH_CHARS = 4096
+
+UNKNOWN_POLICIES = ("program", "module", "move-out")
+UNIT_TYPES = ("service", "socket", "timer", "path", "target", "mount")
+_UNIT = re.compile(rf"^[A-Za-z0-9_:.\\@][A-Za-z0-9_:.\\@-]*\.({'|'.join(UNIT_TYPES)})$")
+_MODULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME = r"([A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|[0-9]{1,10})"
+_OWNER = re.compile(rf"^{_NAME}(:{_NAME})?$")
+
+
+def _text(value: object, said: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(said)  # noqa: TRY004  # pydantic makes a validation error of a ValueError only
+    return value
+
+
+def _absolute_path(given: object) -> str:
+    value = _text(given, "not a string: a path is an absolute path, such as /etc/app")
+    if len(value) > MAX_PATH_CHARS or "\0" in value:
+        raise ValueError(f"not a path (a NUL, or longer than {MAX_PATH_CHARS} characters)")
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is relative: give an absolute path, such as /etc/app")
+    parts = value.split("/")[1:]
+    if value == "/" or any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"{value!r} is not a plain absolute path (no '..', '.', '//', trailing '/', nor '/' itself)")
+    return value
+
+
+def _mode(given: object) -> int:
+    value = _text(given, f'give the mode as an octal string, such as "0644", not {given!r}')
+    if not re.fullmatch(r"[0-7]{3,4}", value):
+        raise ValueError(f"{value!r} is not an octal mode from 0000 to 7777")
+    return int(value, 8)
+
+
+def _owner(value: object) -> str:
+    if not isinstance(value, str) or not _OWNER.fullmatch(value):
+        raise ValueError(f'{value!r} is not an owner: give "user" or "user:group" (names or numeric ids)')
+    return value
+
+
+def _module(value: object) -> str:
+    if not isinstance(value, str) or not _MODULE.fullmatch(value):
+        raise ValueError(f"{value!r} is not a module name (letters, digits, '_', '.', '-'; 64 at most)")
+    return value
+
+
+def _unit(value: object) -> str:
+    if not isinstance(value, str) or len(value) > 255 or not _UNIT.fullmatch(value):
+        raise ValueError(f"{value!r} is not a unit name ending in .{', .'.join(UNIT_TYPES)}")
+    return value
+
+
+def _content(given: object) -> str:
+    value = _text(given, "not a string: a file's content is its text")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as err:
+        raise ValueError(f"not encodable as UTF-8: {err.reason}") from None
+    if size > MAX_CONTENT_BYTES:
+        raise ValueError(f"{size} bytes, more than the {MAX_CONTENT_BYTES} a file may hold here")
+    return value
+
+
+AbsolutePath = Annotated[str, PlainValidator(_absolute_path)]
+Mode = Annotated[int, PlainValidator(_mode)]
+Owner = Annotated[str, PlainValidator(_owner)]
+Module = Annotated[str, PlainValidator(_module)]
+Unit = Annotated[str, PlainValidator(_unit)]
+Content = Annotated[str, PlainValidator(_content)]
+
+
+class _Resource(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Directory(_Resource):
+    """A folder: its mode (maintained), its owner (when given), how it treats what it did not write."""
+
+    type: Literal["directory"]
+    path: AbsolutePath
+    mode: Mode
+    owner: Owner | None = None
+    unknown: Literal["program", "module", "move-out"]
+    module: Module | None = None
+    knows: list[AbsolutePath] = []
+
+    @property
+    def at(self) -> PurePosixPath:
+        return PurePosixPath(self.path)
+
+    @property
+    def known(self) -> tuple[PurePosixPath, ...]:
+        return tuple(PurePosixPath(path) for path in self.knows)
+
+
+class File(_Resource):
+    """A regular file: its whole content (UTF-8 text), its mode (maintained), its owner (when given)."""
+
+    type: Literal["file"]
+    path: AbsolutePath
+    content: Content
+    mode: Mode
+    owner: Owner | None = None
+
+    @property
+    def at(self) -> PurePosixPath:
+        return PurePosixPath(self.path)
+
+    @property
+    def data(self) -> bytes:
+        return self.content.encode("utf-8")
+
+
+class Service(_Resource):
+    """A systemd unit: running or stopped, enabled or not."""
+
+    type: Literal["service"]
+    unit: Unit
+    state: Literal["running", "stopped"]
+    enabled: bool
+
+
+Resource = Directory | File | Service
+PathResource = Directory | File
+_MODELS: dict[str, type[Directory] | type[File] | type[Service]] = {
+    "directory": Directory,
+    "file": File,
+    "service": Service,
+}
+_HINTS = {
+    "unknown": "every directory says how it treats files it did not write: program, module or move-out",
+    "mode": 'an octal string such as "0644"',
+    "state": "running or stopped",
+    "enabled": "true or false",
+    "path": "an absolute path",
+    "content": "the file's text",
+    "unit": "a unit name such as app.service",
+}
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A declaration that passed every check, its resources in their stated order."""
+
+    source: str  # where it was read from, for messages
+    resources: tuple[Resource, ...]
+
+    @property
+    def paths(self) -> dict[PurePosixPath, PathResource]:
+        return {resource.at: resource for resource in self.resources if not isinstance(resource, Service)}
+
+    @property
+    def units(self) -> dict[str, Service]:
+        return {resource.unit: resource for resource in self.resources if isinstance(resource, Service)}
+
+
+def read_declaration(path: Path) -> Declaration:
+    """Reads and checks the declaration in the file at `path` (at most MAX_DECLARATION_BYTES of it)."""
+    source = str(path)
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(MAX_DECLARATION_BYTES + 1)
+    except OSError as err:
+        raise DeclarationRefused(source, (f"cannot be read: {err.strerror or err}",)) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DeclarationRefused(source, (f"not UTF-8 text (byte {err.start})",)) from None
+    return parse_declaration(text, source)
+
+
+def parse_declaration(text: str, where: str) -> Declaration:
+    """Checks `text` against the vocabulary; raises DeclarationRefused naming every problem and where."""
+    if len(text.encode("utf-8", errors="replace")) > MAX_DECLARATION_BYTES:
+        raise DeclarationRefused(where, (f"larger than the {MAX_DECLARATION_BYTES} bytes a declaration may be",))
+    document = _json(text, where)
+    resources, problems = _resources(document)
+    if not problems:
+        problems = _across(resources)
+    if problems:
+        raise DeclarationRefused(where, tuple(problems))
+    return Declaration(where, tuple(resources))
+
+
+class _TwiceGiven(ValueError):
+    pass
+
+
+def _no_key_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise _TwiceGiven(f"an object gives {', '.join(repr(key) for key in twice)} twice")
+    return dict(pairs)
+
+
+def _json(text: str, where: str) -> object:
+    try:
+        return json.loads(text, object_pairs_hook=_no_key_twice)
+    except _TwiceGiven as err:
+        raise DeclarationRefused(where, (str(err),)) from None
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise DeclarationRefused(where, (f"not JSON: {err}",)) from None
+
+
+def _resources(document: object) -> tuple[list[Resource], list[str]]:
+    if not isinstance(document, dict):
+        return [], ['a declaration is a JSON object: {"declaration": 1, "resources": [...]}']
+    problems = [
+        f"{key}: not a field of a declaration (declaration, resources)"
+        for key in document
+        if key not in ("declaration", "resources")
+    ]
+    version = document.get("declaration")
+    if type(version) is not int or version != VERSION:
+        given = "missing" if "declaration" not in document else f"{version!r} is not a version"
+        problems.append(f"declaration: {given}: this host reads version {VERSION}")
+    listed = document.get("resources")
+    if not isinstance(listed, list):
+        problems.append("resources: missing or not a list: the resources, in the order they are applied")
+        return [], problems
+    if len(listed) > MAX_RESOURCES:
+        problems.append(f"resources: {len(listed)} of them, more than the {MAX_RESOURCES} a declaration may hold")
+        return [], problems
+    resources: list[Resource] = []
+    for index, raw in enumerate(listed):
+        resource, said = _resource(f"resources[{index}]", raw)
+        problems.extend(said)
+        if resource is not None:
+            resources.append(resource)
+    return resources, problems
+
+
+def _resource(where: str, raw: object) -> tuple[Resource | None, list[str]]:
+    if not isinstance(raw, dict):
+        return None, [f"{where}: a resource is a JSON object with a type, not {type(raw).__name__}"]
+    kind = raw.get("type")
+    model = _MODELS.get(kind) if isinstance(kind, str) else None
+    if model is None or not isinstance(kind, str):
+        said = "missing" if "type" not in raw else f"{kind!r} is not a resource type"
+        return None, [f"{where}.type: {said} ({', '.join(_MODELS)})"]
+    try:
+        resource: Resource = model.model_validate(raw)
+    except ValidationError as err:
+        return None, [_problem(where, kind, model, error) for error in err.errors(include_url=False)]
+    return resource, _own(where, resource)
+
+
+def _problem(where: str, kind: str, model: type[_Resource], error: Any) -> str:
+    loc = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
+    name = str(error["loc"][0]) if error["loc"] else ""
+    fields = ", ".join(field for field in model.model_fields if field != "type")
+    if error["type"] == "extra_forbidden":
+        return f"{where}{loc}: not a field of a {kind} (its fields: {fields})"
+    if error["type"] == "missing":
+        hint = _HINTS.get(name, "")
+        return f"{where}{loc}: missing" + (f": {hint}" if hint else "")
+    if error["type"] == "value_error":
+        return f"{where}{loc}: {error['ctx']['error']}"
+    return f"{where}{loc}: {error['msg'].removeprefix('Input ')}, not {error['input']!r}"
+
+
+def _own(where: str, resource: Resource) -> list[str]:
+    """What a resource says against itself: a directory's module and knows."""
+    if not isinstance(resource, Directory):
+        return []
+    problems = []
+    if resource.module is None and resource.unknown != "program":
+        problems.append(
+            f"{where}.module: missing: a directory with unknown {resource.unknown} names its module "
+            "(what it holds is the module's; strays move out to mesh-moved/<module>/)"
+        )
+    if len(resource.knows) > MAX_KNOWS:
+        problems.append(f"{where}.knows: {len(resource.knows)} paths, more than {MAX_KNOWS}")
+    for index, known in enumerate(resource.known):
+        if not known.is_relative_to(resource.at) or known == resource.at:
+            problems.append(f"{where}.knows[{index}]: {known} is not inside {resource.path}")
+    return problems
+
+
+def _across(resources: list[Resource]) -> list[str]:
+    """What resources say against each other: twice declared, folders declared late, or as files, or programs'."""
+    first: dict[object, int] = {}
+    for index, resource in enumerate(resources):
+        first.setdefault(_key(resource), index)
+    problems = []
+    for index, resource in enumerate(resources):
+        key = _key(resource)
+        if first[key] != index:
+            what = "unit" if isinstance(resource, Service) else "path"
+            problems.append(f"resources[{index}].{what}: {key} is already declared by resources[{first[key]}]")
+        if not isinstance(resource, Service):
+            problems.extend(_folders(f"resources[{index}].path", index, resource.at, resources, first))
+    return problems
+
+
+def _key(resource: Resource) -> object:
+    return resource.unit if isinstance(resource, Service) else resource.at
+
+
+def _folders(
+    where: str, index: int, path: PurePosixPath, resources: list[Resource], first: dict[object, int]
+) -> list[str]:
+    problems = []
+    for folder in path.parents:
+        if folder not in first:
+            continue
+        at = first[folder]
+        holder = resources[at]
+        if isinstance(holder, File):
+            problems.append(f"{where}: its folder {folder} is declared as a file by resources[{at}]")
+        elif at > index:
+            problems.append(
+                f"{where}: its folder {folder} is declared later, by resources[{at}]: the order is stated, "
+                "declare the folder first"
+            )
+        elif isinstance(holder, Directory) and holder.unknown == "program":
+            problems.append(
+                f"{where}: {path} is inside {folder}, which resources[{at}] declares unknown: program "
+                "(everything in it is the program's, the host writes nothing there)"
+            )
+    return problems

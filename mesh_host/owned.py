@@ -1,0 +1,78 @@
+"""`owned`: what this host has applied and still owns, from its footprint, and what each `module`
+directory holds that the host did not write (the module's, looked at now).
+
+A `program` directory is the program's whole and is not looked into; `knows` are listed as known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from mesh_host.footprint import Footprint, OwnedDirectory, OwnedFile, OwnedService, load
+from mesh_host.roots import Root
+from mesh_host.unknown import strays
+
+
+@dataclass(frozen=True)
+class Holding:
+    """The footprint, with the modules' files found in `module` directories (or why they could not be)."""
+
+    footprint: Footprint
+    modules: dict[str, tuple[str, ...]] = field(default_factory=dict)  # directory -> the module's files
+    unseen: dict[str, str] = field(default_factory=dict)  # directory -> why it could not be looked into
+
+    def render(self) -> str:
+        if not self.footprint.owned:
+            return "this host owns nothing: it has applied nothing here (or all of it was removed)"
+        lines = []
+        for entry in self.footprint.owned:
+            lines.extend(self._lines(entry))
+        return "\n".join(lines)
+
+    def _lines(self, entry: OwnedDirectory | OwnedFile | OwnedService) -> list[str]:
+        gone = "" if entry.declared else "  (no longer declared: kept while it holds what is not the host's)"
+        if isinstance(entry, OwnedService):
+            found = f"found {'running' if entry.before.running else 'stopped'}, "
+            found += "enabled" if entry.before.enabled else "disabled"
+            enabled = "enabled" if entry.enabled else "disabled"
+            return [f"service    {entry.unit}  {entry.state}, {enabled} (the host {found}){gone}"]
+        how = "created" if entry.created else "adopted"
+        owner = f" {entry.owner}" if entry.owner else ""
+        if isinstance(entry, OwnedFile):
+            return [f"file       {entry.path}  {how} {entry.mode:04o}{owner}{gone}"]
+        module = f" of module {entry.module}" if entry.module else ""
+        lines = [f"directory  {entry.path}  {how} {entry.mode:04o}{owner}  unknown={entry.unknown}{module}{gone}"]
+        lines += [f"  known      {known}" for known in entry.knows]
+        lines += [f"  {entry.module}'s  {path}" for path in self.modules.get(entry.path, ())]
+        if entry.path in self.unseen:
+            lines.append(f"  not looked into: {self.unseen[entry.path]}")
+        return lines
+
+    def as_json(self) -> dict[str, object]:
+        owned = []
+        for entry in self.footprint.owned:
+            said: dict[str, object] = entry.model_dump(mode="json")
+            if isinstance(entry, OwnedDirectory) and entry.unknown == "module":
+                said["modules_files"] = list(self.modules.get(entry.path, ()))
+                if entry.path in self.unseen:
+                    said["not_looked_into"] = self.unseen[entry.path]
+            owned.append(said)
+        return {"owned": owned}
+
+
+def owned(root: Root, state: Path) -> Holding:
+    """What the footprint in `state` says this host owns, with the `module` directories looked into now."""
+    footprint = load(state)
+    kept = {PurePosixPath(entry.key[1]) for entry in footprint.owned if not isinstance(entry, OwnedService)}
+    for entry in footprint.owned:
+        if isinstance(entry, OwnedDirectory):
+            kept.update(PurePosixPath(known) for known in entry.knows)
+    modules, unseen = {}, {}
+    for entry in footprint.owned:
+        if isinstance(entry, OwnedDirectory) and entry.unknown == "module":
+            try:
+                modules[entry.path] = tuple(str(path) for path in strays(root, PurePosixPath(entry.path), kept))
+            except OSError as err:
+                unseen[entry.path] = err.strerror or str(err)
+    return Holding(footprint, modules, unseen)
