@@ -71,16 +71,20 @@ The mesh file (--mesh, TOML) names the parties once; every key is optional:
   domains_file = "domains.toml"      # relative to the mesh file
   [providers.postgres]
   machines = ["n2"]                  # the nodes its module runs on
+  [limits.node]                      # what the accounts of a kind may hold (node, provider,
+  connections = 32                   # operator, writer, vault): connections, subscriptions,
+  payload = 262144                   # payload; left out, the kind's own
 The flags add to it: --node, --provider, --operator and --writer name more parties (a party
 named by both counts once, the file's first; writers named by neither: every one); --domains-file
 is refused when the file names one. A file that cannot be read, an unknown key, a name listed
-twice or a machine that is not one of its nodes is an error naming the file, the key and why
-(exit 2).
+twice, a machine that is not one of its nodes or a limit below what the party's program needs is
+an error naming the file, the key and why (exit 2).
 
 --check writes nothing (not even a new seed): it prints what issuing would change against what
 is in OUT/grants.json, one change a line: `+ account` added, `- account` removed, `~ account ...:
 widened: + IMPORT` or `narrowed: - IMPORT`, `~ account ...: user key changed` (any other field
-of an account that changes: its keys, the descriptions of its imports), `+ note` / `- note`
+of an account that changes: its keys, the descriptions of its imports, its limits, said value by
+value: `limits changed: connections 16 -> 32`), `+ note` / `- note`
 (what is granted wide, or not granted), then a summary. Exit 0: nothing would change; exit 6:
 something would.
 

@@ -32,6 +32,7 @@ from registry.access.jwt_auth import (
     push_account,
     render_server_auth,
 )
+from registry.access.limits import GivenLimits, PartyLimits
 from registry.access.live import LiveBuckets, followed_live
 from registry.access.mesh_file import MeshFile, MeshFileError, combined, read_mesh_file
 from registry.access.parties import DATA_ACCOUNT, REQUEST_INFO, Kind, Party, PartyMap, UnknownAccount
@@ -46,6 +47,7 @@ __all__ = [
     "SYSTEM_USER",
     "AccountGrant",
     "AccountPushError",
+    "GivenLimits",
     "Grants",
     "GrantsFile",
     "GrantsPlan",
@@ -56,6 +58,7 @@ __all__ = [
     "MeshParties",
     "Nkey",
     "Party",
+    "PartyLimits",
     "PartyMap",
     "ResolverPlan",
     "UnknownAccount",

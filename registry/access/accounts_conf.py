@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from registry.access.grants import AccountGrant, Exports, Grants, Import, vault_listens, vault_publishes
-from registry.access.limits import PartyLimits, limits_of
+from registry.access.limits import PartyLimits
 from registry.access.parties import Kind
 
 HEADER = """\
@@ -64,7 +64,7 @@ def _party_account(grant: AccountGrant, exports: Exports, vault_subjects: Sequen
     lines += _exports(exports)
     lines.append("    imports: [")
     lines += [f"      {_import(item)}" for item in grant.imports]
-    lines += ["    ]", f"    limits {{{_limits(limits_of(grant.party.kind))}}}  # {LIMITS_NOTE}", "  }"]
+    lines += ["    ]", f"    limits {{{_limits(grant.held_to)}}}  # {LIMITS_NOTE}", "  }"]
     return lines
 
 

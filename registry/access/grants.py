@@ -41,6 +41,7 @@ from typing import Any, Literal
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
+from registry.access.limits import GivenLimits, PartyLimits, limits_of
 from registry.access.parties import DATA_ACCOUNT, Kind, Party, PartyMap, UnknownAccount
 from registry.contract import Bucket, BucketAnswer, Domain, VerbAnswer, buckets, fields_of, render, shape_of, under
 from registry.errors import SettingsError
@@ -73,13 +74,21 @@ Exports = dict[Export, set[str]]
 
 
 class AccountGrant(_Model):
-    """One party's account: its name, its user's public nkey and what it imports."""
+    """One party's account: its name, its user's public nkey, what it imports and what it may hold
+    (`limits`: none, `null` in grants.json, for the data account, which nothing limits)."""
 
     party: Party
     account: str
     user_key: str
     account_key: str | None = None
     imports: tuple[Import, ...] = ()
+    limits: PartyLimits | None = None
+
+    @property
+    def held_to(self) -> PartyLimits:
+        """The limits its account is rendered with: its own, else (a grants.json written before
+        grants carried them) its kind's."""
+        return self.limits if self.limits is not None else limits_of(self.party.kind)
 
 
 class Grants(_Model):
@@ -381,11 +390,13 @@ def derive_grants(
     operators: Sequence[str] = (),
     machines: Mapping[str, Sequence[str]] | None = None,
     writers: Sequence[str] | None = None,
+    limits: Mapping[Kind, GivenLimits] | None = None,
     user_keys: Mapping[Party, str],
     account_keys: Mapping[Party, str] | None = None,
 ) -> Grants:
     """The grants of every party; `machines` names each provider's machines (the nodes running its
     module), `writers` the domains writing their bucket (`None`: every one the catalogue has),
+    `limits` what each kind of party's account may hold where not its own (`registry.access.limits`),
     `user_keys` holds each party's user public nkey (and `account_keys` each account's, in JWT
     mode). A provider whose machines are not named leaves every node its consumers' verb (said
     in `wide`): name them, and only they may ask it."""
@@ -400,6 +411,7 @@ def derive_grants(
         (VAULT, vault_imports()),
     ]
     accounts = account_keys or {}
+    bounds = {kind: limits_of(kind, (limits or {}).get(kind)) for kind in {party.kind for party, _ in wanted}}
     parties = tuple(
         AccountGrant(
             party=party,
@@ -407,6 +419,7 @@ def derive_grants(
             user_key=user_keys[party],
             account_key=accounts.get(party),
             imports=tuple(imports),
+            limits=bounds[party.kind],
         )
         for party, imports in wanted
     )

@@ -20,6 +20,7 @@ from registry.access.accounts_conf import render_accounts
 from registry.access.credentials import issue_user_keys
 from registry.access.grants import Grants, chosen_writers, data_parties, derive_grants, verb_subjects
 from registry.access.jwt_auth import issue_account_keys, write_jwt_auth
+from registry.access.limits import GivenLimits, limits_of
 from registry.access.parties import Kind, Party
 from registry.contract import Domain, load_catalogue
 from registry.errors import SettingsError
@@ -31,13 +32,19 @@ MACHINE_MARK = "@"  # `postgres@n2`: provider postgres runs on node n2 (a module
 class MeshParties:
     """Who the grants are for, by name; `machines` names the nodes each provider's module runs
     on, which alone may ask the vault for its consumers' credentials; `writers` the domains of
-    the catalogue that write their bucket (`config`, `placement`), `None` meaning every one."""
+    the catalogue that write their bucket (`config`, `placement`), `None` meaning every one;
+    `limits` what the accounts of a kind of party may hold, where not their kind's own."""
 
     nodes: Sequence[str]
     providers: Sequence[str] = ()
     operators: Sequence[str] = ()
     machines: Mapping[str, Sequence[str]] = field(default_factory=dict)
     writers: Sequence[str] | None = None
+    limits: Mapping[Kind, GivenLimits] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for kind, given in self.limits.items():
+            limits_of(kind, given)  # refused before any seed is written: below what the party needs
 
     @staticmethod
     def named(
@@ -88,6 +95,7 @@ def issue_grants(
         operators=parties.operators,
         machines=parties.machines,
         writers=parties.writers,
+        limits=parties.limits,
         user_keys=user_keys,
         account_keys=account_keys,
     )

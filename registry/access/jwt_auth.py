@@ -42,7 +42,7 @@ import nkeys
 
 from registry.access.credentials import SEED_SUFFIX, CredentialError, write_secret
 from registry.access.grants import AccountGrant, Exports, Grants, Import, vault_listens, vault_publishes
-from registry.access.limits import PartyLimits, limits_of
+from registry.access.limits import PartyLimits
 from registry.access.parties import DATA_ACCOUNT, SYSTEM_ACCOUNT, Kind, Party
 from registry.contract import buckets
 from registry.errors import BusError
@@ -247,7 +247,7 @@ def party_account(grant: AccountGrant, exported: Exports, exporters: Mapping[str
     public key by name), what others import from it (`exported`, the vault's verbs: `Grants.exports`),
     bounded, without JetStream. Its exports are public: only the operator signs an import of them."""
     exports = [_export(kind, subject, stream_reply) for kind, subject, stream_reply in exported]
-    limits = {**_UNLIMITED, "exports": len(exports), "wildcards": False, **_claimed(limits_of(grant.party.kind))}
+    limits = {**_UNLIMITED, "exports": len(exports), "wildcards": False, **_claimed(grant.held_to)}
     imports = [_import(item, exporters[item.account]) for item in grant.imports]
     body: dict[str, Any] = {"type": "account", "imports": imports, "limits": limits}
     if exports:

@@ -11,9 +11,15 @@
     [providers.postgres]                 # a provider module, and the nodes its module runs on
     machines = ["n2"]                    # (left out: every node may ask for its consumers)
 
+    [limits.node]                        # what each account of a kind of party may hold (node,
+    connections = 32                     # provider, operator, writer, vault); each left out
+    subscriptions = 2000                 # keeps its kind's own (registry.access.limits)
+    payload = 262144                     # bytes of one message it publishes
+
 Every key is optional. An unknown key, a value of the wrong type, a name listed twice, a machine
-that is not a node of the file, a name over 1,024 bytes, more than 10,000 names in a list and a
-file over 1 MiB are refused, each naming the file, the key and why (`MeshFileError`).
+that is not a node of the file, a name over 1,024 bytes, more than 10,000 names in a list, a
+limit below what the party's own program needs or past `registry.access.limits.MOST`, and a file
+over 1 MiB are refused, each naming the file, the key and why (`MeshFileError`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from registry.access.issuing import MeshParties
+from registry.access.limits import GivenLimits, too_low
+from registry.access.parties import Kind
 from registry.contract import Name
 from registry.errors import SettingsError
 
@@ -71,6 +79,19 @@ class ProviderEntry(_Model):
     machines: Names = ()
 
 
+class MeshLimits(_Model):
+    """What the accounts of each kind of party may hold, where not their kind's own."""
+
+    node: GivenLimits | None = None
+    provider: GivenLimits | None = None
+    operator: GivenLimits | None = None
+    writer: GivenLimits | None = None
+    vault: GivenLimits | None = None
+
+    def by_kind(self) -> dict[Kind, GivenLimits]:
+        return {Kind(name): given for name in type(self).model_fields if (given := getattr(self, name)) is not None}
+
+
 class MeshFile(_Model):
     """The parties of a mesh, as its file describes them (see the module's docstring)."""
 
@@ -80,6 +101,17 @@ class MeshFile(_Model):
     operators: Names = ()
     writers: Names | None = None
     domains_file: Path | None = None
+    limits: MeshLimits = MeshLimits()
+
+    @model_validator(mode="after")
+    def _limits_suffice(self) -> Self:
+        limits = self.limits.by_kind()
+        problems = [
+            f"limits.{kind.value}.{problem}" for kind, given in limits.items() for problem in too_low(kind, given)
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _machines_are_nodes(self) -> Self:
@@ -99,6 +131,7 @@ class MeshFile(_Model):
             operators=self.operators,
             machines=machines,
             writers=self.writers,
+            limits=self.limits.by_kind(),
         )
 
 
@@ -158,13 +191,21 @@ def _key(loc: Iterable[int | str]) -> str:
 
 
 def _known_at(loc: Sequence[int | str]) -> list[str]:
-    """The keys a table takes: the file's own, or a provider's (`providers.<name>`)."""
-    return list(ProviderEntry.model_fields if loc and loc[0] == "providers" else MeshFile.model_fields)
+    """The keys a table takes: the file's own, a provider's (`providers.<name>`), the kinds of
+    party `limits` names, or the limits of one (`limits.node`)."""
+    tables: dict[tuple[str, int], type[BaseModel]] = {
+        ("providers", 2): ProviderEntry,
+        ("limits", 1): MeshLimits,
+        ("limits", 2): GivenLimits,
+    }
+    found = tables.get((str(loc[0]), len(loc))) if loc else None
+    return list((found or MeshFile).model_fields)
 
 
 def combined(given: MeshParties, more: MeshParties) -> MeshParties:
     """The parties of both, `given`'s first, each once; a provider's machines are those of both;
-    the writers named by either (named by neither: every writing domain, `None`)."""
+    the writers named by either (named by neither: every writing domain, `None`); the limits of
+    either, `given`'s where both set a kind's."""
     machines: dict[str, list[str]] = {}
     for source in (given, more):
         for provider, named in source.machines.items():
@@ -175,6 +216,7 @@ def combined(given: MeshParties, more: MeshParties) -> MeshParties:
         operators=_unique([*given.operators, *more.operators]),
         machines=machines,
         writers=_either(given.writers, more.writers),
+        limits={**more.limits, **given.limits},
     )
 
 

@@ -3,9 +3,10 @@
 Two `Grants` (what is in `--out`, what the mesh now asks for) compare account by account, each
 known by its party's label (`node-n1`, `seat`): an account added, an account removed, an account
 whose imports are widened (imports it gains) or narrowed (imports it loses), or another of its
-fields changed (its user or account key, and any field a later version of `AccountGrant` adds,
-such as its limits). An import is what it lets through (kind, subject, exporting account, shared,
-stream reply); a change of its description alone is a change of the account's `descriptions`.
+fields changed (its user or account key, its limits, said value by value, and any field a later
+version of `AccountGrant` adds). An import is what it lets through (kind, subject, exporting
+account, shared, stream reply); a change of its description alone is a change of the account's
+`descriptions`.
 The grants' own notes (`wide`, `skipped`) are compared line by line.
 
 In JWT mode the resolver is compared too (`ResolverPlan`): which account JWTs it lacks or holds
@@ -15,7 +16,9 @@ otherwise, and which it holds that the grants no longer name. Nothing here touch
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
 
 from registry.access.grants import AccountGrant, Grants, Import
 from registry.access.jwt_auth import claims_of
@@ -39,19 +42,23 @@ def describe_import(item: Import) -> str:
 @dataclass(frozen=True)
 class AccountChange:
     """One account in both grants, changed: the imports it gains and loses, and its other fields
-    that differ, by name (`user_key`, `account_key`, `descriptions`, ...)."""
+    that differ, by name (`user_key`, `account_key`, `limits`, `descriptions`, ...); `how` says
+    how a field of several values changed (`limits`: `connections 16 -> 32`)."""
 
     label: str
     account: str
     widened: tuple[Import, ...] = ()
     narrowed: tuple[Import, ...] = ()
     fields: tuple[str, ...] = ()
+    how: Mapping[str, str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         head = f"~ {_account(self.account, self.label)}"
         found = [f"{head}: widened: + {describe_import(i)}" for i in self.widened]
         found += [f"{head}: narrowed: - {describe_import(i)}" for i in self.narrowed]
-        found += [f"{head}: {field.replace('_', ' ')} changed" for field in self.fields]
+        for name in self.fields:
+            how = f": {self.how[name]}" if name in self.how else ""
+            found.append(f"{head}: {name.replace('_', ' ')} changed{how}")
         return found
 
 
@@ -114,11 +121,28 @@ def compare_accounts(before: AccountGrant, after: AccountGrant) -> AccountChange
     widened = tuple(new[key] for key in new if key not in old)
     narrowed = tuple(old[key] for key in old if key not in new)
     fields = [name for name in _other_fields(before, after) if getattr(before, name) != getattr(after, name)]
+    how = {name: said for name in fields if (said := _how(getattr(before, name), getattr(after, name)))}
     if any(old[key].why != new[key].why for key in old.keys() & new.keys()):
         fields.append("descriptions")
     if not (widened or narrowed or fields):
         return None
-    return AccountChange(after.party.label, after.account, widened, narrowed, tuple(fields))
+    return AccountChange(after.party.label, after.account, widened, narrowed, tuple(fields), how)
+
+
+def _how(before: object, after: object) -> str:
+    """How a field of several values changed, each value that differs (`connections 16 -> 32`);
+    empty for a plain value (a key: said by name alone)."""
+    if not isinstance(before, BaseModel) or type(before) is not type(after):
+        return ""
+    return ", ".join(
+        f"{name} {_value(getattr(before, name))} -> {_value(getattr(after, name))}"
+        for name in type(before).model_fields
+        if getattr(before, name) != getattr(after, name)
+    )
+
+
+def _value(value: object) -> str:
+    return "none" if value is None else str(value)
 
 
 def _other_fields(before: AccountGrant, after: AccountGrant) -> list[str]:

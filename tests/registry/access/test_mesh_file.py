@@ -105,6 +105,40 @@ def test_the_domains_file_is_found_beside_the_mesh_file(tmp_path: Path) -> None:
             'providers."my db": a provider\'s name (it names its bucket <name>_bound): String should match',
             id="a provider name no bucket can take",
         ),
+        pytest.param(
+            "[limits.node]\nconnections = 1\nsubscriptions = 5\n",
+            "limits.node.connections: 1 is below 2, the least for a node's client (its watch, and `status` beside "
+            "it); limits.node.subscriptions: 5 is below 20",
+            id="a limit below what the party's program needs",
+        ),
+        pytest.param(
+            "[limits.vault]\npayload = 4096\n",
+            f"limits.vault.payload: 4096 is below {64 * 1024 + 4096}, the least for the vault",
+            id="a payload smaller than a value of the buckets",
+        ),
+        pytest.param(
+            "[limits.node]\npayload = 134217728\n",
+            "limits.node.payload: Input should be less than or equal to 67108864",
+            id="a limit past what nats-server takes",
+        ),
+        pytest.param(
+            "[limits.node]\nconnections = 0\n",
+            "limits.node.connections: Input should be greater than or equal to 1",
+            id="no connection at all",
+        ),
+        pytest.param(
+            '[limits.node]\nconnections = "32"\n', "limits.node.connections: Input should be a valid integer", id="text"
+        ),
+        pytest.param(
+            "[limits.seat]\nconnections = 32\n",
+            "limits.seat: unknown key; known: node, provider, operator, writer, vault",
+            id="the seat, which nothing limits",
+        ),
+        pytest.param(
+            "[limits.node]\nleafnodes = 1\n",
+            "limits.node.leafnodes: unknown key; known: connections, subscriptions, payload",
+            id="a limit no party may change",
+        ),
         pytest.param("version = 2\n", "version: Input should be 1", id="a version this one does not read"),
         pytest.param("nodes = [\n", "is not valid TOML: ", id="not TOML"),
         pytest.param(b'nodes = ["\xff"]\n', "is not UTF-8 text", id="not UTF-8"),

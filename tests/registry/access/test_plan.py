@@ -113,19 +113,27 @@ def test_a_description_changed_alone_is_said_as_such() -> None:
     assert change is not None and change.fields == ("descriptions",) and not change.widened
 
 
-class _LimitedGrant(AccountGrant):
+class _LaterGrant(AccountGrant):
     """An account as a later version may carry it: a field the plan was not written for."""
 
-    limits: int = 0
+    quota: int = 0
 
 
 def test_a_field_of_an_account_the_plan_does_not_know_is_still_compared() -> None:
     grant = grant_of(grants_for(["n1"]), "node-n1")
-    before = _LimitedGrant(**dict(grant), limits=16)
-    after = _LimitedGrant(**dict(grant), limits=32)
+    before = _LaterGrant(**dict(grant), quota=16)
+    after = _LaterGrant(**dict(grant), quota=32)
     change = compare_accounts(before, after)
-    assert change is not None and change.fields == ("limits",)
-    assert change.lines() == ["~ account node-n1: limits changed"]
+    assert change is not None and change.fields == ("quota",)
+    assert change.lines() == ["~ account node-n1: quota changed"]
+
+
+def test_limits_changed_are_said_value_by_value() -> None:
+    before = grant_of(grants_for(["n1"]), "node-n1")
+    raised = before.held_to.model_copy(update={"connections": 32, "payload": 262144})
+    change = compare_accounts(before, before.model_copy(update={"limits": raised}))
+    assert change is not None and change.fields == ("limits",) and not change.widened
+    assert change.lines() == ["~ account node-n1: limits changed: connections 16 -> 32, payload 131072 -> 262144"]
 
 
 def test_the_order_of_the_imports_is_no_change() -> None:
