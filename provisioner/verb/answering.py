@@ -2,9 +2,10 @@
 
     at once, in the service's handler: memory holds the answer
         REGISTRY_VIEW   what=registry: the registry view's answer, when it fits one page
-        NODES_VIEW      what=nodes: the fleet view, once it is filled
         KEPT_PAGE       a cursor of a listing read whole: its page, kept
-    queued under the service's concurrency limit: the bucket is read
+    queued under the service's concurrency limit, in the asking party's turn
+        NODES_VIEW      what=nodes: the fleet view, once it is filled, its rows made a few
+                        hundred at a time (the whole fleet's in one step held every other request)
         STREAMED_PAGE   a cursor of a streamed listing: its next page, read from the stream
         FLEET_LISTED    what=nodes without a filled view: the leases and applied buckets listed
         NARROWED_READ   a narrowed listing: one batch read, its later pages kept; streamed when
@@ -92,6 +93,7 @@ class Answering:
         self.whole_listings = anyio.CapacityLimiter(1)
         self._readers: dict[Way, Callable[[Asked], Awaitable[bytes]]] = {
             Way.STREAMED_PAGE: self._continued,
+            Way.NODES_VIEW: self._nodes_view,
             Way.FLEET_LISTED: self._fleet_listed,
             Way.NARROWED_READ: self._narrowed,
             Way.STREAMED: self._streamed,
@@ -112,7 +114,12 @@ class Answering:
         at_once = self._from_views(asked)
         if at_once is not None:
             return at_once
-        return self._reading(_listing_way(asked.query), asked)
+        return self._reading(self._listing_way(asked.query), asked)
+
+    def _listing_way(self, query: Query) -> Way:
+        if query.what == "nodes":
+            return Way.NODES_VIEW if self.nodes is not None and self.nodes.ready else Way.FLEET_LISTED
+        return Way.NARROWED_READ if query.narrowing() else Way.STREAMED
 
     def _by_cursor(self, asked: Asked, cursor: str) -> Answer:
         kept = self.cache.page(cursor, asked.query.given(), asked.party)
@@ -125,8 +132,6 @@ class Answering:
         if what == "registry" and self.registry is not None:
             page = self.registry.answer(self.budget)
             return AtOnce(Way.REGISTRY_VIEW, page) if page is not None else None
-        if what == "nodes" and self.nodes is not None and self.nodes.ready:
-            return AtOnce(Way.NODES_VIEW, first_page(self.nodes, asked, self.cache, self.budget))
         return None
 
     def _reading(self, way: Way, asked: Asked) -> Reading:
@@ -138,9 +143,13 @@ class Answering:
         finally:
             await self.cache.close_dropped()
 
+    async def _nodes_view(self, asked: Asked) -> bytes:
+        assert self.nodes is not None  # the way is chosen only with a filled view
+        return await first_page(self.nodes, asked, self.cache, self.budget)
+
     async def _fleet_listed(self, asked: Asked) -> bytes:
         fleet = await fleet_of(self.bus, self.nodes, asked.query.node, self.whole_listings)
-        return first_page(fleet, asked, self.cache, self.budget)
+        return await first_page(fleet, asked, self.cache, self.budget)
 
     async def _narrowed(self, asked: Asked) -> bytes:
         """The first page of a listing read whole, its later pages kept under a cursor for the
@@ -201,12 +210,6 @@ class Answering:
         if listing.finished:
             await listing.close()
         return page
-
-
-def _listing_way(query: Query) -> Way:
-    if query.what == "nodes":
-        return Way.FLEET_LISTED
-    return Way.NARROWED_READ if query.narrowing() else Way.STREAMED
 
 
 async def read_narrowed(bus: Bus, query: Query, *, max_bytes: int) -> list[KvItem] | None:

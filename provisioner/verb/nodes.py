@@ -25,6 +25,7 @@ them (a node asking about itself reads one lease key and its own applied keys).
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import uuid
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskStatus
 from pydantic import ValidationError
 
@@ -64,6 +66,7 @@ NODE_ROLE = "node"
 # The body of the delete marker `remove-node` leaves on a removed node's lease
 # (`provisioner.commands.removal`): not released but gone from the fleet, so no longer listed.
 REMOVED_LEASE = b'{"removed":"node"}'
+ROWS_A_STEP = 200  # rows of `what=nodes` made between two checkpoints of the event loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,67 +226,56 @@ class Fleet:
 
 
 class MalformedKeys:
-    """The keys out of shape the fleet's buckets hold, each with why, kept by the node token they
-    fall under and encoded once as the answer carries them: a node writing thousands of keys out of
-    shape had them all sorted, filtered and encoded again for every `what=nodes`, also its own."""
+    """The keys out of shape the fleet's buckets hold, each with why, encoded once as the answer
+    carries them and kept in order, overall and by the node token they fall under: a node writing
+    thousands of keys out of shape had them all sorted, filtered and encoded again for every
+    `what=nodes`, also its own, and writing on meanwhile it made every cached order stale."""
 
     def __init__(self) -> None:
-        self._by_token: dict[str, dict[tuple[str, str], bytes]] = {}  # token: {(bucket, key): entry}
-        self._sorted: list[bytes] | None = None
-        self._sorted_by_token: dict[str, list[tuple[tuple[str, str], bytes]]] = {}
+        self._entries: dict[tuple[str, str], bytes] = {}  # (bucket, key): the entry as answered
+        self._order: list[tuple[str, str]] = []  # every (bucket, key), sorted
+        self._by_token: dict[str, list[tuple[str, str]]] = {}  # token: its (bucket, key)s, sorted
 
     def __len__(self) -> int:
-        return sum(len(found) for found in self._by_token.values())
+        return len(self._entries)
 
     def set(self, bucket: Bucket, key: str, reason: str) -> None:
-        entry = _compact(MalformedKey(key=key, bucket=bucket.name, reason=reason))
-        token = _token_of(bucket, key)
-        self._by_token.setdefault(token, {})[(bucket.name, key)] = entry
-        self._changed(token)
+        at = (bucket.name, key)
+        if at not in self._entries:
+            bisect.insort(self._order, at)
+            bisect.insort(self._by_token.setdefault(_token_of(bucket, key), []), at)
+        self._entries[at] = _compact(MalformedKey(key=key, bucket=bucket.name, reason=reason))
 
     def drop(self, bucket: Bucket, key: str) -> None:
-        token = _token_of(bucket, key)
-        found = self._by_token.get(token)
-        if found is None or found.pop((bucket.name, key), None) is None:
+        at = (bucket.name, key)
+        if self._entries.pop(at, None) is None:
             return
-        if not found:
+        _remove(self._order, at)
+        token = _token_of(bucket, key)
+        _remove(self._by_token[token], at)
+        if not self._by_token[token]:
             del self._by_token[token]
-        self._changed(token)
 
     def drop_under(self, bucket: Bucket, token: str) -> None:
         """Forgets the keys of `bucket` under the node token `token`."""
-        found = self._by_token.get(token, {})
-        for at in [at for at in found if at[0] == bucket.name]:
-            del found[at]
-            self._changed(token)
-        if not found:
-            self._by_token.pop(token, None)
-
-    def _changed(self, token: str) -> None:
-        self._sorted = None
-        self._sorted_by_token.pop(token, None)
+        for at in [at for at in self._by_token.get(token, ()) if at[0] == bucket.name]:
+            self.drop(bucket, at[1])
 
     def under(self, node: str | None) -> list[bytes]:
         """The entries by bucket and key; narrowed, those under the node's own keys."""
+        entries = self._entries
         if node is None:
-            if self._sorted is None:
-                self._sorted = [entry for _, entry in sorted(self._all())]
-            return self._sorted
+            return [entries[at] for at in self._order]
         wanted = {
             buckets.LEASES.name: _under_filters(buckets.LEASES, role=NODE_ROLE, name=node),
             buckets.APPLIED.name: _under_filters(buckets.APPLIED, node=node),
         }
-        token = encode_token(node)
-        if token not in self._by_token:
-            return []
-        found = self._sorted_by_token.get(token)
-        if found is None:
-            found = self._sorted_by_token[token] = sorted(self._by_token[token].items())
-        return [entry for (bucket, key), entry in found if wanted[bucket](key)]
+        found = self._by_token.get(encode_token(node), ())
+        return [entries[at] for at in found if wanted[at[0]](at[1])]
 
-    def _all(self) -> Iterator[tuple[tuple[str, str], bytes]]:
-        for found in self._by_token.values():
-            yield from found.items()
+
+def _remove(ordered: list[tuple[str, str]], at: tuple[str, str]) -> None:
+    del ordered[bisect.bisect_left(ordered, at)]
 
 
 def _token_of(bucket: Bucket, key: str) -> str:
@@ -432,10 +424,16 @@ def stale_after_of(query: Query) -> timedelta:
     return timedelta(seconds=query.stale_after) if query.stale_after is not None else DEFAULT_STALE_AFTER
 
 
-def answer_pages(fleet: Fleet, query: Query, *, budget: int, listing_id: str, now: datetime) -> list[bytes]:
-    """The pages of the `what=nodes` answer (entries by node, then the keys out of shape)."""
+async def answer_pages(fleet: Fleet, query: Query, *, budget: int, listing_id: str, now: datetime) -> list[bytes]:
+    """The pages of the `what=nodes` answer (entries by node, then the keys out of shape), its rows
+    made `ROWS_A_STEP` at a time, others answered in between: the whole fleet's rows in one step
+    held every other request of the seat for tens of milliseconds, an operator's `what=registry`
+    among them."""
     encoded = Encoded([], [])
-    for node, piece in fleet.rows(query.node, now=now, stale_after=stale_after_of(query)):
+    rows = fleet.rows(query.node, now=now, stale_after=stale_after_of(query))
+    for count, (node, piece) in enumerate(rows, 1):
+        if count % ROWS_A_STEP == 0:
+            await anyio.lowlevel.checkpoint()
         if len(piece) <= budget:
             encoded.entries.append(piece)
         else:  # a holder record of a page's size: said, not sent
@@ -446,10 +444,10 @@ def answer_pages(fleet: Fleet, query: Query, *, budget: int, listing_id: str, no
     return build_pages("nodes", encoded, budget=budget, listing_id=listing_id)
 
 
-def first_page(fleet: Fleet, asked: Asked, cache: PageCache, budget: int) -> bytes:
+async def first_page(fleet: Fleet, asked: Asked, cache: PageCache, budget: int) -> bytes:
     """The first page of the answer; the pages after it are kept under a cursor for the asker."""
     listing_id = cache.new_listing_id()
-    pages = answer_pages(fleet, asked.query, budget=budget, listing_id=listing_id, now=datetime.now(UTC))
+    pages = await answer_pages(fleet, asked.query, budget=budget, listing_id=listing_id, now=datetime.now(UTC))
     if len(pages) > 1:
         cache.keep(listing_id, asked.query.given(), pages[1:], asked.party)
     return pages[0]

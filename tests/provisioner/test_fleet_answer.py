@@ -16,8 +16,8 @@ NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 HOLDER = Holder(id="h", host="host", pid=1, since=NOW - timedelta(hours=1), ttl_seconds=30)
 
 
-def answer(fleet: Fleet, node: str | None = None, *, now: datetime = NOW) -> dict[str, object]:
-    [page] = answer_pages(fleet, Query(what="nodes", node=node), budget=1 << 20, listing_id="l", now=now)
+async def answer(fleet: Fleet, node: str | None = None, *, now: datetime = NOW) -> dict[str, object]:
+    [page] = await answer_pages(fleet, Query(what="nodes", node=node), budget=1 << 20, listing_id="l", now=now)
     answer: dict[str, object] = json.loads(page)
     return answer
 
@@ -43,41 +43,41 @@ def fleet_with_keys_out_of_shape() -> Fleet:
     return fleet
 
 
-def test_a_nodes_keys_out_of_shape_are_answered_to_it_and_never_to_another() -> None:
+async def test_a_nodes_keys_out_of_shape_are_answered_to_it_and_never_to_another() -> None:
     fleet = fleet_with_keys_out_of_shape()
     applied = buckets.APPLIED.name
-    assert keys_out_of_shape(answer(fleet, "n1")) == [
+    assert keys_out_of_shape(await answer(fleet, "n1")) == [
         (applied, "n1.bad0"),
         (applied, "n1.bad1"),
         (applied, "n1.bad2"),
         (buckets.LEASES.name, "node.n1.extra"),
     ]
-    assert keys_out_of_shape(answer(fleet, "a.b")) == [(applied, f"a=2Eb.bad{n}") for n in range(3)]
-    assert keys_out_of_shape(answer(fleet, "a")) == []
-    assert keys_out_of_shape(answer(fleet, "nobody")) == []
-    assert len(keys_out_of_shape(answer(fleet))) == 10
+    assert keys_out_of_shape(await answer(fleet, "a.b")) == [(applied, f"a=2Eb.bad{n}") for n in range(3)]
+    assert keys_out_of_shape(await answer(fleet, "a")) == []
+    assert keys_out_of_shape(await answer(fleet, "nobody")) == []
+    assert len(keys_out_of_shape(await answer(fleet))) == 10
 
 
-def test_a_key_out_of_shape_written_again_in_shape_or_purged_is_no_longer_said() -> None:
+async def test_a_key_out_of_shape_written_again_in_shape_or_purged_is_no_longer_said() -> None:
     fleet = fleet_with_keys_out_of_shape()
     fleet.apply_applied(KvItem("n1.bad0", b'{"state":"applied"}', 100, stored_at=NOW))
     fleet.apply_applied(KvItem("n1.bad1", b"", 101, stored_at=NOW, deleted=True))
-    assert keys_out_of_shape(answer(fleet, "n1")) == [
+    assert keys_out_of_shape(await answer(fleet, "n1")) == [
         (buckets.APPLIED.name, "n1.bad2"),
         (buckets.LEASES.name, "node.n1.extra"),
     ]
     fleet.forget_purged(buckets.APPLIED, "n2")
-    assert keys_out_of_shape(answer(fleet, "n2")) == []
-    assert len(keys_out_of_shape(answer(fleet))) == 5
+    assert keys_out_of_shape(await answer(fleet, "n2")) == []
+    assert len(keys_out_of_shape(await answer(fleet))) == 5
 
 
-def test_a_row_says_what_changed_since_it_was_last_answered() -> None:
+async def test_a_row_says_what_changed_since_it_was_last_answered() -> None:
     fleet = fleet_with_keys_out_of_shape()
-    first = answer(fleet, now=NOW + timedelta(seconds=5))["entries"]
+    first = (await answer(fleet, now=NOW + timedelta(seconds=5)))["entries"]
     assert isinstance(first, list) and first[0]["because"].startswith("lease renewed 5 s ago")
     fleet.apply_lease(KvItem(node_key("n1"), b"", 200, stored_at=NOW + timedelta(seconds=6), deleted=True))
     fleet.apply_applied(KvItem("n2.web", b'{"state":"pending"}', 201, stored_at=NOW))
-    later = answer(fleet, now=NOW + timedelta(seconds=700))["entries"]
+    later = (await answer(fleet, now=NOW + timedelta(seconds=700)))["entries"]
     assert isinstance(later, list)
     rows = {row["node"]: row for row in later}
     assert rows["n1"]["lease"]["state"] == "released" and rows["n1"]["verdict"] == "stale"

@@ -342,7 +342,7 @@ async def test_one_place_decides_how_each_request_is_answered(
     answering = Answering(seeded, PageCache(), registry, nodes) if views else Answering(seeded, PageCache())
     answer = answering.answer(asked_for(request_))
     assert answer.way is way
-    assert isinstance(answer, AtOnce) == (way in (Way.REGISTRY_VIEW, Way.NODES_VIEW))
+    assert isinstance(answer, AtOnce) == (way is Way.REGISTRY_VIEW)
     page = answer.page if isinstance(answer, AtOnce) else await answer.read()
     assert parse_page(page).what == request_.get("what", "registry")
 
