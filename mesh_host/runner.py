@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -44,6 +45,20 @@ class Ran:
         return f"{name} exited {self.returncode}" + (f": {first}" if first else "")
 
 
+def machine_environment(env: Mapping[str, str], *, frozen: bool) -> dict[str, str]:
+    """The environment the machine's tools run in: the C locale, so that messages read alike, and,
+    from a single-file build, the library path as it was before the build's loader pointed it at the
+    libraries it unpacked (a machine's `systemctl` or `nft` must load the machine's own)."""
+    environment = dict(env) | {"LC_ALL": "C", "LANG": "C"}
+    if frozen:
+        original = environment.pop("LD_LIBRARY_PATH_ORIG", None)
+        if original is None:
+            environment.pop("LD_LIBRARY_PATH", None)
+        else:
+            environment["LD_LIBRARY_PATH"] = original
+    return environment
+
+
 class Runner(Protocol):
     def __call__(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> Ran: ...
 
@@ -51,7 +66,7 @@ class Runner(Protocol):
 def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, env: Mapping[str, str] | None = None) -> Ran:
     """Runs `argv` (no shell), its output as text in the C locale so that messages read alike."""
     command = tuple(argv)
-    environment = dict(os.environ if env is None else env) | {"LC_ALL": "C", "LANG": "C"}
+    environment = machine_environment(os.environ if env is None else env, frozen=getattr(sys, "frozen", False))
     try:
         done = subprocess.run(  # noqa: S603  # argv from our own detectors and steps, never a shell
             command, capture_output=True, text=True, errors="replace", timeout=timeout, env=environment, check=False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from mesh_host.runner import run
+from mesh_host.runner import machine_environment, run
 
 
 def test_a_command_that_works_is_ok_with_its_output() -> None:
@@ -31,3 +31,12 @@ def test_a_program_that_hangs_is_cut_at_its_time() -> None:
 def test_messages_read_in_the_c_locale() -> None:
     ran = run([sys.executable, "-c", "import os; print(os.environ['LC_ALL'])"])
     assert ran.stdout.strip() == "C"
+
+
+def test_from_a_single_file_build_the_tools_load_the_machines_own_libraries() -> None:
+    unpacked = {"LD_LIBRARY_PATH": "/tmp/_MEI123", "LD_LIBRARY_PATH_ORIG": "/opt/lib", "PATH": "/bin"}
+    assert machine_environment(unpacked, frozen=True)["LD_LIBRARY_PATH"] == "/opt/lib"
+    assert "LD_LIBRARY_PATH" not in machine_environment({"LD_LIBRARY_PATH": "/tmp/_MEI123"}, frozen=True)
+    assert (
+        machine_environment({"LD_LIBRARY_PATH": "/usr/local/lib"}, frozen=False)["LD_LIBRARY_PATH"] == "/usr/local/lib"
+    )
