@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -24,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mesh_host.bundle import BUNDLED, MAX_DECLARATION, stage
+from mesh_host.declaration import parse_declaration
+from mesh_host.errors import DeclarationRefused
 
 NAME = "mesh-host"
 SOURCE_ROOT = Path(__file__).resolve().parents[1]  # where `import mesh_host` finds this package
@@ -56,20 +57,12 @@ def read_declaration(path: Path) -> str:
         raise BuildRefused(f"--bundle {path}: larger than {MAX_DECLARATION} bytes, the most a host carries")
     try:
         text = data.decode()
+        parse_declaration(text, str(path))
     except UnicodeDecodeError as err:
         raise BuildRefused(f"--bundle {path}: not UTF-8: {err}") from err
-    _check(text, path)
+    except DeclarationRefused as err:
+        raise BuildRefused(f"--bundle: the host would refuse it, so nothing is built: {err}") from err
     return text
-
-
-def _check(text: str, path: Path) -> None:
-    # Until mesh_host.declaration lands: its version only (then parse_declaration, as the host does).
-    try:
-        version = json.loads(text).get("declaration")
-    except (ValueError, AttributeError) as err:
-        raise BuildRefused(f"--bundle {path}: the host would refuse it, so nothing is built: not JSON: {err}") from err
-    if version != 1:
-        raise BuildRefused(f"--bundle {path}: the host would refuse it, so nothing is built: declaration {version!r}")
 
 
 def build(out: Path, bundle: Path | None = None) -> Built:

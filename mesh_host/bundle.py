@@ -12,10 +12,12 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from mesh_host.declaration import MAX_DECLARATION_BYTES
+
 BUNDLED = Path(__file__).parent / "_bundle"  # frozen: <sys._MEIPASS>/mesh_host/_bundle
 DECLARATION = "declaration.json"
 SOURCE = "source.txt"
-MAX_DECLARATION = 1024 * 1024  # bytes: a declaration is folders, small files and units, never a payload
+MAX_DECLARATION = MAX_DECLARATION_BYTES  # the most the host reads of a declaration file, carried or not
 MAX_SOURCE = 4096  # bytes of the line saying where the declaration came from
 
 
