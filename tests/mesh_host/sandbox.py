@@ -157,12 +157,15 @@ def machine_for(user: str) -> Iterator[Machine]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def snapshot(top: Path) -> dict[str, tuple[int, int, int, int, int, int]]:
-    """Every entry under `top` as (inode, mode, uid, gid, size, mtime_ns): equal snapshots, nothing touched."""
-    seen = {}
+def snapshot(top: Path) -> dict[str, tuple[int, ...]]:
+    """Every entry under `top` as (inode, mode, uid, gid, size, mtime, ctime): equal snapshots, nothing
+    touched, not even a chmod or chown to what already was (which moves ctime)."""
+    seen: dict[str, tuple[int, ...]] = {}
     for folder, names, files in os.walk(top):
         for name in [*names, *files]:
             path = Path(folder) / name
             st = path.lstat()
-            seen[str(path.relative_to(top))] = (st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns)
+            seen[str(path.relative_to(top))] = (
+                st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+            )  # fmt: skip
     return seen

@@ -1,0 +1,244 @@
+"""`mesh-host`: the one program installed by hand on a machine; it applies a declaration and owns
+exactly its footprint. It decides nothing and connects to nothing.
+
+    mesh-host profile | inventory | apply FILE | reconcile | bundle | owned  [--json] [--state DIR]
+                                                                           [--root DIR] [--dry-run]
+
+Exit codes are in EXIT_CODES (and --help).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path, PurePosixPath
+
+from mesh_host.apply import ApplyFailed, Host, apply
+from mesh_host.bundle import BundleBroken, carried
+from mesh_host.declaration import Declaration, parse_declaration, read_declaration
+from mesh_host.errors import DeclarationRefused, MeshHostError, StateError
+from mesh_host.inventory import take
+from mesh_host.owned import owned
+from mesh_host.profile import detect
+from mesh_host.roots import Root, default_state
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_NOTHING_CARRIED, EXIT_STATE, EXIT_WOULD_CHANGE = range(7)
+EXIT_CLOSED_PIPE = 141
+EXIT_CODES = """\
+exit codes:
+  0    done: the machine matches the declaration (--dry-run: it already does); other commands: printed
+  1    a step failed (--dry-run: would fail): no later step ran; what was done before it is printed and
+       recorded in the footprint, the failure said on stderr
+  2    usage: unknown command or option, a --root that is not a directory
+  3    the declaration is refused whole (outside the vocabulary, not JSON, too large, unreadable):
+       nothing was changed; every problem is named where it is (resources[3].type: ...)
+  4    reconcile: this host carries no declaration (a default build), or its bundle is broken
+  5    the state: the footprint in --state cannot be read or written, or another mesh-host holds it
+  6    --dry-run: the machine does not match; what would change is printed
+  141  stdout was closed (mesh-host owned | head -1)
+"""
+DESCRIPTION = """\
+The one program installed by hand on a machine: it applies a declaration (directories, files,
+services) and owns exactly its footprint. It decides nothing and connects to nothing."""
+EPILOG = f"""\
+examples:
+  mesh-host profile
+  mesh-host apply node.json --dry-run
+  mesh-host apply node.json --root /tmp/image --state /tmp/image-state
+  mesh-host reconcile && mesh-host owned
+
+--root DIR prefixes every path with DIR: the declaration's, the default --state and the moved-out
+folder (~/.local/state/mesh-moved); links among a path's folders are followed inside DIR. It is for
+tests and image building: services are skipped under it (they need the real machine). An explicit
+--state is taken as given. `profile` always describes the running machine.
+
+a declaration (JSON; resources applied in the order stated; anything else refuses it whole):
+  {{"declaration": 1, "resources": [
+    {{"type": "directory", "path": "/etc/app", "mode": "0755", "owner": "root:root",
+     "unknown": "module", "module": "app", "knows": ["/etc/app/local.toml"]}},
+    {{"type": "file", "path": "/etc/app/app.toml", "content": "port = 1\\n", "mode": "0640"}},
+    {{"type": "service", "unit": "app.service", "state": "running", "enabled": true}}]}}
+  owner ("user" or "user:group") is optional: left out, not maintained. unknown, what a directory
+  does with what the host did not write: program (the program's, nothing declared inside), module
+  (kept; owned lists it as the module's), move-out (moved to ~/.local/state/mesh-moved/<module>/,
+  listed in moved.jsonl there); knows: kept whatever the policy. What the host created and no
+  longer declares it removes (a directory once empty); what it found there it never removes.
+
+{EXIT_CODES}"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return EXIT_CLOSED_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for option, default in (("json", False), ("state", None), ("root", None)):
+        setattr(args, option, getattr(args, option, default))  # given before the command, after it, or not
+    root = Root(Path(args.root).absolute()) if args.root else Root()
+    if not root.base.is_dir():
+        parser.error(f"--root {args.root}: not a directory")
+    command: Callable[[argparse.Namespace, Root], int] = args.run
+    try:
+        return command(args, root)
+    except DeclarationRefused as err:
+        return _fail(args, EXIT_REFUSED, str(err), {"refused": {"source": err.source, "problems": list(err.problems)}})
+    except StateError as err:
+        return _fail(args, EXIT_STATE, str(err), {"state": {"path": err.path, "why": err.why}})
+    except BundleBroken as err:
+        return _fail(args, EXIT_NOTHING_CARRIED, str(err), {"carried": None, "broken": str(err)})
+    except MeshHostError as err:
+        return _fail(args, EXIT_FAILED, str(err), {})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mesh-host", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    _add_common(parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, run, said in (
+        ("profile", _profile, "what this machine can be asked to do"),
+        ("inventory", _inventory, "what this machine is, and what it holds"),
+        ("apply", _apply, "make this machine match a declaration from a file"),
+        ("reconcile", _reconcile, "make this machine match the declaration this host carries"),
+        ("bundle", _bundle, "show what this host carries"),
+        ("owned", _owned, "what this host has applied and still owns"),
+    ):
+        sub = commands.add_parser(
+            name, help=said, description=said, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        sub.set_defaults(run=run)
+        if name == "apply":
+            sub.add_argument("file", metavar="FILE", help="the declaration (JSON); - reads standard input")
+        if name in ("apply", "reconcile"):
+            sub.add_argument("--dry-run", action="store_true", help="read and check the declaration, change nothing")
+        _add_common(sub)
+    return parser
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    """The options every command takes, before or after it: no default here, or the command's would hide
+    what was given before it (argparse sets a subcommand's defaults over the top level's values)."""
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable")
+    parser.add_argument(
+        "--state",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
+        help="where this node keeps what it knows, its footprint (default: /var/lib/mesh-host as root, "
+        "else ~/.local/state/mesh-host; inside --root when given)",
+    )
+    parser.add_argument(
+        "--root",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
+        help="prefix every path with DIR, for tests and image building (services are skipped under it)",
+    )
+
+
+def _profile(args: argparse.Namespace, root: Root) -> int:
+    profile = detect()
+    _print(args, profile.render().rstrip("\n"), profile.as_json())
+    return EXIT_OK
+
+
+def _inventory(args: argparse.Namespace, root: Root) -> int:
+    inventory = take(root=root.base)
+    _print(args, inventory.render().rstrip("\n"), inventory.as_json())
+    return EXIT_OK
+
+
+def _apply(args: argparse.Namespace, root: Root) -> int:
+    if args.file == "-":
+        declaration = parse_declaration(sys.stdin.read(), "standard input")
+    else:
+        declaration = read_declaration(Path(args.file))
+    return _applying(args, root, declaration)
+
+
+def _reconcile(args: argparse.Namespace, root: Root) -> int:
+    bundle = carried()
+    if bundle is None:
+        why = (
+            "this host carries no declaration (a default build): nothing to reconcile. Build one that does with "
+            "python -m mesh_host.build --bundle FILE --out dist/mesh-host, or use mesh-host apply FILE"
+        )
+        return _fail(args, EXIT_NOTHING_CARRIED, why, {"carried": None})
+    return _applying(args, root, parse_declaration(bundle.text, f"the declaration carried from {bundle.source}"))
+
+
+def _applying(args: argparse.Namespace, root: Root, declaration: Declaration) -> int:
+    host = Host(root, _state(args, root), _home())
+    try:
+        report = apply(declaration, host, dry_run=args.dry_run)
+    except ApplyFailed as failed:
+        _print(args, failed.done.render(), failed.done.as_json() | {"ok": False, "failed": _failure(failed)})
+        verb = "would fail" if args.dry_run else "failed"
+        _say(f"{failed.where} {failed.subject} {verb}: {failed.why}; no later step ran")
+        return EXIT_FAILED
+    _print(args, report.render(), report.as_json() | {"ok": True})
+    return EXIT_WOULD_CHANGE if args.dry_run and report.changes else EXIT_OK
+
+
+def _failure(failed: ApplyFailed) -> dict[str, str]:
+    return {"where": failed.where, "subject": failed.subject, "why": failed.why}
+
+
+def _bundle(args: argparse.Namespace, root: Root) -> int:
+    bundle = carried()
+    if bundle is None:
+        _print(args, "this host carries no declaration: a default build (reconcile refuses)", {"carried": None})
+        return EXIT_OK
+    heading = f"carries the declaration from {bundle.source} (sha256 {bundle.sha256})"
+    said = {"source": bundle.source, "sha256": bundle.sha256, "text": bundle.text}
+    _print(args, f"{heading}\n\n{bundle.text.rstrip()}", {"carried": said})
+    parse_declaration(bundle.text, f"the declaration carried from {bundle.source}")  # refused: exit 3, saying why
+    return EXIT_OK
+
+
+def _owned(args: argparse.Namespace, root: Root) -> int:
+    holding = owned(root, _state(args, root))
+    _print(args, holding.render(), holding.as_json())
+    return EXIT_OK
+
+
+def _state(args: argparse.Namespace, root: Root) -> Path:
+    if args.state:
+        return Path(args.state)
+    return root.folder(default_state(_home(), privileged=os.geteuid() == 0))
+
+
+def _home() -> PurePosixPath:
+    """The home of the user the host runs as (its mesh-moved folder), from the user database first."""
+    try:
+        return PurePosixPath(pwd.getpwuid(os.geteuid()).pw_dir)
+    except KeyError:
+        return PurePosixPath(os.environ.get("HOME") or "/")
+
+
+def _print(args: argparse.Namespace, text: str, data: dict[str, object]) -> None:
+    print(json.dumps(data, indent=2) if args.json else text, flush=True)
+
+
+def _say(message: str) -> None:
+    print(f"mesh-host: {message}", file=sys.stderr, flush=True)
+
+
+def _fail(args: argparse.Namespace, code: int, message: str, data: dict[str, object]) -> int:
+    if args.json:
+        _print(args, "", {"ok": False, "error": message} | data)
+    _say(message)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
