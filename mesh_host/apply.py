@@ -75,11 +75,13 @@ class Report:
     dry_run: bool = False
 
     def render(self) -> str:
-        lines = [event.render() for event in self.changes]
-        lines += [f"note: {event.render()}" for event in self.notes]
         verb = "would change" if self.dry_run else "changed"
-        lines.append(f"{verb} {len(self.changes)}" if self.changes else "nothing to change: the machine matches")
-        return "\n".join(lines)
+        summary = f"{verb} {len(self.changes)}" if self.changes else "nothing to change: the machine matches"
+        return "\n".join([*self.lines(), summary])
+
+    def lines(self) -> list[str]:
+        """One line per change, then per note."""
+        return [event.render() for event in self.changes] + [f"note: {event.render()}" for event in self.notes]
 
     def as_json(self) -> dict[str, object]:
         return {

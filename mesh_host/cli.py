@@ -181,7 +181,12 @@ def _applying(args: argparse.Namespace, root: Root, declaration: Declaration) ->
     try:
         report = apply(declaration, host, dry_run=args.dry_run)
     except ApplyFailed as failed:
-        _print(args, failed.done.render(), failed.done.as_json() | {"ok": False, "failed": _failure(failed)})
+        done = failed.done
+        count = len(done.changes) or "nothing"
+        text = "\n".join(
+            [*done.lines(), f"before it, would change: {count}" if args.dry_run else f"done before it: {count}"]
+        )
+        _print(args, text, done.as_json() | {"ok": False, "failed": _failure(failed)})
         verb = "would fail" if args.dry_run else "failed"
         _say(f"{failed.where} {failed.subject} {verb}: {failed.why}; no later step ran")
         return EXIT_FAILED

@@ -138,7 +138,7 @@ def test_a_failed_step_exits_1_printing_what_was_done_before_it(machine: Machine
         "type": "file", "path": "/srv/missing/x", "content": "", "mode": "0644"}]}  # fmt: skip
     said = host(machine, "apply", declaration(machine, broken))
     assert said.code == EXIT_FAILED
-    assert said.out.splitlines()[0] == "resources[0]  /etc/app  created (0755 as the host)"
+    assert said.out.splitlines() == ["resources[0]  /etc/app  created (0755 as the host)", "done before it: 1"]
     assert said.err.startswith("mesh-host: resources[1] /srv/missing/x failed: its folder /srv/missing (under ")
     assert said.err.endswith("does not exist: declare it as a directory before; no later step ran\n")
     said = host(machine, "apply", declaration(machine, broken), "--json")
