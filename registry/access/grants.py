@@ -433,11 +433,12 @@ def _machines(
     nodes: Sequence[str], providers: Sequence[str], machines: Mapping[str, Sequence[str]]
 ) -> tuple[set[str], list[str]]:
     """The nodes that may ask for consumers' credentials, and what was granted wide, and why."""
+    known = set(nodes)  # a provider may run on every node: each looked up, not searched for
     for provider, named in machines.items():
         if provider not in providers:
             raise SettingsError("the grants' machines", f"{provider!r} is not a provider of the grants")
         for node in named:
-            if node not in nodes:
+            if node not in known:
                 raise SettingsError("the grants' machines", f"{provider!r} runs on {node!r}, which is not a node")
     asking = {node for named in machines.values() for node in named}
     unnamed = [p for p in providers if p not in machines]
