@@ -47,7 +47,12 @@ class Verb:
 
     def answer(self, body: bytes, headers: Mapping[str, str]) -> Answer:
         """How the request is answered (`provisioner.verb.answering`), once validated and scoped."""
-        return self.answering.answer(self.asked(body, headers))
+        asked = self.asked(body, headers)
+        try:
+            return self.answering.answer(asked)
+        except RequestError as err:  # a cursor gone, say: said as the party's
+            err.asker = asker_of(asked.party)
+            raise
 
     def asked(self, body: bytes, headers: Mapping[str, str]) -> Asked:
         """The request validated and scoped to the party the bus says sent it; `Forbidden` for an

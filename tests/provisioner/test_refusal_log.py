@@ -33,10 +33,13 @@ async def test_a_node_flooding_bad_requests_is_said_once_and_another_node_still_
             assert reply.headers is not None and reply.headers["Nats-Service-Error-Code"] == "400"
         await nats_client(n2).request(buckets.VERB_SUBJECT, b'{"what":"everything"}', timeout=5)
         await nats_client(n1).request(buckets.VERB_SUBJECT, b'{"what":"needs","node":"n2"}', timeout=5)
+        for _ in range(3):
+            await nats_client(n1).request(buckets.VERB_SUBJECT, b'{"what":"needs","cursor":"guessed"}', timeout=5)
     lines = refused_lines(caplog)
     assert len([line for line in lines if "(400) from node-n1" in line]) == 1, lines
     assert len([line for line in lines if "(400) from node-n2" in line]) == 1, lines
     assert len([line for line in lines if "(403) from node-n1" in line]) == 1, lines
+    assert len([line for line in lines if "(410) from node-n1" in line]) == 1, lines
 
 
 def test_a_refusal_after_the_interval_says_how_many_were_left_unsaid(caplog: pytest.LogCaptureFixture) -> None:
