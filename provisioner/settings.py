@@ -112,6 +112,16 @@ class ServerSettings(LogSettings):
     max_waiting_per_party: int = Field(
         default=64, ge=0, description="requests of one party waiting beyond those; more of its are answered 503"
     )
+    node_answer_rate: int = Field(
+        default=8 * 1024 * 1024,
+        ge=0,
+        description="bytes of answers a second one node (or writer) is sent, past a burst of 4 s of it; 0: no bound",
+    )
+    reader_answer_rate: int = Field(
+        default=64 * 1024 * 1024,
+        ge=0,
+        description="bytes of answers a second one operator or provider is sent, past 4 s of it; 0: no bound",
+    )
     shutdown_timeout: Duration = Field(
         default=timedelta(seconds=10), ge=timedelta(0), description="how long requests in flight may take on stop"
     )

@@ -38,6 +38,7 @@ from provisioner.seat.buckets import ensure_buckets
 from provisioner.seat.quotas import Quota, QuotaGuard
 from provisioner.seat.registry_sync import keep_registry_compiled
 from provisioner.settings import ServerSettings
+from provisioner.verb.budgets import AnswerRates
 from provisioner.verb.handler import GRANTS_SETTING, Verb
 from provisioner.verb.nodes import FleetView
 from provisioner.verb.paging import PageCache
@@ -111,6 +112,7 @@ async def run_server(
             max_waiting=settings.max_waiting_requests,
             concurrent_per_party=settings.max_concurrent_per_party,
             waiting_per_party=settings.max_waiting_per_party,
+            answer_rates=AnswerRates(node=settings.node_answer_rate, reader=settings.reader_answer_rate),
             shutdown_timeout=settings.shutdown_timeout,
         ):
             freeze_start_up_heap()

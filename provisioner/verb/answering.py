@@ -64,15 +64,18 @@ class AtOnce:
 
     way: Way
     page: bytes
+    party: Party | None = None  # who asked
 
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """An answer that reads a bucket: `read()` once the turn of `party` (who asked) comes."""
+    """An answer that reads a bucket: `read()` once the turn of `party` (who asked) comes;
+    `charged` when its bytes were charged to the party already (`provisioner.verb.budgets`)."""
 
     way: Way
     read: Callable[[], Awaitable[bytes]]
     party: Party | None = None
+    charged: bool = False
 
 
 Answer = AtOnce | Reading
@@ -124,14 +127,14 @@ class Answering:
     def _by_cursor(self, asked: Asked, cursor: str) -> Answer:
         kept = self.cache.page(cursor, asked.query.given(), asked.party)
         if isinstance(kept, bytes):
-            return AtOnce(Way.KEPT_PAGE, kept)
+            return AtOnce(Way.KEPT_PAGE, kept, asked.party)
         return self._reading(Way.STREAMED_PAGE, asked)
 
     def _from_views(self, asked: Asked) -> AtOnce | None:
         what = asked.query.what
         if what == "registry" and self.registry is not None:
             page = self.registry.answer(self.budget)
-            return AtOnce(Way.REGISTRY_VIEW, page) if page is not None else None
+            return AtOnce(Way.REGISTRY_VIEW, page, asked.party) if page is not None else None
         return None
 
     def _reading(self, way: Way, asked: Asked) -> Reading:

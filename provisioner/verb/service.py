@@ -7,9 +7,10 @@ answered 503 at once.
 
 Turns are fair between parties (`PartyTurns`): a party (a node, an operator, a provider: another
 account) has at most `concurrent_per_party` requests read at once and `waiting_per_party` more
-waiting; its next is answered 503, and the seat's other slots stay free for everyone else. Requests
-from inside the data account (the seat's own tools, a single-account development bus) share the
-seat-wide bounds only.
+waiting; its next is answered 503, and the seat's other slots stay free for everyone else. And a
+party is sent at most its rate of answers' bytes (`provisioner.verb.budgets`): an answer that
+overdraws it waits, outside the seat-wide slots, holding the party's turn. Requests from inside the
+data account (the seat's own tools, a single-account development bus) share the seat-wide bounds only.
 
 Errors: a `RequestError` is answered with its code (400, 403, 410, 503) in the `Nats-Service-Error-Code`
 header, its reason in `Nats-Service-Error` and `{"error": reason}` as the body. Anything else is
@@ -28,6 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from importlib import metadata
 
 import anyio
@@ -35,6 +37,7 @@ from anyio.abc import TaskGroup
 
 from provisioner.errors import RequestError
 from provisioner.verb.answering import AtOnce, Reading
+from provisioner.verb.budgets import AnswerBudgets, AnswerRates
 from provisioner.verb.handler import Verb, asker_of
 from registry.access import Party
 from registry.contract import buckets
@@ -144,6 +147,7 @@ async def verb_service(
     max_waiting: int = 1000,
     concurrent_per_party: int = 4,
     waiting_per_party: int = 64,
+    answer_rates: AnswerRates | None = None,
     shutdown_timeout: timedelta = timedelta(seconds=10),
 ) -> AsyncIterator[RunningVerb]:
     """The service `mesh-provisioner` answering the verb until the block exits, then shut down in order.
@@ -152,12 +156,13 @@ async def verb_service(
     block is left by an exception or a cancellation they are cancelled at once."""
     limiter = anyio.CapacityLimiter(max_concurrent)
     refusals = RefusalLog()
+    budgets = AnswerBudgets(answer_rates or AnswerRates())
     turns = PartyTurns(concurrent=min(concurrent_per_party, max_concurrent), waiting=waiting_per_party)
     in_flight = InFlight()
     async with anyio.create_task_group() as handlers:
 
         async def on_request(request: ServiceRequest) -> None:
-            reading = await _answer_at_once(verb, request, refusals)
+            reading = await _answer_at_once(verb, request, refusals, budgets)
             if reading is None:
                 return
             if in_flight.count >= max_concurrent + max_waiting:
@@ -167,7 +172,7 @@ async def verb_service(
                 await request.respond_error("503", "too many of your requests waiting; retry shortly")
                 return
             in_flight.enter()
-            handlers.start_soon(_handle, reading, Slots(limiter, turns, in_flight, refusals), request)
+            handlers.start_soon(_handle, reading, Slots(limiter, turns, in_flight, refusals, budgets), request)
 
         endpoint = EndpointSpec(ENDPOINT, buckets.VERB_SUBJECT, on_request)
         async with serve(
@@ -198,9 +203,12 @@ async def _shut_down(service: RunningService, handlers: TaskGroup, in_flight: In
     handlers.cancel_scope.cancel()
 
 
-async def _answer_at_once(verb: Verb, request: ServiceRequest, refusals: RefusalLog) -> Reading | None:
+async def _answer_at_once(
+    verb: Verb, request: ServiceRequest, refusals: RefusalLog, budgets: AnswerBudgets
+) -> Reading | None:
     """Answers what memory holds in the handler itself; returns the reading the rest needs
-    (`provisioner.verb.answering` decides which is which)."""
+    (`provisioner.verb.answering` decides which is which). An answer held that would overdraw its
+    party's budget goes the readers' way, to wait for it outside the handler."""
     try:
         answer = verb.answer(request.data, request.headers)
     except RequestError as err:
@@ -211,8 +219,14 @@ async def _answer_at_once(verb: Verb, request: ServiceRequest, refusals: Refusal
     else:
         if not isinstance(answer, AtOnce):
             return answer
+        if budgets.wait_for(answer.party, len(answer.page)) > 0:
+            return Reading(answer.way, partial(_held, answer.page), answer.party, charged=True)
         await request.respond(answer.page)
     return None
+
+
+async def _held(page: bytes) -> bytes:
+    return page
 
 
 @dataclass(frozen=True)
@@ -223,15 +237,21 @@ class Slots:
     turns: PartyTurns
     in_flight: InFlight
     refusals: RefusalLog
+    budgets: AnswerBudgets
 
 
 async def _handle(reading: Reading, slots: Slots, request: ServiceRequest) -> None:
     started = time.perf_counter()
     turns, in_flight = slots.turns, slots.in_flight
     try:
-        async with turns.turn(reading.party), slots.limiter:
-            with in_flight.answering_one():
-                page = await reading.read()
+        async with turns.turn(reading.party):
+            async with slots.limiter:
+                with in_flight.answering_one():
+                    page = await reading.read()
+            if not reading.charged:
+                await anyio.sleep(slots.budgets.wait_for(reading.party, len(page)))
+            else:  # charged when it was answered at once: its debt is paid back from now
+                await anyio.sleep(slots.budgets.wait_for(reading.party, 0))
         await request.respond(page)
         log.debug("answered %d bytes in %.1f ms", len(page), (time.perf_counter() - started) * 1000)
     except RequestError as err:
