@@ -54,6 +54,10 @@ NOT_RUNNABLE = {
     "/srv/secrets; tests/test_deploy.py runs the same command into a temporary folder",
     "mesh-provisioner grants --mesh /etc/mesh-provisioner/mesh.toml --check \\": "a real mesh's folders and "
     "resolver; tests/registry/test_grants_interface.py runs --check and --push on temporary ones",
+    "pip install '.[build]'": "builds the host file for a real node (PyInstaller, tens of seconds); "
+    "tests/mesh_host/test_single_file.py builds one with node.json and runs it in an empty folder",
+    "python3 -m venv /opt/mesh-provisioner && /opt/mesh-provisioner/bin/pip install .": "installs on a real "
+    "node as root; tests/mesh_host/test_node_from_host.py lays the node down under a temporary root",
     "mesh-provisioner top": "runs until Ctrl-C; tests/provisioner/test_nodes.py runs it until SIGINT and --once",
     ".venv/bin/python -m bench": "a benchmark of minutes; its figures are measured on demand, not asserted by tests",
     ".venv/bin/python -m bench --scale --keys 1000000": "a benchmark of minutes (a million keys filled first)",
