@@ -250,6 +250,7 @@ def _decided_paths() -> set[Path]:
         seat.domains_file,
         Path("/etc/mesh-provisioner/keys"),
         Path("/etc/mesh-provisioner/mesh.toml"),  # the controller's mesh file (`grants --mesh`)
+        Path("/var/lib/mesh-host"),  # mesh-host's footprint (its --state as root)
     }
 
 
