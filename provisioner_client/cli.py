@@ -39,6 +39,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -48,6 +49,7 @@ import anyio
 
 from provisioner_client.errors import ClientError, NodeHeld
 from provisioner_client.materializing.action import inherited
+from provisioner_client.metrics import NodeMetrics
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.settings import CONFIG_ENV, DEFAULT_CONFIG, ENV_PREFIX, ClientSettings, node_of, settings_file
 from provisioner_client.status import read_status
@@ -56,7 +58,7 @@ from provisioner_client.watch.watching import WatchTiming, watch
 from registry.edge import BusSettings, add_settings_arguments, given_flags, load_settings
 from registry.errors import BusError, SettingsError
 from registry.runtime import configure_logging, event, quiet_on_closed_pipe, until_signalled
-from registry.wire import BusOptions, connect, connect_within
+from registry.wire import Bus, BusOptions, connect, connect_within
 
 log = logging.getLogger(__name__)
 
@@ -186,9 +188,19 @@ async def _command(
     if args.watch:
         return await _watch(options, settings, plan, stop)
     async with connect_within(options, options.request_timeout) as bus, holding(bus, plan.node, plan.lease_ttl):
+        metrics = _metrics(settings, plan.node, bus)
+        started = time.monotonic()
         report = await reconcile(bus, plan)
+        if metrics is not None:
+            metrics.reconciled(report, time.monotonic() - started)
     print(report.summary())
     return EXIT_OK if report.ok else EXIT_PENDING
+
+
+def _metrics(settings: ClientSettings, node: str, bus: Bus) -> NodeMetrics | None:
+    """The node's textfile of figures, when a folder is set for it."""
+    folder = settings.metrics_folder
+    return None if folder is None else NodeMetrics(node, folder, connected=lambda: bus.connected)
 
 
 async def _status(options: BusOptions, settings: ClientSettings, given: _Given, *, as_json: bool) -> int:
@@ -213,6 +225,6 @@ async def _watch(options: BusOptions, settings: ClientSettings, plan: ClientPlan
         drift_poll=settings.drift_poll,
     )
     async with connect(options) as bus:
-        await watch(bus, plan, timing, stop=stop)
+        await watch(bus, plan, timing, stop=stop, metrics=_metrics(settings, plan.node, bus))
     log.info("stopped watching", extra=event(node=plan.node))
     return EXIT_OK

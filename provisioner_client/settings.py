@@ -104,6 +104,11 @@ class ClientSettings(LogSettings):
         description="how long this node's lease outlives its last renewal (renewed every third of it): a second "
         "client for the node takes over that long after the first stopped renewing",
     )
+    metrics_folder: Path | None = Field(
+        default=None,
+        description="node_exporter's textfile folder: the client writes its figures there as "
+        "mesh_provisioner_client.prom after each reconcile (provisioner_client.metrics); none: no metrics",
+    )
     shutdown_timeout: Duration = Field(
         default=timedelta(seconds=10),
         ge=timedelta(0),

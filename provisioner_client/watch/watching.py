@@ -35,6 +35,7 @@ action included); cancelling the task group it runs in stops it at once.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -44,6 +45,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from provisioner_client.errors import ClientError
+from provisioner_client.metrics import NodeMetrics
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolving.manifest import manifest_files
 from provisioner_client.resolving.resolve import Source
@@ -167,16 +169,20 @@ async def watch(
     *,
     stop: anyio.Event | None = None,
     on_report: Callable[[Report], None] | None = None,
+    metrics: NodeMetrics | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Reconciles until `stop` is set, then returns after the reconcile in progress (its change
     actions finish: cancelling would kill them), or until cancelled; ready after the first
     reconcile that reached the bus. Only while it holds the node's lease (`holding`): it waits
-    for it first, and again whenever it was lost."""
+    for it first, and again whenever it was lost. `metrics` is told of each reconcile, drift put
+    back and lease change, and written after each."""
     closed_for_good = anyio.Event()
     async with anyio.create_task_group() as outer:
         outer.start_soon(_end_when_closed, bus, closed_for_good, outer.cancel_scope)
-        await _watch_holding(bus, plan, timing, stop=stop, on_report=on_report, task_status=task_status)
+        await _watch_holding(
+            bus, plan, timing, stop=stop, on_report=on_report, metrics=metrics, task_status=task_status
+        )
         outer.cancel_scope.cancel()
     if closed_for_good.is_set():
         raise ConnectionClosed(f"watch node {plan.node}", "nats closed the connection for good; restart the client")
@@ -197,6 +203,7 @@ async def _watch_holding(
     *,
     stop: anyio.Event | None,
     on_report: Callable[[Report], None] | None,
+    metrics: NodeMetrics | None,
     task_status: TaskStatus[None],
 ) -> None:
     stopping = anyio.Event() if stop is None else stop
@@ -210,16 +217,30 @@ async def _watch_holding(
 
     while await lease.wait_for_it(stopping):
         lost = anyio.Event()
+        _lease_told(metrics, held=True)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(renew, lease, lost)
                 await _reconcile_while_held(
-                    bus, plan, timing, stopping=stopping, lost=lost, on_report=on_report, on_started=on_started
+                    bus,
+                    plan,
+                    timing,
+                    stopping=stopping,
+                    lost=lost,
+                    on_report=on_report,
+                    on_started=on_started,
+                    metrics=metrics,
                 )
                 tg.cancel_scope.cancel()
         finally:
             with anyio.move_on_after(2, shield=True):
                 await lease.release()
+            _lease_told(metrics, held=False)
+
+
+def _lease_told(metrics: NodeMetrics | None, *, held: bool) -> None:
+    if metrics is not None:
+        metrics.lease(held=held)
 
 
 async def _reconcile_while_held(
@@ -231,6 +252,7 @@ async def _reconcile_while_held(
     lost: anyio.Event,
     on_report: Callable[[Report], None] | None,
     on_started: Callable[[], None],
+    metrics: NodeMetrics | None = None,
 ) -> None:
     trigger = Trigger()
     trigger.pull("start")
@@ -255,11 +277,16 @@ async def _reconcile_while_held(
             if stopping.is_set() or lost.is_set():
                 break
             log.debug("woken by %s", wake.described())
+            started = time.monotonic()
             try:
                 if not wake.reasons and await _put_back(bus, plan, drift, wake.drifted, applied):
+                    if metrics is not None:
+                        metrics.drift_put_back(len(wake.drifted))
                     continue
                 report = await reconcile(bus, plan, observer=drift)
             except (BusError, ClientError) as err:
+                if metrics is not None:
+                    metrics.failed(time.monotonic() - started)
                 delay = backoff.next()
                 log.warning("reconcile failed: %s; retrying in %.1f s", err, delay)
                 with anyio.move_on_after(delay):
@@ -271,13 +298,24 @@ async def _reconcile_while_held(
             drift.expect(applied)
             followers.follow(report.sources)
             _log_report(report)
-            for module, how in sorted(wake.drifted.items()):  # put back by the reconcile instead
-                if module in report.modules and report.modules[module].written:
-                    _drift_put_back(plan.node, module, how, report.modules[module].applied.file)
+            took = time.monotonic() - started
+            put_back_now = _put_back_by_reconcile(report, wake.drifted)
+            if metrics is not None:
+                metrics.reconciled(report, took, put_back=put_back_now)
             if on_report is not None:
                 on_report(report)
             on_started()
         tg.cancel_scope.cancel()
+
+
+def _put_back_by_reconcile(report: Report, drifted: Mapping[str, str]) -> int:
+    """The drifted files the reconcile rewrote, each logged as drift put back; how many."""
+    put_back = 0
+    for module, how in sorted(drifted.items()):
+        if module in report.modules and report.modules[module].written:
+            _drift_put_back(report.node, module, how, report.modules[module].applied.file)
+            put_back += 1
+    return put_back
 
 
 def _again_if_refused(report: Report, backoff: _Backoff, tg: TaskGroup, trigger: Trigger) -> None:
