@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mesh_dev.standins import DEV_SECRETS, StandIns
-from provisioner_client.metrics import FILE_NAME, NodeMetrics
+from provisioner_client.metrics import CAUSES, FILE_NAME, OTHER, NodeMetrics
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.settings import ClientSettings
 from provisioner_client.watch.watching import WatchTiming, watch
@@ -81,6 +81,7 @@ async def test_a_watching_node_writes_its_figures_readable_by_node_exporter_nami
     assert value(found, "mesh_node_pending_oldest_timestamp_seconds") == 0
     assert value(found, "mesh_node_modules_by_action", outcome="succeeded") == 1  # app's echo
     assert value(found, "mesh_node_modules_by_action", outcome="failed") == 0
+    assert value(found, "mesh_node_pending_by_cause", cause="verb_refused") == 0
     assert before <= value(found, "mesh_node_reconcile_last_timestamp_seconds") <= time.time()
     assert 0 < value(found, "mesh_node_reconcile_last_duration_seconds") < BOUND
     assert value(found, "mesh_node_reconcile_last_ok") == 1
@@ -119,6 +120,7 @@ async def test_drift_pending_and_a_failed_action_are_counted_and_the_lease_relea
 
         app = json.loads((plan.manifests / "app.json").read_text())
         app["env"]["X"] = "${port:none}"
+        app["env"]["Y"] = "${secret:not-in-the-vault}"
         (plan.manifests / "app.json").write_text(json.dumps(app))
         tools = json.loads((plan.manifests / "tools.json").read_text())
         tools["on_change"] = {"command": ["sh", "-c", "exit 3"], "timeout_seconds": 5}
@@ -135,6 +137,11 @@ async def test_drift_pending_and_a_failed_action_are_counted_and_the_lease_relea
     assert value(pending, "mesh_node_modules", state="applied") == 2
     assert 0 < value(pending, "mesh_node_pending_oldest_timestamp_seconds") <= time.time()
     assert value(pending, "mesh_node_modules_by_action", outcome="failed") == 1
+    causes = {cause: value(pending, "mesh_node_pending_by_cause", cause=cause) for cause in CAUSES}
+    assert (causes, value(pending, "mesh_node_pending_by_cause", cause=OTHER)) == (
+        {"verb_refused": 1, "verb_unanswered": 0},
+        1,
+    )
     assert value(pending, "mesh_node_reconcile_last_ok") == 0
     assert value(pending, "mesh_node_lease_held") == 1
     assert value(figures(folder), "mesh_node_lease_held") == 0
