@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mesh_host.bundle import BUNDLED, MAX_DECLARATION, stage
-from mesh_host.declaration import parse_declaration
+from mesh_host.bundle import BUNDLED, stage
+from mesh_host.declaration import parse_declaration, read_declaration_text
 from mesh_host.errors import DeclarationRefused
 
 NAME = "mesh-host"
@@ -54,17 +54,8 @@ class Built:
 def read_declaration(path: Path) -> str:
     """The declaration's text, checked as the host will parse it; `BuildRefused` when it would refuse it."""
     try:
-        with path.open("rb") as file:
-            data = file.read(MAX_DECLARATION + 1)
-    except OSError as err:
-        raise BuildRefused(f"--bundle {path}: cannot be read: {err}") from err
-    if len(data) > MAX_DECLARATION:
-        raise BuildRefused(f"--bundle {path}: larger than {MAX_DECLARATION} bytes, the most a host carries")
-    try:
-        text = data.decode()
+        text = read_declaration_text(path)
         parse_declaration(text, str(path))
-    except UnicodeDecodeError as err:
-        raise BuildRefused(f"--bundle {path}: not UTF-8: {err}") from err
     except DeclarationRefused as err:
         raise BuildRefused(f"--bundle: the host would refuse it, so nothing is built: {err}") from err
     return text

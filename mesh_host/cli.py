@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from mesh_host.apply import ApplyFailed, Host, apply
 from mesh_host.bundle import BundleBroken, carried
-from mesh_host.declaration import Declaration, parse_declaration, read_declaration
+from mesh_host.declaration import Declaration, parse_declaration, read_declaration, read_text
 from mesh_host.errors import DeclarationRefused, MeshHostError, StateError
 from mesh_host.inventory import take
 from mesh_host.owned import owned
@@ -159,7 +159,7 @@ def _inventory(args: argparse.Namespace, root: Root) -> int:
 
 def _apply(args: argparse.Namespace, root: Root) -> int:
     if args.file == "-":
-        declaration = parse_declaration(sys.stdin.read(), "standard input")
+        declaration = parse_declaration(read_text(sys.stdin.buffer, "standard input"), "standard input")
     else:
         declaration = read_declaration(Path(args.file))
     return _applying(args, root, declaration)

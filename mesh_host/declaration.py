@@ -27,7 +27,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
 
@@ -197,17 +197,28 @@ class Declaration:
 
 def read_declaration(path: Path) -> Declaration:
     """Reads and checks the declaration in the file at `path` (at most MAX_DECLARATION_BYTES of it)."""
-    source = str(path)
+    return parse_declaration(read_declaration_text(path), str(path))
+
+
+def read_declaration_text(path: Path) -> str:
+    """The text of the declaration file at `path`; DeclarationRefused when it cannot be read."""
     try:
         with path.open("rb") as stream:
-            data = stream.read(MAX_DECLARATION_BYTES + 1)
+            return read_text(stream, str(path))
     except OSError as err:
-        raise DeclarationRefused(source, (f"cannot be read: {err.strerror or err}",)) from None
+        raise DeclarationRefused(str(path), (f"cannot be read: {err.strerror or err}",)) from None
+
+
+def read_text(stream: BinaryIO, where: str) -> str:
+    """At most MAX_DECLARATION_BYTES of `stream` as text: DeclarationRefused when it holds more, or
+    is not UTF-8."""
+    data = stream.read(MAX_DECLARATION_BYTES + 1)
+    if len(data) > MAX_DECLARATION_BYTES:
+        raise DeclarationRefused(where, (f"larger than the {MAX_DECLARATION_BYTES} bytes a declaration may be",))
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise DeclarationRefused(source, (f"not UTF-8 text (byte {err.start})",)) from None
-    return parse_declaration(text, source)
+        raise DeclarationRefused(where, (f"not UTF-8 text (byte {err.start})",)) from None
 
 
 def parse_declaration(text: str, where: str) -> Declaration:

@@ -66,7 +66,7 @@ def host(machine: Machine, *argv: str, state: bool = True, stdin: str = "") -> S
 
     def task() -> Said:
         out, err = io.StringIO(), io.StringIO()
-        sys.stdin = io.StringIO(stdin)
+        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode()))
         try:
             with redirect_stdout(out), redirect_stderr(err):
                 code = main([*argv, *where])
@@ -160,6 +160,8 @@ def test_apply_reads_standard_input(machine: Machine) -> None:
     assert said.code == EXIT_OK and machine.real("/etc/app/app.toml").read_text() == "port = 1\n"
     said = host(machine, "apply", "-", stdin="{")
     assert said.code == EXIT_REFUSED and said.err.startswith("mesh-host: standard input: declaration refused")
+    said = host(machine, "apply", "-", stdin=" " * (8 * 1024 * 1024 + 1))  # read no further than the bound
+    assert said.code == EXIT_REFUSED and "larger than the 8388608 bytes a declaration may be" in said.err
 
 
 def test_owned_lists_the_footprint_and_the_modules_files(machine: Machine) -> None:
