@@ -5,9 +5,12 @@ settings files, the sysusers file): one source for each, never a copy drifting.
     python deploy/host/declarations.py            # writes node.json and seat.json here
     python deploy/host/declarations.py --check    # exit 1 naming each file that is not current
     python deploy/host/declarations.py node --node n1 --nats-url nats://nats1:4222 --out n1.json
+    python deploy/host/declarations.py node --node n2 --nats-url nats://nats1:4222 --postgres --out n2.json
 
-The last writes one node's declaration: its client.toml names that node and that server (the
-shipped node.json carries deploy/settings/client.toml as it is: node n1, nats.example). A `seat`
+The last two write one node's declaration: its client.toml names that node and that server (the
+shipped node.json carries deploy/settings/client.toml as it is: node n1, nats.example); with
+--postgres, for the node that runs the postgres module, the postgres provisioner too (its unit,
+a folder for the operator's drop-ins, and the service running after the client). A `seat`
 takes --nats-url alike. Each directory's `unknown` policy is explained in deploy/host/README.md.
 Needs nothing but Python 3.11.
 """
@@ -28,6 +31,7 @@ UNITS = Path("/etc/systemd/system")
 CLIENT_UNIT = "mesh-provisioner-client.service"
 SYSUSERS_UNIT = "mesh-provisioner-sysusers.service"
 SEAT_UNIT = "mesh-provisioner.service"
+POSTGRES_UNIT = "mesh-postgres-provisioner.service"
 
 
 def _text(relative: str) -> str:
@@ -69,7 +73,7 @@ def _set(toml: str, key: str, value: str | None, source: str) -> str:
     return line.sub(f'{key} = "{value}"', toml, count=1)
 
 
-def node(name: str | None = None, nats_url: str | None = None) -> dict[str, object]:
+def node(name: str | None = None, nats_url: str | None = None, *, postgres: bool = False) -> dict[str, object]:
     settings = _set(_text("settings/client.toml"), "node", name, "settings/client.toml")
     settings = _set(settings, "url", nats_url, "settings/client.toml")
     dropins = UNITS / f"{CLIENT_UNIT}.d"
@@ -88,7 +92,19 @@ def node(name: str | None = None, nats_url: str | None = None) -> dict[str, obje
         service(SYSUSERS_UNIT),
         service(CLIENT_UNIT),
     ]
+    if postgres:
+        resources += postgres_provisioner()
     return {"declaration": 1, "resources": resources}
+
+
+def postgres_provisioner() -> list[dict[str, object]]:
+    """The postgres provisioner, after the client: it runs as the client's user (made before) and
+    reads the postgres module's env file, the client's."""
+    return [
+        file(UNITS / POSTGRES_UNIT, f"systemd/{POSTGRES_UNIT}"),
+        directory(str(UNITS / f"{POSTGRES_UNIT}.d"), "0755", "module"),
+        service(POSTGRES_UNIT),
+    ]
 
 
 def seat(nats_url: str | None = None) -> dict[str, object]:
@@ -115,13 +131,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("role", nargs="?", choices=["node", "seat"], help="write one machine's declaration to --out")
     parser.add_argument("--node", help="node: the name its client.toml gives (default: deploy's, n1)")
     parser.add_argument("--nats-url", help="the [nats] url its settings file gives (default: deploy's)")
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="node: it runs the postgres module; add the postgres provisioner (its unit, running after the client)",
+    )
     parser.add_argument("--out", type=Path, help="with a role: the file to write (default: standard output)")
     parser.add_argument("--check", action="store_true", help="say which shipped declaration is not current; exit 1")
     args = parser.parse_args(argv)
     if args.role == "seat" and args.node is not None:
         parser.error("--node is a node's: a seat serves every node")
+    if args.role != "node" and args.postgres:
+        parser.error("--postgres is a node's: give it with node, for the node that runs the postgres module")
     if args.role is not None:
-        text = render(node(args.node, args.nats_url) if args.role == "node" else seat(args.nats_url))
+        text = render(
+            node(args.node, args.nats_url, postgres=args.postgres) if args.role == "node" else seat(args.nats_url)
+        )
         if args.out is None:
             sys.stdout.write(text)
         else:

@@ -1,17 +1,20 @@
 """deploy/host: the declarations that raise this project's node and seat are ones the host accepts,
 carry deploy/'s own units and settings byte for byte (written from them by
 deploy/host/declarations.py), declare every folder the settings name with its policy explained,
-and lay down nothing that needs the client's user before the declaration itself makes it."""
+and lay down nothing that needs the client's user before the declaration itself makes it. A node
+that runs the postgres module (`node --postgres`) gets the postgres provisioner from it too."""
 
 from __future__ import annotations
 
 import json
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tomllib
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 
@@ -20,13 +23,15 @@ from provisioner.settings import ServerSettings
 from provisioner_client.settings import DEFAULT_CONFIG, ClientSettings
 from registry.edge import load_settings
 from tests.helpers import DEPLOY, clean_environment
-from tests.mesh_host.deployed import DECLARATIONS, HOST, content, resources, unit_settings
+from tests.mesh_host.deployed import DECLARATIONS, HOST, bare_machine, content, resources, unit_settings
 
 GENERATOR = HOST / "declarations.py"
 CLIENT_UNIT = "/etc/systemd/system/mesh-provisioner-client.service"
 SYSUSERS_UNIT = "/etc/systemd/system/mesh-provisioner-sysusers.service"
 SEED_DROPIN = "/etc/systemd/system/mesh-provisioner-client.service.d/seed.conf"
 SEAT_UNIT = "/etc/systemd/system/mesh-provisioner.service"
+POSTGRES_UNIT = "/etc/systemd/system/mesh-postgres-provisioner.service"
+POSTGRES_DROPINS = "/etc/systemd/system/mesh-postgres-provisioner.service.d"
 CARRIED = {
     "node": {
         "/usr/lib/sysusers.d/mesh-provisioner.conf": DEPLOY / "systemd" / "mesh-provisioner.sysusers.conf",
@@ -124,10 +129,20 @@ def test_the_seat_knows_the_files_the_controller_and_the_operator_put_beside_its
     assert seed in declared[str(PurePosixPath(seed).parent)]["knows"]
 
 
-@pytest.mark.parametrize("role", list(DECLARATIONS))
-def test_the_readme_gives_the_reason_for_each_directorys_policy(role: str) -> None:
+@pytest.fixture(scope="module")
+def postgres_node(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """n2's declaration, the node running the postgres module (deploy/README.md's provider node)."""
+    out = tmp_path_factory.mktemp("postgres-node") / "n2.json"
+    done = _generate("node", "--node", "n2", "--nats-url", "nats://nats1:4222", "--postgres", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.mark.parametrize("role", [*DECLARATIONS, "postgres-node"])
+def test_the_readme_gives_the_reason_for_each_directorys_policy(role: str, request: pytest.FixtureRequest) -> None:
     readme = (HOST / "README.md").read_text()
-    declaration = parse_declaration(DECLARATIONS[role].read_text(), role)
+    path = request.getfixturevalue("postgres_node") if role == "postgres-node" else DECLARATIONS[role]
+    declaration = parse_declaration(path.read_text(), role)
     for resource in declaration.resources:
         if isinstance(resource, Directory):
             row = next((line for line in readme.splitlines() if line.startswith(f"| `{resource.path}` ")), "")
@@ -157,6 +172,95 @@ def test_one_nodes_declaration_names_that_node_and_server_and_is_otherwise_the_s
 def test_a_value_that_would_break_client_toml_is_refused() -> None:
     done = _generate("node", "--node", 'n1"\nurl = "x')
     assert done.returncode != 0 and "without quotes" in done.stderr
+
+
+# --- the node that runs the postgres module -----------------------------------------------------------
+
+
+def _listed(path: Path) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = json.loads(path.read_text())["resources"]
+    return listed
+
+
+def test_the_postgres_node_is_that_node_with_the_provisioner_after_its_client(
+    postgres_node: Path, tmp_path: Path
+) -> None:
+    assert parse_declaration(postgres_node.read_text(), str(postgres_node)).resources
+    plain = tmp_path / "n2.json"
+    assert _generate("node", "--node", "n2", "--nats-url", "nats://nats1:4222", "--out", str(plain)).returncode == 0
+    listed, before = _listed(postgres_node), _listed(plain)
+    assert listed[: len(before)] == before, "--postgres changed what the node already declared"
+    unit = DEPLOY / "systemd" / "mesh-postgres-provisioner.service"
+    assert listed[len(before) :] == [
+        {"type": "file", "path": POSTGRES_UNIT, "content": unit.read_text(), "mode": "0644", "owner": "root:root"},
+        {
+            "type": "directory",
+            "path": POSTGRES_DROPINS,
+            "mode": "0755",
+            "owner": "root:root",
+            "unknown": "module",
+            "module": "mesh-provisioner",
+        },
+        {"type": "service", "unit": unit.name, "state": "running", "enabled": True},
+    ]
+
+
+def test_the_provisioner_starts_as_the_user_the_node_made_on_the_env_file_its_client_writes(
+    postgres_node: Path,
+) -> None:
+    """Its unit runs as the client's user, made by the sysusers oneshot before it, and reads the
+    postgres module's env file in the folder the declaration leaves to the client (`program`)."""
+    listed = _listed(postgres_node)
+    declared = {r.get("path") or r["unit"]: r for r in listed}
+    provisioner = unit_settings(declared[POSTGRES_UNIT]["content"])
+    client = unit_settings(declared[CLIENT_UNIT]["content"])
+    assert provisioner["User"] == client["User"]
+    services = [r["unit"] for r in listed if r["type"] == "service"]
+    assert services == [PurePosixPath(u).name for u in (SYSUSERS_UNIT, CLIENT_UNIT, POSTGRES_UNIT)]
+    assert PurePosixPath(CLIENT_UNIT).name in provisioner["After"][0].split()
+    argv = shlex.split(provisioner["ExecStart"][0])
+    env_file = PurePosixPath(argv[argv.index("--env-file") + 1])
+    module = json.loads((DEPLOY / "examples" / "postgres.json").read_text())["module"]
+    assert env_file.name == f"{module}.env"
+    assert declared[str(env_file.parent)]["unknown"] == "program"
+    assert {r.get("owner") for r in listed} <= {"root:root", None}
+
+
+def test_postgres_is_a_nodes_option() -> None:
+    done = _generate("seat", "--postgres")
+    assert done.returncode == 2 and "--postgres is a node's" in done.stderr
+
+
+def _mesh_host(*args: str) -> str:
+    command = [sys.executable, "-m", "mesh_host.cli", *args]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=clean_environment(), timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def test_mesh_host_lays_the_provisioner_down_and_keeps_the_operators_dropin(
+    postgres_node: Path, tmp_path: Path
+) -> None:
+    root, state = bare_machine(tmp_path / "root"), tmp_path / "state"
+    given = ("--root", str(root), "--state", str(state))
+    said = _mesh_host("apply", str(postgres_node), *given)
+    unit = root / POSTGRES_UNIT.lstrip("/")
+    assert unit.read_bytes() == (DEPLOY / "systemd" / "mesh-postgres-provisioner.service").read_bytes()
+    assert stat.S_IMODE(unit.stat().st_mode) == 0o644
+    dropins = root / POSTGRES_DROPINS.lstrip("/")
+    assert stat.S_IMODE(dropins.stat().st_mode) == 0o755
+    assert "mesh-postgres-provisioner.service  skipped: services are applied on the real machine" in said
+    # Another database is the operator's drop-in: kept by the next apply and listed as the module's.
+    dsn = dropins / "dsn.conf"
+    dsn.write_text(
+        '[Service]\nExecStart=\nExecStart=/opt/mesh-provisioner/bin/mesh-postgres-provisioner --dsn "host=db1"\n'
+    )
+    assert "nothing to change" in _mesh_host("apply", str(postgres_node), *given)
+    assert dsn.exists()
+    (entry,) = [
+        e for e in json.loads(_mesh_host("owned", "--json", *given))["owned"] if e.get("path") == POSTGRES_DROPINS
+    ]
+    assert (entry["module"], entry["modules_files"]) == ("mesh-provisioner", [f"{POSTGRES_DROPINS}/dsn.conf"])
 
 
 # --- the units deploy/host adds, as systemd reads them ------------------------------------------------
