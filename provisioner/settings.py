@@ -122,6 +122,12 @@ class ServerSettings(LogSettings):
         ge=0,
         description="bytes of answers a second one operator or provider is sent, past 4 s of it; 0: no bound",
     )
+    metrics_listen: str | None = Field(
+        default=None,
+        pattern=r"^(\[[0-9A-Fa-f:.]+\]:|[^\s:\[\]]+:)?[0-9]{1,5}$",
+        description="where the seat serves its Prometheus metrics at /metrics: PORT (on 127.0.0.1) or HOST:PORT; "
+        "none: no endpoint (provisioner.metrics)",
+    )
     shutdown_timeout: Duration = Field(
         default=timedelta(seconds=10), ge=timedelta(0), description="how long requests in flight may take on stop"
     )

@@ -1,5 +1,5 @@
 """deploy/prometheus: the alert rules pass `promtool check rules`, their unit tests pass `promtool
-test rules`, every alert is tested firing and quiet, and every series they read is one we export."""
+test rules`, every alert is tested firing and quiet, and every series they read is one the seat or the node exports."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.metrics import SeatMetrics
+from provisioner.seat.buckets import seat_buckets
 from provisioner_client.metrics import NodeMetrics
+from registry.wire import Bus
 from tests.helpers import DEPLOY
 
 RULES = DEPLOY / "prometheus" / "rules.yml"
@@ -46,8 +49,11 @@ def test_every_alert_is_tested_firing_and_quiet() -> None:
     assert (alerts - firing, alerts - silent, {name for name, _ in cases} - alerts) == (set(), set(), set())
 
 
-def test_the_rules_read_only_series_the_node_exports(tmp_path: Path) -> None:
-    exported = {sample.name for family in NodeMetrics("n1", tmp_path).registry.collect() for sample in family.samples}
+async def test_the_rules_read_only_series_the_seat_and_the_node_export(tmp_path: Path, bus: Bus) -> None:
+    node = NodeMetrics("n1", tmp_path).registry
+    seat = SeatMetrics({"data": bus, "verb": bus}, None, seat_buckets()).registry
+    families = [family for registry in (node, seat) for family in registry.collect()]
+    exported = {family.name for family in families} | {sample.name for f in families for sample in f.samples}
     read = set(SERIES.findall(RULES.read_text()))
-    node = {name for name in read if name.startswith("mesh_node_")}
-    assert node and node <= exported, node - exported
+    assert {name[: len("mesh_node_")] for name in read} == {"mesh_node_", "mesh_seat_"}
+    assert read - exported == set()

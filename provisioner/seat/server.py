@@ -7,6 +7,7 @@
       compile the registry              at start (a failure here is fatal) ...
       ├── every compile_interval        ... then as a task of the group
       ├── the registry view             follows the registry bucket for `what=registry`
+      ├── the metrics endpoint          when `metrics_listen` is set (`provisioner.metrics`)
       └── the verb service              until `stop` is set, then shut down in order;
                                         once it serves, the start's heap is frozen (`gc.freeze`)
 
@@ -34,7 +35,8 @@ import anyio
 from anyio import CancelScope
 from anyio.abc import TaskStatus
 
-from provisioner.seat.buckets import ensure_buckets
+from provisioner.metrics import serve_seat_metrics
+from provisioner.seat.buckets import ensure_buckets, seat_buckets
 from provisioner.seat.quotas import Quota, QuotaGuard
 from provisioner.seat.registry_sync import keep_registry_compiled
 from provisioner.settings import ServerSettings
@@ -98,6 +100,10 @@ async def run_server(
         guard.on_purged = nodes.forget_purged
         await tasks.start(partial(guard.guard, bus))
         await tasks.start(partial(nodes.follow, bus))
+        if settings.metrics_listen is not None:
+            connections = {"data": bus, "verb": answering}
+            served = seat_buckets(settings.providers, settings.domains_file)
+            await tasks.start(partial(serve_seat_metrics, settings.metrics_listen, connections, nodes, served))
         cache = PageCache(
             ttl=settings.cursor_ttl,
             max_listings=settings.max_cursors,

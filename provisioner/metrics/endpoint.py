@@ -1,0 +1,90 @@
+"""An HTTP endpoint answering `GET /metrics` with what `render` makes, as a task of the seat's group.
+
+A few lines of HTTP/1.0 over an anyio listener rather than prometheus-client's server, which runs in
+a thread of its own and would read the seat's state from outside its event loop. Each connection
+is one request: its head is read within `READ_TIMEOUT` and at most `MAX_HEAD` bytes, then answered
+and closed; `MAX_SCRAPES` are answered at once, the others wait.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import anyio
+from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from registry.errors import SettingsError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+PATH = "/metrics"
+READ_TIMEOUT = 5.0
+MAX_HEAD = 8192
+MAX_SCRAPES = 4
+
+Render = Callable[[], Awaitable[bytes]]
+
+
+def listen_address(listen: str) -> tuple[str, int]:
+    """`HOST:PORT` or `PORT` (on 127.0.0.1) as a host and a port; `[::1]:9464` for IPv6."""
+    host, _, port = listen.rpartition(":")
+    return (host.strip("[]") or DEFAULT_HOST), int(port)
+
+
+async def serve_metrics(
+    listen: str, render: Render, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Serves `render`'s text at `PATH` until cancelled; reports started with the port bound."""
+    host, port = listen_address(listen)
+    try:
+        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    except OSError as err:
+        raise SettingsError("metrics_listen", f"cannot listen on {listen}: {err.strerror or err}") from None
+    async with listener:
+        bound = listener.extra(SocketAttribute.local_port)  # noqa: S610 -- anyio's typed attribute, no Django
+        log.info("metrics served at http://%s:%d%s", host, bound, PATH)
+        task_status.started(bound)
+        await listener.serve(partial(_answer, render, anyio.CapacityLimiter(MAX_SCRAPES)))
+
+
+async def _answer(render: Render, scrapes: anyio.CapacityLimiter, stream: SocketStream) -> None:
+    async with stream:
+        try:
+            with anyio.fail_after(READ_TIMEOUT):
+                request_line = await _request_line(stream)
+            status, body = await _response(request_line, render, scrapes)
+            await stream.send(_http(status, body))
+        except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError, ValueError):
+            return  # a scraper that went away or never asked: nothing to say to it
+
+
+async def _request_line(stream: SocketStream) -> str:
+    head = b""
+    while b"\r\n\r\n" not in head and b"\n\n" not in head:
+        head += await stream.receive(MAX_HEAD)
+        if len(head) > MAX_HEAD:
+            raise ValueError("request head too long")
+    return head.split(b"\n", 1)[0].decode("latin-1").strip()
+
+
+async def _response(request_line: str, render: Render, scrapes: anyio.CapacityLimiter) -> tuple[str, bytes]:
+    method, _, rest = request_line.partition(" ")
+    target = rest.partition(" ")[0].partition("?")[0]
+    if target != PATH:
+        return "404 Not Found", f"not found: the metrics are at {PATH}\n".encode()
+    if method != "GET":
+        return "405 Method Not Allowed", b"only GET\n"
+    async with scrapes:
+        return "200 OK", await render()
+
+
+def _http(status: str, body: bytes) -> bytes:
+    content_type = CONTENT_TYPE_LATEST if status.startswith("200") else "text/plain; charset=utf-8"
+    head = (
+        f"HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body

@@ -1,0 +1,183 @@
+"""The seat's series, made fresh at each scrape (README "Metrics"):
+
+- `mesh_seat_nodes{verdict}` gauge: nodes `healthy`, `stale`, `gone` and `over_quota`, as
+  `what=nodes` judges them with its default stale_after (the seat's `FleetView`); all 0 until
+  the view is filled.
+- `mesh_seat_fleet_ready` gauge: 1 once the view has read both its buckets.
+- `mesh_seat_bucket_bytes{bucket}`, `mesh_seat_bucket_max_bytes{bucket}` gauges: what each of the
+  seat's buckets holds and may hold (its stream's state and `max_bytes`; -1: no limit).
+- `mesh_seat_bucket_keys{bucket}`, `mesh_seat_bucket_max_keys{bucket}` gauges: its messages (each
+  key's latest and delete markers, at a history of 1) and `max_msgs` (-1: no limit). A bucket
+  whose information cannot be read has no series until it can.
+- `mesh_seat_compile_lease_held` gauge: 1 while this seat holds the compile lease (the lease
+  record names this host and process, renewed within its ttl); `mesh_seat_compile_lease_since_
+  timestamp_seconds` gauge: since when it holds it, 0 when it does not.
+- `mesh_seat_nats_connected{connection}` gauge and `mesh_seat_nats_reconnects_total{connection}`
+  counter: the `data` connection (buckets, watches) and the `verb` connection (requests).
+
+Cardinality is bounded by the seat's buckets (its own, one per provider and writing domain): no
+series names a node or a key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from provisioner.metrics.endpoint import serve_metrics
+from provisioner.verb.nodes import DEFAULT_STALE_AFTER, FleetView
+from registry.contract import Bucket, buckets
+from registry.errors import BusError
+from registry.wire import SKEW, Bus, Holder, get_stamped, seat_key
+
+log = logging.getLogger(__name__)
+
+VERDICTS = {"healthy": "healthy", "stale": "stale", "gone": "gone", "over-quota": "over_quota"}
+
+
+class SeatMetrics:
+    """The seat's series in a registry of their own; `render` reads what they need and writes them out."""
+
+    def __init__(
+        self,
+        connections: Mapping[str, Bus],
+        fleet: FleetView | None,
+        seat_buckets: Iterable[Bucket],
+        *,
+        stale_after: timedelta = DEFAULT_STALE_AFTER,
+    ) -> None:
+        self.bus = connections["data"]
+        self.connections = dict(connections)
+        self.fleet = fleet
+        self.buckets = list(seat_buckets)
+        self.stale_after = stale_after
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._lock = anyio.Lock()
+        self._reconnects_seen = dict.fromkeys(self.connections, 0)
+        self._nodes = self._gauge("mesh_seat_nodes", "nodes by the seat's verdict", ["verdict"])
+        self._fleet_ready = self._gauge("mesh_seat_fleet_ready", "1 once the seat's view of the fleet is filled")
+        bucket = ["bucket"]
+        self._bytes = self._gauge("mesh_seat_bucket_bytes", "bytes the bucket holds", bucket)
+        self._max_bytes = self._gauge("mesh_seat_bucket_max_bytes", "bytes the bucket may hold; -1: no limit", bucket)
+        self._keys = self._gauge("mesh_seat_bucket_keys", "messages the bucket holds", bucket)
+        self._max_keys = self._gauge("mesh_seat_bucket_max_keys", "messages the bucket may hold; -1: no limit", bucket)
+        self._lease = self._gauge("mesh_seat_compile_lease_held", "1 while this seat holds the compile lease")
+        self._lease_since = self._gauge(
+            "mesh_seat_compile_lease_since_timestamp_seconds", "since when this seat holds the compile lease; 0: not"
+        )
+        connection = ["connection"]
+        self._connected = self._gauge("mesh_seat_nats_connected", "1 while the connection to NATS is up", connection)
+        self._reconnects = Counter(
+            "mesh_seat_nats_reconnects", "times the connection was recovered", connection, registry=self.registry
+        )
+        for verdict in VERDICTS.values():
+            self._nodes.labels(verdict)
+        for name in self.connections:
+            self._reconnects.labels(name)
+
+    def _gauge(self, name: str, documentation: str, labels: Iterable[str] = ()) -> Gauge:
+        return Gauge(name, documentation, list(labels), registry=self.registry)
+
+    async def render(self) -> bytes:
+        """The series as Prometheus' text format, read now (one scrape at a time)."""
+        async with self._lock:
+            await self.refresh()
+            return generate_latest(self.registry)
+
+    async def refresh(self) -> None:
+        self._count_nodes()
+        self._tell_connections()
+        if not self.bus.connected:  # a request now would wait out its timeout: the figures stand
+            return
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._read_lease)
+            for bucket in self.buckets:
+                tg.start_soon(self._read_bucket, bucket)
+
+    def _count_nodes(self) -> None:
+        ready = self.fleet is not None and self.fleet.ready
+        self._fleet_ready.set(1 if ready else 0)
+        counts = dict.fromkeys(VERDICTS.values(), 0)
+        if self.fleet is not None and ready:
+            for report in self.fleet.reports(None, now=datetime.now(UTC), stale_after=self.stale_after):
+                counts[VERDICTS[report.verdict]] += 1
+        for verdict, count in counts.items():
+            self._nodes.labels(verdict).set(count)
+
+    def _tell_connections(self) -> None:
+        for name, bus in self.connections.items():
+            self._connected.labels(name).set(1 if bus.connected else 0)
+            self._reconnects.labels(name).inc(bus.reconnects - self._reconnects_seen[name])
+            self._reconnects_seen[name] = bus.reconnects
+
+    async def _read_bucket(self, bucket: Bucket) -> None:
+        try:
+            info = await self.bus.jetstream(bucket.info_api, operation=f"look up bucket {bucket.name}")
+        except BusError as err:
+            log.debug("metrics: bucket %s not read: %s", bucket.name, err)
+            for gauge in (self._bytes, self._max_bytes, self._keys, self._max_keys):
+                _forget(gauge, bucket.name)
+            return
+        config: Mapping[str, Any] = info.get("config", {})
+        state: Mapping[str, Any] = info.get("state", {})
+        self._bytes.labels(bucket.name).set(state.get("bytes", 0))
+        self._max_bytes.labels(bucket.name).set(config.get("max_bytes", -1))
+        self._keys.labels(bucket.name).set(state.get("messages", 0))
+        self._max_keys.labels(bucket.name).set(config.get("max_msgs", -1))
+
+    async def _read_lease(self) -> None:
+        try:
+            current = await get_stamped(self.bus, buckets.LEASES, seat_key())
+        except BusError as err:
+            log.debug("metrics: the compile lease not read: %s", err)
+            return
+        holder = None
+        if current is not None and not current.item.deleted:
+            holder = _holder(current.item.value)
+        fresh = current is not None and holder is not None and _renewed_within(current.stored_at, holder)
+        since = holder.since.timestamp() if fresh and holder is not None and _is_this_process(holder) else 0.0
+        self._lease.set(1 if since else 0)
+        self._lease_since.set(since)
+
+
+async def serve_seat_metrics(
+    listen: str,
+    connections: Mapping[str, Bus],
+    fleet: FleetView | None,
+    seat_buckets: Iterable[Bucket],
+    *,
+    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """The seat's series served at `listen` until cancelled (`serve_metrics`); started with the port."""
+    metrics = SeatMetrics(connections, fleet, seat_buckets)
+    await serve_metrics(listen, metrics.render, task_status=task_status)
+
+
+def _holder(value: bytes) -> Holder | None:
+    try:
+        return Holder.model_validate_json(value)
+    except ValueError:
+        return None
+
+
+def _renewed_within(stored_at: datetime, holder: Holder) -> bool:
+    return datetime.now(UTC) - stored_at <= timedelta(seconds=holder.ttl_seconds) + SKEW
+
+
+def _is_this_process(holder: Holder) -> bool:
+    """The lease names its holder's host and process, not its seat: one seat runs per process."""
+    return holder.host == socket.gethostname() and holder.pid == os.getpid()
+
+
+def _forget(gauge: Gauge, bucket: str) -> None:
+    with contextlib.suppress(KeyError):  # never set
+        gauge.remove(bucket)

@@ -1,0 +1,150 @@
+"""The seat's Prometheus endpoint (provisioner.metrics), on a seat serving a real nats-server."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from datetime import timedelta
+
+import anyio
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
+
+from mesh_dev.local_nats import LocalNats
+from provisioner import ServerSettings
+from provisioner.metrics import listen_address, serve_metrics
+from provisioner.seat.buckets import seat_buckets
+from provisioner_client.watch.holding import holding
+from registry.contract import AppliedValue, buckets, to_json
+from registry.errors import SettingsError
+from registry.wire import Bus, put
+from tests.helpers import serving
+
+BOUND = 10.0
+Figures = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def fetch(url: str, method: str = "GET") -> tuple[int, str, str]:
+    request = urllib.request.Request(url, method=method)  # noqa: S310 -- a loopback URL the test made
+    try:
+        with urllib.request.urlopen(request, timeout=BOUND) as answer:  # noqa: S310
+            return answer.status, answer.headers["Content-Type"], answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers["Content-Type"], err.read().decode()
+
+
+async def scrape(url: str) -> tuple[Figures, str]:
+    status, content_type, text = await anyio.to_thread.run_sync(fetch, url)
+    assert (status, content_type.split(";")[0]) == (200, "text/plain")
+    found = {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    return found, text
+
+
+async def scrape_until(url: str, check: Callable[[Figures], bool], what: str) -> tuple[Figures, str]:
+    """A scrape once `check` holds: the seat's fleet view follows its buckets as they are written."""
+    try:
+        with anyio.fail_after(BOUND):
+            while True:
+                found, text = await scrape(url)
+                if check(found):
+                    return found, text
+                await anyio.sleep(0.05)
+    except TimeoutError:
+        pytest.fail(f"not within {BOUND} s: {what}; last scraped:\n{text}")
+
+
+def fleet_is(healthy: int, gone: int) -> Callable[[Figures], bool]:
+    def check(found: Figures) -> bool:
+        nodes = {v: found[("mesh_seat_nodes", frozenset({("verdict", v)}))] for v in ("healthy", "gone")}
+        return found[("mesh_seat_fleet_ready", frozenset())] == 1 and nodes == {"healthy": healthy, "gone": gone}
+
+    return check
+
+
+async def test_the_seat_serves_the_fleet_its_buckets_lease_and_connections(nats_server: LocalNats, bus: Bus) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    before = time.time()
+    async with (
+        serving(nats_server.url, metrics_listen=str(port)),
+        holding(bus, "n1", timedelta(seconds=15)),
+    ):
+        await put(bus, buckets.APPLIED, "n2.app", to_json(AppliedValue(state="applied")))  # no lease: gone
+        found, text = await scrape_until(url, fleet_is(healthy=1, gone=1), "n1 healthy, n2 gone")
+
+        def value(name: str, **labels: str) -> float:
+            return found[(name, frozenset(labels.items()))]
+
+        nodes = {verdict: value("mesh_seat_nodes", verdict=verdict) for verdict in ("healthy", "stale", "gone")}
+        assert nodes == {"healthy": 1, "stale": 0, "gone": 1}
+        assert value("mesh_seat_nodes", verdict="over_quota") == 0
+        settings = ServerSettings()
+        for bucket in seat_buckets():
+            assert value("mesh_seat_bucket_max_bytes", bucket=bucket.name) == settings.bucket_max_bytes
+            assert value("mesh_seat_bucket_max_keys", bucket=bucket.name) == -1
+        assert value("mesh_seat_bucket_keys", bucket=buckets.APPLIED.name) == 1
+        assert value("mesh_seat_bucket_bytes", bucket=buckets.APPLIED.name) > 0
+        assert value("mesh_seat_bucket_keys", bucket=buckets.LEASES.name) == 2  # the compile lease, n1's
+        assert value("mesh_seat_compile_lease_held") == 1
+        assert before - 1 <= value("mesh_seat_compile_lease_since_timestamp_seconds") <= time.time()
+        for connection in ("data", "verb"):
+            assert value("mesh_seat_nats_connected", connection=connection) == 1
+            assert value("mesh_seat_nats_reconnects_total", connection=connection) == 0
+        assert "n1" not in text and "n2" not in text  # no series names a node
+        assert (await anyio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port}/other"))[0] == 404
+        assert (await anyio.to_thread.run_sync(fetch, url, "POST"))[0] == 405
+    with pytest.raises(urllib.error.URLError):
+        fetch(url)  # stopped with the seat
+
+
+async def test_without_the_setting_nothing_listens(nats_server: LocalNats) -> None:
+    assert ServerSettings().metrics_listen is None
+    async with serving(nats_server.url):
+        pass  # the seat starts and stops with no endpoint: nothing to bind, nothing to refuse
+
+
+async def test_a_port_already_taken_is_a_settings_error_naming_it() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        async def render() -> bytes:
+            return b""
+
+        with pytest.raises(SettingsError, match=f"metrics_listen.*cannot listen on 127.0.0.1:{port}"):
+            await serve_metrics(f"127.0.0.1:{port}", render)
+
+
+@pytest.mark.parametrize(
+    ("listen", "address"),
+    [
+        pytest.param("9464", ("127.0.0.1", 9464), id="a port alone is on loopback"),
+        pytest.param("0.0.0.0:9464", ("0.0.0.0", 9464), id="every address when asked"),  # noqa: S104
+        pytest.param("[::1]:9464", ("::1", 9464), id="an IPv6 address in brackets"),
+    ],
+)
+def test_the_listen_address(listen: str, address: tuple[str, int]) -> None:
+    assert listen_address(listen) == address
+    assert ServerSettings(metrics_listen=listen).metrics_listen == listen
+
+
+@pytest.mark.parametrize("listen", ["", "localhost", "host:port", "1:2:3", "9464 "])
+def test_a_listen_address_out_of_shape_is_refused(listen: str) -> None:
+    with pytest.raises(ValidationError, match="metrics_listen"):
+        ServerSettings(metrics_listen=listen)
