@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import anyio
 import pytest
@@ -21,8 +22,8 @@ from provisioner.seat.buckets import seat_buckets
 from provisioner_client.watch.holding import holding
 from registry.contract import AppliedValue, buckets, to_json
 from registry.errors import SettingsError
-from registry.wire import Bus, put
-from tests.helpers import serving
+from registry.wire import Bus, BusOptions, put
+from tests.helpers import restartable_nats, serving
 
 BOUND = 10.0
 Figures = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -148,3 +149,31 @@ def test_the_listen_address(listen: str, address: tuple[str, int]) -> None:
 def test_a_listen_address_out_of_shape_is_refused(listen: str) -> None:
     with pytest.raises(ValidationError, match="metrics_listen"):
         ServerSettings(metrics_listen=listen)
+
+
+def by_connection(found: Figures, name: str) -> tuple[float, float]:
+    """The sample of `name` for the data connection and for the verb's."""
+    return found[(name, frozenset({("connection", "data")}))], found[(name, frozenset({("connection", "verb")}))]
+
+
+async def test_a_seat_losing_nats_says_so_and_counts_the_reconnect(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def connected(found: Figures) -> tuple[float, float]:
+        return by_connection(found, "mesh_seat_nats_connected")
+
+    def reconnects(found: Figures) -> tuple[float, float]:
+        return by_connection(found, "mesh_seat_nats_reconnects_total")
+
+    async with restartable_nats(tmp_path / "nats") as nats:
+        options = BusOptions(servers=(nats.url,), name=buckets.SEAT, reconnect_wait=timedelta(seconds=0.2))
+        async with serving(nats.url, bus_options=options, metrics_listen=str(port)):
+            found, _ = await scrape_until(url, lambda f: connected(f) == (1, 1), "both connections up")
+            assert reconnects(found) == (0, 0)
+            await nats.stop()
+            found, _ = await scrape_until(url, lambda f: connected(f) == (0, 0), "both connections down")
+            assert found[("mesh_seat_compile_lease_held", frozenset())] == 1  # as last read: the bus is away
+            await nats.start()
+            found, _ = await scrape_until(url, lambda f: connected(f) == (1, 1), "both connections back")
+            assert reconnects(found) == (1, 1)
