@@ -17,14 +17,14 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 
-from mesh_host.apply import ApplyFailed, Host, apply
+from mesh_host.applying.apply import ApplyFailed, Host, apply
+from mesh_host.applying.owned import owned
+from mesh_host.applying.roots import Root, default_state
 from mesh_host.bundle import BundleBroken, carried
 from mesh_host.declaration import Declaration, parse_declaration, read_declaration, read_text
+from mesh_host.describing.inventory import take
+from mesh_host.describing.profile import detect
 from mesh_host.errors import DeclarationRefused, MeshHostError, StateError
-from mesh_host.inventory import take
-from mesh_host.owned import owned
-from mesh_host.profile import detect
-from mesh_host.roots import Root, default_state
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_NOTHING_CARRIED, EXIT_STATE, EXIT_WOULD_CHANGE = range(7)
 EXIT_CLOSED_PIPE = 141

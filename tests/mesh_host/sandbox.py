@@ -23,10 +23,10 @@ from typing import TypeVar
 
 import pytest
 
-from mesh_host.apply import Host, Report, apply
+from mesh_host.applying.apply import Host, Report, apply
+from mesh_host.applying.footprint import Footprint, load
+from mesh_host.applying.roots import Root
 from mesh_host.declaration import parse_declaration
-from mesh_host.footprint import Footprint, load
-from mesh_host.roots import Root
 from mesh_host.runner import Runner, run
 
 T = TypeVar("T")

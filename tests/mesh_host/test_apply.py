@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mesh_host.apply import ApplyFailed
-from mesh_host.footprint import FILE, OwnedDirectory, OwnedFile
+from mesh_host.applying.apply import ApplyFailed
+from mesh_host.applying.footprint import FILE, OwnedDirectory, OwnedFile
 from tests.mesh_host.sandbox import USERS, Machine, machine_for, snapshot
 
 OWNER = "nobody:nogroup"  # root gives it away; nobody is it already

@@ -6,8 +6,18 @@ from pathlib import Path
 
 import pytest
 
+from mesh_host.applying.footprint import (
+    FILE,
+    Before,
+    Footprint,
+    OwnedDirectory,
+    OwnedFile,
+    OwnedService,
+    holding,
+    load,
+    save,
+)
 from mesh_host.errors import StateError
-from mesh_host.footprint import FILE, Before, Footprint, OwnedDirectory, OwnedFile, OwnedService, holding, load, save
 
 OWNED = Footprint(
     owned=(

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mesh_host.detect.probe import MAX_READ
-from mesh_host.inventory import Fact, count_cpus, parse_os_release, take
+from mesh_host.describing.detect.probe import MAX_READ
+from mesh_host.describing.inventory import Fact, count_cpus, parse_os_release, take
 from mesh_host.runner import run
 from tests.mesh_host.scripted import Scripted, hangs, said
 

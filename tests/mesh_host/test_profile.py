@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from mesh_host.detect import containers, firewall, graphical, overlay, packages, privilege, systemd
-from mesh_host.detect.probe import Capability, Probe, failed
-from mesh_host.profile import DETECTORS, Profile, detect, platform_of
+from mesh_host.describing.detect import containers, firewall, graphical, overlay, packages, privilege, systemd
+from mesh_host.describing.detect.probe import Capability, Probe, failed
+from mesh_host.describing.profile import DETECTORS, Profile, detect, platform_of
 from mesh_host.runner import Ran, run
 from tests.mesh_host.scripted import Answer, Scripted, hangs, said
 from tests.mesh_host.unprivileged import as_nobody
@@ -106,7 +106,9 @@ def test_a_detector_that_breaks_is_a_no_saying_so_and_the_others_stand(monkeypat
     def broken(_: Probe) -> Capability:
         raise ValueError("invalid literal for int() with base 16: 'zz'")
 
-    monkeypatch.setattr("mesh_host.profile.DETECTORS", ((overlay.NAME, broken), (privilege.NAME, privilege.privileged)))
+    monkeypatch.setattr(
+        "mesh_host.describing.profile.DETECTORS", ((overlay.NAME, broken), (privilege.NAME, privilege.privileged))
+    )
     profile = detect(Scripted({}), system=Path("/nonexistent"), environ={}, euid=0)
     assert profile.capabilities == [
         Capability("overlay", False, "the detector failed: ValueError: invalid literal for int() with base 16: 'zz'"),
@@ -660,7 +662,8 @@ except FileNotFoundError:
 
 def test_as_nobody_the_firewall_says_why_it_is_not_available() -> None:
     done = as_nobody(
-        "import json\nfrom mesh_host.profile import detect", f"print(json.dumps(detect(timeout={SHORT}).as_json()))"
+        "import json\nfrom mesh_host.describing.profile import detect",
+        f"print(json.dumps(detect(timeout={SHORT}).as_json()))",
     )
     assert done.returncode == 0, done.stderr
     verdicts = {c["name"]: c for c in json.loads(done.stdout)["capabilities"]}

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mesh_host.footprint import OwnedDirectory
+from mesh_host.applying.footprint import OwnedDirectory
 from tests.mesh_host.sandbox import USERS, Machine, machine_for
 
 

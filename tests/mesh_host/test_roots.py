@@ -7,7 +7,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from mesh_host.roots import MACHINE, Root, RootError, default_state, moved_folder
+from mesh_host.applying.roots import MACHINE, Root, RootError, default_state, moved_folder
 
 
 def test_the_machine_root_is_the_path_itself() -> None:

@@ -8,12 +8,12 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from mesh_host.apply import ApplyFailed, Host, Report, apply
+from mesh_host.applying.apply import ApplyFailed, Host, Report, apply
+from mesh_host.applying.footprint import Before, OwnedService, load
+from mesh_host.applying.roots import Root
+from mesh_host.applying.services import Systemctl, UnitState
 from mesh_host.declaration import parse_declaration
-from mesh_host.footprint import Before, OwnedService, load
-from mesh_host.roots import Root
 from mesh_host.runner import Runner, run
-from mesh_host.services import Systemctl, UnitState
 from tests.mesh_host.fake_systemctl import FakeSystemctl, FakeUnit
 
 HOME = PurePosixPath("/home/operator")

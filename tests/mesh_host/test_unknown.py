@@ -9,9 +9,9 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from mesh_host.owned import owned
-from mesh_host.roots import Root
-from mesh_host.unknown import moved_list
+from mesh_host.applying.owned import owned
+from mesh_host.applying.roots import Root
+from mesh_host.applying.unknown import moved_list
 from tests.mesh_host.sandbox import HOME, USERS, Machine, as_user, machine_for, snapshot
 
 MOVED = f"{HOME}/.local/state/mesh-moved/app"

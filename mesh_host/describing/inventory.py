@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from mesh_host.detect.probe import read_capped, why_not_read
+from mesh_host.describing.detect.probe import read_capped, why_not_read
 from mesh_host.runner import Runner, run
 
 INVENTORY_TIMEOUT = 10.0  # seconds a package database may take to count what it holds

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mesh_host.detect.probe import Capability, Probe, why_not_read
+from mesh_host.describing.detect.probe import Capability, Probe, why_not_read
 
 NAME = "overlay"
 NET = "/sys/class/net"

@@ -13,7 +13,7 @@ import re
 import socket
 from pathlib import Path
 
-from mesh_host.detect.probe import Capability, Probe, failed
+from mesh_host.describing.detect.probe import Capability, Probe, failed
 
 NAME = "graphical-session"
 GRAPHICAL = frozenset({"wayland", "x11", "mir"})

@@ -8,7 +8,7 @@ storage and runtime work for this user.
 
 from __future__ import annotations
 
-from mesh_host.detect.probe import Capability, Probe, failed, message
+from mesh_host.describing.detect.probe import Capability, Probe, failed, message
 from mesh_host.runner import Ran
 
 NAME = "container-runtime"

@@ -34,14 +34,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path, PurePosixPath
 
+from mesh_host.applying.footprint import Footprint, OwnedDirectory, OwnedFile, OwnedService, holding, load, save
+from mesh_host.applying.owners import Ids, NoSuchOwner, resolve
+from mesh_host.applying.roots import MOVED_IN_HOME, Root, RootError, moved_folder
+from mesh_host.applying.services import ServiceFailed, Systemctl, verbs_back, verbs_toward
+from mesh_host.applying.unknown import destination, move_out, strays
 from mesh_host.declaration import Declaration, Directory, File, PathResource, Resource, Service
 from mesh_host.errors import MeshHostError, StateError
-from mesh_host.footprint import Footprint, OwnedDirectory, OwnedFile, OwnedService, holding, load, save
-from mesh_host.owners import Ids, NoSuchOwner, resolve
-from mesh_host.roots import MOVED_IN_HOME, Root, RootError, moved_folder
 from mesh_host.runner import Runner, run
-from mesh_host.services import ServiceFailed, Systemctl, verbs_back, verbs_toward
-from mesh_host.unknown import destination, move_out, strays
 
 UNIT_FOLDERS = frozenset(
     PurePosixPath(folder)

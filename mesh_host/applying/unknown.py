@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 
-from mesh_host.roots import Root
+from mesh_host.applying.roots import Root
 
 MOVED_LIST = "moved.jsonl"
 MAX_SUFFIX = 1000

@@ -1,6 +1,6 @@
 """`mesh-host profile`: what this machine can be asked to do, each capability detected by asking
 the machine something that succeeds only if it works, never assumed from what is installed, and
-each verdict saying how it knows. The detectors are in `mesh_host.detect`, one per capability.
+each verdict saying how it knows. The detectors are in `mesh_host.describing.detect`, one per capability.
 
     linux/amd64
 
@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mesh_host.detect import containers, firewall, graphical, overlay, packages, privilege, systemd
-from mesh_host.detect.probe import Capability, Probe
+from mesh_host.describing.detect import containers, firewall, graphical, overlay, packages, privilege, systemd
+from mesh_host.describing.detect.probe import Capability, Probe
 from mesh_host.runner import Runner, run
 
 __all__ = ["DETECTORS", "Capability", "Profile", "detect", "platform_of"]

@@ -9,7 +9,7 @@ failed), which is a working init. `initializing` and `starting` (booting) are wo
 
 from __future__ import annotations
 
-from mesh_host.detect.probe import Capability, Probe, failed, message, why_not_read
+from mesh_host.describing.detect.probe import Capability, Probe, failed, message, why_not_read
 
 NAME = "service-manager"
 WORKING = frozenset({"initializing", "starting", "running", "degraded"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mesh_host.detect.probe import Capability, Probe, failed
+from mesh_host.describing.detect.probe import Capability, Probe, failed
 from mesh_host.runner import Ran
 
 NAME = "package-manager"

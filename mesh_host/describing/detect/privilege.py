@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pwd
 
-from mesh_host.detect.probe import Capability, Probe
+from mesh_host.describing.detect.probe import Capability, Probe
 
 NAME = "privileged"
 

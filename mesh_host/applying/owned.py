@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from mesh_host.footprint import Footprint, OwnedDirectory, OwnedFile, OwnedService, load
-from mesh_host.roots import Root
-from mesh_host.unknown import strays
+from mesh_host.applying.footprint import Footprint, OwnedDirectory, OwnedFile, OwnedService, load
+from mesh_host.applying.roots import Root
+from mesh_host.applying.unknown import strays
 
 
 @dataclass(frozen=True)

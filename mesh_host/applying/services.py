@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mesh_host.applying.footprint import Before
 from mesh_host.errors import MeshHostError
-from mesh_host.footprint import Before
 from mesh_host.runner import Ran, Runner, run
 
 PROPERTIES = ("LoadState", "ActiveState", "UnitFileState", "NeedDaemonReload")

@@ -4,7 +4,7 @@ to manage is nftables; a machine with iptables-legacy alone has none it can mana
 
 from __future__ import annotations
 
-from mesh_host.detect.probe import Capability, Probe, failed
+from mesh_host.describing.detect.probe import Capability, Probe, failed
 
 NAME = "firewall"
 
