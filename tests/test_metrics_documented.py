@@ -1,0 +1,49 @@
+"""Every series the seat and a node export is in deploy/prometheus/README.md's list, with its type
+and labels, and the list names nothing they do not export: the docs cannot drift."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from mesh_dev.local_nats import LocalNats
+from provisioner.metrics import SeatMetrics
+from provisioner.seat.buckets import seat_buckets
+from provisioner_client.metrics import NodeMetrics
+from registry.wire import Bus
+from tests.helpers import DEPLOY, serving
+
+README = DEPLOY / "prometheus" / "README.md"
+ROW = re.compile(r"^\| `(mesh_\w+)` \| (\w+) \|([^|]*)\|", re.MULTILINE)
+Series = dict[str, tuple[str, frozenset[str]]]
+
+
+def documented() -> Series:
+    text = README.read_text().split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    return {name: (kind, frozenset(re.findall(r"`(\w+)`", labels))) for name, kind, labels in ROW.findall(text)}
+
+
+def exported(registries: Iterable[CollectorRegistry]) -> Series:
+    """Each series by its sample name, as the text format types it (an info is a gauge there)."""
+    return {
+        sample.name: ("gauge" if family.type == "info" else family.type, frozenset(sample.labels))
+        for registry in registries
+        for family in registry.collect()
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+async def test_the_readme_lists_every_series_with_its_type_and_labels(
+    nats_server: LocalNats, bus: Bus, tmp_path: Path
+) -> None:
+    node = NodeMetrics("n1", tmp_path)
+    async with serving(nats_server.url):
+        seat = SeatMetrics({"data": bus, "verb": bus}, None, seat_buckets())
+        await seat.refresh()  # the buckets' and the connections' series exist once read
+        series = exported([node.registry, seat.registry])
+    assert len(series) >= 20
+    assert series == documented()
