@@ -30,17 +30,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from provisioner.metrics.endpoint import serve_metrics
-from provisioner.verb.nodes import DEFAULT_STALE_AFTER, FleetView
+from provisioner.verb.nodes import DEFAULT_STALE_AFTER, Fleet, FleetView, judge
 from registry.contract import Bucket, buckets
 from registry.errors import BusError
 from registry.wire import SKEW, Bus, Holder, get_stamped, seat_key
 
 log = logging.getLogger(__name__)
 
+NODES_AT_ONCE = 500
 VERDICTS = {"healthy": "healthy", "stale": "stale", "gone": "gone", "over-quota": "over_quota"}
 
 
@@ -94,7 +96,7 @@ class SeatMetrics:
             return generate_latest(self.registry)
 
     async def refresh(self) -> None:
-        self._count_nodes()
+        await self._count_nodes()
         self._tell_connections()
         if not self.bus.connected:  # a request now would wait out its timeout: the figures stand
             return
@@ -103,15 +105,12 @@ class SeatMetrics:
             for bucket in self.buckets:
                 tg.start_soon(self._read_bucket, bucket)
 
-    def _count_nodes(self) -> None:
+    async def _count_nodes(self) -> None:
         ready = self.fleet is not None and self.fleet.ready
         self._fleet_ready.set(1 if ready else 0)
-        counts = dict.fromkeys(VERDICTS.values(), 0)
-        if self.fleet is not None and ready:
-            for report in self.fleet.reports(None, now=datetime.now(UTC), stale_after=self.stale_after):
-                counts[VERDICTS[report.verdict]] += 1
-        for verdict, count in counts.items():
-            self._nodes.labels(verdict).set(count)
+        counts = await count_verdicts(self.fleet, self.stale_after) if self.fleet is not None and ready else {}
+        for verdict in VERDICTS.values():
+            self._nodes.labels(verdict).set(counts.get(verdict, 0))
 
     def _tell_connections(self) -> None:
         for name, bus in self.connections.items():
@@ -160,6 +159,20 @@ async def serve_seat_metrics(
     """The seat's series served at `listen` until cancelled (`serve_metrics`); started with the port."""
     metrics = SeatMetrics(connections, fleet, seat_buckets)
     await serve_metrics(listen, metrics.render, task_status=task_status)
+
+
+async def count_verdicts(fleet: Fleet, stale_after: timedelta) -> dict[str, int]:
+    """How many nodes of each verdict, judged as `what=nodes` judges them (`judge`), without making
+    their reports: those took 53 ms of the event loop for 10,000 nodes at every scrape. The loop
+    is let go every `NODES_AT_ONCE` nodes."""
+    now, over = datetime.now(UTC), fleet.over_quota()
+    counts = dict.fromkeys(VERDICTS.values(), 0)
+    for done, name in enumerate(fleet.leases.keys() | fleet.modules.keys() | over.keys(), start=1):
+        verdict = "over-quota" if name in over else judge(fleet.leases.get(name), now=now, stale_after=stale_after)[0]
+        counts[VERDICTS[verdict]] += 1
+        if done % NODES_AT_ONCE == 0:
+            await anyio.lowlevel.checkpoint()
+    return counts
 
 
 def _holder(value: bytes) -> Holder | None:

@@ -6,11 +6,13 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
@@ -18,11 +20,13 @@ from pydantic import ValidationError
 from mesh_dev.local_nats import LocalNats
 from provisioner import ServerSettings
 from provisioner.metrics import listen_address, serve_metrics
+from provisioner.metrics.seat import NODES_AT_ONCE, VERDICTS, count_verdicts
 from provisioner.seat.buckets import seat_buckets
+from provisioner.verb.nodes import DEFAULT_STALE_AFTER, Fleet, LeaseSeen
 from provisioner_client.watch.holding import holding
 from registry.contract import AppliedValue, buckets, to_json
 from registry.errors import SettingsError
-from registry.wire import Bus, BusOptions, put
+from registry.wire import Bus, BusOptions, Holder, put
 from tests.helpers import restartable_nats, serving
 
 BOUND = 10.0
@@ -177,3 +181,48 @@ async def test_a_seat_losing_nats_says_so_and_counts_the_reconnect(tmp_path: Pat
             await nats.start()
             found, _ = await scrape_until(url, lambda f: connected(f) == (1, 1), "both connections back")
             assert reconnects(found) == (1, 1)
+
+
+def mixed_fleet(size: int) -> Fleet:
+    """Nodes of every verdict: held and renewed, held and expired, released lately and long ago,
+    unreadable holders, applied records without a lease, and over quota."""
+    now = datetime.now(UTC)
+    over = {f"n{i:05}": "over its quota" for i in range(0, size, 97)}
+    fleet = Fleet(over_quota=lambda: over)
+    holder = Holder.me(timedelta(seconds=15))
+    for i in range(size):
+        name, age = f"n{i:05}", timedelta(seconds=(i * 7) % 600)
+        match i % 5:
+            case 0 | 1:
+                fleet.leases[name] = LeaseSeen(i, now - age, released=False, holder=holder)
+            case 2:
+                fleet.leases[name] = LeaseSeen(i, now - age, released=True)
+            case 3:
+                fleet.leases[name] = LeaseSeen(i, now - age, released=False, holder=None)
+            case _:
+                fleet.modules[name] = {"app": (i, False, None)}
+    return fleet
+
+
+async def test_the_fleet_is_counted_by_the_verbs_verdicts_letting_the_loop_go() -> None:
+    fleet = mixed_fleet(2000)
+    reports = fleet.reports(None, now=datetime.now(UTC), stale_after=DEFAULT_STALE_AFTER)
+    expected = Counter(VERDICTS[report.verdict] for report in reports)
+    others_ran = 0
+
+    async def other_task() -> None:
+        nonlocal others_ran
+        while True:
+            others_ran += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(other_task)
+        await anyio.lowlevel.checkpoint()
+        ran_before = others_ran
+        counts = await count_verdicts(fleet, DEFAULT_STALE_AFTER)
+        ran_during = others_ran - ran_before
+        tg.cancel_scope.cancel()
+    assert counts == {verdict: expected[verdict] for verdict in VERDICTS.values()}
+    assert min(counts.values()) > 0  # every verdict is in the mix
+    assert ran_during >= 2000 // NODES_AT_ONCE - 1
