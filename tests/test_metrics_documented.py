@@ -3,7 +3,6 @@ and labels, and the list names nothing they do not export: the docs cannot drift
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -14,16 +13,10 @@ from provisioner.metrics import SeatMetrics
 from provisioner.seat.buckets import seat_buckets
 from provisioner_client.metrics import NodeMetrics
 from registry.wire import Bus
-from tests.helpers import DEPLOY, serving
+from tests.helpers import serving
+from tests.prometheus import documented
 
-README = DEPLOY / "prometheus" / "README.md"
-ROW = re.compile(r"^\| `(mesh_\w+)` \| (\w+) \|([^|]*)\|", re.MULTILINE)
 Series = dict[str, tuple[str, frozenset[str]]]
-
-
-def documented() -> Series:
-    text = README.read_text().split("## Metrics", 1)[1].split("\n## ", 1)[0]
-    return {name: (kind, frozenset(re.findall(r"`(\w+)`", labels))) for name, kind, labels in ROW.findall(text)}
 
 
 def exported(registries: Iterable[CollectorRegistry]) -> Series:
