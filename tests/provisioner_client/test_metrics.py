@@ -15,6 +15,7 @@ import anyio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import DEV_SECRETS, StandIns
 from provisioner_client.metrics import CAUSES, FILE_NAME, OTHER, NodeMetrics
 from provisioner_client.reconcile import ClientPlan
@@ -23,6 +24,7 @@ from provisioner_client.watch.watching import WatchTiming, watch
 from registry.edge import load_settings
 from registry.wire import Bus
 from tests.helpers import NODE, Reports, logged
+from tests.provisioner_client.test_cli import client, client_env
 
 TIMING = WatchTiming(
     debounce=timedelta(seconds=0.1),
@@ -178,3 +180,20 @@ def test_the_folder_is_a_setting_off_by_default(tmp_path: Path) -> None:
     assert load_settings(ClientSettings, {}, None, {}).metrics_folder is None
     given = load_settings(ClientSettings, {}, None, {"MESH_PROVISIONER_CLIENT_METRICS_FOLDER": str(tmp_path)})
     assert given.metrics_folder == tmp_path
+
+
+async def test_the_command_line_writes_the_textfile_where_the_setting_says(
+    domains: StandIns, nats_server: LocalNats, plan: ClientPlan, tmp_path: Path
+) -> None:
+    folder = tmp_path / "textfile"
+    folder.mkdir()
+    env = client_env(nats_server.url, plan, MESH_PROVISIONER_CLIENT_METRICS_FOLDER=str(folder))
+    code, out, _ = await client("reconcile", env=env)
+    assert code == 0, out
+    found = figures(folder)
+    assert value(found, "mesh_node_modules", state="applied") == 3
+    assert value(found, "mesh_node_reconciles_total", outcome="completed") == 1
+    assert value(found, "mesh_node_nats_connected") == 1
+    code, _, _ = await client("reconcile", env=client_env(nats_server.url, plan))
+    assert code == 0
+    assert figures(folder) == found, "without the setting, no file is written"
