@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from mesh_dev.local_nats import LocalNats
 from provisioner import ServerSettings
 from provisioner.metrics import listen_address, serve_metrics
-from provisioner.metrics.seat import NODES_AT_ONCE, VERDICTS, count_verdicts
+from provisioner.metrics.seat import NODES_AT_ONCE, VERDICTS, FleetCount
 from provisioner.seat.buckets import seat_buckets
 from provisioner.verb.nodes import DEFAULT_STALE_AFTER, Fleet, LeaseSeen
 from provisioner_client.watch.holding import holding
@@ -204,10 +204,39 @@ def mixed_fleet(size: int) -> Fleet:
     return fleet
 
 
-async def test_the_fleet_is_counted_by_the_verbs_verdicts_letting_the_loop_go() -> None:
+def by_the_verb(fleet: Fleet, now: datetime) -> dict[str, int]:
+    reports = fleet.reports(None, now=now, stale_after=DEFAULT_STALE_AFTER)
+    found = Counter(VERDICTS[report.verdict] for report in reports)
+    return {verdict: found[verdict] for verdict in VERDICTS.values()}
+
+
+async def test_the_fleet_is_counted_as_the_verb_judges_it_as_time_passes_and_leases_change() -> None:
+    fleet, count = mixed_fleet(2000), FleetCount()
+    start = datetime.now(UTC)
+    for seconds in (0, 3, 19, 21, 250, 301, 599, 601, 900, 3600):
+        now = start + timedelta(seconds=seconds)
+        assert await count.count(fleet, now) == by_the_verb(fleet, now), f"{seconds} s on"
+        renewed = f"n{seconds:05}"  # a node renews (a new record): its verdict is judged again
+        fleet.leases[renewed] = LeaseSeen(seconds, now, released=False, holder=Holder.me(timedelta(seconds=15)))
+    counted = await count.count(fleet, start)
+    assert min(counted.values()) > 0  # every verdict is in the mix
+
+
+@pytest.mark.parametrize("released", [False, True], ids=["held", "released"])
+@pytest.mark.parametrize("ttl", [timedelta(seconds=15), timedelta(hours=1)], ids=["ttl first", "stale_after first"])
+async def test_a_lease_turns_stale_at_the_same_microsecond_for_the_count_and_the_verb(
+    released: bool, ttl: timedelta
+) -> None:
+    fleet, count = Fleet(), FleetCount()
+    lease = LeaseSeen(1, datetime.now(UTC), released=released, holder=None if released else Holder.me(ttl))
+    fleet.leases["n1"] = lease
+    edge = count.healthy_until(lease)
+    for now in (edge - timedelta(microseconds=1), edge, edge + timedelta(microseconds=1)):
+        assert await count.count(fleet, now) == by_the_verb(fleet, now), now - lease.stored_at
+
+
+async def test_the_count_lets_the_loop_go() -> None:
     fleet = mixed_fleet(2000)
-    reports = fleet.reports(None, now=datetime.now(UTC), stale_after=DEFAULT_STALE_AFTER)
-    expected = Counter(VERDICTS[report.verdict] for report in reports)
     others_ran = 0
 
     async def other_task() -> None:
@@ -220,9 +249,7 @@ async def test_the_fleet_is_counted_by_the_verbs_verdicts_letting_the_loop_go() 
         tg.start_soon(other_task)
         await anyio.lowlevel.checkpoint()
         ran_before = others_ran
-        counts = await count_verdicts(fleet, DEFAULT_STALE_AFTER)
+        await FleetCount().count(fleet)
         ran_during = others_ran - ran_before
         tg.cancel_scope.cancel()
-    assert counts == {verdict: expected[verdict] for verdict in VERDICTS.values()}
-    assert min(counts.values()) > 0  # every verdict is in the mix
     assert ran_during >= 2000 // NODES_AT_ONCE - 1
