@@ -363,7 +363,7 @@ class _Applying:
         elif not owned.created:
             self._note(path, "released: left as it is, it was there before the host")
         elif isinstance(owned, OwnedFile):
-            self._remove_file(path)
+            self._remove_file(path, owned.sha256)
         else:
             self._remove_directory(owned, path)
             return
@@ -375,13 +375,16 @@ class _Applying:
                 return f"resources[{index}] ({resource.path})"
         return None
 
-    def _remove_file(self, path: PurePosixPath) -> None:
+    def _remove_file(self, path: PurePosixPath, sha256: str) -> None:
         real = self.root.real(path)
         now = _lstat(real)
         if now is None:
             self._note(path, "already gone: forgotten")
         elif not stat.S_ISREG(now.st_mode):
             self._note(path, f"released: {_kind(now)} stands there now, not the file the host wrote")
+        elif _digest(real) != sha256:
+            # edited since, or reached through a link planted among its folders: not the host's to delete
+            self._note(path, "released: left in place, its content is no longer what the host wrote")
         else:
             self._change(path, "removed")
             self._unit_file_changes(path)
@@ -516,6 +519,12 @@ def _content_differs(real: Path, data: bytes) -> bool:
     descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(descriptor, "rb") as stream:
         return stream.read(len(data) + 1) != data
+
+
+def _digest(real: Path) -> str:
+    descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(descriptor, "rb") as stream:
+        return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
 def _write_atomically(real: Path, data: bytes, mode: int, ids: Ids) -> None:

@@ -120,3 +120,25 @@ def test_a_dry_run_says_what_it_would_remove_and_removes_nothing(machine: Machin
     report = machine.apply(declared(), dry_run=True)
     assert [event.what for event in report.changes] == ["would be removed", "would be removed"]
     assert machine.real("/etc/app/a").exists() and len(machine.footprint().owned) == 2
+
+
+def test_a_file_the_host_created_then_edited_by_hand_is_left_in_place(machine: Machine) -> None:
+    machine.folder("/etc")
+    machine.apply(declared(file("/etc/a", "ours\n")))
+    machine.real("/etc/a").write_text("edited by the operator\n")
+    report = machine.apply(declared())
+    assert report.changes == () and machine.real("/etc/a").read_text() == "edited by the operator\n"
+    assert report.notes[0].what == "released: left in place, its content is no longer what the host wrote"
+    assert machine.footprint().owned == ()
+
+
+def test_a_link_planted_among_its_folders_does_not_make_the_host_delete_what_it_reaches(machine: Machine) -> None:
+    machine.folder("/etc")
+    machine.apply(declared(folder("/etc/app"), folder("/etc/app/sub"), file("/etc/app/sub/x.conf")))
+    machine.real("/etc/app/sub/x.conf").unlink()
+    machine.real("/etc/app/sub").rmdir()
+    machine.real("/etc/app/sub").symlink_to("/srv")  # the module, which owns /etc/app, plants it
+    machine.stranger("/srv/x.conf", "the operator's\n")
+    report = machine.apply(declared(folder("/etc/app")))
+    assert report.changes == ()
+    assert machine.real("/srv/x.conf").read_text() == "the operator's\n"
