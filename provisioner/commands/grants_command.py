@@ -91,8 +91,9 @@ something would.
 --jwt --push issues, then connects to nats-server as the system account's user (KEYS/sys.creds,
 or --nats-creds; the server from --nats-url, NATS_URL or a nats context) and makes its resolver
 hold exactly the issued accounts: each account JWT it lacks or holds otherwise is pushed (the
-exporting accounts first), each account it holds that the grants no longer name is deleted (its
-connections are closed, its credentials refused). It compares against the resolver, not against
+exporting accounts first), each account it holds that the grants issued (its seed is in KEYS) and
+no longer name is deleted (its connections are closed, its credentials refused); an account the
+operator signed for anything else is left alone, and said. It compares against the resolver, not against
 what was written before: run it again after a failure and it finishes the job. Exit 1 when the
 server cannot be reached or refuses a push. The NATS connection flags apply to --push alone, and
 of the credentials only --nats-creds (the system account's user holds no other)."""

@@ -31,6 +31,7 @@ from registry.access.jwt_auth import (
     operator_key,
     push_account,
     render_server_auth,
+    seeded_accounts,
 )
 from registry.access.limits import GivenLimits, PartyLimits
 from registry.access.live import LiveBuckets, followed_live
@@ -82,6 +83,7 @@ __all__ = [
     "read_mesh_file",
     "render_server_auth",
     "seed_path",
+    "seeded_accounts",
     "write_secret",
     "writing_domains",
 ]

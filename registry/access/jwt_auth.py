@@ -143,6 +143,18 @@ def issue_account_keys(parties: Iterable[Party], keys: Path) -> dict[Party, str]
     }
 
 
+def seeded_accounts(keys: Path) -> dict[str, str]:
+    """Every account `keys` holds a seed of (`account-<label>.nk`: each account the grants issued
+    there, the data and system accounts' too, and a removed party's, whose seed stays), its label
+    by its public key: the accounts `--push` may delete, and none other."""
+    found: dict[str, str] = {}
+    for path in sorted(keys.glob(f"account-*{SEED_SUFFIX}")):
+        seed = path.read_bytes().strip()
+        _check_seed(seed, nkeys.PREFIX_BYTE_ACCOUNT, path)
+        found[Nkey(seed).public_key] = path.name.removeprefix("account-").removesuffix(SEED_SUFFIX)
+    return found
+
+
 def write_jwt_auth(
     out: Path, grants: Grants, vault_subjects: Sequence[str], *, keys: Path, resolver_dir: str = DEFAULT_RESOLVER_DIR
 ) -> JwtAuth:

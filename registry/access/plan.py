@@ -10,12 +10,13 @@ account, shared, stream reply); a change of its description alone is a change of
 The grants' own notes (`wide`, `skipped`) are compared line by line.
 
 In JWT mode the resolver is compared too (`ResolverPlan`): which account JWTs it lacks or holds
-otherwise, and which it holds that the grants no longer name. Nothing here touches a file or the bus.
+otherwise, and which it holds that the grants once issued (their seeds are in the keys folder) and
+no longer name. Nothing here touches a file or the bus.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -175,12 +176,13 @@ class ResolverPlan:
     delete: tuple[str, ...]
 
 
-def plan_resolver(issued: Mapping[str, str], held: Mapping[str, str | None]) -> ResolverPlan:
+def plan_resolver(issued: Mapping[str, str], held: Mapping[str, str | None], *, ours: Collection[str]) -> ResolverPlan:
     """`issued`: each account JWT of the grants by its public key; `held`: each account the
     resolver lists, with the JWT it holds for it (`None`: not looked up, for an account the grants
-    do not name). Pushes what it lacks or holds otherwise, exporters first, and deletes what the
-    grants do not name."""
+    do not name); `ours`: the accounts the grants' keys folder holds seeds of. Pushes what it lacks
+    or holds otherwise, exporters first, and deletes what the grants no longer name among `ours`:
+    an account the operator signed for anything else (by hand, another tool) is left alone."""
     push = [key for key, token in issued.items() if held.get(key) != token]
     push.sort(key=lambda key: not claims_of(issued[key])["nats"].get("exports"))  # stable: exporters first
-    delete = sorted(key for key in held if key not in issued)
+    delete = sorted(key for key in held if key not in issued and key in ours)
     return ResolverPlan(push=tuple(push), delete=tuple(delete))

@@ -189,6 +189,7 @@ SURFACES = {
         "read_mesh_file",
         "render_server_auth",
         "seed_path",
+        "seeded_accounts",
         "write_secret",
         "writing_domains",
     ],

@@ -161,14 +161,24 @@ def test_the_resolver_is_pushed_what_it_lacks_or_holds_otherwise_exporters_first
     changed_b = _account_jwt("node-b", exports=False, issued_at=2)
     issued = dict([node_a, changed_b, data])
     held: dict[str, str | None] = dict([node_a, node_b, stale])
-    plan = plan_resolver(issued, held)
+    plan = plan_resolver(issued, held, ours={*issued, stale[0]})
     assert plan.push == (data[0], node_b[0])  # the data account lacked, first; node-b held otherwise
     assert plan.delete == (stale[0],)
 
 
+def test_an_account_the_grants_never_issued_is_never_deleted() -> None:
+    """Held by the resolver, named by no grant, but no seed of it in the keys folder: the
+    operator signed it for something else (the system account of another issue, a monitoring
+    account made by hand)."""
+    ours, foreign = _account_jwt("node-gone", exports=False), _account_jwt("monitoring", exports=False)
+    issued = dict([_account_jwt("mesh", exports=True)])
+    plan = plan_resolver(issued, {ours[0]: None, foreign[0]: None, **issued}, ours={*issued, ours[0]})
+    assert plan.delete == (ours[0],)
+
+
 def test_a_resolver_holding_exactly_the_issued_accounts_is_told_nothing() -> None:
     accounts = dict([_account_jwt("mesh", exports=True), _account_jwt("node-a", exports=False)])
-    plan = plan_resolver(accounts, dict(accounts))
+    plan = plan_resolver(accounts, dict(accounts), ours=accounts.keys())
     assert plan.push == () and plan.delete == ()
 
 
