@@ -3,7 +3,10 @@
 A few lines of HTTP/1.0 over an anyio listener rather than prometheus-client's server, which runs in
 a thread of its own and would read the seat's state from outside its event loop. Each connection
 is one request: its head is read within `READ_TIMEOUT` and at most `MAX_HEAD` bytes, then answered
-and closed; `MAX_SCRAPES` are answered at once, the others wait.
+and closed; `MAX_SCRAPES` are answered at once, the others wait. At most `MAX_CONNECTIONS` are
+held at once, the others closed unread: idle connections would otherwise each hold one of the
+seat's file descriptors for `READ_TIMEOUT`, and a local user opening a thousand of them ran the
+seat out of descriptors (the failed accept ended the seat's task group).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ PATH = "/metrics"
 READ_TIMEOUT = 5.0
 MAX_HEAD = 8192
 MAX_SCRAPES = 4
+MAX_CONNECTIONS = 64
 
 Render = Callable[[], Awaitable[bytes]]
 
@@ -36,7 +40,11 @@ def listen_address(listen: str) -> tuple[str, int]:
 
 
 async def serve_metrics(
-    listen: str, render: Render, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+    listen: str,
+    render: Render,
+    *,
+    max_connections: int = MAX_CONNECTIONS,
+    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serves `render`'s text at `PATH` until cancelled; reports started with the port bound."""
     host, port = listen_address(listen)
@@ -48,7 +56,22 @@ async def serve_metrics(
         bound = listener.extra(SocketAttribute.local_port)  # noqa: S610 -- anyio's typed attribute, no Django
         log.info("metrics served at http://%s:%d%s", host, bound, PATH)
         task_status.started(bound)
-        await listener.serve(partial(_answer, render, anyio.CapacityLimiter(MAX_SCRAPES)))
+        connections = anyio.CapacityLimiter(max_connections)
+        await listener.serve(partial(_answer_within, connections, render, anyio.CapacityLimiter(MAX_SCRAPES)))
+
+
+async def _answer_within(
+    connections: anyio.CapacityLimiter, render: Render, scrapes: anyio.CapacityLimiter, stream: SocketStream
+) -> None:
+    try:
+        connections.acquire_nowait()
+    except anyio.WouldBlock:
+        await stream.aclose()  # too many held already: closed unread, its descriptor back at once
+        return
+    try:
+        await _answer(render, scrapes, stream)
+    finally:
+        connections.release()
 
 
 async def _answer(render: Render, scrapes: anyio.CapacityLimiter, stream: SocketStream) -> None:
