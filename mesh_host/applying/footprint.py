@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mesh_host.declaration import AbsolutePath, Module, Owner, Unit
 from mesh_host.errors import StateError
 
 VERSION = 1
@@ -34,13 +35,13 @@ class _Owned(BaseModel):
 
 class OwnedDirectory(_Owned):
     type: Literal["directory"] = "directory"
-    path: str
+    path: AbsolutePath  # checked as a declaration's: a footprint edited by hand names nothing the host would not
     created: bool
     mode: int
-    owner: str | None = None
+    owner: Owner | None = None
     unknown: Literal["program", "module", "move-out"]
-    module: str | None = None
-    knows: tuple[str, ...] = ()
+    module: Module | None = None
+    knows: tuple[AbsolutePath, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -49,10 +50,10 @@ class OwnedDirectory(_Owned):
 
 class OwnedFile(_Owned):
     type: Literal["file"] = "file"
-    path: str
+    path: AbsolutePath
     created: bool
     mode: int
-    owner: str | None = None
+    owner: Owner | None = None
     sha256: str  # of the content written
 
     @property
@@ -71,7 +72,7 @@ class Before(BaseModel):
 
 class OwnedService(_Owned):
     type: Literal["service"] = "service"
-    unit: str
+    unit: Unit
     state: Literal["running", "stopped"]
     enabled: bool
     before: Before

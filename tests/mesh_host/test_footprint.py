@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -57,13 +58,24 @@ def test_keeping_replaces_an_entry_in_its_place_and_appends_a_new_one() -> None:
     assert kept.entry(("file", "/etc/app/app.toml")) == moved
 
 
+def _file_at(path: str) -> str:
+    return json.dumps({"owned": [{"type": "file", "path": path, "created": True, "mode": 420, "sha256": "0" * 64}]})
+
+
 @pytest.mark.parametrize(
     ("text", "said"),
     [
         ("{not json", "not a footprint this host reads"),
         ('{"footprint": 2, "owned": []}', "footprint: Input should be 1"),
+        (_file_at("etc"), r"owned.0.file.path: .*'etc' is relative"),
+        (_file_at("/etc/app/../../root/.ssh/authorized_keys"), "owned.0.file.path: .*not a plain absolute path"),
+        (
+            '{"owned": [{"type": "service", "unit": "--root=/x.service", "state": "running", "enabled": true,'
+            ' "before": {"running": false, "enabled": false}}]}',
+            "owned.0.service.unit: .*not a unit name",
+        ),
     ],
-    ids=["not JSON", "another version"],
+    ids=["not JSON", "another version", "a relative path", "a path with ..", "a unit that is an option"],
 )
 def test_a_footprint_not_ours_is_refused_saying_how_to_start_afresh(tmp_path: Path, text: str, said: str) -> None:
     (tmp_path / FILE).write_text(text)
