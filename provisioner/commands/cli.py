@@ -306,7 +306,10 @@ async def _remove(options: BusOptions, removal: RemoveNodeArguments) -> int:
             return EXIT_USAGE
         if account is not None:
             await _delete_account(options, account)
-        removed = await remove_footprint(bus, found, force=removal.force)
+            # The node can write nothing now: read again what it holds, so that a key or lease its
+            # client wrote while we asked goes too, and no renewal can race the lease's removal.
+            found = await footprint(bus, removal.node)
+        removed = await remove_footprint(bus, found, force=removal.force or account is not None)
     _print_removed(removal.node, removed, live if account is None else None)
     return EXIT_OK
 
