@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -41,6 +42,7 @@ from tests.isolation import NODES, OPERATORS, PROVIDERS, JwtMesh, Mesh, party, s
 
 BIN = Path(sys.executable).parent
 N1, OPS, SEAT = party(Kind.NODE, "n1"), party(Kind.OPERATOR, "ops"), party(Kind.SEAT)
+VAULT = party(Kind.VAULT)
 BOUND = Bucket("postgres_bound", KeyShape("<node>.<module>.<provision>"))
 JWT_KEY = r" \(A[A-Z2-7]{55}\)"  # a JWT account is named by the server as its public key
 TRACED = "(nats-server's trace of the request)"
@@ -174,6 +176,30 @@ async def test_a_granted_bucket_that_does_not_exist_is_named_behind_the_import(t
         "stream has no leader yet"
     )
     assert re.fullmatch(r"MESH|A[A-Z2-7]{55}", raised.value.exporter)
+
+
+@MODES
+async def test_a_party_that_may_not_publish_to_its_inbox_is_traced_once_and_no_call_is_said_denied_it(
+    tmp_path: Path, mode: str
+) -> None:
+    """The vault's user publishes its gets of the needs alone, so the server refuses a trace sent
+    to its inbox: said, never taken for the denial of another call, and not tried again."""
+    async with once_seated(tmp_path, mode) as mesh, mesh.connect(VAULT) as vault, mesh.connect(SEAT) as seat:
+        await seat.jetstream(f"STREAM.DELETE.{buckets.NEEDS.stream}", operation="delete the needs")
+        started = time.monotonic()
+        with pytest.raises(NoResponders) as first:
+            await get_direct(vault, buckets.NEEDS, "n1.web.config.x")
+        denied = vault.recent_denial(started)
+        again = time.monotonic()
+        with pytest.raises(NoResponders) as second:
+            await get_direct(vault, buckets.NEEDS, "n1.web.config.x")
+        asked_again_in = time.monotonic() - again
+    assert denied is None, "the trace's refused inbox would be named as the denial of a call failing meanwhile"
+    for raised in (first.value, second.value):
+        assert raised.reason.endswith(
+            "traces nothing to this connection (it may not publish to its own inbox) to tell which"
+        )
+    assert asked_again_in < 0.5, "no trace waited for a second time"
 
 
 async def test_a_trace_delivers_nothing_and_follows_the_import(tmp_path: Path) -> None:

@@ -154,6 +154,7 @@ class Bus:
         self.options = options
         self.closed = anyio.Event()  # set when the connection is closed for good
         self._denials: deque[tuple[float, str, str]] = deque(maxlen=32)
+        self.traces_refused = False  # it may not publish to its own inbox, where a trace is sent
         self._reconnects = 0
         self._reconnected = anyio.Event()  # replaced at each reconnect and at the close, after being set
         self._away = False  # from the loss until the reconnect is noted (nats-py's status changes earlier)
@@ -235,7 +236,14 @@ class Bus:
 
     def note_denial(self, text: str) -> None:
         found = _DENIED_SUBJECT.search(text)
-        self._denials.append((time.monotonic(), found.group(1) if found else "?", text))
+        subject = found.group(1) if found else "?"
+        if "for publish to" in text.lower() and subject.lower().startswith(f"{self.options.inbox_prefix}.".lower()):
+            # Only a trace publishes to its own inbox (`no_responders`), and no call waits on it: a
+            # party whose user may publish to its grants alone (the vault) cannot be traced, and a
+            # call failing meanwhile must not be said to be denied the trace's inbox.
+            self.traces_refused = True
+            return
+        self._denials.append((time.monotonic(), subject, text))
 
     def recent_denial(self, since: float) -> tuple[str, str] | None:
         """The subject and text of the last permission violation since `since` (monotonic)."""

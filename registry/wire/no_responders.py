@@ -53,6 +53,9 @@ class Bus(Protocol):
     @property
     def server_version(self) -> tuple[int, int]: ...
 
+    @property
+    def traces_refused(self) -> bool: ...
+
     def new_inbox(self) -> str: ...
 
     async def publish(
@@ -79,7 +82,7 @@ async def nobody_answers(bus: Bus, operation: str, subject: str) -> NoResponders
         log.debug("no trace of %s: %s", subject, err)
         route = None
     if route is None:
-        return NoResponders(operation, _cannot_tell(subject, bus.server_version))
+        return NoResponders(operation, _cannot_tell(subject, bus.server_version, refused=bus.traces_refused))
     account = await _named(bus, route.account)
     if route.imported_from is not None:
         return NobodyBehindImport(
@@ -96,8 +99,9 @@ async def nobody_answers(bus: Bus, operation: str, subject: str) -> NoResponders
 
 async def trace_route(bus: Bus, subject: str, *, within: float = TRACE_WAIT) -> Route | None:
     """nats-server's trace of a message to `subject`, which it delivers to nobody; `None` when the
-    server cannot trace (before 2.11) or sent no trace within `within` seconds."""
-    if bus.server_version < TRACING_SINCE:
+    server cannot trace (before 2.11), refused one already (this connection may not publish to
+    its own inbox) or sent no trace within `within` seconds."""
+    if bus.server_version < TRACING_SINCE or bus.traces_refused:
         return None
 
     async def send(inbox: str) -> None:
@@ -195,10 +199,12 @@ def who_serves(subject: str, where: str) -> str:
     return f"what serves it {where} is not running"
 
 
-def _cannot_tell(subject: str, version: tuple[int, int]) -> str:
+def _cannot_tell(subject: str, version: tuple[int, int], *, refused: bool) -> str:
     since = ".".join(map(str, TRACING_SINCE))
     server = f"nats-server {'.'.join(map(str, version))}" if version > (0, 0) else "the server"
     why = "sent no trace of it" if version >= TRACING_SINCE else f"cannot trace a request (it can since {since})"
+    if refused and version >= TRACING_SINCE:
+        why = "traces nothing to this connection (it may not publish to its own inbox)"
     return (
         f"nobody answers {subject}: either this account has no import of it (the grants do not give it to this "
         f"party), or whatever serves it is not running; {server} {why} to tell which"
