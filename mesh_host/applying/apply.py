@@ -19,6 +19,9 @@ Each step is recorded in the footprint once it worked (a directory or file as so
 created). A step that fails stops the apply: ApplyFailed carries what was done before it.
 Applying twice changes nothing the second time: the report's changes are then empty.
 
+The host follows no link it did not make: not where a path goes, nor among its folders from the
+outermost directory it declares or owns down (a module writing in its folder could plant one);
+links above that (`/lib -> usr/lib`) are the machine's. Such a step fails; a removal releases.
 Services need the real machine: under --root they are skipped, saying so, and not recorded.
 A dry run judges every step the same way and changes nothing, the footprint included.
 """
@@ -48,6 +51,7 @@ UNIT_FOLDERS = frozenset(
     for folder in ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
 )
 NO_LONGER_DECLARED = "no longer declared"
+FOLLOWS_NO_LINK = "the host follows no link it did not make"
 _DONE = {"enable": "enabled", "disable": "disabled", "start": "started", "stop": "stopped"}
 
 
@@ -234,6 +238,7 @@ class _Applying:
     # directories
 
     def _directory(self, directory: Directory) -> None:
+        self._no_link_among_folders(directory.at)
         real = self.root.real(directory.at)
         now = _lstat(real)
         entry = self.footprint.entry(("directory", directory.path))
@@ -289,6 +294,7 @@ class _Applying:
     # files
 
     def _file(self, file: File) -> None:
+        self._no_link_among_folders(file.at)
         real = self.root.real(file.at)
         now = _lstat(real)
         entry = self.footprint.entry(("file", file.path))
@@ -358,8 +364,11 @@ class _Applying:
             return
         path = PurePosixPath(owned.path)
         knower = self._knower(path)
+        linked = self._linked_folder(path)
         if knower is not None:
             self._note(path, f"released: left in place, {knower} knows it")
+        elif linked is not None:
+            self._note(path, f"released: a symbolic link stands at its folder {linked}: {FOLLOWS_NO_LINK}")
         elif not owned.created:
             self._note(path, "released: left as it is, it was there before the host")
         elif isinstance(owned, OwnedFile):
@@ -431,6 +440,28 @@ class _Applying:
         if path.parent in UNIT_FOLDERS:
             self.units_changed = self.units_written = True
 
+    def _no_link_among_folders(self, path: PurePosixPath) -> None:
+        linked = self._linked_folder(path)
+        if linked is not None:
+            raise _StepFailed(f"a symbolic link stands at its folder {self.root.under(linked)}: {FOLLOWS_NO_LINK}")
+
+    def _linked_folder(self, path: PurePosixPath) -> PurePosixPath | None:
+        """The first of `path`'s folders, from the outermost directory the host declares or owns down,
+        that is a link: one planted there (by a module writing in its folder) would lead the host's
+        writes and removals elsewhere. Links above it (`/lib -> usr/lib`) are the machine's, followed."""
+        governed = self._governed()
+        tops = [folder for folder in path.parents if folder in governed]
+        if not tops:
+            return None
+        for folder in reversed(path.parents):
+            if folder.is_relative_to(tops[-1]) and _is_link(self.root.real(folder)):
+                return folder
+        return None
+
+    def _governed(self) -> set[PurePosixPath]:
+        declared = {path for path, resource in self.declaration.paths.items() if isinstance(resource, Directory)}
+        return declared | {PurePosixPath(o.path) for o in self.footprint.owned if isinstance(o, OwnedDirectory)}
+
     def _ids(self, resource: PathResource) -> Ids | None:
         return None if resource.owner is None else self.owners[resource.owner]
 
@@ -497,6 +528,11 @@ def _lstat(real: Path) -> os.stat_result | None:
         return None
 
 
+def _is_link(real: Path) -> bool:
+    now = _lstat(real)
+    return now is not None and stat.S_ISLNK(now.st_mode)
+
+
 def _kind(now: os.stat_result) -> str:
     if stat.S_ISLNK(now.st_mode):
         return "a symbolic link"
@@ -511,7 +547,7 @@ def _must_be(path: PurePosixPath, now: os.stat_result, test: Callable[[int], boo
     if test(now.st_mode):
         return
     if stat.S_ISLNK(now.st_mode):
-        raise _StepFailed(f"a symbolic link stands where the {kind} goes: the host follows no link it did not make")
+        raise _StepFailed(f"a symbolic link stands where the {kind} goes: {FOLLOWS_NO_LINK}")
     raise _StepFailed(f"{_kind(now)} stands where the {kind} goes")
 
 

@@ -257,3 +257,21 @@ def test_the_footprint_is_written_once_per_change_never_for_nothing(machine: Mac
     assert entry == OwnedDirectory(
         path="/etc/app", created=True, mode=0o750, owner=OWNER, unknown="module", module="app"
     )
+
+
+def test_a_link_planted_among_the_folders_of_a_declared_directory_is_not_followed(machine: Machine) -> None:
+    machine.folder("/etc/app")
+    machine.folder("/srv")
+    os.symlink("/srv", machine.real("/etc/app/sub"))  # the module, which writes in /etc/app, plants it
+    declaration = {
+        "declaration": 1,
+        "resources": [
+            {"type": "directory", "path": "/etc/app", "mode": "0755", "unknown": "module", "module": "app"},
+            {"type": "file", "path": "/etc/app/sub/x.conf", "content": "x", "mode": "0644"},
+        ],
+    }
+    with pytest.raises(
+        ApplyFailed, match=r"a symbolic link stands at its folder /etc/app/sub \(under .*\): the host follows no link"
+    ):
+        machine.apply(declaration)
+    assert not machine.real("/srv/x.conf").exists()

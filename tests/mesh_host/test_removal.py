@@ -142,3 +142,13 @@ def test_a_link_planted_among_its_folders_does_not_make_the_host_delete_what_it_
     report = machine.apply(declared(folder("/etc/app")))
     assert report.changes == ()
     assert machine.real("/srv/x.conf").read_text() == "the operator's\n"
+    assert [(event.subject, event.what) for event in report.notes] == [
+        (
+            "/etc/app/sub/x.conf",
+            "released: a symbolic link stands at its folder /etc/app/sub: the host follows no link it did not make",
+        ),
+        ("/etc/app/sub", "released: a symbolic link stands there now"),
+    ]
+    assert machine.footprint().owned == (
+        OwnedDirectory(path="/etc/app", created=True, mode=0o755, unknown="module", module="app"),
+    )
