@@ -32,11 +32,11 @@ from pydantic import ValidationError
 from provisioner.errors import ProvisionerError
 from provisioner.verb.nodes import REMOVED_LEASE, ago
 from registry.access import (
-    SEED_SUFFIX,
     SYSTEM_USER,
     Kind,
     Nkey,
     Party,
+    account_seed_path,
     creds_path,
     delete_accounts,
     operator_key,
@@ -206,7 +206,7 @@ class AccountRemoval:
         label = Party(kind=Kind.NODE, name=node).label
         system_creds = creds_path(keys, SYSTEM_USER)
         try:
-            account = Nkey((keys / f"account-{label}{SEED_SUFFIX}").read_bytes().strip()).public_key
+            account = Nkey(account_seed_path(keys, label).read_bytes().strip()).public_key
             operator = operator_key(keys)
             system_creds.stat()
         except OSError as err:

@@ -40,7 +40,7 @@ def _data_account(grants: Grants, exports: Exports) -> list[str]:
     lines = [f"  {grants.data_account} {{", "    jetstream: enabled", "    users: ["]
     for grant in grants.data:
         lines.append(f"      # {grant.party.label}: {SEAT_ROLE}")
-        lines.append(f"      {{nkey: {_quoted(grant.user_key)}}}")
+        lines.append(f"      {{nkey: {quoted(grant.user_key)}}}")
     lines.append("    ]")
     lines += _exports(exports)
     lines.append("  }")
@@ -52,15 +52,15 @@ def _exports(exports: Exports) -> list[str]:
         return []
     lines = ["    exports: ["]
     for (kind, subject, stream_reply), accounts in exports.items():
-        listed = ", ".join(_quoted(a) for a in sorted(accounts))
+        listed = ", ".join(quoted(a) for a in sorted(accounts))
         reply = ", response_type: stream" if stream_reply else ""
-        lines.append(f"      {{{kind}: {_quoted(subject)}, accounts: [{listed}]{reply}}}")
+        lines.append(f"      {{{kind}: {quoted(subject)}, accounts: [{listed}]{reply}}}")
     lines.append("    ]")
     return lines
 
 
 def _party_account(grant: AccountGrant, exports: Exports, vault_subjects: Sequence[str]) -> list[str]:
-    lines = [f"  {_quoted(grant.account)} {{", f"    users: [{{{_user(grant, vault_subjects)}}}]"]
+    lines = [f"  {quoted(grant.account)} {{", f"    users: [{{{_user(grant, vault_subjects)}}}]"]
     lines += _exports(exports)
     lines.append("    imports: [")
     lines += [f"      {_import(item)}" for item in grant.imports]
@@ -71,11 +71,11 @@ def _party_account(grant: AccountGrant, exports: Exports, vault_subjects: Sequen
 def _user(grant: AccountGrant, vault_subjects: Sequence[str]) -> str:
     """A party's one user; the vault's answers its verbs and gets needs, nothing else."""
     if grant.party.kind != Kind.VAULT:
-        return f"nkey: {_quoted(grant.user_key)}"
-    listens = ", ".join(_quoted(s) for s in vault_listens(vault_subjects))
-    publishes = ", ".join(_quoted(s) for s in vault_publishes())
+        return f"nkey: {quoted(grant.user_key)}"
+    listens = ", ".join(quoted(s) for s in vault_listens(vault_subjects))
+    publishes = ", ".join(quoted(s) for s in vault_publishes())
     return (
-        f"nkey: {_quoted(grant.user_key)}, permissions: {{publish: {{allow: [{publishes}]}}, "
+        f"nkey: {quoted(grant.user_key)}, permissions: {{publish: {{allow: [{publishes}]}}, "
         f"subscribe: {{allow: [{listens}]}}, allow_responses: true}}"
     )
 
@@ -92,11 +92,12 @@ def _limits(limits: PartyLimits) -> str:
 
 
 def _import(item: Import) -> str:
-    source = f"{{account: {_quoted(item.account)}, subject: {_quoted(item.subject)}}}"
+    source = f"{{account: {quoted(item.account)}, subject: {quoted(item.subject)}}}"
     share = ", share: true" if item.share else ""
-    to = f", to: {_quoted(item.to)}" if item.to is not None else ""
+    to = f", to: {quoted(item.to)}" if item.to is not None else ""
     return f"{{{item.kind}: {source}{share}{to}}}  # {item.why}"
 
 
-def _quoted(text: str) -> str:
+def quoted(text: str) -> str:
+    """`text` as a quoted string of nats-server's configuration (accounts.conf, server-auth.conf)."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -170,6 +170,7 @@ SURFACES = {
         "SYSTEM_USER",
         "UnknownAccount",
         "account_jwt_path",
+        "account_seed_path",
         "bound_bucket",
         "claims_of",
         "combined",
