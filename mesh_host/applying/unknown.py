@@ -6,7 +6,8 @@ taken whole (a folder of strays is one stray). An entry holding something kept i
 A declared folder inside is its own step's, with its own policy.
 
 Moved out, a stray goes to `~/.local/state/mesh-moved/<module>/` under its full path
-(`/etc/app/old.conf` → `mesh-moved/app/etc/app/old.conf`, `.1`, `.2` after it when taken), and a
+(`/etc/app/old.conf` → `mesh-moved/app/etc/app/old.conf`, `.1`, `.2` after it, or after a folder on
+its way, when taken), and a
 line of `moved.jsonl` there says what was moved, from where, to where and when.
 """
 
@@ -16,6 +17,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,13 +60,25 @@ class Moved:
 
 
 def destination(root: Root, path: PurePosixPath, folder: PurePosixPath) -> PurePosixPath:
-    """Where `path` would be moved in `folder`: under its full path, with a suffix if that is taken."""
-    target = folder / path.relative_to("/")
+    """Where `path` would be moved in `folder`: under its full path, with a suffix on the first part
+    that is taken (by anything, or for a folder on the way, by what is not a folder)."""
+    *folders, name = path.relative_to("/").parts
+    at = folder
+    for part in folders:
+        at = _free(root, at, part, folder=True)
+    return _free(root, at, name, folder=False)
+
+
+def _free(root: Root, at: PurePosixPath, name: str, *, folder: bool) -> PurePosixPath:
     for suffix in range(MAX_SUFFIX):
-        candidate = target if suffix == 0 else target.with_name(f"{target.name}.{suffix}")
-        if not os.path.lexists(root.real(candidate)):
+        candidate = at / (name if suffix == 0 else f"{name}.{suffix}")
+        try:
+            now = os.lstat(root.real(candidate))
+        except FileNotFoundError:
             return candidate
-    raise FileExistsError(errno.EEXIST, f"{MAX_SUFFIX} moved-out copies already", str(root.real(target)))
+        if folder and stat.S_ISDIR(now.st_mode):
+            return candidate
+    raise FileExistsError(errno.EEXIST, f"{MAX_SUFFIX} moved-out copies already", str(root.real(at / name)))
 
 
 def move_out(root: Root, path: PurePosixPath, folder: PurePosixPath) -> Moved:

@@ -134,3 +134,18 @@ def test_a_dry_run_says_what_it_would_move_and_moves_nothing(machine: Machine) -
     report = machine.apply(app("move-out"), dry_run=True)
     assert [event.what for event in report.changes] == [f"would be moved out to {MOVED}/etc/app/x"]
     assert snapshot(machine.base) == before
+
+
+def test_a_folder_on_the_way_taken_by_a_file_moved_out_before_takes_a_suffix(machine: Machine) -> None:
+    machine.folder("/etc")
+    machine.apply(app("move-out"))
+    machine.stranger("/etc/app/sub", "a file first\n")
+    machine.apply(app("move-out"))
+    machine.stranger("/etc/app/sub/keep")  # then a folder, the module's, holding what it knows
+    machine.stranger("/etc/app/sub/old.conf", "later\n")
+    report = machine.apply(app("move-out", knows=("/etc/app/sub/keep",)))
+    assert [(event.subject, event.what) for event in report.changes] == [
+        ("/etc/app/sub/old.conf", f"moved out to {MOVED}/etc/app/sub.1/old.conf")
+    ]
+    assert machine.real(f"{MOVED}/etc/app/sub").read_text() == "a file first\n"
+    assert machine.real(f"{MOVED}/etc/app/sub.1/old.conf").read_text() == "later\n"
