@@ -171,6 +171,12 @@ class _Applying:
     _where: str = ""
     appearing: set[PurePosixPath] = field(default_factory=set)  # a dry run: folders it would create
     vanishing: set[PurePosixPath] = field(default_factory=set)  # a dry run: what it would remove
+    governed: frozenset[PurePosixPath] = frozenset()  # directories declared or owned as it began (see _linked_folder)
+
+    def __post_init__(self) -> None:
+        declared = {path for path, resource in self.declaration.paths.items() if isinstance(resource, Directory)}
+        owned = {PurePosixPath(o.path) for o in self.footprint.owned if isinstance(o, OwnedDirectory)}
+        self.governed = frozenset(declared | owned)
 
     @property
     def root(self) -> Root:
@@ -449,18 +455,13 @@ class _Applying:
         """The first of `path`'s folders, from the outermost directory the host declares or owns down,
         that is a link: one planted there (by a module writing in its folder) would lead the host's
         writes and removals elsewhere. Links above it (`/lib -> usr/lib`) are the machine's, followed."""
-        governed = self._governed()
-        tops = [folder for folder in path.parents if folder in governed]
+        tops = [folder for folder in path.parents if folder in self.governed]
         if not tops:
             return None
         for folder in reversed(path.parents):
             if folder.is_relative_to(tops[-1]) and _is_link(self.root.real(folder)):
                 return folder
         return None
-
-    def _governed(self) -> set[PurePosixPath]:
-        declared = {path for path, resource in self.declaration.paths.items() if isinstance(resource, Directory)}
-        return declared | {PurePosixPath(o.path) for o in self.footprint.owned if isinstance(o, OwnedDirectory)}
 
     def _ids(self, resource: PathResource) -> Ids | None:
         return None if resource.owner is None else self.owners[resource.owner]
