@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import tomllib
 import types
 import typing
@@ -277,6 +278,9 @@ class BusSettings(EdgeSettings):
         )
 
 
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,15}")  # RFC 3986's shape, short: a real scheme's
+
+
 def check_schemes(servers: tuple[str, ...], source: str) -> None:
     """`SettingsError` (naming where the URLs came from and the scheme, never a URL: it may hold a
     password) unless every server's scheme is one nats-py connects with, all of one kind."""
@@ -284,9 +288,12 @@ def check_schemes(servers: tuple[str, ...], source: str) -> None:
     where = f"NATS server URL (from {source})"
     for scheme in schemes:
         if scheme not in NATS_SCHEMES + WEBSOCKET_SCHEMES:
+            # Named only when it reads as a scheme: what precedes `://` may be part of a password
+            # (`user:pa://ss@host`, a URL without a scheme).
+            named = f"the scheme {scheme}://" if _SCHEME.fullmatch(scheme) else "its scheme"
             raise SettingsError(
                 where,
-                f"the scheme {scheme}:// is not one nats-py connects with: nats://, tls://, ws:// or wss:// "
+                f"{named} is not one nats-py connects with: nats://, tls://, ws:// or wss:// "
                 "(a URL without one, host:4222, is nats://)",
             )
     websocket = {scheme in WEBSOCKET_SCHEMES for scheme in schemes}

@@ -55,6 +55,14 @@ def test_another_scheme_is_refused_at_once_naming_the_schemes_and_never_the_url(
     assert "hunter2" not in str(raised.value)
 
 
+def test_what_precedes_a_password_s_colon_slashes_is_not_named_as_a_scheme() -> None:
+    """A URL without a scheme whose password holds `://`: what precedes it is no scheme, and may be secret."""
+    with pytest.raises(SettingsError) as raised:
+        servers({"url": "ops:hun://ter2@nats.example:4222"})
+    assert "its scheme is not one nats-py connects with" in str(raised.value)
+    assert "hun" not in str(raised.value) and "ops" not in str(raised.value)
+
+
 def test_a_url_from_a_context_is_checked_and_the_context_named(tmp_path: Path) -> None:
     (tmp_path / "nats" / "context").mkdir(parents=True)
     (tmp_path / "nats" / "context" / "lab.json").write_text(json.dumps({"url": "nat://lab:4222"}))
