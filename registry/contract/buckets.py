@@ -107,3 +107,14 @@ LEASES = Bucket(f"{PREFIX}_leases", KeyShape("<role>.<name>"))
 
 SEAT = PREFIX
 VERB_SUBJECT = f"{PREFIX}.provisioning"
+
+
+def bucket_named_by(subject: str) -> tuple[str, bool] | None:
+    """The bucket a subject names, read back: a key's (`$KV.<bucket>.<key>`) or a direct get's
+    (`$JS.API.DIRECT.GET.KV_<bucket>...`), and whether it is a direct get; None for any other."""
+    tokens = subject.split(".")
+    if tokens[0] == "$KV" and len(tokens) > 2:
+        return tokens[1], False
+    if tokens[:4] == ["$JS", "API", "DIRECT", "GET"] and len(tokens) > 4 and tokens[4].startswith("KV_"):
+        return tokens[4].removeprefix("KV_"), True
+    return None

@@ -188,15 +188,15 @@ def _route_of(trace: dict[str, Any]) -> Route:
 
 def who_serves(subject: str, where: str) -> str:
     """What should answer `subject` `where` ("here", "there"), as an error says it."""
-    tokens = subject.split(".")
     if subject == buckets.VERB_SUBJECT:
         return "the seat (mesh-provisioner serve) is not running"
-    if tokens[0] == "$KV" and len(tokens) > 2:
-        return f"bucket {tokens[1]} does not exist {where}, or its stream has no leader yet (retry)"
-    if tokens[:3] == ["$JS", "API", "DIRECT"] and len(tokens) > 4 and tokens[4].startswith("KV_"):
-        bucket = tokens[4].removeprefix("KV_")
+    named = buckets.bucket_named_by(subject)
+    if named is None:
+        return f"what serves it {where} is not running"
+    bucket, direct_get = named
+    if direct_get:
         return f"bucket {bucket} does not exist {where}, has no direct get, or its stream has no leader yet"
-    return f"what serves it {where} is not running"
+    return f"bucket {bucket} does not exist {where}, or its stream has no leader yet (retry)"
 
 
 def _cannot_tell(subject: str, version: tuple[int, int], *, refused: bool) -> str:
