@@ -95,8 +95,12 @@ class Footprint(BaseModel):
         return next((owned for owned in self.owned if owned.key == key), None)
 
     def keeping(self, owned: OwnedDirectory | OwnedFile | OwnedService) -> Footprint:
-        """This footprint with `owned` recorded: in its place when it was there, else last."""
-        if self.entry(owned.key) is None:
+        """This footprint with `owned` recorded: in its place when it was there, else last (itself,
+        not a copy, when it holds `owned` already: the common case, each step of an apply that changed nothing)."""
+        found = self.entry(owned.key)
+        if found == owned:
+            return self
+        if found is None:
             return Footprint(owned=(*self.owned, owned))
         return Footprint(owned=tuple(owned if entry.key == owned.key else entry for entry in self.owned))
 

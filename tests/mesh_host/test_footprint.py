@@ -89,3 +89,9 @@ def test_a_second_apply_on_the_same_state_is_refused_while_the_first_holds_it(tm
         pass
     with holding(tmp_path):  # released
         pass
+
+
+def test_keeping_what_it_holds_already_is_itself_not_a_copy() -> None:
+    assert all(OWNED.keeping(owned) is OWNED for owned in OWNED.owned)
+    changed = OWNED.owned[1].model_copy(update={"mode": 0o600})
+    assert OWNED.keeping(changed) is not OWNED and OWNED.keeping(changed).entry(changed.key) == changed
