@@ -29,6 +29,7 @@ A dry run judges every step the same way and changes nothing, the footprint incl
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -485,10 +486,31 @@ class _Applying:
 
     @staticmethod
     def _attributes(real: Path, mode: int, ids: Ids | None) -> None:
-        if ids is not None:
-            with _giving(ids):
-                os.chown(real, ids.uid, ids.gid, follow_symlinks=False)
-        os.chmod(real, mode)  # after chown, which may clear the set-id bits
+        """Sets them on what is at `real` through a descriptor opened without following a link: one
+        swapped in since it was looked at (by a module writing in the folder) is refused, never chmodded."""
+        try:
+            descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except PermissionError:  # the host's own, unreadable to it (0200): by path, as chmod alone can
+            _attributes_by_path(real, mode, ids)
+            return
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise _StepFailed(f"a symbolic link stands there now: {FOLLOWS_NO_LINK}") from None
+            raise
+        try:
+            if ids is not None:
+                with _giving(ids):
+                    os.fchown(descriptor, ids.uid, ids.gid)
+            os.fchmod(descriptor, mode)  # after chown, which may clear the set-id bits
+        finally:
+            os.close(descriptor)
+
+
+def _attributes_by_path(real: Path, mode: int, ids: Ids | None) -> None:
+    if ids is not None:
+        with _giving(ids):
+            os.chown(real, ids.uid, ids.gid, follow_symlinks=False)
+    os.chmod(real, mode)
 
 
 def _differences(now: os.stat_result, mode: int, ids: Ids | None) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from mesh_host.applying import apply as apply_module
 from mesh_host.applying.apply import ApplyFailed
 from mesh_host.applying.footprint import FILE, OwnedDirectory, OwnedFile
 from tests.mesh_host.sandbox import USERS, Machine, machine_for, snapshot
@@ -275,3 +276,25 @@ def test_a_link_planted_among_the_folders_of_a_declared_directory_is_not_followe
     ):
         machine.apply(declaration)
     assert not machine.real("/srv/x.conf").exists()
+
+
+def test_a_link_swapped_in_after_the_host_looked_is_not_chmodded(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    machine.folder("/etc/app", mode=0o700)
+    outside = machine.stranger("/srv/secret", "theirs\n", mode=0o600)
+    judged = apply_module._differences
+
+    def swapping(now: os.stat_result, mode: int, ids: object) -> list[str]:
+        machine.real("/etc/app").rmdir()  # the module swaps the folder for a link between look and chmod
+        os.symlink("/srv/secret", machine.real("/etc/app"))
+        return judged(now, mode, ids)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(apply_module, "_differences", swapping)
+    declaration = {
+        "declaration": 1,
+        "resources": [{"type": "directory", "path": "/etc/app", "mode": "0777", "unknown": "module", "module": "app"}],
+    }
+    with pytest.raises(ApplyFailed, match="a symbolic link stands there now: the host follows no link it did not make"):
+        machine.apply(declaration)
+    assert mode(outside) == 0o600
