@@ -104,12 +104,3 @@ def _list(root: Root, folder: PurePosixPath, moved: Moved) -> None:
         stream.write(json.dumps(line) + "\n")
         stream.flush()
         os.fsync(stream.fileno())
-
-
-def moved_list(root: Root, folder: PurePosixPath) -> list[dict[str, str]]:
-    """What was moved out into `folder`, oldest first."""
-    try:
-        text = root.real(folder / MOVED_LIST).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from pathlib import PurePosixPath
 
 import pytest
 
 from mesh_host.applying.owned import owned
 from mesh_host.applying.roots import Root
-from mesh_host.applying.unknown import moved_list
 from tests.mesh_host.sandbox import HOME, USERS, Machine, as_user, machine_for, snapshot
 
 MOVED = f"{HOME}/.local/state/mesh-moved/app"
@@ -82,7 +80,7 @@ def test_move_out_moves_what_the_host_did_not_write_and_lists_it(machine: Machin
     assert sorted(path.name for path in machine.real("/etc/app").iterdir()) == ["app.toml"]
     assert machine.real(f"{MOVED}/etc/app/old.conf").read_text() == "left behind\n"
     assert machine.real(f"{MOVED}/etc/app/cache/a").read_text() == "a\n"
-    listed = moved_list(Root(machine.root), PurePosixPath(MOVED))
+    listed = [json.loads(line) for line in machine.real(f"{MOVED}/moved.jsonl").read_text().splitlines()]
     assert [(line["from"], line["to"]) for line in listed] == [
         ("/etc/app/cache", f"{MOVED}/etc/app/cache"),
         ("/etc/app/old.conf", f"{MOVED}/etc/app/old.conf"),
