@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import IO, Protocol
 
 DEFAULT_TIMEOUT = 10.0  # seconds: a tool that hangs (a daemon not answering) is a verdict, not a hang
-MAX_OUTPUT = 64 * 1024  # characters kept of each of stdout and stderr
+MAX_OUTPUT = 64 * 1024  # bytes read of each of stdout and stderr
 
 
 @dataclass(frozen=True)
@@ -67,14 +68,21 @@ def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, env: Mapping[s
     """Runs `argv` (no shell), its output as text in the C locale so that messages read alike."""
     command = tuple(argv)
     environment = machine_environment(os.environ if env is None else env, frozen=getattr(sys, "frozen", False))
-    try:
-        done = subprocess.run(  # noqa: S603  # argv from our own detectors and steps, never a shell
-            command, capture_output=True, text=True, errors="replace", timeout=timeout, env=environment, check=False
-        )
-    except FileNotFoundError:
-        return Ran(command, None, missing=True)
-    except PermissionError as err:
-        return Ran(command, None, stderr=str(err), missing=True)
-    except subprocess.TimeoutExpired:
-        return Ran(command, None, timed_out=True)
-    return Ran(command, done.returncode, done.stdout[:MAX_OUTPUT], done.stderr[:MAX_OUTPUT])
+    # its output goes to files, of which MAX_OUTPUT is read: a tool that says much is not held whole in memory
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            done = subprocess.run(  # noqa: S603  # argv from our own detectors and steps, never a shell
+                command, stdout=out, stderr=err, timeout=timeout, env=environment, check=False
+            )
+        except FileNotFoundError:
+            return Ran(command, None, missing=True)
+        except PermissionError as refused:
+            return Ran(command, None, stderr=str(refused), missing=True)
+        except subprocess.TimeoutExpired:
+            return Ran(command, None, timed_out=True)
+        return Ran(command, done.returncode, _head(out), _head(err))
+
+
+def _head(stream: IO[bytes]) -> str:
+    stream.seek(0)
+    return stream.read(MAX_OUTPUT).decode(errors="replace")

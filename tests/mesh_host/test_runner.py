@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+import tracemalloc
 
-from mesh_host.runner import machine_environment, run
+from mesh_host.runner import MAX_OUTPUT, machine_environment, run
 
 
 def test_a_command_that_works_is_ok_with_its_output() -> None:
@@ -40,3 +41,14 @@ def test_from_a_single_file_build_the_tools_load_the_machines_own_libraries() ->
     assert (
         machine_environment({"LD_LIBRARY_PATH": "/usr/local/lib"}, frozen=False)["LD_LIBRARY_PATH"] == "/usr/local/lib"
     )
+
+
+def test_a_tool_that_says_much_is_read_no_further_than_its_bound() -> None:
+    tracemalloc.start()
+    try:
+        ran = run(["head", "-c", "50000000", "/dev/zero"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert ran.ok and len(ran.stdout) == MAX_OUTPUT
+    assert peak < 16 * MAX_OUTPUT  # a few copies of its bound (1 MiB), never its 50 MB
