@@ -43,7 +43,7 @@ from mesh_host.applying.owners import Ids, NoSuchOwner, resolve
 from mesh_host.applying.roots import MOVED_IN_HOME, Root, RootError, moved_folder
 from mesh_host.applying.services import ServiceFailed, Systemctl, verbs_back, verbs_toward
 from mesh_host.applying.unknown import destination, move_out, strays
-from mesh_host.declaration import Declaration, Directory, File, PathResource, Resource, Service
+from mesh_host.declaration import MAX_CONTENT_BYTES, Declaration, Directory, File, PathResource, Resource, Service
 from mesh_host.errors import MeshHostError, StateError
 from mesh_host.runner import Runner, run
 
@@ -398,7 +398,7 @@ class _Applying:
             self._note(path, "already gone: forgotten")
         elif not stat.S_ISREG(now.st_mode):
             self._note(path, f"released: {_kind(now)} stands there now, not the file the host wrote")
-        elif _digest(real) != sha256:
+        elif now.st_size > MAX_CONTENT_BYTES or _digest(real) != sha256:  # larger than any it writes: not read
             # edited since, or reached through a link planted among its folders: not the host's to delete
             self._note(path, "released: left in place, its content is no longer what the host wrote")
         else:

@@ -3,10 +3,12 @@ never removes. Real files under a temporary root, as root and as nobody."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
+from mesh_host.applying import apply as apply_module
 from mesh_host.applying.footprint import OwnedDirectory
 from tests.mesh_host.sandbox import USERS, Machine, machine_for
 
@@ -152,3 +154,19 @@ def test_a_link_planted_among_its_folders_does_not_make_the_host_delete_what_it_
     assert machine.footprint().owned == (
         OwnedDirectory(path="/etc/app", created=True, mode=0o755, unknown="module", module="app"),
     )
+
+
+def test_a_file_grown_past_what_the_host_writes_is_released_without_being_read(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    machine.folder("/etc")
+    machine.apply(declared(file("/etc/a")))
+    os.truncate(machine.real("/etc/a"), 1 << 40)  # a terabyte, sparse: reading it whole would take the apply long
+
+    def never(real: object) -> str:
+        raise AssertionError(f"{real} was read")  # raised in the applying process, whichever user it is
+
+    monkeypatch.setattr(apply_module, "_digest", never)
+    report = machine.apply(declared())
+    assert report.notes[0].what == "released: left in place, its content is no longer what the host wrote"
+    assert machine.real("/etc/a").stat().st_size == 1 << 40
