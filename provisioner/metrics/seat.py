@@ -34,10 +34,10 @@ import anyio.lowlevel
 from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from provisioner.metrics.endpoint import serve_metrics
 from provisioner.verb.nodes import DEFAULT_STALE_AFTER, Fleet, FleetView, LeaseSeen
 from registry.contract import Bucket, buckets
 from registry.errors import BusError
+from registry.runtime import serve_metrics
 from registry.wire import SKEW, Bus, Holder, get_stamped, seat_key
 
 log = logging.getLogger(__name__)

@@ -1,14 +1,15 @@
 """How a program runs: logging set up once (readable on a terminal, JSON with a flag, never a
 secret), signals turned into cancellation, what a node wrote made safe to show on a terminal, a
-closed pipe ending a command quietly, and an optional extra's package looked for before it is needed.
-It needs no connection, so a program that never touches the bus (the postgres provisioner) stands
-on it alone.
+closed pipe ending a command quietly, a `/metrics` endpoint for Prometheus, and an optional
+extra's package looked for before it is needed. It needs no connection, so a program that never
+touches the bus (the postgres provisioner) stands on it alone.
 """
 
 from __future__ import annotations
 
 from registry.runtime.extras import missing_extra
 from registry.runtime.logs import LogFormat, LogLevel, configure_logging, event
+from registry.runtime.metrics_endpoint import listen_address, serve_metrics
 from registry.runtime.pipes import EXIT_CLOSED_PIPE, quiet_on_closed_pipe
 from registry.runtime.signals import until_signalled
 from registry.runtime.terminal import terminal_safe
@@ -19,8 +20,10 @@ __all__ = [
     "LogLevel",
     "configure_logging",
     "event",
+    "listen_address",
     "missing_extra",
     "quiet_on_closed_pipe",
+    "serve_metrics",
     "terminal_safe",
     "until_signalled",
 ]

@@ -19,13 +19,13 @@ from pydantic import ValidationError
 
 from mesh_dev.local_nats import LocalNats
 from provisioner import ServerSettings
-from provisioner.metrics import listen_address, serve_metrics
 from provisioner.metrics.seat import NODES_AT_ONCE, VERDICTS, FleetCount
 from provisioner.seat.buckets import seat_buckets
 from provisioner.verb.nodes import DEFAULT_STALE_AFTER, Fleet, LeaseSeen
 from provisioner_client.watch.holding import holding
 from registry.contract import AppliedValue, buckets, to_json
 from registry.errors import SettingsError
+from registry.runtime import listen_address, serve_metrics
 from registry.wire import Bus, BusOptions, Holder, put
 from tests.helpers import restartable_nats, serving
 

@@ -1,11 +1,12 @@
-"""An HTTP endpoint answering `GET /metrics` with what `render` makes, as a task of the seat's group.
+"""An HTTP endpoint answering `GET /metrics` with what `render` makes, as a task of a program's group
+(the seat's, a node client's).
 
 A few lines of HTTP/1.0 over an anyio listener rather than prometheus-client's server, which runs in
-a thread of its own and would read the seat's state from outside its event loop. Each connection
+a thread of its own and would read the program's state from outside its event loop. Each connection
 is one request: its head is read within `READ_TIMEOUT` and at most `MAX_HEAD` bytes, then answered
 and closed; `MAX_SCRAPES` are answered at once, the others wait. At most `MAX_CONNECTIONS` are
 held at once, the others closed unread: idle connections would otherwise each hold one of the
-seat's file descriptors for `READ_TIMEOUT`, and a local user opening a thousand of them ran the
+program's file descriptors for `READ_TIMEOUT`, and a local user opening a thousand of them ran the
 seat out of descriptors (the failed accept ended the seat's task group).
 """
 

@@ -8,7 +8,7 @@ from contextlib import ExitStack
 
 import anyio
 
-from provisioner.metrics import serve_metrics
+from registry.runtime import serve_metrics
 
 HELD = 3
 
