@@ -1,14 +1,15 @@
 """How a program runs: logging set up once (readable on a terminal, JSON with a flag, never a
-secret), signals turned into cancellation, what a node wrote made safe to show on a terminal, a
-closed pipe ending a command quietly, a `/metrics` endpoint for Prometheus, and an optional
-extra's package looked for before it is needed. It needs no connection, so a program that never
-touches the bus (the postgres provisioner) stands on it alone.
+secret, the ids of a request or a reconcile carried by context onto each of its lines), signals
+turned into cancellation, what a node wrote made safe to show on a terminal, a closed pipe ending a
+command quietly, a `/metrics` endpoint for Prometheus, and an optional extra's package looked for
+before it is needed. It needs no connection, so a program that never touches the bus (the postgres
+provisioner) stands on it alone.
 """
 
 from __future__ import annotations
 
 from registry.runtime.extras import missing_extra
-from registry.runtime.logs import LogFormat, LogLevel, configure_logging, event
+from registry.runtime.logs import LogFormat, LogLevel, configure_logging, event, log_context, new_log_id
 from registry.runtime.metrics_endpoint import listen_address, serve_metrics
 from registry.runtime.pipes import EXIT_CLOSED_PIPE, quiet_on_closed_pipe
 from registry.runtime.signals import until_signalled
@@ -21,7 +22,9 @@ __all__ = [
     "configure_logging",
     "event",
     "listen_address",
+    "log_context",
     "missing_extra",
+    "new_log_id",
     "quiet_on_closed_pipe",
     "serve_metrics",
     "terminal_safe",

@@ -8,14 +8,30 @@ renders as `... registry compiled: 13 kinds bucket=mesh-provisioner_registry wha
 and as the fields `"bucket"` and `"what"` beside `"message"` in JSON, so a log pipeline can filter
 by node or module without parsing prose. Only the names of `Event` are rendered: a field is a name
 (node, module, key ...), never a value that may be a secret.
+
+What a whole piece of work is about is said once, around it, rather than at every call:
+
+    with log_context(request=new_log_id(), party=party.label):
+        await answer(request)
+
+adds `request=... party=...` to every line logged inside, and inside every task started from
+there (a task copies the context it starts in), so the lines of one request or one reconcile join
+on one id. A record's own fields win over the context's; nested contexts add to the outer one. The
+fields are stamped on the record when it is made (a record factory, installed on first use), so a
+handler that formats it later, elsewhere, still sees them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import secrets
 import sys
+from collections.abc import Mapping
+from contextvars import ContextVar, Token
 from datetime import UTC, datetime
+from types import MappingProxyType, TracebackType
 from typing import Any, Literal, TextIO, TypedDict, Unpack
 
 from registry.runtime.terminal import terminal_safe
@@ -27,6 +43,7 @@ CONSOLE_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 # `module` and `name` are also attributes of every LogRecord (the Python module, the logger): the
 # fields of `event()` travel under this one attribute instead, where no name can clash.
 EVENT_ATTRIBUTE = "mesh_event"
+CONTEXT_ATTRIBUTE = "mesh_context"  # the fields of `log_context` when the record was made
 
 
 class Event(TypedDict, total=False):
@@ -40,6 +57,8 @@ class Event(TypedDict, total=False):
     bucket: str
     subject: str
     request: str
+    party: str  # who asked: a party's label
+    reconcile: str
     what: str
     code: str | int
     state: str
@@ -60,12 +79,75 @@ _RECORD_ATTRIBUTES = frozenset(logging.makeLogRecord({}).__dict__) | {"message",
 
 def event_fields(record: logging.LogRecord) -> dict[str, Any]:
     """The record's event fields in `EVENT_FIELDS` order: those of `event(...)`, and those passed
-    straight as `extra={"node": ...}` where the name is not one of the record's own attributes."""
-    given: dict[str, Any] = {
+    straight as `extra={"node": ...}` where the name is not one of the record's own attributes,
+    over those of the `log_context` it was made in."""
+    given: dict[str, Any] = dict(getattr(record, CONTEXT_ATTRIBUTE, None) or {})
+    given |= {
         name: value for name, value in vars(record).items() if name in EVENT_FIELDS and name not in _RECORD_ATTRIBUTES
     }
     given |= getattr(record, EVENT_ATTRIBUTE, None) or {}
     return {name: given[name] for name in EVENT_FIELDS if name in given}
+
+
+_Fields = MappingProxyType[str, object]
+_context_fields: ContextVar[_Fields] = ContextVar("mesh_log_context", default=MappingProxyType({}))
+_factory_installed = False
+
+
+def log_context(**fields: Unpack[Event]) -> contextlib.AbstractContextManager[None]:
+    """Adds `fields` to every record made inside (and in the tasks started from inside), below the
+    record's own fields; the context it was entered in is back on exit, even on an exception."""
+    given: Mapping[str, object] = fields
+    return _LogContext(given if None not in given.values() else {k: v for k, v in given.items() if v is not None})
+
+
+def new_log_id() -> str:
+    """A short random id (8 lowercase hex digits) naming one request or one reconcile in the logs."""
+    return secrets.token_hex(4)
+
+
+class _LogContext(contextlib.AbstractContextManager[None]):
+    # A class, not @contextmanager: entered on every request, and a generator costs twice as much
+    # (0.9 µs against 2.1 µs an enter and exit on the dev machine).
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, fields: Mapping[str, object]) -> None:
+        self._fields = fields
+        self._token: Token[_Fields] | None = None
+
+    def __enter__(self) -> None:
+        if not _factory_installed:
+            _install_record_factory()
+        outer = _context_fields.get()
+        if outer:
+            merged = outer.copy()  # the proxy's dict, copied at C speed (`{**outer}` goes key by key)
+            merged.update(self._fields)
+            self._token = _context_fields.set(MappingProxyType(merged))
+        else:
+            self._token = _context_fields.set(MappingProxyType(self._fields))
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self._token is not None:
+            _context_fields.reset(self._token)
+            self._token = None
+
+
+def _install_record_factory() -> None:
+    """Wraps the record factory so that each record made inside a `log_context` carries its fields."""
+    global _factory_installed  # noqa: PLW0603 -- installed once per process, on first use
+    _factory_installed = True
+    make_record = logging.getLogRecordFactory()
+
+    def record_with_context(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        fields = _context_fields.get()
+        if fields:
+            setattr(record, CONTEXT_ATTRIBUTE, fields)
+        return record
+
+    logging.setLogRecordFactory(record_with_context)
 
 
 class TextFormatter(logging.Formatter):
