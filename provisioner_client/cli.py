@@ -17,7 +17,8 @@ Exit codes:
        bucket and the server's answer, also when applied refused the records and `reconcile`
        exited 3).
        Also a stop forced by a second signal, or by the reconcile outlasting --shutdown-timeout
-    2  usage or settings error (no node given names where it looked)
+    2  usage or settings error (no node given names where it looked; in watch mode also a
+       metrics_listen address that cannot be listened on)
     3  the bus could not be reached or refused an operation
     4  a local failure the client cannot work around: the materialize folder, the ledger or the
        digest key cannot be read or written, or something other than a regular file stands where
@@ -28,6 +29,11 @@ Exit codes:
 
 Settings are read from the same file as the systemd unit's: `--config`, else
 $MESH_PROVISIONER_CLIENT_CONFIG, else /etc/mesh-provisioner/client.toml when it exists.
+
+The node's figures for Prometheus: a textfile in metrics_folder (both modes) and, in watch mode,
+an endpoint at metrics_listen's /metrics (provisioner_client.metrics). A one-shot reconcile
+serves no endpoint: given metrics_listen it says so in a warning and goes on (the settings file is
+the unit's, and a figure is never worth a provisioning run).
 
 The first SIGTERM or SIGINT lets the reconcile in progress finish, its change actions included
 (for at most --shutdown-timeout); a second one stops at once.
@@ -140,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         command = partial(_command, args, settings, options, _Given(node, config), action_env=inherited(os.environ))
         code = anyio.run(partial(until_signalled, command, grace=settings.shutdown_timeout))
+    except SettingsError as err:  # known only once running: a metrics_listen that cannot be bound
+        return _fail(EXIT_USAGE, str(err))
     except BusError as err:
         return _fail(EXIT_BUS, str(err))
     except NodeHeld as err:
@@ -187,6 +195,7 @@ async def _command(
     )
     if args.watch:
         return await _watch(options, settings, plan, stop)
+    _no_endpoint_without_watch(settings)
     async with connect_within(options, options.request_timeout) as bus, holding(bus, plan.node, plan.lease_ttl):
         metrics = _metrics(settings, plan.node, bus)
         started = time.monotonic()
@@ -201,6 +210,24 @@ def _metrics(settings: ClientSettings, node: str, bus: Bus) -> NodeMetrics | Non
     """The node's textfile of figures, when a folder is set for it."""
     folder = settings.metrics_folder
     return None if folder is None else NodeMetrics(node, folder, connected=lambda: bus.connected)
+
+
+def _no_endpoint_without_watch(settings: ClientSettings) -> None:
+    """A one-shot reconcile ends before anyone could scrape it: said, not refused, since the
+    settings file it shares with the unit may well set metrics_listen for watch mode."""
+    if settings.metrics_listen is not None:
+        log.warning(
+            "metrics_listen %s is served by reconcile --watch only: this one-shot reconcile serves no endpoint%s",
+            settings.metrics_listen,
+            "" if settings.metrics_folder is None else " (its figures go to metrics_folder's textfile)",
+        )
+
+
+def _watch_metrics(settings: ClientSettings, node: str) -> NodeMetrics | None:
+    """The node's figures when a textfile folder, an endpoint or both are set for them."""
+    if settings.metrics_folder is None and settings.metrics_listen is None:
+        return None
+    return NodeMetrics(node, settings.metrics_folder)
 
 
 async def _status(options: BusOptions, settings: ClientSettings, given: _Given, *, as_json: bool) -> int:
@@ -224,7 +251,15 @@ async def _watch(options: BusOptions, settings: ClientSettings, plan: ClientPlan
         backoff_max=settings.backoff_max,
         drift_poll=settings.drift_poll,
     )
-    async with connect(options) as bus:
-        await watch(bus, plan, timing, stop=stop, metrics=_metrics(settings, plan.node, bus))
+    metrics = _watch_metrics(settings, plan.node)
+    async with anyio.create_task_group() as tasks:
+        # Served before connecting: a node that cannot reach its bus is scraped saying so.
+        if metrics is not None and settings.metrics_listen is not None:
+            await tasks.start(partial(metrics.serve, settings.metrics_listen))
+        async with connect(options) as bus:
+            if metrics is not None:
+                metrics.track_connection(lambda: bus.connected)
+            await watch(bus, plan, timing, stop=stop, metrics=metrics)
+        tasks.cancel_scope.cancel()
     log.info("stopped watching", extra=event(node=plan.node))
     return EXIT_OK

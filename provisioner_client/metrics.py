@@ -1,10 +1,13 @@
-"""The node's figures for Prometheus, as a node_exporter textfile (`mesh_provisioner_client.prom`).
+"""The node's figures for Prometheus: a node_exporter textfile (`mesh_provisioner_client.prom`),
+an endpoint at `/metrics`, or both, from one registry.
 
-Written into the folder of the `metrics_folder` setting (node_exporter's
+The textfile is written into the folder of the `metrics_folder` setting (node_exporter's
 `--collector.textfile.directory`) after each reconcile, failed ones included, each drift put back
 and each change of the node's lease: whole and atomically (a temporary file beside it, mode 0644 so
-that node_exporter's user reads it, renamed over), so a scrape never reads half a file. Nothing in
-it names a value or a secret: counts, outcomes, times, and the node's name in `mesh_node_info`.
+that node_exporter's user reads it, renamed over), so a scrape never reads half a file. The
+endpoint (`metrics_listen`, watch mode only: `serve`) answers each scrape with the same text,
+made at that moment. Nothing in either names a value or a secret: counts, outcomes, times, and
+the node's name in `mesh_node_info`.
 
 Every series (README "Metrics"):
 
@@ -26,7 +29,8 @@ Every series (README "Metrics"):
 - `mesh_node_writes_refused` gauge: buckets that refused the last reconcile's writes (full).
 - `mesh_node_drift_put_back_total` counter: env files edited, re-moded or removed by hand and put back.
 - `mesh_node_lease_held` gauge: 1 while this client holds the node's lease.
-- `mesh_node_nats_connected` gauge: 1 when the connection to NATS was up as the file was written.
+- `mesh_node_nats_connected` gauge: 1 when the connection to NATS was up as the file was written,
+  or as the endpoint was scraped (read from the connection then, not at the last reconcile).
 """
 
 from __future__ import annotations
@@ -40,10 +44,13 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
+import anyio
+from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
 from provisioner_client.reconcile import ModuleReport, Report
 from registry.contract import AppliedValue
+from registry.runtime import serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +71,11 @@ OUTCOMES = {
 
 
 class NodeMetrics:
-    """The client's series, in a registry of their own; each event told is written at once."""
+    """The client's series, in a registry of their own; each event told is written at once to the
+    textfile (when `folder` is given) and shown by the endpoint (when served) at its next scrape."""
 
-    def __init__(self, node: str, folder: Path, *, connected: Callable[[], bool] = lambda: False) -> None:
-        self.path = folder / FILE_NAME
+    def __init__(self, node: str, folder: Path | None = None, *, connected: Callable[[], bool] = lambda: False) -> None:
+        self.path = None if folder is None else folder / FILE_NAME
         self._connected = connected
         self.registry = CollectorRegistry(auto_describe=True)
         Info("mesh_node", "the node this client reconciles", registry=self.registry).info({"node": node})
@@ -90,7 +98,7 @@ class NodeMetrics:
         self._refused = _gauge(self, "mesh_node_writes_refused", "buckets that refused the last reconcile's writes")
         self._drift = Counter("mesh_node_drift_put_back", "env files put back after drift", registry=self.registry)
         self._lease = _gauge(self, "mesh_node_lease_held", "1 while this client holds the node's lease")
-        self._nats = _gauge(self, "mesh_node_nats_connected", "1 when connected to NATS as the file was written")
+        self._nats = _gauge(self, "mesh_node_nats_connected", "1 when connected to NATS as the figures were taken")
         for state in STATES:
             self._modules.labels(state)
         for outcome in OUTCOMES.values():
@@ -127,11 +135,32 @@ class NodeMetrics:
         self._lease.set(1 if held else 0)
         self.write()
 
-    def write(self) -> None:
-        """The textfile rewritten whole; a folder that cannot be written is logged, never fatal."""
+    def track_connection(self, connected: Callable[[], bool]) -> None:
+        """From now on `mesh_node_nats_connected` says what `connected` says: the endpoint is
+        served before the connection is made, so that a node whose bus is away says so too."""
+        self._connected = connected
+
+    def text(self) -> bytes:
+        """Every series in the text format, the connection's state read now: the one way both the
+        textfile and the endpoint take the figures."""
         self._nats.set(1 if self._connected() else 0)
+        return generate_latest(self.registry)
+
+    async def render(self) -> bytes:
+        return self.text()
+
+    async def serve(self, listen: str, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The series served at `listen` (`metrics_listen`) until cancelled; started with the port
+        bound. One that cannot be bound is `SettingsError("metrics_listen", ...)`."""
+        await serve_metrics(listen, self.render, task_status=task_status)
+
+    def write(self) -> None:
+        """The textfile rewritten whole, when there is a folder for it; a folder that cannot be
+        written is logged, never fatal."""
+        if self.path is None:
+            return
         try:
-            _write_atomically(self.path, generate_latest(self.registry))
+            _write_atomically(self.path, self.text())
         except OSError as err:
             log.warning("cannot write the metrics textfile %s: %s", self.path, err.strerror or err)
 
