@@ -9,15 +9,19 @@ import argparse
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from bench.cases import PARTS, Report, run_all
+from bench import cases
+from bench.cases import Report
 from bench.fill import FillSizes, run_fill
 from bench.harness import write_json
 from bench.hostile import ACTS
+from bench.metrics import PART as METRICS
+from bench.metrics import MetricsSizes, scrape_cost
 from bench.scale import SCALE_PARTS, run_scale
 from bench.soak import SoakSizes, run_soak
 
@@ -25,6 +29,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 SCALE_RESULTS = RESULTS.with_name("scale-latest.json")
 FILL_RESULTS = RESULTS.with_name("fill-latest.json")
 SOAK_RESULTS = {False: RESULTS.with_name("soak-static-latest.json"), True: RESULTS.with_name("soak-jwt-latest.json")}
+PARTS = (*cases.PARTS, METRICS)  # the scrape cost last: a seat and nats-server of its own
 
 
 def results_file(*, scale: bool, parts: Sequence[str]) -> Path:
@@ -55,7 +60,8 @@ def main() -> None:
         nargs="+",
         choices=sorted({*PARTS, *SCALE_PARTS}),
         metavar="PART",
-        help=f"run only these parts: {', '.join(PARTS)} (default all; listing loads the keys growth measures);"
+        help=f"run only these parts: {', '.join(PARTS)} (default all; listing loads the keys growth measures;"
+        f" {METRICS}: scraping the seat's /metrics every second under what=registry load, a fleet of --nodes);"
         f" with --scale, of {', '.join(SCALE_PARTS)}",
     )
     add_fill_and_soak_arguments(parser)
@@ -78,10 +84,24 @@ def main() -> None:
         if args.scale:
             report: Report = anyio.run(run_scale, Path(state), args.keys, parts)
         else:
-            report = anyio.run(run_all, Path(state), args.quick, parts)
+            metrics_sizes = replace(MetricsSizes.quick() if args.quick else MetricsSizes(), nodes=args.nodes)
+            report = anyio.run(run_parts, Path(state), args.quick, parts, metrics_sizes)
     print(report.table())
     report.save(out)
     print(f"\nfigures written to {out}")
+
+
+async def run_parts(
+    state: Path, quick: bool, parts: Sequence[str], metrics_sizes: MetricsSizes | None = None
+) -> Report:
+    """`parts` of the bench: those on the shared seat (`bench.cases`), then the scrape cost on a seat
+    of its own (`bench.metrics`), at `metrics_sizes` when given."""
+    on_shared_seat = [part for part in parts if part in cases.PARTS]
+    report = await cases.run_all(state, quick, on_shared_seat) if on_shared_seat else Report()
+    if METRICS in parts:
+        sizes = metrics_sizes or (MetricsSizes.quick() if quick else MetricsSizes())
+        await scrape_cost(state / METRICS, report, sizes)
+    return report
 
 
 def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +118,12 @@ def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
         help="issue 17's multi-party soak instead: a hostile node's whole repertoire while honest nodes reconcile",
     )
     parser.add_argument("--minutes", type=float, default=5.0, help="with --soak, how long it lasts (default 5)")
-    parser.add_argument("--nodes", type=int, default=1000, help="with --soak, the honest nodes (default 1,000)")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1000,
+        help="with --soak, the honest nodes; in the metrics part, the fleet each scrape counts (default 1,000)",
+    )
     parser.add_argument("--jwt", action="store_true", help="with --soak, JWT accounts instead of static ones")
     rate, every = SoakSizes.rate, SoakSizes.every
     parser.add_argument(
