@@ -30,6 +30,9 @@ open the memory; find the node's own keys and read the registry; register (conve
 collect); read the world; decide what to resolve; resolve; materialize; record applied;
 remember; remove the files of modules no longer declared.
 
+Every line logged during one reconcile, in its tasks too, carries `reconcile=<id>`, a new id each
+time (`registry.runtime.log_context`), also in its report: a reconcile's lines join on it.
+
 `reconcile` takes no lease: the CLI and watch mode hold the node's lease around it
 (`provisioner_client.watch.holding`).
 """
@@ -69,6 +72,7 @@ from registry.contract import (
     to_json,
 )
 from registry.errors import ConvergeError, RegistryError
+from registry.runtime import log_context, new_log_id
 from registry.wire import Bus, Changes, KvItem
 
 log = logging.getLogger(__name__)
@@ -103,9 +107,10 @@ class ModuleReport:
 
 @dataclass
 class Report:
-    """What a reconcile found and did."""
+    """What a reconcile found and did; `reconcile_id` is on each of its log lines as `reconcile=`."""
 
     node: str
+    reconcile_id: str = ""
     modules: dict[str, ModuleReport] = field(default_factory=dict)
     manifest_errors: list[ManifestError] = field(default_factory=list)
     ledger_problems: tuple[str, ...] = ()
@@ -154,9 +159,15 @@ class Report:
 
 
 async def reconcile(bus: Bus, plan: ClientPlan, *, observer: FileObserver | None = None) -> Report:
-    """One reconcile of the plan's node; `observer` is told of each env file as it is materialized
-    or removed (watch mode's drift watch)."""
-    folder, manifests, report = _load_manifests(plan, observer)
+    """One reconcile of the plan's node, its log lines joined by a new reconcile id; `observer` is
+    told of each env file as it is materialized or removed (watch mode's drift watch)."""
+    reconcile_id = new_log_id()
+    with log_context(reconcile=reconcile_id):
+        return await _reconcile(bus, plan, observer, reconcile_id)
+
+
+async def _reconcile(bus: Bus, plan: ClientPlan, observer: FileObserver | None, reconcile_id: str) -> Report:
+    folder, manifests, report = _load_manifests(plan, observer, reconcile_id)
     memory = Memory.load(plan.materialize, plan.node)
     own = OwnKeys(bus, NodeScope(plan.node), memory)
     wanted = await _find_own_keys(own, manifests, report)
@@ -174,7 +185,9 @@ async def reconcile(bus: Bus, plan: ClientPlan, *, observer: FileObserver | None
     return report
 
 
-def _load_manifests(plan: ClientPlan, observer: FileObserver | None) -> tuple[EnvFolder, Manifests, Report]:
+def _load_manifests(
+    plan: ClientPlan, observer: FileObserver | None, reconcile_id: str
+) -> tuple[EnvFolder, Manifests, Report]:
     """The manifests, read with the ledger's memory of which module each file declared; the
     env folder remembers what they declare now."""
     if not plan.manifests.is_dir():  # never read a missing folder as "no modules": that would remove them all
@@ -188,7 +201,10 @@ def _load_manifests(plan: ClientPlan, observer: FileObserver | None) -> tuple[En
     for error in manifests.errors:
         log.error("%s", error)
     folder.remember(manifests.declared())
-    return folder, manifests, Report(plan.node, manifest_errors=list(manifests.errors), ledger_problems=ledger.problems)
+    report = Report(
+        plan.node, reconcile_id=reconcile_id, manifest_errors=list(manifests.errors), ledger_problems=ledger.problems
+    )
+    return folder, manifests, report
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from provisioner_client.watch.drift import DriftWatch, put_back
 from provisioner_client.watch.holding import node_lease, renew
 from registry.contract import AppliedValue, Bucket, subject_matches, under
 from registry.errors import BusError, ConnectionClosed
-from registry.runtime import event
+from registry.runtime import event, log_context
 from registry.wire import Bus, Message
 
 log = logging.getLogger(__name__)
@@ -311,10 +311,11 @@ async def _reconcile_while_held(
 def _put_back_by_reconcile(report: Report, drifted: Mapping[str, str]) -> int:
     """The drifted files the reconcile rewrote, each logged as drift put back; how many."""
     put_back = 0
-    for module, how in sorted(drifted.items()):
-        if module in report.modules and report.modules[module].written:
-            _drift_put_back(report.node, module, how, report.modules[module].applied.file)
-            put_back += 1
+    with log_context(reconcile=report.reconcile_id):
+        for module, how in sorted(drifted.items()):
+            if module in report.modules and report.modules[module].written:
+                _drift_put_back(report.node, module, how, report.modules[module].applied.file)
+                put_back += 1
     return put_back
 
 
@@ -326,7 +327,13 @@ def _again_if_refused(report: Report, backoff: _Backoff, tg: TaskGroup, trigger:
         return
     delay = backoff.next()
     refused_by = ", ".join(sorted(report.refused))
-    log.info("node %s: writes refused by %s; reconciling again in %.1f s", report.node, refused_by, delay)
+    log.info(
+        "node %s: writes refused by %s; reconciling again in %.1f s",
+        report.node,
+        refused_by,
+        delay,
+        extra=event(reconcile=report.reconcile_id),
+    )
     tg.start_soon(_pull_after, trigger, delay, "retry of refused writes")
 
 
@@ -358,6 +365,7 @@ def _log_report(report: Report) -> None:
             len(report.modules),
             ", ".join(written) or "none",
             ", ".join(pending) or "none",
+            extra=event(reconcile=report.reconcile_id),
         )
 
 
