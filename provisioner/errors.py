@@ -22,6 +22,7 @@ class RequestError(ProvisionerError):
 
     code = "400"
     asker = ""  # who asked, as logs name it (a party's label), once the verb knows
+    what = ""  # what was asked, once the request was read that far
 
     def __init__(self, reason: str) -> None:
         self.reason = reason

@@ -9,8 +9,11 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from mesh_dev.local_nats import LocalNats
-from provisioner.metrics import SeatMetrics
+from provisioner.metrics import SeatMetrics, SeatWork
 from provisioner.seat.buckets import seat_buckets
+from provisioner.seat.registry_sync import CompileCounts
+from provisioner.verb.paging import PageCache
+from provisioner.verb.stats import RequestStats
 from provisioner_client.metrics import NodeMetrics
 from registry.wire import Bus
 from tests.helpers import serving
@@ -35,7 +38,9 @@ async def test_the_readme_lists_every_series_with_its_type_and_labels(
 ) -> None:
     node = NodeMetrics("n1", tmp_path)
     async with serving(nats_server.url):
-        seat = SeatMetrics({"data": bus, "verb": bus}, None, seat_buckets())
+        work = SeatWork(RequestStats(), CompileCounts(), PageCache())
+        work.requests.answered("needs", "200", 0.01)
+        seat = SeatMetrics({"data": bus, "verb": bus}, None, seat_buckets(), work=work)
         await seat.refresh()  # the buckets' and the connections' series exist once read
         series = exported([node.registry, seat.registry])
     assert len(series) >= 20

@@ -6,6 +6,6 @@ Off unless `metrics_listen` is set (`ServerSettings`); bound to 127.0.0.1 when i
 
 from __future__ import annotations
 
-from provisioner.metrics.seat import SeatMetrics, serve_seat_metrics
+from provisioner.metrics.seat import SeatMetrics, SeatWork, serve_seat_metrics
 
-__all__ = ["SeatMetrics", "serve_seat_metrics"]
+__all__ = ["SeatMetrics", "SeatWork", "serve_seat_metrics"]

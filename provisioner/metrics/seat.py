@@ -15,6 +15,20 @@
 - `mesh_seat_nats_connected{connection}` gauge and `mesh_seat_nats_reconnects_total{connection}`
   counter: the `data` connection (buckets, watches) and the `verb` connection (requests).
 
+And what the seat counts as it works (`SeatWork`), when it is given:
+
+- `mesh_seat_requests_total{what,code}` counter: the verb's answers by what was asked (`registry`,
+  `needs`, `applied`, `collect`, `nodes`; `unread`: refused before that was read) and the code
+  answered (`200`, `400`, `403`, `410`, `500`, `503`).
+- `mesh_seat_request_duration_seconds{what}` histogram: from a request's arrival to its answer.
+- `mesh_seat_requests_in_flight` gauge: requests received and not answered yet.
+- `mesh_seat_listings_kept{way}` gauge: listings kept behind a cursor, `pages` (read whole, their
+  later pages kept) and `streamed` (open, read a page at a time); `mesh_seat_cursor_cache_bytes`
+  gauge: what they hold (a streamed one counts as the most it may hold).
+- `mesh_seat_compile_runs_total{outcome}` counter: this seat's compiles of the registry, `changed`,
+  `unchanged` or `failed` (the bus); `mesh_seat_compile_kinds_total{change}`: kinds `written` and
+  `deleted` by them.
+
 Cardinality is bounded by the seat's buckets (its own, one per provider and writing domain): no
 series names a node or a key.
 """
@@ -25,7 +39,8 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,8 +48,13 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from provisioner.seat.registry_sync import CompileCounts
 from provisioner.verb.nodes import DEFAULT_STALE_AFTER, Fleet, FleetView, LeaseSeen
+from provisioner.verb.paging import PageCache
+from provisioner.verb.stats import RequestStats
 from registry.contract import Bucket, buckets
 from registry.errors import BusError
 from registry.runtime import serve_metrics
@@ -46,6 +66,65 @@ NODES_AT_ONCE = 500
 VERDICTS = {"healthy": "healthy", "stale": "stale", "gone": "gone", "over-quota": "over_quota"}
 
 
+@dataclass(frozen=True)
+class SeatWork:
+    """What the seat counts as it works, read at each scrape."""
+
+    requests: RequestStats
+    compiles: CompileCounts
+    cache: PageCache
+
+
+class WorkCollector(Collector):
+    """`SeatWork`'s figures as series, made from its counts at each collection."""
+
+    def __init__(self, work: SeatWork) -> None:
+        self.work = work
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._requests()
+        yield from self._listings()
+        yield from self._compiles()
+
+    def _requests(self) -> Iterator[Metric]:
+        stats = self.work.requests
+        answers = CounterMetricFamily("mesh_seat_requests", "the verb's answers", labels=["what", "code"])
+        for (what, code), count in sorted(stats.answers.items()):
+            answers.add_metric([what, code], count)
+        yield answers
+        durations = HistogramMetricFamily(
+            "mesh_seat_request_duration_seconds", "from a request's arrival to its answer", labels=["what"]
+        )
+        for what, latency in stats.latency.items():
+            buckets = [(_bound(bound), count) for bound, count in latency.cumulative()]
+            durations.add_metric([what], buckets, latency.seconds)
+        yield durations
+        yield GaugeMetricFamily("mesh_seat_requests_in_flight", "requests not answered yet", stats.in_flight)
+
+    def _listings(self) -> Iterator[Metric]:
+        pages, streamed, size = self.work.cache.held()
+        kept = GaugeMetricFamily("mesh_seat_listings_kept", "listings kept behind a cursor", labels=["way"])
+        kept.add_metric(["pages"], pages)
+        kept.add_metric(["streamed"], streamed)
+        yield kept
+        yield GaugeMetricFamily("mesh_seat_cursor_cache_bytes", "bytes the kept listings hold", size)
+
+    def _compiles(self) -> Iterator[Metric]:
+        counts = self.work.compiles
+        runs = CounterMetricFamily("mesh_seat_compile_runs", "this seat's compiles", labels=["outcome"])
+        for outcome, count in counts.runs.items():
+            runs.add_metric([outcome], count)
+        yield runs
+        kinds = CounterMetricFamily("mesh_seat_compile_kinds", "kinds its compiles changed", labels=["change"])
+        kinds.add_metric(["written"], counts.written)
+        kinds.add_metric(["deleted"], counts.deleted)
+        yield kinds
+
+
+def _bound(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
 class SeatMetrics:
     """The seat's series in a registry of their own; `render` reads what they need and writes them out."""
 
@@ -55,6 +134,7 @@ class SeatMetrics:
         fleet: FleetView | None,
         seat_buckets: Iterable[Bucket],
         *,
+        work: SeatWork | None = None,
         stale_after: timedelta = DEFAULT_STALE_AFTER,
     ) -> None:
         self.bus = connections["data"]
@@ -85,6 +165,8 @@ class SeatMetrics:
             self._nodes.labels(verdict)
         for name in self.connections:
             self._reconnects.labels(name)
+        if work is not None:
+            self.registry.register(WorkCollector(work))
 
     def _gauge(self, name: str, documentation: str, labels: Iterable[str] = ()) -> Gauge:
         return Gauge(name, documentation, list(labels), registry=self.registry)
@@ -154,10 +236,11 @@ async def serve_seat_metrics(
     fleet: FleetView | None,
     seat_buckets: Iterable[Bucket],
     *,
+    work: SeatWork | None = None,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The seat's series served at `listen` until cancelled (`serve_metrics`); started with the port."""
-    metrics = SeatMetrics(connections, fleet, seat_buckets)
+    metrics = SeatMetrics(connections, fleet, seat_buckets, work=work)
     await serve_metrics(listen, metrics.render, task_status=task_status)
 
 

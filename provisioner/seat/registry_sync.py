@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -40,6 +41,7 @@ from registry.wire import Bus, Changes, KvItem, Lease, converge, current_snapsho
 log = logging.getLogger(__name__)
 
 COMPILE_LEASE_TTL = timedelta(seconds=15)
+COMPILE_OUTCOMES = ("changed", "unchanged", "failed")
 RETRY_FIRST = 1.0  # seconds before a compile or comparison the bus failed is tried again, doubling
 
 Step = Callable[[], Awaitable[object]]  # None: not judged, run again soon
@@ -53,13 +55,32 @@ async def sync_registry(bus: Bus, *, domains_file: Path | None) -> Changes:
 Ours = dict[str, frozenset[bytes | None]]  # each kind's values this seat may have left there (None: none)
 
 
+@dataclass
+class CompileCounts:
+    """This seat's compiles since it started, by outcome (`changed`: it wrote or deleted kinds,
+    `unchanged`, `failed`: the bus failed it), and the kinds it `written` and `deleted`."""
+
+    runs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COMPILE_OUTCOMES, 0))
+    written: int = 0
+    deleted: int = 0
+
+    def ran(self, changes: Changes | None) -> None:
+        if changes is None:
+            self.runs["failed"] += 1
+            return
+        self.runs["changed" if changes else "unchanged"] += 1
+        self.written += len(changes.written)
+        self.deleted += len(changes.deleted)
+
+
 class Compiler:
     """One seat's catalogue against the registry bucket: compiled (by the lease holder) or
     compared (by any other seat), remembering what its compiles may have left in the bucket."""
 
-    def __init__(self, bus: Bus, domains_file: Path | None) -> None:
+    def __init__(self, bus: Bus, domains_file: Path | None, counts: CompileCounts | None = None) -> None:
         self.bus = bus
         self.domains_file = domains_file
+        self.counts = counts if counts is not None else CompileCounts()
         self._ours: Ours | None = None
         self._told: tuple[str, ...] = ()
         self._seen: int | None = None  # the bucket's last revision at the last comparison
@@ -68,6 +89,15 @@ class Compiler:
         return registry_values(load_catalogue(self.domains_file))
 
     async def compile(self) -> Changes:
+        try:
+            changes = await self._compile()
+        except BusError:
+            self.counts.ran(None)
+            raise
+        self.counts.ran(changes)
+        return changes
+
+    async def _compile(self) -> Changes:
         desired = self.desired()
         current = await current_snapshot(self.bus, buckets.REGISTRY, include_deleted=True)
         if self._ours is not None:
@@ -156,6 +186,7 @@ async def keep_registry_compiled(
     domains_file: Path | None,
     interval: timedelta,
     lease_ttl: timedelta = COMPILE_LEASE_TTL,
+    counts: CompileCounts | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Compiles now if the compile lease is free; reports started; then compiles every `interval`
@@ -164,7 +195,7 @@ async def keep_registry_compiled(
     A domains file that cannot be read fails the start. The bus failing at start does not (a
     fresh cluster's streams answer a moment after they are made): the lease is then not taken
     yet, or the registry not compiled yet, and both are tried again soon."""
-    compiler = Compiler(bus, domains_file)
+    compiler = Compiler(bus, domains_file, counts)
     compiler.desired()  # a domains file that cannot be read fails the start, whoever compiles
     lease = Lease(bus, seat_key(), ttl=lease_ttl)
     compiled = await lease.take() and await _compiled_at_start(compiler)

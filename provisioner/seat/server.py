@@ -35,10 +35,10 @@ import anyio
 from anyio import CancelScope
 from anyio.abc import TaskStatus
 
-from provisioner.metrics import serve_seat_metrics
+from provisioner.metrics import SeatWork, serve_seat_metrics
 from provisioner.seat.buckets import ensure_buckets, seat_buckets
 from provisioner.seat.quotas import Quota, QuotaGuard
-from provisioner.seat.registry_sync import keep_registry_compiled
+from provisioner.seat.registry_sync import CompileCounts, keep_registry_compiled
 from provisioner.settings import ServerSettings
 from provisioner.verb.budgets import AnswerRates
 from provisioner.verb.handler import GRANTS_SETTING, Verb
@@ -46,6 +46,7 @@ from provisioner.verb.nodes import FleetView
 from provisioner.verb.paging import PageCache
 from provisioner.verb.registry_view import RegistryView
 from provisioner.verb.service import verb_service
+from provisioner.verb.stats import RequestStats
 from registry.access import GrantsFile, PartyMap
 from registry.edge import env_of, flag_of
 from registry.errors import ConnectionClosed, SettingsError
@@ -78,6 +79,7 @@ async def run_server(
             "a request the bus says came from another account is refused",
             GRANTS_SETTING,
         )
+    work = SeatWork(RequestStats(), CompileCounts(), page_cache_of(settings))
     async with AsyncExitStack() as resources, anyio.create_task_group() as tasks:
         tasks.start_soon(_give_up_if_stopped_before, ready, stop, tasks.cancel_scope)
         bus = await resources.enter_async_context(connect(bus_options))
@@ -91,6 +93,7 @@ async def run_server(
             domains_file=settings.domains_file,
             interval=settings.compile_interval,
             lease_ttl=settings.compile_lease_ttl,
+            counts=work.compiles,
         )
         await tasks.start(compile_registry)
         registry = RegistryView()
@@ -103,23 +106,18 @@ async def run_server(
         if settings.metrics_listen is not None:
             connections = {"data": bus, "verb": answering}
             served = seat_buckets(settings.providers, settings.domains_file)
-            await tasks.start(partial(serve_seat_metrics, settings.metrics_listen, connections, nodes, served))
-        cache = PageCache(
-            ttl=settings.cursor_ttl,
-            max_listings=settings.max_cursors,
-            max_bytes=settings.cursor_cache_bytes,
-            party_listings=settings.max_cursors_per_party,
-            party_bytes=settings.cursor_cache_bytes_per_party,
-        )
+            metrics = partial(serve_seat_metrics, settings.metrics_listen, connections, nodes, served, work=work)
+            await tasks.start(metrics)
         async with verb_service(
             answering,
-            verb=Verb(bus, cache, registry, parties, nodes),
+            verb=Verb(bus, work.cache, registry, parties, nodes),
             max_concurrent=settings.max_concurrent_requests,
             max_waiting=settings.max_waiting_requests,
             concurrent_per_party=settings.max_concurrent_per_party,
             waiting_per_party=settings.max_waiting_per_party,
             answer_rates=AnswerRates(node=settings.node_answer_rate, reader=settings.reader_answer_rate),
             shutdown_timeout=settings.shutdown_timeout,
+            stats=work.requests,
         ):
             freeze_start_up_heap()
             ready.set()
@@ -130,6 +128,16 @@ async def run_server(
     if lost.is_set():
         raise ConnectionClosed("serve", "nats closed the connection for good; restart the server")
     log.info("stopped")
+
+
+def page_cache_of(settings: ServerSettings) -> PageCache:
+    return PageCache(
+        ttl=settings.cursor_ttl,
+        max_listings=settings.max_cursors,
+        max_bytes=settings.cursor_cache_bytes,
+        party_listings=settings.max_cursors_per_party,
+        party_bytes=settings.cursor_cache_bytes_per_party,
+    )
 
 
 def verb_connection(options: BusOptions) -> BusOptions:

@@ -63,6 +63,7 @@ class AtOnce:
     """An answer memory holds: `page`, sent from the service's handler."""
 
     way: Way
+    what: str
     page: bytes
     party: Party | None = None  # who asked
 
@@ -73,6 +74,7 @@ class Reading:
     `charged` when its bytes were charged to the party already (`provisioner.verb.budgets`)."""
 
     way: Way
+    what: str
     read: Callable[[], Awaitable[bytes]]
     party: Party | None = None
     charged: bool = False
@@ -127,18 +129,19 @@ class Answering:
     def _by_cursor(self, asked: Asked, cursor: str) -> Answer:
         kept = self.cache.page(cursor, asked.query.given(), asked.party)
         if isinstance(kept, bytes):
-            return AtOnce(Way.KEPT_PAGE, kept, asked.party)
+            return AtOnce(Way.KEPT_PAGE, asked.query.what, kept, asked.party)
         return self._reading(Way.STREAMED_PAGE, asked)
 
     def _from_views(self, asked: Asked) -> AtOnce | None:
         what = asked.query.what
         if what == "registry" and self.registry is not None:
             page = self.registry.answer(self.budget)
-            return AtOnce(Way.REGISTRY_VIEW, page, asked.party) if page is not None else None
+            return AtOnce(Way.REGISTRY_VIEW, what, page, asked.party) if page is not None else None
         return None
 
     def _reading(self, way: Way, asked: Asked) -> Reading:
-        return Reading(way, partial(self._closing_dropped, self._readers[way], asked), asked.party)
+        read = partial(self._closing_dropped, self._readers[way], asked)
+        return Reading(way, asked.query.what, read, asked.party)
 
     async def _closing_dropped(self, read: Callable[[Asked], Awaitable[bytes]], asked: Asked) -> bytes:
         try:

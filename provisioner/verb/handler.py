@@ -51,7 +51,7 @@ class Verb:
         try:
             return self.answering.answer(asked)
         except RequestError as err:  # a cursor gone, say: said as the party's
-            err.asker = asker_of(asked.party)
+            err.asker, err.what = asker_of(asked.party), asked.query.what
             raise
 
     def asked(self, body: bytes, headers: Mapping[str, str]) -> Asked:
@@ -59,9 +59,14 @@ class Verb:
         account no grant was issued to, or a node asking about another node."""
         party = self.who_asks(headers)
         try:
-            return Asked(scoped(parse_request(body), party), party)
+            query = parse_request(body)
         except RequestError as err:
             err.asker = asker_of(party)
+            raise
+        try:
+            return Asked(scoped(query, party), party)
+        except RequestError as err:
+            err.asker, err.what = asker_of(party), query.what
             raise
 
     def who_asks(self, headers: Mapping[str, str]) -> Party | None:

@@ -80,6 +80,13 @@ class PageCache:
     def __len__(self) -> int:
         return len(self._kept)
 
+    def held(self) -> tuple[int, int, int]:
+        """The listings kept now (not expired) with their `pages`, those `streamed`, and their bytes."""
+        now = self._clock()
+        live = [kept for kept in self._kept.values() if kept.expires > now]
+        streamed = sum(1 for kept in live if kept.streamed is not None)
+        return len(live) - streamed, streamed, sum(kept.size for kept in live)
+
     def keep(
         self, listing_id: str, given: Mapping[str, str], later_pages: list[bytes], owner: Party | None = None
     ) -> None:

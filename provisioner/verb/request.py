@@ -126,7 +126,11 @@ def parse_request(body: bytes) -> Query:
     except ValidationError as err:
         raise RequestError(_describe(err)) from None
     if query.cursor is None:  # a continuation is checked against the listing it continues instead
-        _check_applies(query)
+        try:
+            _check_applies(query)
+        except RequestError as err:
+            err.what = query.what
+            raise
     return query
 
 

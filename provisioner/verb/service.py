@@ -39,9 +39,10 @@ from provisioner.errors import RequestError
 from provisioner.verb.answering import AtOnce, Reading
 from provisioner.verb.budgets import AnswerBudgets, AnswerRates
 from provisioner.verb.handler import Verb, asker_of
+from provisioner.verb.stats import UNREAD, RequestStats
 from registry.access import Party
 from registry.contract import buckets
-from registry.serving import EndpointSpec, RunningService, ServiceRequest, capped, serve
+from registry.serving import EndpointFigures, EndpointSpec, RunningService, ServiceRequest, capped, serve
 from registry.wire import Bus
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,28 @@ class PartyTurns:
             del self._limiters[party]
 
 
+class Counted:
+    """A request as the verb answers it: its answer counted in `stats` under what was asked (once
+    known: `what`) and the code sent, with the time from its arrival."""
+
+    __slots__ = ("request", "started", "stats", "what")
+
+    def __init__(self, request: ServiceRequest, stats: RequestStats) -> None:
+        self.request = request
+        self.stats = stats
+        self.started = time.perf_counter()
+        self.what = UNREAD
+        stats.received += 1
+
+    async def respond(self, page: bytes) -> None:
+        code = await self.request.respond(page)
+        self.stats.answered(self.what, code, time.perf_counter() - self.started, "answer over max_payload")
+
+    async def respond_error(self, code: str, reason: str) -> None:
+        await self.request.respond_error(code, reason)
+        self.stats.answered(self.what, code, time.perf_counter() - self.started, reason)
+
+
 @dataclass(frozen=True)
 class RunningVerb:
     service: RunningService
@@ -149,11 +172,14 @@ async def verb_service(
     waiting_per_party: int = 64,
     answer_rates: AnswerRates | None = None,
     shutdown_timeout: timedelta = timedelta(seconds=10),
+    stats: RequestStats | None = None,
 ) -> AsyncIterator[RunningVerb]:
     """The service `mesh-provisioner` answering the verb until the block exits, then shut down in order.
 
     On a normal exit the requests in flight are answered first (up to `shutdown_timeout`); when the
-    block is left by an exception or a cancellation they are cancelled at once."""
+    block is left by an exception or a cancellation they are cancelled at once. Each answer is
+    counted in `stats` (`provisioner.verb.stats`), which `$SRV.STATS` carries."""
+    stats = stats if stats is not None else RequestStats()
     limiter = anyio.CapacityLimiter(max_concurrent)
     refusals = RefusalLog()
     budgets = AnswerBudgets(answer_rates or AnswerRates())
@@ -161,7 +187,8 @@ async def verb_service(
     in_flight = InFlight()
     async with anyio.create_task_group() as handlers:
 
-        async def on_request(request: ServiceRequest) -> None:
+        async def on_request(served: ServiceRequest) -> None:
+            request = Counted(served, stats)
             reading = await _answer_at_once(verb, request, refusals, budgets)
             if reading is None:
                 return
@@ -174,7 +201,7 @@ async def verb_service(
             in_flight.enter()
             handlers.start_soon(_handle, reading, Slots(limiter, turns, in_flight, refusals, budgets), request)
 
-        endpoint = EndpointSpec(ENDPOINT, buckets.VERB_SUBJECT, on_request)
+        endpoint = EndpointSpec(ENDPOINT, buckets.VERB_SUBJECT, on_request, partial(_figures, stats))
         async with serve(
             bus, name=buckets.SEAT, version=version(), description=DESCRIPTION, endpoints=[endpoint]
         ) as service:
@@ -203,24 +230,33 @@ async def _shut_down(service: RunningService, handlers: TaskGroup, in_flight: In
     handlers.cancel_scope.cancel()
 
 
-async def _answer_at_once(
-    verb: Verb, request: ServiceRequest, refusals: RefusalLog, budgets: AnswerBudgets
-) -> Reading | None:
+def _figures(stats: RequestStats) -> EndpointFigures:
+    return EndpointFigures(
+        errors=stats.errors,
+        last_error=stats.last_error,
+        processing_seconds=stats.seconds,
+        answered=stats.total,
+        data=stats.as_data(),
+    )
+
+
+async def _answer_at_once(verb: Verb, request: Counted, refusals: RefusalLog, budgets: AnswerBudgets) -> Reading | None:
     """Answers what memory holds in the handler itself; returns the reading the rest needs
     (`provisioner.verb.answering` decides which is which). An answer held that would overdraw its
     party's budget goes the readers' way, to wait for it outside the handler."""
     try:
-        answer = verb.answer(request.data, request.headers)
+        answer = verb.answer(request.request.data, request.request.headers)
     except RequestError as err:
         await _refuse(request, err, refusals)
     except Exception:
         log.exception("request failed unexpectedly; answered 500")
         await request.respond_error("500", INTERNAL_ERROR)
     else:
+        request.what = answer.what
         if not isinstance(answer, AtOnce):
             return answer
         if budgets.wait_for(answer.party, len(answer.page)) > 0:
-            return Reading(answer.way, partial(_held, answer.page), answer.party, charged=True)
+            return Reading(answer.way, answer.what, partial(_held, answer.page), answer.party, charged=True)
         await request.respond(answer.page)
     return None
 
@@ -240,7 +276,7 @@ class Slots:
     budgets: AnswerBudgets
 
 
-async def _handle(reading: Reading, slots: Slots, request: ServiceRequest) -> None:
+async def _handle(reading: Reading, slots: Slots, request: Counted) -> None:
     started = time.perf_counter()
     turns, in_flight = slots.turns, slots.in_flight
     try:
@@ -293,6 +329,7 @@ class RefusalLog:
         self._said[key] = [now, 0]
 
 
-async def _refuse(request: ServiceRequest, err: RequestError, refusals: RefusalLog) -> None:
+async def _refuse(request: Counted, err: RequestError, refusals: RefusalLog) -> None:
+    request.what = err.what or request.what
     refusals.refused(err)
     await request.respond_error(err.code, err.reason)

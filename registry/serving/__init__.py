@@ -5,6 +5,6 @@ seat and providers that answer verbs import it; the node client never does.
 
 from __future__ import annotations
 
-from registry.serving.service import EndpointSpec, RunningService, ServiceRequest, capped, serve
+from registry.serving.service import EndpointFigures, EndpointSpec, RunningService, ServiceRequest, capped, serve
 
-__all__ = ["EndpointSpec", "RunningService", "ServiceRequest", "capped", "serve"]
+__all__ = ["EndpointFigures", "EndpointSpec", "RunningService", "ServiceRequest", "capped", "serve"]

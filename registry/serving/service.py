@@ -9,6 +9,10 @@ nats-server counts them) before it is sent: nats-server closes a connection that
 and nats-py then never reconnects. An answer too large is replaced by a 500 service error saying
 so; an error's reason is capped (it may quote what the requester sent).
 
+An endpoint may count its answers itself (`EndpointSpec.figures`): its `$SRV.STATS` entry then
+carries those counts (errors, processing time) and their details in `data`, so that
+`nats micro stats` says what the handler answered rather than how often it raised.
+
 Stopping in order needs one thing nats-py has no public call for: draining an endpoint's
 subscription, so that requests already received are handed to the handler rather than dropped
 (`Service.stop()` unsubscribes). That reaches nats-py's internals, in
@@ -23,11 +27,12 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from nats import micro
 from nats.micro.request import Request
-from nats.micro.service import Service
+from nats.micro.service import EndpointStats, Service
 
 from registry.wire import Bus, check_nats_internals, drain_endpoints, nats_client
 
@@ -53,8 +58,9 @@ class ServiceRequest:
     def headers(self) -> Mapping[str, str]:
         return self._request.headers or {}
 
-    async def respond(self, data: bytes) -> None:
-        """`data` as the answer; a 500 service error instead when it is over `max_payload`."""
+    async def respond(self, data: bytes) -> str:
+        """`data` as the answer; a 500 service error instead when it is over `max_payload`. Returns
+        the code answered: "200", or "500"."""
         limit = self._bus.max_payload
         if len(data) > limit:
             log.error(
@@ -63,11 +69,12 @@ class ServiceRequest:
                 limit,
             )
             await self.respond_error("500", f"the answer is {len(data)} bytes, over max_payload ({limit}): not sent")
-            return
+            return "500"
         try:
             await self._request.respond(data)
         except Exception as err:  # a closed connection or a request without a reply subject
             log.warning("could not answer a request: %s", err)
+        return "200"
 
     async def respond_error(self, code: str, reason: str) -> None:
         """The service error headers (code, reason on one line) and `{"error": reason}` as the body.
@@ -113,10 +120,24 @@ RequestHandler = Callable[[ServiceRequest], Awaitable[None]]
 
 
 @dataclass(frozen=True)
+class EndpointFigures:
+    """What an endpoint's handler counted itself, for `$SRV.STATS`: nats-py counts a handler's
+    errors only when it raises, and its time only until it returns, while a handler may answer
+    errors and hand requests to tasks. `data` goes in the endpoint's `data` field as it is."""
+
+    errors: int
+    last_error: str
+    processing_seconds: float
+    answered: int
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class EndpointSpec:
     name: str
     subject: str
     handler: RequestHandler
+    figures: Callable[[], EndpointFigures] | None = None  # None: nats-py's own counts
 
 
 class RunningService:
@@ -150,7 +171,13 @@ async def serve(
     with `stop_taking_requests()` (a second stop on exit is harmless)."""
     check_nats_internals(serving=True)
     with bus.translated(f"start service {name}"):
-        service = await micro.add_service(nats_client(bus), name=name, version=version, description=description)
+        service = await micro.add_service(
+            nats_client(bus),
+            name=name,
+            version=version,
+            description=description,
+            stats_handler=_stats_of({spec.name: spec.figures for spec in endpoints if spec.figures is not None}),
+        )
     running = RunningService(service)
     try:
         for spec in endpoints:
@@ -162,6 +189,24 @@ async def serve(
     finally:
         with anyio.move_on_after(STOP_AT_MOST, shield=True):
             await running.stop_taking_requests()
+
+
+def _stats_of(figures: Mapping[str, Callable[[], EndpointFigures]]) -> Callable[[EndpointStats], object]:
+    """The service's stats handler: an endpoint's own figures replace nats-py's counts in its
+    `$SRV.STATS` entry (nats-py calls it with the entry before encoding it), and fill its `data`."""
+
+    def endpoint_stats(stats: EndpointStats) -> object:
+        counted = figures.get(stats.name)
+        if counted is None:
+            return None
+        told = counted()
+        stats.num_errors = told.errors
+        stats.last_error = told.last_error
+        stats.processing_time = int(told.processing_seconds * 1e9)
+        stats.average_processing_time = int(stats.processing_time / told.answered) if told.answered else 0
+        return dict(told.data)
+
+    return endpoint_stats
 
 
 def _adapted(handler: RequestHandler, bus: Bus) -> Callable[[Request], Awaitable[None]]:

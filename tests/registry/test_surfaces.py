@@ -144,7 +144,7 @@ SURFACES = {
         "snapshot",
         "update",
     ],
-    "registry.serving": ["EndpointSpec", "RunningService", "ServiceRequest", "capped", "serve"],
+    "registry.serving": ["EndpointFigures", "EndpointSpec", "RunningService", "ServiceRequest", "capped", "serve"],
     "registry.access": [
         "AccountGrant",
         "AccountPushError",
