@@ -16,6 +16,9 @@ Errors: a `RequestError` is answered with its code (400, 403, 410, 503) in the `
 header, its reason in `Nats-Service-Error` and `{"error": reason}` as the body. Anything else is
 logged with its traceback and answered 500 "internal error", never with its text.
 
+Logs join: every line said while a request is answered carries `request=<id>` (one per request),
+and once its party is known `party=<label>` and `what=` (`registry.runtime.log_context`).
+
 Shutdown, in this order: stop taking requests (the endpoint's subscription is drained, so a
 request already received is still handed over), wait for the requests in flight up to
 `shutdown_timeout`, then cancel the rest, each answered 503 "server stopping".
@@ -42,6 +45,7 @@ from provisioner.verb.handler import Verb, asker_of
 from provisioner.verb.stats import UNREAD, RequestStats
 from registry.access import Party
 from registry.contract import buckets
+from registry.runtime import log_context, new_log_id
 from registry.serving import EndpointFigures, EndpointSpec, RunningService, ServiceRequest, capped, serve
 from registry.wire import Bus
 
@@ -189,17 +193,18 @@ async def verb_service(
 
         async def on_request(served: ServiceRequest) -> None:
             request = Counted(served, stats)
-            reading = await _answer_at_once(verb, request, refusals, budgets)
-            if reading is None:
-                return
-            if in_flight.count >= max_concurrent + max_waiting:
-                await request.respond_error("503", "too many requests waiting; retry shortly")
-                return
-            if not turns.enter(reading.party):
-                await request.respond_error("503", "too many of your requests waiting; retry shortly")
-                return
-            in_flight.enter()
-            handlers.start_soon(_handle, reading, Slots(limiter, turns, in_flight, refusals, budgets), request)
+            with log_context(request=new_log_id()):  # its task, started inside, carries it too
+                reading = await _answer_at_once(verb, request, refusals, budgets)
+                if reading is None:
+                    return
+                if in_flight.count >= max_concurrent + max_waiting:
+                    await request.respond_error("503", "too many requests waiting; retry shortly")
+                    return
+                if not turns.enter(reading.party):
+                    await request.respond_error("503", "too many of your requests waiting; retry shortly")
+                    return
+                in_flight.enter()
+                handlers.start_soon(_handle, reading, Slots(limiter, turns, in_flight, refusals, budgets), request)
 
         endpoint = EndpointSpec(ENDPOINT, buckets.VERB_SUBJECT, on_request, partial(_figures, stats))
         async with serve(
@@ -277,6 +282,11 @@ class Slots:
 
 
 async def _handle(reading: Reading, slots: Slots, request: Counted) -> None:
+    with log_context(party=asker_of(reading.party), what=reading.what):
+        await _read_and_answer(reading, slots, request)
+
+
+async def _read_and_answer(reading: Reading, slots: Slots, request: Counted) -> None:
     started = time.perf_counter()
     turns, in_flight = slots.turns, slots.in_flight
     try:
@@ -325,7 +335,8 @@ class RefusalLog:
             self._said = {at: was for at, was in self._said.items() if now - was[0] < self.every}
         unsaid = f" ({int(said[1])} more from it since, unsaid)" if said is not None and said[1] else ""
         who = f" from {err.asker}" if err.asker else ""
-        log.info("request refused (%s)%s%s: %s", err.code, who, unsaid, capped(err.reason), extra={"code": err.code})
+        fields = {"code": err.code, "party": err.asker} if err.asker else {"code": err.code}
+        log.info("request refused (%s)%s%s: %s", err.code, who, unsaid, capped(err.reason), extra=fields)
         self._said[key] = [now, 0]
 
 
