@@ -12,9 +12,10 @@ in a process of its own asking `/metrics` every `every` seconds (its first ask a
 starts), in ABBA order, so that a noisy moment and the second round of a pair (slower, whichever
 it is: a scraper asking once a round still showed 12 % in AB order) hit both sides alike. Shown:
 each side's median throughput and the seat's own CPU a request over its rounds (from /proc: what
-the scrapes cost the seat, whatever else the machine runs), throughput with scraping against without (target: at
-least 0.95, under 5 % lost), and what the scrapes' CPU alone would take of the seat's under load
-(a figure the machine's noise moves less)."""
+the scrapes cost the seat, whatever else the machine runs), throughput with scraping against
+without (target: at least 0.95, under 5 % lost; beside it, the median of each pair's, a round
+against the other side's round next to it), and what the scrapes' CPU alone would take of the
+seat's under load (a figure the machine's noise moves less)."""
 
 from __future__ import annotations
 
@@ -239,6 +240,8 @@ def add_figures(report: Report, sizes: MetricsSizes, measured: Measured) -> None
     report.add(f"scrape cost: throughput scraping {every} ({of})", scraped.rate, "req/s")
     ratio = scraped.rate / quiet.rate
     report.add("scrape cost: throughput scraping / without", ratio, "x", target=f">= {TARGET:g}", met=ratio >= TARGET)
+    paired = median([s / q for s, q in zip(scraped.rates, quiet.rates, strict=True)])
+    report.add(f"scrape cost: throughput scraping / without, median of the {sizes.rounds} pairs", paired, "x")
     report.add("scrape cost: seat CPU a request, without scraping", quiet.cpu * 1e6, "us")
     report.add(f"scrape cost: seat CPU a request, scraping {every}", scraped.cpu * 1e6, "us")
     report.add("scrape cost: seat CPU a request, scraping / without", scraped.cpu / quiet.cpu, "x")

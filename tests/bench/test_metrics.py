@@ -33,6 +33,7 @@ async def test_the_part_counts_the_fleet_and_shows_each_side_and_the_verdict(tmp
     ratio = shown["scrape cost: throughput scraping / without"]
     assert ratio["value"] == pytest.approx(scraping / without)
     assert ratio["target"] == ">= 0.95" and ratio["met"] == (ratio["value"] >= 0.95)
+    assert shown["scrape cost: throughput scraping / without, median of the 2 pairs"]["value"] > 0
     assert shown["scrape cost: seat CPU a request, without scraping"]["value"] > 0
     assert shown["scrape cost: seat CPU a request, scraping every 0.05 s"]["value"] > 0
     assert shown["scrape cost: scrapes made in the 2 scraped rounds"]["value"] >= 1
