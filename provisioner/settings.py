@@ -39,7 +39,7 @@ from provisioner.verb.request import FILTERS
 from registry.contract import MAX_STALE_AFTER_SECONDS, Name, Verdict, What
 from registry.edge import CommandLine, Duration, EdgeSettings, LogSettings, flag_of
 from registry.errors import SettingsError
-from registry.runtime import LogLevel
+from registry.runtime import LogLevel, MetricsListen
 
 ENV_PREFIX = "MESH_PROVISIONER_"
 
@@ -122,9 +122,8 @@ class ServerSettings(LogSettings):
         ge=0,
         description="bytes of answers a second one operator or provider is sent, past 4 s of it; 0: no bound",
     )
-    metrics_listen: str | None = Field(
+    metrics_listen: MetricsListen | None = Field(
         default=None,
-        pattern=r"^(\[[0-9A-Fa-f:.]+\]:|[^\s:\[\]]+:)?[0-9]{1,5}$",
         description="where the seat serves its Prometheus metrics at /metrics: PORT (on 127.0.0.1) or HOST:PORT; "
         "none: no endpoint (provisioner.metrics)",
     )

@@ -17,7 +17,8 @@ Every series (README "Metrics"):
   record says what it says (its `changed_at`), 0 when none is pending.
 - `mesh_node_pending_by_cause{cause}` gauge: pending modules with a reason of each cause:
   `verb_refused` (a verb, the vault say, answered an error), `verb_unanswered` (it did not answer
-  in time, or nothing serves its subject), `other` (a value missing, a manifest unread, ...).
+  in time, or nothing serves its subject), `other` (a value missing, a manifest unread, ...), read
+  as the seat reads its fleet's (`registry.contract.pending_causes`).
 - `mesh_node_modules_by_action{outcome}` gauge: modules whose last change action
   `succeeded`, `failed`, `timed_out` or `could_not_start`.
 - `mesh_node_reconcile_last_timestamp_seconds` gauge: when the last reconcile ended (failed or not).
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -49,7 +49,7 @@ from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
 from provisioner_client.reconcile import ModuleReport, Report
-from registry.contract import AppliedValue
+from registry.contract import PENDING_CAUSES, AppliedValue, pending_causes
 from registry.runtime import serve_metrics
 
 log = logging.getLogger(__name__)
@@ -57,11 +57,6 @@ log = logging.getLogger(__name__)
 FILE_NAME = "mesh_provisioner_client.prom"
 FILE_MODE = 0o644
 STATES = ("applied", "pending")
-CAUSES = {  # a reason's cause, told by how `provisioner_client.resolving.resolve` words it
-    "verb_refused": re.compile(r" answered error \S+: "),
-    "verb_unanswered": re.compile(r" did not answer within |nobody answers |no responders"),
-}
-OTHER = "other"
 OUTCOMES = {
     "succeeded": "succeeded",
     "failed": "failed",
@@ -103,7 +98,7 @@ class NodeMetrics:
             self._modules.labels(state)
         for outcome in OUTCOMES.values():
             self._by_action.labels(outcome)
-        for cause in [*CAUSES, OTHER]:
+        for cause in PENDING_CAUSES:
             self._by_cause.labels(cause)
         for outcome in ("completed", "failed"):
             self._reconciles.labels(outcome)
@@ -114,8 +109,8 @@ class NodeMetrics:
         for state in STATES:
             self._modules.labels(state).set(sum(1 for m in modules if m.applied.state == state))
         self._pending_since.set(_oldest_pending(modules))
-        causes = [_causes(m.applied.reasons) for m in modules if m.applied.state == "pending"]
-        for cause in [*CAUSES, OTHER]:
+        causes = [pending_causes(m.applied.reasons) for m in modules if m.applied.state == "pending"]
+        for cause in PENDING_CAUSES:
             self._by_cause.labels(cause).set(sum(1 for found in causes if cause in found))
         for outcome, label in OUTCOMES.items():
             self._by_action.labels(label).set(sum(1 for m in modules if m.action and m.action.outcome == outcome))
@@ -179,10 +174,6 @@ def _gauge(metrics: NodeMetrics, name: str, documentation: str, labels: Iterable
 def _oldest_pending(modules: Iterable[ModuleReport]) -> float:
     since = [_since(m.applied) for m in modules if m.applied.state == "pending"]
     return min(since, default=0.0)
-
-
-def _causes(reasons: Iterable[str]) -> set[str]:
-    return {next((cause for cause, said in CAUSES.items() if said.search(r)), OTHER) for r in reasons}
 
 
 def _since(applied: AppliedValue) -> float:

@@ -23,25 +23,21 @@ Example TOML file:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from registry.edge import CommandLine, Duration, LogSettings
 from registry.errors import SettingsError
-from registry.runtime import listen_address
+from registry.runtime import MetricsListen
 
 ENV_PREFIX = "MESH_PROVISIONER_CLIENT_"
 CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
 DEFAULT_CONFIG = Path("/etc/mesh-provisioner/client.toml")
-# `PORT` or `HOST:PORT` (`[::1]:PORT` for IPv6), as the seat's `metrics_listen` takes it.
-LISTEN_PATTERN = r"(\[[0-9A-Fa-f:.]+\]:|[^\s:\[\]]+:)?[0-9]{1,5}"
-MAX_PORT = 65535
 
 
 def settings_file(given: Path | None, environ: Mapping[str, str], default: Path = DEFAULT_CONFIG) -> Path | None:
@@ -116,7 +112,7 @@ class ClientSettings(LogSettings):
         description="node_exporter's textfile folder: the client writes its figures there as "
         "mesh_provisioner_client.prom after each reconcile (provisioner_client.metrics); none: no textfile",
     )
-    metrics_listen: Annotated[str | None, CommandLine(metavar="[HOST:]PORT")] = Field(
+    metrics_listen: Annotated[MetricsListen | None, CommandLine(metavar="[HOST:]PORT")] = Field(
         default=None,
         description="watch: where the client serves the node's figures for Prometheus at /metrics: PORT (on "
         "127.0.0.1) or HOST:PORT, the same series as metrics_folder's textfile; none: no endpoint "
@@ -127,14 +123,3 @@ class ClientSettings(LogSettings):
         ge=timedelta(0),
         description="how long the reconcile in progress may take to finish after SIGTERM or SIGINT",
     )
-
-    @field_validator("metrics_listen")
-    @classmethod
-    def _an_address_to_listen_on(cls, listen: str | None) -> str | None:
-        if listen is None:
-            return None
-        if not re.fullmatch(LISTEN_PATTERN, listen):
-            raise ValueError(f"{listen!r} is not PORT, HOST:PORT nor [IPv6]:PORT")
-        if listen_address(listen)[1] > MAX_PORT:
-            raise ValueError(f"{listen!r}: the port must be 0 to {MAX_PORT}")
-        return listen

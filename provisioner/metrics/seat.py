@@ -4,6 +4,9 @@
   `what=nodes` judges them with its default stale_after (the seat's `FleetView`); all 0 until
   the view is filled.
 - `mesh_seat_fleet_ready` gauge: 1 once the view has read both its buckets.
+- `mesh_seat_modules_pending_by_cause{cause}` gauge: the fleet's pending modules with a reason of
+  each class (`registry.contract.pending_causes`: `verb_refused`, `verb_unanswered`, `other`), as
+  their applied records say; all 0 until the view is filled.
 - `mesh_seat_bucket_bytes{bucket}`, `mesh_seat_bucket_max_bytes{bucket}` gauges: what each of the
   seat's buckets holds and may hold (its stream's state and `max_bytes`; -1: no limit).
 - `mesh_seat_bucket_keys{bucket}`, `mesh_seat_bucket_max_keys{bucket}` gauges: its messages (each
@@ -55,7 +58,7 @@ from provisioner.seat.registry_sync import CompileCounts
 from provisioner.verb.nodes import DEFAULT_STALE_AFTER, Fleet, FleetView, LeaseSeen
 from provisioner.verb.paging import PageCache
 from provisioner.verb.stats import RequestStats
-from registry.contract import Bucket, buckets
+from registry.contract import PENDING_CAUSES, Bucket, buckets
 from registry.errors import BusError
 from registry.runtime import serve_metrics
 from registry.wire import SKEW, Bus, Holder, get_stamped, seat_key
@@ -147,6 +150,9 @@ class SeatMetrics:
         self._reconnects_seen = dict.fromkeys(self.connections, 0)
         self._nodes = self._gauge("mesh_seat_nodes", "nodes by the seat's verdict", ["verdict"])
         self._fleet_ready = self._gauge("mesh_seat_fleet_ready", "1 once the seat's view of the fleet is filled")
+        self._pending = self._gauge(
+            "mesh_seat_modules_pending_by_cause", "the fleet's pending modules with a reason of this class", ["cause"]
+        )
         bucket = ["bucket"]
         self._bytes = self._gauge("mesh_seat_bucket_bytes", "bytes the bucket holds", bucket)
         self._max_bytes = self._gauge("mesh_seat_bucket_max_bytes", "bytes the bucket may hold; -1: no limit", bucket)
@@ -163,6 +169,8 @@ class SeatMetrics:
         )
         for verdict in VERDICTS.values():
             self._nodes.labels(verdict)
+        for cause in PENDING_CAUSES:
+            self._pending.labels(cause)
         for name in self.connections:
             self._reconnects.labels(name)
         if work is not None:
@@ -193,6 +201,9 @@ class SeatMetrics:
         counts = await self._fleet_count.count(self.fleet) if self.fleet is not None and ready else {}
         for verdict in VERDICTS.values():
             self._nodes.labels(verdict).set(counts.get(verdict, 0))
+        for cause in PENDING_CAUSES:
+            pending = self.fleet.pending_by_cause[cause] if self.fleet is not None and ready else 0
+            self._pending.labels(cause).set(pending)
 
     def _tell_connections(self) -> None:
         for name, bus in self.connections.items():

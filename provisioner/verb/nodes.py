@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from provisioner.verb.pages import Encoded, build_pages
 from provisioner.verb.paging import PageCache
 from provisioner.verb.request import Asked, Query
 from registry.contract import (
+    PENDING_CAUSES,
     Bucket,
     HeldLease,
     JsonRefused,
@@ -53,6 +55,7 @@ from registry.contract import (
     Verdict,
     buckets,
     encode_token,
+    pending_causes,
     read_json,
     subject_matches,
 )
@@ -80,10 +83,12 @@ class LeaseSeen:
     holder: Holder | None = None
 
 
-# An applied record as the view keeps it: (revision, pending, changed_at). A plain tuple of atoms,
-# which the garbage collector stops tracking: 100,000 slotted objects (1,000 nodes x 100 modules)
-# added 10 to 25 ms to each of the seat's full collections, run with its event loop blocked.
-ModuleSeen = tuple[int, bool, datetime | None]
+# An applied record as the view keeps it: (revision, pending, changed_at, causes). A plain tuple of
+# atoms, which the garbage collector stops tracking: 100,000 slotted objects (1,000 nodes x 100
+# modules) added 10 to 25 ms to each of the seat's full collections, run with its event loop
+# blocked. `causes`: a pending record's classes of reasons (`registry.contract.pending_causes`)
+# joined by "+", one interned string per combination; "" when applied.
+ModuleSeen = tuple[int, bool, datetime | None, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,7 @@ class Fleet:
         self.over_quota = over_quota  # the nodes cut back, with why (`provisioner.seat.quotas`)
         self.leases: dict[str, LeaseSeen] = {}
         self.modules: dict[str, dict[str, ModuleSeen]] = {}
+        self.pending_by_cause: dict[str, int] = dict.fromkeys(PENDING_CAUSES, 0)  # as a node's textfile counts
         self.malformed = MalformedKeys()
         self._tallies: dict[str, Tally] = {}
         self._rows: dict[str, tuple[object, bytes]] = {}  # by node: what its row was made of, the row
@@ -153,16 +159,23 @@ class Fleet:
         self._tallies.pop(node, None)
         self.malformed.drop(buckets.APPLIED, item.key)
         modules = self.modules.setdefault(node, {})
+        self._count_causes(modules.pop(module, None), -1)
         if item.deleted:
-            modules.pop(module, None)
             if not modules:
                 del self.modules[node]
             return
         try:
-            modules[module] = _module_seen(item)
+            seen = _module_seen(item)
         except ValueError as err:
-            modules.pop(module, None)
             self.malformed.set(buckets.APPLIED, item.key, str(err))
+            return
+        modules[module] = seen
+        self._count_causes(seen, +1)
+
+    def _count_causes(self, seen: ModuleSeen | None, step: int) -> None:
+        if seen is not None and seen[3]:
+            for cause in seen[3].split("+"):
+                self.pending_by_cause[cause] += step
 
     def forget_purged(self, bucket: Bucket, token: str) -> None:
         """Forgets what the view held of a node's keys in `bucket` once they were purged: a purge
@@ -170,7 +183,8 @@ class Fleet:
         if bucket.name != buckets.APPLIED.name:
             return
         for node in [node for node in self.modules if encode_token(node) == token]:
-            del self.modules[node]
+            for seen in self.modules.pop(node).values():
+                self._count_causes(seen, -1)
             self._tallies.pop(node, None)
         self.malformed.drop_under(bucket, token)
 
@@ -323,7 +337,22 @@ def _module_seen(item: KvItem) -> ModuleSeen:
     if not isinstance(value, dict) or value.get("state") not in ("applied", "pending"):
         raise ValueError("the value has no state applied or pending")
     changed = _parsed_time(value.get("changed_at")) or item.stored_at
-    return (item.revision, value["state"] == "pending", changed)
+    pending = value["state"] == "pending"
+    return (item.revision, pending, changed, _causes_of(value.get("reasons")) if pending else "")
+
+
+_CAUSES_SEEN: dict[frozenset[str], str] = {}
+
+
+def _causes_of(reasons: object) -> str:
+    """A pending record's classes of reasons as `ModuleSeen` keeps them; reasons out of shape are
+    none (the client writes a list of strings)."""
+    said = reasons if isinstance(reasons, list) else []
+    causes = pending_causes(reason for reason in said if isinstance(reason, str))
+    joined = _CAUSES_SEEN.get(causes)
+    if joined is None:  # at most 2^3 combinations
+        joined = _CAUSES_SEEN[causes] = sys.intern("+".join(sorted(causes)))
+    return joined
 
 
 def _parsed_time(text: object) -> datetime | None:
@@ -347,7 +376,7 @@ def _in_utc(moment: datetime) -> datetime | None:
 def _tally(modules: Iterable[ModuleSeen]) -> Tally:
     applied = pending = 0
     latest: datetime | None = None
-    for _, is_pending, changed_at in modules:
+    for _, is_pending, changed_at, _ in modules:
         pending += is_pending
         applied += not is_pending
         if changed_at is not None and (latest is None or changed_at > latest):

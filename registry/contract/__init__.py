@@ -26,6 +26,7 @@ from registry.contract.models import (
     VerbAnswer,
     to_json,
 )
+from registry.contract.pending import PENDING_CAUSES, pending_causes
 from registry.contract.placeholders import Placeholder, find_placeholders, parse_placeholder, substitute
 from registry.contract.templates import NamePattern, fields_of, pattern_of, render
 from registry.contract.verb import (
@@ -77,6 +78,7 @@ __all__ = [
     "MAX_STALE_AFTER_SECONDS",
     "MAX_VALUE_DEPTH",
     "PAGES",
+    "PENDING_CAUSES",
     "WHATS",
     "ActionRecord",
     "AppliedPage",
@@ -131,6 +133,7 @@ __all__ = [
     "parse_page",
     "parse_placeholder",
     "pattern_of",
+    "pending_causes",
     "read_json",
     "read_json_file",
     "registry_values",

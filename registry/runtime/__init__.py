@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from registry.runtime.extras import missing_extra
 from registry.runtime.logs import LogFormat, LogLevel, configure_logging, event, log_context, new_log_id
-from registry.runtime.metrics_endpoint import listen_address, serve_metrics
+from registry.runtime.metrics_endpoint import MetricsListen, listen_address, serve_metrics
 from registry.runtime.pipes import EXIT_CLOSED_PIPE, quiet_on_closed_pipe
 from registry.runtime.signals import until_signalled
 from registry.runtime.terminal import terminal_safe
@@ -19,6 +19,7 @@ __all__ = [
     "EXIT_CLOSED_PIPE",
     "LogFormat",
     "LogLevel",
+    "MetricsListen",
     "configure_logging",
     "event",
     "listen_address",

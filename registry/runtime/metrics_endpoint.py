@@ -13,12 +13,15 @@ seat out of descriptors (the failed accept ended the seat's task group).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Annotated
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import AfterValidator
 
 from registry.errors import SettingsError
 
@@ -34,10 +37,28 @@ MAX_CONNECTIONS = 64
 Render = Callable[[], Awaitable[bytes]]
 
 
+# `PORT` or `HOST:PORT` (`[::1]:PORT` for IPv6).
+LISTEN_PATTERN = re.compile(r"(\[[0-9A-Fa-f:.]+\]:|[^\s:\[\]]+:)?[0-9]{1,5}")
+MAX_PORT = 65535
+
+
 def listen_address(listen: str) -> tuple[str, int]:
     """`HOST:PORT` or `PORT` (on 127.0.0.1) as a host and a port; `[::1]:9464` for IPv6."""
     host, _, port = listen.rpartition(":")
     return (host.strip("[]") or DEFAULT_HOST), int(port)
+
+
+def checked_listen(listen: str) -> str:
+    """`listen` when it is an address `serve_metrics` can listen on; `ValueError` saying why not."""
+    if not LISTEN_PATTERN.fullmatch(listen):
+        raise ValueError(f"{listen!r} is not PORT, HOST:PORT nor [IPv6]:PORT")
+    if listen_address(listen)[1] > MAX_PORT:
+        raise ValueError(f"{listen!r}: the port must be 0 to {MAX_PORT}")
+    return listen
+
+
+# A setting's type: where a program serves its /metrics, checked as the settings are read.
+MetricsListen = Annotated[str, AfterValidator(checked_listen)]
 
 
 async def serve_metrics(

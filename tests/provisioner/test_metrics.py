@@ -23,7 +23,7 @@ from provisioner.metrics.seat import NODES_AT_ONCE, VERDICTS, FleetCount
 from provisioner.seat.buckets import seat_buckets
 from provisioner.verb.nodes import DEFAULT_STALE_AFTER, Fleet, LeaseSeen
 from provisioner_client.watch.holding import holding
-from registry.contract import AppliedValue, buckets, to_json
+from registry.contract import PENDING_CAUSES, AppliedValue, buckets, to_json
 from registry.errors import SettingsError
 from registry.runtime import listen_address, serve_metrics
 from registry.wire import Bus, BusOptions, Holder, put
@@ -89,6 +89,8 @@ async def test_the_seat_serves_the_fleet_its_buckets_lease_and_connections(nats_
         serving(nats_server.url, metrics_listen=str(port)),
         holding(bus, "n1", timedelta(seconds=15)),
     ):
+        refused = "${secret:db}: mesh-vault.secret answered error 403: not yours"
+        await put(bus, buckets.APPLIED, "n2.db", to_json(AppliedValue(state="pending", reasons=(refused,))))
         await put(bus, buckets.APPLIED, "n2.app", to_json(AppliedValue(state="applied")))  # no lease: gone
         found, text = await scrape_until(url, fleet_is(healthy=1, gone=1), "n1 healthy, n2 gone")
 
@@ -98,11 +100,13 @@ async def test_the_seat_serves_the_fleet_its_buckets_lease_and_connections(nats_
         nodes = {verdict: value("mesh_seat_nodes", verdict=verdict) for verdict in ("healthy", "stale", "gone")}
         assert nodes == {"healthy": 1, "stale": 0, "gone": 1}
         assert value("mesh_seat_nodes", verdict="over_quota") == 0
+        pending = {cause: value("mesh_seat_modules_pending_by_cause", cause=cause) for cause in PENDING_CAUSES}
+        assert pending == {"verb_refused": 1, "verb_unanswered": 0, "other": 0}
         settings = ServerSettings()
         for bucket in seat_buckets():
             assert value("mesh_seat_bucket_max_bytes", bucket=bucket.name) == settings.bucket_max_bytes
             assert value("mesh_seat_bucket_max_keys", bucket=bucket.name) == -1
-        assert value("mesh_seat_bucket_keys", bucket=buckets.APPLIED.name) == 1
+        assert value("mesh_seat_bucket_keys", bucket=buckets.APPLIED.name) == 2
         assert value("mesh_seat_bucket_bytes", bucket=buckets.APPLIED.name) > 0
         assert value("mesh_seat_bucket_keys", bucket=buckets.LEASES.name) == 2  # the compile lease, n1's
         assert value("mesh_seat_compile_lease_held") == 1
@@ -149,7 +153,7 @@ def test_the_listen_address(listen: str, address: tuple[str, int]) -> None:
     assert ServerSettings(metrics_listen=listen).metrics_listen == listen
 
 
-@pytest.mark.parametrize("listen", ["", "localhost", "host:port", "1:2:3", "9464 "])
+@pytest.mark.parametrize("listen", ["", "localhost", "host:port", "1:2:3", "9464 ", "70000", "127.0.0.1:99999"])
 def test_a_listen_address_out_of_shape_is_refused(listen: str) -> None:
     with pytest.raises(ValidationError, match="metrics_listen"):
         ServerSettings(metrics_listen=listen)
@@ -200,7 +204,7 @@ def mixed_fleet(size: int) -> Fleet:
             case 3:
                 fleet.leases[name] = LeaseSeen(i, now - age, released=False, holder=None)
             case _:
-                fleet.modules[name] = {"app": (i, False, None)}
+                fleet.modules[name] = {"app": (i, False, None, "")}
     return fleet
 
 

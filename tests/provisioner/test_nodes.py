@@ -455,3 +455,30 @@ async def test_the_listed_fleet_answers_as_the_kept_view_does(
 def test_top_refuses_an_interval_it_cannot_wait(interval: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["top", "--interval", interval, "--nats-url", "nats://127.0.0.1:1"]) == 2
     assert "--interval" in capsys.readouterr().err
+
+
+def applied(state: str, *reasons: str) -> bytes:
+    return json.dumps({"state": state, "reasons": list(reasons)}).encode()
+
+
+REFUSED = "${secret:db}: mesh-vault.secret answered error 403: no"
+
+
+def test_the_fleet_counts_pending_modules_by_cause_as_records_come_and_go() -> None:
+    fleet = Fleet()
+    fleet.apply_applied(KvItem("n1.web", applied("pending", REFUSED, "no value"), 1, stored_at=NOW))
+    fleet.apply_applied(KvItem("n1.db", applied("pending", REFUSED), 2, stored_at=NOW))
+    fleet.apply_applied(KvItem("n2.web", applied("applied"), 3, stored_at=NOW))
+    assert fleet.pending_by_cause == {"verb_refused": 2, "verb_unanswered": 0, "other": 1}
+    fleet.apply_applied(KvItem("n1.web", applied("applied"), 4, stored_at=NOW))  # applied now
+    assert fleet.pending_by_cause == {"verb_refused": 1, "verb_unanswered": 0, "other": 0}
+    fleet.apply_applied(KvItem("n1.db", b"", 5, stored_at=NOW, deleted=True))
+    assert fleet.pending_by_cause == {"verb_refused": 0, "verb_unanswered": 0, "other": 0}
+    fleet.apply_applied(KvItem("n2.web", applied("pending", "x" * 100, REFUSED), 6, stored_at=NOW))
+    fleet.apply_applied(KvItem("n2.api", b'{"state": "pending", "reasons": [7, null]}', 7, stored_at=NOW))
+    assert fleet.pending_by_cause == {"verb_refused": 1, "verb_unanswered": 0, "other": 1}
+    fleet.apply_applied(KvItem("n2.web", b"not json", 8, stored_at=NOW))  # malformed: no longer counted
+    assert fleet.pending_by_cause == {"verb_refused": 0, "verb_unanswered": 0, "other": 0}
+    fleet.apply_applied(KvItem("n2.web", applied("pending", REFUSED), 9, stored_at=NOW))
+    fleet.forget_purged(buckets.APPLIED, "n2")
+    assert fleet.pending_by_cause == {"verb_refused": 0, "verb_unanswered": 0, "other": 0}

@@ -351,7 +351,9 @@ async def test_a_cursor_is_answered_from_its_kept_page_or_read_from_its_listings
     cache = PageCache()
     answering = Answering(seeded, cache)
     cache.keep("kept", {"what": "needs"}, [b"page two"])
-    assert answering.answer(asked_for({"what": "needs", "cursor": "kept.2"})) == AtOnce(Way.KEPT_PAGE, "needs", b"page two")
+    assert answering.answer(asked_for({"what": "needs", "cursor": "kept.2"})) == AtOnce(
+        Way.KEPT_PAGE, "needs", b"page two"
+    )
     listing = await StreamedListing.start(seeded, "needs", [">"], listing_id="streamed", budget=200, idle=10)
     first = parse_page(await listing.page(1), "needs")
     assert isinstance(first, NeedsPage)
