@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.metrics import SeatMetrics
+from provisioner.metrics import SeatMetrics, SeatWork
 from provisioner.seat.buckets import seat_buckets
+from provisioner.seat.registry_sync import CompileCounts
+from provisioner.verb.paging import PageCache
+from provisioner.verb.stats import RequestStats
 from provisioner_client.metrics import NodeMetrics
 from registry.wire import Bus
 from tests.helpers import DEPLOY
@@ -51,7 +54,9 @@ def test_every_alert_is_tested_firing_and_quiet() -> None:
 
 async def test_the_rules_read_only_series_the_seat_and_the_node_export(tmp_path: Path, bus: Bus) -> None:
     node = NodeMetrics("n1", tmp_path).registry
-    seat = SeatMetrics({"data": bus, "verb": bus}, None, seat_buckets()).registry
+    work = SeatWork(RequestStats(), CompileCounts(), PageCache())
+    work.requests.answered("needs", "500", 0.01)  # a counter's samples show once counted
+    seat = SeatMetrics({"data": bus, "verb": bus}, None, seat_buckets(), work=work).registry
     families = [family for registry in (node, seat) for family in registry.collect()]
     exported = {family.name for family in families} | {sample.name for f in families for sample in f.samples}
     read = set(SERIES.findall(RULES.read_text()))
