@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 from anyio.abc import Process
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import DEPLOY
 
@@ -30,6 +31,23 @@ def documented() -> dict[str, tuple[str, frozenset[str]]]:
     """deploy/prometheus/README.md's list of metrics: each series' type and labels, by name."""
     text = README.read_text().split("## Metrics", 1)[1].split("\n## ", 1)[0]
     return {name: (kind, frozenset(re.findall(r"`(\w+)`", labels))) for name, kind, labels in ROW.findall(text)}
+
+
+Figures = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def samples(text: str) -> Figures:
+    """Every sample of a text exposition (a scrape, a textfile), by name and labels."""
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sample(found: Figures, name: str, **labels: str) -> float:
+    """The sample of `name` with exactly `labels`; KeyError when there is none."""
+    return found[(name, frozenset(labels.items()))]
 
 
 def free_port() -> int:

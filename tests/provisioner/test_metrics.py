@@ -14,7 +14,6 @@ from pathlib import Path
 import anyio
 import anyio.lowlevel
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from mesh_dev.local_nats import LocalNats
@@ -28,16 +27,9 @@ from registry.errors import SettingsError
 from registry.runtime import listen_address, serve_metrics
 from registry.wire import Bus, BusOptions, Holder, put
 from tests.helpers import restartable_nats, serving
+from tests.prometheus import Figures, free_port, samples
 
 BOUND = 10.0
-Figures = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def fetch(url: str, method: str = "GET") -> tuple[int, str, str]:
@@ -52,12 +44,7 @@ def fetch(url: str, method: str = "GET") -> tuple[int, str, str]:
 async def scrape(url: str) -> tuple[Figures, str]:
     status, content_type, text = await anyio.to_thread.run_sync(fetch, url)
     assert (status, content_type.split(";")[0]) == (200, "text/plain")
-    found = {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-    return found, text
+    return samples(text), text
 
 
 async def scrape_until(url: str, check: Callable[[Figures], bool], what: str) -> tuple[Figures, str]:

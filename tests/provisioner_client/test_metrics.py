@@ -13,7 +13,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import DEV_SECRETS, StandIns
@@ -25,6 +24,8 @@ from registry.contract import PENDING_CAUSES
 from registry.edge import load_settings
 from registry.wire import Bus
 from tests.helpers import NODE, Reports, logged
+from tests.prometheus import Figures, samples
+from tests.prometheus import sample as value
 from tests.provisioner_client.test_cli import client, client_env
 
 TIMING = WatchTiming(
@@ -34,21 +35,11 @@ TIMING = WatchTiming(
     backoff_max=timedelta(seconds=0.5),
 )
 BOUND = 10.0
-Figures = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 def figures(folder: Path) -> Figures:
     """Every sample of the textfile, by name and labels."""
-    text = (folder / FILE_NAME).read_text()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(found: Figures, name: str, **labels: str) -> float:
-    return found[(name, frozenset(labels.items()))]
+    return samples((folder / FILE_NAME).read_text())
 
 
 @pytest.fixture

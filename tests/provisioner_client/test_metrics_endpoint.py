@@ -15,7 +15,6 @@ import anyio
 import pytest
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from mesh_dev.local_nats import LocalNats
@@ -27,13 +26,14 @@ from provisioner_client.watch.watching import WatchTiming, watch
 from registry.edge import load_settings
 from registry.wire import BusOptions, connect
 from tests.helpers import NODE, Reports, restartable_nats, serving
+from tests.prometheus import Figures, samples
+from tests.prometheus import sample as value
 from tests.provisioner_client.test_cli import CLIENT, client, client_env
 
 TIMING = WatchTiming(debounce=timedelta(seconds=0.1), poll=timedelta(seconds=0.2), drift_poll=timedelta(seconds=0.2))
 BOUND = 10.0
 SERVED = re.compile(r"metrics served at http://127\.0\.0\.1:(\d+)/metrics")
 UNREACHABLE = "nats://127.0.0.1:1"
-Figures = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 def fetch(url: str) -> str:
@@ -44,16 +44,7 @@ def fetch(url: str) -> str:
 
 
 async def scrape(port: int) -> Figures:
-    text = await anyio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port}/metrics")
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(found: Figures, name: str, **labels: str) -> float:
-    return found[(name, frozenset(labels.items()))]
+    return samples(await anyio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port}/metrics"))
 
 
 def reconciles(found: Figures) -> tuple[float, float]:
@@ -130,12 +121,7 @@ async def test_the_endpoint_and_the_textfile_show_the_same_series(
             )
             served = await scrape(port)
             tg.cancel_scope.cancel()
-    written = {
-        (sample.name, frozenset(sample.labels.items()))
-        for family in text_string_to_metric_families((folder / "mesh_provisioner_client.prom").read_text())
-        for sample in family.samples
-    }
-    assert set(served) == written
+    assert set(served) == set(samples((folder / "mesh_provisioner_client.prom").read_text()))
     assert value(served, "mesh_node_modules", state="applied") == 3
 
 

@@ -7,7 +7,6 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator
 
 import anyio
 import anyio.lowlevel
@@ -17,14 +16,6 @@ from registry.runtime import LogFormat, configure_logging, event, log_context, n
 from registry.runtime.logs import event_fields
 
 log = logging.getLogger("registry.test_log_context")
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    handlers, level = logging.getLogger().handlers[:], logging.getLogger().level
-    yield
-    logging.getLogger().handlers[:] = handlers
-    logging.getLogger().setLevel(level)
 
 
 @pytest.fixture

@@ -5,21 +5,10 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
-
-import pytest
 
 from registry.runtime import LogFormat, configure_logging, event
 
 log = logging.getLogger("registry.test_logs")
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    handlers, level = logging.getLogger().handlers[:], logging.getLogger().level
-    yield
-    logging.getLogger().handlers[:] = handlers
-    logging.getLogger().setLevel(level)
 
 
 def logged(log_format: LogFormat, message: str, *args: object, **extra: object) -> str:
