@@ -12,7 +12,7 @@ import argparse
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -27,13 +27,15 @@ from registry.access import (
     Grants,
     GrantsPlan,
     MeshParties,
+    Topology,
     combined,
     creds_path,
     issue_grants,
+    issue_sites,
     plan_grants,
     read_mesh_file,
 )
-from registry.contract import buckets
+from registry.contract import buckets, load_catalogue
 from registry.edge import BusSettings, add_settings_arguments, flag_of, given_flags, load_settings
 from registry.errors import SettingsError
 from registry.wire import BusOptions
@@ -74,11 +76,31 @@ The mesh file (--mesh, TOML) names the parties once; every key is optional:
   [limits.node]                      # what the accounts of a kind may hold (node, provider,
   connections = 32                   # operator, writer, vault): connections, subscriptions,
   payload = 262144                   # payload; left out, the kind's own
+  [hub]                              # where the nodes live: the hub (JetStream domain `hub`)
+  leafnodes = ["nats-leaf://hub.example.org:7422"]   # the URLs each site's server dials
+  listen = "0.0.0.0:7422"            # where the hub accepts them (the default)
+  [sites.home]                       # a site: one nats-server, JetStream domain `home`, with
+  nodes = ["n1"]                     # the nodes living there (a node at no site: at the hub)
 The flags add to it: --node, --provider, --operator and --writer name more parties (a party
 named by both counts once, the file's first; writers named by neither: every one); --domains-file
 is refused when the file names one. A file that cannot be read, an unknown key, a name listed
-twice, a machine that is not one of its nodes or a limit below what the party's program needs is
-an error naming the file, the key and why (exit 2).
+twice, a machine that is not one of its nodes, a limit below what the party's program needs, a
+site name that is no JetStream domain, a node at two sites or unknown, a site with no node or
+sites without [hub] leafnodes is an error naming the file, the key and why (exit 2).
+
+When the file names sites, the servers' configuration is written too (static accounts only):
+  OUT/sites/hub.conf            the hub's `leafnodes { listen, no_advertise }` and its accounts:
+                                accounts.conf's, with each site's link users; include it at the top
+                                level in place of accounts.conf
+  OUT/sites/<site>.conf         a site's `leafnodes { remotes }` to the hub (the data account's and
+                                the vault's, with their nkey seeds: mode 0600) and its accounts
+                                (the data account with the site's seat, the vault's, its nodes')
+  OUT/sites/<server>.jetstream.conf   its JetStream domain: include it inside `jetstream { }`
+  OUT/sites/sites.json          the topology as data: each site's domain, nodes, links
+  KEYS/leaf-<site>-data.nk, leaf-<site>-vault.nk, seat-<site>.nk   their seeds, reused
+A link's user may carry exactly the site's copies of the hub's buckets (whole for those readable
+mesh-wide; of a node-keyed one, the keys of the site's nodes alone), the hub's copies of what the
+site's nodes write, the verb and the vault's verbs the site's nodes are granted, and the answers.
 
 --check writes nothing (not even a new seed): it prints what issuing would change against what
 is in OUT/grants.json, one change a line: `+ account` added, `- account` removed, `~ account ...:
@@ -145,6 +167,8 @@ class WantedMesh:
 
     parties: MeshParties
     domains_file: Path | None
+    topology: Topology = field(default_factory=Topology)
+    source: str = "the command line"
 
 
 def wanted_mesh(asked: GrantsArguments) -> WantedMesh:
@@ -155,7 +179,12 @@ def wanted_mesh(asked: GrantsArguments) -> WantedMesh:
     if described.domains_file is not None and asked.domains_file is not None:
         flag = flag_of(GrantsArguments, "domains_file")
         raise SettingsError(flag, f"the mesh file {asked.mesh} names one already ({described.domains_file})")
-    return WantedMesh(combined(described.parties(), flags), described.domains_file or asked.domains_file)
+    return WantedMesh(
+        combined(described.parties(), flags),
+        described.domains_file or asked.domains_file,
+        described.topology(),
+        f"the mesh file {asked.mesh}",
+    )
 
 
 def run_grants(asked: GrantsArguments, mesh: WantedMesh | None = None) -> str:
@@ -172,9 +201,25 @@ def run_grants(asked: GrantsArguments, mesh: WantedMesh | None = None) -> str:
     ]
     if asked.jwt:
         lines.append(f"JWT mode: include {out / 'jwt' / 'server-auth.conf'}; credentials in {keys}/*.creds")
+    lines += _sites_written(mesh, grants, out, keys)
     lines += [f"not granted: {reason}" for reason in grants.skipped]
     lines += [f"granted wide: {reason}" for reason in grants.wide]
     return "\n".join(lines)
+
+
+def _sites_written(mesh: WantedMesh, grants: Grants, out: Path, keys: Path) -> list[str]:
+    """The hub's and each site's nats-server configuration, when the mesh file names sites."""
+    domains = load_catalogue(mesh.domains_file)
+    providers = mesh.parties.providers
+    sites = issue_sites(out, mesh.topology, grants, domains, providers=providers, keys=keys, source=mesh.source)
+    if not sites.files:
+        return []
+    names = ", ".join(site.name for site in mesh.topology.sites)
+    return [
+        f"sites {names}: the hub's and each site's nats-server configuration in {sites.files[0].parent}",
+        "  (hub.conf in place of accounts.conf at the hub; <site>.conf holds its link's seeds, mode 0600)",
+        f"  seeds of the sites' links and seats in {keys}: {len(sites.new_seeds)} new ({_some(list(sites.new_seeds))})",
+    ]
 
 
 def _some(names: list[str], shown: int = 10) -> str:

@@ -34,11 +34,14 @@ from registry.access.jwt_auth import (
     render_server_auth,
     seeded_accounts,
 )
+from registry.access.leafnodes import LeafLink, Permit, leaf_links
 from registry.access.limits import GivenLimits, PartyLimits
 from registry.access.live import LiveBuckets, followed_live
 from registry.access.mesh_file import MeshFile, MeshFileError, combined, read_mesh_file
 from registry.access.parties import DATA_ACCOUNT, REQUEST_INFO, Kind, Party, PartyMap, UnknownAccount
 from registry.access.plan import GrantsPlan, ResolverPlan, plan_grants, plan_resolver
+from registry.access.site_servers import SitesIssued, issue_sites
+from registry.access.sites import HubEntry, Site, SiteEntry, Topology
 
 __all__ = [
     "CLAIMS_UPDATE",
@@ -53,7 +56,9 @@ __all__ = [
     "Grants",
     "GrantsFile",
     "GrantsPlan",
+    "HubEntry",
     "Kind",
+    "LeafLink",
     "LiveBuckets",
     "MeshFile",
     "MeshFileError",
@@ -62,7 +67,12 @@ __all__ = [
     "Party",
     "PartyLimits",
     "PartyMap",
+    "Permit",
     "ResolverPlan",
+    "Site",
+    "SiteEntry",
+    "SitesIssued",
+    "Topology",
     "UnknownAccount",
     "account_jwt_path",
     "account_seed_path",
@@ -75,6 +85,8 @@ __all__ = [
     "encode_jwt",
     "followed_live",
     "issue_grants",
+    "issue_sites",
+    "leaf_links",
     "load_jwt_auth",
     "load_party_map",
     "new_seed",

@@ -16,10 +16,17 @@
     subscriptions = 2000                 # keeps its kind's own (registry.access.limits)
     payload = 262144                     # bytes of one message it publishes
 
+    [hub]                                # where the nodes live (registry.access.sites): the hub,
+    leafnodes = ["nats-leaf://hub.example.org:7422"]  # the URLs its sites dial it on,
+    [sites.home]                         # and each site (one nats-server, JetStream domain `home`)
+    nodes = ["n1"]                       # with its nodes; a node at no site lives at the hub
+
 Every key is optional. An unknown key, a value of the wrong type, a name listed twice, a machine
 that is not a node of the file, a name over 1,024 bytes, more than 10,000 names in a list, a
-limit below what the party's own program needs or past `registry.access.limits.MOST`, and a file
-over 1 MiB are refused, each naming the file, the key and why (`MeshFileError`).
+limit below what the party's own program needs or past `registry.access.limits.MOST`, a site
+name that is no JetStream domain, a node at two sites or at none of the nodes, a site with no
+node, sites without the hub's URLs, and a file over 1 MiB are refused, each naming the file, the
+key and why (`MeshFileError`).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from registry.access.issuing import MeshParties
 from registry.access.limits import GivenLimits, too_low
 from registry.access.parties import Kind
+from registry.access.sites import HubEntry, SiteEntry, SiteName, Topology, site_problems
 from registry.contract import Name
 from registry.errors import SettingsError
 
@@ -44,6 +52,10 @@ MAX_NAMES = 10_000  # nodes, operators, providers, and the machines of one provi
 MAX_ERRORS_SAID = 5
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _DICT_KEY = "[key]"  # where pydantic says a table's key (a provider's name), not its value, is wrong
+_TABLE_NAMES = {
+    "providers": "a provider's name (it names its bucket <name>_bound)",
+    "sites": "a site's name (its JetStream domain: letters, digits, - and _, at most 64)",
+}
 
 # A provider module's name makes its bucket's name `<provider>_bound`: only what a bucket name holds.
 ProviderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$", max_length=200)]
@@ -102,6 +114,15 @@ class MeshFile(_Model):
     writers: Names | None = None
     domains_file: Path | None = None
     limits: MeshLimits = MeshLimits()
+    hub: HubEntry | None = None
+    sites: dict[SiteName, SiteEntry] = Field(default_factory=dict, max_length=MAX_NAMES)
+
+    @model_validator(mode="after")
+    def _sites_place_known_nodes_once(self) -> Self:
+        problems = site_problems(self.nodes, self.hub, self.sites)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _limits_suffice(self) -> Self:
@@ -133,6 +154,10 @@ class MeshFile(_Model):
             writers=self.writers,
             limits=self.limits.by_kind(),
         )
+
+    def topology(self) -> Topology:
+        """The hub and the sites the file names (none: every node lives at the hub)."""
+        return Topology.of(self.hub, self.sites)
 
 
 def read_mesh_file(path: Path) -> MeshFile:
@@ -174,7 +199,7 @@ def _problem(error: Any) -> str:
         return f"{key}: unknown key; known: {known}"
     complaint = str(error["msg"]).removeprefix("Value error, ")  # a validator of ours says it all
     if _DICT_KEY in error["loc"]:
-        complaint = f"a provider's name (it names its bucket <name>_bound): {complaint}"
+        complaint = f"{_TABLE_NAMES.get(str(error['loc'][0]), 'a name')}: {complaint}"
     return f"{key}: {complaint}" if key else complaint
 
 
@@ -192,11 +217,13 @@ def _key(loc: Iterable[int | str]) -> str:
 
 def _known_at(loc: Sequence[int | str]) -> list[str]:
     """The keys a table takes: the file's own, a provider's (`providers.<name>`), the kinds of
-    party `limits` names, or the limits of one (`limits.node`)."""
+    party `limits` names, the limits of one (`limits.node`), the hub's or a site's."""
     tables: dict[tuple[str, int], type[BaseModel]] = {
         ("providers", 2): ProviderEntry,
         ("limits", 1): MeshLimits,
         ("limits", 2): GivenLimits,
+        ("hub", 1): HubEntry,
+        ("sites", 2): SiteEntry,
     }
     found = tables.get((str(loc[0]), len(loc))) if loc else None
     return list((found or MeshFile).model_fields)
