@@ -1,0 +1,297 @@
+"""A hub and one site on loopback for the tests: two nats-servers in their own JetStream domains
+(`hub`, `site1`), the site a leaf node of the hub through a relay that plays the WAN link.
+
+The relay adds a delay each way and is the tests' to break: `cut()` closes its connections and
+refuses new ones (the site's server sees the link go at once, as after a router reboot), `stall()`
+holds every byte without closing anything (a link that stops carrying packets: nobody is told),
+`restore()` ends either. The leaf link is bound to the data account on both sides (`DATA`); each
+node has an account of its own at its site, and what it may write is what it imports.
+
+The node's imports depend on the write path (issue 22, `docs/sites-write-path.md`):
+
+    fail fast   `$KV.<bucket>.<node>.>` is `$JS.hub.API.$KV.<bucket>.<node>.>` of the site's data
+                account: the write crosses the link and the hub's bucket acknowledges it
+    buffered    `$KV.<bucket>.<node>.>` of the site's data account: the site's own bucket
+                acknowledges it, and the hub's bucket sources it
+
+The servers are configured by hand here, not by the project's generator: the tests measure what
+nats-server does, independently of how the configuration is written.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import anyio
+from anyio.abc import SocketStream, TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from mesh_dev.local_nats import local_nats
+from registry.contract import Bucket, buckets, encode_token
+from registry.wire import BucketConfig, Bus, BusOptions, bucket_config, connect, create_bucket, node_key
+from tests.cluster import free_port
+
+WritePath = Literal["fail fast", "buffered"]
+HUB, SITE = "hub", "site1"
+NODE = "n1"
+NODE_BUCKETS: tuple[Bucket, ...] = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT)
+WRITTEN = (*NODE_BUCKETS, buckets.LEASES)  # every bucket a node writes
+PASSWORD = "pw"  # every test user's: loopback only
+
+
+class Relay:
+    """A TCP relay to `target` with `delay` seconds added each way; cut, stalled and restored by the test."""
+
+    def __init__(self, target: int, delay: float) -> None:
+        self.target = target
+        self.delay = delay
+        self.port = free_port()
+        self._flowing = anyio.Event()
+        self._flowing.set()
+        self._open = True
+        self._links: set[anyio.CancelScope] = set()
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
+        async with listener:
+            task_status.started()
+            await listener.serve(self._link)
+
+    def cut(self) -> None:
+        """Closes every connection through the relay and refuses new ones until `restore()`."""
+        self._open = False
+        for scope in list(self._links):
+            scope.cancel()
+
+    def stall(self) -> None:
+        """Holds every byte, both ways, until `restore()`; no connection is closed."""
+        self._flowing = anyio.Event()
+
+    def restore(self) -> None:
+        self._open = True
+        self._flowing.set()
+
+    async def _link(self, client: SocketStream) -> None:
+        async with client:
+            if not self._open:
+                return
+            try:
+                upstream = await anyio.connect_tcp("127.0.0.1", self.target)
+            except OSError:
+                return
+            link = anyio.CancelScope()
+            self._links.add(link)
+            try:
+                with link:
+                    async with upstream, anyio.create_task_group() as pumps:
+                        pumps.start_soon(self._pump, client, upstream, link)
+                        pumps.start_soon(self._pump, upstream, client, link)
+            finally:
+                self._links.discard(link)
+
+    async def _pump(self, source: SocketStream, sink: SocketStream, link: anyio.CancelScope) -> None:
+        """Forwards each chunk `delay` after it was read, in order, without delaying the next read;
+        once one side closes, the whole link goes, as a TCP connection's would."""
+        send, receive = anyio.create_memory_object_stream[tuple[float, bytes]](math.inf)
+        async with send, receive, anyio.create_task_group() as tasks:
+            tasks.start_soon(self._deliver, receive, sink)
+            await self._read(source, send)
+            tasks.cancel_scope.cancel()
+        link.cancel()
+
+    async def _read(self, source: SocketStream, send: MemoryObjectSendStream[tuple[float, bytes]]) -> None:
+        try:
+            async for chunk in source:
+                await send.send((time.monotonic() + self.delay, chunk))
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            pass
+
+    async def _deliver(self, receive: MemoryObjectReceiveStream[tuple[float, bytes]], sink: SocketStream) -> None:
+        async for due, chunk in receive:
+            await anyio.sleep(max(0.0, due - time.monotonic()))
+            await self._flowing.wait()
+            await sink.send(chunk)
+
+
+@dataclass
+class Server:
+    """One nats-server of the pair, stopped and started again on the same ports with the same store."""
+
+    name: str
+    state_dir: Path
+    config: str
+    port: int = field(default_factory=free_port)
+    _stop: anyio.Event = field(default_factory=anyio.Event)
+    _exited: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    async def run(self, *, task_status: TaskStatus[None]) -> None:
+        self._stop, self._exited = anyio.Event(), anyio.Event()
+        try:
+            async with local_nats(self.state_dir, self.config, port=self.port):
+                task_status.started()
+                await self._stop.wait()
+        finally:
+            self._exited.set()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._exited.wait()
+
+
+def _users(*names: str) -> str:
+    return ", ".join(f'{{user: "{name}", password: "{PASSWORD}"}}' for name in names)
+
+
+def _jetstream(state_dir: Path, domain: str) -> str:
+    # local_nats writes a jetstream block without a domain first: nats-server takes the last one.
+    return f'jetstream {{ store_dir: "{state_dir / "jetstream"}", domain: "{domain}" }}'
+
+
+def hub_config(state_dir: Path, leaf_port: int) -> str:
+    return f"""server_name: "{HUB}"
+{_jetstream(state_dir, HUB)}
+leafnodes {{ listen: "127.0.0.1:{leaf_port}", no_advertise: true }}
+accounts {{ DATA {{ jetstream: enabled, users: [{_users("seat", "leaf")}] }} }}
+"""
+
+
+def own_keys(bucket: Bucket, node: str) -> str:
+    """The node's keys in `bucket` (relative to it): `<node>.>`, and in the leases its one lease."""
+    return node_key(node) if bucket == buckets.LEASES else f"{encode_token(node)}.>"
+
+
+def node_writes(path: WritePath, node: str = NODE) -> list[tuple[str, str]]:
+    """(what the site's data account exports, what the node imports it as) for each subject the
+    node writes: its keys of the node buckets and its lease."""
+    own = [bucket.subject(own_keys(bucket, node)) for bucket in WRITTEN]
+    prefix = f"$JS.{HUB}.API." if path == "fail fast" else ""
+    return [(f"{prefix}{subject}", subject) for subject in own]
+
+
+def node_reads(node: str = NODE) -> list[str]:
+    """The direct gets of its own keys (its stamps included) and of its lease, answered at the site."""
+    return [bucket.direct_get_subject(own_keys(bucket, node)) for bucket in WRITTEN]
+
+
+def site_config(state_dir: Path, relay_port: int, path: WritePath) -> str:
+    writes = node_writes(path)
+    exports = [f'{{service: "{exported}"}}' for exported, _ in writes]
+    exports += [f'{{service: "{subject}"}}' for subject in node_reads()]
+    imports = [f'{{service: {{account: DATA, subject: "{exported}"}}, to: "{local}"}}' for exported, local in writes]
+    imports += [f'{{service: {{account: DATA, subject: "{subject}"}}}}' for subject in node_reads()]
+    return f"""server_name: "{SITE}"
+{_jetstream(state_dir, SITE)}
+leafnodes {{
+  reconnect: 1
+  remotes: [ {{ url: "nats-leaf://leaf:{PASSWORD}@127.0.0.1:{relay_port}", account: DATA }} ]
+}}
+accounts {{
+  DATA {{ jetstream: enabled, users: [{_users("site-seat")}], exports: [{", ".join(exports)}] }}
+  NODE {{ users: [{_users(NODE)}], imports: [{", ".join(imports)}] }}
+}}
+"""
+
+
+@dataclass
+class Sites:
+    """A hub, a site leafed to it through `relay`, and connections: the seat at the hub, the site's
+    data account (what the seat would create at the site through), the node at its site."""
+
+    path: WritePath
+    hub: Server
+    site: Server
+    relay: Relay
+    tasks: TaskGroup
+
+    async def restart_hub(self) -> None:
+        await self.hub.stop()
+        await self.tasks.start(self.hub.run)
+
+    def options(self, server: Server, user: str, **more: object) -> BusOptions:
+        return BusOptions(servers=(server.url,), name=user, user=user, password=PASSWORD, **more)  # type: ignore[arg-type]
+
+    @asynccontextmanager
+    async def seat(self) -> AsyncIterator[Bus]:
+        async with connect(self.options(self.hub, "seat")) as bus:
+            yield bus
+
+    @asynccontextmanager
+    async def site_data(self) -> AsyncIterator[Bus]:
+        async with connect(self.options(self.site, "site-seat")) as bus:
+            yield bus
+
+    @asynccontextmanager
+    async def node(self, **more: object) -> AsyncIterator[Bus]:
+        async with connect(self.options(self.site, NODE, **more)) as bus:
+            yield bus
+
+
+@asynccontextmanager
+async def hub_and_site(root: Path, path: WritePath, *, delay: float = 0.0) -> AsyncIterator[Sites]:
+    """The hub and the site running, the site's leaf link up (not yet its streams: the test makes them)."""
+    leaf_port = free_port()
+    hub = Server(HUB, root / HUB, hub_config(root / HUB, leaf_port))
+    relay = Relay(leaf_port, delay)
+    site = Server(SITE, root / SITE, site_config(root / SITE, relay.port, path))
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(relay.serve)
+        await tasks.start(hub.run)
+        await tasks.start(site.run)
+        try:
+            yield Sites(path, hub, site, relay, tasks)
+        finally:
+            await site.stop()
+            await hub.stop()
+            tasks.cancel_scope.cancel()
+
+
+def site_mirror(bucket: Bucket) -> dict[str, object]:
+    """The site's read copy of a hub bucket (fail fast): same name, so the node's direct gets of
+    `KV_<bucket>` are answered at the site; a mirror keeps the hub's sequences and time stamps."""
+    return {
+        "name": bucket.stream,
+        "mirror": {"name": bucket.stream, "external": {"api": f"$JS.{HUB}.API", "deliver": ""}},
+        "retention": "limits",
+        "max_msgs_per_subject": 1,
+        "storage": "file",
+        "num_replicas": 1,
+        "discard": "old",
+        "allow_direct": True,
+        "mirror_direct": True,
+        "allow_rollup_hdrs": False,
+        "deny_delete": True,
+    }
+
+
+def hub_source(bucket: Bucket, site: str, nodes: tuple[str, ...]) -> dict[str, object]:
+    """One entry of the hub bucket's `sources` (buffered): the site's bucket of the same name,
+    through the site's JetStream domain, only the keys of the site's nodes."""
+    kept = [{"src": bucket.subject(own_keys(bucket, n)), "dest": bucket.subject(own_keys(bucket, n))} for n in nodes]
+    return {"name": bucket.stream, "external": {"api": f"$JS.{site}.API", "deliver": ""}, "subject_transforms": kept}
+
+
+async def make_streams(sites: Sites, seat: Bus, site: Bus, config: BucketConfig | None = None) -> None:
+    """The hub's buckets and the site's streams the write path needs, each with the seat's fixed
+    bucket configuration: fail fast, a mirror of each hub bucket at the site; buffered, a bucket
+    at the site that the hub's bucket sources."""
+    config = config or BucketConfig()
+    for bucket in WRITTEN:
+        await create_bucket(seat, bucket, config)
+        if sites.path == "fail fast":
+            await site.jetstream(bucket.create_api, site_mirror(bucket), operation=f"mirror {bucket.name}")
+            continue
+        await create_bucket(site, bucket, config)
+        stream = await bucket_config(seat, bucket)
+        assert stream is not None
+        stream["sources"] = [hub_source(bucket, SITE, (NODE,))]
+        await seat.jetstream(bucket.update_api, stream, operation=f"source {bucket.name} from {SITE}")
