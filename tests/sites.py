@@ -183,7 +183,7 @@ def node_reads(node: str = NODE) -> list[str]:
     return [bucket.direct_get_subject(own_keys(bucket, node)) for bucket in WRITTEN]
 
 
-def site_config(state_dir: Path, relay_port: int, path: WritePath) -> str:
+def site_config(state_dir: Path, relay_port: int, path: WritePath, extra: str = "") -> str:
     writes = node_writes(path)
     exports = [f'{{service: "{exported}"}}' for exported, _ in writes]
     exports += [f'{{service: "{subject}"}}' for subject in node_reads()]
@@ -199,6 +199,7 @@ accounts {{
   DATA {{ jetstream: enabled, users: [{_users("site-seat")}], exports: [{", ".join(exports)}] }}
   NODE {{ users: [{_users(NODE)}], imports: [{", ".join(imports)}] }}
 }}
+{extra}
 """
 
 
@@ -237,12 +238,15 @@ class Sites:
 
 
 @asynccontextmanager
-async def hub_and_site(root: Path, path: WritePath, *, delay: float = 0.0) -> AsyncIterator[Sites]:
-    """The hub and the site running, the site's leaf link up (not yet its streams: the test makes them)."""
+async def hub_and_site(
+    root: Path, path: WritePath, *, delay: float = 0.0, site_extra: str = ""
+) -> AsyncIterator[Sites]:
+    """The hub and the site running (the site's configuration ending with `site_extra`), the
+    site's leaf link on its way up; not yet their streams: the test makes them."""
     leaf_port = free_port()
     hub = Server(HUB, root / HUB, hub_config(root / HUB, leaf_port))
     relay = Relay(leaf_port, delay)
-    site = Server(SITE, root / SITE, site_config(root / SITE, relay.port, path))
+    site = Server(SITE, root / SITE, site_config(root / SITE, relay.port, path, site_extra))
     async with anyio.create_task_group() as tasks:
         await tasks.start(relay.serve)
         await tasks.start(hub.run)

@@ -10,6 +10,7 @@ test prints (`-s`) are measurements, not assertions: the assertions are about wh
 from __future__ import annotations
 
 import base64
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,8 +24,20 @@ import pytest
 from provisioner.verb.nodes import REMOVED_LEASE
 from registry.contract import Bucket, buckets
 from registry.errors import BusError, BusTimeout, NoResponders, WrongLastSequence
-from registry.wire import Bus, KvItem, Lease, LeaseLost, delete, get_direct, get_stamped, node_key, purge, update
-from tests.sites import NODE, Sites, WritePath, hub_and_site, make_streams
+from registry.wire import (
+    Bus,
+    KvItem,
+    Lease,
+    LeaseLost,
+    converge,
+    delete,
+    get_direct,
+    get_stamped,
+    node_key,
+    purge,
+    update,
+)
+from tests.sites import NODE, SITE, Sites, WritePath, hub_and_site, make_streams, site_mirror
 
 DELAY = 0.02  # seconds each way across the relay: a WAN link
 NEEDS, COLLECT, LEASES = buckets.NEEDS, buckets.COLLECT, buckets.LEASES
@@ -42,8 +55,9 @@ class Parties:
 
 
 @asynccontextmanager
-async def running(tmp_path: Path, path: WritePath) -> AsyncIterator[Parties]:
-    async with hub_and_site(tmp_path, path, delay=DELAY) as sites, sites.seat() as seat, sites.site_data() as site:
+async def running(tmp_path: Path, path: WritePath, site_extra: str = "") -> AsyncIterator[Parties]:
+    pair = hub_and_site(tmp_path, path, delay=DELAY, site_extra=site_extra)
+    async with pair as sites, sites.seat() as seat, sites.site_data() as site:
         await make_streams(sites, seat, site)
         async with sites.node(request_timeout=timedelta(seconds=2)) as node:
             parties = Parties(sites, seat, site, node)
@@ -149,6 +163,12 @@ async def test_fail_fast_writes_are_decided_at_the_hub_and_read_back_at_the_site
         assert stamp.revision == marker == (await must_get(p.seat, NEEDS, f"{NODE}.>")).revision
         assert (await must_get(p.node, NEEDS, f"{NODE}.gone")).deleted, "a delete marker is mirrored as one"
 
+        desired = {f"{NODE}.many.{number}": b"1" for number in range(100)}
+        started = time.perf_counter()
+        changes = await converge(p.node, NEEDS, [], desired, in_flight=64)  # as the client converges
+        figure("fail fast: a converge of 100 new keys, 64 in flight", time.perf_counter() - started)
+        assert len(changes.written) == 100
+
 
 async def test_fail_fast_lease_and_removal_are_decided_in_one_place(tmp_path: Path) -> None:
     async with running(tmp_path, "fail fast") as p:
@@ -181,7 +201,8 @@ async def test_fail_fast_lease_and_removal_are_decided_in_one_place(tmp_path: Pa
 async def test_fail_fast_a_purge_at_the_hub_is_not_mirrored(tmp_path: Path) -> None:
     """The quota guard's purge (`STREAM.PURGE` with a filter) is no message: the site's mirror
     keeps the purged keys and the node's stamp there does not move, so a client that trusts its
-    stamp never registers again. A purge of the site's mirror too, done by the seat, clears it."""
+    stamp never registers again. The seat can purge the site's mirror too, through the site's
+    JetStream domain (`$JS.site1.API`), with the same filter."""
     async with running(tmp_path, "fail fast") as p:
         for name in ("a", "b"):
             await update(p.node, NEEDS, f"{NODE}.{name}", b"1", last=0)
@@ -194,7 +215,9 @@ async def test_fail_fast_a_purge_at_the_hub_is_not_mirrored(tmp_path: Path) -> N
         assert (await must_get(p.node, NEEDS, f"{NODE}.a")).value == b"1", "the mirror still holds it"
         assert (await must_get(p.node, NEEDS, f"{NODE}.>")).revision == stamp, "the node's stamp did not move"
 
-        assert await purge(p.site, NEEDS, f"{NODE}.>") == 3, "a mirror can be purged by the same filter"
+        body = json.dumps({"filter": NEEDS.subject(f"{NODE}.>")}).encode()  # the seat, through the site's domain
+        answer = await p.seat.request(f"$JS.{SITE}.API.{NEEDS.purge_api}", body, operation="purge the site's mirror")
+        assert json.loads(answer.data)["purged"] == 3, "a mirror can be purged by the same filter"
         assert await get_direct(p.node, NEEDS, f"{NODE}.>") is None
 
 
@@ -228,6 +251,37 @@ async def test_fail_fast_during_a_cut_the_write_fails_at_once_and_a_stall_times_
         figure("fail fast, link unstalled: the write given up on is stored at the hub after", late)
         with pytest.raises(WrongLastSequence):  # its writer retrying from what it knew learns so
             await update(p.node, NEEDS, key, b"stalled", last=revision)
+
+
+async def test_fail_fast_a_stalled_link_fails_fast_once_the_site_pings_it_dead(tmp_path: Path) -> None:
+    """nats-server pings a leaf link every `ping_interval` (2 min by default) and drops it after
+    `ping_max` unanswered: until then a silent link makes every write time out. Pinged every
+    second, the site drops it within about 3 s and writes fail at once again; what the link held
+    is gone with it."""
+    async with running(tmp_path, "fail fast", site_extra='ping_interval: "1s"\nping_max: 2') as p:
+        key = f"{NODE}.app"
+        revision = await update(p.node, NEEDS, key, b"before", last=0)
+        p.sites.relay.stall()
+        started, timeouts = time.perf_counter(), 0
+        while time.perf_counter() - started < 30:
+            try:
+                await update(p.node, NEEDS, key, b"stalled", last=revision)
+            except BusTimeout:
+                timeouts += 1
+                continue
+            except NoResponders:
+                break
+            pytest.fail("a write crossed a stalled link")
+        else:
+            pytest.fail("the site never dropped its stalled leaf link")
+        figure(
+            f"fail fast, link stalled, pinged every 1 s: until writes fail at once ({timeouts} timed out)",
+            time.perf_counter() - started,
+            "s",
+        )
+        p.sites.relay.restore()
+        await eventually(lambda: _written_over(p.node, key, b"after", revision), within=10)
+        assert (await must_get(p.seat, NEEDS, key)).revision == revision + 1, "the stalled writes were never stored"
 
 
 async def _written_over(node: Bus, key: str, value: bytes, last: int) -> bool:
@@ -391,3 +445,22 @@ async def test_buffered_hub_restart_brings_the_writes_once_but_late(tmp_path: Pa
             assert (await must_get(seat, NEEDS, key)).value == b"10"
             await anyio.sleep(1.0)
             assert await last_sequence(seat, NEEDS) == hub_before + 2, "one message per key, none twice"
+
+
+async def test_buffered_a_site_bucket_and_a_mirror_of_the_hub_bucket_both_answer_its_direct_gets(
+    tmp_path: Path,
+) -> None:
+    """A site that keeps its own bucket for its nodes' writes cannot also read the hub's bucket of
+    the same name through a `mirror_direct` mirror: both answer `DIRECT.GET.KV_<bucket>`, in one
+    queue group, so a get is answered by either."""
+    async with running(tmp_path, "buffered") as p:
+        hub_copy = {**site_mirror(NEEDS), "name": f"{NEEDS.stream}_hub"}
+        await p.site.jetstream(f"STREAM.CREATE.{hub_copy['name']}", hub_copy, operation="mirror the hub's bucket")
+        await update(p.seat, NEEDS, "other.x", b"hub", last=0)
+        await update(p.site, NEEDS, "other.x", b"site", last=0)
+        await eventually(lambda: _answered_by_both(p.site, NEEDS, "other.x"), within=10)
+
+
+async def _answered_by_both(bus: Bus, bucket: Bucket, key: str) -> bool:
+    answers = {(await must_get(bus, bucket, key)).value for _ in range(20)}
+    return answers == {b"hub", b"site"}
