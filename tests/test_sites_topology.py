@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +39,8 @@ from nats.js.errors import NotFoundError
 from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner.commands.cli import main
 from registry.contract import Bucket, buckets
+from registry.errors import AuthorizationRefused
+from registry.wire import BusOptions, connect_within
 from tests.cluster import free_port
 
 T = TypeVar("T")
@@ -262,6 +265,16 @@ async def test_a_hub_and_two_sites_run_on_the_generated_configuration(tmp_path: 
         assert hub_need.data == b'{"placeholder": "x"}'
 
         await refused_beyond_the_link(seat, site_seat, n1)
+        await link_user_is_no_client(servers)
+
+
+async def link_user_is_no_client(servers: Servers) -> None:
+    """The link's user connects as a leaf node only: as a client of the hub it would be the data
+    account itself, asking the verb about the whole mesh."""
+    link = BusOptions(servers=(servers.hub.url,), name="link", nkey_seed=servers.keys / "leaf-site1-data.nk")
+    with pytest.raises(AuthorizationRefused):
+        async with connect_within(link, timedelta(seconds=5)):
+            pass
 
 
 async def refused_beyond_the_link(seat: Client, site_seat: Client, n1: Client) -> None:

@@ -37,6 +37,7 @@ from registry.contract import Domain, buckets
 from registry.errors import SettingsError
 
 SITES_DIR = "sites"
+LEAF_ONLY = "LEAFNODE"  # nats-server's connection type of a leaf node
 HUB = "hub"
 VERSION = 1
 
@@ -203,9 +204,10 @@ def _account_role(account: str) -> str:
 def _link_user(link: LeafLink, user_key: str) -> list[str]:
     """A link's user in its account's `users` list, each permitted subject with why."""
     lines = [
-        f"      # {link.label}: site {link.site}'s link; publish: what it may send into the hub, subscribe:",
-        "      # what the hub may send it",
-        f"      {{nkey: {quoted(user_key)}, permissions: {{",
+        f"      # {link.label}: site {link.site}'s link, a leaf node connection only (as a client it would",
+        "      # ask the verb as the data account itself); publish: what it may send into the hub,",
+        "      # subscribe: what the hub may send it",
+        f"      {{nkey: {quoted(user_key)}, allowed_connection_types: [{quoted(LEAF_ONLY)}], permissions: {{",
     ]
     for name, permits in (("publish", link.publish), ("subscribe", link.subscribe)):
         lines.append(f"        {name}: {{allow: [")
