@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nkeys
 
-from registry.access.accounts_conf import quoted, render_accounts
+from registry.access.accounts_conf import SEAT_ROLE, quoted, render_accounts
 from registry.access.credentials import SEED_SUFFIX, new_seed, public_key, write_secret
 from registry.access.grants import VAULT, AccountGrant, Grants, pretty_json, verb_subjects
 from registry.access.leafnodes import LeafLink, Permit, leaf_links
@@ -178,11 +178,15 @@ def render_site(given: _Rendering, site: Site) -> str:
     lines = ["leafnodes {", "  remotes: ["]
     for link in given.links[site.name]:
         seed = seeds.links[link.label][0].decode()
-        lines.append(f"    # {link.label}: the site's {_account_role(link.account)}, bound to the hub's")
+        lines.append(f"    # {link.label}: the site's {_account_role(link.account)}, bound to the hub's same account")
         lines.append(f"    {{urls: [{urls}], account: {quoted(link.account)}, nkey: {quoted(seed)}}}")
     lines += ["  ]", "}", ""]
     own = site_grants(site, given.grants, seeds.seat[1])
     accounts = _without_header(render_accounts(own, given.vault_verbs).split("\n"))
+    seat_role = (
+        f"      # the seat of site {site.name}: the whole data account here (the site's copies, its own buckets)"
+    )
+    accounts = [seat_role if line == f"      # seat: {SEAT_ROLE}" else line for line in accounts]
     accounts = _leafnodes_allowed(accounts, f"  {quoted(VAULT.account)} {{", 1)
     return header(given.source, what) + "\n".join(lines + accounts)
 
@@ -198,7 +202,7 @@ def site_grants(site: Site, grants: Grants, seat_key: str) -> Grants:
 
 
 def _account_role(account: str) -> str:
-    return "data account" if account == DATA_ACCOUNT else "vault's account"
+    return "data account" if account == DATA_ACCOUNT else "vault account"
 
 
 def _link_user(link: LeafLink, user_key: str) -> list[str]:

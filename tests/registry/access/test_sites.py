@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.commands.cli import main
 from registry.access import (
     MeshFileError,
     MeshParties,
@@ -172,3 +173,24 @@ def test_the_vault_link_carries_the_verbs_the_sites_nodes_are_granted(
 ) -> None:
     _, _, vault = links_of(tmp_path, Site("home", nodes), machines=("n1",))
     assert vault == verbs
+
+
+def test_the_command_refuses_a_mistake_in_the_sites_naming_the_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mesh = tmp_path / "mesh.toml"
+    mesh.write_text(f'nodes = ["n1", "n2"]\n{HUB}[sites.a]\nnodes = ["n1"]\n[sites.b]\nnodes = ["n1", "n2"]\n')
+    assert main(["grants", "--mesh", str(mesh), "--out", str(tmp_path / "out")]) == 2
+    said = capsys.readouterr().err
+    assert f"mesh file {mesh}: sites.b.nodes[0]: 'n1' lives at site 'a' already" in said
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_a_node_the_flags_add_lives_at_the_hub(tmp_path: Path) -> None:
+    mesh = tmp_path / "mesh.toml"
+    mesh.write_text(f'nodes = ["n1"]\n{HUB}[sites.a]\nnodes = ["n1"]\n')
+    out = tmp_path / "out"
+    assert main(["grants", "--mesh", str(mesh), "--out", str(out), "--node", "n2"]) == 0
+    site = (out / "sites" / "a.conf").read_text()
+    assert '"node-n1" {' in site and "node-n2" not in site
+    assert '"node-n2" {' in (out / "sites" / "hub.conf").read_text()
