@@ -88,7 +88,7 @@ twice, a machine that is not one of its nodes, a limit below what the party's pr
 site name that is no JetStream domain, a node at two sites or unknown, a site with no node or
 sites without [hub] leafnodes is an error naming the file, the key and why (exit 2).
 
-When the file names sites, the servers' configuration is written too (static accounts only):
+When the file names sites, the servers' configuration is written too:
   OUT/sites/hub.conf            the hub's `leafnodes { listen, no_advertise }` and its accounts:
                                 accounts.conf's, with each site's link users; include it at the top
                                 level in place of accounts.conf
@@ -98,6 +98,9 @@ When the file names sites, the servers' configuration is written too (static acc
   OUT/sites/<server>.jetstream.conf   its JetStream domain: include it inside `jetstream { }`
   OUT/sites/sites.json          the topology as data: each site's domain, nodes, links
   KEYS/leaf-<site>-data.nk, leaf-<site>-vault.nk, seat-<site>.nk   their seeds, reused
+  with --jwt, also OUT/sites/<server>.jwt.conf (the leaf node blocks, beside jwt/server-auth.conf)
+  and KEYS/leaf-<site>-data.creds, leaf-<site>-vault.creds, seat-<site>.creds; the vault's link
+  is refused in JWT mode until the vault's account JWT allows leaf connections (not yet)
 A link's user may carry exactly the site's copies of the hub's buckets (whole for those readable
 mesh-wide; of a node-keyed one, the keys of the site's nodes alone), the hub's copies of what the
 site's nodes write, the verb and the vault's verbs the site's nodes are granted, and the answers.
@@ -201,17 +204,19 @@ def run_grants(asked: GrantsArguments, mesh: WantedMesh | None = None) -> str:
     ]
     if asked.jwt:
         lines.append(f"JWT mode: include {out / 'jwt' / 'server-auth.conf'}; credentials in {keys}/*.creds")
-    lines += _sites_written(mesh, grants, out, keys)
+    lines += _sites_written(mesh, grants, out, keys, jwt=asked.jwt)
     lines += [f"not granted: {reason}" for reason in grants.skipped]
     lines += [f"granted wide: {reason}" for reason in grants.wide]
     return "\n".join(lines)
 
 
-def _sites_written(mesh: WantedMesh, grants: Grants, out: Path, keys: Path) -> list[str]:
+def _sites_written(mesh: WantedMesh, grants: Grants, out: Path, keys: Path, *, jwt: bool) -> list[str]:
     """The hub's and each site's nats-server configuration, when the mesh file names sites."""
     domains = load_catalogue(mesh.domains_file)
     providers = mesh.parties.providers
-    sites = issue_sites(out, mesh.topology, grants, domains, providers=providers, keys=keys, source=mesh.source)
+    sites = issue_sites(
+        out, mesh.topology, grants, domains, providers=providers, keys=keys, source=mesh.source, jwt=jwt
+    )
     if not sites.files:
         return []
     names = ", ".join(site.name for site in mesh.topology.sites)
@@ -219,6 +224,16 @@ def _sites_written(mesh: WantedMesh, grants: Grants, out: Path, keys: Path) -> l
         f"sites {names}: the hub's and each site's nats-server configuration in {sites.files[0].parent}",
         "  (hub.conf in place of accounts.conf at the hub; <site>.conf holds its link's seeds, mode 0600)",
         f"  seeds of the sites' links and seats in {keys}: {len(sites.new_seeds)} new ({_some(list(sites.new_seeds))})",
+        *_jwt_note(jwt),
+    ]
+
+
+def _jwt_note(jwt: bool) -> list[str]:
+    if not jwt:
+        return []
+    return [
+        "  JWT mode: <server>.jwt.conf beside jwt/server-auth.conf; the links' .creds in KEYS; the vault's link",
+        "  is refused until the vault's account JWT allows leaf connections (secrets are not asked across sites yet)",
     ]
 
 

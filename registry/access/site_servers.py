@@ -16,7 +16,9 @@ A site is one nats-server; the hub is one too (a hub cluster needs each server t
 hub.conf, and the sites every hub URL: not tried yet). The JetStream domain goes in a file of its
 own because nats-server takes one `jetstream` block, which holds the server's own `store_dir` and
 limits: the generated part is included inside it. Everything is written byte for byte the same
-from the same mesh file and seeds. Static accounts only: the JWT form is not written yet.
+from the same mesh file and seeds. With `jwt`, the JWT form is written too (`registry.access.site_jwt`);
+its vault link is refused until the vault's account JWT allows leaf connections (its claims say
+`leaf: 0`, as registry.access.limits gives every party account).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from registry.access.credentials import SEED_SUFFIX, new_seed, public_key, write
 from registry.access.grants import VAULT, AccountGrant, Grants, pretty_json, verb_subjects
 from registry.access.leafnodes import LeafLink, Permit, leaf_links
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
+from registry.access.site_jwt import hub_jwt_conf, issue_site_creds, site_jwt_conf
 from registry.access.sites import Site, Topology
 from registry.contract import Domain, buckets
 from registry.errors import SettingsError
@@ -86,9 +89,11 @@ def issue_sites(
     providers: Sequence[str],
     keys: Path,
     source: str,
+    jwt: bool = False,
 ) -> SitesIssued:
     """Writes the hub's and each site's configuration to `out/sites` (nothing when the mesh has
-    no site); the seeds come from `keys`, new ones are written there."""
+    no site); the seeds come from `keys`, new ones are written there. With `jwt` (the grants were
+    issued with JWTs), also the JWT form (`registry.access.site_jwt`)."""
     if not topology.sites:
         return SitesIssued((), ())
     folder = out / SITES_DIR
@@ -111,7 +116,26 @@ def issue_sites(
         domain = render_domain(site.domain, source, f"site {site.name}")
         written.append(_public(folder / f"{site.name}.jetstream.conf", domain))
     written.append(_public(folder / "sites.json", render_sites_json(topology, links, seeds)))
+    if jwt:
+        written += _jwt_form(rendering, folder, keys)
     return SitesIssued(tuple(written), tuple(new))
+
+
+def _jwt_form(given: _Rendering, folder: Path, keys: Path) -> list[Path]:
+    """The JWT form: the links' and seats' `.creds` in `keys`, the leaf node blocks in `folder`."""
+    topology, source = given.topology, given.source
+    links = [link for site in topology.sites for link in given.links[site.name]]
+    issue_site_creds(links, [f"seat-{site.name}" for site in topology.sites], keys)
+    what = "JWT mode: the hub's leaf nodes; include it at the top level beside jwt/server-auth.conf."
+    written = [_public(folder / "hub.jwt.conf", hub_jwt_conf(topology, header(source, what)))]
+    for site in topology.sites:
+        what = (
+            f"JWT mode: site {site.name}'s links to the hub; include it at the top level\n"
+            "# beside jwt/server-auth.conf (with a resolver dir of its own) and its jetstream.conf."
+        )
+        text = site_jwt_conf(topology, given.links[site.name], given.grants, keys, header(source, what))
+        written.append(_public(folder / f"{site.name}.jwt.conf", text))
+    return written
 
 
 def _public(path: Path, text: str) -> Path:
