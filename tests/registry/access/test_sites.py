@@ -194,3 +194,33 @@ def test_a_node_the_flags_add_lives_at_the_hub(tmp_path: Path) -> None:
     site = (out / "sites" / "a.conf").read_text()
     assert '"node-n1" {' in site and "node-n2" not in site
     assert '"node-n2" {' in (out / "sites" / "hub.conf").read_text()
+
+
+def test_the_hubs_accounts_are_accounts_conf_with_the_link_users_added(tmp_path: Path) -> None:
+    """hub.conf holds accounts.conf's accounts line for line, each site's link users besides, and
+    the vault's account allowing one leaf connection per site."""
+    mesh = tmp_path / "mesh.toml"
+    mesh.write_text(f'nodes = ["n1", "n2"]\n{HUB}[sites.a]\nnodes = ["n1"]\n[sites.b]\nnodes = ["n2"]\n')
+    out = tmp_path / "out"
+    assert main(["grants", "--mesh", str(mesh), "--out", str(out)]) == 0
+    accounts = (out / "accounts.conf").read_text().splitlines()
+    hub = (out / "sites" / "hub.conf").read_text().splitlines()
+    hub = hub[hub.index("accounts {") :]
+    vault_users = accounts[accounts.index('  "vault" {') + 1]  # on one line
+    spread = ["    users: [", "      " + vault_users.removeprefix("    users: [").removesuffix("]")]
+    expected = [
+        part
+        for line in accounts[accounts.index("accounts {") :]
+        if "max_leafnodes: 0}" not in line
+        for part in (spread if line == vault_users else [line])
+    ]
+    assert in_order(expected, hub)
+    added = [line for line in hub if line not in accounts]
+    assert sum('allowed_connection_types: ["LEAFNODE"]' in line for line in added) == 4  # data and vault, each site
+    assert sum("max_leafnodes: 2}" in line for line in added) == 1  # the vault's account, and no other
+
+
+def in_order(wanted: list[str], lines: list[str]) -> bool:
+    """Whether `wanted` are lines of `lines`, in the same order (others may stand between)."""
+    found = iter(lines)
+    return all(line in found for line in wanted)
