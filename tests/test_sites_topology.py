@@ -362,3 +362,35 @@ async def refused_beyond_the_link(seat: Client, site_seat: Client, n1: Client) -
         await (await hub_js.key_value(buckets.NEEDS.name)).get("n2.app.secret.db")
     with pytest.raises(NatsTimeout):
         await evil.next_msg(timeout=0.2)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the vault's link permits every answer (_R_.>): secrets cross through a relay of the site's own (issue 22)",
+)
+async def test_a_site_server_hears_no_answer_of_the_vault_to_another_node(tmp_path: Path) -> None:
+    """A site's server taken over (here: a user added to its vault account, as whoever runs it
+    can) subscribes `_R_.>`: it must not hear the vault answer node n3, which lives at the hub."""
+    port, monitor = free_port(), free_port()
+    out = grants(tmp_path, port)
+    site1 = out / "sites" / "site1.conf"
+    users = '  "vault" {\n    users: ['
+    site1.write_text(site1.read_text().replace(users, users + '{user: "taken", password: "over"}, '))
+    issued = Grants.model_validate_json((out / "grants.json").read_text())
+    async with (
+        server(out, tmp_path, "hub", jwt=False, monitor=monitor) as hub,
+        server(out, tmp_path, "site1", jwt=False) as site,
+        server(out, tmp_path, "site2", jwt=False) as other,
+        AsyncExitStack() as stack,
+    ):
+        servers = Servers(hub, site, other, monitor, tmp_path / "keys", issued, jwt=False)
+        await linked(servers, 4)
+        await answering(await party(stack, servers, hub, "vault"), SECRET_VERB)
+        n3 = await party(stack, servers, hub, "node-n3")
+        taken = await nats.connect(site.url, user="taken", password="over")  # the test's own
+        stack.push_async_callback(taken.close)
+        heard = await taken.subscribe("_R_.>")
+        await taken.flush()
+        await n3.request(SECRET_VERB, b"{}", timeout=2)
+        with pytest.raises(NatsTimeout):
+            await heard.next_msg(timeout=0.5)
