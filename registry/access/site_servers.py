@@ -233,8 +233,8 @@ def _link_user(link: LeafLink, user_key: str) -> list[str]:
     """A link's user in its account's `users` list, each permitted subject with why."""
     lines = [
         f"      # {link.label}: site {link.site}'s link, a leaf node connection only (as a client it would",
-        "      # ask the verb as the data account itself); publish: what it may send into the hub,",
-        "      # subscribe: what the hub may send it",
+        f"      # be a party inside {link.account}, which a responder trusts); publish: what it may send",
+        "      # into the hub, subscribe: what the hub may send it",
         f"      {{nkey: {quoted(user_key)}, allowed_connection_types: [{quoted(LEAF_ONLY)}], permissions: {{",
     ]
     for name, permits in (("publish", link.publish), ("subscribe", link.subscribe)):
