@@ -98,12 +98,18 @@ When the file names sites, the servers' configuration is written too:
   OUT/sites/<server>.jetstream.conf   its JetStream domain: include it inside `jetstream { }`
   OUT/sites/sites.json          the topology as data: each site's domain, nodes, links
   KEYS/leaf-<site>-data.nk, leaf-<site>-vault.nk, seat-<site>.nk   their seeds, reused
-  with --jwt, also OUT/sites/<server>.jwt.conf (the leaf node blocks, beside jwt/server-auth.conf)
-  and KEYS/leaf-<site>-data.creds, leaf-<site>-vault.creds, seat-<site>.creds; the vault's link
-  is refused in JWT mode until the vault's account JWT allows leaf connections (not yet)
-A link's user may carry exactly the site's copies of the hub's buckets (whole for those readable
-mesh-wide; of a node-keyed one, the keys of the site's nodes alone), the hub's copies of what the
-site's nodes write, the verb and the vault's verbs the site's nodes are granted, and the answers.
+  with --jwt, also OUT/sites/<server>.jwt.conf (the leaf node blocks), <site>.server-auth.conf (a
+  site's operator and accounts: its nodes' JWTs take their writes from the hub; the hub keeps
+  jwt/server-auth.conf) and KEYS/leaf-<site>-data.creds, leaf-<site>-vault.creds,
+  seat-<site>.creds; the vault's link is refused in JWT mode until the vault's account JWT allows
+  leaf connections (not yet)
+A site's node writes at the hub (fail fast: its account imports $JS.hub.API.$KV.<bucket>.<node>.>
+as $KV.<bucket>.<node>.>) and reads at the site, from copies the site makes. A link's user may
+carry exactly those writes of the site's own nodes, the site's mirrors of the hub's buckets
+(registry, shared config, needs, applied, collect, leases), one copy per site node of each
+node-keyed bucket it reads (placement, <provider>_bound: that node's keys alone), the verb and the
+vault's verbs the site's nodes are granted, and the answers. A site's server sets ping_interval 10s,
+ping_max 3 and leafnodes reconnect 1, so that a silent link is dropped and writes fail fast.
 
 --check writes nothing (not even a new seed): it prints what issuing would change against what
 is in OUT/grants.json, one change a line: `+ account` added, `- account` removed, `~ account ...:
@@ -232,7 +238,7 @@ def _jwt_note(jwt: bool) -> list[str]:
     if not jwt:
         return []
     return [
-        "  JWT mode: <server>.jwt.conf beside jwt/server-auth.conf; the links' .creds in KEYS; the vault's link",
+        "  JWT mode: <server>.jwt.conf, a site's <site>.server-auth.conf; the links' .creds in KEYS; the vault's link",
         "  is refused until the vault's account JWT allows leaf connections (secrets are not asked across sites yet)",
     ]
 

@@ -3,24 +3,29 @@
     <out>/sites/hub.jwt.conf          the hub's `leafnodes { listen, no_advertise }`, beside
                                       jwt/server-auth.conf (which holds every account)
     <out>/sites/<site>.jwt.conf       a site's `leafnodes { remotes }`, each bound to the account's
-                                      public key with the link's credentials file; the site includes
-                                      jwt/server-auth.conf too (its own resolver dir): the same
-                                      operator and accounts
+                                      public key with the link's credentials file
     <keys>/leaf-<site>-data.creds, leaf-<site>-vault.creds    the links' users, signed by the data
                                       account's and the vault's account keys, with the permissions
                                       of `registry.access.leafnodes` and leaf connections only
     <keys>/seat-<site>.creds          the site's seat, a user of the data account
+    <out>/sites/<site>.server-auth.conf   jwt/server-auth.conf as the site's server holds it: the
+                                      same operator and accounts, but the data account's and the
+                                      site's nodes' JWTs as the site has them (the nodes' writes taken
+                                      from the hub's domain: fail fast), signed by the operator
 
-A link's JWT whose claims are unchanged is kept as it is (its `iat` and `jti`), so issuing again
-writes the same bytes. The vault's link is written but refused by the hub until the vault's account
-JWT allows leaf connections (`leaf`: 0 today, from `registry.access.limits`, signed by
-`registry.access.jwt_auth`): the data account's (unlimited) works. A remote names its credentials
-file by the path of KEYS as the command was given it: on the site's machine, it is expected there.
+A JWT whose claims are unchanged is kept as it is (its `iat` and `jti`), so issuing again writes
+the same bytes. A site's resolver is its own (no system account crosses the link): `grants --push`
+updates the hub's; a site's takes its accounts from its server-auth.conf at its start. The vault's
+link is written but refused by the hub until the vault's account JWT allows leaf connections
+(`leaf`: 0 today, from `registry.access.limits`, signed by `registry.access.jwt_auth`): the data
+account's (unlimited) works. A remote names its credentials file by the path of KEYS as the
+command was given it: on the site's machine, it is expected there.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,10 +33,25 @@ from typing import Any
 from registry.access.accounts_conf import quoted
 from registry.access.credentials import SEED_SUFFIX, write_secret
 from registry.access.grants import VAULT, Grants
-from registry.access.jwt_auth import NO_LIMIT, Nkey, account_seed_path, claims_of, creds, creds_path, encode_jwt
-from registry.access.leafnodes import LeafLink, Permit
-from registry.access.parties import DATA_ACCOUNT
-from registry.access.sites import Topology
+from registry.access.jwt_auth import (
+    DEFAULT_RESOLVER_DIR,
+    NO_LIMIT,
+    JwtAuth,
+    Nkey,
+    account_seed_path,
+    claims_of,
+    creds,
+    creds_path,
+    data_account,
+    encode_jwt,
+    load_jwt_auth,
+    operator_key,
+    party_account,
+    render_server_auth,
+)
+from registry.access.leafnodes import RECONNECT, SITE_PINGS, LeafLink, Permit, at_site
+from registry.access.parties import DATA_ACCOUNT, Kind, Party
+from registry.access.sites import Site, Topology
 
 LEAF_ONLY = "LEAFNODE"
 
@@ -53,7 +73,7 @@ def site_jwt_conf(topology: Topology, links: Sequence[LeafLink], grants: Grants,
     """A site's remotes, each bound to its account's public key, authenticated by its `.creds`."""
     account_keys = _account_keys(grants, keys)
     urls = ", ".join(quoted(url) for url in topology.hub_urls)
-    lines = ["leafnodes {", "  remotes: ["]
+    lines = [*SITE_PINGS, "leafnodes {", f"  reconnect: {RECONNECT}", "  remotes: ["]
     for link in links:
         credentials = quoted(str(creds_path(keys, link.label)))
         lines.append(f"    # {link.label}: the site's {link.account} account, bound to the hub's same account")
@@ -74,6 +94,41 @@ def issue_site_creds(links: Iterable[LeafLink], seat_labels: Iterable[str], keys
         _user_creds(keys, link.label, _account_label(link.account), permissions)
     for label in seat_labels:
         _user_creds(keys, label, DATA_ACCOUNT, {})
+
+
+def site_server_auth(
+    out: Path, keys: Path, grants: Grants, site: Site, *, hub_domain: str, held: str, head: str
+) -> str:
+    """A site's server-auth.conf: the hub's, with the data account's and the site's nodes' JWTs as
+    the site holds them (`held`: the file written before, whose unchanged JWTs are kept)."""
+    auth = load_jwt_auth(out)
+    operator = operator_key(keys)
+    view = at_site(grants, site, hub_domain)
+    data_key = Nkey(account_seed_path(keys, DATA_ACCOUNT).read_bytes().strip()).public_key
+    exporters = {DATA_ACCOUNT: data_key, **{g.account: g.account_key for g in view.parties if g.account_key}}
+    kept = dict(_PRELOADED.findall(held))
+    accounts = dict(auth.accounts)
+    accounts[data_key] = _signed(operator, data_key, DATA_ACCOUNT, data_account(view), kept)
+    exports = view.exports()
+    living = {Party(kind=Kind.NODE, name=node) for node in site.nodes}
+    for grant in view.parties:
+        if grant.party in living and grant.account_key is not None:
+            body = party_account(grant, exports.get(grant.account, {}), exporters)
+            accounts[grant.account_key] = _signed(operator, grant.account_key, grant.party.label, body, kept)
+    site_auth = JwtAuth(auth.operator_jwt, auth.system_account, accounts)
+    return head + render_server_auth(site_auth, DEFAULT_RESOLVER_DIR)
+
+
+# An account preloaded in a server-auth.conf: `  <account key>: "<its JWT>"`.
+_PRELOADED = re.compile(r'^  (A[A-Z0-9]{55}): "([^"]+)"$', re.MULTILINE)
+
+
+def _signed(issuer: Nkey, subject: str, name: str, body: Mapping[str, Any], kept: Mapping[str, str]) -> str:
+    """The JWT `kept` holds for `subject` if `issuer` signed these very claims, else a new one."""
+    held = kept.get(subject)
+    if held is not None and _same_claims(held, issuer, subject, name, body):
+        return held
+    return encode_jwt(issuer, subject=subject, name=name, body=body)
 
 
 def _subjects(permits: Iterable[Permit]) -> list[str]:
@@ -115,15 +170,18 @@ def _held_token(held: bytes, account: Nkey, subject: str, name: str, body: Mappi
     if start < 0:
         return None
     token = text[start:].splitlines()[1].strip()
+    return token if _same_claims(token, account, subject, name, body) else None
+
+
+def _same_claims(token: str, issuer: Nkey, subject: str, name: str, body: Mapping[str, Any]) -> bool:
+    """Whether `issuer` signed `token` with exactly these claims."""
     try:
         header, payload, signature = token.split(".")
         claims = claims_of(token)
-        signed = account.signed(
+        signed = issuer.signed(
             f"{header}.{payload}".encode(), base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
         )
     except ValueError:
-        return None
-    wanted = {"iss": account.public_key, "sub": subject, "name": name, "nats": {**body, "version": 2}}
-    if not signed or any(claims.get(key) != value for key, value in wanted.items()):
-        return None
-    return token
+        return False
+    wanted = {"iss": issuer.public_key, "sub": subject, "name": name, "nats": {**body, "version": 2}}
+    return signed and all(claims.get(key) == value for key, value in wanted.items())

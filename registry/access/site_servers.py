@@ -4,10 +4,11 @@
                                       (accounts.conf's, with each site's link users); include it at
                                       the top level in place of accounts.conf
     <out>/sites/hub.jetstream.conf    `domain: "hub"`: include it inside the hub's `jetstream { }`
-    <out>/sites/<site>.conf           a site: `leafnodes { remotes }` to the hub (the data account's
-                                      and the vault's, each with its link's nkey seed: a secret,
-                                      mode 0600) and the site's accounts (the data account with the
-                                      site's seat, the vault's, its nodes')
+    <out>/sites/<site>.conf           a site: pings that drop a silent link, `leafnodes { remotes }`
+                                      to the hub (the data account's and the vault's, each with its
+                                      link's nkey seed: a secret, mode 0600) and the site's accounts
+                                      (the data account with the site's seat, the vault's, its
+                                      nodes', whose writes are taken from the hub's domain)
     <out>/sites/<site>.jetstream.conf `domain: "<site>"`: inside the site's `jetstream { }`
     <out>/sites/sites.json            the topology as data: each site's domain, nodes and links
     <keys>/leaf-<site>-data.nk, leaf-<site>-vault.nk, seat-<site>.nk    their seeds, reused
@@ -32,9 +33,9 @@ import nkeys
 from registry.access.accounts_conf import SEAT_ROLE, quoted, render_accounts
 from registry.access.credentials import SEED_SUFFIX, new_seed, public_key, write_secret
 from registry.access.grants import VAULT, AccountGrant, Grants, pretty_json, verb_subjects
-from registry.access.leafnodes import LeafLink, Permit, leaf_links
+from registry.access.leafnodes import RECONNECT, SITE_PINGS, LeafLink, Permit, at_site, leaf_links
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
-from registry.access.site_jwt import hub_jwt_conf, issue_site_creds, site_jwt_conf
+from registry.access.site_jwt import hub_jwt_conf, issue_site_creds, site_jwt_conf, site_server_auth
 from registry.access.sites import Site, Topology
 from registry.contract import Domain, buckets
 from registry.errors import SettingsError
@@ -131,11 +132,24 @@ def _jwt_form(given: _Rendering, folder: Path, keys: Path) -> list[Path]:
     for site in topology.sites:
         what = (
             f"JWT mode: site {site.name}'s links to the hub; include it at the top level\n"
-            "# beside jwt/server-auth.conf (with a resolver dir of its own) and its jetstream.conf."
+            f"# beside {site.name}.server-auth.conf, and {site.name}.jetstream.conf inside its jetstream block."
         )
         text = site_jwt_conf(topology, given.links[site.name], given.grants, keys, header(source, what))
         written.append(_public(folder / f"{site.name}.jwt.conf", text))
+        written.append(_site_server_auth(given, site, folder / f"{site.name}.server-auth.conf", keys))
     return written
+
+
+def _site_server_auth(given: _Rendering, site: Site, path: Path, keys: Path) -> Path:
+    what = (
+        f"JWT mode: site {site.name}'s operator, accounts and resolver, in place of\n"
+        "# jwt/server-auth.conf: its data account's and its nodes' JWTs are the site's (writes at the hub)."
+    )
+    held = path.read_text(encoding="utf-8") if path.exists() else ""
+    out = path.parent.parent
+    hub = given.topology.hub_domain
+    text = site_server_auth(out, keys, given.grants, site, hub_domain=hub, held=held, head=header(given.source, what))
+    return _public(path, text)
 
 
 def _public(path: Path, text: str) -> Path:
@@ -199,13 +213,13 @@ def render_site(given: _Rendering, site: Site) -> str:
     )
     urls = ", ".join(quoted(url) for url in given.topology.hub_urls)
     seeds = given.seeds[site.name]
-    lines = ["leafnodes {", "  remotes: ["]
+    lines = [*SITE_PINGS, "leafnodes {", f"  reconnect: {RECONNECT}", "  remotes: ["]
     for link in given.links[site.name]:
         seed = seeds.links[link.label][0].decode()
         lines.append(f"    # {link.label}: the site's {_account_role(link.account)}, bound to the hub's same account")
         lines.append(f"    {{urls: [{urls}], account: {quoted(link.account)}, nkey: {quoted(seed)}}}")
     lines += ["  ]", "}", ""]
-    own = site_grants(site, given.grants, seeds.seat[1])
+    own = site_grants(site, given.grants, seeds.seat[1], hub_domain=given.topology.hub_domain)
     accounts = _without_header(render_accounts(own, given.vault_verbs).split("\n"))
     seat_role = (
         f"      # the seat of site {site.name}: the whole data account here (the site's copies, its own buckets)"
@@ -215,11 +229,13 @@ def render_site(given: _Rendering, site: Site) -> str:
     return header(given.source, what) + "\n".join(lines + accounts)
 
 
-def site_grants(site: Site, grants: Grants, seat_key: str) -> Grants:
+def site_grants(site: Site, grants: Grants, seat_key: str, *, hub_domain: str) -> Grants:
     """The accounts of a site's server: the data account with the site's seat, the vault's (its
-    verbs cross to the vault at the hub), and the accounts of the nodes living there."""
+    verbs cross to the vault at the hub), and the accounts of the nodes living there, whose
+    writes go to the hub's buckets (`registry.access.leafnodes.at_site`)."""
     living = {Party(kind=Kind.NODE, name=node) for node in site.nodes}
-    parties = tuple(g for g in grants.parties if g.party in living or g.party == VAULT)
+    held = at_site(grants, site, hub_domain).parties
+    parties = tuple(g for g in held if g.party in living or g.party == VAULT)
     seat = Party(kind=Kind.SEAT, name=f"{buckets.SEAT}@{site.name}")
     data = (AccountGrant(party=seat, account=DATA_ACCOUNT, user_key=seat_key),)
     return Grants(data=data, parties=parties)

@@ -148,17 +148,39 @@ def test_a_site_copies_only_its_own_nodes_keys_of_a_node_keyed_bucket(tmp_path: 
         "$JS.hub.API.CONSUMER.CREATE.KV_postgres_bound.*.$KV.postgres_bound.n2.>",
     }
     assert "$JS.hub.API.CONSUMER.CREATE.KV_mesh-provisioner_registry" in publish  # readable mesh-wide: whole
-    assert not any(s.startswith("$JS.hub.API.") and "CONSUMER.CREATE" not in s for s in publish)
+    hub_api = [s.removeprefix("$JS.hub.API.") for s in publish if s.startswith("$JS.hub.API.")]
+    assert all(s.startswith(("CONSUMER.CREATE.", "$KV.")) for s in hub_api)  # no other API, no stream's
+    own = (".n1.>", ".n2.>", ".node.n1", ".node.n2")  # each write: a key of the site's nodes
+    assert all(s.endswith(own) for s in hub_api if s.startswith("$KV."))
     assert not any(s.startswith(("$KV.", "$JS.API.")) for s in publish)
 
 
-def test_the_hub_sources_what_the_sites_nodes_write_and_nothing_else(tmp_path: Path) -> None:
-    _, subscribe, _ = links_of(tmp_path, Site("home", ("n2",)))
-    sourced = {s for s in subscribe if s.startswith("$JS.home.API.")}
-    assert "$JS.home.API.CONSUMER.CREATE.KV_mesh-provisioner_needs.*.$KV.mesh-provisioner_needs.n2.>" in sourced
-    assert "$JS.home.API.CONSUMER.CREATE.KV_mesh-provisioner_leases.*.$KV.mesh-provisioner_leases.node.n2" in sourced
-    assert not any("n1" in s or "n3" in s for s in sourced)
-    assert all(".CONSUMER.CREATE.KV_mesh-provisioner_" in s for s in sourced)
+def test_a_site_writes_its_own_nodes_keys_at_the_hub_and_nothing_else(tmp_path: Path) -> None:
+    publish, subscribe, _ = links_of(tmp_path, Site("home", ("n2",)))
+    writes = {s for s in publish if ".$KV." in s and "CONSUMER" not in s}
+    assert writes == {
+        "$JS.hub.API.$KV.mesh-provisioner_needs.n2.>",
+        "$JS.hub.API.$KV.mesh-provisioner_applied.n2.>",
+        "$JS.hub.API.$KV.mesh-provisioner_collect.n2.>",
+        "$JS.hub.API.$KV.mesh-provisioner_leases.node.n2",
+    }
+    assert "$JS.hub.API.CONSUMER.CREATE.KV_mesh-provisioner_needs" in publish  # its mirror: read at the site
+    assert not any(s.startswith("$JS.home.API.") for s in subscribe)  # the hub copies nothing from the site
+
+
+def test_a_site_node_imports_its_writes_from_the_hubs_domain_onto_the_subjects_it_publishes(tmp_path: Path) -> None:
+    mesh = tmp_path / "mesh.toml"
+    mesh.write_text(f'nodes = ["n1"]\n{HUB}[sites.a]\nnodes = ["n1"]\n')
+    out = tmp_path / "out"
+    assert main(["grants", "--mesh", str(mesh), "--out", str(out)]) == 0
+    site = (out / "sites" / "a.conf").read_text()
+    at_the_hub = '{account: "MESH", subject: "$JS.hub.API.$KV.mesh-provisioner_needs.n1.>"}'
+    assert f'{{service: {at_the_hub}, to: "$KV.mesh-provisioner_needs.n1.>"}}' in site
+    assert '{service: "$JS.hub.API.$KV.mesh-provisioner_needs.n1.>", accounts: ["node-n1"]}' in site
+    assert '{service: {account: "MESH", subject: "$KV.mesh-provisioner_needs.n1.>"}' not in site
+    assert (
+        '{service: {account: "MESH", subject: "$KV.mesh-provisioner_needs.n1.>"}' in (out / "accounts.conf").read_text()
+    )
 
 
 @pytest.mark.parametrize(
