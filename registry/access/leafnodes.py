@@ -1,9 +1,9 @@
 """The leaf link between a site's server and the hub, and exactly what it may carry.
 
 A site's server dials the hub once per account that must cross (a leaf node *remote*): the data
-account, for the site's copies of the hub's buckets, the hub's copies of the site's, and the verb;
-the vault's account, for the vault's verbs. Node accounts never cross: they live at the site,
-import from its data account as at the hub, and are answered there. Between two JetStream domains
+account, for the site's nodes' writes, the site's copies of the hub's buckets and the verb; the
+vault's account, for the vault's verbs. Node accounts never cross: they live at the site and
+import from its data account, their reads answered there, their writes sent on to the hub. Between two JetStream domains
 nats-server itself keeps `$JS.API.>`, `$KV.>` and `$OBJ.>` from crossing; what crosses besides is
 what the link's user (a user of the hub's account, bound to the site's) is permitted, and nothing
 else: unrestricted, a site could write or purge the hub's registry through `$JS.hub.API.>`.
