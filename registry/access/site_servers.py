@@ -221,9 +221,7 @@ def render_site(given: _Rendering, site: Site) -> str:
     lines += ["  ]", "}", ""]
     own = site_grants(site, given.grants, seeds.seat[1], hub_domain=given.topology.hub_domain)
     accounts = _without_header(render_accounts(own, given.vault_verbs).split("\n"))
-    seat_role = (
-        f"      # the seat of site {site.name}: the whole data account here (the site's copies, its own buckets)"
-    )
+    seat_role = f"      # the seat of site {site.name}: the whole data account here (its copies of the hub's buckets)"
     accounts = [seat_role if line == f"      # seat: {SEAT_ROLE}" else line for line in accounts]
     accounts = _leafnodes_allowed(accounts, f"  {quoted(VAULT.account)} {{", 1)
     return header(given.source, what) + "\n".join(lines + accounts)
