@@ -40,14 +40,17 @@ The vault's link carries the vault's verbs the site's nodes are granted, and the
 Everything else is refused by nats-server without a word (no violation is logged: a request just
 finds no responder), which the test of the topology checks by the data (`tests/test_sites_topology.py`).
 
-What the permissions cannot keep from a site whose server is not to be trusted: a service's answers
-cross on `_R_.>`, whose next token is a prefix each server draws at random, so the link permits all
-of them, and a server that subscribes `_R_.>` itself is sent every answer of the hub's account: the
-verb's to any node, and through the vault's link the vault's, secrets included (seen with a user
-added to a site's vault account). A verb request crossing carries the `Nats-Request-Info` the
-site's server wrote, which such a server can forge or leave out. Both go away only when the verb is
-answered at the site and secrets cross through a relay of the site's own (issue 22, later parts):
-until then, a site's server is trusted as far as the verb and the vault reach.
+What the permissions cannot keep from a site: a service's answers cross on `_R_.>`, whose next
+token is a prefix each server draws at random, so the link permits all of them (the verb's, and the
+acknowledgements of the nodes' writes, need it), and whoever subscribes `_R_.>` in the site's data
+account (its seat's user will do) is sent every answer of the hub's data account: the direct gets
+of every node at the hub (their `_bound` values included), the verb's answers; through the vault's
+link, the vault's (secrets included, seen with a user added to a site's vault account). A verb
+request crossing carries the `Nats-Request-Info` the site's server wrote, which it can forge or
+leave out. So a site's server and its seat are trusted as the hub's data account is, until the
+answers a site needs cross under a prefix of its own (a relay at the site for the writes, the verb
+answered at the site, secrets through a relay the vault checks against the site's nodes: issue 22,
+later parts; `tests/test_sites_topology.py` holds the gap in two strict xfail tests).
 """
 
 from __future__ import annotations
