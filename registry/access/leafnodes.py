@@ -43,7 +43,7 @@ finds no responder), which the test of the topology checks by the data (`tests/t
 What the permissions cannot keep from a site: a service's answers cross on `_R_.>`, whose next
 token is a prefix each server draws at random, so the link permits all of them (the verb's, and the
 acknowledgements of the nodes' writes, need it), and whoever subscribes `_R_.>` in the site's data
-account (its seat's user will do) is sent every answer of the hub's data account: the direct gets
+account is sent every answer of the hub's data account (the site's seat's user is denied it): the direct gets
 of every node at the hub (their `_bound` values included), the verb's answers; through the vault's
 link, the vault's (secrets included, seen with a user added to a site's vault account). A verb
 request crossing carries the `Nats-Request-Info` the site's server wrote, which it can forge or
@@ -177,6 +177,23 @@ def vault_link(site: Site, grants: Grants) -> LeafLink:
     publish = tuple(Permit(verb, "the site's nodes ask the vault at the hub") for verb in verbs)
     subscribe = (Permit(SERVICE_REPLIES, "the vault's answers"),)
     return LeafLink(site.name, VAULT.account, link_label(site, "vault"), publish, subscribe)
+
+
+@dataclass(frozen=True)
+class SeatDenied:
+    """What a site's seat, a user of the site's data account, may not do: it makes the site's copies
+    and answers the verb there, never writes at the hub, and never hears the answers crossing the
+    link on `_R_.>` (every answer of the hub's data account would reach it)."""
+
+    publish: tuple[Permit, ...]
+    subscribe: tuple[Permit, ...]
+
+
+def site_seat_denied(hub_domain: str) -> SeatDenied:
+    return SeatDenied(
+        publish=(Permit(f"$JS.{hub_domain}.API.>", "the hub's JetStream: a site's seat writes nothing there"),),
+        subscribe=(Permit(SERVICE_REPLIES, "the answers crossing the link, the hub's to other nodes among them"),),
+    )
 
 
 def link_label(site: Site, account: str) -> str:

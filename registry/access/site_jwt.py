@@ -49,7 +49,7 @@ from registry.access.jwt_auth import (
     party_account,
     render_server_auth,
 )
-from registry.access.leafnodes import RECONNECT, SITE_PINGS, LeafLink, Permit, at_site
+from registry.access.leafnodes import RECONNECT, SITE_PINGS, LeafLink, Permit, at_site, site_seat_denied
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
 from registry.access.sites import Site, Topology
 
@@ -83,8 +83,9 @@ def site_jwt_conf(topology: Topology, links: Sequence[LeafLink], grants: Grants,
     return head + "\n".join([*lines, "  ]", "}", ""])
 
 
-def issue_site_creds(links: Iterable[LeafLink], seat_labels: Iterable[str], keys: Path) -> None:
-    """Each link's `.creds` (its permissions signed by its account's key) and each site seat's."""
+def issue_site_creds(links: Iterable[LeafLink], seat_labels: Iterable[str], keys: Path, *, hub_domain: str) -> None:
+    """Each link's `.creds` (its permissions signed by its account's key) and each site seat's
+    (what it is denied: `registry.access.leafnodes.site_seat_denied`)."""
     for link in links:
         permissions = {
             "pub": {"allow": _subjects(link.publish)},
@@ -92,8 +93,10 @@ def issue_site_creds(links: Iterable[LeafLink], seat_labels: Iterable[str], keys
             "allowed_connection_types": [LEAF_ONLY],
         }
         _user_creds(keys, link.label, _account_label(link.account), permissions)
+    denied = site_seat_denied(hub_domain)
+    seat = {"pub": {"deny": _subjects(denied.publish)}, "sub": {"deny": _subjects(denied.subscribe)}}
     for label in seat_labels:
-        _user_creds(keys, label, DATA_ACCOUNT, {})
+        _user_creds(keys, label, DATA_ACCOUNT, seat)
 
 
 def site_server_auth(

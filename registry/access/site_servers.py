@@ -33,7 +33,16 @@ import nkeys
 from registry.access.accounts_conf import SEAT_ROLE, quoted, render_accounts
 from registry.access.credentials import SEED_SUFFIX, new_seed, public_key, write_secret
 from registry.access.grants import VAULT, AccountGrant, Grants, pretty_json, verb_subjects
-from registry.access.leafnodes import RECONNECT, SITE_PINGS, LeafLink, Permit, at_site, leaf_links
+from registry.access.leafnodes import (
+    RECONNECT,
+    SITE_PINGS,
+    LeafLink,
+    Permit,
+    SeatDenied,
+    at_site,
+    leaf_links,
+    site_seat_denied,
+)
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
 from registry.access.site_jwt import hub_jwt_conf, issue_site_creds, site_jwt_conf, site_server_auth
 from registry.access.sites import Site, Topology
@@ -126,7 +135,8 @@ def _jwt_form(given: _Rendering, folder: Path, keys: Path) -> list[Path]:
     """The JWT form: the links' and seats' `.creds` in `keys`, the leaf node blocks in `folder`."""
     topology, source = given.topology, given.source
     links = [link for site in topology.sites for link in given.links[site.name]]
-    issue_site_creds(links, [f"seat-{site.name}" for site in topology.sites], keys)
+    seats = [f"seat-{site.name}" for site in topology.sites]
+    issue_site_creds(links, seats, keys, hub_domain=topology.hub_domain)
     what = "JWT mode: the hub's leaf nodes; include it at the top level beside jwt/server-auth.conf."
     written = [_public(folder / "hub.jwt.conf", hub_jwt_conf(topology, header(source, what)))]
     for site in topology.sites:
@@ -221,8 +231,11 @@ def render_site(given: _Rendering, site: Site) -> str:
     lines += ["  ]", "}", ""]
     own = site_grants(site, given.grants, seeds.seat[1], hub_domain=given.topology.hub_domain)
     accounts = _without_header(render_accounts(own, given.vault_verbs).split("\n"))
-    seat_role = f"      # the seat of site {site.name}: the whole data account here (its copies of the hub's buckets)"
+    seat_role = f"      # the seat of site {site.name}: its copies of the hub's buckets, the verb answered here"
     accounts = [seat_role if line == f"      # seat: {SEAT_ROLE}" else line for line in accounts]
+    seat_user = f"      {{nkey: {quoted(seeds.seat[1])}}}"
+    denied = site_seat_denied(given.topology.hub_domain)
+    accounts = [_seat_user(seeds.seat[1], denied) if line == seat_user else line for line in accounts]
     accounts = _leafnodes_allowed(accounts, f"  {quoted(VAULT.account)} {{", 1)
     return header(given.source, what) + "\n".join(lines + accounts)
 
@@ -237,6 +250,17 @@ def site_grants(site: Site, grants: Grants, seat_key: str, *, hub_domain: str) -
     seat = Party(kind=Kind.SEAT, name=f"{buckets.SEAT}@{site.name}")
     data = (AccountGrant(party=seat, account=DATA_ACCOUNT, user_key=seat_key),)
     return Grants(data=data, parties=parties)
+
+
+def _seat_user(key: str, denied: SeatDenied) -> str:
+    """The site's seat in its data account's `users`, each subject it is denied with why."""
+    lines = [f"      {{nkey: {quoted(key)}, permissions: {{"]
+    for name, permits in (("publish", denied.publish), ("subscribe", denied.subscribe)):
+        lines.append(f"        {name}: {{deny: [")
+        lines += [f"          {quoted(p.subject)}  # {p.why}" for p in permits]
+        lines.append("        ]}")
+    lines.append("      }}")
+    return "\n".join(lines)
 
 
 def _account_role(account: str) -> str:
