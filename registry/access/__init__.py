@@ -42,6 +42,7 @@ from registry.access.parties import DATA_ACCOUNT, REQUEST_INFO, Kind, Party, Par
 from registry.access.plan import GrantsPlan, ResolverPlan, plan_grants, plan_resolver
 from registry.access.site_servers import SitesIssued, issue_sites
 from registry.access.sites import HubEntry, Site, SiteEntry, Topology
+from registry.access.sites_file import SiteFileEntry, SitesFile, read_sites_file
 
 __all__ = [
     "CLAIMS_UPDATE",
@@ -71,6 +72,8 @@ __all__ = [
     "ResolverPlan",
     "Site",
     "SiteEntry",
+    "SiteFileEntry",
+    "SitesFile",
     "SitesIssued",
     "Topology",
     "UnknownAccount",
@@ -95,6 +98,7 @@ __all__ = [
     "plan_resolver",
     "push_account",
     "read_mesh_file",
+    "read_sites_file",
     "render_server_auth",
     "seed_path",
     "seeded_accounts",
