@@ -12,8 +12,7 @@ site) cannot write, purge or delete the hub's registry, read another node's valu
 another site's node's keys at the hub. The link's user is no client of the hub.
 
 Both account modes: in JWT mode the links' users are JWTs with the same permissions, and the
-vault's link is not up yet (the vault's account JWT allows no leaf connection), so secrets are
-not asked across.
+vault's account JWT allows one leaf connection per site.
 
 The buckets at the site are made here by hand, standing in for the seat (which does not make them
 yet): what is tested is the servers' configuration.
@@ -273,9 +272,7 @@ async def answering(client: Client, subject: str) -> None:
 async def test_a_hub_and_two_sites_run_on_the_generated_configuration(tmp_path: Path, jwt: bool) -> None:
     async with hub_and_sites(tmp_path, jwt=jwt) as servers, AsyncExitStack() as stack:
         data, vault_account = servers.account(DATA_ACCOUNT), servers.account("vault")
-        links = [("site1", data), ("site2", data)]
-        if not jwt:  # the vault account's JWT allows no leaf connection yet (its claims: leaf 0)
-            links += [("site1", vault_account), ("site2", vault_account)]
+        links = [("site1", data), ("site2", data), ("site1", vault_account), ("site2", vault_account)]
         assert await linked(servers, len(links)) == sorted(links)
         seat = await party(stack, servers, servers.hub, "seat")
         vault = await party(stack, servers, servers.hub, "vault")
@@ -307,9 +304,8 @@ async def test_a_hub_and_two_sites_run_on_the_generated_configuration(tmp_path: 
         await answering(vault, SECRET_VERB)
         asked = await n1.request(buckets.VERB_SUBJECT, b"{}", timeout=2)
         assert json.loads(asked.data) == {"acc": servers.account("node-n1")}
-        if not jwt:
-            asked = await n1.request(SECRET_VERB, b"{}", timeout=2)
-            assert json.loads(asked.data) == {"acc": servers.account("node-n1")}
+        asked = await n1.request(SECRET_VERB, b"{}", timeout=2)
+        assert json.loads(asked.data) == {"acc": servers.account("node-n1")}
 
         await refused_beyond_the_link(seat, site_seat, n1)
         await link_user_is_no_client(servers)
@@ -398,7 +394,7 @@ async def test_a_sites_seat_hears_no_answer_to_a_node_at_the_hub(tmp_path: Path,
     permits every answer (`_R_.>`); the site's seat is denied them (a user added to the site's
     server is not: `test_a_site_server_hears_no_answer_of_the_vault_to_another_node`)."""
     async with hub_and_sites(tmp_path, jwt=jwt) as servers, AsyncExitStack() as stack:
-        await linked(servers, 2 if jwt else 4)
+        await linked(servers, 4)
         seat = await party(stack, servers, servers.hub, "seat")
         n3 = await party(stack, servers, servers.hub, "node-n3")
         site_seat = await party(stack, servers, servers.site1, "seat-site1")

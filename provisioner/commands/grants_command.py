@@ -237,10 +237,7 @@ def _sites_written(mesh: WantedMesh, grants: Grants, out: Path, keys: Path, *, j
 def _jwt_note(jwt: bool) -> list[str]:
     if not jwt:
         return []
-    return [
-        "  JWT mode: <server>.jwt.conf, a site's <site>.server-auth.conf; the links' .creds in KEYS; the vault's link",
-        "  is refused until the vault's account JWT allows leaf connections (secrets are not asked across sites yet)",
-    ]
+    return ["  JWT mode: <server>.jwt.conf, a site's <site>.server-auth.conf; the links' and seats' .creds in KEYS"]
 
 
 def _some(names: list[str], shown: int = 10) -> str:

@@ -391,6 +391,7 @@ def derive_grants(
     machines: Mapping[str, Sequence[str]] | None = None,
     writers: Sequence[str] | None = None,
     limits: Mapping[Kind, GivenLimits] | None = None,
+    vault_leafnodes: int = 0,
     user_keys: Mapping[Party, str],
     account_keys: Mapping[Party, str] | None = None,
 ) -> Grants:
@@ -398,8 +399,9 @@ def derive_grants(
     module), `writers` the domains writing their bucket (`None`: every one the catalogue has),
     `limits` what each kind of party's account may hold where not its own (`registry.access.limits`),
     `user_keys` holds each party's user public nkey (and `account_keys` each account's, in JWT
-    mode). A provider whose machines are not named leaves every node its consumers' verb (said
-    in `wide`): name them, and only they may ask it."""
+    mode), `vault_leafnodes` the leaf links the vault's account takes (one per site). A provider
+    whose machines are not named leaves every node its consumers' verb (said in `wide`): name
+    them, and only they may ask it."""
     catalogue = _Catalogue(domains, providers)
     asking, wide = _machines(nodes, providers, machines or {})
     written = chosen_writers(domains, writers)
@@ -412,6 +414,7 @@ def derive_grants(
     ]
     accounts = account_keys or {}
     bounds = {kind: limits_of(kind, (limits or {}).get(kind)) for kind in {party.kind for party, _ in wanted}}
+    bounds[Kind.VAULT] = bounds[Kind.VAULT].model_copy(update={"leafnodes": vault_leafnodes})
     parties = tuple(
         AccountGrant(
             party=party,

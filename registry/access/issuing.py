@@ -33,7 +33,8 @@ class MeshParties:
     """Who the grants are for, by name; `machines` names the nodes each provider's module runs
     on, which alone may ask the vault for its consumers' credentials; `writers` the domains of
     the catalogue that write their bucket (`config`, `placement`), `None` meaning every one;
-    `limits` what the accounts of a kind of party may hold, where not their kind's own."""
+    `limits` what the accounts of a kind of party may hold, where not their kind's own; `sites`
+    how many sites dial the hub, each with a leaf link of the vault's account."""
 
     nodes: Sequence[str]
     providers: Sequence[str] = ()
@@ -41,6 +42,7 @@ class MeshParties:
     machines: Mapping[str, Sequence[str]] = field(default_factory=dict)
     writers: Sequence[str] | None = None
     limits: Mapping[Kind, GivenLimits] = field(default_factory=dict)
+    sites: int = 0
 
     def __post_init__(self) -> None:
         for kind, given in self.limits.items():
@@ -96,6 +98,7 @@ def issue_grants(
         machines=parties.machines,
         writers=parties.writers,
         limits=parties.limits,
+        vault_leafnodes=parties.sites,
         user_keys=user_keys,
         account_keys=account_keys,
     )

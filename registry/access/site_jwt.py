@@ -16,9 +16,8 @@
 A JWT whose claims are unchanged is kept as it is (its `iat` and `jti`), so issuing again writes
 the same bytes. A site's resolver is its own (no system account crosses the link): `grants --push`
 updates the hub's; a site's takes its accounts from its server-auth.conf at its start. The vault's
-link is written but refused by the hub until the vault's account JWT allows leaf connections
-(`leaf`: 0 today, from `registry.access.limits`, signed by `registry.access.jwt_auth`): the data
-account's (unlimited) works. A remote names its credentials file by the path of KEYS as the
+account JWT allows one leaf connection per site (`leaf`, from the grants' limits), the data
+account's is unlimited. A remote names its credentials file by the path of KEYS as the
 command was given it: on the site's machine, it is expected there.
 """
 

@@ -17,9 +17,9 @@ A site is one nats-server; the hub is one too (a hub cluster needs each server t
 hub.conf, and the sites every hub URL: not tried yet). The JetStream domain goes in a file of its
 own because nats-server takes one `jetstream` block, which holds the server's own `store_dir` and
 limits: the generated part is included inside it. Everything is written byte for byte the same
-from the same mesh file and seeds. With `jwt`, the JWT form is written too (`registry.access.site_jwt`);
-its vault link is refused until the vault's account JWT allows leaf connections (its claims say
-`leaf: 0`, as registry.access.limits gives every party account).
+from the same mesh file and seeds. With `jwt`, the JWT form is written too (`registry.access.site_jwt`).
+The vault's account takes one leaf connection per site at the hub (its grants' limits, in
+accounts.conf and its JWT alike) and one at a site.
 """
 
 from __future__ import annotations
@@ -211,7 +211,6 @@ def render_hub(given: _Rendering) -> str:
     accounts = _without_header(accounts)
     accounts = _add_users(accounts, f"  {DATA_ACCOUNT} {{", users[DATA_ACCOUNT])
     accounts = _add_users(accounts, f"  {quoted(VAULT.account)} {{", users[VAULT.account])
-    accounts = _leafnodes_allowed(accounts, f"  {quoted(VAULT.account)} {{", len(given.topology.sites))
     return header(given.source, what) + "\n".join(lines + accounts)
 
 
@@ -236,7 +235,6 @@ def render_site(given: _Rendering, site: Site) -> str:
     seat_user = f"      {{nkey: {quoted(seeds.seat[1])}}}"
     denied = site_seat_denied(given.topology.hub_domain)
     accounts = [_seat_user(seeds.seat[1], denied) if line == seat_user else line for line in accounts]
-    accounts = _leafnodes_allowed(accounts, f"  {quoted(VAULT.account)} {{", 1)
     return header(given.source, what) + "\n".join(lines + accounts)
 
 
@@ -246,7 +244,7 @@ def site_grants(site: Site, grants: Grants, seat_key: str, *, hub_domain: str) -
     writes go to the hub's buckets (`registry.access.leafnodes.at_site`)."""
     living = {Party(kind=Kind.NODE, name=node) for node in site.nodes}
     held = at_site(grants, site, hub_domain).parties
-    parties = tuple(g for g in held if g.party in living or g.party == VAULT)
+    parties = tuple(_one_link(g) if g.party == VAULT else g for g in held if g.party in living or g.party == VAULT)
     seat = Party(kind=Kind.SEAT, name=f"{buckets.SEAT}@{site.name}")
     data = (AccountGrant(party=seat, account=DATA_ACCOUNT, user_key=seat_key),)
     return Grants(data=data, parties=parties)
@@ -261,6 +259,11 @@ def _seat_user(key: str, denied: SeatDenied) -> str:
         lines.append("        ]}")
     lines.append("      }}")
     return "\n".join(lines)
+
+
+def _one_link(grant: AccountGrant) -> AccountGrant:
+    """The vault's account at a site: the one leaf link it dials to the hub."""
+    return grant.model_copy(update={"limits": grant.held_to.model_copy(update={"leafnodes": 1})})
 
 
 def _account_role(account: str) -> str:
@@ -305,17 +308,6 @@ def _add_users(lines: list[str], opening: str, users: list[str]) -> list[str]:
     if listed:  # one line, `users: [{...}]`: spread over lines
         return [*lines[:at], "    users: [", f"      {listed.removesuffix(']')}", *users, "    ]", *lines[at + 1 :]]
     return [*lines[: at + 1], *users, *lines[at + 1 :]]
-
-
-def _leafnodes_allowed(lines: list[str], opening: str, count: int) -> list[str]:
-    """The account block `opening` starts, allowed `count` leaf node connections (a party account
-    is rendered allowing none)."""
-    at = _block_at(lines, opening) + 1
-    while not lines[at].startswith("    limits {"):
-        at += 1
-    lines = list(lines)
-    lines[at] = lines[at].replace("max_leafnodes: 0", f"max_leafnodes: {count}")
-    return lines
 
 
 def render_sites_json(
