@@ -53,13 +53,14 @@ from provisioner_client.concurrently import all_of
 from provisioner_client.errors import ManifestError, MaterializeError, capped
 from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, action_environment, run_action
 from provisioner_client.materializing.envfile import EnvFolder, FileObserver, render
-from provisioner_client.resolving import inputs, refusals
+from provisioner_client.resolving import inputs, refusals, waiting
 from provisioner_client.resolving.inputs import World
 from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
 from provisioner_client.resolving.memory import Memory, Verdict
 from provisioner_client.resolving.own import OwnKeys
 from provisioner_client.resolving.resolve import Pending, Registry, Resolver, Source, read_registry
 from provisioner_client.resolving.scope import NodeScope
+from provisioner_client.resolving.waiting import WaitingWrites
 from registry.contract import (
     ActionRecord,
     AppliedValue,
@@ -123,6 +124,7 @@ class Report:
     write_seconds: dict[str, float] = field(default_factory=dict)  # how long each bucket's writes took
     refused: dict[str, str] = field(default_factory=dict)  # bucket name to the server's refusal of its writes
     refused_modules: dict[str, str] = field(default_factory=dict)  # module to why: its keys were refused
+    waiting: dict[str, str] = field(default_factory=dict)  # bucket name to how its writes wait for the hub
 
     @property
     def listed(self) -> set[str]:
@@ -139,13 +141,15 @@ class Report:
         """Every module applied, every manifest read, every action that ran succeeded."""
         modules_ok = all(m.applied.state == "applied" for m in self.modules.values())
         actions = [self.modules[m].action for m in self.actions_run]
-        return modules_ok and all(a is None or a.ok for a in actions) and not self.manifest_errors and not self.refused
+        done = not self.manifest_errors and not self.refused and not self.waiting
+        return modules_ok and all(a is None or a.ok for a in actions) and done
 
     def summary(self) -> str:
         """A few readable lines: each module's state, file, reasons and change action."""
         lines = [f"manifest error: {error}" for error in self.manifest_errors]
         lines.extend(f"ledger: {problem}" for problem in self.ledger_problems)
         lines.extend(f"refused: {bucket} refused the writes: {why}" for bucket, why in sorted(self.refused.items()))
+        lines.extend(f"waiting: {bucket}: {how}" for bucket, how in sorted(self.waiting.items()))
         for name, module in sorted(self.modules.items()):
             applied = module.applied
             where = f" -> {applied.file}" if applied.file else ""
@@ -170,15 +174,16 @@ async def _reconcile(bus: Bus, plan: ClientPlan, observer: FileObserver | None, 
     folder, manifests, report = _load_manifests(plan, observer, reconcile_id)
     memory = Memory.load(plan.materialize, plan.node)
     own = OwnKeys(bus, NodeScope(plan.node), memory)
+    waits = WaitingWrites(plan.materialize, plan.node)
     wanted = await _find_own_keys(own, manifests, report)
     resolver = _resolver(bus, plan, wanted)
-    await _register(own, report, wanted)
-    previous = _applied_by_module(own.items(buckets.APPLIED))
+    await _register(own, report, wanted, waits)
+    previous = _applied_by_module(_as_applied(own, waits))
     world = await _world(memory, resolver, wanted, folder, _placeholders(manifests))
     to_resolve = _decide(memory, world, manifests=manifests, previous=previous, folder=folder, report=report)
     await resolver.prefetch(_placeholders(manifests, only=to_resolve))
     await _materialize(resolver, folder, plan, manifests=manifests, previous=previous, report=report)
-    await _record_applied(own, report, previous, plan)
+    await _record_applied(own, report, previous, plan, waits)
     report.sources = resolver.sources | (memory.sources_read() if report.unchanged else set())
     _remember(memory, world, manifests, folder, report)
     report.removed = folder.remove_except(set(report.modules))
@@ -242,21 +247,38 @@ async def _find_own_keys(own: OwnKeys, manifests: Manifests, report: Report) -> 
     return _Wanted(registry, needs, collect)
 
 
-async def _register(own: OwnKeys, report: Report, wanted: _Wanted) -> None:
+def _as_applied(own: OwnKeys, waits: WaitingWrites) -> list[KvItem]:
+    """The node's applied records as last applied: the hub's, with those still waiting to be
+    written there (`waiting`) in their place: they say what was applied and when."""
+    found = {item.key: item for item in own.items(buckets.APPLIED)}
+    current = waits.current()
+    for key, value in (current.applied_records(buckets.APPLIED.name) if current is not None else {}).items():
+        before = found.get(key)
+        found[key] = KvItem(key, value, before.revision if before is not None else 0)
+    return list(found.values())
+
+
+async def _register(own: OwnKeys, report: Report, wanted: _Wanted, waits: WaitingWrites) -> None:
     """Needs and collect converged at once, before any value is read and before applied is; a
-    module whose keys a bucket refused is pending, saying why (`refusals`)."""
+    module whose keys a bucket refused is pending, saying why (`refusals`); writes that wait for
+    the hub (`waiting`) leave the modules to be resolved from what the site has."""
     await all_of(
-        partial(_converge_or_refused, own, report, buckets.NEEDS, wanted.needs, "module"),
-        partial(_converge_or_refused, own, report, buckets.COLLECT, wanted.collect, "contributor"),
+        partial(_converge_or_refused, own, report, buckets.NEEDS, wanted.needs, "module", waits=waits),
+        partial(_converge_or_refused, own, report, buckets.COLLECT, wanted.collect, "contributor", waits=waits),
     )
 
 
 async def _converge_or_refused(
-    own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes], owner: str
+    own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes], owner: str, *, waits: WaitingWrites
 ) -> None:
     try:
         await _converge(own, report, bucket, desired)
     except ConvergeError as err:
+        how = waiting.link_down(err)
+        if how is not None:
+            report.waiting[bucket.name] = _waiting_how(bucket, how, err)
+            waits.failed(bucket.name, report.waiting[bucket.name], keys=own.unwritten(bucket, desired))
+            return
         refusal = refusals.refusal_of(err)
         if refusal is None:
             raise
@@ -274,6 +296,13 @@ async def _converge_or_refused(
             ", ".join(sorted(modules)) or "no module",
             extra={"node": node, "bucket": bucket.name},
         )
+    else:
+        waits.done(bucket.name)
+
+
+def _waiting_how(bucket: Bucket, how: str, err: ConvergeError) -> str:
+    """How the client knows that `bucket`'s writes wait: the answer, and what it says at a site."""
+    return f"the {bucket.name} writes were answered {how} ({err.reason})"
 
 
 def _resolver(bus: Bus, plan: ClientPlan, wanted: _Wanted) -> Resolver:
@@ -355,18 +384,30 @@ async def _materialize(
         report.modules[module] = _held(folder, module, error, previous.get(module))
 
 
-async def _record_applied(own: OwnKeys, report: Report, previous: Mapping[str, AppliedValue], plan: ClientPlan) -> None:
+async def _record_applied(
+    own: OwnKeys, report: Report, previous: Mapping[str, AppliedValue], plan: ClientPlan, waits: WaitingWrites
+) -> None:
     """Each module's applied record converged, after its env file; then what was refused, if
-    anything, kept for `status` (`refusals`), also when applied refused the records."""
-    desired = _applied(own.scope.node, report, previous, own.items(buckets.APPLIED))
+    anything, kept for `status` (`refusals`), also when applied refused the records. Records the
+    hub cannot be reached for wait in the env folder (`waiting`), as they are, for the next reconcile."""
+    desired = _applied(own.scope.node, report, previous, _as_applied(own, waits))
+    name = buckets.APPLIED.name
     try:
         await _converge(own, report, buckets.APPLIED, desired)
     except ConvergeError as err:
+        how = waiting.link_down(err)
+        if how is not None:
+            report.waiting[name] = _waiting_how(buckets.APPLIED, how, err)
+            unwritten = own.unwritten(buckets.APPLIED, desired)
+            waits.failed(name, report.waiting[name], keys=unwritten, records={k: desired[k] for k in unwritten})
+            refusals.record(plan.materialize, plan.node, report.refused)
+            return
         refusal = refusals.refusal_of(err)
         if refusal is not None:
-            report.refused[buckets.APPLIED.name] = refusal
+            report.refused[name] = refusal
             refusals.record(plan.materialize, plan.node, report.refused)
         raise
+    waits.done(name)
     refusals.record(plan.materialize, plan.node, report.refused)
 
 

@@ -9,6 +9,14 @@ at the last reconcile (a full bucket, say) are read from the client's own record
 (`refusals`): which bucket refused and the server's answer, also when applied itself refused the
 records, so that what applied holds is older than that reconcile.
 
+Writes that wait for the hub (a node at a site whose link is cut, `waiting`) are read from the
+client's record of them: since when, how the client knows (the write and its answer: `NoResponders`,
+timed out) and which records are not yet written there. The verb that lists the applied records
+lives at the hub: when it does not answer for the same reason, the records are read at the site
+instead, one direct get per module the env folder's ledger names, with those waiting in their
+place, and status says so. The lease then reads as last renewed before the cut, so the client is
+said to be renewing it in vain, not to be stopped.
+
 Status only reads: no lease taken, no write, no key made where there is none. On a terminal the
 state marks are coloured (rich); anywhere else the same lines are plain text.
 """
@@ -16,7 +24,7 @@ state marks are coloured (rich); anywhere else the same lines are plain text.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
@@ -25,12 +33,13 @@ from pydantic import ValidationError
 
 from provisioner_client.errors import MaterializeError
 from provisioner_client.materializing.envfile import EnvFolder
-from provisioner_client.resolving import refusals
+from provisioner_client.resolving import refusals, waiting
 from provisioner_client.resolving.refusals import Refusals
 from provisioner_client.resolving.scope import NodeScope
+from provisioner_client.resolving.waiting import LEASE, Waiting
 from registry.contract import AppliedValue, JsonRefused, buckets, read_json
-from registry.errors import RegistryError
-from registry.wire import SKEW, Bus, Holder, get_stamped, node_key
+from registry.errors import BusError, RegistryError
+from registry.wire import SKEW, Bus, Holder, KvItem, get_direct, get_stamped, node_key
 
 FileState = Literal["in place", "drifted", "missing", "none", "unknown"]
 Mark = Literal["ok", "pending", "bad"]
@@ -43,6 +52,7 @@ class ClientLease:
     holder: Holder | None = None
     renewed_ago: timedelta | None = None
     unreadable: bool = False
+    waiting: waiting.Part | None = None  # the client's renewals wait for the hub: since when, how known
 
     @property
     def running(self) -> bool:
@@ -56,6 +66,12 @@ class ClientLease:
         if self.holder is None or self.renewed_ago is None:
             return f"not running (no client holds the lease of node {node})"
         ago = f"{self.renewed_ago.total_seconds():.0f} s ago"
+        if self.waiting is not None:
+            wait = self.waiting
+            return (
+                f"held by {self.holder.describe()}, its lease last renewed {ago} at the hub; "
+                f"its renewals have waited for the hub since {wait.since} (see Stale)"
+            )
         if self.running:
             return f"running on {self.holder.describe()} (lease renewed {ago})"
         return f"not running (last held by {self.holder.describe()}; lease last renewed {ago})"
@@ -63,7 +79,14 @@ class ClientLease:
     def as_json(self) -> dict[str, object]:
         holder = self.holder.model_dump(mode="json") if self.holder is not None else None
         ago = self.renewed_ago.total_seconds() if self.renewed_ago is not None else None
-        return {"running": self.running, "holder": holder, "renewed_seconds_ago": ago, "unreadable": self.unreadable}
+        wait = self.waiting.as_json() if self.waiting is not None else None
+        return {
+            "running": self.running,
+            "holder": holder,
+            "renewed_seconds_ago": ago,
+            "unreadable": self.unreadable,
+            "renewals_waiting": wait,
+        }
 
 
 @dataclass(frozen=True)
@@ -130,6 +153,14 @@ class NodeStatus:
     materialize: Path | None = None
     refused: Refusals | None = None  # writes the bus refused at the last reconcile
     refused_unknown: str | None = None  # why the client's record of refused writes cannot be read
+    waiting: Waiting | None = None  # writes that wait for the hub (a site's link down)
+    waiting_unknown: str | None = None  # why the client's record of waiting writes cannot be read
+    read_at_site: str | None = None  # why the applied records were read at the site, not listed by the verb
+
+    @property
+    def stale(self) -> bool:
+        """What the hub holds of this node is older than what it did: writes wait for it."""
+        return self.waiting is not None or self.waiting_unknown is not None
 
     @property
     def ok(self) -> bool:
@@ -137,7 +168,7 @@ class NodeStatus:
         and no write refused: a drifted or missing file is not ok (watch mode or the next reconcile
         puts it back), nor a failed action (the service may not run what the file holds), nor a
         full bucket (what is recorded may be older than the manifests), so the exit code tells a script."""
-        if self.unreadable or self.refused is not None or self.refused_unknown is not None:
+        if self.unreadable or self.refused is not None or self.refused_unknown is not None or self.stale:
             return False
         return all(m.ok for m in self.modules.values())
 
@@ -164,6 +195,9 @@ class NodeStatus:
             "unreadable": self.unreadable,
             "refused": self.refused.as_json() if self.refused is not None else None,
             "refused_unknown": self.refused_unknown,
+            "waiting": self.waiting.as_json() if self.waiting is not None else None,
+            "waiting_unknown": self.waiting_unknown,
+            "read_at_site": self.read_at_site,
         }
         return json.dumps(document, indent=2, ensure_ascii=False)
 
@@ -181,15 +215,17 @@ class NodeStatus:
         said += [f"{failed} change actions failed"] if failed else []
         said += [f"{len(self.unreadable)} records unreadable"] if self.unreadable else []
         said += [f"writes refused by {', '.join(sorted(self.refused.buckets))}"] if self.refused else []
+        said += [f"writes to the hub waiting since {self.waiting.since}"] if self.waiting else []
         return ", ".join(said)
 
 
 async def read_status(bus: Bus, node: str, materialize: Path, *, settings_file: Path | None = None) -> NodeStatus:
-    scope = NodeScope(node)
     folder = EnvFolder(materialize)
     modules: dict[str, ModuleStatus] = {}
     unreadable: dict[str, str] = {}
-    for item in await scope.read(bus, buckets.APPLIED):
+    waits, waits_unknown = _waiting(materialize, node)
+    items, read_at_site = await _applied_items(bus, node, folder, waits)
+    for item in items:
         if item.deleted:
             continue
         try:
@@ -206,8 +242,56 @@ async def read_status(bus: Bus, node: str, materialize: Path, *, settings_file: 
             continue
         modules[module] = _judged(folder, module, applied)
     client = await read_client(bus, node)
+    if waits is not None and LEASE in waits.parts:
+        client = replace(client, waiting=waits.parts[LEASE])
     refused, unknown = _refusals(materialize, node)
-    return NodeStatus(node, modules, unreadable, client, settings_file, materialize, refused, unknown)
+    return NodeStatus(
+        node,
+        modules,
+        unreadable,
+        client,
+        settings_file,
+        materialize,
+        refused,
+        unknown,
+        waiting=waits,
+        waiting_unknown=waits_unknown,
+        read_at_site=read_at_site,
+    )
+
+
+def _waiting(materialize: Path, node: str) -> tuple[Waiting | None, str | None]:
+    """The writes that wait for the hub, or why the client's record of them cannot be read."""
+    try:
+        return waiting.read(materialize, node), None
+    except MaterializeError as err:
+        return None, str(err)
+
+
+async def _applied_items(
+    bus: Bus, node: str, folder: EnvFolder, waits: Waiting | None
+) -> tuple[list[KvItem], str | None]:
+    """The node's applied records as the verb lists them; when the verb (at the hub) is out of
+    reach, as the site has them, with those waiting in their place, and why they were read so."""
+    try:
+        return await NodeScope(node).read(bus, buckets.APPLIED), None
+    except BusError as err:
+        if waiting.link_down(err) is None:
+            raise
+        why = f"the verb at the hub did not answer ({err.reason})"
+    found: dict[str, KvItem] = {}
+    try:
+        modules = set(folder.read_ledger().manifests.values())
+    except MaterializeError:
+        modules = set()
+    for module in sorted(modules):
+        key = buckets.APPLIED.shape.build(node=node, module=module)
+        item = await get_direct(bus, buckets.APPLIED, key)
+        if item is not None:
+            found[key] = item
+    for key, value in (waits.applied_records(buckets.APPLIED.name) if waits is not None else {}).items():
+        found[key] = KvItem(key, value, 0)
+    return list(found.values()), why
 
 
 def _refusals(materialize: Path, node: str) -> tuple[Refusals | None, str | None]:

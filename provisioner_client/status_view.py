@@ -11,6 +11,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
+from provisioner_client.resolving.waiting import LEASE
 from provisioner_client.status import Mark, ModuleStatus, NodeStatus
 from registry.contract import ActionRecord, buckets
 
@@ -27,6 +28,7 @@ def status_lines(status: NodeStatus) -> list[Text]:
     if status.materialize is not None:
         lines.extend(_labelled("Env files", str(status.materialize)))
     lines.extend(_refused_lines(status))
+    lines.extend(_waiting_lines(status))
     for name, module in sorted(status.modules.items()):
         lines.append(Text())
         lines.extend(_module_lines(name, module))
@@ -60,6 +62,23 @@ def _refused_lines(status: NodeStatus) -> list[Text]:
     return _labelled(
         "Refused", *said, f"(at the last reconcile, {status.refused.at}; the next one not refused clears this)"
     )
+
+
+def _waiting_lines(status: NodeStatus) -> list[Text]:
+    """What waits for the hub, since when and how the client knows; which records are not yet there."""
+    if status.waiting_unknown is not None:
+        return _labelled("Stale", f"unknown: {status.waiting_unknown}; run status as the client's user")
+    said = []
+    if status.waiting is not None:
+        for name, part in sorted(status.waiting.parts.items()):
+            what = "the lease" if name == LEASE else name
+            keys = f"; not yet written there: {', '.join(part.keys)}" if part.keys else ""
+            said.append(f"writes of {what} to the hub waiting since {part.since} (link down: {part.how}){keys}")
+    if status.read_at_site is not None:
+        said.append(f"applied records read at the site: {status.read_at_site}")
+    if not said:
+        return []
+    return _labelled("Stale", *said, "(what the hub holds of this node; the env files are as the site's data has them)")
 
 
 def _module_lines(name: str, status: ModuleStatus) -> list[Text]:

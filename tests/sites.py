@@ -299,3 +299,93 @@ async def make_streams(sites: Sites, seat: Bus, site: Bus, config: BucketConfig 
         assert stream is not None
         stream["sources"] = [hub_source(bucket, SITE, (NODE,))]
         await seat.jetstream(bucket.update_api, stream, operation=f"source {bucket.name} from {SITE}")
+
+
+# A hub and one site on what `mesh-provisioner grants --mesh` writes (static accounts), the site's
+# leaf link through a relay: for the node client's tests at a site (tests/test_site_client.py).
+
+GENERATED_MESH = """\
+nodes = ["n1", "n3"]
+operators = ["ops"]
+[hub]
+leafnodes = ["nats-leaf://127.0.0.1:{relay}"]
+listen = "127.0.0.1:{leaf}"
+[sites.site1]
+nodes = ["n1"]
+"""
+SITE_READS: tuple[Bucket, ...] = (buckets.REGISTRY,)  # read at the site, with live updates (republished)
+
+
+def generated_server(out: Path, folder: Path, name: str) -> Server:
+    """nats-server `name` on its generated files (`<out>/sites/<name>.conf` and `.jetstream.conf`),
+    copied into `folder`, stoppable and started again on the same port and store."""
+    folder.mkdir(parents=True)
+    sites = out / "sites"
+    for generated in (f"{name}.conf", f"{name}.jetstream.conf"):
+        (folder / generated).write_bytes((sites / generated).read_bytes())
+    config = (
+        f'server_name: "{name}"\n'
+        f'jetstream {{ store_dir: "{folder / "js"}", include ./{name}.jetstream.conf }}\n'
+        f"include ./{name}.conf\n"
+    )
+    return Server(name, folder, config)
+
+
+@dataclass
+class GeneratedSites:
+    """The hub and site 1 on the generated configuration; `keys` holds each party's seed
+    (`<label>.nk`: `seat`, `node-n1`, `seat-site1`), `out` the grants."""
+
+    hub: Server
+    site: Server
+    relay: Relay
+    keys: Path
+    out: Path
+    tasks: TaskGroup
+
+    def options(self, server: Server, label: str) -> BusOptions:
+        return BusOptions(servers=(server.url,), name=label, nkey_seed=self.keys / f"{label}.nk")
+
+    async def restart_hub(self) -> None:
+        await self.hub.stop()
+        await self.tasks.start(self.hub.run)
+
+
+@asynccontextmanager
+async def generated_hub_and_site(root: Path, *, delay: float = 0.0) -> AsyncIterator[GeneratedSites]:
+    """`mesh-provisioner grants --mesh` on a hub and site 1 (node n1 there, n3 at the hub), both
+    servers running on what it wrote, the site's link through a relay adding `delay` each way."""
+    from provisioner.commands.cli import main  # noqa: PLC0415 -- the seat's CLI, only for this helper
+
+    leaf = free_port()
+    relay = Relay(leaf, delay)
+    (root / "mesh.toml").write_text(GENERATED_MESH.format(relay=relay.port, leaf=leaf))
+    out, keys = root / "out", root / "keys"
+    assert main(["grants", "--mesh", str(root / "mesh.toml"), "--out", str(out), "--keys", str(keys)]) == 0
+    hub, site = generated_server(out, root / HUB, HUB), generated_server(out, root / SITE, SITE)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(relay.serve)
+        await tasks.start(hub.run)
+        await tasks.start(site.run)
+        try:
+            yield GeneratedSites(hub, site, relay, keys, out, tasks)
+        finally:
+            await site.stop()
+            await hub.stop()
+            tasks.cancel_scope.cancel()
+
+
+def site_read_copy(bucket: Bucket) -> dict[str, object]:
+    """The site's mirror of a hub bucket nodes read and follow: `site_mirror`, republishing each
+    message on the bucket's live subjects, which the node's account imports."""
+    republish = {"src": bucket.subject(">"), "dest": bucket.live_subject(">")}
+    return {**site_mirror(bucket), "republish": republish}
+
+
+async def make_site_copies(site: Bus, read: tuple[Bucket, ...] = SITE_READS) -> None:
+    """What the seat will make at the site (made here by hand, as tests/test_sites_topology.py
+    does): a mirror of each bucket a node writes (fail fast) and of each bucket in `read`."""
+    for bucket in WRITTEN:
+        await site.jetstream(bucket.create_api, site_mirror(bucket), operation=f"mirror {bucket.name}")
+    for bucket in read:
+        await site.jetstream(bucket.create_api, site_read_copy(bucket), operation=f"mirror {bucket.name}")

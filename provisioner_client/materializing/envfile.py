@@ -46,7 +46,7 @@ from typing import Protocol
 from provisioner_client.errors import MaterializeError
 from provisioner_client.materializing import files
 from provisioner_client.materializing.files import MODE
-from provisioner_client.resolving import refusals
+from provisioner_client.resolving import refusals, waiting
 from provisioner_client.resolving.manifest import MODULE_PATTERN
 from registry.contract import JsonRefused, read_json
 
@@ -254,9 +254,10 @@ class EnvFolder:
 
 
 def _is_own(name: str) -> bool:
-    """A file the client keeps in the env folder: the ledger, the key, the record of refused writes
-    or a module's env file."""
-    return name in (LEDGER, KEY, refusals.RECORD) or (name.endswith(".env") and is_module(name.removesuffix(".env")))
+    """A file the client keeps in the env folder: the ledger, the key, the records of refused and
+    of waiting writes, or a module's env file."""
+    own = (LEDGER, KEY, refusals.RECORD, waiting.RECORD)
+    return name in own or (name.endswith(".env") and is_module(name.removesuffix(".env")))
 
 
 # The names mkstemp gave the temporary files of env files and the ledger (`.<name>.<8>.tmp`) and

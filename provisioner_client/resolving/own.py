@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from provisioner_client.resolving.memory import Memory, Verdict
 from provisioner_client.resolving.scope import NodeScope
+from provisioner_client.resolving.waiting import link_down
 from registry.contract import Bucket
-from registry.errors import BusError
+from registry.errors import BusError, ConvergeError
 from registry.wire import Bus, Changes, KvItem
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ class Found:
     stamp: int
     items: list[KvItem] | None
     verdict: Verdict
+    unlisted: BusError | None = None  # the listing the hub did not answer: the keys are not known
 
     @property
     def listed(self) -> bool:
@@ -61,8 +63,26 @@ class OwnKeys:
         log.debug("node %s: %s %s: %s", self.scope.node, bucket.name, how, verdict, extra={"bucket": bucket.name})
         if verdict.as_before:
             self.found[bucket.name] = Found(stamp, self.memory.items_of(bucket.name), verdict)
-        else:
+            return
+        try:
             self.found[bucket.name] = Found(stamp, await self.scope.read(self.bus, bucket), verdict)
+        except BusError as err:
+            if link_down(err) is None:
+                raise
+            self.found[bucket.name] = self._unlisted(bucket, stamp, err)
+
+    def _unlisted(self, bucket: Bucket, stamp: int, err: BusError) -> Found:
+        """The keys of a bucket the verb (at the hub) did not list: a link down. Its writes wait;
+        applied's records are taken as remembered, so that what was applied is still known."""
+        log.info(
+            "node %s: %s not listed (%s): its writes wait for the hub",
+            self.scope.node,
+            bucket.name,
+            err,
+            extra={"bucket": bucket.name},
+        )
+        remembered = self.memory.items_of(bucket.name) or []
+        return Found(stamp, remembered, Verdict(as_before=False, reason=f"not listed: {err.reason}"), unlisted=err)
 
     def items(self, bucket: Bucket) -> list[KvItem]:
         """The bucket's node keys as found; empty for a bucket known to hold what is wanted."""
@@ -72,11 +92,17 @@ class OwnKeys:
         """Makes the bucket's node keys hold `desired` (nothing to do when they were found as
         remembered), then tells the memory what they hold."""
         found = self.found[bucket.name]
+        if found.unlisted is not None:
+            reason = f"its keys could not be listed: {found.unlisted.reason}"
+            raise ConvergeError(bucket.name, "*", reason, "nothing") from found.unlisted
         if found.items is None:
             return Changes()
         written = self.written.setdefault(bucket.name, {})
         try:
             changes = await self.scope.converge(self.bus, bucket, found.items, desired, revisions=written)
+        except ConvergeError as err:
+            self._remember_unchanged(bucket, found, err)
+            raise
         except BaseException:
             self.memory.keep_keys(bucket.name, None)
             raise
@@ -86,9 +112,22 @@ class OwnKeys:
         self.memory.keep_keys(bucket.name, state)
         return changes
 
+    def _remember_unchanged(self, bucket: Bucket, found: Found, err: ConvergeError) -> None:
+        """After a converge that failed: with nothing written and the hub out of reach, the keys
+        are as found (a write given up on and stored later moves their stamp), so the next
+        reconcile, during the same cut, need not list them through the verb at the hub."""
+        if self.written.get(bucket.name) or link_down(err) is None or found.items is None:
+            self.memory.keep_keys(bucket.name, None)
+            return
+        present = {item.key: item.value for item in found.items if not item.deleted}
+        state = self.memory.converged(bucket.name, found.stamp, found.items, present, {}, listed=found.listed)
+        self.memory.keep_keys(bucket.name, state)
+
     def unwritten(self, bucket: Bucket, desired: Mapping[str, bytes]) -> set[str]:
         """The keys of `desired` the bucket does not hold as desired after a converge that failed
-        part-way: neither found so nor written since."""
+        part-way: neither found so nor written since (none known for a bucket not listed)."""
+        if self.found[bucket.name].unlisted is not None:
+            return set()  # its keys are not known: which of them differ is not either
         found = {item.key: item.value for item in self.items(bucket) if not item.deleted}
         done = self.written.get(bucket.name, {})
         return {key for key, value in desired.items() if key not in done and found.get(key) != value}

@@ -10,6 +10,13 @@ needs no lease.
 
 Leases live in their own bucket, so an unchanged reconcile still writes nothing to needs, applied
 or collect: the renewal is the only write.
+
+At a site, the renewal crosses the leaf link to the hub (`docs/sites-write-path.md`): during a cut
+it is answered `NoResponders` at once (a silent link: it times out), every third of the ttl, and
+the watch goes on reconciling from the site's data. Watch mode tells each outcome to the record
+of waiting writes (`waiting`, part `lease`: since when, and the answer), which `status` reads; once
+the link is back, the renewal on this holder's own revision succeeds (the hub saw the lease expire,
+but nobody wrote it), or raises `LeaseLost` if remove-node or another claimant did.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from datetime import timedelta
 import anyio
 
 from provisioner_client.errors import NodeHeld
+from provisioner_client.resolving.waiting import LEASE, WaitingWrites, link_down
+from registry.errors import BusError
 from registry.wire import Bus, Lease, LeaseHeld, LeaseLost, node_key
 
 log = logging.getLogger(__name__)
@@ -49,13 +58,45 @@ async def holding(bus: Bus, node: str, ttl: timedelta) -> AsyncIterator[Lease]:
             await lease.release()
 
 
-async def renew(lease: Lease, lost: anyio.Event) -> None:
-    """Keeps the lease renewed (`Lease.keep_renewed`); sets `lost` and returns when another claimant took it."""
+async def renew(lease: Lease, lost: anyio.Event, waits: WaitingWrites | None = None) -> None:
+    """Keeps the lease renewed (`Lease.keep_renewed`, or telling `waits` of each renewal); sets
+    `lost` and returns when another claimant took it."""
     try:
-        await lease.keep_renewed()
+        if waits is None:
+            await lease.keep_renewed()
+        else:
+            await _keep_renewed_telling(lease, waits)
     except LeaseLost as err:
+        if waits is not None:
+            waits.done(LEASE)  # nothing of the lease waits: the watch waits for the lease again
         lost.set()
         log.error("%s; this client stops reconciling", err, extra={"key": lease.key})  # noqa: TRY400 -- an expected refusal, no traceback
+
+
+async def _keep_renewed_telling(lease: Lease, waits: WaitingWrites) -> None:
+    """`Lease.keep_renewed`, each renewal's outcome told to `waits`: an answer saying the hub is out
+    of reach starts (or continues) the lease's wait, a renewal stored ends it. Any bus error is
+    tried again at the next renewal, as `keep_renewed` does; it never ends the loop."""
+    said = False
+    while True:
+        await anyio.sleep(lease.ttl.total_seconds() / 3)
+        try:
+            await lease.renew()
+        except BusError as err:
+            how = link_down(err)
+            if how is not None:
+                waits.failed(
+                    LEASE,
+                    f"the lease renewal was answered {how}: at a site, its link to the hub is down ({err.reason})",
+                )
+            elif not said:
+                log.warning("lease %s not renewed: %s; trying again", lease.key, err, extra={"key": lease.key})
+            said = True
+            continue
+        if said:
+            log.info("lease %s renewed again", lease.key, extra={"key": lease.key})
+        said = False
+        waits.done(LEASE)
 
 
 def _holder(held: LeaseHeld) -> str:

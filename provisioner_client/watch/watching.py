@@ -28,8 +28,12 @@ first released it or its lease expired.
 Any change wakes the loop; it waits out a short debounce, then runs one full reconcile (cheap when
 nothing changed: zero writes), or only puts the drifted files back when nothing else changed. A
 reconcile that fails because the bus is away, or whose writes a bucket refused (full), is retried
-with exponential backoff. A `stop` event ends the loop after the reconcile in progress (its change
-action included); cancelling the task group it runs in stops it at once.
+with exponential backoff. Writes that wait for the hub (a site's link cut: answered `NoResponders`
+or timed out, `provisioner_client.resolving.waiting`) are retried every `waiting_retry` (1 s)
+instead: the node's connection to its site's server stays up, so nothing else tells the client
+that the link is back, and the writes must follow within seconds of it. A `stop` event ends the
+loop after the reconcile in progress (its change action included); cancelling the task group it
+runs in stops it at once.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from provisioner_client.metrics import NodeMetrics
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolving.manifest import manifest_files
 from provisioner_client.resolving.resolve import Source
+from provisioner_client.resolving.waiting import WaitingWrites, link_down
 from provisioner_client.watch.drift import DriftWatch, put_back
 from provisioner_client.watch.holding import node_lease, renew
 from registry.contract import AppliedValue, Bucket, subject_matches, under
@@ -66,6 +71,7 @@ class WatchTiming:
     poll: timedelta = timedelta(seconds=2)
     backoff_max: timedelta = timedelta(seconds=30)
     drift_poll: timedelta = timedelta(seconds=1)
+    waiting_retry: timedelta = timedelta(seconds=1)  # the backoff's cap while writes wait for the hub
 
 
 @dataclass(frozen=True)
@@ -220,7 +226,7 @@ async def _watch_holding(
         _lease_told(metrics, held=True)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(renew, lease, lost)
+                tg.start_soon(renew, lease, lost, WaitingWrites(plan.materialize, plan.node))
                 await _reconcile_while_held(
                     bus,
                     plan,
@@ -287,13 +293,13 @@ async def _reconcile_while_held(
             except (BusError, ClientError) as err:
                 if metrics is not None:
                     metrics.failed(time.monotonic() - started)
-                delay = backoff.next()
+                delay = _retry_after(err, backoff, timing)
                 log.warning("reconcile failed: %s; retrying in %.1f s", err, delay)
                 with anyio.move_on_after(delay):
                     await stopping.wait()
                 trigger.pull("retry")
                 continue
-            _again_if_refused(report, backoff, tg, trigger)
+            _again_if_refused(report, backoff, tg, trigger, timing.waiting_retry)
             applied = {module: done.applied for module, done in report.modules.items()}
             drift.expect(applied)
             followers.follow(report.sources)
@@ -308,6 +314,12 @@ async def _reconcile_while_held(
         tg.cancel_scope.cancel()
 
 
+def _retry_after(err: BusError | ClientError, backoff: _Backoff, timing: WatchTiming) -> float:
+    """The backoff's next delay; at most `waiting_retry` when the hub did not answer (a link down)."""
+    delay = backoff.next()
+    return min(delay, timing.waiting_retry.total_seconds()) if link_down(err) is not None else delay
+
+
 def _put_back_by_reconcile(report: Report, drifted: Mapping[str, str]) -> int:
     """The drifted files the reconcile rewrote, each logged as drift put back; how many."""
     put_back = 0
@@ -319,11 +331,18 @@ def _put_back_by_reconcile(report: Report, drifted: Mapping[str, str]) -> int:
     return put_back
 
 
-def _again_if_refused(report: Report, backoff: _Backoff, tg: TaskGroup, trigger: Trigger) -> None:
+def _again_if_refused(
+    report: Report, backoff: _Backoff, tg: TaskGroup, trigger: Trigger, waiting_retry: timedelta
+) -> None:
     """A bucket that refused writes (full) is asked again after a backoff: nothing else would wake
-    the loop when it has room again."""
-    if not report.refused:
+    the loop when it has room again; writes that wait for the hub, after at most `waiting_retry`."""
+    if not report.refused and not report.waiting:
         backoff.reset()
+        return
+    if not report.refused:
+        delay = min(backoff.next(), waiting_retry.total_seconds())
+        log.debug("node %s: writes wait for the hub; reconciling again in %.1f s", report.node, delay)
+        tg.start_soon(_pull_after, trigger, delay, "retry of writes waiting for the hub")
         return
     delay = backoff.next()
     refused_by = ", ".join(sorted(report.refused))

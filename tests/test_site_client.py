@@ -1,0 +1,216 @@
+"""The node client at a site while its leaf link is cut, then restored (issue 22, "partition
+behaviour that a person can predict"): a hub and site 1 on the generated configuration
+(`tests.sites.generated_hub_and_site`, the site's link through a relay the test cuts), the seat
+at the hub, the site's copies of the hub's buckets made by hand, and node n1's watching client
+connected to its site's server on its own key.
+
+During a cut of about 10 s, while a value changes at the hub: the env file keeps what it held; a
+manifest added at the node is materialized from the site's copy of the values; `status` says
+which writes wait for the hub, since when and what answered them (the lease's renewals and the
+new module's applied record: NoResponders); the watch goes on. After the link is back: the
+changed value materialized once, each change action run exactly once for its change, the writes
+done once (the hub buckets' last sequences grow by what changed and no more), nothing stale,
+within 5 s (the figure is printed with `-s`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+import pytest
+
+from mesh_dev.standins import CONFIG, stand_ins
+from provisioner_client.reconcile import ClientPlan, Report
+from provisioner_client.resolving import waiting
+from provisioner_client.status import NodeStatus, read_status
+from provisioner_client.status_view import status_text
+from provisioner_client.watch.watching import WatchTiming, watch
+from registry.contract import AppliedValue, buckets, read_json
+from registry.wire import Bus, connect, get_direct, put
+from tests.helpers import serving, sh_env
+from tests.sites import SITE_READS, GeneratedSites, generated_hub_and_site, make_site_copies
+
+T = TypeVar("T")
+
+NODE = "n1"
+CUT_SECONDS = 10.0
+CONVERGED_WITHIN = 5.0  # issue 22: after the link returns, converged within 5 s
+LEASE_TTL = timedelta(seconds=3)  # renewed every second: the cut is told within about one
+TIMING = WatchTiming(debounce=timedelta(seconds=0.1), poll=timedelta(seconds=0.2))
+NODE_BUCKETS = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT)
+
+
+def manifest(module: str, env: dict[str, str], runs: Path) -> str:
+    """A module whose change action appends a line to `runs`: its lines count its runs."""
+    on_change = {"command": ["sh", "-c", f"echo run >> {runs}"], "timeout_seconds": 10}
+    return json.dumps({"module": module, "env": env, "on_change": on_change})
+
+
+def runs_of(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, within: float = 20.0) -> T:
+    """`probe`'s first answer that is not None (bounded by `within` only to fail, never timed)."""
+    try:
+        with anyio.fail_after(within):
+            while (found := await probe()) is None:
+                await anyio.sleep(0.05)
+            return found
+    except TimeoutError:
+        pytest.fail(f"not within {within} s: {what}")
+
+
+async def last_sequences(seat: Bus) -> dict[str, int]:
+    """Each node bucket's last sequence at the hub: it grows by one per write stored."""
+    found = {}
+    for bucket in NODE_BUCKETS:
+        info = await seat.jetstream(bucket.info_api, operation=f"info {bucket.name}")
+        found[bucket.name] = int(info["state"]["last_seq"])
+    return found
+
+
+async def hub_applied(seat: Bus, module: str) -> AppliedValue | None:
+    item = await get_direct(seat, buckets.APPLIED, f"{NODE}.{module}")
+    if item is None or item.deleted:
+        return None
+    return AppliedValue.model_validate(read_json(item.value))
+
+
+@dataclass
+class Site:
+    sites: GeneratedSites
+    seat: Bus
+    node: Bus
+    plan: ClientPlan
+    runs: Path
+    reports: list[Report]
+
+
+@asynccontextmanager
+async def site_client(tmp_path: Path) -> AsyncIterator[Site]:
+    """The hub, site 1, the seat serving at the hub with the stand-ins' values, the site's copies,
+    and n1's watching client at its site, once it has applied module `app` (greeting)."""
+    async with generated_hub_and_site(tmp_path, delay=0.01) as sites:
+        seat_options = sites.options(sites.hub, "seat")
+        grants = sites.out / "grants.json"
+        async with (
+            serving(sites.hub.url, bus_options=seat_options, grants_file=grants, providers=[]),
+            connect(seat_options) as seat,
+            stand_ins(seat, NODE, with_vault=False),
+            connect(sites.options(sites.site, "seat-site1")) as site_data,
+            connect(sites.options(sites.site, f"node-{NODE}")) as node,
+        ):
+            await make_site_copies(site_data, (*SITE_READS, CONFIG))
+            manifests, runs = tmp_path / "manifests", tmp_path / "runs"
+            manifests.mkdir()
+            runs.mkdir()
+            (manifests / "app.json").write_text(manifest("app", {"GREETING": "${config:greeting}"}, runs / "app"))
+            plan = ClientPlan(NODE, manifests, tmp_path / "env", timedelta(seconds=2), LEASE_TTL)
+            reports: list[Report] = []
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(lambda: watch(node, plan, TIMING, on_report=reports.append))
+                site = Site(sites, seat, node, plan, runs, reports)
+                await eventually(lambda: _applied_at_hub(site, "app"), "app applied and recorded at the hub")
+                yield site
+                tasks.cancel_scope.cancel()
+
+
+async def _applied_at_hub(site: Site, module: str) -> AppliedValue | None:
+    applied = await hub_applied(site.seat, module)
+    return applied if applied is not None and applied.state == "applied" else None
+
+
+async def test_a_cut_link_keeps_the_env_files_says_what_is_stale_and_converges_once_after(tmp_path: Path) -> None:
+    async with site_client(tmp_path) as site:
+        env = site.plan.materialize
+        assert sh_env(env / "app.env")["GREETING"].startswith("Hello")
+        assert runs_of(site.runs / "app") == 1
+        before = await last_sequences(site.seat)
+
+        site.sites.relay.cut()
+        cut_at = time.monotonic()
+        await put(site.seat, CONFIG, "greeting", json.dumps("changed during the cut").encode())
+        (site.plan.manifests / "local.json").write_text(
+            manifest("local", {"LOG_LEVEL": "${config:log-level}"}, site.runs / "local")
+        )
+
+        # the new module is materialized from the site's copy of the values; its record waits
+        local = await eventually(
+            lambda: _file(env / "local.env"), "the module added during the cut materialized at the site"
+        )
+        assert local == {"LOG_LEVEL": "info"}
+        status = await eventually(lambda: _stale(site, {"lease", buckets.APPLIED.name}), "status saying stale")
+        assert status.waiting is not None
+        text = status_text(status)
+        print(f"FIGURE status during the cut:\n{text}")
+        assert f"writes of the lease to the hub waiting since {status.waiting.parts['lease'].since}" in text
+        assert "NoResponders" in status.waiting.parts["lease"].how
+        assert status.waiting.parts[buckets.APPLIED.name].keys == (f"{NODE}.local",)
+        assert status.modules["local"].applied.state == "applied"  # read at the site, from the waiting record
+        assert status.read_at_site is not None and not status.ok
+
+        while time.monotonic() - cut_at < CUT_SECONDS:
+            assert sh_env(env / "app.env")["GREETING"].startswith("Hello"), "the env file changed during the cut"
+            await anyio.sleep(0.2)
+        assert await last_sequences(site.seat) == before, "a write reached the hub during the cut"
+        assert runs_of(site.runs / "app") == 1 and runs_of(site.runs / "local") == 1
+        local_applied = waiting.read(env, NODE)
+        assert local_applied is not None
+        recorded = AppliedValue.model_validate(
+            read_json(local_applied.applied_records(buckets.APPLIED.name)[f"{NODE}.local"])
+        )
+
+        site.sites.relay.restore()
+        restored_at = time.monotonic()
+        await eventually(lambda: _converged(site), "converged after the link returned", within=30)
+        took = time.monotonic() - restored_at
+        print(f"FIGURE converged {took:.2f} s after the link returned (cut {restored_at - cut_at:.1f} s)")
+        assert took <= CONVERGED_WITHIN
+
+        assert sh_env(env / "app.env")["GREETING"] == "changed during the cut"
+        assert runs_of(site.runs / "app") == 2, "the change action ran once for the change"
+        assert runs_of(site.runs / "local") == 1, "the action that ran during the cut did not run again"
+        at_hub = await hub_applied(site.seat, "local")
+        assert at_hub is not None and at_hub.changed_at == recorded.changed_at  # when it was applied
+        after = await last_sequences(site.seat)
+        assert after[buckets.APPLIED.name] == before[buckets.APPLIED.name] + 2  # app changed, local added
+        assert after[buckets.NEEDS.name] == before[buckets.NEEDS.name] + 1  # local's need of log-level
+        assert after[buckets.COLLECT.name] == before[buckets.COLLECT.name]
+
+        await anyio.sleep(2 * LEASE_TTL.total_seconds() / 3 + 0.5)  # reconciles and renewals go on
+        assert await last_sequences(site.seat) == after, "something was written twice"
+        assert runs_of(site.runs / "app") == 2 and runs_of(site.runs / "local") == 1
+
+
+async def _file(path: Path) -> dict[str, str] | None:
+    return sh_env(path) if await anyio.Path(path).exists() else None
+
+
+async def _stale(site: Site, parts: set[str]) -> NodeStatus | None:
+    status = await read_status(site.node, NODE, site.plan.materialize)
+    return status if status.waiting is not None and parts <= set(status.waiting.parts) else None
+
+
+async def _converged(site: Site) -> bool | None:
+    """The changed value in the env file, both modules' records at the hub as applied, nothing waiting."""
+    env = site.plan.materialize
+    if sh_env(env / "app.env")["GREETING"] != "changed during the cut":
+        return None
+    if waiting.read(env, NODE) is not None:
+        return None
+    status = await read_status(site.node, NODE, env)
+    if not status.ok or status.read_at_site is not None:
+        return None
+    app, local = await hub_applied(site.seat, "app"), await hub_applied(site.seat, "local")
+    if app is None or local is None or app.digest != status.modules["app"].applied.digest:
+        return None
+    return True
