@@ -47,7 +47,7 @@ def _header(status: NodeStatus) -> list[Text]:
         said = f"the last reconcile could not record what it did: {buckets.APPLIED.name} refused the writes"
         older = f"; {buckets.APPLIED.name} holds older records ({status.counts()})" if status.modules else ""
         return [_marked("bad", f"node {status.node}: {said}{older}")]
-    if not status.modules and not status.unreadable and status.refused is None:
+    if not status.modules and not status.unreadable and status.refused is None and status.waiting is None:
         said = f"no modules recorded in {buckets.APPLIED.name} (has it reconciled? is the node name right?)"
         return [_marked("pending", f"node {status.node}: {said}")]
     return [_marked(status.mark, f"node {status.node}: {status.counts()}")]

@@ -87,7 +87,7 @@ async def _keep_renewed_telling(lease: Lease, waits: WaitingWrites) -> None:
             if how is not None:
                 waits.failed(
                     LEASE,
-                    f"the lease renewal was answered {how}: at a site, its link to the hub is down ({err.reason})",
+                    f"the lease renewal was answered {how} ({err.reason})",
                 )
             elif not said:
                 log.warning("lease %s not renewed: %s; trying again", lease.key, err, extra={"key": lease.key})

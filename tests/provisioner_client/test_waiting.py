@@ -1,0 +1,74 @@
+"""The record of writes that wait for the hub (`provisioner_client.resolving.waiting`): which
+answers mean "link down", since when a part waits, and how `status` says it. Across a real cut
+link: tests/test_site_client.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from provisioner_client.resolving import waiting
+from provisioner_client.resolving.waiting import LEASE, WaitingWrites, link_down
+from provisioner_client.status import ClientLease, NodeStatus
+from provisioner_client.status_view import status_text
+from registry.contract import buckets
+from registry.errors import (
+    BusError,
+    BusTimeout,
+    ConvergeError,
+    JetStreamError,
+    NobodyBehindImport,
+    NoResponders,
+    NoRoute,
+)
+
+APPLIED = buckets.APPLIED.name
+
+
+def converge_error(cause: BusError) -> ConvergeError:
+    try:
+        raise ConvergeError(APPLIED, "n1.app", cause.reason, "nothing") from cause
+    except ConvergeError as err:
+        return err
+
+
+def test_only_nobody_behind_an_import_and_timeouts_are_a_link_down() -> None:
+    behind = NobodyBehindImport("write", "$KV.x.n1.a", "node-n1", "MESH", serves="the hub")
+    assert link_down(NoResponders("write", "nobody stored it")) == "NoResponders"
+    assert link_down(behind) == "NoResponders"
+    assert link_down(BusTimeout("write", "no answer")) == "timed out"
+    assert link_down(converge_error(NoResponders("write", "nobody stored it"))) == "NoResponders"
+    assert link_down(NoRoute("write", "$KV.x.n2.a", "node-n1", serves="x")) is None  # grants, not a link
+    assert link_down(converge_error(JetStreamError("write", 400, 10077, "maximum bytes exceeded"))) is None
+    assert link_down(BusError("write", "not sent: the connection to nats is away")) is None
+
+
+def test_a_part_waits_since_its_first_refusal_until_its_next_write(tmp_path: Path) -> None:
+    waits = WaitingWrites(tmp_path, "n1")
+    first = waits.failed(LEASE, "the lease renewal was answered NoResponders")
+    again = waits.failed(LEASE, "the lease renewal was answered NoResponders")
+    assert again.since == first.since
+    waits.failed(APPLIED, "answered NoResponders", keys=["n1.app"], records={"n1.app": b'{"state":"applied"}'})
+    found = waiting.read(tmp_path, "n1")
+    assert found is not None and set(found.parts) == {LEASE, APPLIED}
+    assert found.applied_records(APPLIED) == {"n1.app": b'{"state":"applied"}'}
+    assert waiting.read(tmp_path, "n2") is None  # another node's record says nothing of n2
+    waits.done(LEASE)
+    waits.done(APPLIED)
+    assert waiting.read(tmp_path, "n1") is None
+    assert not (tmp_path / waiting.RECORD).exists()
+
+
+def test_status_says_what_waits_since_when_and_how_it_is_known(tmp_path: Path) -> None:
+    waits = WaitingWrites(tmp_path, "n1")
+    waits.failed(LEASE, "the lease renewal was answered NoResponders (nobody stored it)")
+    waits.failed(APPLIED, "the applied writes were answered NoResponders", keys=["n1.app"])
+    found = waiting.read(tmp_path, "n1")
+    assert found is not None
+    status = NodeStatus("n1", {}, {}, ClientLease(), waiting=found)
+    text = status_text(status)
+    assert not status.ok
+    assert f"writes to the hub waiting since {found.since}" in text
+    lease = found.parts[LEASE]
+    said = f"writes of the lease to the hub waiting since {lease.since} (link down: {lease.how})"
+    assert said in text
+    assert "not yet written there: n1.app" in text
