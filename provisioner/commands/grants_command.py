@@ -27,13 +27,18 @@ from registry.access import (
     Grants,
     GrantsPlan,
     MeshParties,
+    SitesFile,
+    SitesPlan,
     Topology,
     combined,
     creds_path,
     issue_grants,
     issue_sites,
     plan_grants,
+    plan_sites,
     read_mesh_file,
+    read_sites_file,
+    sites_json,
 )
 from registry.contract import buckets, load_catalogue
 from registry.edge import BusSettings, add_settings_arguments, flag_of, given_flags, load_settings
@@ -116,8 +121,10 @@ is in OUT/grants.json, one change a line: `+ account` added, `- account` removed
 widened: + IMPORT` or `narrowed: - IMPORT`, `~ account ...: user key changed` (any other field
 of an account that changes: its keys, the descriptions of its imports, its limits, said value by
 value: `limits changed: connections 16 -> 32`), `+ note` / `- note`
-(what is granted wide, or not granted), then a summary. Exit 0: nothing would change; exit 6:
-something would.
+(what is granted wide, or not granted), then a summary. With sites, against OUT/sites/sites.json
+too: `+ site NAME` / `- site NAME`, `~ site NAME: + node n3` (its domain and seat key likewise),
+`~ site NAME link LABEL: publish widened: + SUBJECT` or `narrowed: - SUBJECT` (subscribe alike),
+`~ hub: ...`, then its own summary. Exit 0: nothing would change; exit 6: something would.
 
 --jwt --push issues, then connects to nats-server as the system account's user (KEYS/sys.creds,
 or --nats-creds; the server from --nats-url, NATS_URL or a nats context) and makes its resolver
@@ -161,9 +168,12 @@ def grants_main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     options = push_options(args, keys, environ) if asked.push else None  # refused before anything is written
     mesh = wanted_mesh(asked)
     if asked.check:
-        plan = check_grants(asked, mesh)
-        print("\n".join([*plan.lines(), f"{plan.summary()} (against {asked.out / 'grants.json'})"]))
-        return EXIT_OK if plan.unchanged else EXIT_CHANGES
+        plan, sites = check_grants(asked, mesh)
+        against = asked.out / "grants.json"
+        print("\n".join([*plan.lines(), *sites.changes, f"{plan.summary()} (against {against})"]))
+        if mesh.topology.sites or not sites.unchanged:
+            print(f"{sites.summary()} (against {sites_json(asked.out)})")
+        return EXIT_OK if plan.unchanged and sites.unchanged else EXIT_CHANGES
     print(run_grants(asked, mesh))
     if options is not None:
         print(anyio.run(partial(push_grants, options, out=asked.out, keys=keys)).summary())
@@ -246,17 +256,26 @@ def _some(names: list[str], shown: int = 10) -> str:
     return (", ".join(names[:shown]) or "none") + more
 
 
-def check_grants(asked: GrantsArguments, mesh: WantedMesh) -> GrantsPlan:
-    """What issuing would change against `--out`, issued in a private scratch folder from a copy of
-    the seeds: nothing in `--out` or `--keys` is written, a party's new seed is thrown away."""
+def check_grants(asked: GrantsArguments, mesh: WantedMesh) -> tuple[GrantsPlan, SitesPlan]:
+    """What issuing would change against `--out`, the accounts and the sites, issued in a private
+    scratch folder from a copy of the seeds: nothing in `--out` or `--keys` is written, a party's
+    new seed is thrown away."""
     before = issued_grants(asked.out / "grants.json")
+    sites_before = issued_sites(sites_json(asked.out))
     with tempfile.TemporaryDirectory(prefix="mesh-grants-check-") as scratch:
-        keys = Path(scratch) / "keys"
+        keys, out = Path(scratch) / "keys", Path(scratch) / "out"
         copy_seeds(asked.keys or asked.out, keys)
-        after = issue_grants(
-            Path(scratch) / "out", mesh.parties, domains_file=mesh.domains_file, keys=keys, jwt=asked.jwt
-        )
-    return plan_grants(before, after)
+        after = issue_grants(out, mesh.parties, domains_file=mesh.domains_file, keys=keys, jwt=asked.jwt)
+        _sites_written(mesh, after, out, keys, jwt=asked.jwt)
+        sites_after = issued_sites(sites_json(out))
+    return plan_grants(before, after), plan_sites(sites_before, sites_after)
+
+
+def issued_sites(path: Path) -> SitesFile | None:
+    """The sites a `sites.json` holds; `None` when there is none (a mesh without sites)."""
+    if not path.exists():
+        return None
+    return read_sites_file(path, setting=str(path))
 
 
 def issued_grants(path: Path) -> Grants | None:

@@ -40,9 +40,10 @@ from registry.access.live import LiveBuckets, followed_live
 from registry.access.mesh_file import MeshFile, MeshFileError, combined, read_mesh_file
 from registry.access.parties import DATA_ACCOUNT, REQUEST_INFO, Kind, Party, PartyMap, UnknownAccount
 from registry.access.plan import GrantsPlan, ResolverPlan, plan_grants, plan_resolver
-from registry.access.site_servers import SitesIssued, issue_sites
+from registry.access.site_servers import SitesIssued, issue_sites, sites_json
 from registry.access.sites import HubEntry, Site, SiteEntry, Topology
 from registry.access.sites_file import SiteFileEntry, SitesFile, read_sites_file
+from registry.access.sites_plan import SitesPlan, plan_sites
 
 __all__ = [
     "CLAIMS_UPDATE",
@@ -75,6 +76,7 @@ __all__ = [
     "SiteFileEntry",
     "SitesFile",
     "SitesIssued",
+    "SitesPlan",
     "Topology",
     "UnknownAccount",
     "account_jwt_path",
@@ -96,12 +98,14 @@ __all__ = [
     "operator_key",
     "plan_grants",
     "plan_resolver",
+    "plan_sites",
     "push_account",
     "read_mesh_file",
     "read_sites_file",
     "render_server_auth",
     "seed_path",
     "seeded_accounts",
+    "sites_json",
     "write_secret",
     "writing_domains",
 ]

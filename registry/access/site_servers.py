@@ -50,6 +50,7 @@ from registry.contract import Domain, buckets
 from registry.errors import SettingsError
 
 SITES_DIR = "sites"
+SITES_FILE = "sites.json"
 LEAF_ONLY = "LEAFNODE"  # nats-server's connection type of a leaf node
 HUB = "hub"
 VERSION = 1
@@ -125,7 +126,7 @@ def issue_sites(
         write_secret(written[-1], render_site(rendering, site).encode())
         domain = render_domain(site.domain, source, f"site {site.name}")
         written.append(_public(folder / f"{site.name}.jetstream.conf", domain))
-    written.append(_public(folder / "sites.json", render_sites_json(topology, links, seeds)))
+    written.append(_public(sites_json(out), render_sites_json(topology, links, seeds)))
     if jwt:
         written += _jwt_form(rendering, folder, keys)
     return SitesIssued(tuple(written), tuple(new))
@@ -308,6 +309,11 @@ def _add_users(lines: list[str], opening: str, users: list[str]) -> list[str]:
     if listed:  # one line, `users: [{...}]`: spread over lines
         return [*lines[:at], "    users: [", f"      {listed.removesuffix(']')}", *users, "    ]", *lines[at + 1 :]]
     return [*lines[: at + 1], *users, *lines[at + 1 :]]
+
+
+def sites_json(out: Path) -> Path:
+    """Where `grants --out OUT` writes the topology as data: OUT/sites/sites.json."""
+    return out / SITES_DIR / SITES_FILE
 
 
 def render_sites_json(
