@@ -51,6 +51,8 @@ def _comma_separated(value: Any) -> Any:
 
 # A provider module's name makes its bucket's name `<provider>_bound`: only what a bucket name holds.
 ProviderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$")]
+# A site's name is its JetStream domain (`registry.access.sites`).
+SiteName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$", max_length=64)]
 
 
 # `query`'s filters read from the entries here, not asked of the verb, and the `what`s whose entries
@@ -149,6 +151,25 @@ class ServerSettings(LogSettings):
     cursor_cache_bytes_per_party: int = Field(
         default=32 * 1024 * 1024, ge=0, description="bytes of pages one party's listings may hold"
     )
+    site: SiteName | None = Field(
+        default=None,
+        description="run as the seat of this site (a site of sites_file), on the site's server with the site's "
+        "seat credentials (seat-SITE.nk or .creds): it makes and checks the site's copies of the hub's buckets and "
+        "answers the site's nodes from them; it compiles nothing and writes no bucket of the hub. None: the hub's seat",
+    )
+    sites_file: Path | None = Field(
+        default=None, description="with site: the sites.json `mesh-provisioner grants --mesh` wrote (OUT/sites/)"
+    )
+
+    @model_validator(mode="after")
+    def _site_with_its_file(self) -> Self:
+        if self.site is not None and self.sites_file is None:
+            raise SettingsError(flag_of(type(self), "site"), f"needs {flag_of(type(self), 'sites_file')}: sites.json")
+        if self.sites_file is not None and self.site is None:
+            raise SettingsError(
+                flag_of(type(self), "sites_file"), f"applies only with {flag_of(type(self), 'site')}: a site's seat"
+            )
+        return self
 
 
 class CommandLogSettings(LogSettings):

@@ -14,8 +14,8 @@ another site's node's keys at the hub. The link's user is no client of the hub.
 Both account modes: in JWT mode the links' users are JWTs with the same permissions, and the
 vault's account JWT allows one leaf connection per site.
 
-The buckets at the site are made here by hand, standing in for the seat (which does not make them
-yet): what is tested is the servers' configuration.
+The copies at the site are made by the seat's own code (`provisioner.seat.site_copies`), from the
+generated sites.json, as the site's seat user: what is tested is the servers' configuration.
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
-from nats.js.api import ExternalStream, KeyValueConfig, RePublish, StreamConfig, StreamSource
+from nats.js.api import KeyValueConfig
 from nats.js.errors import NotFoundError
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner.commands.cli import main
+from provisioner.seat.site_copies import ensure_site_copies
 from registry.access import (
     DATA_ACCOUNT,
     SERVER_AUTH,
@@ -50,12 +51,13 @@ from registry.access import (
     account_seed_path,
     creds_path,
     load_jwt_auth,
+    read_sites_file,
     render_server_auth,
 )
 from registry.access.jwt_auth import DEFAULT_RESOLVER_DIR
 from registry.contract import Bucket, buckets
 from registry.errors import AuthorizationRefused
-from registry.wire import BusOptions, connect_within
+from registry.wire import BucketConfig, BusOptions, connect, connect_within
 from tests.cluster import free_port
 
 T = TypeVar("T")
@@ -227,20 +229,20 @@ async def kv(js: JetStreamContext, bucket: str) -> None:
     await js.create_key_value(KeyValueConfig(bucket=bucket, history=1, direct=True))
 
 
-async def site_buckets(js: JetStreamContext) -> None:
-    """What the seat will make at site 1: mirrors of the registry (with its live updates) and of
-    the needs (n1 reads its own keys there, written at the hub), and n1's keys of postgres_bound."""
-    for bucket, live in ((buckets.REGISTRY, True), (buckets.NEEDS, False)):
-        republish = RePublish(src=bucket.subject(">"), dest=bucket.live_subject(">")) if live else None
-        mirror = StreamSource(name=bucket.stream, external=ExternalStream(api=HUB_API))
-        config = StreamConfig(
-            name=bucket.stream, mirror=mirror, mirror_direct=True, allow_direct=True, republish=republish
-        )
-        await js.add_stream(config)
-    n1_bound = StreamSource(
-        name=BOUND.stream, filter_subject=BOUND.subject("n1.>"), external=ExternalStream(api=HUB_API)
+async def site_buckets(servers: Servers, site: str = "site1") -> None:
+    """The site's copies of the hub's buckets, made by the seat's own code at the site
+    (`provisioner.seat.site_copies`) from the generated sites.json, as the site's seat user: mirrors
+    of the registry (with its live updates), the config and the buckets nodes write, and n1's keys
+    of the node-keyed buckets (postgres_bound among them)."""
+    entry = read_sites_file(servers.keys.parent / "out" / "sites" / "sites.json").site(site)
+    assert entry is not None
+    label = f"seat-{site}"
+    credentials = (
+        {"creds": creds_path(servers.keys, label)} if servers.jwt else {"nkey_seed": servers.keys / f"{label}.nk"}
     )
-    await js.add_stream(StreamConfig(name=BOUND.stream, sources=[n1_bound], allow_direct=True, max_msgs_per_subject=1))
+    options = BusOptions(servers=(servers.site1.url,), name=label, **credentials)  # type: ignore[arg-type]
+    async with connect(options) as bus:
+        await ensure_site_copies(bus, entry, hub_domain="hub", config=BucketConfig(), providers=["postgres"])
 
 
 async def direct_get(client: Client, bucket: Bucket, key: str) -> Msg | None:
@@ -284,7 +286,7 @@ async def test_a_hub_and_two_sites_run_on_the_generated_configuration(tmp_path: 
         await hub_js.publish(buckets.REGISTRY.subject("secret"), b'{"kind": "secret"}')
         await hub_js.publish(BOUND.subject("n1.db.postgres"), b"n1's")
         await hub_js.publish(BOUND.subject("n2.db.postgres"), b"n2's")
-        await site_buckets(site_seat.jetstream())
+        await site_buckets(servers)
 
         # n1 at its site writes at the hub (fail fast) and reads at the site: its own keys, the
         # registry and its own postgres_bound keys, from the site's copies

@@ -77,6 +77,13 @@ examples:
   mesh-provisioner serve --nats-url nats://nats-1:4222,nats://nats-2:4222 --nats-creds seat.creds
   NATS_URL=nats://127.0.0.1:4222 mesh-provisioner serve --domains-file deploy/domains.toml
   mesh-provisioner serve --config /etc/mesh-provisioner/server.toml --log-format json
+  mesh-provisioner serve --site home --sites-file sites.json --nats-nkey seat-home.nk --grants-file grants.json
+
+At a site (--site, with the sites.json `grants --mesh` wrote): run on the site's own nats-server with
+the site's seat credentials (seat-SITE.nk, or seat-SITE.creds with --jwt) and the hub seat's
+providers and domains file. It makes and checks the site's copies of the hub's buckets (mirrors and
+per-node sources through the hub's JetStream domain) and answers the site's nodes from them, also
+while the link to the hub is down; it compiles nothing, runs no quota guard, writes nothing at the hub.
 """
 
 _EPILOG_QUERY = """\
@@ -162,7 +169,8 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "serve",
         help="run the server against a NATS deployment",
         description="Connect to NATS (reconnecting forever), make sure the four buckets exist, compile the "
-        "registry now and every interval, and serve the verb until SIGTERM or SIGINT.",
+        "registry now and every interval, and serve the verb until SIGTERM or SIGINT. With --site: the seat of "
+        "a site, serving the verb from the site's copies of the hub's buckets, which it makes.",
         epilog=_EPILOG_SERVE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

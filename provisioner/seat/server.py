@@ -4,12 +4,20 @@
     async with connect(...)            reconnects forever; drained last: the data connection
     async with connect(...)            the verb's own connection: requests in, answers out
       ensure the seat's buckets         its own, each provider's `_bound`, each writing domain's
+                                        (at a site: the site's copies of them, and no compile)
       compile the registry              at start (a failure here is fatal) ...
       ├── every compile_interval        ... then as a task of the group
+      ├── the quota guard               purges a node over its quota (not at a site)
       ├── the registry view             follows the registry bucket for `what=registry`
       ├── the metrics endpoint          when `metrics_listen` is set (`provisioner.metrics`)
       └── the verb service              until `stop` is set, then shut down in order;
                                         once it serves, the start's heap is frozen (`gc.freeze`)
+
+At a site (`site` and `sites_file` set: `provisioner.seat.site_copies`) the seat makes and checks
+the site's copies of the hub's buckets in place of the buckets, and neither compiles (the compile
+lease is the hub's alone) nor guards quotas: it writes nothing at the hub. The registry view, the
+listings and the fleet view read the copies, which have the hub's stream names, so the verb's code
+is the same; the site's nodes are answered there, by the queue group's member on their own server.
 
 `stop` is an `anyio.Event`: the CLI sets it on SIGTERM/SIGINT (`registry.runtime.signals`), tests and
 `mesh-provisioner-dev` set it themselves. A connection that nats-py closes for good (the server
@@ -28,17 +36,19 @@ from __future__ import annotations
 import gc
 import logging
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import anyio
 from anyio import CancelScope
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from provisioner.metrics import SeatWork, serve_seat_metrics
 from provisioner.seat.buckets import ensure_buckets, seat_buckets
 from provisioner.seat.quotas import Quota, QuotaGuard
 from provisioner.seat.registry_sync import CompileCounts, keep_registry_compiled
+from provisioner.seat.site_copies import ensure_site_copies
 from provisioner.settings import ServerSettings
 from provisioner.verb.budgets import AnswerRates
 from provisioner.verb.handler import GRANTS_SETTING, Verb
@@ -47,7 +57,8 @@ from provisioner.verb.paging import PageCache
 from provisioner.verb.registry_view import RegistryView
 from provisioner.verb.service import verb_service
 from provisioner.verb.stats import RequestStats
-from registry.access import GrantsFile, PartyMap
+from registry.access import GrantsFile, PartyMap, SiteFileEntry, read_sites_file
+from registry.contract import Bucket
 from registry.edge import env_of, flag_of
 from registry.errors import ConnectionClosed, SettingsError
 from registry.wire import BucketConfig, Bus, BusOptions, connect
@@ -79,6 +90,7 @@ async def run_server(
             "a request the bus says came from another account is refused",
             GRANTS_SETTING,
         )
+    site = site_of(settings)
     work = SeatWork(RequestStats(), CompileCounts(), page_cache_of(settings))
     async with AsyncExitStack() as resources, anyio.create_task_group() as tasks:
         tasks.start_soon(_give_up_if_stopped_before, ready, stop, tasks.cancel_scope)
@@ -86,26 +98,15 @@ async def run_server(
         tasks.start_soon(_give_up_if_closed, bus, stop, lost, tasks.cancel_scope)
         answering = await resources.enter_async_context(connect(verb_connection(bus_options)))
         tasks.start_soon(_give_up_if_closed, answering, stop, lost, tasks.cancel_scope)
-        await ensure_buckets(bus, bucket_config_of(settings, bus), settings.providers, settings.domains_file)
-        compile_registry = partial(
-            keep_registry_compiled,
-            bus,
-            domains_file=settings.domains_file,
-            interval=settings.compile_interval,
-            lease_ttl=settings.compile_lease_ttl,
-            counts=work.compiles,
-        )
-        await tasks.start(compile_registry)
+        if site is None:
+            served, nodes = await _start_hub_work(tasks, bus, settings, work)
+        else:
+            served, nodes = await _start_site_work(bus, settings, site)
         registry = RegistryView()
         await tasks.start(partial(registry.follow, bus))
-        guard = QuotaGuard(Quota(settings.node_quota_keys, settings.node_quota_bytes))
-        nodes = FleetView(over_quota=guard.cut_back)
-        guard.on_purged = nodes.forget_purged
-        await tasks.start(partial(guard.guard, bus))
         await tasks.start(partial(nodes.follow, bus))
         if settings.metrics_listen is not None:
             connections = {"data": bus, "verb": answering}
-            served = seat_buckets(settings.providers, settings.domains_file)
             metrics = partial(serve_seat_metrics, settings.metrics_listen, connections, nodes, served, work=work)
             await tasks.start(metrics)
         async with verb_service(
@@ -128,6 +129,71 @@ async def run_server(
     if lost.is_set():
         raise ConnectionClosed("serve", "nats closed the connection for good; restart the server")
     log.info("stopped")
+
+
+async def _start_hub_work(
+    tasks: TaskGroup, bus: Bus, settings: ServerSettings, work: SeatWork
+) -> tuple[list[Bucket], FleetView]:
+    """The hub's seat: its buckets, the registry compiled (under the compile lease), the quota
+    guard; the buckets it serves and its view of the fleet."""
+    await ensure_buckets(bus, bucket_config_of(settings, bus), settings.providers, settings.domains_file)
+    compile_registry = partial(
+        keep_registry_compiled,
+        bus,
+        domains_file=settings.domains_file,
+        interval=settings.compile_interval,
+        lease_ttl=settings.compile_lease_ttl,
+        counts=work.compiles,
+    )
+    await tasks.start(compile_registry)
+    guard = QuotaGuard(Quota(settings.node_quota_keys, settings.node_quota_bytes))
+    nodes = FleetView(over_quota=guard.cut_back)
+    guard.on_purged = nodes.forget_purged
+    await tasks.start(partial(guard.guard, bus))
+    return seat_buckets(settings.providers, settings.domains_file), nodes
+
+
+async def _start_site_work(bus: Bus, settings: ServerSettings, site: SeatSite) -> tuple[list[Bucket], FleetView]:
+    """A site's seat: the site's copies of the hub's buckets, and nothing else of the hub's work
+    (no compile, no lease, no quota guard: the hub's seat does those, and writes the hub alone);
+    the copies it serves and its view of the fleet (from the site's mirrors)."""
+    log.info(
+        "seat of site %s (hub domain %s): the site's copies of the hub's buckets; no compile, no quota guard",
+        site.entry.name,
+        site.hub_domain,
+    )
+    copies = await ensure_site_copies(
+        bus,
+        site.entry,
+        hub_domain=site.hub_domain,
+        config=bucket_config_of(settings, bus),
+        providers=settings.providers,
+        domains_file=settings.domains_file,
+    )
+    return [copy.bucket for copy in copies], FleetView()
+
+
+@dataclass(frozen=True)
+class SeatSite:
+    """The site a seat runs at: its entry of sites.json and the hub's JetStream domain."""
+
+    entry: SiteFileEntry
+    hub_domain: str
+
+
+def site_of(settings: ServerSettings) -> SeatSite | None:
+    """The site of `settings.site` in `settings.sites_file`; None: the hub's seat. A site the file
+    does not name, or a file that is no sites.json, is a settings error (exit 2)."""
+    if settings.site is None or settings.sites_file is None:
+        return None
+    where = f"sites_file ({flag_of(ServerSettings, 'sites_file')}, {env_of(ServerSettings, 'sites_file')})"
+    topology = read_sites_file(settings.sites_file, setting=where)
+    entry = topology.site(settings.site)
+    if entry is None:
+        named = ", ".join(s.name for s in topology.sites) or "none"
+        where = f"site ({flag_of(ServerSettings, 'site')}, {env_of(ServerSettings, 'site')})"
+        raise SettingsError(where, f"{settings.site!r} is not a site of {settings.sites_file} (its sites: {named})")
+    return SeatSite(entry, topology.hub.domain)
 
 
 def page_cache_of(settings: ServerSettings) -> PageCache:

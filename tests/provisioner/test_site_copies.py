@@ -1,0 +1,93 @@
+"""The site's copies as the seat at a site makes and checks them (`provisioner.seat.site_copies`),
+on one nats-server standing for the site (no hub behind it: a copy is made whether or not its
+origin answers). The copies at work, across a real link, are in tests/test_site_seat.py."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from provisioner.seat.site_copies import consumer_create, ensure_site_copies, site_copies
+from registry.access import SiteFileEntry
+from registry.access.sites_file import LinkEntry, PermitEntry
+from registry.contract import buckets
+from registry.wire import BucketConfig, Bus, bucket_config, create_bucket
+
+HUB = "hub"
+BOUND = "postgres_bound"
+
+
+def site(*nodes: str, permitted: bool = True) -> SiteFileEntry:
+    """Site `site1` of `nodes`, its data link permitting every copy (or, not `permitted`, none)."""
+    bare = SiteFileEntry(name="site1", domain="site1", nodes=nodes, seat_key="U")
+    subjects = [s for copy in site_copies(bare, ["postgres"]) for s in consumer_create(copy, HUB)]
+    publish = tuple(PermitEntry(subject=s) for s in subjects) if permitted else ()
+    link = LinkEntry(account="MESH", label="leaf-site1-data", user_key="U", publish=publish)
+    return bare.model_copy(update={"links": (link,)})
+
+
+async def ensure(bus: Bus, entry: SiteFileEntry) -> None:
+    await ensure_site_copies(bus, entry, hub_domain=HUB, config=BucketConfig(), providers=["postgres"])
+
+
+async def config_of(bus: Bus, name: str) -> dict[str, object]:
+    found = await bucket_config(bus, buckets.Bucket(name, buckets.NEEDS.shape))
+    assert found is not None
+    return found
+
+
+async def test_each_copy_is_made_as_fixed(bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="provisioner.seat.site_copies")
+    await ensure(bus, site("n1"))
+    registry = await config_of(bus, buckets.REGISTRY.name)
+    mirror: dict[str, Any] = registry["mirror"]  # type: ignore[assignment]
+    assert (mirror["name"], mirror["external"]["api"]) == (buckets.REGISTRY.stream, "$JS.hub.API")
+    assert registry["mirror_direct"] and registry["allow_direct"] and registry["deny_delete"]
+    assert not registry.get("allow_rollup_hdrs") and not registry.get("subjects")
+    assert registry["republish"]["dest"] == "$KVR.mesh-provisioner_registry.>"  # type: ignore[index]
+    assert "republish" not in await config_of(bus, buckets.NEEDS.name)  # nobody at a site follows it
+    bound = await config_of(bus, BOUND)
+    assert [s["filter_subject"] for s in bound["sources"]] == ["$KV.postgres_bound.n1.>"]  # type: ignore[attr-defined]
+    assert bound["republish"]["src"] == "$KV.postgres_bound.>"  # type: ignore[index]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+    caplog.clear()
+    await ensure(bus, site("n1"))  # again: nothing to say, nothing changed
+    assert not caplog.records
+
+
+async def test_a_copy_that_differs_is_reported_and_left_as_it_is(bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
+    await create_bucket(bus, buckets.REGISTRY, BucketConfig())  # a bucket of its own, not a mirror
+    before = await config_of(bus, buckets.REGISTRY.name)
+    await ensure(bus, site("n1"))
+    assert await config_of(bus, buckets.REGISTRY.name) == before
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert "KV_mesh-provisioner_registry differs" in errors[0]
+    assert "takes writes of its own" in errors[0] and "not a mirror of the hub's" in errors[0]
+
+
+async def test_the_sources_and_republishing_follow_the_sites_nodes(bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
+    await ensure(bus, site("n1"))
+    bound = await config_of(bus, BOUND)
+    await bus.jetstream(
+        f"STREAM.UPDATE.KV_{BOUND}", {k: v for k, v in bound.items() if k != "republish"}, operation="t"
+    )
+    caplog.set_level(logging.INFO, logger="provisioner.seat.site_copies")
+    await ensure(bus, site("n1", "n2"))  # n2 moved to the site
+    bound = await config_of(bus, BOUND)
+    filters = sorted(s["filter_subject"] for s in bound["sources"])  # type: ignore[attr-defined]
+    assert filters == ["$KV.postgres_bound.n1.>", "$KV.postgres_bound.n2.>"]
+    assert bound["republish"]["dest"] == "$KVR.postgres_bound.>"  # type: ignore[index]
+    said = [r.getMessage() for r in caplog.records]
+    assert any("added KV_postgres_bound $KV.postgres_bound.n2.>, removed none" in line for line in said)
+    assert any("now republishes" in line for line in said)
+
+
+async def test_a_copy_the_link_does_not_carry_is_an_error(bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
+    await ensure(bus, site("n1", permitted=False))
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any("$JS.hub.API.CONSUMER.CREATE.KV_mesh-provisioner_registry" in line for line in errors)
+    assert any("$JS.hub.API.CONSUMER.CREATE.KV_postgres_bound.*.$KV.postgres_bound.n1.>" in line for line in errors)

@@ -1,0 +1,330 @@
+"""The seat at a site (`mesh-provisioner serve --site`), on real servers started from exactly what
+`mesh-provisioner grants --mesh` wrote: a hub and site 1 (node n1 lives there, n3 at the hub),
+the site dialling the hub through a relay that adds 20 ms each way and that the test cuts.
+
+What it shows: the site's seat makes the site's copies from sites.json; n1's `what=registry` and
+`what=needs` are answered by the site's seat (the site's `$SRV.STATS` counts them, the hub's does
+not) from the copies, and still are with the hub's seat stopped and with the link cut; a registry
+compile and a shared config write at the hub reach the site's copies and n1's live updates there.
+Run with `-s` for the figures (`FIGURE ...`): what=registry at the site against at the hub.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import nats
+import pytest
+from anyio.abc import TaskGroup, TaskStatus
+
+from mesh_dev.local_nats import LocalNats
+from provisioner.commands.cli import main
+from provisioner.seat.server import run_server
+from provisioner.seat.site_copies import site_copies
+from provisioner.settings import ServerSettings
+from provisioner.verb.service import ENDPOINT
+from registry.access import read_sites_file
+from registry.contract import Bucket, buckets
+from registry.errors import NoResponders, SettingsError
+from registry.wire import Bus, BusOptions, answer_of, connect, get_direct, put
+from tests.cluster import free_port
+from tests.sites import Relay
+from tests.test_sites_topology import leafz, server
+
+T = TypeVar("T")
+
+DELAY = 0.020  # seconds each way through the relay: the WAN
+MESH = """\
+nodes = ["n1", "n3"]
+operators = ["ops"]
+[providers.postgres]
+machines = ["n1"]
+[hub]
+leafnodes = ["nats-leaf://127.0.0.1:{relay}"]
+listen = "127.0.0.1:{leaf}"
+[sites.site1]
+nodes = ["n1"]
+"""
+NEED = b'{"placeholder":"${secret:db}","used_in":["app.env"]}'
+CONFIG = Bucket("mesh-config_values", buckets.NEEDS.shape)
+DROPPING_CONSUMERS = '[domains.vault-consumers]\nmodule = "mesh-vault"\nkinds = []\nverb = "mesh-vault.consumers"\n'
+ASKED = 40  # requests timed for each figure
+
+
+class Seat:
+    """A seat (`run_server`) run by a task of the test's, stopped when the test says."""
+
+    def __init__(self, options: BusOptions, settings: ServerSettings) -> None:
+        self.options, self.settings = options, settings
+        self._stop, self._stopped = anyio.Event(), anyio.Event()
+        self.started = False
+
+    async def run(self, *, task_status: TaskStatus[None]) -> None:
+        self.started = True
+        try:
+            await run_server(bus_options=self.options, settings=self.settings, stop=self._stop, task_status=task_status)
+        finally:
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self.started:
+            await self._stopped.wait()
+
+
+@dataclass
+class Mesh:
+    out: Path
+    keys: Path
+    hub: LocalNats
+    site: LocalNats
+    relay: Relay
+    hub_seat: Seat
+    site_seat: Seat
+    tasks: TaskGroup
+
+    def options(self, running: LocalNats, label: str) -> BusOptions:
+        return BusOptions(servers=(running.url,), name=label, nkey_seed=self.keys / f"{label}.nk")
+
+
+def grants(root: Path, relay: int, leaf: int) -> tuple[Path, Path]:
+    mesh = root / "mesh.toml"
+    mesh.write_text(MESH.format(relay=relay, leaf=leaf))
+    out, keys = root / "out", root / "keys"
+    assert main(["grants", "--mesh", str(mesh), "--out", str(out), "--keys", str(keys)]) == 0
+    return out, keys
+
+
+def seat_settings(out: Path, **more: Any) -> ServerSettings:
+    return ServerSettings(grants_file=out / "grants.json", providers=["postgres"], **more)
+
+
+@asynccontextmanager
+async def hub_and_site(root: Path, *, start_site_seat: bool = True) -> AsyncIterator[Mesh]:
+    """The hub and site 1 on their generated files, the site's link through the relay, the hub's
+    seat running and (unless told) the site's."""
+    leaf, monitor = free_port(), free_port()
+    relay = Relay(leaf, DELAY)
+    out, keys = grants(root, relay.port, leaf)
+    async with (
+        server(out, root, "hub", jwt=False, monitor=monitor) as hub,
+        server(out, root, "site1", jwt=False) as site,
+        anyio.create_task_group() as tasks,
+    ):
+        await tasks.start(relay.serve)
+        # The link up first: a copy made while it is down starts about 40 s after it comes up
+        # (nats-server's retry of a mirror's setup), which would only slow the test down.
+        await eventually(lambda: _with(anyio.to_thread.run_sync(leafz, monitor), lambda links: len(links) == 2))
+        options = partial(BusOptions, name="mesh-provisioner")
+        hub_seat = Seat(options(servers=(hub.url,), nkey_seed=keys / "seat.nk"), seat_settings(out))
+        site_file = out / "sites" / "sites.json"
+        site_seat = Seat(
+            options(servers=(site.url,), nkey_seed=keys / "seat-site1.nk"),
+            seat_settings(out, site="site1", sites_file=site_file),
+        )
+        mesh = Mesh(out, keys, hub, site, relay, hub_seat, site_seat, tasks)
+        await tasks.start(hub_seat.run)
+        if start_site_seat:
+            await tasks.start(site_seat.run)
+        try:
+            yield mesh
+        finally:
+            await site_seat.stop()
+            await hub_seat.stop()
+            tasks.cancel_scope.cancel()
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], within: float = 20.0) -> T:
+    """`probe`'s first answer that is not None (a copy catches up on its own time; no speed is
+    asserted, `within` only bounds a failure)."""
+    with anyio.fail_after(within):
+        while True:
+            found = await probe()
+            if found is not None:
+                return found
+            await anyio.sleep(0.05)
+
+
+async def registry_kinds(node: Bus) -> set[str]:
+    answer = (await answer_of(node, {"what": "registry"})).document()
+    return {str(entry["kind"]) for entry in answer["entries"]}
+
+
+async def requests_answered(bus: Bus) -> int:
+    """How many verb requests the seat serving on `bus`'s server answered (`$SRV.STATS`): the
+    `$SRV` subjects never cross the link, so each side's seat is asked alone."""
+    reply = await bus.request(f"$SRV.STATS.{buckets.SEAT}", b"", operation="stats")
+    stats = json.loads(reply.data)
+    return sum(int(e["num_requests"]) for e in stats["endpoints"] if e["name"] == ENDPOINT)
+
+
+async def timed(node: Bus, count: int = ASKED) -> float:
+    """The median milliseconds of `what=registry` asked by `node`."""
+    took = []
+    for _ in range(count):
+        started = time.perf_counter()
+        await answer_of(node, {"what": "registry"})
+        took.append((time.perf_counter() - started) * 1000)
+    return statistics.median(took)
+
+
+async def test_the_site_seat_answers_the_site_node_from_the_copies_even_with_the_link_cut(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="provisioner.seat")
+    async with hub_and_site(tmp_path) as mesh, AsyncExitStack() as stack:
+        n1 = await stack.enter_async_context(connect(mesh.options(mesh.site, "node-n1")))
+        n3 = await stack.enter_async_context(connect(mesh.options(mesh.hub, "node-n3")))
+        site_data = await stack.enter_async_context(connect(mesh.options(mesh.site, "seat-site1")))
+        hub_data = await stack.enter_async_context(connect(mesh.options(mesh.hub, "seat")))
+        at_the_hub = await registry_kinds(n3)
+        assert "secret" in at_the_hub
+
+        # the site's registry mirror catches up with the hub's compile (once the link is up)
+        async def site_registry() -> set[str] | None:
+            kinds = await registry_kinds(n1)
+            return kinds if kinds == at_the_hub else None
+
+        await eventually(site_registry)
+        site_before, hub_before = await requests_answered(site_data), await requests_answered(hub_data)
+        for _ in range(5):
+            assert await registry_kinds(n1) == at_the_hub
+        assert await requests_answered(site_data) - site_before >= 5
+        assert await requests_answered(hub_data) == hub_before  # none of n1's crossed the link
+
+        # n1 writes at the hub (fail fast) and lists its needs at its site, from the site's mirror
+        assert await put(n1, buckets.NEEDS, "n1.app.secret.db", NEED) > 0
+
+        async def n1_needs() -> list[dict[str, Any]] | None:
+            answer = (await answer_of(n1, {"what": "needs", "node": "n1"})).document()
+            entries: list[dict[str, Any]] = answer["entries"]
+            return entries or None
+
+        assert [(e["node"], e["module"]) for e in await eventually(n1_needs)] == [("n1", "app")]
+        assert await requests_answered(hub_data) == hub_before
+
+        figures = {"site": await timed(n1), "hub": await timed(n3)}
+
+        await mesh.hub_seat.stop()  # the hub's seat gone: n1 is still answered at its site
+        assert await registry_kinds(n1) == at_the_hub
+
+        mesh.relay.cut()  # the link cut: still answered, from the copies
+        await anyio.sleep(0.5)
+        assert await registry_kinds(n1) == at_the_hub
+        assert [e["module"] for e in await eventually(n1_needs)] == ["app"]
+        figures["site, link cut"] = await timed(n1, 10)
+
+    print(f"FIGURE what=registry median over {ASKED}, relay {DELAY * 1000:.0f} ms each way: ", end="")
+    print(", ".join(f"{where} {ms:.2f} ms" for where, ms in figures.items()))
+    made = [r.getMessage() for r in caplog.records if r.name == "provisioner.seat.site_copies"]
+    assert any("site copy KV_mesh-provisioner_registry created" in line for line in made)
+    assert not [r for r in caplog.records if r.name.startswith("provisioner.seat") and r.levelno >= logging.ERROR]
+
+
+async def test_without_the_site_seat_the_verb_crosses_to_the_hub(tmp_path: Path) -> None:
+    """For the figure: the same request answered by the hub's seat across the link."""
+    async with hub_and_site(tmp_path, start_site_seat=False) as mesh, AsyncExitStack() as stack:
+        n1 = await stack.enter_async_context(connect(mesh.options(mesh.site, "node-n1")))
+        hub_data = await stack.enter_async_context(connect(mesh.options(mesh.hub, "seat")))
+        before = await requests_answered(hub_data)
+        # the seat's interest reaches the site across the link on its own time (a node asks patiently)
+        await eventually(lambda: _answered(registry_kinds(n1)))
+        assert await requests_answered(hub_data) > before
+        crossing = await timed(n1)
+    print(f"FIGURE what=registry from the site answered at the hub: median {crossing:.2f} ms")
+
+
+async def test_a_change_at_the_hub_reaches_the_site_copies_and_live_updates(tmp_path: Path) -> None:
+    async with hub_and_site(tmp_path) as mesh, AsyncExitStack() as stack:
+        n1 = await stack.enter_async_context(connect(mesh.options(mesh.site, "node-n1")))
+        hub_data = await stack.enter_async_context(connect(mesh.options(mesh.hub, "seat")))
+        await eventually(lambda: _with(registry_kinds(n1), lambda kinds: "consumers" in kinds))
+        watcher = await nats.connect(mesh.site.url, nkeys_seed=str(mesh.keys / "node-n1.nk"))
+        stack.push_async_callback(watcher.close)
+        live = await watcher.subscribe(buckets.REGISTRY.subject(">"))
+        config_live = await watcher.subscribe(CONFIG.subject(">"))
+        await watcher.flush()
+
+        # a compile at the hub dropping a kind: its delete marker reaches the site and n1's watch
+        domains = tmp_path / "domains.toml"
+        domains.write_text(
+            '[domains.vault-consumers]\nmodule = "mesh-vault"\nkinds = []\nverb = "mesh-vault.consumers"\n'
+        )
+        from provisioner.seat.registry_sync import sync_registry  # noqa: PLC0415
+
+        assert (await sync_registry(hub_data, domains_file=domains)).deleted
+        with anyio.fail_after(10):
+            async for msg in live.messages:
+                if msg.subject == buckets.REGISTRY.subject("consumers"):
+                    break
+        await eventually(lambda: _with(registry_kinds(n1), lambda kinds: "consumers" not in kinds))
+
+        # a shared config write at the hub: at the site's mirror and on n1's live updates
+        await put(hub_data, CONFIG, "db=3Aurl", b'"postgres://db"')
+        msg = await config_live.next_msg(timeout=10)
+        assert (msg.subject, msg.data) == (CONFIG.subject("db=3Aurl"), b'"postgres://db"')
+        got = await get_direct(n1, CONFIG, "db=3Aurl")
+        assert got is not None and got.value == b'"postgres://db"'
+
+
+async def _answered(ask: Awaitable[set[str]]) -> set[str] | None:
+    try:
+        return await ask
+    except NoResponders:
+        return None
+
+
+async def _with(ask: Awaitable[T], holds: Callable[[T], bool]) -> T | None:
+    found = await ask
+    return found if holds(found) else None
+
+
+def test_serve_help_says_how_to_run_at_a_site(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    said = capsys.readouterr().out
+    assert "--site SITE" in said and "--sites-file PATH" in said
+    assert "it compiles nothing, runs no quota guard, writes nothing at the hub" in said
+
+
+def test_a_site_the_file_does_not_name_is_a_settings_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, _ = grants(tmp_path, free_port(), free_port())
+    sites = str(out / "sites" / "sites.json")
+    code = main(["serve", "--site", "nowhere", "--sites-file", sites, "--nats-url", "nats://127.0.0.1:1"])
+    assert code == 2
+    assert "site (--site, MESH_PROVISIONER_SITE): 'nowhere' is not a site of" in capsys.readouterr().err
+    with pytest.raises(SettingsError, match="--site"):
+        ServerSettings(site="site1")
+    with pytest.raises(SettingsError, match="--sites-file"):
+        ServerSettings(sites_file=Path(sites))
+
+
+def test_the_copies_are_those_the_data_link_permits(tmp_path: Path) -> None:
+    """Every copy the site's seat makes has its consumer create in the data link's permits, and
+    every consumer create the link permits is a copy the seat makes."""
+    from provisioner.seat.site_copies import consumer_create  # noqa: PLC0415
+
+    out, _ = grants(tmp_path, free_port(), free_port())
+    topology = read_sites_file(out / "sites" / "sites.json")
+    site = topology.site("site1")
+    assert site is not None and site.data_link is not None
+    copies = site_copies(site, ["postgres"])
+    made = {subject for copy in copies for subject in consumer_create(copy, topology.hub.domain)}
+    permitted = {p.subject for p in site.data_link.publish if ".CONSUMER.CREATE." in p.subject}
+    assert made == permitted
+    kinds = {copy.bucket.name: (copy.kind, copy.live) for copy in copies}
+    assert kinds[buckets.REGISTRY.name] == ("mirror", True)
+    assert kinds[buckets.NEEDS.name] == ("mirror", False)
+    assert kinds["postgres_bound"] == ("sources", True)
+    assert kinds["mesh-config_values"] == ("mirror", True)
