@@ -34,6 +34,7 @@ import anyio
 import pytest
 
 from mesh_dev.standins import CONFIG, stand_ins
+from provisioner.commands.removal import remove_node
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.resolving import waiting
 from provisioner_client.status import NodeStatus, read_status
@@ -41,7 +42,7 @@ from provisioner_client.status_view import status_text
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import AppliedValue, buckets, read_json
 from registry.errors import BusError
-from registry.wire import Bus, KvItem, Message, connect, get_direct, get_last_many, put
+from registry.wire import SKEW, Bus, KvItem, Message, connect, get_direct, get_last_many, node_key, put
 from tests.helpers import logged, serving, sh_env
 from tests.sites import SITE_READS, GeneratedSites, generated_hub_and_site, make_site_copies
 
@@ -53,6 +54,7 @@ CONVERGED_WITHIN = 5.0  # issue 22: after the link returns, converged within 5 s
 LEASE_TTL = timedelta(seconds=3)  # renewed every second: the cut is told within about one
 TIMING = WatchTiming(debounce=timedelta(seconds=0.1), poll=timedelta(seconds=0.2))
 WATCHING = "provisioner_client.watch.watching"
+HOLDING = "provisioner_client.watch.holding"
 NODE_BUCKETS = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT)
 
 
@@ -227,6 +229,29 @@ async def _converged(site: Site) -> bool | None:
     if app is None or local is None or app.digest != status.modules["app"].applied.digest:
         return None
     return True
+
+
+async def test_a_lease_removed_during_the_cut_is_found_lost_once_the_link_is_back(tmp_path: Path) -> None:
+    """remove-node at the hub during the cut (the lease expired there: no --force needed): once the
+    link is back, the renewal (tried before the reconcile's writes) raises `LeaseLost`, and the
+    watch goes on as it does at the hub: it waits for the lease, free since the removal, takes it
+    again and registers again; the change action that ran during the cut does not run again."""
+    async with site_client(tmp_path) as site:
+        site.sites.relay.cut()
+        cut_at = time.monotonic()
+        (site.plan.manifests / "local.json").write_text(
+            manifest("local", {"LOG_LEVEL": "${config:log-level}"}, site.runs / "local")
+        )
+        await eventually(lambda: _stale(site, {"lease", buckets.APPLIED.name}), "the lease and local's record wait")
+        await anyio.sleep(max(0.0, (LEASE_TTL + SKEW).total_seconds() + 1 - (time.monotonic() - cut_at)))
+        removed = await remove_node(site.seat, NODE)
+        assert buckets.LEASES.name in removed
+        with logged(f"lease {node_key(NODE)} was lost", HOLDING) as lost:
+            site.sites.relay.restore()
+            await lost.wait(within=20)
+        await eventually(lambda: _applied_at_hub(site, "local"), "the client registered again, as at the hub")
+        await eventually(lambda: _nothing_waits(site), "nothing waits for the hub")
+        assert runs_of(site.runs / "local") == 1
 
 
 async def test_live_updates_a_mirror_republishes_again_change_nothing(

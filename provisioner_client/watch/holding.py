@@ -58,45 +58,85 @@ async def holding(bus: Bus, node: str, ttl: timedelta) -> AsyncIterator[Lease]:
             await lease.release()
 
 
-async def renew(lease: Lease, lost: anyio.Event, waits: WaitingWrites | None = None) -> None:
-    """Keeps the lease renewed (`Lease.keep_renewed`, or telling `waits` of each renewal); sets
-    `lost` and returns when another claimant took it."""
+async def renew(lease: Lease, lost: anyio.Event) -> None:
+    """Keeps the lease renewed (`Lease.keep_renewed`); sets `lost` and returns when another claimant took it."""
     try:
-        if waits is None:
-            await lease.keep_renewed()
-        else:
-            await _keep_renewed_telling(lease, waits)
+        await lease.keep_renewed()
     except LeaseLost as err:
-        if waits is not None:
-            waits.done(LEASE)  # nothing of the lease waits: the watch waits for the lease again
-        lost.set()
-        log.error("%s; this client stops reconciling", err, extra={"key": lease.key})  # noqa: TRY400 -- an expected refusal, no traceback
+        _lost(lease, lost, err)
 
 
-async def _keep_renewed_telling(lease: Lease, waits: WaitingWrites) -> None:
-    """`Lease.keep_renewed`, each renewal's outcome told to `waits`: an answer saying the hub is out
-    of reach starts (or continues) the lease's wait, a renewal stored ends it. Any bus error is
-    tried again at the next renewal, as `keep_renewed` does; it never ends the loop."""
-    said = False
-    while True:
-        await anyio.sleep(lease.ttl.total_seconds() / 3)
+def _lost(lease: Lease, lost: anyio.Event, err: LeaseLost) -> None:
+    lost.set()
+    log.error("%s; this client stops reconciling", err, extra={"key": lease.key})
+
+
+class Renewals:
+    """Watch mode's renewals of its lease: every third of the ttl, as `Lease.keep_renewed`, each
+    outcome told to `waits` (an answer saying the hub is out of reach starts or continues the
+    lease's wait, a renewal stored ends it; any bus error is tried again at the next renewal, never
+    ending the loop), and one at once when the watch asks (`now`): before it writes what waited for
+    the hub, so that a lease removed during a cut is found lost before anything is written again."""
+
+    def __init__(self, lease: Lease, lost: anyio.Event, waits: WaitingWrites) -> None:
+        self.lease = lease
+        self.lost = lost
+        self.waits = waits
+        self._asked = anyio.Event()
+        self._answered = anyio.Event()  # set once a renewal started after the ask was tried
+        self._said = False
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the lease's renewals wait for the hub, as last told."""
+        current = self.waits.current()
+        return current is not None and LEASE in current.parts
+
+    async def run(self) -> None:
+        """Renews until cancelled; sets `lost` and returns when another claimant took the lease."""
         try:
-            await lease.renew()
+            while True:
+                with anyio.move_on_after(self.lease.ttl.total_seconds() / 3):
+                    await self._asked.wait()
+                self._asked = anyio.Event()
+                answered, self._answered = self._answered, anyio.Event()
+                try:
+                    await self._once()
+                finally:
+                    answered.set()
+        except LeaseLost as err:
+            self.waits.done(LEASE)  # nothing of the lease waits: the watch waits for the lease again
+            _lost(self.lease, self.lost, err)
+        finally:
+            self._answered.set()
+
+    async def now(self) -> None:
+        """A renewal tried at once; returns once it was (`lost` is set if the lease was lost)."""
+        if self.lost.is_set():
+            return
+        answered = self._answered
+        self._asked.set()
+        await answered.wait()
+
+    async def _once(self) -> None:
+        try:
+            await self.lease.renew()
+        except LeaseLost:
+            raise
         except BusError as err:
             how = link_down(err)
             if how is not None:
-                waits.failed(
-                    LEASE,
-                    f"the lease renewal was answered {how} ({err.reason})",
+                self.waits.failed(LEASE, f"the lease renewal was answered {how} ({err.reason})")
+            elif not self._said:
+                log.warning(
+                    "lease %s not renewed: %s; trying again", self.lease.key, err, extra={"key": self.lease.key}
                 )
-            elif not said:
-                log.warning("lease %s not renewed: %s; trying again", lease.key, err, extra={"key": lease.key})
-            said = True
-            continue
-        if said:
-            log.info("lease %s renewed again", lease.key, extra={"key": lease.key})
-        said = False
-        waits.done(LEASE)
+            self._said = True
+            return
+        if self._said:
+            log.info("lease %s renewed again", self.lease.key, extra={"key": self.lease.key})
+        self._said = False
+        self.waits.done(LEASE)
 
 
 def _holder(held: LeaseHeld) -> str:

@@ -55,7 +55,7 @@ from provisioner_client.resolving.manifest import manifest_files
 from provisioner_client.resolving.resolve import Source
 from provisioner_client.resolving.waiting import WaitingWrites, link_down
 from provisioner_client.watch.drift import DriftWatch, put_back
-from provisioner_client.watch.holding import node_lease, renew
+from provisioner_client.watch.holding import Renewals, node_lease
 from registry.contract import AppliedValue, Bucket, subject_matches, under
 from registry.errors import BusError, ConnectionClosed
 from registry.runtime import event, log_context
@@ -226,11 +226,13 @@ async def _watch_holding(
         _lease_told(metrics, held=True)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(renew, lease, lost, WaitingWrites(plan.materialize, plan.node))
+                renewals = Renewals(lease, lost, WaitingWrites(plan.materialize, plan.node))
+                tg.start_soon(renewals.run)
                 await _reconcile_while_held(
                     bus,
                     plan,
                     timing,
+                    renewals=renewals,
                     stopping=stopping,
                     lost=lost,
                     on_report=on_report,
@@ -254,6 +256,7 @@ async def _reconcile_while_held(
     plan: ClientPlan,
     timing: WatchTiming,
     *,
+    renewals: Renewals,
     stopping: anyio.Event,
     lost: anyio.Event,
     on_report: Callable[[Report], None] | None,
@@ -280,9 +283,8 @@ async def _reconcile_while_held(
         backoff = _Backoff(timing.backoff_max)
         while not (stopping.is_set() or lost.is_set()):
             wake = await trigger.wait(timing.debounce)
-            if stopping.is_set() or lost.is_set():
+            if stopping.is_set() or not await _renewed_first(renewals, wake):
                 break
-            log.debug("woken by %s", wake.described())
             started = time.monotonic()
             try:
                 if not wake.reasons and await _put_back(bus, plan, drift, wake.drifted, applied):
@@ -312,6 +314,19 @@ async def _reconcile_while_held(
                 on_report(report)
             on_started()
         tg.cancel_scope.cancel()
+
+
+async def _renewed_first(renewals: Renewals, wake: Wake) -> bool:
+    """Whether to reconcile for `wake`: not once the lease is lost. While the lease's renewals wait
+    for the hub, one is tried first: the reconcile's writes then follow a renewal that reached the
+    hub, or a lease lost meanwhile (remove-node during a cut) stops them all. After a renewal still
+    refused, the writes fail as it did."""
+    if renewals.lost.is_set():
+        return False
+    log.debug("woken by %s", wake.described())
+    if renewals.waiting:
+        await renewals.now()
+    return not renewals.lost.is_set()
 
 
 def _retry_after(err: BusError | ClientError, backoff: _Backoff, timing: WatchTiming) -> float:
