@@ -74,7 +74,7 @@ class OwnKeys:
     def _unlisted(self, bucket: Bucket, stamp: int, err: BusError) -> Found:
         """The keys of a bucket the verb (at the hub) did not list: a link down. Its writes wait;
         applied's records are taken as remembered, so that what was applied is still known."""
-        log.info(
+        log.debug(  # said once per cut by the record of waiting writes (`waiting`)
             "node %s: %s not listed (%s): its writes wait for the hub",
             self.scope.node,
             bucket.name,
