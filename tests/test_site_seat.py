@@ -2,7 +2,8 @@
 `mesh-provisioner grants --mesh` wrote: a hub and site 1 (node n1 lives there, n3 at the hub),
 the site dialling the hub through a relay that adds 20 ms each way and that the test cuts.
 
-What it shows: the site's seat makes the site's copies from sites.json; n1's `what=registry` and
+What it shows (static accounts, and JWT for the main test): the site's seat makes the site's
+copies from sites.json and serves its metrics from them; n1's `what=registry` and
 `what=needs` are answered by the site's seat (the site's `$SRV.STATS` counts them, the hub's does
 not) from the copies, and still are with the hub's seat stopped and with the link cut; a registry
 compile and a shared config write at the hub reach the site's copies and n1's live updates there.
@@ -15,10 +16,10 @@ import json
 import logging
 import statistics
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,11 +35,12 @@ from provisioner.seat.server import run_server
 from provisioner.seat.site_copies import site_copies
 from provisioner.settings import ServerSettings
 from provisioner.verb.service import ENDPOINT
-from registry.access import read_sites_file
+from registry.access import creds_path, read_sites_file
 from registry.contract import Bucket, buckets
 from registry.errors import NoResponders, SettingsError
 from registry.wire import Bus, BusOptions, answer_of, connect, get_direct, put
 from tests.cluster import free_port
+from tests.prometheus import sample, samples
 from tests.sites import Relay
 from tests.test_sites_topology import leafz, server
 
@@ -60,6 +62,7 @@ NEED = b'{"placeholder":"${secret:db}","used_in":["app.env"]}'
 CONFIG = Bucket("mesh-config_values", buckets.NEEDS.shape)
 DROPPING_CONSUMERS = '[domains.vault-consumers]\nmodule = "mesh-vault"\nkinds = []\nverb = "mesh-vault.consumers"\n'
 ASKED = 40  # requests timed for each figure
+MODES = [pytest.param(False, id="static accounts"), pytest.param(True, id="decentralized JWT accounts")]
 
 
 class Seat:
@@ -93,17 +96,26 @@ class Mesh:
     hub_seat: Seat
     site_seat: Seat
     tasks: TaskGroup
+    jwt: bool
 
     def options(self, running: LocalNats, label: str) -> BusOptions:
-        return BusOptions(servers=(running.url,), name=label, nkey_seed=self.keys / f"{label}.nk")
+        return connecting(running, label, self.keys, jwt=self.jwt)
 
 
-def grants(root: Path, relay: int, leaf: int) -> tuple[Path, Path]:
+def grants(root: Path, relay: int, leaf: int, *, jwt: bool = False) -> tuple[Path, Path]:
     mesh = root / "mesh.toml"
     mesh.write_text(MESH.format(relay=relay, leaf=leaf))
     out, keys = root / "out", root / "keys"
-    assert main(["grants", "--mesh", str(mesh), "--out", str(out), "--keys", str(keys)]) == 0
+    jwt_flag = ["--jwt"] if jwt else []
+    assert main(["grants", "--mesh", str(mesh), "--out", str(out), "--keys", str(keys), *jwt_flag]) == 0
     return out, keys
+
+
+def connecting(running: LocalNats, label: str, keys: Path, *, jwt: bool, name: str | None = None) -> BusOptions:
+    """How party `label` connects to `running`: with its seed, or its `.creds` (JWT)."""
+    if jwt:
+        return BusOptions(servers=(running.url,), name=name or label, creds=creds_path(keys, label))
+    return BusOptions(servers=(running.url,), name=name or label, nkey_seed=keys / f"{label}.nk")
 
 
 def seat_settings(out: Path, **more: Any) -> ServerSettings:
@@ -111,29 +123,32 @@ def seat_settings(out: Path, **more: Any) -> ServerSettings:
 
 
 @asynccontextmanager
-async def hub_and_site(root: Path, *, start_site_seat: bool = True) -> AsyncIterator[Mesh]:
+async def hub_and_site(
+    root: Path, *, jwt: bool = False, start_site_seat: bool = True, **site_settings: Any
+) -> AsyncIterator[Mesh]:
     """The hub and site 1 on their generated files, the site's link through the relay, the hub's
     seat running and (unless told) the site's."""
     leaf, monitor = free_port(), free_port()
     relay = Relay(leaf, DELAY)
-    out, keys = grants(root, relay.port, leaf)
+    out, keys = grants(root, relay.port, leaf, jwt=jwt)
     async with (
-        server(out, root, "hub", jwt=False, monitor=monitor) as hub,
-        server(out, root, "site1", jwt=False) as site,
+        server(out, root, "hub", jwt=jwt, monitor=monitor) as hub,
+        server(out, root, "site1", jwt=jwt) as site,
         anyio.create_task_group() as tasks,
     ):
         await tasks.start(relay.serve)
         # The link up first: a copy made while it is down starts about 40 s after it comes up
         # (nats-server's retry of a mirror's setup), which would only slow the test down.
-        await eventually(lambda: _with(anyio.to_thread.run_sync(leafz, monitor), lambda links: len(links) == 2))
-        options = partial(BusOptions, name="mesh-provisioner")
-        hub_seat = Seat(options(servers=(hub.url,), nkey_seed=keys / "seat.nk"), seat_settings(out))
+        # (JWT: the vault's account JWT allows no leaf connection yet, so the data link alone)
+        links = 1 if jwt else 2
+        await eventually(lambda: _with(anyio.to_thread.run_sync(leafz, monitor), lambda up: len(up) == links))
+        hub_seat = Seat(connecting(hub, "seat", keys, jwt=jwt, name=buckets.SEAT), seat_settings(out))
         site_file = out / "sites" / "sites.json"
         site_seat = Seat(
-            options(servers=(site.url,), nkey_seed=keys / "seat-site1.nk"),
-            seat_settings(out, site="site1", sites_file=site_file),
+            connecting(site, "seat-site1", keys, jwt=jwt, name=buckets.SEAT),
+            seat_settings(out, site="site1", sites_file=site_file, **site_settings),
         )
-        mesh = Mesh(out, keys, hub, site, relay, hub_seat, site_seat, tasks)
+        mesh = Mesh(out, keys, hub, site, relay, hub_seat, site_seat, tasks, jwt)
         await tasks.start(hub_seat.run)
         if start_site_seat:
             await tasks.start(site_seat.run)
@@ -161,6 +176,12 @@ async def registry_kinds(node: Bus) -> set[str]:
     return {str(entry["kind"]) for entry in answer["entries"]}
 
 
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:  # loopback
+        text: str = answer.read().decode()
+        return text
+
+
 async def requests_answered(bus: Bus) -> int:
     """How many verb requests the seat serving on `bus`'s server answered (`$SRV.STATS`): the
     `$SRV` subjects never cross the link, so each side's seat is asked alone."""
@@ -179,11 +200,13 @@ async def timed(node: Bus, count: int = ASKED) -> float:
     return statistics.median(took)
 
 
+@pytest.mark.parametrize("jwt", MODES)
 async def test_the_site_seat_answers_the_site_node_from_the_copies_even_with_the_link_cut(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, jwt: bool
 ) -> None:
     caplog.set_level(logging.INFO, logger="provisioner.seat")
-    async with hub_and_site(tmp_path) as mesh, AsyncExitStack() as stack:
+    metrics = free_port()
+    async with hub_and_site(tmp_path, jwt=jwt, metrics_listen=str(metrics)) as mesh, AsyncExitStack() as stack:
         n1 = await stack.enter_async_context(connect(mesh.options(mesh.site, "node-n1")))
         n3 = await stack.enter_async_context(connect(mesh.options(mesh.hub, "node-n3")))
         site_data = await stack.enter_async_context(connect(mesh.options(mesh.site, "seat-site1")))
@@ -197,6 +220,8 @@ async def test_the_site_seat_answers_the_site_node_from_the_copies_even_with_the
             return kinds if kinds == at_the_hub else None
 
         await eventually(site_registry)
+        scraped = samples(await anyio.to_thread.run_sync(scrape, metrics))  # the site's figures: its copies
+        assert sample(scraped, "mesh_seat_bucket_keys", bucket=buckets.REGISTRY.name) == len(at_the_hub)
         site_before, hub_before = await requests_answered(site_data), await requests_answered(hub_data)
         for _ in range(5):
             assert await registry_kinds(n1) == at_the_hub
