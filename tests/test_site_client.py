@@ -111,10 +111,13 @@ class Site:
 
 
 @asynccontextmanager
-async def site_client(tmp_path: Path) -> AsyncIterator[Site]:
+async def site_client(tmp_path: Path, *, request_timeout: float = 5.0) -> AsyncIterator[Site]:
     """The hub, site 1, the seat serving at the hub with the stand-ins' values, the site's copies,
-    and n1's watching client at its site, once it has applied module `app` (greeting)."""
+    and n1's watching client at its site (waiting `request_timeout` seconds for each answer), once
+    it has applied module `app` (greeting)."""
     async with generated_hub_and_site(tmp_path, delay=0.01) as sites:
+        patience = {"request_timeout": timedelta(seconds=request_timeout)}
+        node_options = sites.options(sites.site, f"node-{NODE}").model_copy(update=patience)
         seat_options = sites.options(sites.hub, "seat")
         grants = sites.out / "grants.json"
         async with (
@@ -122,7 +125,7 @@ async def site_client(tmp_path: Path) -> AsyncIterator[Site]:
             connect(seat_options) as seat,
             stand_ins(seat, NODE, with_vault=False),
             connect(sites.options(sites.site, "seat-site1")) as site_data,
-            connect(sites.options(sites.site, f"node-{NODE}")) as node,
+            connect(node_options) as node,
         ):
             await make_site_copies(site_data, (*SITE_READS, CONFIG))
             manifests, runs = tmp_path / "manifests", tmp_path / "runs"
@@ -229,6 +232,45 @@ async def _converged(site: Site) -> bool | None:
     if app is None or local is None or app.digest != status.modules["app"].applied.digest:
         return None
     return True
+
+
+async def test_a_stalled_link_times_the_writes_out_and_what_was_stored_late_is_not_written_again(
+    tmp_path: Path,
+) -> None:
+    """The link stalled (no byte carried, nothing closed) for 8 s while a module is added at the
+    node: its writes time out (2 s here) and wait, said so by status; held by the relay, some are
+    stored when it flows again. Then: converged once, each write stored once (the retry of a write
+    stored late finds it there), the change action run once."""
+    async with site_client(tmp_path, request_timeout=2.0) as site:
+        before = await last_sequences(site.seat)
+        site.sites.relay.stall()
+        stalled_at = time.monotonic()
+        (site.plan.manifests / "local.json").write_text(
+            manifest("local", {"LOG_LEVEL": "${config:log-level}"}, site.runs / "local")
+        )
+        status = await eventually(lambda: _stale(site, {"lease"}), "status saying the lease's renewals wait")
+        assert status.waiting is not None and "timed out" in status.waiting.parts["lease"].how
+        local = await eventually(lambda: _file(site.plan.materialize / "local.env"), "local materialized at the site")
+        assert local == {"LOG_LEVEL": "info"}
+        await anyio.sleep(max(0.0, 8.0 - (time.monotonic() - stalled_at)))
+        site.sites.relay.restore()
+        restored_at = time.monotonic()
+        await eventually(lambda: _registered(site, "local"), "converged after the link flowed again", within=30)
+        print(f"FIGURE converged {time.monotonic() - restored_at:.2f} s after a stalled link flowed again")
+        after = await last_sequences(site.seat)
+        assert after[buckets.APPLIED.name] == before[buckets.APPLIED.name] + 1
+        assert after[buckets.NEEDS.name] == before[buckets.NEEDS.name] + 1
+        assert after[buckets.COLLECT.name] == before[buckets.COLLECT.name]
+        await anyio.sleep(2 * LEASE_TTL.total_seconds() / 3 + 0.5)
+        assert await last_sequences(site.seat) == after, "something was written twice"
+        assert runs_of(site.runs / "local") == 1
+
+
+async def _registered(site: Site, module: str) -> bool | None:
+    """`module` applied at the hub and nothing waiting for it."""
+    if waiting.read(site.plan.materialize, NODE) is not None:
+        return None
+    return True if await _applied_at_hub(site, module) is not None else None
 
 
 async def test_a_lease_removed_during_the_cut_is_found_lost_once_the_link_is_back(tmp_path: Path) -> None:
