@@ -124,7 +124,12 @@ def seat_settings(out: Path, **more: Any) -> ServerSettings:
 
 @asynccontextmanager
 async def hub_and_site(
-    root: Path, *, jwt: bool = False, start_site_seat: bool = True, **site_settings: Any
+    root: Path,
+    *,
+    jwt: bool = False,
+    start_site_seat: bool = True,
+    hub_settings: dict[str, Any] | None = None,
+    **site_settings: Any,
 ) -> AsyncIterator[Mesh]:
     """The hub and site 1 on their generated files, the site's link through the relay, the hub's
     seat running and (unless told) the site's."""
@@ -142,7 +147,9 @@ async def hub_and_site(
         # (JWT: the vault's account JWT allows no leaf connection yet, so the data link alone)
         links = 1 if jwt else 2
         await eventually(lambda: _with(anyio.to_thread.run_sync(leafz, monitor), lambda up: len(up) == links))
-        hub_seat = Seat(connecting(hub, "seat", keys, jwt=jwt, name=buckets.SEAT), seat_settings(out))
+        hub_seat = Seat(
+            connecting(hub, "seat", keys, jwt=jwt, name=buckets.SEAT), seat_settings(out, **(hub_settings or {}))
+        )
         site_file = out / "sites" / "sites.json"
         site_seat = Seat(
             connecting(site, "seat-site1", keys, jwt=jwt, name=buckets.SEAT),
@@ -301,6 +308,27 @@ async def test_a_change_at_the_hub_reaches_the_site_copies_and_live_updates(tmp_
         assert (msg.subject, msg.data) == (CONFIG.subject("db=3Aurl"), b'"postgres://db"')
         got = await get_direct(n1, CONFIG, "db=3Aurl")
         assert got is not None and got.value == b'"postgres://db"'
+
+
+async def test_the_hubs_quota_purge_is_followed_by_the_sites_mirror(tmp_path: Path) -> None:
+    """n1 passes its quota: the hub's guard purges its keys there, and the site's seat purges the
+    same messages from its mirror (a purge is no message: the mirror alone would keep them)."""
+    quota = {"node_quota_keys": 5, "node_quota_bytes": 1 << 20}
+    async with hub_and_site(tmp_path, hub_settings=quota) as mesh, AsyncExitStack() as stack:
+        n1 = await stack.enter_async_context(connect(mesh.options(mesh.site, "node-n1")))
+        hub_data = await stack.enter_async_context(connect(mesh.options(mesh.hub, "seat")))
+        site_data = await stack.enter_async_context(connect(mesh.options(mesh.site, "seat-site1")))
+        for index in range(8):
+            await put(n1, buckets.NEEDS, f"n1.m{index}.secret.db", NEED)
+
+        async def purged_at(bus: Bus) -> bool | None:
+            return True if await get_direct(bus, buckets.NEEDS, "n1.m0.secret.db") is None else None
+
+        await eventually(lambda: purged_at(hub_data))
+        await eventually(lambda: purged_at(n1))  # n1 reads at its site: its keys are gone there too
+        hub_info = await hub_data.jetstream(buckets.NEEDS.info_api, operation="hub's needs")
+        site_info = await site_data.jetstream(buckets.NEEDS.info_api, operation="site's needs")
+        assert site_info["state"]["messages"] == hub_info["state"]["messages"]
 
 
 async def _answered(ask: Awaitable[set[str]]) -> set[str] | None:

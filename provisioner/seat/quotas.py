@@ -10,9 +10,11 @@ prefix, so the seat keeps one:
               not subtracted: the old size is not known)
     count     when that bound passes the node's quota, the node's keys there are counted exactly
               (a headers-only read of `<node>.>`, delete markers included: the bucket keeps them)
-    cut back  when the count is over the quota, every key of the node in that bucket is purged,
-              and the node is over quota: `what=nodes` says so and why for `SHOWN_FOR`, the seat
-              logs it once per episode
+    cut back  when the count is over the quota, every key of the node in that bucket is purged
+              (up to the last revision counted), and the node is over quota: `what=nodes` says so
+              and why for `SHOWN_FOR`, the seat logs it once per episode; a record of the purge in
+              the leases bucket lets each site's seat purge its mirror alike
+              (`provisioner.seat.site_purges`)
 
 A node writing without end is purged again each time it passes its quota, so its footprint stays
 within its quota and what it writes while the seat counts: the bucket never fills. Its honest
@@ -34,9 +36,10 @@ import anyio
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from provisioner.seat.site_purges import purge_upto, record_purge
 from registry.contract import Bucket, buckets, decode_token
 from registry.errors import BusError, RegistryError
-from registry.wire import Bus, KvItem, purge, scoped_watch, snapshot
+from registry.wire import Bus, KvItem, scoped_watch, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +174,9 @@ class QuotaGuard:
         if not held.over(self.quota):
             self._written[(bucket.name, token)] = [held.keys, held.bytes]
             return held
-        purged = await purge(bus, bucket, f"{token}.>")
+        upto = max(item.revision for item in items)
+        purged = await purge_upto(bus, bucket, f"{token}.>", upto)
+        await record_purge(bus, bucket, token, upto)  # for the sites' mirrors (provisioner.seat.site_purges)
         self.on_purged(bucket, token)
         self._written[(bucket.name, token)] = [0, 0]
         self._remember(_name_of(token), bucket, held, purged)

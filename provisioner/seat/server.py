@@ -7,7 +7,8 @@
                                         (at a site: the site's copies of them, and no compile)
       compile the registry              at start (a failure here is fatal) ...
       ├── every compile_interval        ... then as a task of the group
-      ├── the quota guard               purges a node over its quota (not at a site)
+      ├── the quota guard               purges a node over its quota (at a site: the hub's purges
+      │                                 followed in its mirrors, `provisioner.seat.site_purges`)
       ├── the registry view             follows the registry bucket for `what=registry`
       ├── the metrics endpoint          when `metrics_listen` is set (`provisioner.metrics`)
       └── the verb service              until `stop` is set, then shut down in order;
@@ -46,9 +47,10 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from provisioner.metrics import SeatWork, serve_seat_metrics
 from provisioner.seat.buckets import ensure_buckets, seat_buckets
-from provisioner.seat.quotas import Quota, QuotaGuard
+from provisioner.seat.quotas import GUARDED, Quota, QuotaGuard
 from provisioner.seat.registry_sync import CompileCounts, keep_registry_compiled
 from provisioner.seat.site_copies import ensure_site_copies
+from provisioner.seat.site_purges import follow_purges
 from provisioner.settings import ServerSettings
 from provisioner.verb.budgets import AnswerRates
 from provisioner.verb.handler import GRANTS_SETTING, Verb
@@ -101,7 +103,7 @@ async def run_server(
         if site is None:
             served, nodes = await _start_hub_work(tasks, bus, settings, work)
         else:
-            served, nodes = await _start_site_work(bus, settings, site)
+            served, nodes = await _start_site_work(tasks, bus, settings, site)
         registry = RegistryView()
         await tasks.start(partial(registry.follow, bus))
         await tasks.start(partial(nodes.follow, bus))
@@ -153,10 +155,13 @@ async def _start_hub_work(
     return seat_buckets(settings.providers, settings.domains_file), nodes
 
 
-async def _start_site_work(bus: Bus, settings: ServerSettings, site: SeatSite) -> tuple[list[Bucket], FleetView]:
+async def _start_site_work(
+    tasks: TaskGroup, bus: Bus, settings: ServerSettings, site: SeatSite
+) -> tuple[list[Bucket], FleetView]:
     """A site's seat: the site's copies of the hub's buckets, and nothing else of the hub's work
-    (no compile, no lease, no quota guard: the hub's seat does those, and writes the hub alone);
-    the copies it serves and its view of the fleet (from the site's mirrors)."""
+    (no compile, no lease, no quota guard: the hub's seat does those, and writes the hub alone)
+    but the hub's quota purges followed in its mirrors; the copies it serves and its view of the
+    fleet (from the site's mirrors)."""
     log.info(
         "seat of site %s (hub domain %s): the site's copies of the hub's buckets; no compile, no quota guard",
         site.entry.name,
@@ -170,6 +175,7 @@ async def _start_site_work(bus: Bus, settings: ServerSettings, site: SeatSite) -
         providers=settings.providers,
         domains_file=settings.domains_file,
     )
+    await tasks.start(partial(follow_purges, bus, tuple(c.bucket for c in copies if c.bucket in GUARDED)))
     return [copy.bucket for copy in copies], FleetView()
 
 

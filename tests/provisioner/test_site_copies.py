@@ -5,15 +5,18 @@ origin answers). The copies at work, across a real link, are in tests/test_site_
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
+import anyio
 import pytest
 
 from provisioner.seat.site_copies import consumer_create, ensure_site_copies, site_copies
+from provisioner.seat.site_purges import follow_purges, record_purge
 from registry.access import SiteFileEntry
 from registry.access.sites_file import LinkEntry, PermitEntry
 from registry.contract import buckets
-from registry.wire import BucketConfig, Bus, bucket_config, create_bucket
+from registry.wire import BucketConfig, Bus, bucket_config, create_bucket, get_direct, put
 
 HUB = "hub"
 BOUND = "postgres_bound"
@@ -91,3 +94,26 @@ async def test_a_copy_the_link_does_not_carry_is_an_error(bus: Bus, caplog: pyte
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert any("$JS.hub.API.CONSUMER.CREATE.KV_mesh-provisioner_registry" in line for line in errors)
     assert any("$JS.hub.API.CONSUMER.CREATE.KV_postgres_bound.*.$KV.postgres_bound.n1.>" in line for line in errors)
+
+
+async def test_a_purge_record_purges_exactly_up_to_its_revision(bus: Bus) -> None:
+    """A record standing when the site's seat starts is applied: the node's messages up to the
+    revision the hub purged go, a later write of the node and other nodes' keys stay."""
+    config = BucketConfig()
+    for bucket in (buckets.NEEDS, buckets.LEASES):
+        await create_bucket(bus, bucket, config)
+    first = await put(bus, buckets.NEEDS, "n1.a.secret.x", b"{}")
+    upto = await put(bus, buckets.NEEDS, "n1.b.secret.x", b"{}")
+    await put(bus, buckets.NEEDS, "n2.a.secret.x", b"{}")
+    later = await put(bus, buckets.NEEDS, "n1.c.secret.x", b"{}")
+    assert first < upto < later
+    await record_purge(bus, buckets.NEEDS, "n1", upto)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(partial(follow_purges, bus, (buckets.NEEDS,)))
+        with anyio.fail_after(10):
+            while await get_direct(bus, buckets.NEEDS, "n1.b.secret.x") is not None:
+                await anyio.sleep(0.05)
+        tasks.cancel_scope.cancel()
+    assert await get_direct(bus, buckets.NEEDS, "n1.a.secret.x") is None
+    assert await get_direct(bus, buckets.NEEDS, "n1.c.secret.x") is not None
+    assert await get_direct(bus, buckets.NEEDS, "n2.a.secret.x") is not None

@@ -1,0 +1,116 @@
+"""The hub's quota purges, followed by each site's copies.
+
+The quota guard (`provisioner.seat.quotas`) cuts a node back by purging its keys from a bucket at
+the hub. A purge is no message: a site's mirror of the bucket never sees it, keeps the purged keys
+and the node's stamp there, and the node's honest client, reading at its site, never registers
+again (`docs/sites-write-path.md`). Purging the site's mirror from the hub would need the link to
+carry `$JS.<site>.API` (and the site to be up when it happens). Instead the hub leaves a record
+that its mirrors carry, and each site's seat purges the same messages from its own copy:
+
+    at the hub   the guard purges `<node>.>` of the bucket up to the last revision it counted
+                 (`seq`: the node's writes after the count stay, and are counted next), then puts
+                 `purge-<bucket>.<node>` in the leases bucket: {"bucket", "filter", "upto"}
+    at a site    the seat follows `purge-*` keys of its leases mirror and purges its mirror of the
+                 bucket with the same filter up to the same sequence: a mirror keeps the hub's
+                 sequences, so exactly the messages the hub purged go, never a later write
+
+The record is one key per node and bucket (the last purge's: a purge up to a sequence covers those
+before it), readable by the data account alone (a node is granted its own lease only). A site
+whose link is cut purges when the record arrives, after the link is back; a site seat started
+later applies every record at its start (a purge done already purges nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+from anyio.abc import TaskStatus
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from registry.contract import Bucket, buckets
+from registry.errors import BusError
+from registry.wire import Bus, KvItem, put, scoped_watch
+
+log = logging.getLogger(__name__)
+
+PREFIX = "purge-"  # the leases' role of a purge record: `purge-<bucket>`
+
+
+class PurgeRecord(BaseModel):
+    """What the hub purged: the bucket, the filter (relative to it) and the last revision purged."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bucket: str
+    filter: str
+    upto: int
+
+
+def record_key(bucket: Bucket, token: str) -> str:
+    """The leases key of the purge record of node `token` (a key token) in `bucket`."""
+    return f"{PREFIX}{bucket.name}.{token}"
+
+
+async def purge_upto(bus: Bus, bucket: Bucket, subject_filter: str, upto: int) -> int:
+    """Purges the entries of the keys matching `subject_filter` up to revision `upto`; how many."""
+    body = {"filter": bucket.subject(subject_filter), "seq": upto + 1}
+    operation = f"purge {bucket.name} {subject_filter} up to {upto}"
+    answer = await bus.jetstream(bucket.purge_api, body, operation=operation, change=True)
+    return int(answer.get("purged", 0))
+
+
+async def record_purge(bus: Bus, bucket: Bucket, token: str, upto: int) -> None:
+    """The hub's record of a purge of node `token`'s keys of `bucket` up to `upto`, for the sites."""
+    record = PurgeRecord(bucket=bucket.name, filter=f"{token}.>", upto=upto)
+    await put(bus, buckets.LEASES, record_key(bucket, token), record.model_dump_json().encode())
+
+
+async def follow_purges(
+    bus: Bus, copied: tuple[Bucket, ...], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """At a site: applies each purge record of the buckets `copied` (mirrored here) to the site's
+    mirror, those standing at start first, then each new one, until cancelled."""
+    async with anyio.create_task_group() as tasks:
+        for bucket in copied:
+            tasks.start_soon(_follow, bus, bucket)
+        task_status.started()
+
+
+async def _follow(bus: Bus, bucket: Bucket) -> None:
+    async with scoped_watch(bus, buckets.LEASES, f"{PREFIX}{bucket.name}.>") as records:
+        async for item in records:
+            await _apply(bus, bucket, item)
+
+
+async def _apply(bus: Bus, bucket: Bucket, item: KvItem) -> None:
+    if item.deleted:
+        return
+    try:
+        record = PurgeRecord.model_validate_json(item.value)
+    except ValidationError:
+        log.warning("purge record %s is not one the hub's seat writes; ignored", item.key)
+        return
+    if record.bucket != bucket.name:
+        log.warning("purge record %s names bucket %s; ignored", item.key, record.bucket)
+        return
+    try:
+        purged = await purge_upto(bus, bucket, record.filter, record.upto)
+    except BusError as err:
+        reason = err.reason
+        log.warning(
+            "the hub's purge of %s in %s not applied here (%s); at the seat's next start",
+            record.filter,
+            bucket.name,
+            reason,
+        )
+        return
+    if purged:
+        log.info(
+            "site copy %s: the hub's quota purge of %s up to %d applied (%d messages)",
+            bucket.stream,
+            record.filter,
+            record.upto,
+            purged,
+            extra={"bucket": bucket.name},
+        )
