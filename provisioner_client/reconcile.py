@@ -277,7 +277,8 @@ async def _converge_or_refused(
         how = waiting.link_down(err)
         if how is not None:
             report.waiting[bucket.name] = _waiting_how(bucket, how, err)
-            waits.failed(bucket.name, report.waiting[bucket.name], keys=own.unwritten(bucket, desired))
+            unwritten = own.unwritten(bucket, desired)
+            waits.failed(bucket.name, report.waiting[bucket.name], detail=err.reason, keys=unwritten)
             return
         refusal = refusals.refusal_of(err)
         if refusal is None:
@@ -301,8 +302,10 @@ async def _converge_or_refused(
 
 
 def _waiting_how(bucket: Bucket, how: str, err: ConvergeError) -> str:
-    """How the client knows that `bucket`'s writes wait: the answer, and what it says at a site."""
-    return f"the {bucket.name} writes were answered {how} ({err.reason})"
+    """How the client knows that `bucket`'s writes wait, in a few words: the request and its answer."""
+    if err.key == "*":  # not listed: the verb, at the hub, did not answer
+        return f"the listing of its {bucket.name} keys was answered {how}"
+    return f"the {bucket.name} writes were answered {how}"
 
 
 def _resolver(bus: Bus, plan: ClientPlan, wanted: _Wanted) -> Resolver:
@@ -399,7 +402,8 @@ async def _record_applied(
         if how is not None:
             report.waiting[name] = _waiting_how(buckets.APPLIED, how, err)
             unwritten = own.unwritten(buckets.APPLIED, desired)
-            waits.failed(name, report.waiting[name], keys=unwritten, records={k: desired[k] for k in unwritten})
+            records = {key: desired[key] for key in unwritten}
+            waits.failed(name, report.waiting[name], detail=err.reason, keys=unwritten, records=records)
             refusals.record(plan.materialize, plan.node, report.refused)
             return
         refusal = refusals.refusal_of(err)

@@ -278,7 +278,7 @@ async def _applied_items(
     except BusError as err:
         if waiting.link_down(err) is None:
             raise
-        why = f"the verb at the hub did not answer ({err.reason})"
+        why = f"the verb at the hub was asked for them and answered {waiting.link_down(err)}"
     found: dict[str, KvItem] = {}
     try:
         modules = set(folder.read_ledger().manifests.values())

@@ -120,9 +120,17 @@ class WaitingWrites:
             return None
 
     def failed(
-        self, part: str, how: str, *, keys: Iterable[str] = (), records: Mapping[str, bytes] | None = None
+        self,
+        part: str,
+        how: str,
+        *,
+        detail: str = "",
+        keys: Iterable[str] = (),
+        records: Mapping[str, bytes] | None = None,
     ) -> Part:
-        """`part`'s write was answered as the link being down: kept since its first such answer."""
+        """`part`'s write was answered as the link being down (`how`: the write and the answer, in
+        a few words, for status; `detail`, the server's whole answer, for the log): kept since its
+        first such answer."""
         found = self.current()
         parts = dict(found.parts) if found is not None else {}
         before = parts.get(part)
@@ -132,7 +140,8 @@ class WaitingWrites:
         parts[part] = Part(before.since if before is not None else now(), capped(how), shown, kept)
         if parts[part] != before:
             if before is None:
-                log.warning("writes to the hub wait: %s", how, extra={"node": self.node, "part": part})
+                said = f"{how}: {detail}" if detail else how
+                log.warning("writes to the hub wait: %s", said, extra={"node": self.node, "part": part})
             self._write(parts)
         return parts[part]
 

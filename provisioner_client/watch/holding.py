@@ -128,7 +128,7 @@ class Renewals:
         except BusError as err:
             how = link_down(err)
             if how is not None:
-                self.waits.failed(LEASE, f"the lease renewal was answered {how} ({err.reason})")
+                self.waits.failed(LEASE, f"the lease renewal was answered {how}", detail=err.reason)
             elif not self._said:
                 log.warning(
                     "lease %s not renewed: %s; trying again", self.lease.key, err, extra={"key": self.lease.key}
