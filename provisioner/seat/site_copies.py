@@ -33,6 +33,16 @@ consumer create the site's data link does not permit (sites.json) never starts, 
 says nothing: that too is an ERROR line at start, naming the subject.
 
 Nothing here writes the hub: the copies are made through the site's own `$JS.API`.
+
+After a cut, the copies resume on nats-server's own time, not the link's: a copy's consumer create
+sent while the link is down is lost, waited for 30 s, then tried again after a backoff growing by
+10 s a failure (up to 2 min). Measured through the tests' relay (20 ms each way): a 5 s cut, the
+copy current again 1.1 s after the link is back; 30 s, 30 s after; 60 s, 50 s after; a copy made
+while the link was down, about 40 s after it came up. The nodes' writes go through 1 s after it
+is back (they fail fast), their reads at the site stay behind until then. A durable mirror (ADR-58,
+nats-server 2.14+: a durable consumer made at the hub for each site and bucket, which the mirror
+resets instead of creating) resumed 0.6 s after a 30 s cut, 6.3 s after a 60 s cut: it needs the hub's seat to make those
+consumers and the link to permit their reset and delivery subjects instead of `CONSUMER.CREATE`.
 """
 
 from __future__ import annotations
