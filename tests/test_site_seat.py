@@ -35,7 +35,7 @@ from provisioner.seat.server import run_server
 from provisioner.seat.site_copies import site_copies
 from provisioner.settings import ServerSettings
 from provisioner.verb.service import ENDPOINT
-from registry.access import creds_path, read_sites_file
+from registry.access import DATA_ACCOUNT, Nkey, account_seed_path, creds_path, read_sites_file
 from registry.contract import Bucket, buckets
 from registry.errors import NoResponders, SettingsError
 from registry.wire import Bus, BusOptions, answer_of, connect, get_direct, put
@@ -75,6 +75,7 @@ class Seat:
 
     async def run(self, *, task_status: TaskStatus[None]) -> None:
         self.started = True
+        self._stop, self._stopped = anyio.Event(), anyio.Event()
         try:
             await run_server(bus_options=self.options, settings=self.settings, stop=self._stop, task_status=task_status)
         finally:
@@ -136,35 +137,39 @@ async def hub_and_site(
     leaf, monitor = free_port(), free_port()
     relay = Relay(leaf, DELAY)
     out, keys = grants(root, relay.port, leaf, jwt=jwt)
-    async with (
-        server(out, root, "hub", jwt=jwt, monitor=monitor) as hub,
-        server(out, root, "site1", jwt=jwt) as site,
-        anyio.create_task_group() as tasks,
-    ):
-        await tasks.start(relay.serve)
-        # The link up first: a copy made while it is down starts about 40 s after it comes up
-        # (nats-server's retry of a mirror's setup), which would only slow the test down.
-        # (JWT: the vault's account JWT allows no leaf connection yet, so the data link alone)
-        links = 1 if jwt else 2
-        await eventually(lambda: _with(anyio.to_thread.run_sync(leafz, monitor), lambda up: len(up) == links))
-        hub_seat = Seat(
-            connecting(hub, "seat", keys, jwt=jwt, name=buckets.SEAT), seat_settings(out, **(hub_settings or {}))
-        )
-        site_file = out / "sites" / "sites.json"
-        site_seat = Seat(
-            connecting(site, "seat-site1", keys, jwt=jwt, name=buckets.SEAT),
-            seat_settings(out, site="site1", sites_file=site_file, **site_settings),
-        )
-        mesh = Mesh(out, keys, hub, site, relay, hub_seat, site_seat, tasks, jwt)
-        await tasks.start(hub_seat.run)
-        if start_site_seat:
-            await tasks.start(site_seat.run)
-        try:
-            yield mesh
-        finally:
-            await site_seat.stop()
-            await hub_seat.stop()
-            tasks.cancel_scope.cancel()
+    async with anyio.create_task_group() as tasks:
+        async with AsyncExitStack() as servers:
+            hub = await servers.enter_async_context(server(out, root, "hub", jwt=jwt, monitor=monitor))
+            await tasks.start(relay.serve)  # before the site dials it: a failed dial is an error line at its start
+            site = await servers.enter_async_context(server(out, root, "site1", jwt=jwt))
+            # The link up first: a copy made while it is down starts about 40 s after it comes up
+            # (nats-server's retry of a mirror's setup), which would only slow the test down.
+            data = DATA_ACCOUNT
+            if jwt:  # the account's public key
+                data = Nkey(account_seed_path(keys, DATA_ACCOUNT).read_bytes().strip()).public_key
+
+            def data_link(up: list[dict[str, Any]]) -> bool:
+                return any(link["account"] == data for link in up)
+
+            await eventually(lambda: _with(anyio.to_thread.run_sync(leafz, monitor), data_link))
+            hub_seat = Seat(
+                connecting(hub, "seat", keys, jwt=jwt, name=buckets.SEAT), seat_settings(out, **(hub_settings or {}))
+            )
+            site_file = out / "sites" / "sites.json"
+            site_seat = Seat(
+                connecting(site, "seat-site1", keys, jwt=jwt, name=buckets.SEAT),
+                seat_settings(out, site="site1", sites_file=site_file, **site_settings),
+            )
+            mesh = Mesh(out, keys, hub, site, relay, hub_seat, site_seat, tasks, jwt)
+            await tasks.start(hub_seat.run)
+            if start_site_seat:
+                await tasks.start(site_seat.run)
+            try:
+                yield mesh
+            finally:
+                await site_seat.stop()
+                await hub_seat.stop()
+        tasks.cancel_scope.cancel()  # the relay
 
 
 async def eventually(probe: Callable[[], Awaitable[T | None]], within: float = 20.0) -> T:
@@ -257,6 +262,10 @@ async def test_the_site_seat_answers_the_site_node_from_the_copies_even_with_the
         assert await registry_kinds(n1) == at_the_hub
         assert [e["module"] for e in await eventually(n1_needs)] == ["app"]
         figures["site, link cut"] = await timed(n1, 10)
+
+        await mesh.site_seat.stop()  # the site's seat restarted during the cut: its copies are checked here
+        await mesh.tasks.start(mesh.site_seat.run)
+        assert await eventually(lambda: _answered(registry_kinds(n1))) == at_the_hub
 
     print(f"FIGURE what=registry median over {ASKED}, relay {DELAY * 1000:.0f} ms each way: ", end="")
     print(", ".join(f"{where} {ms:.2f} ms" for where, ms in figures.items()))
