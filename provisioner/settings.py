@@ -169,6 +169,9 @@ class ServerSettings(LogSettings):
             raise SettingsError(
                 flag_of(type(self), "sites_file"), f"applies only with {flag_of(type(self), 'site')}: a site's seat"
             )
+        if self.site is not None and self.grants_file is None:
+            reason = f"needs {flag_of(type(self), 'grants_file')}: a site's seat answers its nodes, other accounts"
+            raise SettingsError(flag_of(type(self), "site"), reason)
         return self
 
 

@@ -31,7 +31,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.commands.cli import main
-from provisioner.seat.server import run_server
+from provisioner.seat.server import run_server, site_of
 from provisioner.seat.site_copies import site_copies
 from provisioner.settings import ServerSettings
 from provisioner.verb.service import ENDPOINT
@@ -364,13 +364,20 @@ def test_serve_help_says_how_to_run_at_a_site(capsys: pytest.CaptureFixture[str]
 def test_a_site_the_file_does_not_name_is_a_settings_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, _ = grants(tmp_path, free_port(), free_port())
     sites = str(out / "sites" / "sites.json")
-    code = main(["serve", "--site", "nowhere", "--sites-file", sites, "--nats-url", "nats://127.0.0.1:1"])
+    grants_file = str(out / "grants.json")
+    asked = ["serve", "--site", "nowhere", "--sites-file", sites, "--grants-file", grants_file]
+    code = main([*asked, "--nats-url", "nats://127.0.0.1:1"])
     assert code == 2
     assert "site (--site, MESH_PROVISIONER_SITE): 'nowhere' is not a site of" in capsys.readouterr().err
     with pytest.raises(SettingsError, match="--site"):
         ServerSettings(site="site1")
     with pytest.raises(SettingsError, match="--sites-file"):
         ServerSettings(sites_file=Path(sites))
+    with pytest.raises(SettingsError, match="--site: needs --grants-file"):
+        ServerSettings(site="site1", sites_file=Path(sites))
+    (tmp_path / "other.json").write_text('{"version": 2, "hub": {}, "sites": []}')
+    with pytest.raises(SettingsError, match=r"sites_file .*other\.json is not a sites\.json .*version"):
+        site_of(ServerSettings(site="site1", sites_file=tmp_path / "other.json", grants_file=Path(grants_file)))
 
 
 def test_the_copies_are_those_the_data_link_permits(tmp_path: Path) -> None:
