@@ -58,6 +58,8 @@ NOT_RUNNABLE = {
     "tests/mesh_host/test_single_file.py builds one with node.json and runs it in an empty folder",
     "python3 -m venv /opt/mesh-provisioner && /opt/mesh-provisioner/bin/pip install .": "installs on a real "
     "node as root; tests/mesh_host/test_node_from_host.py lays the node down under a temporary root",
+    "mesh-provisioner serve --site home --sites-file OUT/sites/sites.json --grants-file OUT/grants.json \\": "a "
+    "site's server and its seeds; tests/test_site_seat.py runs the seat at a site on a generated configuration",
     "mesh-provisioner top": "runs until Ctrl-C; tests/provisioner/test_nodes.py runs it until SIGINT and --once",
     ".venv/bin/python -m bench": "a benchmark of minutes; its figures are measured on demand, not asserted by tests",
     ".venv/bin/python -m bench --scale --keys 1000000": "a benchmark of minutes (a million keys filled first)",
