@@ -41,8 +41,9 @@ copy current again 1.1 s after the link is back; 30 s, 30 s after; 60 s, 50 s af
 while the link was down, about 40 s after it came up. The nodes' writes go through 1 s after it
 is back (they fail fast), their reads at the site stay behind until then. A durable mirror (ADR-58,
 nats-server 2.14+: a durable consumer made at the hub for each site and bucket, which the mirror
-resets instead of creating) resumed 0.6 s after a 30 s cut, 6.3 s after a 60 s cut: it needs the hub's seat to make those
-consumers and the link to permit their reset and delivery subjects instead of `CONSUMER.CREATE`.
+resets instead of creating) resumed 0.6 s after a 30 s cut, 6.3 s after a 60 s cut: it needs the
+hub's seat to make those consumers and the link to permit their reset and delivery subjects
+instead of `CONSUMER.CREATE`.
 """
 
 from __future__ import annotations
