@@ -158,17 +158,15 @@ class ServerSettings(LogSettings):
         "answers the site's nodes from them; it compiles nothing and writes no bucket of the hub. None: the hub's seat",
     )
     sites_file: Path | None = Field(
-        default=None, description="with site: the sites.json `mesh-provisioner grants --mesh` wrote (OUT/sites/)"
+        default=None,
+        description="the sites.json `mesh-provisioner grants --mesh` wrote (OUT/sites/); with site: that site's "
+        "seat; without: the hub's seat, which makes the durable consumers the sites' copies take",
     )
 
     @model_validator(mode="after")
     def _site_with_its_file(self) -> Self:
         if self.site is not None and self.sites_file is None:
             raise SettingsError(flag_of(type(self), "site"), f"needs {flag_of(type(self), 'sites_file')}: sites.json")
-        if self.sites_file is not None and self.site is None:
-            raise SettingsError(
-                flag_of(type(self), "sites_file"), f"applies only with {flag_of(type(self), 'site')}: a site's seat"
-            )
         if self.site is not None and self.grants_file is None:
             reason = f"needs {flag_of(type(self), 'grants_file')}: a site's seat answers its nodes, other accounts"
             raise SettingsError(flag_of(type(self), "site"), reason)

@@ -31,7 +31,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.commands.cli import main
-from provisioner.seat.server import run_server, site_of
+from provisioner.seat.server import run_server, site_of, sites_of_the_hub
 from provisioner.seat.site_copies import site_copies
 from provisioner.settings import ServerSettings
 from provisioner.verb.service import ENDPOINT
@@ -152,10 +152,11 @@ async def hub_and_site(
                 return any(link["account"] == data for link in up)
 
             await eventually(lambda: _with(anyio.to_thread.run_sync(leafz, monitor), data_link))
-            hub_seat = Seat(
-                connecting(hub, "seat", keys, jwt=jwt, name=buckets.SEAT), seat_settings(out, **(hub_settings or {}))
-            )
             site_file = out / "sites" / "sites.json"
+            hub_seat = Seat(  # the hub of the sites of sites.json: it makes the consumers their copies take
+                connecting(hub, "seat", keys, jwt=jwt, name=buckets.SEAT),
+                seat_settings(out, sites_file=site_file, **(hub_settings or {})),
+            )
             site_seat = Seat(
                 connecting(site, "seat-site1", keys, jwt=jwt, name=buckets.SEAT),
                 seat_settings(out, site="site1", sites_file=site_file, **site_settings),
@@ -371,28 +372,42 @@ def test_a_site_the_file_does_not_name_is_a_settings_error(tmp_path: Path, capsy
     assert "site (--site, MESH_PROVISIONER_SITE): 'nowhere' is not a site of" in capsys.readouterr().err
     with pytest.raises(SettingsError, match="--site"):
         ServerSettings(site="site1")
-    with pytest.raises(SettingsError, match="--sites-file"):
-        ServerSettings(sites_file=Path(sites))
+    hub = ServerSettings(sites_file=Path(sites))  # no site: the hub's seat, making the sites' consumers
+    topology = sites_of_the_hub(hub)
+    assert site_of(hub) is None and topology is not None and topology.site("site1") is not None
     with pytest.raises(SettingsError, match="--site: needs --grants-file"):
         ServerSettings(site="site1", sites_file=Path(sites))
     (tmp_path / "other.json").write_text('{"version": 2, "hub": {}, "sites": []}')
     with pytest.raises(SettingsError, match=r"sites_file .*other\.json is not a sites\.json .*version"):
         site_of(ServerSettings(site="site1", sites_file=tmp_path / "other.json", grants_file=Path(grants_file)))
+    with pytest.raises(SettingsError, match=r"sites_file .*other\.json is not a sites\.json"):
+        sites_of_the_hub(ServerSettings(sites_file=tmp_path / "other.json"))
 
 
 def test_the_copies_are_those_the_data_link_permits(tmp_path: Path) -> None:
-    """Every copy the site's seat makes has its consumer create in the data link's permits, and
-    every consumer create the link permits is a copy the seat makes."""
-    from provisioner.seat.site_copies import consumer_create  # noqa: PLC0415
+    """Every copy the site's seat makes resets a consumer of the hub's that the data link permits it
+    to reset and whose deliveries it permits, every reset the link permits is a copy the seat makes,
+    and the link permits no consumer create: a site takes the consumers the hub's seat made."""
+    from provisioner.seat.site_consumers import wanted_consumers  # noqa: PLC0415
+    from provisioner.seat.site_copies import consumer_resets  # noqa: PLC0415
 
     out, _ = grants(tmp_path, free_port(), free_port())
     topology = read_sites_file(out / "sites" / "sites.json")
     site = topology.site("site1")
     assert site is not None and site.data_link is not None
     copies = site_copies(site, ["postgres"])
-    made = {subject for copy in copies for subject in consumer_create(copy, topology.hub.domain)}
-    permitted = {p.subject for p in site.data_link.publish if ".CONSUMER.CREATE." in p.subject}
+    made = {subject for copy in copies for subject in consumer_resets(copy, topology.hub.domain)}
+    permitted = {p.subject for p in site.data_link.publish if ".CONSUMER." in p.subject}
     assert made == permitted
+    assert not [p for p in site.data_link.publish if ".CONSUMER.CREATE." in p.subject]
+    delivered = {c.delivery for copy in copies for c in copy.consumers}
+    assert delivered <= {p.subject for p in site.data_link.subscribe}
+    assert not [p for p in site.data_link.subscribe if p.subject in ("$JS.M.>", "$JS.S.>")]
+    # the hub's seat makes exactly the consumers the site's copies take
+    at_the_hub = wanted_consumers(topology, ["postgres"])
+    assert {(c.bucket.stream, c.name) for copy in copies for c in copy.consumers} == set(at_the_hub)
+    assert ("KV_postgres_bound", "site-site1-n1") in at_the_hub
+    assert at_the_hub[("KV_postgres_bound", "site-site1-n1")].filter == "$KV.postgres_bound.n1.>"
     kinds = {copy.bucket.name: (copy.kind, copy.live) for copy in copies}
     assert kinds[buckets.REGISTRY.name] == ("mirror", True)
     assert kinds[buckets.NEEDS.name] == ("mirror", False)

@@ -8,13 +8,17 @@
       compile the registry              at start (a failure here is fatal) ...
       ├── every compile_interval        ... then as a task of the group
       ├── the quota guard               purges a node over its quota (at a site: the hub's purges
-      │                                 followed in its mirrors, `provisioner.seat.site_purges`)
+      │                                 followed in its mirrors, `provisioner.seat.site_purges`,
+      │                                 and its copies' resets lost in a cut sent again,
+      │                                 `provisioner.seat.site_resets`)
       ├── the registry view             follows the registry bucket for `what=registry`
       ├── the metrics endpoint          when `metrics_listen` is set (`provisioner.metrics`)
       └── the verb service              until `stop` is set, then shut down in order;
                                         once it serves, the start's heap is frozen (`gc.freeze`)
 
-At a site (`site` and `sites_file` set: `provisioner.seat.site_copies`) the seat makes and checks
+With `sites_file` and no `site`, the hub's seat also makes the durable consumers the sites' copies
+take (`provisioner.seat.site_consumers`). At a site (`site` and `sites_file` set:
+`provisioner.seat.site_copies`) the seat makes and checks
 the site's copies of the hub's buckets in place of the buckets, and neither compiles (the compile
 lease is the hub's alone) nor guards quotas: it writes nothing at the hub. The registry view, the
 listings and the fleet view read the copies, which have the hub's stream names, so the verb's code
@@ -49,8 +53,10 @@ from provisioner.metrics import SeatWork, serve_seat_metrics
 from provisioner.seat.buckets import ensure_buckets, seat_buckets
 from provisioner.seat.quotas import GUARDED, Quota, QuotaGuard
 from provisioner.seat.registry_sync import CompileCounts, keep_registry_compiled
+from provisioner.seat.site_consumers import ensure_site_consumers
 from provisioner.seat.site_copies import ensure_site_copies
 from provisioner.seat.site_purges import follow_purges
+from provisioner.seat.site_resets import resend_lost_resets
 from provisioner.settings import ServerSettings
 from provisioner.verb.budgets import AnswerRates
 from provisioner.verb.handler import GRANTS_SETTING, Verb
@@ -59,7 +65,7 @@ from provisioner.verb.paging import PageCache
 from provisioner.verb.registry_view import RegistryView
 from provisioner.verb.service import verb_service
 from provisioner.verb.stats import RequestStats
-from registry.access import GrantsFile, PartyMap, SiteFileEntry, read_sites_file
+from registry.access import GrantsFile, PartyMap, SiteFileEntry, SitesFile, read_sites_file
 from registry.contract import Bucket
 from registry.edge import env_of, flag_of
 from registry.errors import ConnectionClosed, SettingsError
@@ -93,6 +99,7 @@ async def run_server(
             GRANTS_SETTING,
         )
     site = site_of(settings)
+    hub_of = sites_of_the_hub(settings)
     work = SeatWork(RequestStats(), CompileCounts(), page_cache_of(settings))
     async with AsyncExitStack() as resources, anyio.create_task_group() as tasks:
         tasks.start_soon(_give_up_if_stopped_before, ready, stop, tasks.cancel_scope)
@@ -101,7 +108,7 @@ async def run_server(
         answering = await resources.enter_async_context(connect(verb_connection(bus_options)))
         tasks.start_soon(_give_up_if_closed, answering, stop, lost, tasks.cancel_scope)
         if site is None:
-            served, nodes = await _start_hub_work(tasks, bus, settings, work)
+            served, nodes = await _start_hub_work(tasks, bus, settings, work, hub_of)
         else:
             served, nodes = await _start_site_work(tasks, bus, settings, site)
         registry = RegistryView()
@@ -134,11 +141,14 @@ async def run_server(
 
 
 async def _start_hub_work(
-    tasks: TaskGroup, bus: Bus, settings: ServerSettings, work: SeatWork
+    tasks: TaskGroup, bus: Bus, settings: ServerSettings, work: SeatWork, sites: SitesFile | None
 ) -> tuple[list[Bucket], FleetView]:
-    """The hub's seat: its buckets, the registry compiled (under the compile lease), the quota
-    guard; the buckets it serves and its view of the fleet."""
+    """The hub's seat: its buckets (and, the hub of `sites`, the consumers their copies take), the
+    registry compiled (under the compile lease), the quota guard; the buckets it serves and its
+    view of the fleet."""
     await ensure_buckets(bus, bucket_config_of(settings, bus), settings.providers, settings.domains_file)
+    if sites is not None:
+        await ensure_site_consumers(bus, sites, providers=settings.providers, domains_file=settings.domains_file)
     compile_registry = partial(
         keep_registry_compiled,
         bus,
@@ -176,6 +186,7 @@ async def _start_site_work(
         domains_file=settings.domains_file,
     )
     await tasks.start(partial(follow_purges, bus, tuple(c.bucket for c in copies if c.bucket in GUARDED)))
+    await tasks.start(partial(resend_lost_resets, bus, site.hub_domain))
     return [copy.bucket for copy in copies], FleetView()
 
 
@@ -192,14 +203,25 @@ def site_of(settings: ServerSettings) -> SeatSite | None:
     does not name, or a file that is no sites.json, is a settings error (exit 2)."""
     if settings.site is None or settings.sites_file is None:
         return None
-    where = f"sites_file ({flag_of(ServerSettings, 'sites_file')}, {env_of(ServerSettings, 'sites_file')})"
-    topology = read_sites_file(settings.sites_file, setting=where)
+    topology = read_sites_file(settings.sites_file, setting=_sites_file_setting())
     entry = topology.site(settings.site)
     if entry is None:
         named = ", ".join(s.name for s in topology.sites) or "none"
         where = f"site ({flag_of(ServerSettings, 'site')}, {env_of(ServerSettings, 'site')})"
         raise SettingsError(where, f"{settings.site!r} is not a site of {settings.sites_file} (its sites: {named})")
     return SeatSite(entry, topology.hub.domain)
+
+
+def sites_of_the_hub(settings: ServerSettings) -> SitesFile | None:
+    """sites.json, for the hub's seat (`sites_file` without `site`); a file that is no sites.json is
+    a settings error (exit 2)."""
+    if settings.site is not None or settings.sites_file is None:
+        return None
+    return read_sites_file(settings.sites_file, setting=_sites_file_setting())
+
+
+def _sites_file_setting() -> str:
+    return f"sites_file ({flag_of(ServerSettings, 'sites_file')}, {env_of(ServerSettings, 'sites_file')})"
 
 
 def page_cache_of(settings: ServerSettings) -> PageCache:

@@ -34,20 +34,23 @@ says nothing: that too is an ERROR line at start, naming the subject.
 
 Nothing here writes the hub: the copies are made through the site's own `$JS.API`.
 
-After a cut, the copies resume on nats-server's own time, not the link's: a copy's consumer create
-sent while the link is down is lost, waited for 30 s, then tried again after a backoff growing by
-10 s a failure (up to 2 min). Measured through the tests' relay (20 ms each way): a 5 s cut, the
-copy current again 1.1 s after the link is back; 30 s, 30 s after; 60 s, 50 s after; a copy made
-while the link was down, about 40 s after it came up. The nodes' writes go through 1 s after it
-is back (they fail fast), their reads at the site stay behind until then. A durable mirror (ADR-58,
-nats-server 2.14+: a durable consumer made at the hub for each site and bucket, which the mirror
-resets instead of creating) resumed 0.6 s after a 30 s cut, 6.3 s after a 60 s cut: it needs the
-hub's seat to make those consumers and the link to permit their reset and delivery subjects
-instead of `CONSUMER.CREATE`.
+Each copy takes a durable consumer the hub's seat made for it (`provisioner.seat.site_consumers`,
+ADR-58, nats-server 2.14+: `consumer: {name, deliver_subject}` in the mirror or source) and only
+resets it across the link, never creates one: the link permits those resets and the consumers'
+deliveries alone (`registry.access.leafnodes`). Why: a copy that creates its consumer resumes after
+a cut on nats-server's own schedule (a create lost in the cut waited for 30 s, then tried again
+after 10 s more each failure, up to 2 min): measured through the tests' relay, current again 50 s
+after a 60 s cut. A durable copy is reset as soon as its consumer's heartbeat (every second) is
+heard again, or, when the link returns while a reset sent during the cut still waits for its
+answer (nats-server waits 5 s), by the seat's resend of it (`provisioner.seat.site_resets`):
+current again 0.5 s after a 60 s cut, 0.2 s after a 5 s cut, 1.2 s when a reset was lost
+(`tests/test_site_resume.py`). A copy made before the hub's seat made its consumer starts once it
+is there (the copy's reset is tried again on nats-server's backoff).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,8 +58,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from provisioner.seat.buckets import seat_buckets, until_enough_peers
-from registry.access import SiteFileEntry
-from registry.contract import Bucket, buckets, under
+from registry.access import CopyConsumer, SiteFileEntry
+from registry.contract import Bucket, buckets
 from registry.wire import BucketConfig, Bus, bucket_config, converge_republish
 
 log = logging.getLogger(__name__)
@@ -76,6 +79,14 @@ class SiteCopy:
     kind: CopyKind
     live: bool
     nodes: tuple[str, ...] = ()
+    site: str = ""
+
+    @property
+    def consumers(self) -> list[CopyConsumer]:
+        """The hub's durable consumers it takes: the bucket's, or one per node it sources."""
+        if self.kind == "mirror":
+            return [CopyConsumer(self.site, self.bucket)]
+        return [CopyConsumer(self.site, self.bucket, node) for node in self.nodes]
 
 
 def site_copies(site: SiteFileEntry, providers: Iterable[str] = (), domains_file: Path | None = None) -> list[SiteCopy]:
@@ -84,11 +95,11 @@ def site_copies(site: SiteFileEntry, providers: Iterable[str] = (), domains_file
     found = []
     for bucket in seat_buckets(providers, domains_file):
         if bucket in WRITTEN:
-            found.append(SiteCopy(bucket, "mirror", live=False))
+            found.append(SiteCopy(bucket, "mirror", live=False, site=site.name))
         elif bucket != buckets.REGISTRY and bucket.shape.fields[:1] == ("node",):
-            found.append(SiteCopy(bucket, "sources", live=True, nodes=site.nodes))
+            found.append(SiteCopy(bucket, "sources", live=True, nodes=site.nodes, site=site.name))
         else:
-            found.append(SiteCopy(bucket, "mirror", live=True))
+            found.append(SiteCopy(bucket, "mirror", live=True, site=site.name))
     return found
 
 
@@ -98,7 +109,7 @@ def hub_api(hub_domain: str) -> str:
 
 def copy_config(copy: SiteCopy, hub_domain: str, config: BucketConfig) -> dict[str, Any]:
     """The stream configuration of `copy` at the site."""
-    bucket, external = copy.bucket, {"api": hub_api(hub_domain), "deliver": ""}
+    bucket, external = copy.bucket, {"api": hub_api(hub_domain)}
     stream: dict[str, Any] = {
         "name": bucket.stream,
         "retention": "limits",
@@ -111,25 +122,27 @@ def copy_config(copy: SiteCopy, hub_domain: str, config: BucketConfig) -> dict[s
         "deny_delete": True,
     }
     if copy.kind == "mirror":
-        stream["mirror"] = {"name": bucket.stream, "external": external}
+        stream["mirror"] = {"name": bucket.stream, "external": external, "consumer": _durable(copy.consumers[0])}
         stream["mirror_direct"] = True
     else:
-        stream["sources"] = [_source(bucket, node, external) for node in copy.nodes]
+        stream["sources"] = [_source(consumer, external) for consumer in copy.consumers]
     if copy.live:  # as the hub's buckets republish (registry.wire.create_bucket), which converge_republish keeps
         stream["republish"] = {"src": bucket.subject(">"), "dest": bucket.live_subject(">")}
     return stream
 
 
-def _source(bucket: Bucket, node: str, external: Mapping[str, str]) -> dict[str, Any]:
-    return {"name": bucket.stream, "filter_subject": bucket.subject(under(node)), "external": dict(external)}
+def _source(consumer: CopyConsumer, external: Mapping[str, str]) -> dict[str, Any]:
+    """One node's source: the hub's consumer filters it (a durable source takes no filter of its own)."""
+    return {"name": consumer.bucket.stream, "external": dict(external), "consumer": _durable(consumer)}
 
 
-def consumer_create(copy: SiteCopy, hub_domain: str) -> list[str]:
-    """The consumer creates `copy` sends to the hub, as the data link's permits write them."""
-    api = hub_api(hub_domain)
-    if copy.kind == "mirror":
-        return [f"{api}.CONSUMER.CREATE.{copy.bucket.stream}"]
-    return [f"{api}.{copy.bucket.consumer_create_api('*', under(node))}" for node in copy.nodes]
+def _durable(consumer: CopyConsumer) -> dict[str, str]:
+    return {"name": consumer.name, "deliver_subject": consumer.delivery}
+
+
+def consumer_resets(copy: SiteCopy, hub_domain: str) -> list[str]:
+    """What `copy` sends to the hub to (re)start, as the data link's permits write them."""
+    return [consumer.reset(hub_domain) for consumer in copy.consumers]
 
 
 def differences(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
@@ -165,14 +178,30 @@ def _mirror_differences(existing: Mapping[str, Any], wanted: Mapping[str, Any]) 
         )
     if mirror.get("filter_subject") or mirror.get("subject_transforms"):
         found.append("a filtered mirror, where the site keeps the whole bucket")
+    if mirror.get("consumer") != want["consumer"]:
+        found.append(
+            f"takes {_consumer_said(mirror.get('consumer'))}, not the hub's durable {want['consumer']['name']} "
+            f"delivering to {want['consumer']['deliver_subject']}"
+        )
     if not existing.get("mirror_direct", False):
         found.append("no mirror_direct (the hub's stream name is not answered at the site)")
     return found
 
 
-def _sources_of(config: Mapping[str, Any]) -> set[tuple[str, str, str]]:
+def _consumer_said(consumer: Mapping[str, str] | None) -> str:
+    if not consumer:
+        return "a consumer it creates at the hub"
+    return f"the hub's {consumer.get('name')} delivering to {consumer.get('deliver_subject')}"
+
+
+def _sources_of(config: Mapping[str, Any]) -> set[tuple[str, str, str, str]]:
     return {
-        (s.get("name", ""), s.get("filter_subject", ""), (s.get("external") or {}).get("api", ""))
+        (
+            s.get("name", ""),
+            s.get("filter_subject", ""),
+            (s.get("external") or {}).get("api", ""),
+            json.dumps(s.get("consumer"), sort_keys=True),
+        )
         for s in config.get("sources") or []
     }
 
@@ -248,8 +277,8 @@ async def _converge_sources(
     return updated
 
 
-def _filters(sources: Iterable[tuple[str, str, str]]) -> str:
-    return ", ".join(sorted(f"{name} {subject}" for name, subject, _ in sources))
+def _filters(sources: Iterable[tuple[str, str, str, str]]) -> str:
+    return ", ".join(sorted(f"{name} {subject or consumer}" for name, subject, _, consumer in sources))
 
 
 def describe(copy: SiteCopy, hub_domain: str) -> str:
@@ -257,6 +286,7 @@ def describe(copy: SiteCopy, hub_domain: str) -> str:
         what = f"a mirror of the hub's {copy.bucket.stream} through {hub_api(hub_domain)}"
     else:
         what = f"sourcing the keys of {', '.join(copy.nodes)} from the hub's {copy.bucket.stream}"
+    what += f" (the hub's durable {', '.join(c.name for c in copy.consumers) or 'none'})"
     return what + (f", republished under {copy.bucket.live_subject('>')}" if copy.live else "")
 
 
@@ -271,7 +301,7 @@ def _report_link(site: SiteFileEntry, copies: Sequence[SiteCopy], hub_domain: st
     if link is None:
         log.error("sites.json gives site %s no data link: no copy can be filled from the hub", site.name)
         return
-    made = {subject for copy in copies for subject in consumer_create(copy, hub_domain)}
+    made = {subject for copy in copies for subject in consumer_resets(copy, hub_domain)}
     for subject in sorted(made):
         if not site.link_publishes(subject):
             log.error(
@@ -281,9 +311,9 @@ def _report_link(site: SiteFileEntry, copies: Sequence[SiteCopy], hub_domain: st
                 link.label,
                 subject,
             )
-    creates = f"{hub_api(hub_domain)}.CONSUMER.CREATE."
+    resets = f"{hub_api(hub_domain)}.CONSUMER.RESET."
     for permit in link.publish:
-        if permit.subject.startswith(creates) and permit.subject not in made:
+        if permit.subject.startswith(resets) and permit.subject not in made:
             log.warning(
                 "site %s: the data link permits %s (%s), a copy this seat does not make: is it given the "
                 "providers and domains file the grants were issued with?",

@@ -34,7 +34,7 @@ from registry.access.jwt_auth import (
     render_server_auth,
     seeded_accounts,
 )
-from registry.access.leafnodes import LeafLink, Permit, leaf_links
+from registry.access.leafnodes import COPY_PREFIX, CopyConsumer, LeafLink, Permit, leaf_links
 from registry.access.limits import GivenLimits, PartyLimits
 from registry.access.live import LiveBuckets, followed_live
 from registry.access.mesh_file import MeshFile, MeshFileError, combined, read_mesh_file
@@ -47,6 +47,7 @@ from registry.access.sites_plan import SitesPlan, plan_sites
 
 __all__ = [
     "CLAIMS_UPDATE",
+    "COPY_PREFIX",
     "DATA_ACCOUNT",
     "REQUEST_INFO",
     "SEED_SUFFIX",
@@ -54,6 +55,7 @@ __all__ = [
     "SYSTEM_USER",
     "AccountGrant",
     "AccountPushError",
+    "CopyConsumer",
     "GivenLimits",
     "Grants",
     "GrantsFile",

@@ -16,25 +16,32 @@ reads at the site from copies the site's data account makes. The data account's 
 - the node's writes: its account at the site imports `$JS.<hub>.API.$KV.<bucket>.<node>.>` of the
   site's data account as `$KV.<bucket>.<node>.>` (needs, applied, collect; its lease
   `node.<node>`), so the link publishes exactly those of the site's own nodes (`hub_writes`);
-- the site's *mirrors* of the hub's buckets, whose consumers are created unfiltered
-  (`CONSUMER.CREATE.<stream>`): the registry and shared config (readable mesh-wide), and needs,
-  applied, collect and leases, so that a node's reads of its own keys, stamps and lease are
-  answered at the site with the hub's own revisions and time stamps (a mirror keeps them);
+- the site's *mirrors* of the hub's buckets: the registry and shared config (readable mesh-wide),
+  and needs, applied, collect and leases, so that a node's reads of its own keys, stamps and lease
+  are answered at the site with the hub's own revisions and time stamps (a mirror keeps them);
 - the site's *sources* of each node-keyed bucket a node reads only (placement, each `_bound`): one
-  per node living at the site, filtered to that node's keys; a single filter is in the consumer's
-  create subject (`CONSUMER.CREATE.<stream>.<name>.$KV.<bucket>.<node>.>`), so the link grants each
-  node's keys alone and a site cannot copy another site's node's values (a source numbers its
-  copies itself: their revisions are the site's, which only ever serve as stamps);
-- their flow: deliveries (`$JS.M.>` to a mirror, `$JS.S.>` to a source), the answers to consumer
-  creates (`$JSC.R.>`) and flow control (`$JS.FC.>`);
+  per node living at the site, of that node's keys alone, so a site cannot copy another site's
+  node's values (a source numbers its copies itself: their revisions are the site's, which only
+  ever serve as stamps);
+- each copy takes a *durable consumer at the hub* (ADR-58, nats-server 2.14+) that the hub's seat
+  made for it (`CopyConsumer`: `site-<site>` on a mirrored stream, `site-<site>-<node>` filtered to
+  the node's keys), instead of creating one: the link permits the copy's reset of it
+  (`CONSUMER.RESET.<stream>.<name>`, which only moves it back to what the copy acknowledged) and
+  no consumer create at all, so a site can neither read a bucket it has no consumer of nor filter
+  another node's keys; a durable copy resumes within seconds of the link's return, where one that
+  creates its consumer waits for nats-server's retry (30 s for a create lost in a cut, then 10 s
+  more each failure, up to 2 min);
+- their flow: each consumer's deliveries to its own subject (`$JS.M.<site>.<stream>`,
+  `$JS.S.<site>.<stream>.<node>`: a site is sent no other site's), the answers to the resets
+  (`$JSC.R.>`) and flow control back to the hub (`$JS.FC.>`, which acknowledges what a copy took);
 - the verb: a site's node asks it there, the seat at the hub answers; answers (the verb's, the
   writes') come back on `_R_.>`.
 
 A whole mirror of needs, applied, collect and leases puts every node's keys of those buckets at
 every site (readable by the site's data account, never by its nodes' accounts, which import their
 own keys alone); a mirror filtered per node would keep the hub's revisions too, but one mirror
-takes one filter in its create subject, so a site of several nodes would need one stream per node
-and bucket, which direct gets by stream name cannot tell apart.
+takes one consumer (one filter), so a site of several nodes would need one stream per node and
+bucket, which direct gets by stream name cannot tell apart.
 
 The vault's link carries the vault's verbs the site's nodes are granted, and their answers.
 Everything else is refused by nats-server without a word (no violation is logged: a request just
@@ -105,20 +112,16 @@ def leaf_links(
 
 
 def data_link(site: Site, *, hub_domain: str, domains: Mapping[str, Domain], providers: Sequence[str]) -> LeafLink:
-    catalogue = catalogue_of(domains, providers)
+    copies = copy_consumers(site, domains=domains, providers=providers)
     publish = [
         *hub_writes(site, hub_domain),
-        *_mirrors(hub_domain, [buckets.REGISTRY, *catalogue.mesh_wide], "readable mesh-wide"),
-        *_mirrors(hub_domain, WRITTEN, "its nodes' own keys read at the site"),
-        *_sources(hub_domain, catalogue.node_keyed, site.nodes),
-        Permit("$JS.FC.>", "flow control of the site's mirrors and sources"),
+        *(Permit(copy.reset(hub_domain), f"{copy.what}: resumed from the hub's consumer") for copy in copies),
+        Permit("$JS.FC.>", "flow control of the site's mirrors and sources (acknowledges what they took)"),
         Permit(buckets.VERB_SUBJECT, "the site's nodes ask the verb; the seat at the hub answers"),
     ]
     subscribe = [
-        Permit("$JS.M.>", "deliveries to the site's mirrors"),
-        Permit("$JS.S.>", "deliveries to the site's sources"),
-        Permit("$JSC.R.>", "the hub's answers to the site's consumer creates"),
-        Permit("$JS.FC.>", "flow control of the site's mirrors and sources"),
+        *(Permit(copy.delivery, f"{copy.what}: the hub's consumer delivers here") for copy in copies),
+        Permit("$JSC.R.>", "the hub's answers to the site's copies' consumer resets"),
         Permit(SERVICE_REPLIES, "the answers to the site's nodes: the verb's, and their writes' acknowledgements"),
     ]
     return LeafLink(site.name, DATA_ACCOUNT, link_label(site, "data"), tuple(publish), tuple(subscribe))
@@ -183,15 +186,28 @@ def vault_link(site: Site, grants: Grants) -> LeafLink:
 class SeatDenied:
     """What a site's seat, a user of the site's data account, may not do: it makes the site's copies
     and answers the verb there, never writes at the hub, and never hears the answers crossing the
-    link on `_R_.>` (every answer of the hub's data account would reach it)."""
+    link on `_R_.>` (every answer of the hub's data account would reach it). It may send its
+    copies' consumer resets again (`provisioner.seat.site_resets`: one lost in a cut holds a copy
+    back 5 s), which move only the site's own consumers back to what its copies acknowledged: so
+    of the hub's API it is denied everything but `CONSUMER.RESET` (the link carries no more)."""
 
     publish: tuple[Permit, ...]
     subscribe: tuple[Permit, ...]
 
 
 def site_seat_denied(hub_domain: str) -> SeatDenied:
+    api = f"$JS.{hub_domain}.API"
     return SeatDenied(
-        publish=(Permit(f"$JS.{hub_domain}.API.>", "the hub's JetStream: a site's seat writes nothing there"),),
+        publish=(
+            Permit(f"{api}.$KV.>", "the hub's buckets: a site's seat writes nothing there"),
+            Permit(f"{api}.STREAM.>", "the hub's streams: a site's seat changes and reads none"),
+            Permit(f"{api}.DIRECT.>", "the hub's values: a site's seat reads its copies"),
+            Permit(f"{api}.CONSUMER.CREATE.>", "a consumer of the hub's: the hub's seat makes them"),
+            Permit(f"{api}.CONSUMER.DURABLE.>", "a consumer of the hub's: the hub's seat makes them"),
+            Permit(f"{api}.CONSUMER.DELETE.>", "a consumer of the hub's: the hub's seat removes them"),
+            Permit(f"{api}.CONSUMER.MSG.>", "the hub's consumers' messages"),
+            Permit(f"{api}.*", "the hub's account info and the like: nothing a site's seat needs"),
+        ),
         subscribe=(Permit(SERVICE_REPLIES, "the answers crossing the link, the hub's to other nodes among them"),),
     )
 
@@ -201,24 +217,61 @@ def link_label(site: Site, account: str) -> str:
     return f"leaf-{site.name}-{account}"
 
 
-def consumer_create(domain: str, bucket: Bucket, subject_filter: str | None = None) -> str:
-    """The API subject creating a consumer of `bucket` in JetStream domain `domain`: bare, or with
-    its one filter (relative to the bucket) in the subject, under any consumer name."""
-    api = f"$JS.{domain}.API.{bucket.consumer_create_api('*', subject_filter)}"
-    return api if subject_filter is not None else api.removesuffix(".*")
+# The hub's durable consumers a site's copies take (ADR-58): named by this prefix, the hub's seat
+# makes them and removes those of sites gone; no other consumer of the hub's is touched.
+COPY_PREFIX = "site-"
 
 
-def _mirrors(hub_domain: str, read: Iterable[Bucket], what: str) -> list[Permit]:
+@dataclass(frozen=True)
+class CopyConsumer:
+    """The durable consumer at the hub one copy of `site` takes: the whole of `bucket` (a mirror),
+    or the keys of `node` (one source of the site's copy). The hub's seat makes it; the copy at the
+    site names it and resets it, instead of creating a consumer of its own."""
+
+    site: str
+    bucket: Bucket
+    node: str | None = None
+
+    @property
+    def name(self) -> str:
+        """`site-<site>` (a mirror), `site-<site>-<node>` (a node's source); a consumer of the
+        bucket's stream, so the bucket is not in its name."""
+        return f"{COPY_PREFIX}{self.site}" + (f"-{self.node}" if self.node is not None else "")
+
+    @property
+    def delivery(self) -> str:
+        """The subject it delivers to, which the copy at the site subscribes across the link:
+        `$JS.M.<site>.<stream>`, `$JS.S.<site>.<stream>.<node>`; the site's own, so the link
+        carries no other site's deliveries."""
+        if self.node is None:
+            return f"$JS.M.{self.site}.{self.bucket.stream}"
+        return f"$JS.S.{self.site}.{self.bucket.stream}.{self.node}"
+
+    @property
+    def filter(self) -> str | None:
+        """Its filter at the hub: the node's keys, or None (the whole bucket)."""
+        return None if self.node is None else self.bucket.subject(under(self.node))
+
+    @property
+    def what(self) -> str:
+        if self.node is None:
+            return f"the site's mirror of {self.bucket.name}"
+        return f"the site's copy of {_owned(self.bucket, self.node)}"
+
+    def reset(self, hub_domain: str) -> str:
+        """What the copy sends (in domain `hub_domain`) to resume: `CONSUMER.RESET.<stream>.<name>`,
+        which repositions the consumer at its acknowledged floor and nothing else."""
+        return f"$JS.{hub_domain}.API.CONSUMER.RESET.{self.bucket.stream}.{self.name}"
+
+
+def copy_consumers(site: Site, *, domains: Mapping[str, Domain], providers: Sequence[str]) -> list[CopyConsumer]:
+    """The hub's consumers `site`'s copies take: one per mirrored bucket (the registry, the
+    mesh-wide buckets, those nodes write), one per node of the site and node-keyed bucket."""
+    catalogue = catalogue_of(domains, providers)
+    mirrored = [buckets.REGISTRY, *catalogue.mesh_wide, *WRITTEN]
     return [
-        Permit(consumer_create(hub_domain, bucket), f"the site's mirror of {bucket.name}: {what}") for bucket in read
-    ]
-
-
-def _sources(hub_domain: str, keyed: Iterable[Bucket], nodes: Sequence[str]) -> list[Permit]:
-    return [
-        Permit(consumer_create(hub_domain, bucket, under(node)), f"the site's copy of {_owned(bucket, node)}")
-        for bucket in keyed
-        for node in nodes
+        *(CopyConsumer(site.name, bucket) for bucket in mirrored),
+        *(CopyConsumer(site.name, bucket, node) for bucket in catalogue.node_keyed for node in site.nodes),
     ]
 
 

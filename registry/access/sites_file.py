@@ -9,7 +9,7 @@ configurations (`registry.access.site_servers.render_sites_json`), for a site's 
 
 A site's seat reads its own entry: the hub's JetStream domain (its copies mirror and source
 through `$JS.<hub>.API`), the nodes living at the site (one source per node of each node-keyed
-bucket), and what its data link permits (a copy whose consumer create the link does not permit
+bucket), and what its data link permits (a copy whose consumer reset the link does not permit
 never starts, and nats-server says nothing). Public keys only: the file holds no secret. An
 unknown version, a key this reader does not know, a site named twice or a file that is no JSON
 are refused, naming the file and why.

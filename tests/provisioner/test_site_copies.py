@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from provisioner.seat.site_copies import consumer_create, ensure_site_copies, site_copies
+from provisioner.seat.site_copies import consumer_resets, ensure_site_copies, site_copies
 from provisioner.seat.site_purges import follow_purges, record_purge
 from registry.access import SiteFileEntry
 from registry.access.sites_file import LinkEntry, PermitEntry
@@ -25,7 +25,7 @@ BOUND = "postgres_bound"
 def site(*nodes: str, permitted: bool = True) -> SiteFileEntry:
     """Site `site1` of `nodes`, its data link permitting every copy (or, not `permitted`, none)."""
     bare = SiteFileEntry(name="site1", domain="site1", nodes=nodes, seat_key="U")
-    subjects = [s for copy in site_copies(bare, ["postgres"]) for s in consumer_create(copy, HUB)]
+    subjects = [s for copy in site_copies(bare, ["postgres"]) for s in consumer_resets(copy, HUB)]
     publish = tuple(PermitEntry(subject=s) for s in subjects) if permitted else ()
     link = LinkEntry(account="MESH", label="leaf-site1-data", user_key="U", publish=publish)
     return bare.model_copy(update={"links": (link,)})
@@ -47,12 +47,16 @@ async def test_each_copy_is_made_as_fixed(bus: Bus, caplog: pytest.LogCaptureFix
     registry = await config_of(bus, buckets.REGISTRY.name)
     mirror: dict[str, Any] = registry["mirror"]  # type: ignore[assignment]
     assert (mirror["name"], mirror["external"]["api"]) == (buckets.REGISTRY.stream, "$JS.hub.API")
+    # it takes the hub's durable consumer the hub's seat made for the site (ADR-58)
+    assert mirror["consumer"] == {"name": "site-site1", "deliver_subject": "$JS.M.site1.KV_mesh-provisioner_registry"}
     assert registry["mirror_direct"] and registry["allow_direct"] and registry["deny_delete"]
     assert not registry.get("allow_rollup_hdrs") and not registry.get("subjects")
     assert registry["republish"]["dest"] == "$KVR.mesh-provisioner_registry.>"  # type: ignore[index]
     assert "republish" not in await config_of(bus, buckets.NEEDS.name)  # nobody at a site follows it
     bound = await config_of(bus, BOUND)
-    assert [s["filter_subject"] for s in bound["sources"]] == ["$KV.postgres_bound.n1.>"]  # type: ignore[attr-defined]
+    sources: list[dict[str, Any]] = bound["sources"]  # type: ignore[assignment]
+    assert [s["consumer"]["name"] for s in sources] == ["site-site1-n1"]  # the hub's, filtered to n1's keys
+    assert not [s for s in sources if s.get("filter_subject")]
     assert bound["republish"]["src"] == "$KV.postgres_bound.>"  # type: ignore[index]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
@@ -81,19 +85,21 @@ async def test_the_sources_and_republishing_follow_the_sites_nodes(bus: Bus, cap
     caplog.set_level(logging.INFO, logger="provisioner.seat.site_copies")
     await ensure(bus, site("n1", "n2"))  # n2 moved to the site
     bound = await config_of(bus, BOUND)
-    filters = sorted(s["filter_subject"] for s in bound["sources"])  # type: ignore[attr-defined]
-    assert filters == ["$KV.postgres_bound.n1.>", "$KV.postgres_bound.n2.>"]
+    taken = sorted(s["consumer"]["deliver_subject"] for s in bound["sources"])  # type: ignore[attr-defined]
+    assert taken == ["$JS.S.site1.KV_postgres_bound.n1", "$JS.S.site1.KV_postgres_bound.n2"]
     assert bound["republish"]["dest"] == "$KVR.postgres_bound.>"  # type: ignore[index]
     said = [r.getMessage() for r in caplog.records]
-    assert any("added KV_postgres_bound $KV.postgres_bound.n2.>, removed none" in line for line in said)
+    assert any(
+        "added KV_postgres_bound" in line and "site-site1-n2" in line and "removed none" in line for line in said
+    )
     assert any("now republishes" in line for line in said)
 
 
 async def test_a_copy_the_link_does_not_carry_is_an_error(bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
     await ensure(bus, site("n1", permitted=False))
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert any("$JS.hub.API.CONSUMER.CREATE.KV_mesh-provisioner_registry" in line for line in errors)
-    assert any("$JS.hub.API.CONSUMER.CREATE.KV_postgres_bound.*.$KV.postgres_bound.n1.>" in line for line in errors)
+    assert any("$JS.hub.API.CONSUMER.RESET.KV_mesh-provisioner_registry.site-site1" in line for line in errors)
+    assert any("$JS.hub.API.CONSUMER.RESET.KV_postgres_bound.site-site1-n1" in line for line in errors)
 
 
 async def test_a_purge_record_purges_exactly_up_to_its_revision(bus: Bus) -> None:

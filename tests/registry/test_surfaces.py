@@ -151,6 +151,8 @@ SURFACES = {
         "AccountGrant",
         "AccountPushError",
         "CLAIMS_UPDATE",
+        "COPY_PREFIX",
+        "CopyConsumer",
         "DATA_ACCOUNT",
         "GivenLimits",
         "Grants",

@@ -141,15 +141,22 @@ def links_of(tmp_path: Path, site: Site, *, machines: tuple[str, ...] = ()) -> t
 
 
 def test_a_site_copies_only_its_own_nodes_keys_of_a_node_keyed_bucket(tmp_path: Path) -> None:
-    publish, _, _ = links_of(tmp_path, Site("home", ("n1", "n2")), machines=("n1",))
+    publish, subscribe, _ = links_of(tmp_path, Site("home", ("n1", "n2")), machines=("n1",))
     bound = {s for s in publish if "KV_postgres_bound" in s}
-    assert bound == {
-        "$JS.hub.API.CONSUMER.CREATE.KV_postgres_bound.*.$KV.postgres_bound.n1.>",
-        "$JS.hub.API.CONSUMER.CREATE.KV_postgres_bound.*.$KV.postgres_bound.n2.>",
+    assert bound == {  # the hub's durable consumer of each node's keys, reset by the site's copy
+        "$JS.hub.API.CONSUMER.RESET.KV_postgres_bound.site-home-n1",
+        "$JS.hub.API.CONSUMER.RESET.KV_postgres_bound.site-home-n2",
     }
-    assert "$JS.hub.API.CONSUMER.CREATE.KV_mesh-provisioner_registry" in publish  # readable mesh-wide: whole
+    assert {s for s in subscribe if "KV_postgres_bound" in s} == {
+        "$JS.S.home.KV_postgres_bound.n1",
+        "$JS.S.home.KV_postgres_bound.n2",
+    }
+    assert "$JS.hub.API.CONSUMER.RESET.KV_mesh-provisioner_registry.site-home" in publish  # mesh-wide: whole
+    assert "$JS.M.home.KV_mesh-provisioner_registry" in subscribe
     hub_api = [s.removeprefix("$JS.hub.API.") for s in publish if s.startswith("$JS.hub.API.")]
-    assert all(s.startswith(("CONSUMER.CREATE.", "$KV.")) for s in hub_api)  # no other API, no stream's
+    assert all(s.startswith(("CONSUMER.RESET.", "$KV.")) for s in hub_api)  # no create, no other API
+    assert not any("*" in s or ">" in s for s in hub_api if s.startswith("CONSUMER."))
+    assert not {"$JS.M.>", "$JS.S.>"} & subscribe  # no other site's deliveries
     own = (".n1.>", ".n2.>", ".node.n1", ".node.n2")  # each write: a key of the site's nodes
     assert all(s.endswith(own) for s in hub_api if s.startswith("$KV."))
     assert not any(s.startswith(("$KV.", "$JS.API.")) for s in publish)
@@ -164,7 +171,7 @@ def test_a_site_writes_its_own_nodes_keys_at_the_hub_and_nothing_else(tmp_path: 
         "$JS.hub.API.$KV.mesh-provisioner_collect.n2.>",
         "$JS.hub.API.$KV.mesh-provisioner_leases.node.n2",
     }
-    assert "$JS.hub.API.CONSUMER.CREATE.KV_mesh-provisioner_needs" in publish  # its mirror: read at the site
+    assert "$JS.hub.API.CONSUMER.RESET.KV_mesh-provisioner_needs.site-home" in publish  # its mirror: read there
     assert not any(s.startswith("$JS.home.API.") for s in subscribe)  # the hub copies nothing from the site
 
 
