@@ -342,6 +342,35 @@ async def test_the_hubs_quota_purge_is_followed_by_the_sites_mirror(tmp_path: Pa
         assert site_info["state"]["messages"] == hub_info["state"]["messages"]
 
 
+async def test_a_copy_deleted_at_the_site_is_made_again_whole(tmp_path: Path) -> None:
+    """The copy takes the hub's durable consumer, which its deleted predecessor had acknowledged to
+    the end: the site's seat rewinds it before making the copy, so every key comes back."""
+    async with hub_and_site(tmp_path) as mesh, AsyncExitStack() as stack:
+        hub_data = await stack.enter_async_context(connect(mesh.options(mesh.hub, "seat")))
+        site_data = await stack.enter_async_context(connect(mesh.options(mesh.site, "seat-site1")))
+        for index in range(5):
+            await put(hub_data, CONFIG, f"key{index}", b'"value"')
+
+        async def site_holds(count: int) -> bool | None:
+            info = await site_data.jetstream(CONFIG.info_api, operation="site's config")
+            return True if info["state"]["messages"] == count else None
+
+        await eventually(lambda: site_holds(5))
+
+        async def acknowledged() -> bool | None:  # by the copy's flow control, at the hub
+            api = f"CONSUMER.INFO.{CONFIG.stream}.site-site1"
+            info = await hub_data.jetstream(api, operation="the hub's consumer of site1's copy")
+            return True if info["ack_floor"]["stream_seq"] == 5 else None
+
+        await eventually(acknowledged)
+        await mesh.site_seat.stop()
+        await site_data.jetstream(f"STREAM.DELETE.{CONFIG.stream}", operation="an operator deletes the copy")
+        await mesh.tasks.start(mesh.site_seat.run)
+        await eventually(lambda: site_holds(5))
+        first = await get_direct(site_data, CONFIG, "key0")
+        assert first is not None and first.value == b'"value"'
+
+
 async def _answered(ask: Awaitable[set[str]]) -> set[str] | None:
     try:
         return await ask

@@ -57,7 +57,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
+
 from provisioner.seat.buckets import seat_buckets, until_enough_peers
+from provisioner.seat.site_resets import rewind
 from registry.access import CopyConsumer, SiteFileEntry
 from registry.contract import Bucket, buckets
 from registry.wire import BucketConfig, Bus, bucket_config, converge_republish
@@ -219,6 +222,7 @@ async def ensure_site_copies(
     in line, reports those that differ otherwise and those the data link cannot carry; the copies."""
     copies = site_copies(site, providers, domains_file)
     _report_link(site, copies, hub_domain)
+    await _rewind(bus, [copy for copy in copies if await _missing(bus, copy)], hub_domain)
     for copy in copies:
         await ensure_site_copy(bus, copy, hub_domain, config)
     return copies
@@ -275,6 +279,34 @@ async def _converge_sources(
         extra={"bucket": copy.bucket.name},
     )
     return updated
+
+
+async def _missing(bus: Bus, copy: SiteCopy) -> bool:
+    return await until_enough_peers(copy.bucket, lambda: bucket_config(bus, copy.bucket)) is None
+
+
+async def _rewind(bus: Bus, missing: Sequence[SiteCopy], hub_domain: str) -> None:
+    """The hub's consumers of the copies about to be made, back at the stream's start (all at
+    once): a copy made anew takes its consumer from where it was acknowledged last, and would
+    lack what came before."""
+    failed: dict[str, str] = {}
+
+    async def one(consumer: CopyConsumer) -> None:
+        why = await rewind(bus, consumer, hub_domain)
+        if why is not None:
+            failed[f"{consumer.bucket.stream} {consumer.name}"] = why
+
+    async with anyio.create_task_group() as tasks:
+        for consumer in (c for copy in missing for c in copy.consumers):
+            tasks.start_soon(one, consumer)
+    if failed:
+        log.warning(
+            "the hub's consumers of %d copies made now not rewound to the start (%s): a copy made before "
+            "in their place takes only what came after its consumer's last acknowledgement; if one was, "
+            "delete it once the link is up (`nats stream rm`) and restart this seat",
+            len(failed),
+            "; ".join(f"{name}: {why}" for name, why in sorted(failed.items())[:3]),
+        )
 
 
 def _filters(sources: Iterable[tuple[str, str, str, str]]) -> str:

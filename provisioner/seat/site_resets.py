@@ -16,17 +16,25 @@ stops waiting for it (`SERVER_WAITS`): while the link is down that goes nowhere,
 the hub answers the copy within a round trip of the link. A reset moves only the site's own
 consumer back to what its copy acknowledged, so one more than needed costs a redelivery, never a
 value (a copy seeing its consumer's sequence jump resets it once more).
+
+A copy made anew (the first time, or after an operator deleted it) would start where its consumer
+was acknowledged last, not at the hub's first message (a mirror skips to its consumer's position):
+before making one, the seat rewinds the consumer to the stream's start (`rewind`: a reset to
+sequence 1, answered on a `$JSC.R.` subject, the only answers the link carries to the seat).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import secrets
 import time
 from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskStatus
 
+from registry.access import CopyConsumer
 from registry.errors import BusError
 from registry.wire import Bus, Message
 
@@ -35,6 +43,7 @@ log = logging.getLogger(__name__)
 RESEND_AFTER = 0.5  # seconds without an answer: the link's round trip is far shorter
 SERVER_WAITS = 5.0  # how long nats-server waits for the answer of a durable copy's reset
 ANSWERS = "$JSC.R.>"  # the reply subjects of nats-server's consumer requests
+REWIND_WAIT = 3.0  # seconds for the hub's answer to a rewind
 
 
 @dataclass
@@ -105,3 +114,29 @@ async def _resend(bus: Bus, reply: str, reset: _Reset) -> None:
 
 def _name(reset: _Reset) -> str:
     return reset.subject.rsplit(".", 2)[-1]
+
+
+async def rewind(bus: Bus, consumer: CopyConsumer, hub_domain: str) -> str | None:
+    """Resets the hub's `consumer` to the stream's first message, so that a copy made now takes it
+    all; None once the hub says so, else why not (the link down, the consumer not made yet)."""
+    reply = f"{ANSWERS.removesuffix('>')}{secrets.token_hex(8)}"
+    answers: list[Message] = []
+    answered = anyio.Event()
+
+    async def answer(msg: Message) -> None:
+        answers.append(msg)
+        answered.set()
+
+    subscription = await bus.subscribe(reply, answer)
+    try:
+        await bus.publish(consumer.reset(hub_domain), json.dumps({"seq": 1}).encode(), reply=reply)
+        with anyio.move_on_after(REWIND_WAIT):
+            await answered.wait()
+    except BusError as err:
+        return str(err)
+    finally:
+        await subscription.unsubscribe()
+    if not answers:
+        return f"no answer from the hub in {REWIND_WAIT:.0f} s (the link down?)"
+    error = json.loads(answers[0].data or b"{}").get("error")
+    return None if error is None else str(error.get("description", error))

@@ -1,10 +1,13 @@
 """The site's copies as the seat at a site makes and checks them (`provisioner.seat.site_copies`),
 on one nats-server standing for the site (no hub behind it: a copy is made whether or not its
-origin answers). The copies at work, across a real link, are in tests/test_site_seat.py."""
+origin answers; a stand-in answers the rewinds of the hub's consumers as the hub would). The copies
+at work, across a real link, are in tests/test_site_seat.py and tests/test_site_resume.py."""
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
@@ -16,7 +19,7 @@ from provisioner.seat.site_purges import follow_purges, record_purge
 from registry.access import SiteFileEntry
 from registry.access.sites_file import LinkEntry, PermitEntry
 from registry.contract import buckets
-from registry.wire import BucketConfig, Bus, bucket_config, create_bucket, get_direct, put
+from registry.wire import BucketConfig, Bus, Message, bucket_config, create_bucket, get_direct, put
 
 HUB = "hub"
 BOUND = "postgres_bound"
@@ -39,6 +42,34 @@ async def config_of(bus: Bus, name: str) -> dict[str, object]:
     found = await bucket_config(bus, buckets.Bucket(name, buckets.NEEDS.shape))
     assert found is not None
     return found
+
+
+@pytest.fixture(autouse=True)
+async def rewinds(bus: Bus) -> AsyncIterator[list[tuple[str, bytes]]]:
+    """A stand-in for the hub answering the seat's rewinds of its consumers: each (subject, body)."""
+    heard: list[tuple[str, bytes]] = []
+
+    async def answer(msg: Message) -> None:
+        if msg.data:  # a copy's own reset has no body; the seat's rewind names the sequence
+            heard.append((msg.subject, msg.data))
+            await bus.publish(msg.reply, b'{"type": "io.nats.jetstream.api.v1.consumer_reset_response"}')
+
+    subscription = await bus.subscribe(f"$JS.{HUB}.API.CONSUMER.RESET.>", answer)
+    yield heard
+    await subscription.unsubscribe()
+
+
+async def test_a_copy_made_anew_has_its_consumer_rewound_first(bus: Bus, rewinds: list[tuple[str, bytes]]) -> None:
+    """Its consumer at the hub may have been acknowledged by a copy deleted since: the new copy
+    must take the whole stream, not what came after."""
+    await ensure(bus, site("n1"))
+    subjects = {subject for subject, _ in rewinds}
+    assert "$JS.hub.API.CONSUMER.RESET.KV_mesh-provisioner_registry.site-site1" in subjects
+    assert "$JS.hub.API.CONSUMER.RESET.KV_postgres_bound.site-site1-n1" in subjects
+    assert {json.loads(body)["seq"] for _, body in rewinds} == {1}
+    rewinds.clear()
+    await ensure(bus, site("n1"))  # the copies there: nothing rewound
+    assert rewinds == []
 
 
 async def test_each_copy_is_made_as_fixed(bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
