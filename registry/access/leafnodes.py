@@ -33,7 +33,8 @@ reads at the site from copies the site's data account makes. The data account's 
   more each failure, up to 2 min);
 - their flow: each consumer's deliveries to its own subject (`$JS.M.<site>.<stream>`,
   `$JS.S.<site>.<stream>.<node>`: a site is sent no other site's), the answers to the resets
-  (`$JSC.R.>`) and flow control back to the hub (`$JS.FC.>`, which acknowledges what a copy took);
+  (`$JSC.R.>`) and each copy's flow control back to the hub (`$JS.FC.<stream>.<name>.*`, which
+  acknowledges what it took: a site acknowledges for no other site);
 - the verb: a site's node asks it there, the seat at the hub answers; answers (the verb's, the
   writes') come back on `_R_.>`.
 
@@ -116,7 +117,7 @@ def data_link(site: Site, *, hub_domain: str, domains: Mapping[str, Domain], pro
     publish = [
         *hub_writes(site, hub_domain),
         *(Permit(copy.reset(hub_domain), f"{copy.what}: resumed from the hub's consumer") for copy in copies),
-        Permit("$JS.FC.>", "flow control of the site's mirrors and sources (acknowledges what they took)"),
+        *(Permit(copy.flow_control, f"{copy.what}: its flow control, which acknowledges") for copy in copies),
         Permit(buckets.VERB_SUBJECT, "the site's nodes ask the verb; the seat at the hub answers"),
     ]
     subscribe = [
@@ -257,6 +258,13 @@ class CopyConsumer:
         if self.node is None:
             return f"the site's mirror of {self.bucket.name}"
         return f"the site's copy of {_owned(self.bucket, self.node)}"
+
+    @property
+    def flow_control(self) -> str:
+        """Where the copy answers its consumer's flow control, which acknowledges what it took:
+        `$JS.FC.<stream>.<name>.<id>` (nats-server's v1 format, its default; the `js_ack_fc_v2`
+        feature flag at the hub would change it, and the copies would stall)."""
+        return f"$JS.FC.{self.bucket.stream}.{self.name}.*"
 
     def reset(self, hub_domain: str) -> str:
         """What the copy sends (in domain `hub_domain`) to resume: `CONSUMER.RESET.<stream>.<name>`,

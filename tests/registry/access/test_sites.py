@@ -142,7 +142,7 @@ def links_of(tmp_path: Path, site: Site, *, machines: tuple[str, ...] = ()) -> t
 
 def test_a_site_copies_only_its_own_nodes_keys_of_a_node_keyed_bucket(tmp_path: Path) -> None:
     publish, subscribe, _ = links_of(tmp_path, Site("home", ("n1", "n2")), machines=("n1",))
-    bound = {s for s in publish if "KV_postgres_bound" in s}
+    bound = {s for s in publish if "KV_postgres_bound" in s and not s.startswith("$JS.FC.")}
     assert bound == {  # the hub's durable consumer of each node's keys, reset by the site's copy
         "$JS.hub.API.CONSUMER.RESET.KV_postgres_bound.site-home-n1",
         "$JS.hub.API.CONSUMER.RESET.KV_postgres_bound.site-home-n2",
@@ -157,6 +157,9 @@ def test_a_site_copies_only_its_own_nodes_keys_of_a_node_keyed_bucket(tmp_path: 
     assert all(s.startswith(("CONSUMER.RESET.", "$KV.")) for s in hub_api)  # no create, no other API
     assert not any("*" in s or ">" in s for s in hub_api if s.startswith("CONSUMER."))
     assert not {"$JS.M.>", "$JS.S.>"} & subscribe  # no other site's deliveries
+    flow_control = {s for s in publish if s.startswith("$JS.FC.")}  # acknowledges: its own consumers' alone
+    assert "$JS.FC.KV_postgres_bound.site-home-n1.*" in flow_control and "$JS.FC.>" not in flow_control
+    assert all(".site-home" in s for s in flow_control)
     own = (".n1.>", ".n2.>", ".node.n1", ".node.n2")  # each write: a key of the site's nodes
     assert all(s.endswith(own) for s in hub_api if s.startswith("$KV."))
     assert not any(s.startswith(("$KV.", "$JS.API.")) for s in publish)
