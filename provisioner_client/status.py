@@ -272,11 +272,13 @@ async def _applied_items(
     bus: Bus, node: str, folder: EnvFolder, waits: Waiting | None
 ) -> tuple[list[KvItem], str | None]:
     """The node's applied records as the verb lists them; when the verb (at the hub) is out of
-    reach, as the site has them, with those waiting in their place, and why they were read so."""
+    reach while the client's own writes wait for the hub (its link down, as its writes told it), as
+    the site has them, with those waiting in their place, and why they were read so. A verb out of
+    reach with no write waiting is said as it is (the seat down, say): nothing tells the link is."""
     try:
         return await NodeScope(node).read(bus, buckets.APPLIED), None
     except BusError as err:
-        if waiting.link_down(err) is None:
+        if waits is None or waiting.link_down(err) is None:
             raise
         why = f"the verb at the hub was asked for them and answered {waiting.link_down(err)}"
     found: dict[str, KvItem] = {}
