@@ -1,7 +1,7 @@
 """A hub and one site on loopback for the tests: two nats-servers in their own JetStream domains
 (`hub`, `site1`), the site a leaf node of the hub through a relay that plays the WAN link.
 
-The relay adds a delay each way and is the tests' to break: `cut()` closes its connections and
+The relay (`mesh_dev.relay`) adds a delay each way and is the tests' to break: `cut()` closes its connections and
 refuses new ones (the site's server sees the link go at once, as after a router reboot), `stall()`
 holds every byte without closing anything (a link that stops carrying packets: nobody is told),
 `restore()` ends either. The leaf link is bound to the data account on both sides (`DATA`); each
@@ -20,8 +20,6 @@ nats-server does, independently of how the configuration is written.
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,9 +27,9 @@ from pathlib import Path
 from typing import Literal
 
 import anyio
-from anyio.abc import SocketStream, TaskGroup, TaskStatus
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.abc import TaskGroup, TaskStatus
 
+from mesh_dev import relay
 from mesh_dev.local_nats import local_nats
 from registry.contract import Bucket, buckets, encode_token
 from registry.wire import BucketConfig, Bus, BusOptions, bucket_config, connect, create_bucket, node_key
@@ -45,78 +43,11 @@ WRITTEN = (*NODE_BUCKETS, buckets.LEASES)  # every bucket a node writes
 PASSWORD = "pw"  # every test user's: loopback only
 
 
-class Relay:
-    """A TCP relay to `target` with `delay` seconds added each way; cut, stalled and restored by the test."""
+class Relay(relay.Relay):
+    """The relay (`mesh_dev.relay`) on a test's port (`tests.cluster.free_port`)."""
 
     def __init__(self, target: int, delay: float) -> None:
-        self.target = target
-        self.delay = delay
-        self.port = free_port()
-        self._flowing = anyio.Event()
-        self._flowing.set()
-        self._open = True
-        self._links: set[anyio.CancelScope] = set()
-
-    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
-        async with listener:
-            task_status.started()
-            await listener.serve(self._link)
-
-    def cut(self) -> None:
-        """Closes every connection through the relay and refuses new ones until `restore()`."""
-        self._open = False
-        for scope in list(self._links):
-            scope.cancel()
-
-    def stall(self) -> None:
-        """Holds every byte, both ways, until `restore()`; no connection is closed."""
-        self._flowing = anyio.Event()
-
-    def restore(self) -> None:
-        self._open = True
-        self._flowing.set()
-
-    async def _link(self, client: SocketStream) -> None:
-        async with client:
-            if not self._open:
-                return
-            try:
-                upstream = await anyio.connect_tcp("127.0.0.1", self.target)
-            except OSError:
-                return
-            link = anyio.CancelScope()
-            self._links.add(link)
-            try:
-                with link:
-                    async with upstream, anyio.create_task_group() as pumps:
-                        pumps.start_soon(self._pump, client, upstream, link)
-                        pumps.start_soon(self._pump, upstream, client, link)
-            finally:
-                self._links.discard(link)
-
-    async def _pump(self, source: SocketStream, sink: SocketStream, link: anyio.CancelScope) -> None:
-        """Forwards each chunk `delay` after it was read, in order, without delaying the next read;
-        once one side closes, the whole link goes, as a TCP connection's would."""
-        send, receive = anyio.create_memory_object_stream[tuple[float, bytes]](math.inf)
-        async with send, receive, anyio.create_task_group() as tasks:
-            tasks.start_soon(self._deliver, receive, sink)
-            await self._read(source, send)
-            tasks.cancel_scope.cancel()
-        link.cancel()
-
-    async def _read(self, source: SocketStream, send: MemoryObjectSendStream[tuple[float, bytes]]) -> None:
-        try:
-            async for chunk in source:
-                await send.send((time.monotonic() + self.delay, chunk))
-        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-            pass
-
-    async def _deliver(self, receive: MemoryObjectReceiveStream[tuple[float, bytes]], sink: SocketStream) -> None:
-        async for due, chunk in receive:
-            await anyio.sleep(max(0.0, due - time.monotonic()))
-            await self._flowing.wait()
-            await sink.send(chunk)
+        super().__init__(target, delay, free_port())
 
 
 @dataclass
