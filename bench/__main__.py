@@ -23,11 +23,13 @@ from bench.hostile import ACTS
 from bench.metrics import PART as METRICS
 from bench.metrics import MetricsSizes, scrape_cost
 from bench.scale import SCALE_PARTS, run_scale
+from bench.sites import SitesSizes, run_sites
 from bench.soak import SoakSizes, run_soak
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 SCALE_RESULTS = RESULTS.with_name("scale-latest.json")
 FILL_RESULTS = RESULTS.with_name("fill-latest.json")
+SITES_RESULTS = RESULTS.with_name("sites-latest.json")
 SOAK_RESULTS = {False: RESULTS.with_name("soak-static-latest.json"), True: RESULTS.with_name("soak-jwt-latest.json")}
 PARTS = (*cases.PARTS, METRICS)  # the scrape cost last: a seat and nats-server of its own
 
@@ -69,6 +71,10 @@ def main() -> None:
     if args.fill:
         fill(args.out or FILL_RESULTS, FillSizes(seconds=args.seconds))
         return
+    if args.sites:
+        across = replace(SitesSizes.quick() if args.quick else SitesSizes(), rate=args.site_rate)
+        sites(args.out or SITES_RESULTS, across)
+        return
     if args.soak:
         acts = args.hostile_acts
         sizes = SoakSizes.lasting(args.minutes, nodes=args.nodes, rate=args.rate, every=args.every, acts=acts)
@@ -106,6 +112,19 @@ async def run_parts(
 
 def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
     """Issue 17's figures: `--fill` and `--soak`, and what they take."""
+    parser.add_argument(
+        "--sites",
+        action="store_true",
+        help="issue 22's figures across sites instead: a hub and 3 leaf-node sites, 20 ms each way between"
+        " (an unchanged reconcile and what=registry at a site against at the hub; 3 x 300 nodes registering;"
+        " --quick: tiny sizes)",
+    )
+    parser.add_argument(
+        "--site-rate",
+        type=float,
+        default=SitesSizes.rate,
+        help=f"with --sites, the nodes arriving a second at each site to register (default {SitesSizes.rate:g})",
+    )
     parser.add_argument(
         "--fill",
         action="store_true",
@@ -145,6 +164,15 @@ def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def sites(out: Path, sizes: SitesSizes) -> None:
+    with tempfile.TemporaryDirectory(prefix="mesh-bench-sites-") as state:
+        try:
+            report, details = anyio.run(run_sites, Path(state), sizes)
+        finally:
+            keep_logs(Path(state), out)
+    written(out, report, details)
+
+
 def fill(out: Path, sizes: FillSizes) -> None:
     with tempfile.TemporaryDirectory(prefix="mesh-bench-fill-") as state:
         try:
@@ -166,7 +194,7 @@ def soak(out: Path, sizes: SoakSizes, *, jwt: bool) -> None:
 def keep_logs(state: Path, out: Path) -> None:
     """The seat's and nats-server's logs beside the figures (`<out>.seat.log`, `<out>.nats-server.log`):
     the evidence of what they did."""
-    for log in (state / "seat.log", state / "nats-server.log"):
+    for log in (state / "seat.log", state / "seats.log", state / "nats-server.log"):
         if log.exists():
             out.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(log, out.with_suffix(f".{log.name}"))

@@ -1,5 +1,6 @@
-"""`python -m bench.register URL FIRST_NODE NODES RATE`: nodes registering their needs as node clients
-do, in a process of their own.
+"""`python -m bench.register URL FIRST_NODE NODES RATE [KEYS]`: nodes registering their needs as node
+clients do, in a process of their own; with KEYS, each connects with its own seed
+(`KEYS/node-<node>.nk`, as `mesh-provisioner grants` writes them), else on a single-account bus.
 
 Each node arrives at a random moment (uniform, seeded) within NODES / RATE seconds, so about RATE
 nodes a second, and then does on the bus what the client's first reconcile does (its own `OwnKeys`,
@@ -20,6 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 import anyio
 
@@ -87,12 +89,15 @@ def applied_of(node: str) -> dict[str, bytes]:
     return {buckets.APPLIED.shape.build(node=node, module=f"m{module}"): record for module in range(MODULES)}
 
 
-async def arrive(url: str, node: int, at: float, progress: Progress) -> None:
+async def arrive(url: str, node: int, at: float, progress: Progress, keys: Path | None = None) -> None:
     await anyio.sleep_until(at)
     started = time.perf_counter()
     progress.registering += 1
     progress.most_at_once = max(progress.most_at_once, progress.registering)
-    options = BusOptions(servers=(url,), name=f"bench-node-{node}", request_timeout=timedelta(seconds=30))
+    seed = keys / f"node-n{node:05d}.nk" if keys is not None else None
+    options = BusOptions(
+        servers=(url,), name=f"bench-node-{node}", request_timeout=timedelta(seconds=30), nkey_seed=seed
+    )
     try:
         async with connect(options) as bus:
             await register_node(bus, node)
@@ -108,15 +113,16 @@ def arrivals(nodes: range, rate: float, start: float) -> list[tuple[int, float]]
     return [(node, start + draw.uniform(0, spread)) for node in nodes]
 
 
-async def register(url: str, first_node: int, nodes: int, rate: float) -> dict[str, float]:
+async def register(url: str, first_node: int, nodes: int, rate: float, keys: Path | None = None) -> dict[str, float]:
     progress = Progress()
     started = time.perf_counter()
     async with anyio.create_task_group() as tg:
         for node, at in arrivals(range(first_node, first_node + nodes), rate, anyio.current_time()):
-            tg.start_soon(arrive, url, node, at, progress)
+            tg.start_soon(arrive, url, node, at, progress, keys)
     return progress.summary(started)
 
 
 if __name__ == "__main__":
-    url, first, count, rate = sys.argv[1:]
-    print(json.dumps(anyio.run(register, url, int(first), int(count), float(rate))), flush=True)
+    url, first, count, rate, *keys = sys.argv[1:]
+    seeds = Path(keys[0]) if keys else None
+    print(json.dumps(anyio.run(register, url, int(first), int(count), float(rate), seeds)), flush=True)
