@@ -48,6 +48,16 @@ async def everything(seat: Bus, among: Iterable[Bucket] = buckets.OWN) -> Everyt
     return found
 
 
+def outside_own_keys(found: Everything, node: str) -> Everything:
+    """`found` without `node`'s own keys (`<node>.…` in a node-keyed bucket, its lease `node.<node>`):
+    what an attack by `node` must leave as it was."""
+    own = (f"{node}.", f"node.{node}")
+    return {
+        bucket: [item for item in items if not (item[0].startswith(own[0]) or item[0] == own[1])]
+        for bucket, items in found.items()
+    }
+
+
 async def data_buckets(seat: Bus) -> list[Bucket]:
     """Every bucket of the data account (each KV stream the seat finds there)."""
     streams = (await seat.jetstream("STREAM.NAMES", {}, operation="stream names"))["streams"] or []
