@@ -4,7 +4,9 @@ A hub and `sites` leaf-node sites run on exactly what `mesh-provisioner grants -
 (static accounts), each site's leaf links dialling the hub through one relay (`mesh_dev.relay`)
 that adds `delay` each way (20 ms: a write across costs about 44 ms). A seat runs at the hub and
 one at each site (`serve --site`), each a process of its own. Node `nhub` lives at the hub,
-`nsite` at site 1, and nodes `n00000...` are spread over the sites, `nodes` each.
+`nsite` at site 1, nodes `n00000...` are spread over the sites, `nodes` each, and as many more
+live at the hub. One thing is added to the generated configuration: `max_control_line` at the
+sites (`SITE_CONTROL_LINE`), without which a site's link does not come up at this size.
 
 Three parts:
 
@@ -19,8 +21,9 @@ Three parts:
                 requests says none of the site's crossed
     register    every site's `nodes` nodes registering at once through their site's server
                 (`bench.register`: a first reconcile on the bus, its writes fail fast at the hub),
-                `rate` a second at each site; then the hub's seat's `what=nodes`, asked by the
-                operator: how many it calls healthy
+                `rate` a second at each site; then as many nodes of the hub through the hub's
+                server, in as many processes at the same rate (the same work without the link);
+                then the hub's seat's `what=nodes`, asked by the operator: how many it calls healthy
 
 No lease is taken around a measured reconcile (`reconcile` takes none; the CLI's one-shot and
 watch mode hold it around it): what it costs at a site is said beside the figures.
@@ -84,8 +87,9 @@ class SitesSizes:
 
 
 def mesh_file(sizes: SitesSizes, relay: int, leaf: int) -> str:
-    """The mesh: `nhub` at the hub, `nsite` at site 1, `nodes` registering nodes at each site."""
-    registering = [registering_node(n) for n in range(sizes.sites * sizes.nodes)]
+    """The mesh: `nhub` at the hub, `nsite` at site 1, `nodes` registering nodes at each site and
+    as many registering at the hub (after them in number)."""
+    registering = [registering_node(n) for n in range(2 * sizes.sites * sizes.nodes)]
     lines = [
         f"nodes = {json.dumps([HUB_NODE, SITE_NODE, *registering])}",
         'operators = ["ops"]',
@@ -463,41 +467,82 @@ async def registry_kinds(node: Bus) -> set[str]:
     return {str(entry["kind"]) for entry in answer["entries"]}
 
 
-async def registrations(mesh: Mesh, report: Report, sizes: SitesSizes) -> dict[str, Any]:
-    total = sizes.sites * sizes.nodes
-    print(f"{sizes.sites} sites x {sizes.nodes} nodes registering through their site's server, {sizes.rate:g}/s each")
+@dataclass(frozen=True)
+class Batch:
+    """Nodes registering in `groups` processes of `bench.register`, each `nodes` nodes from
+    `first + group * nodes` at `rate` a second, through the server of `urls[group]`."""
+
+    label: str
+    urls: tuple[str, ...]
+    first: int
+    nodes: int
+    rate: float
+
+    def names(self) -> set[str]:
+        return {registering_node(n) for n in range(self.first, self.first + len(self.urls) * self.nodes)}
+
+
+async def registered(batch: Batch, keys: Path) -> tuple[float, dict[str, dict[str, float]]]:
+    """The batch's processes run at once: the wall time, and each process's summary by group."""
     summaries: dict[str, dict[str, float]] = {}
 
-    async def register_at(site: int) -> None:
-        command = [sys.executable, "-m", "bench.register", mesh.sites[site].url]
-        command += [str(site * sizes.nodes), str(sizes.nodes), str(sizes.rate), str(mesh.keys)]
-        done = await anyio.run_process(command, cwd=ROOT, check=False, stderr=None)
+    async def group(number: int, url: str) -> None:
+        first = batch.first + number * batch.nodes
+        command = [sys.executable, "-m", "bench.register", url, str(first), str(batch.nodes), str(batch.rate)]
+        done = await anyio.run_process([*command, str(keys)], cwd=ROOT, check=False, stderr=None)
         if done.returncode != 0:
-            raise RuntimeError(f"bench.register at {site_name(site)} exited {done.returncode}")
-        summaries[site_name(site)] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+            raise RuntimeError(f"bench.register {batch.label} {number} exited {done.returncode}")
+        summaries[f"{batch.label} {number + 1}"] = json.loads(done.stdout.decode().strip().splitlines()[-1])
 
-    started, cpu = time.perf_counter(), own_cpu_seconds()
+    started = time.perf_counter()
     async with anyio.create_task_group() as tasks:
-        for site in range(sizes.sites):
-            tasks.start_soon(register_at, site)
-    seconds, cpu = time.perf_counter() - started, own_cpu_seconds() - cpu
-    slowest = max(summary["seconds"] for summary in summaries.values())
-    report.add(f"registrations: all {total} registered (the slowest site's)", slowest, "s")
-    report.add("registrations: wall time, the processes' start included", seconds, "s")
-    report.add("registrations: CPU of this process (the relay, mostly) / wall time", cpu / seconds, "cores")
-    for name, summary in summaries.items():
-        report.add(f"registrations at {name}: time", summary["seconds"], "s")
-        report.add(f"registrations at {name}: one node p50", summary["node_p50_ms"], "ms")
-        report.add(f"registrations at {name}: one node p99", summary["node_p99_ms"], "ms")
-        report.add(f"registrations at {name}: most at once", summary["most_at_once"], "nodes")
+        for number, url in enumerate(batch.urls):
+            tasks.start_soon(group, number, url)
+    return time.perf_counter() - started, summaries
+
+
+async def registrations(mesh: Mesh, report: Report, sizes: SitesSizes) -> dict[str, Any]:
+    """The sites' nodes registering through their sites' servers, then as many through the hub's
+    (nodes of the hub: the same work with no link, for comparison; the buckets hold the sites'
+    keys by then)."""
+    total = sizes.sites * sizes.nodes
+    print(f"{sizes.sites} sites x {sizes.nodes} nodes registering through their site's server, {sizes.rate:g}/s each")
+    at_sites = Batch("site", tuple(server.url for server in mesh.sites), 0, sizes.nodes, sizes.rate)
+    at_hub = Batch("hub group", (mesh.hub.url,) * sizes.sites, total, sizes.nodes, sizes.rate)
+    details: dict[str, Any] = {}
+    for batch in (at_sites, at_hub):
+        cpu = own_cpu_seconds()
+        seconds, summaries = await registered(batch, mesh.keys)
+        cpu = own_cpu_seconds() - cpu
+        where = "at the sites" if batch is at_sites else "at the hub"
+        slowest = max(summary["seconds"] for summary in summaries.values())
+        report.add(f"registrations {where}: all {total} registered (the slowest group's)", slowest, "s")
+        report.add(f"registrations {where}: wall time, the processes' start included", seconds, "s")
+        if batch is at_sites:
+            report.add(f"registrations {where}: CPU of this process (the relay) / wall time", cpu / seconds, "cores")
+        for name, summary in summaries.items():
+            report.add(f"registrations {where}, {name}: time", summary["seconds"], "s")
+            report.add(f"registrations {where}, {name}: one node p50", summary["node_p50_ms"], "ms")
+            report.add(f"registrations {where}, {name}: one node p99", summary["node_p99_ms"], "ms")
+            report.add(f"registrations {where}, {name}: most at once", summary["most_at_once"], "nodes")
+        details[where] = summaries
     async with connect(mesh.options(mesh.hub, "operator-ops")) as ops:
         shown = await nodes_shown(ops)
-    names = {registering_node(n) for n in range(total)}
-    healthy = sum(1 for row in shown.values() if row.node in names and row.verdict == "healthy")
-    report.add(
-        "registered nodes the hub's seat calls healthy", healthy, "nodes", target=f"= {total}", met=healthy == total
-    )
-    return {"registrations": summaries}
+    for batch, where in ((at_sites, "at the sites"), (at_hub, "at the hub")):
+        rows = [row for row in shown.values() if row.node in batch.names()]
+        healthy = sum(1 for row in rows if row.verdict == "healthy")
+        details[f"verdicts {where}"] = {
+            verdict: {"nodes": sum(1 for row in rows if row.verdict == verdict), "because": because}
+            for verdict, because in {row.verdict: row.because for row in rows}.items()
+        }
+        report.add(
+            f"nodes registered {where} the hub's seat calls healthy",
+            healthy,
+            "nodes",
+            target=f"= {total}",
+            met=healthy == total,
+        )
+    return {"registrations": details}
 
 
 async def run_sites(state: Path, sizes: SitesSizes) -> tuple[Report, dict[str, Any]]:

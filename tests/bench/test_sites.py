@@ -18,7 +18,8 @@ def test_the_mesh_file_places_each_registering_node_at_one_site() -> None:
     text = mesh_file(SitesSizes(sites=3, nodes=2), relay=1, leaf=2)
     assert 'nodes = ["nsite", "n00000", "n00001"]' in text
     assert 'nodes = ["n00002", "n00003"]' in text and 'nodes = ["n00004", "n00005"]' in text
-    assert '"nhub"' in text.splitlines()[0]
+    assert '"nhub"' in text.splitlines()[0] and '"n00011"' in text.splitlines()[0]  # 6 more at the hub
+    assert '"n00006"' not in "".join(text.splitlines()[1:])
 
 
 def test_bench_sites_reports_every_figure_with_its_verdict(tmp_path: Path) -> None:
@@ -30,8 +31,9 @@ def test_bench_sites_reports_every_figure_with_its_verdict(tmp_path: Path) -> No
     assert figures["unchanged reconciles: env files written"]["value"] == 0
     assert figures["site requests the hub's seat answered"]["value"] == 0
     assert figures["2 site reconciles: verb requests the hub's seat answered"]["value"] == 0
-    assert figures["registered nodes the hub's seat calls healthy"]["value"] == TINY.sites * TINY.nodes
+    for where in ("at the sites", "at the hub"):
+        assert figures[f"nodes registered {where} the hub's seat calls healthy"]["value"] == TINY.sites * TINY.nodes
     ratios = ["unchanged reconcile, site / hub (medians)", "what=registry, site / hub (p50s)"]
     assert all(figures[name]["target"] and figures[name]["met"] is not None for name in ratios)
-    assert set(document["registrations"]) == {"site1", "site2"}
+    assert set(document["registrations"]["at the sites"]) == {"site 1", "site 2"}
     assert document["sizes"]["delay"] == TINY.delay
