@@ -14,15 +14,18 @@ down: the rogue server is the site.
 Refused, judged by the data: a put into the registry or another node's keys, a purge or delete of
 a stream, a consumer of any kind (with a deliver subject into the registry, durable, on another
 node's keys), a reset of another site's consumer, a delete of the site's own, the vault's verbs,
-each plain and through the hub's domain. Two strict xfails hold what the link still lets through:
+each plain and through the hub's domain. Strict xfails hold what the link still lets through:
 the hub's seat believes the `Nats-Request-Info` a leaf server writes (its importing account named
 after the operator's, the rogue is answered about the mesh), and the link's `_R_.>` carries the
-hub's answers to nodes that live at the hub (n2's bound value from its provider, overheard).
+hub's answers to nodes that live at the hub (n2's bound value from its provider, overheard). A
+third: the vault link's credential, the rogue's importing account named after n2's, is taken by
+the vault at the hub for n2.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -57,11 +60,13 @@ from tests.test_site_seat import eventually
 
 HUB_API = "$JS.hub.API."
 LINK = f"leaf-{SITE}-data"
+VAULT_LINK = f"leaf-{SITE}-vault"
 SITE_NODE = "n1"  # the site's node: the link carries its writes
 NEEDS, APPLIED, REGISTRY = buckets.NEEDS, buckets.APPLIED, buckets.REGISTRY
 BOUND = Bucket("postgres_bound", NEEDS.shape)
 A_NEED = b'{"placeholder":"${config:x}","used_in":["X"]}'
 N2_BOUND = b'{"password":"n2s"}'
+SECRET_VERB = "mesh-vault.secret"
 ASKED = 20  # direct gets by n2 while the rogue listens
 
 
@@ -153,11 +158,11 @@ class Rogue:
         return await nats.connect(self.server.url, user="linked", password="rogue")
 
 
-def rogue_config(mesh: SiteMesh, client_account: str = "CLIENT") -> str:
+def rogue_config(mesh: SiteMesh, client_account: str = "CLIENT", link: str = LINK) -> str:
     if mesh.jwt:
-        credential = f'credentials: "{creds_path(mesh.keys, LINK)}"'
+        credential = f'credentials: "{creds_path(mesh.keys, link)}"'
     else:
-        credential = f'nkey: "{(mesh.keys / f"{LINK}.nk").read_text().strip()}"'
+        credential = f'nkey: "{(mesh.keys / f"{link}.nk").read_text().strip()}"'
     remote = f'{{urls: ["nats-leaf://127.0.0.1:{mesh.leaf_port}"], account: "LINKED", {credential}}}'
     exports = ", ".join(f'{{service: "{subject}"}}' for subject in FORWARDED)
     imports = ", ".join(f'{{service: {{account: "LINKED", subject: "{subject}"}}}}' for subject in FORWARDED)
@@ -172,11 +177,13 @@ def rogue_config(mesh: SiteMesh, client_account: str = "CLIENT") -> str:
 
 
 @asynccontextmanager
-async def rogue_leaf(mesh: SiteMesh, folder: Path, client_account: str = "CLIENT") -> AsyncIterator[Rogue]:
-    """The rogue server, its client's account named `client_account` (how a request through an
-    import names who asks)."""
+async def rogue_leaf(
+    mesh: SiteMesh, folder: Path, client_account: str = "CLIENT", link: str = LINK
+) -> AsyncIterator[Rogue]:
+    """The rogue server on `link`'s credential, its client's account named `client_account` (how a
+    request through an import names who asks)."""
     await anyio.Path(folder).mkdir(parents=True)
-    async with local_nats(folder, rogue_config(mesh, client_account)) as running:
+    async with local_nats(folder, rogue_config(mesh, client_account, link)) as running:
         yield Rogue(running)
 
 
@@ -327,3 +334,49 @@ async def test_a_rogue_leaf_hears_no_answer_to_a_node_at_the_hub(mesh: SiteMesh,
     finally:
         await listener.close()
     assert N2_BOUND not in overheard
+
+
+async def _asked_as(client: Client) -> str | None:
+    try:
+        answer = await client.request(SECRET_VERB, b'{"kind": "secret"}', timeout=0.5)
+    except nats.errors.Error:
+        return None
+    found: str = json.loads(answer.data)["acc"]
+    return found
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="the vault link carries Nats-Request-Info as a leaf server writes it: on the vault link's credential, "
+    "a rogue naming its importing account after node n2's is taken by the vault for n2 (issue 22)",
+)
+async def test_a_rogue_leaf_on_the_vault_link_is_not_taken_for_another_node(
+    mesh: SiteMesh, seat: Bus, tmp_path: Path
+) -> None:
+    """A stand-in of the vault at the hub, on the vault's own key, answers whom the bus says asked:
+    a rogue leaf on the vault link's credential, its importing account named after n2's, must not
+    be n2 to it (the vault would hand it n2's secrets)."""
+    vault = await mesh.raw(party(Kind.VAULT))
+    try:
+        await answering_who_asks(vault, SECRET_VERB)
+        async with rogue_leaf(mesh, tmp_path / "rogue", account_of(mesh, "node-n2"), VAULT_LINK) as server:
+            client = await server.client()
+            try:
+                asked_as = await eventually(partial(_asked_as, client))
+            finally:
+                await client.close()
+    finally:
+        await vault.close()
+    assert asked_as != account_of(mesh, "node-n2")
+
+
+async def answering_who_asks(client: Client, subject: str) -> None:
+    """Answers `subject` with the account `Nats-Request-Info` names."""
+
+    async def answer(msg: Msg) -> None:
+        info = json.loads((msg.headers or {}).get("Nats-Request-Info", "{}"))
+        await msg.respond(json.dumps({"acc": info.get("acc")}).encode())
+
+    await client.subscribe(subject, cb=answer)
+    await client.flush()
