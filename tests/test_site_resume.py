@@ -8,6 +8,12 @@ resets it when the hub's heartbeats reach it again; a copy that created its own 
 after the cut: a shared config value (a mirror) and n1's `_bound` value (a node's source) changed
 at the hub during the cut are at the site, the site's mirror holds as many messages as the hub's
 stream, n1's writes go through again. Run with `-s` for the figures (`FIGURE ...`).
+
+Measured (20 ms each way): current again 0.88 s after a 60 s cut (median of 3, static; JWT 0.55
+and 0.84 s), 0.18 s after a 5 s cut (median of 6; 1.2 s when the site's server waits its 1 s
+before dialling again), 1.2 s when the cut ends while a reset waits for its answer (5.1 s
+without the site's seat's resend), 1.1 s after a value changed as the hub came back from a
+restart.
 """
 
 from __future__ import annotations
@@ -15,15 +21,22 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 
 import anyio
 import pytest
 
+from provisioner.seat.buckets import ensure_buckets
+from provisioner.seat.site_consumers import ensure_site_consumers
+from provisioner.seat.site_copies import ensure_site_copies
+from provisioner.seat.site_resets import resend_lost_resets
+from registry.access import read_sites_file
 from registry.contract import Bucket, buckets
 from registry.errors import BusError
-from registry.wire import Bus, Message, connect, get_direct, put
-from tests.test_site_seat import CONFIG, MODES, NEED, eventually, hub_and_site
+from registry.wire import BucketConfig, Bus, Message, connect, get_direct, put
+from tests.sites import generated_hub_and_site
+from tests.test_site_seat import CONFIG, DELAY, MODES, NEED, eventually, hub_and_site
 
 BOUND = Bucket("postgres_bound", buckets.NEEDS.shape)
 RESUMED_WITHIN = 15.0  # seconds: the bound asserted (5 s is the aim, measured and said in FIGURE lines)
@@ -128,3 +141,31 @@ async def test_a_reset_lost_in_the_cut_is_sent_again_once_the_link_is_back(tmp_p
     took = await resumed_after_a_cut(tmp_path, 9, with_a_lost_reset=True)
     print(f"FIGURE site copies current {took:.2f} s after a cut ending while a reset was lost")
     assert took < RESUMED_WITHIN
+
+
+@pytest.mark.slow
+async def test_the_site_copies_are_current_soon_after_a_hub_restart(tmp_path: Path) -> None:
+    """The hub's server restarted (its store kept): the durable consumers are still there, and a
+    value changed as it comes back reaches the site's copy."""
+    async with generated_hub_and_site(tmp_path, delay=DELAY) as sites:
+        topology = read_sites_file(sites.out / "sites" / "sites.json")
+        entry = topology.site("site1")
+        assert entry is not None
+        async with connect(sites.options(sites.hub, "seat")) as hub:
+            await ensure_buckets(hub, BucketConfig(), [])
+            await ensure_site_consumers(hub, topology)
+            await put(hub, CONFIG, "db=3Aurl", b'"before"')
+        async with connect(sites.options(sites.site, "seat-site1")) as site, anyio.create_task_group() as tasks:
+            await ensure_site_copies(site, entry, hub_domain="hub", config=BucketConfig())
+            await tasks.start(partial(resend_lost_resets, site, "hub"))
+            await eventually(lambda: _holds(value_at(site, CONFIG, "db=3Aurl"), b'"before"'), within=30)
+            await sites.restart_hub()
+            async with connect(sites.options(sites.hub, "seat")) as hub:
+                await put(hub, CONFIG, "db=3Aurl", b'"after"')
+            took = await until(lambda: _is(value_at(site, CONFIG, "db=3Aurl"), b'"after"'), 120)
+            tasks.cancel_scope.cancel()
+    print(f"FIGURE site copy current {took:.2f} s after a value changed as the hub came back from a restart")
+
+
+async def _is(value: Awaitable[bytes | None], wanted: bytes) -> bool:
+    return await value == wanted
