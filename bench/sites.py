@@ -52,12 +52,14 @@ from bench.harness import ROOT, Latency, median, python_process, timed
 from bench.observe import nodes_shown, own_cpu_seconds
 from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.relay import Relay, unused_port
+from mesh_dev.standins import SECRET_SUBJECT, Vault
 from provisioner.commands.cli import main as seat_cli
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.watch.holding import holding
 from registry.access import DATA_ACCOUNT
 from registry.contract import Bucket, KeyShape, buckets, under
 from registry.errors import BusError, ConvergeError
+from registry.serving import EndpointSpec, serve
 from registry.wire import Bus, BusOptions, answer_of, connect, get_last_many, node_key, put
 
 HUB_NODE, SITE_NODE = "nhub", "nsite"
@@ -248,6 +250,7 @@ class Fleet:
 
     modules: int
     folder: Path
+    secret: bool = False  # module m0 also reads a secret
 
     def write_manifests(self) -> Path:
         manifests = self.folder / "manifests"
@@ -259,6 +262,7 @@ class Fleet:
                 **{f"OWN_{j}": f"${{config:m{module}-k{j}}}" for j in range(4)},
                 "STATE": "${dir:state}",
                 "URL": "http://localhost:${port:http}/",
+                **({"PASSWORD": "${secret:db-password}"} if self.secret and module == 0 else {}),
             }
             (manifests / f"m{module}.json").write_text(json.dumps({"module": f"m{module}", "env": env}))
         return manifests
@@ -408,6 +412,37 @@ async def unchanged_reconciles(mesh: Mesh, hub_data: Bus, report: Report, sizes:
     report.add("bytes across the relay during a site one-shot (median)", median(leased["site"].carried), "bytes")
 
 
+async def with_a_secret(mesh: Mesh, hub_data: Bus, report: Report, sizes: SitesSizes, state: Path) -> None:
+    """The same unchanged reconcile with one `${secret:...}` more in module m0, the vault (the
+    development stand-in, on the vault's account) serving at the hub: a reconcile asks the vault
+    each time (its answer's digest is an input), and from a site that request crosses the link."""
+    print("the same, one module reading a secret from the vault at the hub")
+    fleet = Fleet(sizes.modules, state / "fleet-secret", secret=True)
+    manifests = fleet.write_manifests()
+    runs = {"hub": Reconciles(), "site": Reconciles()}
+    endpoints = [EndpointSpec("secret", SECRET_SUBJECT, Vault().answer_secret)]
+    async with (
+        connect(mesh.options(mesh.hub, "vault")) as vault,
+        serve(vault, name="mesh-vault", version="0.1.0", description="development vault", endpoints=endpoints),
+        connect(mesh.options(mesh.hub, f"node-{HUB_NODE}")) as at_hub,
+        connect(mesh.options(mesh.sites[0], f"node-{SITE_NODE}")) as at_site,
+    ):
+        nodes = {"hub": at_hub, "site": at_site}
+        plans = {
+            where: ClientPlan(node=nodes_name, manifests=manifests, materialize=state / f"env-secret-{where}")
+            for where, nodes_name in (("hub", HUB_NODE), ("site", SITE_NODE))
+        }
+        for where in ("hub", "site"):
+            await until_settled(nodes[where], plans[where])
+        for _ in range(sizes.reconciles):
+            for where in ("site", "hub"):
+                await measured(nodes[where], plans[where], mesh.relay, runs[where])
+    for where, run in runs.items():
+        report.add(f"with a secret, unchanged reconcile at the {where}: median", median(run.seconds) * 1e3, "ms")
+    ratio = median(runs["site"].seconds) / median(runs["hub"].seconds)
+    report.add("with a secret, unchanged reconcile, site / hub (medians)", ratio, "x")
+
+
 async def until_settled(node: Bus, plan: ClientPlan) -> None:
     """Reconciles until one writes nothing and no env file: the first registers, and a site's
     copies of what it wrote arrive on their own time (a reconcile reading a copy that is behind
@@ -549,6 +584,7 @@ async def run_sites(state: Path, sizes: SitesSizes) -> tuple[Report, dict[str, A
     report = Report()
     async with running_mesh(state, sizes) as mesh, seats(mesh, state) as (hub_data, _):
         await unchanged_reconciles(mesh, hub_data, report, sizes, state)
+        await with_a_secret(mesh, hub_data, report, sizes, state)
         await registry_asked(mesh, hub_data, report, sizes)
         details = await registrations(mesh, report, sizes)
     said = {"site_servers_beyond_the_generated": f"max_control_line: {SITE_CONTROL_LINE}"}
