@@ -566,6 +566,9 @@ async def registrations(mesh: Mesh, report: Report, sizes: SitesSizes) -> dict[s
     for batch, where in ((at_sites, "at the sites"), (at_hub, "at the hub")):
         rows = [row for row in shown.values() if row.node in batch.names()]
         healthy = sum(1 for row in rows if row.verdict == "healthy")
+        released = sum(1 for row in rows if row.because.startswith("lease released"))
+        # a one-shot releases its lease as it ends, waiting 2 s for it: one not released is held until its ttl
+        report.add(f"nodes registered {where} whose lease was released", released, "nodes")
         details[f"verdicts {where}"] = {
             verdict: {"nodes": sum(1 for row in rows if row.verdict == verdict), "because": because}
             for verdict, because in {row.verdict: row.because for row in rows}.items()
