@@ -76,10 +76,13 @@ SERVICE_REPLIES = "_R_.>"
 # A node's write at a site crosses the link (fail fast): a silent link must be dropped soon, or every
 # write through it times out instead of failing at once (docs/sites-write-path.md: ping_interval 1s,
 # ping_max 2 drops it in 4 s; nats-server's default, 2 min x 2, takes minutes). Server-wide.
-SITE_PINGS = (
+SITE_SERVER = (
     "# a silent link to the hub is dropped after about 30 s, so that writes through it fail fast",
     'ping_interval: "10s"',
     "ping_max: 3",
+    "# the hub's protocol lines to a site grow with its nodes' subjects: past nats-server's 4 KB default,",
+    "# 3 sites of 200 nodes each had their links dropped as they came up (python -m bench --sites)",
+    "max_control_line: 64KB",
     "",
 )
 RECONNECT = 1  # seconds between attempts to dial the hub again: writes are taken 1 s after it is back

@@ -48,7 +48,7 @@ from registry.access.jwt_auth import (
     party_account,
     render_server_auth,
 )
-from registry.access.leafnodes import RECONNECT, SITE_PINGS, LeafLink, Permit, at_site, site_seat_denied
+from registry.access.leafnodes import RECONNECT, SITE_SERVER, LeafLink, Permit, at_site, site_seat_denied
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
 from registry.access.sites import Site, Topology
 
@@ -72,7 +72,7 @@ def site_jwt_conf(topology: Topology, links: Sequence[LeafLink], grants: Grants,
     """A site's remotes, each bound to its account's public key, authenticated by its `.creds`."""
     account_keys = _account_keys(grants, keys)
     urls = ", ".join(quoted(url) for url in topology.hub_urls)
-    lines = [*SITE_PINGS, "leafnodes {", f"  reconnect: {RECONNECT}", "  remotes: ["]
+    lines = [*SITE_SERVER, "leafnodes {", f"  reconnect: {RECONNECT}", "  remotes: ["]
     for link in links:
         credentials = quoted(str(creds_path(keys, link.label)))
         lines.append(f"    # {link.label}: the site's {link.account} account, bound to the hub's same account")

@@ -35,7 +35,7 @@ from registry.access.credentials import SEED_SUFFIX, new_seed, public_key, write
 from registry.access.grants import VAULT, AccountGrant, Grants, pretty_json, verb_subjects
 from registry.access.leafnodes import (
     RECONNECT,
-    SITE_PINGS,
+    SITE_SERVER,
     LeafLink,
     Permit,
     SeatDenied,
@@ -223,7 +223,7 @@ def render_site(given: _Rendering, site: Site) -> str:
     )
     urls = ", ".join(quoted(url) for url in given.topology.hub_urls)
     seeds = given.seeds[site.name]
-    lines = [*SITE_PINGS, "leafnodes {", f"  reconnect: {RECONNECT}", "  remotes: ["]
+    lines = [*SITE_SERVER, "leafnodes {", f"  reconnect: {RECONNECT}", "  remotes: ["]
     for link in given.links[site.name]:
         seed = seeds.links[link.label][0].decode()
         lines.append(f"    # {link.label}: the site's {_account_role(link.account)}, bound to the hub's same account")
