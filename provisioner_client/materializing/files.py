@@ -29,8 +29,12 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from provisioner_client.errors import MaterializeError
+from registry.contract import JsonRefused, read_json
+
+T = TypeVar("T")
 
 MODE = 0o600
 FOLDER_MODE = 0o700
@@ -256,3 +260,20 @@ def kind_of(mode: int) -> str:
         stat.S_ISSOCK: "a socket",
     }
     return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+
+
+def read_record(path: Path, parse: Callable[[object], T | None], *, limit: int, what: str, shape: str) -> T | None:
+    """A record of the client's own, as JSON (at most `limit` bytes) parsed by `parse`; None when
+    there is none. `MaterializeError` when it cannot be read, or `parse` finds no record of `shape`
+    in it (`parse` answers None)."""
+    found = read_regular(path, limit=limit, what=what)
+    if found is None:
+        return None
+    try:
+        document = read_json(found.content, max_bytes=limit)
+    except JsonRefused as err:
+        raise MaterializeError(path, f"cannot be read: {err.reason}", what=what) from None
+    parsed = parse(document)
+    if parsed is None:
+        raise MaterializeError(path, f"is not a record of {shape}", what=what)
+    return parsed

@@ -30,7 +30,6 @@ from pathlib import Path
 
 from provisioner_client.errors import MaterializeError, capped
 from provisioner_client.materializing import files
-from registry.contract import JsonRefused, read_json
 from registry.errors import BusError, JetStreamError, PermissionDenied, WrongLastSequence
 
 log = logging.getLogger(__name__)
@@ -82,16 +81,9 @@ def record(folder: Path, node: str, refused: Mapping[str, str]) -> None:
 def read(folder: Path, node: str) -> Refusals | None:
     """What the last reconcile of `node` found refused; None when it found nothing refused (or the
     record is another node's). Raises `MaterializeError` when the record cannot be read."""
-    found = files.read_regular(folder / RECORD, limit=_MAX_BYTES, what=WHAT)
-    if found is None:
-        return None
-    try:
-        document = read_json(found.content, max_bytes=_MAX_BYTES)
-    except JsonRefused as err:
-        raise MaterializeError(folder / RECORD, f"cannot be read: {err.reason}", what=WHAT) from None
-    refusals = _parsed(document)
+    refusals = files.read_record(folder / RECORD, _parsed, limit=_MAX_BYTES, what=WHAT, shape="refused writes")
     if refusals is None:
-        raise MaterializeError(folder / RECORD, "is not a record of refused writes", what=WHAT)
+        return None
     return refusals if refusals.node == node else None
 
 

@@ -38,7 +38,6 @@ from pathlib import Path
 
 from provisioner_client.errors import MaterializeError, capped
 from provisioner_client.materializing import files
-from registry.contract import JsonRefused, read_json
 from registry.errors import BusError, BusTimeout, NoResponders, NoRoute
 
 log = logging.getLogger(__name__)
@@ -175,16 +174,9 @@ class WaitingWrites:
 def read(folder: Path, node: str) -> Waiting | None:
     """What waits for the hub; None when nothing does (or the record is another node's). Raises
     `MaterializeError` when the record cannot be read."""
-    found = files.read_regular(folder / RECORD, limit=_MAX_BYTES, what=WHAT)
-    if found is None:
-        return None
-    try:
-        document = read_json(found.content, max_bytes=_MAX_BYTES)
-    except JsonRefused as err:
-        raise MaterializeError(folder / RECORD, f"cannot be read: {err.reason}", what=WHAT) from None
-    waiting = _parsed(document)
+    waiting = files.read_record(folder / RECORD, _parsed, limit=_MAX_BYTES, what=WHAT, shape="waiting writes")
     if waiting is None:
-        raise MaterializeError(folder / RECORD, "is not a record of waiting writes", what=WHAT)
+        return None
     return waiting if waiting.node == node and waiting.parts else None
 
 
