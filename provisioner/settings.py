@@ -51,7 +51,7 @@ def _comma_separated(value: Any) -> Any:
 
 # A provider module's name makes its bucket's name `<provider>_bound`: only what a bucket name holds.
 ProviderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$")]
-# A site's name is its JetStream domain (`registry.access.sites`).
+# A site's name is its JetStream domain (`registry.access.sites.topology`).
 SiteName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$", max_length=64)]
 
 

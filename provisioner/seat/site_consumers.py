@@ -7,7 +7,7 @@ copy acknowledged. Why: a copy that creates its consumer resumes after a cut on 
 schedule (a create lost in the cut is waited for 30 s, then tried again after 10 s more each
 failure, up to 2 min: 50 s after a 60 s cut, measured), where a durable one is reset as soon as the
 hub's consumer is heard again (it sends a heartbeat every second to the copy's delivery subject),
-and the link then permits no consumer create at all (`registry.access.leafnodes`).
+and the link then permits no consumer create at all (`registry.access.sites.links`).
 
 With `sites_file` set (and no `site`: the hub of those sites), the hub's seat makes, at each start,
 for each site of sites.json and each copy its seat makes (the same providers and domains file):

@@ -37,7 +37,7 @@ Nothing here writes the hub: the copies are made through the site's own `$JS.API
 Each copy takes a durable consumer the hub's seat made for it (`provisioner.seat.site_consumers`,
 ADR-58, nats-server 2.14+: `consumer: {name, deliver_subject}` in the mirror or source) and only
 resets it across the link, never creates one: the link permits those resets and the consumers'
-deliveries alone (`registry.access.leafnodes`). Why: a copy that creates its consumer resumes after
+deliveries alone (`registry.access.sites.links`). Why: a copy that creates its consumer resumes after
 a cut on nats-server's own schedule (a create lost in the cut waited for 30 s, then tried again
 after 10 s more each failure, up to 2 min): measured through the tests' relay, current again 50 s
 after a 60 s cut. A durable copy is reset as soon as its consumer's heartbeat (every second) is

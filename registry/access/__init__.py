@@ -34,16 +34,16 @@ from registry.access.jwt_auth import (
     render_server_auth,
     seeded_accounts,
 )
-from registry.access.leafnodes import COPY_PREFIX, CopyConsumer, LeafLink, Permit, leaf_links
 from registry.access.limits import GivenLimits, PartyLimits
 from registry.access.live import LiveBuckets, followed_live
 from registry.access.mesh_file import MeshFile, MeshFileError, combined, read_mesh_file
 from registry.access.parties import DATA_ACCOUNT, REQUEST_INFO, Kind, Party, PartyMap, UnknownAccount
 from registry.access.plan import GrantsPlan, ResolverPlan, plan_grants, plan_resolver
-from registry.access.site_servers import SitesIssued, issue_sites, sites_json
-from registry.access.sites import HubEntry, Site, SiteEntry, Topology
-from registry.access.sites_file import SiteFileEntry, SitesFile, read_sites_file
-from registry.access.sites_plan import SitesPlan, plan_sites
+from registry.access.sites.file import SiteFileEntry, SitesFile, read_sites_file
+from registry.access.sites.links import COPY_PREFIX, CopyConsumer, LeafLink, Permit, leaf_links
+from registry.access.sites.plan import SitesPlan, plan_sites
+from registry.access.sites.servers import SitesIssued, issue_sites, sites_json
+from registry.access.sites.topology import HubEntry, Site, SiteEntry, Topology
 
 __all__ = [
     "CLAIMS_UPDATE",

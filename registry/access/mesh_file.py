@@ -16,7 +16,7 @@
     subscriptions = 2000                 # keeps its kind's own (registry.access.limits)
     payload = 262144                     # bytes of one message it publishes
 
-    [hub]                                # where the nodes live (registry.access.sites): the hub,
+    [hub]                                # where the nodes live (registry.access.sites.topology): the hub,
     leafnodes = ["nats-leaf://hub.example.org:7422"]  # the URLs its sites dial it on,
     [sites.home]                         # and each site (one nats-server, JetStream domain `home`)
     nodes = ["n1"]                       # with its nodes; a node at no site lives at the hub
@@ -43,7 +43,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from registry.access.issuing import MeshParties
 from registry.access.limits import GivenLimits, too_low
 from registry.access.parties import Kind
-from registry.access.sites import HubEntry, SiteEntry, SiteName, Topology, site_problems
+from registry.access.sites.topology import HubEntry, SiteEntry, SiteName, Topology, site_problems
 from registry.contract import Name
 from registry.errors import SettingsError
 

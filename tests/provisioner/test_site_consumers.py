@@ -12,7 +12,7 @@ import pytest
 from provisioner.seat.buckets import ensure_buckets
 from provisioner.seat.site_consumers import ensure_site_consumers
 from registry.access import SiteFileEntry, SitesFile
-from registry.access.sites_file import HubFileEntry
+from registry.access.sites.file import HubFileEntry
 from registry.contract import buckets
 from registry.wire import BucketConfig, Bus
 

@@ -17,7 +17,7 @@ import pytest
 from provisioner.seat.site_copies import consumer_resets, ensure_site_copies, site_copies
 from provisioner.seat.site_purges import follow_purges, record_purge
 from registry.access import SiteFileEntry
-from registry.access.sites_file import LinkEntry, PermitEntry
+from registry.access.sites.file import LinkEntry, PermitEntry
 from registry.contract import buckets
 from registry.wire import BucketConfig, Bus, Message, bucket_config, create_bucket, get_direct, put
 

@@ -254,11 +254,12 @@ def test_the_surface_is_pinned(package: str) -> None:
 
 
 def _defined_in(package: str) -> set[str]:
-    """The names each module of the package defines at its top level (classes, functions, constants
-    and aliases), and the modules themselves: what a surface may re-export."""
+    """The names each module of the package (and of its sub-packages) defines at its top level
+    (classes, functions, constants and aliases), and the modules themselves: what a surface may
+    re-export."""
     folder = Path(importlib.import_module(package).__file__ or "").parent
     defined: set[str] = set()
-    for path in folder.glob("*.py"):
+    for path in folder.glob("**/*.py"):  # a concern's own sub-packages are inside it (access/sites/)
         if path.name == "__init__.py":
             continue
         defined.add(path.stem)

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 from registry.access.grants import VAULT, Grants, Import, catalogue_of
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
-from registry.access.sites import Site
+from registry.access.sites.topology import Site
 from registry.contract import Bucket, Domain, buckets, under
 
 # Where a reply crossing an account's service import is sent: a reply subject of the exporter's.

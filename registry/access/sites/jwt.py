@@ -6,7 +6,7 @@
                                       public key with the link's credentials file
     <keys>/leaf-<site>-data.creds, leaf-<site>-vault.creds    the links' users, signed by the data
                                       account's and the vault's account keys, with the permissions
-                                      of `registry.access.leafnodes` and leaf connections only
+                                      of `registry.access.sites.links` and leaf connections only
     <keys>/seat-<site>.creds          the site's seat, a user of the data account
     <out>/sites/<site>.server-auth.conf   jwt/server-auth.conf as the site's server holds it: the
                                       same operator and accounts, but the data account's and the
@@ -48,9 +48,9 @@ from registry.access.jwt_auth import (
     party_account,
     render_server_auth,
 )
-from registry.access.leafnodes import RECONNECT, SITE_SERVER, LeafLink, Permit, at_site, site_seat_denied
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
-from registry.access.sites import Site, Topology
+from registry.access.sites.links import RECONNECT, SITE_SERVER, LeafLink, Permit, at_site, site_seat_denied
+from registry.access.sites.topology import Site, Topology
 
 LEAF_ONLY = "LEAFNODE"
 
@@ -84,7 +84,7 @@ def site_jwt_conf(topology: Topology, links: Sequence[LeafLink], grants: Grants,
 
 def issue_site_creds(links: Iterable[LeafLink], seat_labels: Iterable[str], keys: Path, *, hub_domain: str) -> None:
     """Each link's `.creds` (its permissions signed by its account's key) and each site seat's
-    (what it is denied: `registry.access.leafnodes.site_seat_denied`)."""
+    (what it is denied: `registry.access.sites.links.site_seat_denied`)."""
     for link in links:
         permissions = {
             "pub": {"allow": _subjects(link.publish)},

@@ -14,8 +14,8 @@ at most 64 characters, and never the hub's domain. A node listed at two sites, a
 node, a node that is not one of the mesh's nodes, and sites without `hub.leafnodes` are refused
 by the mesh file (`registry.access.mesh_file`), naming the key and why.
 
-The servers' configurations are derived from this by `registry.access.site_servers`; what the
-link between a site and the hub may carry, by `registry.access.leafnodes`.
+The servers' configurations are derived from this by `registry.access.sites.servers`; what the
+link between a site and the hub may carry, by `registry.access.sites.links`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`sites.json` read back: the topology `mesh-provisioner grants` wrote beside the servers'
-configurations (`registry.access.site_servers.render_sites_json`), for a site's seat.
+configurations (`registry.access.sites.servers.render_sites_json`), for a site's seat.
 
     {"version": 1,
      "hub": {"domain": "hub", "urls": [...], "listen": "0.0.0.0:7422"},
@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from registry.access.parties import DATA_ACCOUNT
-from registry.access.sites import HUB_DOMAIN, MAX_NODES, SiteName
+from registry.access.sites.topology import HUB_DOMAIN, MAX_NODES, SiteName
 from registry.errors import SettingsError
 
 MAX_FILE_BYTES = 4 << 20

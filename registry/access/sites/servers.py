@@ -17,7 +17,7 @@ A site is one nats-server; the hub is one too (a hub cluster needs each server t
 hub.conf, and the sites every hub URL: not tried yet). The JetStream domain goes in a file of its
 own because nats-server takes one `jetstream` block, which holds the server's own `store_dir` and
 limits: the generated part is included inside it. Everything is written byte for byte the same
-from the same mesh file and seeds. With `jwt`, the JWT form is written too (`registry.access.site_jwt`).
+from the same mesh file and seeds. With `jwt`, the JWT form is written too (`registry.access.sites.jwt`).
 The vault's account takes one leaf connection per site at the hub (its grants' limits, in
 accounts.conf and its JWT alike) and one at a site.
 """
@@ -33,7 +33,9 @@ import nkeys
 from registry.access.accounts_conf import SEAT_ROLE, quoted, render_accounts
 from registry.access.credentials import SEED_SUFFIX, new_seed, public_key, write_secret
 from registry.access.grants import VAULT, AccountGrant, Grants, pretty_json, verb_subjects
-from registry.access.leafnodes import (
+from registry.access.parties import DATA_ACCOUNT, Kind, Party
+from registry.access.sites.jwt import hub_jwt_conf, issue_site_creds, site_jwt_conf, site_server_auth
+from registry.access.sites.links import (
     RECONNECT,
     SITE_SERVER,
     LeafLink,
@@ -43,9 +45,7 @@ from registry.access.leafnodes import (
     leaf_links,
     site_seat_denied,
 )
-from registry.access.parties import DATA_ACCOUNT, Kind, Party
-from registry.access.site_jwt import hub_jwt_conf, issue_site_creds, site_jwt_conf, site_server_auth
-from registry.access.sites import Site, Topology
+from registry.access.sites.topology import Site, Topology
 from registry.contract import Domain, buckets
 from registry.errors import SettingsError
 
@@ -104,7 +104,7 @@ def issue_sites(
 ) -> SitesIssued:
     """Writes the hub's and each site's configuration to `out/sites` (nothing when the mesh has
     no site); the seeds come from `keys`, new ones are written there. With `jwt` (the grants were
-    issued with JWTs), also the JWT form (`registry.access.site_jwt`)."""
+    issued with JWTs), also the JWT form (`registry.access.sites.jwt`)."""
     if not topology.sites:
         return SitesIssued((), ())
     folder = out / SITES_DIR
@@ -242,7 +242,7 @@ def render_site(given: _Rendering, site: Site) -> str:
 def site_grants(site: Site, grants: Grants, seat_key: str, *, hub_domain: str) -> Grants:
     """The accounts of a site's server: the data account with the site's seat, the vault's (its
     verbs cross to the vault at the hub), and the accounts of the nodes living there, whose
-    writes go to the hub's buckets (`registry.access.leafnodes.at_site`)."""
+    writes go to the hub's buckets (`registry.access.sites.links.at_site`)."""
     living = {Party(kind=Kind.NODE, name=node) for node in site.nodes}
     held = at_site(grants, site, hub_domain).parties
     parties = tuple(_one_link(g) if g.party == VAULT else g for g in held if g.party in living or g.party == VAULT)

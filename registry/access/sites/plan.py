@@ -1,5 +1,5 @@
 """What issuing the sites again would change, compared as data: the part of `grants --check` that
-reads `sites.json` (`registry.access.sites_file`) before and after.
+reads `sites.json` (`registry.access.sites.file`) before and after.
 
 A site is known by its name: added, removed, or changed (its JetStream domain, its nodes gained
 and lost, its seat's key, and each leaf link's user key and permitted subjects, widened or
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from registry.access.sites_file import HubFileEntry, LinkEntry, PermitEntry, SiteFileEntry, SitesFile
+from registry.access.sites.file import HubFileEntry, LinkEntry, PermitEntry, SiteFileEntry, SitesFile
 
 
 @dataclass(frozen=True)
