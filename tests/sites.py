@@ -320,3 +320,68 @@ async def make_site_copies(site: Bus, read: tuple[Bucket, ...] = SITE_READS) -> 
         await site.jetstream(bucket.create_api, site_mirror(bucket), operation=f"mirror {bucket.name}")
     for bucket in read:
         await site.jetstream(bucket.create_api, site_read_copy(bucket), operation=f"mirror {bucket.name}")
+
+
+# A hub and two sites on what `mesh-provisioner grants --mesh` writes, each site's link through a
+# relay of its own (cutting one leaves the other's alone): for tests/test_two_sites.py.
+
+GENERATED_TWO_SITES_MESH = """\
+nodes = ["n1", "n2", "n3"]
+operators = ["ops"]
+[hub]
+leafnodes = ["nats-leaf://127.0.0.1:{relay}"]
+listen = "127.0.0.1:{leaf}"
+[sites.site1]
+nodes = ["n1"]
+[sites.site2]
+nodes = ["n2"]
+"""
+SITE2 = "site2"
+
+
+@dataclass
+class GeneratedTwoSites:
+    """The hub, site 1 (node n1) and site 2 (node n2) on the generated configuration; `sites` and
+    `relays` by site name; `keys` holds each party's seed (`seat`, `node-n1`, `seat-site2`, ...)."""
+
+    hub: Server
+    sites: dict[str, Server]
+    relays: dict[str, Relay]
+    keys: Path
+    out: Path
+
+    def options(self, server: Server, label: str) -> BusOptions:
+        return BusOptions(servers=(server.url,), name=label, nkey_seed=self.keys / f"{label}.nk")
+
+
+@asynccontextmanager
+async def generated_hub_and_two_sites(root: Path, *, delay: float = 0.0) -> AsyncIterator[GeneratedTwoSites]:
+    """`mesh-provisioner grants --mesh` on a hub and two sites, all three servers running on what it
+    wrote, each site's link through its own relay adding `delay` each way. The mesh file has one
+    hub URL for every site; site 2's generated file is pointed at its own relay's port."""
+    from provisioner.commands.cli import main  # noqa: PLC0415 -- the seat's CLI, only for this helper
+
+    leaf = free_port()
+    relays = {SITE: Relay(leaf, delay), SITE2: Relay(leaf, delay)}
+    (root / "mesh.toml").write_text(GENERATED_TWO_SITES_MESH.format(relay=relays[SITE].port, leaf=leaf))
+    out, keys = root / "out", root / "keys"
+    assert main(["grants", "--mesh", str(root / "mesh.toml"), "--out", str(out), "--keys", str(keys)]) == 0
+    site2_conf = out / "sites" / f"{SITE2}.conf"
+    dialled = f"127.0.0.1:{relays[SITE].port}"
+    assert dialled in site2_conf.read_text()
+    site2_conf.write_text(site2_conf.read_text().replace(dialled, f"127.0.0.1:{relays[SITE2].port}"))
+    hub = generated_server(out, root / HUB, HUB)
+    sites = {name: generated_server(out, root / name, name) for name in (SITE, SITE2)}
+    async with anyio.create_task_group() as tasks:
+        for each in relays.values():
+            await tasks.start(each.serve)
+        await tasks.start(hub.run)
+        for server in sites.values():
+            await tasks.start(server.run)
+        try:
+            yield GeneratedTwoSites(hub, sites, relays, keys, out)
+        finally:
+            for server in sites.values():
+                await server.stop()
+            await hub.stop()
+            tasks.cancel_scope.cancel()
