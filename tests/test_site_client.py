@@ -171,7 +171,7 @@ async def test_a_cut_link_keeps_the_env_files_says_what_is_stale_and_converges_o
             lambda: _file(env / "local.env"), "the module added during the cut materialized at the site"
         )
         assert local == {"LOG_LEVEL": "info"}
-        status = await eventually(lambda: _stale(site, {"lease", buckets.APPLIED.name}, f"{NODE}.local"), "stale")
+        status = await eventually(lambda: _stale(site, {"lease", buckets.APPLIED.name}, f"{NODE}.local"), "stale", 60)
         assert status.waiting is not None
         text = status_text(status)
         print(f"FIGURE status during the cut:\n{text}")
