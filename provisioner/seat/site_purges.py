@@ -9,9 +9,10 @@ that its mirrors carry, and each site's seat purges the same messages from its o
 
     at the hub   the guard purges `<node>.>` of the bucket up to the last revision it counted
                  (`seq`: the node's writes after the count stay, and are counted next), then puts
-                 `purge-<bucket>.<node>` in the leases bucket: {"bucket", "filter", "upto"}
-    at a site    the seat follows `purge-*` keys of its leases mirror and purges its mirror of the
-                 bucket with the same filter up to the same sequence: a mirror keeps the hub's
+                 `purge-<bucket>.<node>` in the leases bucket: {"upto"}
+    at a site    the seat follows `purge-<bucket>.*` keys of its leases mirror and purges its mirror
+                 of the bucket, the node's keys the record's key names (`<node>.>`, never a filter
+                 the value would say), up to the same sequence: a mirror keeps the hub's
                  sequences, so exactly the messages the hub purged go, never a later write
 
 The record is one key per node and bucket (the last purge's: a purge up to a sequence covers those
@@ -28,8 +29,8 @@ import anyio
 from anyio.abc import TaskStatus
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from registry.contract import Bucket, buckets
-from registry.errors import BusError
+from registry.contract import Bucket, buckets, decode_token, encode_token
+from registry.errors import BusError, KeyShapeError
 from registry.wire import Bus, KvItem, put, scoped_watch
 
 log = logging.getLogger(__name__)
@@ -38,18 +39,21 @@ PREFIX = "purge-"  # the leases' role of a purge record: `purge-<bucket>`
 
 
 class PurgeRecord(BaseModel):
-    """What the hub purged: the bucket, the filter (relative to it) and the last revision purged."""
+    """The last revision of a node's keys the hub purged (the bucket and node: the record's key)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    bucket: str
-    filter: str
     upto: int
 
 
 def record_key(bucket: Bucket, token: str) -> str:
     """The leases key of the purge record of node `token` (a key token) in `bucket`."""
-    return f"{PREFIX}{bucket.name}.{token}"
+    return buckets.LEASES.shape.build(role=f"{PREFIX}{bucket.name}", name=decode_token(token))
+
+
+def purged_filter(key: str) -> str:
+    """The node's keys a purge record's key names (`<node token>.>`); `KeyShapeError` when out of shape."""
+    return f"{encode_token(buckets.LEASES.shape.parse(key)['name'])}.>"
 
 
 async def purge_upto(bus: Bus, bucket: Bucket, subject_filter: str, upto: int) -> int:
@@ -62,7 +66,7 @@ async def purge_upto(bus: Bus, bucket: Bucket, subject_filter: str, upto: int) -
 
 async def record_purge(bus: Bus, bucket: Bucket, token: str, upto: int) -> None:
     """The hub's record of a purge of node `token`'s keys of `bucket` up to `upto`, for the sites."""
-    record = PurgeRecord(bucket=bucket.name, filter=f"{token}.>", upto=upto)
+    record = PurgeRecord(upto=upto)
     await put(bus, buckets.LEASES, record_key(bucket, token), record.model_dump_json().encode())
 
 
@@ -78,7 +82,7 @@ async def follow_purges(
 
 
 async def _follow(bus: Bus, bucket: Bucket) -> None:
-    async with scoped_watch(bus, buckets.LEASES, f"{PREFIX}{bucket.name}.>") as records:
+    async with scoped_watch(bus, buckets.LEASES, f"{encode_token(PREFIX + bucket.name)}.>") as records:
         async for item in records:
             await _apply(bus, bucket, item)
 
@@ -88,19 +92,17 @@ async def _apply(bus: Bus, bucket: Bucket, item: KvItem) -> None:
         return
     try:
         record = PurgeRecord.model_validate_json(item.value)
-    except ValidationError:
+        subject_filter = purged_filter(item.key)
+    except (ValidationError, KeyShapeError):
         log.warning("purge record %s is not one the hub's seat writes; ignored", item.key)
         return
-    if record.bucket != bucket.name:
-        log.warning("purge record %s names bucket %s; ignored", item.key, record.bucket)
-        return
     try:
-        purged = await purge_upto(bus, bucket, record.filter, record.upto)
+        purged = await purge_upto(bus, bucket, subject_filter, record.upto)
     except BusError as err:
         reason = err.reason
         log.warning(
             "the hub's purge of %s in %s not applied here (%s); at the seat's next start",
-            record.filter,
+            subject_filter,
             bucket.name,
             reason,
         )
@@ -109,7 +111,7 @@ async def _apply(bus: Bus, bucket: Bucket, item: KvItem) -> None:
         log.info(
             "site copy %s: the hub's quota purge of %s up to %d applied (%d messages)",
             bucket.stream,
-            record.filter,
+            subject_filter,
             record.upto,
             purged,
             extra={"bucket": bucket.name},

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from provisioner.seat.site_copies import consumer_resets, ensure_site_copies, site_copies
-from provisioner.seat.site_purges import follow_purges, record_purge
+from provisioner.seat.site_purges import follow_purges, record_key, record_purge
 from registry.access import SiteFileEntry
 from registry.access.sites.file import LinkEntry, PermitEntry
 from registry.contract import buckets
@@ -153,4 +153,22 @@ async def test_a_purge_record_purges_exactly_up_to_its_revision(bus: Bus) -> Non
         tasks.cancel_scope.cancel()
     assert await get_direct(bus, buckets.NEEDS, "n1.a.secret.x") is None
     assert await get_direct(bus, buckets.NEEDS, "n1.c.secret.x") is not None
+    assert await get_direct(bus, buckets.NEEDS, "n2.a.secret.x") is not None
+
+
+async def test_a_purge_record_purges_only_the_node_its_key_names(bus: Bus) -> None:
+    """What a record purges is the node its key names: a value that says a wider filter is not
+    one the hub writes, and is ignored; every key stays."""
+    config = BucketConfig()
+    for bucket in (buckets.NEEDS, buckets.LEASES):
+        await create_bucket(bus, bucket, config)
+    upto = await put(bus, buckets.NEEDS, "n1.a.secret.x", b"{}")
+    await put(bus, buckets.NEEDS, "n2.a.secret.x", b"{}")
+    wider = json.dumps({"bucket": buckets.NEEDS.name, "filter": ">", "upto": upto + 1}).encode()
+    await put(bus, buckets.LEASES, record_key(buckets.NEEDS, "n1"), wider)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(partial(follow_purges, bus, (buckets.NEEDS,)))
+        await anyio.sleep(0.5)  # the record is read and refused; nothing to wait for
+        tasks.cancel_scope.cancel()
+    assert await get_direct(bus, buckets.NEEDS, "n1.a.secret.x") is not None
     assert await get_direct(bus, buckets.NEEDS, "n2.a.secret.x") is not None
