@@ -44,6 +44,8 @@ RESEND_AFTER = 0.5  # seconds without an answer: the link's round trip is far sh
 SERVER_WAITS = 5.0  # how long nats-server waits for the answer of a durable copy's reset
 ANSWERS = "$JSC.R.>"  # the reply subjects of nats-server's consumer requests
 REWIND_WAIT = 3.0  # seconds for the hub's answer to a rewind
+MAX_ANSWER = 64 * 1024  # bytes of an answer read: the hub's to a reset is a few hundred
+MOST_WAITING = 10_000  # resets remembered at once: a site has one per copy; more is someone else's flood
 
 
 @dataclass
@@ -60,8 +62,8 @@ class LostResets:
         self.waiting: dict[str, _Reset] = {}
 
     def asked(self, msg: Message, now: float) -> None:
-        if msg.reply and msg.reply not in self.waiting:  # not our own resend, heard again
-            self.waiting[msg.reply] = _Reset(msg.subject, now)
+        if msg.reply and msg.reply not in self.waiting and len(self.waiting) < MOST_WAITING:
+            self.waiting[msg.reply] = _Reset(msg.subject, now)  # (heard again: our own resend)
 
     def answered(self, msg: Message) -> None:
         reset = self.waiting.pop(msg.subject, None)
@@ -138,5 +140,9 @@ async def rewind(bus: Bus, consumer: CopyConsumer, hub_domain: str) -> str | Non
         await subscription.unsubscribe()
     if not answers:
         return f"no answer from the hub in {REWIND_WAIT:.0f} s (the link down?)"
-    error = json.loads(answers[0].data or b"{}").get("error")
-    return None if error is None else str(error.get("description", error))
+    try:
+        said = json.loads(answers[0].data[:MAX_ANSWER] or b"{}")
+    except ValueError:
+        return "the answer to the rewind is not JSON"
+    error = said.get("error") if isinstance(said, dict) else "the answer to the rewind is not a JSON object"
+    return None if error is None else str(error.get("description", error) if isinstance(error, dict) else error)
