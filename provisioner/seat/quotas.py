@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 GUARDED = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT)
 SHOWN_FOR = timedelta(hours=1)  # how long a node cut back is shown over quota
 COUNTS_WAITING = 256  # nodes waiting to be counted; more wait for the next write that passes the bound
+DURING_KEPT = 100_000  # writes of one node kept aside with their revisions while it is counted
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,56 @@ class CutBack:
         )
 
 
+class Bound:
+    """An upper bound of what one node holds in one bucket, from the writes seen since it was last
+    counted. The watch may lag the bucket: a write at or below the revision last counted is already
+    in that count (or purged with it) and is not added again. A write seen while the node is counted
+    is kept aside with its revision; after the count only those above the revision counted are
+    added, since they are still in the bucket whether or not the rest was purged."""
+
+    def __init__(self) -> None:
+        self.keys = 0
+        self.bytes = 0
+        self.upto = 0  # the last count's revision
+        self.counting = False
+        self._before = (0, 0)  # the bound when counting began, kept if the count fails
+        self._during: list[tuple[int, int]] = []  # (revision, size) seen while counting
+
+    def footprint(self) -> Footprint:
+        return Footprint(self.keys, self.bytes)
+
+    def add(self, revision: int, size: int) -> None:
+        if revision <= self.upto:
+            return
+        if self.counting and len(self._during) < DURING_KEPT:
+            self._during.append((revision, size))
+            return
+        self.keys += 1  # past DURING_KEPT, a write seen while counting is taken to survive it: high, never low
+        self.bytes += size
+
+    def start_counting(self) -> None:
+        self._before = (self.keys, self.bytes)
+        self.keys = self.bytes = 0
+        self.counting = True
+
+    def counted(self, upto: int, left: Footprint) -> None:
+        """The count's result: `left` is what remains of the node's writes up to revision `upto`."""
+        after = [size for revision, size in self._during if revision > upto]
+        self._end(left.keys + len(after), left.bytes + sum(after))
+        self.upto = max(self.upto, upto)
+
+    def give_up(self) -> None:
+        """The count failed: what was seen before it and while it ran stays in the bound."""
+        during = self._during
+        self._end(self._before[0] + len(during), self._before[1] + sum(size for _, size in during))
+
+    def _end(self, keys: int, size: int) -> None:
+        self.keys += keys
+        self.bytes += size
+        self._during = []
+        self.counting = False
+
+
 class QuotaGuard:
     """Watches the guarded buckets and cuts back a node over its quota (see the module)."""
 
@@ -102,9 +153,8 @@ class QuotaGuard:
         self.guarded = tuple(guarded)
         self.shown_for = shown_for
         self._clock = clock
-        self._written: dict[tuple[str, str], list[int]] = {}  # (bucket, node token): [keys, bytes] since counted
+        self._bounds: dict[tuple[str, str], Bound] = {}  # by (bucket, node token)
         self._cut: dict[str, CutBack] = {}  # by node name
-        self._counting: set[tuple[str, str]] = set()
         self._to_count: MemoryObjectSendStream[tuple[Bucket, str]] | None = None
         self._name = f"seat-quota-{uuid.uuid4().hex[:12]}"
 
@@ -140,45 +190,50 @@ class QuotaGuard:
         delete counts as a key: the bucket keeps its marker, so put-and-delete under new names
         without end would otherwise fill it while the node's live keys stay few."""
         token = item.key.partition(".")[0]
-        written = self._written.setdefault((bucket.name, token), [0, 0])
-        written[0] += 1
-        written[1] += max(item.size, 0)
-        if not Footprint(*written).over(self.quota) or (bucket.name, token) in self._counting:
-            return
-        if self._to_count is None:
+        bound = self._bounds.setdefault((bucket.name, token), Bound())
+        bound.add(item.revision, max(item.size, 0))
+        self._count_if_over(bucket, token, bound)
+
+    def _count_if_over(self, bucket: Bucket, token: str, bound: Bound) -> None:
+        if bound.counting or not bound.footprint().over(self.quota) or self._to_count is None:
             return
         try:
             self._to_count.send_nowait((bucket, token))
         except anyio.WouldBlock:
             return  # counted at its next write once the queue has room
-        self._counting.add((bucket.name, token))
+        bound.start_counting()
 
     async def _count_each(self, bus: Bus, queued: MemoryObjectReceiveStream[tuple[Bucket, str]]) -> None:
         async for bucket, token in queued:
+            bound = self._bounds.setdefault((bucket.name, token), Bound())
             try:
                 await self.count(bus, bucket, token)
             except BusError as err:
+                bound.give_up()
                 log.warning(
                     "counting node %s in %s failed (%s); counted again at its next write",
                     token,
                     bucket.name,
                     err.reason,
                 )
-            finally:
-                self._counting.discard((bucket.name, token))
+            else:
+                self._count_if_over(bucket, token, bound)  # what it wrote while it was counted
 
     async def count(self, bus: Bus, bucket: Bucket, token: str) -> Footprint:
         """Counts the node's keys in `bucket` and cuts it back if it is over its quota; what it held."""
+        bound = self._bounds.setdefault((bucket.name, token), Bound())
+        if not bound.counting:
+            bound.start_counting()
         items = await snapshot(bus, bucket, [f"{token}.>"], include_deleted=True, headers_only=True)
         held = Footprint(len(items), sum(max(item.size, 0) for item in items))
+        upto = max((item.revision for item in items), default=0)
         if not held.over(self.quota):
-            self._written[(bucket.name, token)] = [held.keys, held.bytes]
+            bound.counted(upto, held)
             return held
-        upto = max(item.revision for item in items)
         purged = await purge_upto(bus, bucket, f"{token}.>", upto)
         await record_purge(bus, bucket, token, upto)  # for the sites' mirrors (provisioner.seat.site_purges)
         self.on_purged(bucket, token)
-        self._written[(bucket.name, token)] = [0, 0]
+        bound.counted(upto, Footprint(0, 0))
         self._remember(_name_of(token), bucket, held, purged)
         return held
 

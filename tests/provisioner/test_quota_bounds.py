@@ -59,3 +59,44 @@ def test_footprints_are_over_by_keys_or_by_bytes() -> None:
     assert Footprint(0, 101).over(QUOTA)
     cut = CutBack("b", Footprint(4, 1500), QUOTA, datetime(2026, 12, 1, 18, 0, tzinfo=UTC))
     assert cut.reason().startswith("over quota: held 4 keys, 1.5 KiB in b at 18:00:00 UTC")
+
+
+def at(key: str, revision: int, size: int = 10) -> KvItem:
+    return KvItem(key, b"", revision, False, size=size)
+
+
+async def test_writes_seen_while_a_node_is_counted_stay_in_its_bound_when_they_outlive_the_purge() -> None:
+    # A count purges up to the revision it read; what the node wrote after that is still in the
+    # bucket. Forgetting it let a node fill the bucket once it was full: no write passed the bound.
+    guard = QuotaGuard(QUOTA)
+    send, receive = anyio.create_memory_object_stream[tuple[Bucket, str]](8)
+    async with send, receive:
+        guard._to_count = send
+        for revision in range(1, 5):
+            guard.note(buckets.NEEDS, at(f"n1.m.config.v{revision}", revision))
+        assert receive.receive_nowait()[1] == "n1"
+        guard.note(buckets.NEEDS, at("n1.m.config.v5", 5))  # while counted: read by the count
+        guard.note(buckets.NEEDS, at("n1.m.config.v6", 6))  # after the count's read: not purged
+        guard.note(buckets.NEEDS, at("n1.m.config.v7", 7))
+        bound = guard._bounds[(buckets.NEEDS.name, "n1")]
+        bound.counted(5, Footprint(0, 0))  # purged up to revision 5
+        assert bound.footprint() == Footprint(2, 20)
+        guard.note(buckets.NEEDS, at("n1.m.config.v3", 3))  # a lagging watch's write, counted already
+        assert bound.footprint() == Footprint(2, 20)
+        guard.note(buckets.NEEDS, at("n1.m.config.v8", 8))
+        guard.note(buckets.NEEDS, at("n1.m.config.v9", 9))  # 4 keys since the purge: over 3
+        assert receive.receive_nowait()[1] == "n1"
+
+
+async def test_a_failed_count_keeps_every_write_it_saw_in_the_bound() -> None:
+    guard = QuotaGuard(QUOTA)
+    send, receive = anyio.create_memory_object_stream[tuple[Bucket, str]](8)
+    async with send, receive:
+        guard._to_count = send
+        for revision in range(1, 5):
+            guard.note(buckets.NEEDS, at(f"n1.m.config.v{revision}", revision))
+        guard.note(buckets.NEEDS, at("n1.m.config.v5", 5))
+        bound = guard._bounds[(buckets.NEEDS.name, "n1")]
+        bound.give_up()
+        assert bound.footprint() == Footprint(5, 50)
+        assert not bound.counting
