@@ -56,7 +56,6 @@ from mesh_dev.standins import SECRET_SUBJECT, Vault
 from provisioner.commands.cli import main as seat_cli
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.watch.holding import holding
-from registry.access import DATA_ACCOUNT
 from registry.contract import Bucket, KeyShape, buckets, under
 from registry.errors import BusError, ConvergeError
 from registry.serving import EndpointSpec, serve
@@ -169,9 +168,9 @@ async def running_mesh(root: Path, sizes: SitesSizes) -> AsyncIterator[Mesh]:
             for site in range(sizes.sites)
         ]
 
-        async def links_up() -> bool:
+        async def links_up() -> bool:  # each site's two links, bound to its own account at the hub
             found = await anyio.to_thread.run_sync(leaf_accounts, monitor)
-            return found.count(DATA_ACCOUNT) >= sizes.sites
+            return all(found.count(f"site-{site_name(site)}") == 2 for site in range(sizes.sites))
 
         await until(links_up, within=60)
         try:

@@ -18,7 +18,9 @@
 The vault shows the contract a real vault holds (deploy/examples/README.md) when it is given the
 grants (`parties`, a `PartyMap`) and the needs (`needs`, a connection that may get them): who asks
 comes from the bus (`Nats-Request-Info`), never from the body; an account no grant names, and every
-party that is not a node (a provider, an operator), is refused (403); a node is answered a secret
+party that is not a node (a provider, an operator), is refused (403), but a site's links at the hub,
+answered for a node living at the site (the body names which: the hub's server marks the request as
+the site's, whatever a site's server wrote, `registry.access.sites.accounts`); a node is answered a secret
 only while one of its modules declares it (its need `<node>.<module>.secret.<name>`, read by direct
 get) and a provision's consumers only from its provider's module (`<node>.postgres.consumers.<name>`)
 on the machine running it. Given the grants alone it checks who asks, but not what their modules
@@ -182,7 +184,7 @@ class Vault:
             raise Refused("403", str(err)) from None
         if party is None:  # from the vault's own account
             return
-        node = _asking_node(party, asked, kind)
+        node = _asking_node(party, asked, kind, self.parties.speaks_for(party))
         if kind == "consumers" and asked.module != self.provider:
             raise Refused(
                 "403",
@@ -213,9 +215,17 @@ class Vault:
             )
 
 
-def _asking_node(party: Party, asked: Asked, kind: str) -> str:
+def _asking_node(party: Party, asked: Asked, kind: str, speaks_for: frozenset[str]) -> str:
     """The asking node's name; refused when a party that runs no module asks, or a node asks in
-    another node's name."""
+    another node's name. A site's links (the hub's server names them, never what a site's server
+    sent) ask for the node their body names, one living at the site (`speaks_for`)."""
+    if party.kind == Kind.SITE:
+        if isinstance(asked.node, str) and asked.node in speaks_for:
+            return asked.node
+        asked_for = f"node {capped(asked.node, 64)}" if isinstance(asked.node, str) else "no node"
+        raise Refused(
+            "403", f"site {capped(party.name, 64)} is answered for the nodes living there; asked for {asked_for}"
+        )
     if party.kind != Kind.NODE:
         raise Refused(
             "403", f"a {kind} is answered to a node running a module that declares it, never to {party.label}"

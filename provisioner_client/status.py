@@ -271,16 +271,23 @@ def _waiting(materialize: Path, node: str) -> tuple[Waiting | None, str | None]:
 async def _applied_items(
     bus: Bus, node: str, folder: EnvFolder, waits: Waiting | None
 ) -> tuple[list[KvItem], str | None]:
-    """The node's applied records as the verb lists them; when the verb (at the hub) is out of
-    reach while the client's own writes wait for the hub (its link down, as its writes told it), as
-    the site has them, with those waiting in their place, and why they were read so. A verb out of
-    reach with no write waiting is said as it is (the seat down, say): nothing tells the link is."""
+    """The node's applied records as the verb lists them (a site's seat, from the site's copies),
+    with those of the client's own that wait for the hub in their place (no copy has them yet), and
+    why they were read so. When the verb is out of reach while writes wait (the link down, as they
+    told), as the site's copy has them; out of reach with no write waiting, it is said as it is
+    (the seat down, say): nothing tells the link is."""
     try:
-        return await NodeScope(node).read(bus, buckets.APPLIED), None
+        listed = await NodeScope(node).read(bus, buckets.APPLIED)
     except BusError as err:
         if waits is None or waiting.link_down(err) is None:
             raise
-        why = f"the verb at the hub was asked for them and answered {waiting.link_down(err)}"
+        why = f"the verb was asked for them and answered {waiting.link_down(err)}"
+    else:
+        own = waits.applied_records(buckets.APPLIED.name) if waits is not None else {}
+        if not own:
+            return listed, None
+        merged = {item.key: item for item in listed} | {key: KvItem(key, value, 0) for key, value in own.items()}
+        return list(merged.values()), f"{len(own)} of the client's own wait for the hub: in place of the verb's answer"
     found: dict[str, KvItem] = {}
     try:
         modules = set(folder.read_ledger().manifests.values())

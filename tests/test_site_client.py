@@ -35,16 +35,14 @@ import pytest
 
 from mesh_dev.standins import CONFIG, stand_ins
 from provisioner.commands.removal import remove_node
-from provisioner.seat.site_copies import ensure_site_copies
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.resolving import waiting
 from provisioner_client.status import NodeStatus, read_status
 from provisioner_client.status_view import status_text
 from provisioner_client.watch.watching import WatchTiming, watch
-from registry.access import read_sites_file
 from registry.contract import AppliedValue, buckets, read_json
 from registry.errors import BusError
-from registry.wire import SKEW, BucketConfig, Bus, KvItem, Message, connect, get_direct, get_last_many, node_key, put
+from registry.wire import SKEW, Bus, KvItem, Message, connect, get_direct, get_last_many, node_key, put
 from tests.helpers import logged, serving, sh_env
 from tests.sites import GeneratedSites, generated_hub_and_site
 
@@ -123,16 +121,23 @@ async def site_client(tmp_path: Path, *, request_timeout: float = 5.0) -> AsyncI
         seat_options = sites.options(sites.hub, "seat")
         grants = sites.out / "grants.json"
         sites_json = sites.out / "sites" / "sites.json"  # the hub's seat makes the consumers the copies take
+        site_seat = sites.options(sites.site, "seat-site1").model_copy(update={"name": buckets.SEAT})
         async with (
             serving(sites.hub.url, bus_options=seat_options, grants_file=grants, providers=[], sites_file=sites_json),
             connect(seat_options) as seat,
             stand_ins(seat, NODE, with_vault=False),
+            # the site's seat: its copies of the hub's buckets, and the verb answered at the site
+            serving(
+                sites.site.url,
+                bus_options=site_seat,
+                grants_file=grants,
+                providers=[],
+                sites_file=sites_json,
+                site="site1",
+            ),
             connect(sites.options(sites.site, "seat-site1")) as site_data,
             connect(node_options) as node,
         ):
-            entry = read_sites_file(sites_json).site("site1")
-            assert entry is not None  # the site's copies, made by the site's seat's code
-            await ensure_site_copies(site_data, entry, hub_domain="hub", config=BucketConfig(), providers=[])
             manifests, runs = tmp_path / "manifests", tmp_path / "runs"
             manifests.mkdir()
             runs.mkdir()

@@ -38,7 +38,7 @@ import pytest
 from nats.aio.client import Client
 
 from mesh_dev.local_nats import LocalNats
-from registry.access import DATA_ACCOUNT, Kind, Nkey, Party, account_seed_path, creds_path
+from registry.access import Kind, Nkey, Party, account_seed_path, creds_path
 from registry.contract import buckets
 from registry.wire import Bus, BusOptions, ask, connect, put
 from tests import test_isolation as at_the_hub
@@ -55,6 +55,7 @@ from tests.test_site_seat import Seat, connecting, eventually, requests_answered
 from tests.test_sites_topology import leafz, server
 
 SITE = "site1"
+LINK_ACCOUNT = f"site-{SITE}"  # where its links bind at the hub
 AT_THE_SITE = {"node-n1"}  # the parties that live at the site: every other connects at the hub
 ATTACKER = "n1"
 ASKED = 10  # verb requests counted at each seat
@@ -103,11 +104,12 @@ class SiteMesh:
             return await nats.connect(url, user_credentials=str(creds_path(self.keys, who.label)), name=who.label)
         return await nats.connect(url, nkeys_seed=str(self.keys / f"{who.label}.nk"), name=who.label)
 
-    def data_account(self) -> str:
-        """How the hub's `/leafz` names the data account: its name, or its public key (JWT)."""
+    def link_account(self) -> str:
+        """How the hub's `/leafz` names the site's account there (its links bind to it): its name,
+        or its public key (JWT)."""
         if not self.jwt:
-            return DATA_ACCOUNT
-        return Nkey(account_seed_path(self.keys, DATA_ACCOUNT).read_bytes().strip()).public_key
+            return LINK_ACCOUNT
+        return Nkey(account_seed_path(self.keys, LINK_ACCOUNT).read_bytes().strip()).public_key
 
 
 def grants(root: Path, relay: int, leaf: int, *, jwt: bool) -> tuple[Path, Path]:
@@ -139,7 +141,7 @@ async def site_mesh(root: Path, *, jwt: bool, with_site: bool = True) -> AsyncIt
             Seat(connecting(hub, "seat", keys, jwt=jwt, name=buckets.SEAT), seat_settings(out, sites_file=sites_file))
         ]
         if site is not None:
-            await eventually(partial(_linked, monitor, mesh.data_account()))
+            await eventually(partial(_linked, monitor, mesh.link_account()))
             site_settings = seat_settings(out, site=SITE, sites_file=sites_file)
             seats.append(Seat(connecting(site, f"seat-{SITE}", keys, jwt=jwt, name=buckets.SEAT), site_settings))
         for seat in seats:

@@ -14,12 +14,12 @@ down: the rogue server is the site.
 Refused, judged by the data: a put into the registry or another node's keys, a purge or delete of
 a stream, a consumer of any kind (with a deliver subject into the registry, durable, on another
 node's keys), a reset of another site's consumer, a delete of the site's own, the vault's verbs,
-each plain and through the hub's domain. Strict xfails hold what the link still lets through:
-the hub's seat believes the `Nats-Request-Info` a leaf server writes (its importing account named
-after the operator's, the rogue is answered about the mesh), and the link's `_R_.>` carries the
-hub's answers to nodes that live at the hub (n2's bound value from its provider, overheard). A
-third: the vault link's credential, the rogue's importing account named after n2's, is taken by
-the vault at the hub for n2.
+each plain and through the hub's domain. What the link's account at the hub being the site's own
+(`site-<site>`, registry.access.sites.accounts) shows besides: the verb is never answered through
+the link, whoever the rogue's importing account is named after (the operator, another node); the
+link's `_R_.>` carries no answer of the hub's to a node at the hub (n2's bound value from its
+provider); and on the vault link's credential, a rogue naming its importing account after n2's
+reaches the vault as the site's account, never n2's.
 """
 
 from __future__ import annotations
@@ -40,8 +40,10 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 
 from mesh_dev.local_nats import LocalNats, local_nats
+from mesh_dev.standins import Vault
 from registry.access import Grants, Kind, creds_path
 from registry.contract import Bucket, buckets
+from registry.serving import EndpointSpec, serve
 from registry.wire import Bus, get_direct, put
 from tests.attacks import (
     API_ATTACKS,
@@ -56,7 +58,7 @@ from tests.attacks import (
 from tests.helpers import in_own_task
 from tests.isolation import party
 from tests.test_site_isolation import SITE, SiteMesh, site_mesh
-from tests.test_site_seat import eventually
+from tests.test_site_seat import eventually, requests_answered
 
 HUB_API = "$JS.hub.API."
 LINK = f"leaf-{SITE}-data"
@@ -281,43 +283,30 @@ async def _verb_answer(client: Client) -> Msg | None:
         return None
 
 
-async def test_a_rogue_leaf_asking_the_verb_is_refused(rogue: Client) -> None:
-    """Through an import of its own, the rogue's request names its own account: no party's."""
-    answer = await eventually(partial(_verb_answer, rogue))
-    assert (answer.headers or {}).get("Nats-Service-Error-Code") == "403"
-    assert b"n2." not in answer.data
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the hub's seat takes Nats-Request-Info from the link as it comes: a leaf server on the link's "
-    "credential names its importing account after any party and is answered as that party (issue 22)",
-)
-async def test_a_rogue_leaf_is_not_answered_the_verb_as_a_party_it_names(
-    mesh: SiteMesh, seat: Bus, tmp_path: Path
+@pytest.mark.parametrize("named", [None, "operator-ops", "node-n2"], ids=["its own", "the operator's", "n2's"])
+async def test_a_rogue_leaf_asking_the_verb_is_never_answered_at_the_hub(
+    mesh: SiteMesh, seat: Bus, tmp_path: Path, named: str | None
 ) -> None:
-    """The rogue server's client account named after the operator's: asked through the link, the
-    hub's seat must not answer it about the mesh (n2's needs)."""
-    async with rogue_leaf(mesh, tmp_path / "rogue", account_of(mesh, "operator-ops")) as server:
+    """The verb does not cross a link (the site's seat answers its nodes): the rogue server's
+    client, its account named as it likes (after the operator's: the mesh; after n2's: n2's
+    needs), is answered nothing, and the hub's seat is never asked."""
+    before = await requests_answered(seat)
+    client_account = account_of(mesh, named) if named is not None else "CLIENT"
+    async with rogue_leaf(mesh, tmp_path / "rogue", client_account) as server:
         client = await server.client()
         try:
-            answer = await eventually(partial(_verb_answer, client))
+            await eventually(partial(_written_through, client, seat))  # the link is up and carries
+            answers = [await _verb_answer(client) for _ in range(5)]
         finally:
             await client.close()
-    assert (answer.headers or {}).get("Nats-Service-Error-Code") == "403"
-    assert b"n2." not in answer.data
+    assert answers == [None] * 5
+    assert await requests_answered(seat) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the data link permits every answer (_R_.>): a leaf server on the link's credential hears the hub's "
-    "answers to a node at the hub, its provider's bound values among them (issue 22)",
-)
 async def test_a_rogue_leaf_hears_no_answer_to_a_node_at_the_hub(mesh: SiteMesh, rogue_server: Rogue) -> None:
     """A user of the rogue server's linked account subscribes `_R_.>`; node n2, at the hub, gets its
-    own postgres_bound key: the rogue must not hear the answer."""
+    own postgres_bound key: the rogue must not hear the answer (the link's account at the hub is
+    the site's own: the hub's answers to others are published in the data account)."""
     listener = await rogue_server.listener()
     try:
         heard = await listener.subscribe("_R_.>")
@@ -345,18 +334,13 @@ async def _asked_as(client: Client) -> str | None:
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the vault link carries Nats-Request-Info as a leaf server writes it: on the vault link's credential, "
-    "a rogue naming its importing account after node n2's is taken by the vault for n2 (issue 22)",
-)
 async def test_a_rogue_leaf_on_the_vault_link_is_not_taken_for_another_node(
     mesh: SiteMesh, seat: Bus, tmp_path: Path
 ) -> None:
     """A stand-in of the vault at the hub, on the vault's own key, answers whom the bus says asked:
     a rogue leaf on the vault link's credential, its importing account named after n2's, must not
-    be n2 to it (the vault would hand it n2's secrets)."""
+    be n2 to it (the vault would hand it n2's secrets). The hub's server names the site's account,
+    whatever the leaf wrote."""
     vault = await mesh.raw(party(Kind.VAULT))
     try:
         await answering_who_asks(vault, SECRET_VERB)
@@ -368,7 +352,7 @@ async def test_a_rogue_leaf_on_the_vault_link_is_not_taken_for_another_node(
                 await client.close()
     finally:
         await vault.close()
-    assert asked_as != account_of(mesh, "node-n2")
+    assert asked_as == account_of(mesh, f"site-{SITE}")
 
 
 async def answering_who_asks(client: Client, subject: str) -> None:
@@ -380,3 +364,41 @@ async def answering_who_asks(client: Client, subject: str) -> None:
 
     await client.subscribe(subject, cb=answer)
     await client.flush()
+
+
+async def _secret_asked(client: Client, node: str) -> Msg | None:
+    body = json.dumps({"node": node, "module": "app", "kind": "secret", "name": "s"}).encode()
+    try:
+        return await client.request(SECRET_VERB, body, timeout=0.5)
+    except nats.errors.Error:
+        return None
+
+
+@pytest.mark.parametrize("named", [None, "node-n2"], ids=["its own", "n2's"])
+async def test_a_rogue_leaf_on_the_vault_link_gets_the_secrets_of_its_sites_nodes_alone(
+    mesh: SiteMesh, seat: Bus, tmp_path: Path, named: str | None
+) -> None:
+    """The development vault holding the contract at the hub (the grants' parties, the needs read):
+    through the vault link's credential, its importing account named as it likes, the rogue asks
+    for the secret both n1 (at the site) and n2 (at the hub) declare. n2's is refused, and n2's
+    value never comes back; n1's is answered: a site's server speaks for its own nodes."""
+    for node in ("n1", "n2"):
+        await put(seat, NEEDS, f"{node}.app.secret.s", b'{"placeholder":"${secret:s}","used_in":["S"]}')
+    async with mesh.connect(party(Kind.VAULT)) as bus:
+        vault = Vault(parties=Grants.model_validate_json((mesh.out / "grants.json").read_text()).party_map(), needs=bus)
+        vault.secrets["s"] = "the-secret-value"
+        endpoints = [EndpointSpec("secret", SECRET_VERB, vault.answer_secret)]
+        async with serve(bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=endpoints):
+            client_account = account_of(mesh, named) if named is not None else "CLIENT"
+            async with rogue_leaf(mesh, tmp_path / "rogue", client_account, VAULT_LINK) as server:
+                client = await server.client()
+                try:
+                    own = await eventually(partial(_secret_asked, client, SITE_NODE))
+                    other = await _secret_asked(client, "n2")
+                finally:
+                    await client.close()
+    assert json.loads(own.data) == {"value": "the-secret-value"}
+    assert other is not None and (other.headers or {}).get("Nats-Service-Error-Code") == "403"
+    assert b"the-secret-value" not in other.data
+    said = (other.headers or {}).get("Nats-Service-Error", "")
+    assert said == f"site {SITE} is answered for the nodes living there; asked for node n2"

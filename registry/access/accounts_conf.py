@@ -60,12 +60,18 @@ def _exports(exports: Exports) -> list[str]:
 
 
 def _party_account(grant: AccountGrant, exports: Exports, vault_subjects: Sequence[str]) -> list[str]:
-    lines = [f"  {quoted(grant.account)} {{", f"    users: [{{{_user(grant, vault_subjects)}}}]"]
+    lines = [f"  {quoted(grant.account)} {{", *_users(grant, vault_subjects)]
     lines += _exports(exports)
     lines.append("    imports: [")
     lines += [f"      {_import(item)}" for item in grant.imports]
     lines += ["    ]", f"    limits {{{_limits(grant.held_to)}}}  # {LIMITS_NOTE}", "  }"]
     return lines
+
+
+def _users(grant: AccountGrant, vault_subjects: Sequence[str]) -> list[str]:
+    if grant.party.kind == Kind.SITE:  # registry.access.sites: hub.conf lists its links, leaf connections only
+        return ["    # its users: the site's leaf links, in sites/hub.conf; none here", "    users: [", "    ]"]
+    return [f"    users: [{{{_user(grant, vault_subjects)}}}]"]
 
 
 def _user(grant: AccountGrant, vault_subjects: Sequence[str]) -> str:

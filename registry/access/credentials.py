@@ -33,10 +33,11 @@ def seed_path(folder: Path, party: Party) -> Path:
 def issue_user_keys(parties: Iterable[Party], keys: Path) -> dict[Party, str]:
     """Each party's user public key, from its seed in `keys`, else from a new seed written there."""
     keys.mkdir(parents=True, exist_ok=True)
-    return {party: _user_key(seed_path(keys, party)) for party in parties}
+    return {party: user_key_at(seed_path(keys, party)) for party in parties}
 
 
-def _user_key(path: Path) -> str:
+def user_key_at(path: Path) -> str:
+    """The user public key of the seed at `path`, from a new seed written there when none is."""
     if path.exists():
         return public_key(path.read_bytes().strip(), path)
     seed = new_seed(nkeys.PREFIX_BYTE_USER)

@@ -75,7 +75,9 @@ Exports = dict[Export, set[str]]
 
 class AccountGrant(_Model):
     """One party's account: its name, its user's public nkey, what it imports and what it may hold
-    (`limits`: none, `null` in grants.json, for the data account, which nothing limits)."""
+    (`limits`: none, `null` in grants.json, for the data account, which nothing limits). A site's
+    links at the hub (`Kind.SITE`) speak for the nodes living at the site (`speaks_for`): its
+    `user_key` is its data link's, and its vault link's user is in sites.json."""
 
     party: Party
     account: str
@@ -83,6 +85,7 @@ class AccountGrant(_Model):
     account_key: str | None = None
     imports: tuple[Import, ...] = ()
     limits: PartyLimits | None = None
+    speaks_for: tuple[str, ...] = Field(default=(), exclude_if=lambda nodes: not nodes)
 
     @property
     def held_to(self) -> PartyLimits:
@@ -118,7 +121,8 @@ class Grants(_Model):
         return self.exports().get(account, {})
 
     def party_map(self) -> PartyMap:
-        return PartyMap.of((grant.party, grant.account_key) for grant in self.parties)
+        speaks_for = {grant.party: grant.speaks_for for grant in self.parties if grant.speaks_for}
+        return PartyMap.of(((grant.party, grant.account_key) for grant in self.parties), speaks_for)
 
     def to_json(self) -> str:
         """`grants.json`: sorted keys, two spaces, one final newline (see `pretty_json`)."""
@@ -167,7 +171,8 @@ class GrantsFile(PartyMap):
     def __init__(self, path: Path) -> None:
         self._path = path
         self._stamp = self._stamp_now()
-        super().__init__(load_party_map(path)._accounts)
+        loaded = load_party_map(path)
+        super().__init__(loaded._accounts, loaded._speaks_for)
 
     def who_asks(self, headers: Mapping[str, str]) -> Party | None:
         try:
@@ -182,9 +187,10 @@ class GrantsFile(PartyMap):
         if stamp == self._stamp:
             return False
         try:
-            self._accounts = load_party_map(self._path)._accounts
+            loaded = load_party_map(self._path)
         except (OSError, ValueError):  # a file being rewritten: keep the grants known so far
             return False
+        self._accounts, self._speaks_for = loaded._accounts, loaded._speaks_for
         self._stamp = stamp
         return True
 
@@ -391,7 +397,6 @@ def derive_grants(
     machines: Mapping[str, Sequence[str]] | None = None,
     writers: Sequence[str] | None = None,
     limits: Mapping[Kind, GivenLimits] | None = None,
-    vault_leafnodes: int = 0,
     user_keys: Mapping[Party, str],
     account_keys: Mapping[Party, str] | None = None,
 ) -> Grants:
@@ -399,7 +404,7 @@ def derive_grants(
     module), `writers` the domains writing their bucket (`None`: every one the catalogue has),
     `limits` what each kind of party's account may hold where not its own (`registry.access.limits`),
     `user_keys` holds each party's user public nkey (and `account_keys` each account's, in JWT
-    mode), `vault_leafnodes` the leaf links the vault's account takes (one per site). A provider
+    mode). A provider
     whose machines are not named leaves every node its consumers' verb (said in `wide`): name
     them, and only they may ask it."""
     catalogue = _Catalogue(domains, providers)
@@ -414,7 +419,6 @@ def derive_grants(
     ]
     accounts = account_keys or {}
     bounds = {kind: limits_of(kind, (limits or {}).get(kind)) for kind in {party.kind for party, _ in wanted}}
-    bounds[Kind.VAULT] = bounds[Kind.VAULT].model_copy(update={"leafnodes": vault_leafnodes})
     parties = tuple(
         AccountGrant(
             party=party,

@@ -22,6 +22,9 @@ from registry.access.grants import Grants, chosen_writers, data_parties, derive_
 from registry.access.jwt_auth import issue_account_keys, write_jwt_auth
 from registry.access.limits import GivenLimits, limits_of
 from registry.access.parties import Kind, Party
+from registry.access.sites.accounts import with_site_accounts
+from registry.access.sites.links import site_party
+from registry.access.sites.topology import Topology
 from registry.contract import Domain, load_catalogue
 from registry.errors import SettingsError
 
@@ -33,8 +36,9 @@ class MeshParties:
     """Who the grants are for, by name; `machines` names the nodes each provider's module runs
     on, which alone may ask the vault for its consumers' credentials; `writers` the domains of
     the catalogue that write their bucket (`config`, `placement`), `None` meaning every one;
-    `limits` what the accounts of a kind of party may hold, where not their kind's own; `sites`
-    how many sites dial the hub, each with a leaf link of the vault's account."""
+    `limits` what the accounts of a kind of party may hold, where not their kind's own; `topology`
+    where the nodes live: each site's links get an account of the site's own at the hub
+    (`registry.access.sites.accounts`)."""
 
     nodes: Sequence[str]
     providers: Sequence[str] = ()
@@ -42,7 +46,7 @@ class MeshParties:
     machines: Mapping[str, Sequence[str]] = field(default_factory=dict)
     writers: Sequence[str] | None = None
     limits: Mapping[Kind, GivenLimits] = field(default_factory=dict)
-    sites: int = 0
+    topology: Topology = field(default_factory=Topology)
 
     def __post_init__(self) -> None:
         for kind, given in self.limits.items():
@@ -78,6 +82,10 @@ class MeshParties:
             *(Party(kind=Kind.WRITER, name=w) for w in chosen_writers(domains, self.writers)),
         ]
 
+    def sites(self) -> list[Party]:
+        """Each site's links at the hub, as a party (their users are the links': no seed of their own)."""
+        return [site_party(site) for site in self.topology.sites]
+
 
 def issue_grants(
     out: Path, parties: MeshParties, *, domains_file: Path | None = None, keys: Path | None = None, jwt: bool = False
@@ -89,7 +97,7 @@ def issue_grants(
     domains = load_catalogue(domains_file)
     everyone = parties.all(domains)
     user_keys = issue_user_keys(everyone, keys or out)
-    account_keys = issue_account_keys(everyone, keys or out) if jwt else None
+    account_keys = issue_account_keys([*everyone, *parties.sites()], keys or out) if jwt else None
     grants = derive_grants(
         domains,
         nodes=parties.nodes,
@@ -98,8 +106,15 @@ def issue_grants(
         machines=parties.machines,
         writers=parties.writers,
         limits=parties.limits,
-        vault_leafnodes=parties.sites,
         user_keys=user_keys,
+        account_keys=account_keys,
+    )
+    grants = with_site_accounts(
+        grants,
+        parties.topology,
+        domains=domains,
+        providers=parties.providers,
+        keys=keys or out,
         account_keys=account_keys,
     )
     (out / "accounts.conf").write_text(render_accounts(grants, verb_subjects(domains)), encoding="utf-8")

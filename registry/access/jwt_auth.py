@@ -188,7 +188,8 @@ def write_jwt_auth(
             raise CredentialError(account_seed_path(keys, grant.party.label), "not the account key of the grants")
         body = party_account(grant, exports.get(grant.account, {}), exporters)
         accounts[key.public_key] = _account(out, grant.party.label, key, operator, body)
-        _user(keys, grant.party.label, key, _user_permissions(grant, vault_subjects))
+        if grant.party.kind != Kind.SITE:  # a site's users are its links (registry.access.sites.jwt)
+            _user(keys, grant.party.label, key, _user_permissions(grant, vault_subjects))
     labels = [SYSTEM_ACCOUNT, DATA_ACCOUNT, *(grant.party.label for grant in grants.parties)]
     _drop_accounts_not_in(out, {account_jwt_path(out, label) for label in labels})
     auth = JwtAuth(operator_jwt, system.public_key, accounts)

@@ -7,9 +7,10 @@ subscription past it is refused with `-ERR 'maximum subscriptions exceeded'`), `
 account as a whole (the next connection is closed with `maximum account active connections
 exceeded`), and `payload` to each message a connection publishes (a larger one closes the
 connection with `Maximum Payload Violation`; what it receives is not bounded by it: a verb page of
-the seat's own `max_payload` still reaches it). No party account exports anything or attaches a
-leaf node; in JWT mode that is said by the claims (`exports: 0`, `wildcards: false`), in a static
-configuration by the account block, which declares no export.
+the seat's own `max_payload` still reaches it). No party account exports anything (but the vault's
+verbs) or attaches a leaf node (but a site's links at the hub: `Kind.SITE`); in JWT mode that is
+said by the claims (`exports: 0`, `wildcards: false`), in a static configuration by the account
+block, which declares no export.
 
 Each kind of party has its limits (`PARTY_LIMITS`); a mesh file may set others for a kind
 (`GivenLimits`, `[limits.node]`), within bounds: never below what the party's own program needs
@@ -54,6 +55,12 @@ PARTY_LIMITS: Mapping[Kind, PartyLimits] = {
     Kind.WRITER: PartyLimits(connections=16, subscriptions=1000),
     # The vault's answers (a provision's consumers) may be as large as the server allows.
     Kind.VAULT: PartyLimits(connections=64, subscriptions=1000, payload=None),
+    # A site's links (registry.access.sites): two leaf connections (its data account's, its vault's),
+    # which an account JWT's `conn` counts too (a static `max_connections` does not; no client can
+    # connect: the links' users are leaf connections only). A leaf connection holds the interest of
+    # the whole site (a subscription per copy, per node and bucket its copies read) and sends the
+    # hub its nodes' largest writes.
+    Kind.SITE: PartyLimits(connections=2, subscriptions=100_000, payload=None, leafnodes=2),
 }
 
 # What each party's own program needs at the least, and why. A node's client holds one connection
@@ -74,6 +81,7 @@ LEAST: Mapping[Kind, tuple[PartyLimits, str]] = {
         PartyLimits(connections=1, subscriptions=20, payload=LEAST_PAYLOAD),
         "the vault (its verbs and the service API)",
     ),
+    Kind.SITE: (PartyLimits(connections=2, subscriptions=1000, payload=LEAST_PAYLOAD), "a site's two leaf links"),
 }
 # Past these a limit bounds nothing a mesh needs (nats-server takes a `max_payload` of 64 MiB at most).
 MOST = PartyLimits(connections=100_000, subscriptions=1_000_000, payload=64 * 1024 * 1024)

@@ -153,7 +153,7 @@ class MeshFile(_Model):
             machines=machines,
             writers=self.writers,
             limits=self.limits.by_kind(),
-            sites=len(self.sites),
+            topology=self.topology(),
         )
 
     def topology(self) -> Topology:
@@ -245,7 +245,7 @@ def combined(given: MeshParties, more: MeshParties) -> MeshParties:
         machines=machines,
         writers=_either(given.writers, more.writers),
         limits={**more.limits, **given.limits},
-        sites=max(given.sites, more.sites),
+        topology=given.topology if given.topology.sites else more.topology,
     )
 
 

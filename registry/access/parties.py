@@ -30,6 +30,7 @@ class Kind(StrEnum):
     OPERATOR = "operator"
     VAULT = "vault"
     WRITER = "writer"  # a domain writing its own bucket, named after the domain: `writer-config`
+    SITE = "site"  # a site's leaf links at the hub (registry.access.sites): `site-home`
 
 
 class Party(BaseModel):
@@ -50,7 +51,7 @@ class Party(BaseModel):
 
     @property
     def label(self) -> str:
-        """How files and logs name it: `node-n1`, `provider-postgres`, `writer-placement`, `seat`."""
+        """How files and logs name it: `node-n1`, `provider-postgres`, `writer-placement`, `site-home`, `seat`."""
         if self.kind in (Kind.SEAT, Kind.VAULT):
             return self.kind.value
         return f"{self.kind.value}-{encode_token(self.name)}"
@@ -58,19 +59,24 @@ class Party(BaseModel):
     @property
     def sees_the_mesh(self) -> bool:
         """Operators, providers and the data account's own parties are answered about the mesh;
-        a node about its own keys only; a writer about nothing (it writes its own bucket and is
-        granted no verb: a responder that hears from one anyway refuses it)."""
-        return self.kind not in (Kind.NODE, Kind.WRITER)
+        a node about its own keys only; a writer or a site's links about nothing (neither is
+        granted the verb: a responder that hears from one anyway refuses it)."""
+        return self.kind not in (Kind.NODE, Kind.WRITER, Kind.SITE)
 
 
 class PartyMap:
-    """From the account a request came from to the party it was issued to."""
+    """From the account a request came from to the party it was issued to; and, for a site's links
+    (whose requests the hub's server marks as the links' own, `registry.access.sites`), the nodes
+    living at that site, for whom alone they may ask."""
 
-    def __init__(self, accounts: Mapping[str, Party]) -> None:
+    def __init__(self, accounts: Mapping[str, Party], speaks_for: Mapping[Party, Iterable[str]] | None = None) -> None:
         self._accounts = dict(accounts)
+        self._speaks_for = {party: frozenset(nodes) for party, nodes in (speaks_for or {}).items()}
 
     @staticmethod
-    def of(parties: Iterable[tuple[Party, str | None]]) -> PartyMap:
+    def of(
+        parties: Iterable[tuple[Party, str | None]], speaks_for: Mapping[Party, Iterable[str]] | None = None
+    ) -> PartyMap:
         """Each party by its static account name and, when given, its account's public key."""
         accounts: dict[str, Party] = {}
         for party, account_key in parties:
@@ -78,7 +84,11 @@ class PartyMap:
                 accounts[party.account] = party
             if account_key is not None:
                 accounts[account_key] = party
-        return PartyMap(accounts)
+        return PartyMap(accounts, speaks_for)
+
+    def speaks_for(self, party: Party) -> frozenset[str]:
+        """The nodes a site's links ask for (those living at the site); none for any other party."""
+        return self._speaks_for.get(party, frozenset())
 
     def who_asks(self, headers: Mapping[str, str]) -> Party | None:
         """The party whose account sent a request; `None` when it came from inside the

@@ -131,8 +131,10 @@ def compare_accounts(before: AccountGrant, after: AccountGrant) -> AccountChange
 
 
 def _how(before: object, after: object) -> str:
-    """How a field of several values changed, each value that differs (`connections 16 -> 32`);
-    empty for a plain value (a key: said by name alone)."""
+    """How a field of several values changed, each value that differs (`connections 16 -> 32`) or
+    each one gained and lost (`+ n2`); empty for a plain value (a key: said by name alone)."""
+    if isinstance(before, tuple) and isinstance(after, tuple):
+        return ", ".join([*(f"+ {v}" for v in after if v not in before), *(f"- {v}" for v in before if v not in after)])
     if not isinstance(before, BaseModel) or type(before) is not type(after):
         return ""
     return ", ".join(

@@ -32,11 +32,16 @@ def grants_schema() -> dict[str, Any]:
     return {**schema, "$schema": DIALECT, "title": "grants.json"}
 
 
+# Written only when it says something: a site's account alone speaks for nodes.
+LEFT_OUT_WHEN_EMPTY = frozenset({"speaks_for"})
+
+
 def _require_every_field(node: Any) -> None:
-    """`model_dump` writes every field, defaults included: a reader may count on each."""
+    """`model_dump` writes every field, defaults included: a reader may count on each (but those
+    of `LEFT_OUT_WHEN_EMPTY`)."""
     if isinstance(node, dict):
         if node.get("type") == "object" and "properties" in node:
-            node["required"] = list(node["properties"])
+            node["required"] = [name for name in node["properties"] if name not in LEFT_OUT_WHEN_EMPTY]
         for value in node.values():
             _require_every_field(value)
     elif isinstance(node, list):

@@ -4,7 +4,8 @@ configurations (`registry.access.sites.servers.render_sites_json`), for a site's
     {"version": 1,
      "hub": {"domain": "hub", "urls": [...], "listen": "0.0.0.0:7422"},
      "sites": [{"name": "home", "domain": "home", "nodes": ["n1"], "seat_key": "U...",
-                "links": [{"account": "MESH", "label": "leaf-home-data", "user_key": "U...",
+                "links": [{"account": "MESH", "hub_account": "site-home", "label": "leaf-home-data",
+                           "user_key": "U...",
                            "publish": [{"subject": "...", "why": "..."}], "subscribe": [...]}]}]}
 
 A site's seat reads its own entry: the hub's JetStream domain (its copies mirror and source
@@ -40,9 +41,12 @@ class PermitEntry(_Model):
 
 
 class LinkEntry(_Model):
-    """One of a site's leaf links: its account, its user, what it may send and receive."""
+    """One of a site's leaf links: its account at the site and the one it binds to at the hub
+    (none in a file written before each site had its own there), its user, what it may send and
+    receive."""
 
     account: str
+    hub_account: str | None = None
     label: str
     user_key: str
     publish: tuple[PermitEntry, ...] = ()

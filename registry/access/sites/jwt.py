@@ -4,21 +4,23 @@
                                       jwt/server-auth.conf (which holds every account)
     <out>/sites/<site>.jwt.conf       a site's `leafnodes { remotes }`, each bound to the account's
                                       public key with the link's credentials file
-    <keys>/leaf-<site>-data.creds, leaf-<site>-vault.creds    the links' users, signed by the data
-                                      account's and the vault's account keys, with the permissions
-                                      of `registry.access.sites.links` and leaf connections only
+    <keys>/leaf-<site>-data.creds, leaf-<site>-vault.creds    the links' users, signed by the key of
+                                      the site's account at the hub (`site-<site>`), with the
+                                      permissions of `registry.access.sites.links` and leaf
+                                      connections only
     <keys>/seat-<site>.creds          the site's seat, a user of the data account
     <out>/sites/<site>.server-auth.conf   jwt/server-auth.conf as the site's server holds it: the
-                                      same operator and accounts, but the data account's and the
-                                      site's nodes' JWTs as the site has them (the nodes' writes taken
-                                      from the hub's domain: fail fast), signed by the operator
+                                      same operator and accounts, but the data account's, the
+                                      vault's (its one leaf link) and the site's nodes' JWTs as the
+                                      site has them (the nodes' writes taken from the hub's domain:
+                                      fail fast), signed by the operator
 
 A JWT whose claims are unchanged is kept as it is (its `iat` and `jti`), so issuing again writes
 the same bytes. A site's resolver is its own (no system account crosses the link): `grants --push`
-updates the hub's; a site's takes its accounts from its server-auth.conf at its start. The vault's
-account JWT allows one leaf connection per site (`leaf`, from the grants' limits), the data
-account's is unlimited. A remote names its credentials file by the path of KEYS as the
-command was given it: on the site's machine, it is expected there.
+updates the hub's; a site's takes its accounts from its server-auth.conf at its start. A site's
+account at the hub allows its two leaf connections (`leaf`, from the grants' limits). A remote
+names its credentials file by the path of KEYS as the command was given it: on the site's
+machine, it is expected there.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from registry.access.jwt_auth import (
     render_server_auth,
 )
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
-from registry.access.sites.links import RECONNECT, SITE_SERVER, LeafLink, Permit, at_site, site_seat_denied
+from registry.access.sites.links import RECONNECT, SITE_SERVER, LeafLink, Permit, at_site, one_link, site_seat_denied
 from registry.access.sites.topology import Site, Topology
 
 LEAF_ONLY = "LEAFNODE"
@@ -75,7 +77,7 @@ def site_jwt_conf(topology: Topology, links: Sequence[LeafLink], grants: Grants,
     lines = [*SITE_SERVER, "leafnodes {", f"  reconnect: {RECONNECT}", "  remotes: ["]
     for link in links:
         credentials = quoted(str(creds_path(keys, link.label)))
-        lines.append(f"    # {link.label}: the site's {link.account} account, bound to the hub's same account")
+        lines.append(f"    # {link.label}: the site's {link.account} account, bound to the site's own at the hub")
         lines.append(
             f"    {{urls: [{urls}], account: {quoted(account_keys[link.account])}, credentials: {credentials}}}"
         )
@@ -91,7 +93,7 @@ def issue_site_creds(links: Iterable[LeafLink], seat_labels: Iterable[str], keys
             "sub": {"allow": _subjects(link.subscribe)},
             "allowed_connection_types": [LEAF_ONLY],
         }
-        _user_creds(keys, link.label, _account_label(link.account), permissions)
+        _user_creds(keys, link.label, link.hub_account, permissions)
     denied = site_seat_denied(hub_domain)
     seat = {"pub": {"deny": _subjects(denied.publish)}, "sub": {"deny": _subjects(denied.subscribe)}}
     for label in seat_labels:
@@ -114,8 +116,9 @@ def site_server_auth(
     exports = view.exports()
     living = {Party(kind=Kind.NODE, name=node) for node in site.nodes}
     for grant in view.parties:
-        if grant.party in living and grant.account_key is not None:
-            body = party_account(grant, exports.get(grant.account, {}), exporters)
+        if (grant.party in living or grant.party == VAULT) and grant.account_key is not None:
+            at_the_site = one_link(grant) if grant.party == VAULT else grant
+            body = party_account(at_the_site, exports.get(grant.account, {}), exporters)
             accounts[grant.account_key] = _signed(operator, grant.account_key, grant.party.label, body, kept)
     site_auth = JwtAuth(auth.operator_jwt, auth.system_account, accounts)
     return head + render_server_auth(site_auth, DEFAULT_RESOLVER_DIR)
@@ -135,11 +138,6 @@ def _signed(issuer: Nkey, subject: str, name: str, body: Mapping[str, Any], kept
 
 def _subjects(permits: Iterable[Permit]) -> list[str]:
     return [permit.subject for permit in permits]
-
-
-def _account_label(account: str) -> str:
-    """The label of an account's seed (`account-<label>.nk`): the data account's name, or the vault's."""
-    return DATA_ACCOUNT if account == DATA_ACCOUNT else VAULT.label
 
 
 def _account_keys(grants: Grants, keys: Path) -> Mapping[str, str]:

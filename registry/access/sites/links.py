@@ -1,12 +1,13 @@
 """The leaf link between a site's server and the hub, and exactly what it may carry.
 
 A site's server dials the hub once per account that must cross (a leaf node *remote*): the data
-account, for the site's nodes' writes, the site's copies of the hub's buckets and the verb; the
-vault's account, for the vault's verbs. Node accounts never cross: they live at the site and
-import from its data account, their reads answered there, their writes sent on to the hub. Between two JetStream domains
+account, for the site's nodes' writes and the site's copies of the hub's buckets; the vault's
+account, for the vault's verbs. Node accounts never cross: they live at the site and import from
+its data account, their reads answered there, their writes sent on to the hub. Both links bind at
+the hub to the site's own account, `site-<site>` (`registry.access.sites.accounts`), which imports
+exactly what they carry from the hub's data account and the vault's. Between two JetStream domains
 nats-server itself keeps `$JS.API.>`, `$KV.>` and `$OBJ.>` from crossing; what crosses besides is
-what the link's user (a user of the hub's account, bound to the site's) is permitted, and nothing
-else: unrestricted, a site could write or purge the hub's registry through `$JS.hub.API.>`.
+what the link's user (a user of the site's account at the hub) is permitted, and nothing else.
 
 A leaf user's permissions read from the hub: `publish` is what the site may send into the hub's
 account, `subscribe` what the hub may send to the site. A node at a site writes *fail fast*
@@ -35,8 +36,10 @@ reads at the site from copies the site's data account makes. The data account's 
   `$JS.S.<site>.<stream>.<node>`: a site is sent no other site's), the answers to the resets
   (`$JSC.R.>`) and each copy's flow control back to the hub (`$JS.FC.<stream>.<name>.*`, which
   acknowledges what it took: a site acknowledges for no other site);
-- the verb: a site's node asks it there, the seat at the hub answers; answers (the verb's, the
-  writes') come back on `_R_.>`.
+- the answers to the site's own requests (its nodes' writes' acknowledgements) on `_R_.>`: the
+  site's account at the hub is sent no other answer.
+
+The verb does not cross: the site's seat answers the site's nodes from the site's copies.
 
 A whole mirror of needs, applied, collect and leases puts every node's keys of those buckets at
 every site (readable by the site's data account, never by its nodes' accounts, which import their
@@ -48,17 +51,13 @@ The vault's link carries the vault's verbs the site's nodes are granted, and the
 Everything else is refused by nats-server without a word (no violation is logged: a request just
 finds no responder), which the test of the topology checks by the data (`tests/test_sites_topology.py`).
 
-What the permissions cannot keep from a site: a service's answers cross on `_R_.>`, whose next
-token is a prefix each server draws at random, so the link permits all of them (the verb's, and the
-acknowledgements of the nodes' writes, need it), and whoever subscribes `_R_.>` in the site's data
-account is sent every answer of the hub's data account (the site's seat's user is denied it): the direct gets
-of every node at the hub (their `_bound` values included), the verb's answers; through the vault's
-link, the vault's (secrets included, seen with a user added to a site's vault account). A verb
-request crossing carries the `Nats-Request-Info` the site's server wrote, which it can forge or
-leave out. So a site's server and its seat are trusted as the hub's data account is, until the
-answers a site needs cross under a prefix of its own (a relay at the site for the writes, the verb
-answered at the site, secrets through a relay the vault checks against the site's nodes: issue 22,
-later parts; `tests/test_sites_topology.py` holds the gap in two strict xfail tests).
+What the site's own account at the hub keeps from a site (`tests/test_site_link_isolation.py`, a
+rogue leaf server on a link's credential): it hears no answer of the hub's to another party (those
+are published in the data account and the vault's, which no link reaches), and a request it sends
+reaches a responder as the site's (nats-server 2.14 and later put the leaf connection's own
+`Nats-Request-Info` on a request crossing a service import, whatever the leaf wrote), so the vault
+answers it for the nodes living at the site alone. What a site's server is trusted with: its own
+nodes' accounts, and so what they may ask and write.
 """
 
 from __future__ import annotations
@@ -66,7 +65,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from registry.access.grants import VAULT, Grants, Import, catalogue_of
+from registry.access.grants import VAULT, AccountGrant, Grants, Import, catalogue_of
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
 from registry.access.sites.topology import Site
 from registry.contract import Bucket, Domain, buckets, under
@@ -98,14 +97,27 @@ class Permit:
 
 @dataclass(frozen=True)
 class LeafLink:
-    """One account's link from `site` to the hub: the user's label (its seed's name) and account,
-    what the site may send into the hub (`publish`) and the hub to the site (`subscribe`)."""
+    """One account's link from `site` to the hub: the user's label (its seed's name), the site's
+    account it binds (`account`: the data account, the vault's) to the site's own at the hub
+    (`hub_account`: `site-<site>`, `registry.access.sites.accounts`), what the site may send into
+    the hub (`publish`) and the hub to the site (`subscribe`)."""
 
     site: str
     account: str
+    hub_account: str
     label: str
     publish: tuple[Permit, ...]
     subscribe: tuple[Permit, ...]
+
+
+def one_link(grant: AccountGrant) -> AccountGrant:
+    """The vault's account as a site's server holds it: the one leaf link it dials to the hub."""
+    return grant.model_copy(update={"limits": grant.held_to.model_copy(update={"leafnodes": 1})})
+
+
+def site_party(site: Site) -> Party:
+    """A site's links at the hub, as a party: its account `site-<site>` holds both."""
+    return Party(kind=Kind.SITE, name=site.name)
 
 
 def leaf_links(
@@ -121,22 +133,22 @@ def data_link(site: Site, *, hub_domain: str, domains: Mapping[str, Domain], pro
         *hub_writes(site, hub_domain),
         *(Permit(copy.reset(hub_domain), f"{copy.what}: resumed from the hub's consumer") for copy in copies),
         *(Permit(copy.flow_control, f"{copy.what}: its flow control, which acknowledges") for copy in copies),
-        Permit(buckets.VERB_SUBJECT, "the site's nodes ask the verb; the seat at the hub answers"),
     ]
     subscribe = [
         *(Permit(copy.delivery, f"{copy.what}: the hub's consumer delivers here") for copy in copies),
         Permit("$JSC.R.>", "the hub's answers to the site's copies' consumer resets"),
-        Permit(SERVICE_REPLIES, "the answers to the site's nodes: the verb's, and their writes' acknowledgements"),
+        Permit(SERVICE_REPLIES, "the answers to the site's own requests: its nodes' writes' acknowledgements"),
     ]
-    return LeafLink(site.name, DATA_ACCOUNT, link_label(site, "data"), tuple(publish), tuple(subscribe))
+    hub = site_party(site).account
+    return LeafLink(site.name, DATA_ACCOUNT, hub, link_label(site, "data"), tuple(publish), tuple(subscribe))
 
 
 def hub_writes(site: Site, hub_domain: str) -> list[Permit]:
     """Each write of a node of `site`, at the hub: `$JS.<hub>.API.$KV.<bucket>.<node>.>`."""
     return [
         Permit(
-            write_at_the_hub(hub_domain, bucket.subject(_node_filter(bucket, node))),
-            f"{_owned(bucket, node)}, written at the hub",
+            write_at_the_hub(hub_domain, bucket.subject(node_filter(bucket, node))),
+            f"{owned(bucket, node)}, written at the hub",
         )
         for bucket in WRITTEN
         for node in site.nodes
@@ -180,17 +192,18 @@ def _at_the_hub(item: Import, hub_domain: str) -> Import:
 def vault_link(site: Site, grants: Grants) -> LeafLink:
     """The vault's verbs some node of the site is granted (its secrets; a provider's machine, its
     consumers' credentials), and their answers."""
-    verbs = sorted(set(_vault_verbs(grants, site.nodes)))
+    verbs = sorted(set(vault_verbs(grants, site.nodes)))
     publish = tuple(Permit(verb, "the site's nodes ask the vault at the hub") for verb in verbs)
-    subscribe = (Permit(SERVICE_REPLIES, "the vault's answers"),)
-    return LeafLink(site.name, VAULT.account, link_label(site, "vault"), publish, subscribe)
+    subscribe = (Permit(SERVICE_REPLIES, "the vault's answers to the site's nodes"),)
+    hub = site_party(site).account
+    return LeafLink(site.name, VAULT.account, hub, link_label(site, "vault"), publish, subscribe)
 
 
 @dataclass(frozen=True)
 class SeatDenied:
     """What a site's seat, a user of the site's data account, may not do: it makes the site's copies
     and answers the verb there, never writes at the hub, and never hears the answers crossing the
-    link on `_R_.>` (every answer of the hub's data account would reach it). It may send its
+    link on `_R_.>` (the acknowledgements of its nodes' writes: theirs alone). It may send its
     copies' consumer resets again (`provisioner.seat.site_resets`: one lost in a cut holds a copy
     back 5 s), which move only the site's own consumers back to what its copies acknowledged: so
     of the hub's API it is denied everything but `CONSUMER.RESET` (the link carries no more)."""
@@ -212,7 +225,7 @@ def site_seat_denied(hub_domain: str) -> SeatDenied:
             Permit(f"{api}.CONSUMER.MSG.>", "the hub's consumers' messages"),
             Permit(f"{api}.*", "the hub's account info and the like: nothing a site's seat needs"),
         ),
-        subscribe=(Permit(SERVICE_REPLIES, "the answers crossing the link, the hub's to other nodes among them"),),
+        subscribe=(Permit(SERVICE_REPLIES, "the answers crossing the link: the site's nodes' alone"),),
     )
 
 
@@ -260,7 +273,7 @@ class CopyConsumer:
     def what(self) -> str:
         if self.node is None:
             return f"the site's mirror of {self.bucket.name}"
-        return f"the site's copy of {_owned(self.bucket, self.node)}"
+        return f"the site's copy of {owned(self.bucket, self.node)}"
 
     @property
     def flow_control(self) -> str:
@@ -269,10 +282,15 @@ class CopyConsumer:
         feature flag at the hub would change it, and the copies would stall)."""
         return f"$JS.FC.{self.bucket.stream}.{self.name}.*"
 
+    @property
+    def reset_api(self) -> str:
+        """Its reset at the hub: `$JS.API.CONSUMER.RESET.<stream>.<name>`, which repositions the
+        consumer at its acknowledged floor and nothing else."""
+        return f"$JS.API.CONSUMER.RESET.{self.bucket.stream}.{self.name}"
+
     def reset(self, hub_domain: str) -> str:
-        """What the copy sends (in domain `hub_domain`) to resume: `CONSUMER.RESET.<stream>.<name>`,
-        which repositions the consumer at its acknowledged floor and nothing else."""
-        return f"$JS.{hub_domain}.API.CONSUMER.RESET.{self.bucket.stream}.{self.name}"
+        """What the copy sends (in domain `hub_domain`) to resume: its reset under the hub's domain."""
+        return self.reset_api.replace("$JS.API.", f"$JS.{hub_domain}.API.", 1)
 
 
 def copy_consumers(site: Site, *, domains: Mapping[str, Domain], providers: Sequence[str]) -> list[CopyConsumer]:
@@ -286,7 +304,7 @@ def copy_consumers(site: Site, *, domains: Mapping[str, Domain], providers: Sequ
     ]
 
 
-def _owned(bucket: Bucket, node: str) -> str:
+def owned(bucket: Bucket, node: str) -> str:
     return f"{node}'s lease" if bucket == buckets.LEASES else f"{node}'s keys of {bucket.name}"
 
 
@@ -294,14 +312,14 @@ def _owned(bucket: Bucket, node: str) -> str:
 WRITTEN = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT, buckets.LEASES)
 
 
-def _node_filter(bucket: Bucket, node: str) -> str:
+def node_filter(bucket: Bucket, node: str) -> str:
     """The keys of `node` in `bucket`: `<node>.>`, or its lease `node.<node>` in the leases."""
     if bucket == buckets.LEASES:
         return buckets.LEASES.shape.build(role="node", name=node)
     return under(node)
 
 
-def _vault_verbs(grants: Grants, nodes: Sequence[str]) -> Iterable[str]:
+def vault_verbs(grants: Grants, nodes: Sequence[str]) -> Iterable[str]:
     wanted = {Party(kind=Kind.NODE, name=node) for node in nodes}
     for grant in grants.parties:
         if grant.party in wanted:

@@ -2,8 +2,9 @@
 reads `sites.json` (`registry.access.sites.file`) before and after.
 
 A site is known by its name: added, removed, or changed (its JetStream domain, its nodes gained
-and lost, its seat's key, and each leaf link's user key and permitted subjects, widened or
-narrowed, by direction). The hub's domain, URLs and listen address are compared as values.
+and lost, its seat's key, and each leaf link's user key, the account it binds to at the hub and
+its permitted subjects, widened or narrowed, by direction). The hub's domain, URLs and listen
+address are compared as values.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def _site_changes(before: SiteFileEntry, after: SiteFileEntry) -> list[str]:
 
 def _link_changed(before: LinkEntry, after: LinkEntry) -> str:
     said = ["user key changed"] if before.user_key != after.user_key else []
+    if before.hub_account != after.hub_account:
+        said.append(f"bound at the hub to {after.hub_account} (was {before.hub_account or 'the same account'})")
     for direction, earlier, later in (
         ("publish", before.publish, after.publish),
         ("subscribe", before.subscribe, after.subscribe),

@@ -43,6 +43,7 @@ from registry.access.sites.links import (
     SeatDenied,
     at_site,
     leaf_links,
+    one_link,
     site_seat_denied,
 )
 from registry.access.sites.topology import Site, Topology
@@ -204,14 +205,11 @@ def render_hub(given: _Rendering) -> str:
         "}",
         "",
     ]
-    users = {DATA_ACCOUNT: [], VAULT.account: []}  # type: dict[str, list[str]]
+    accounts = _without_header(render_accounts(given.grants, given.vault_verbs).split("\n"))
     for site in given.topology.sites:
-        for link in given.links[site.name]:
-            users[link.account] += _link_user(link, given.seeds[site.name].links[link.label][1])
-    accounts = render_accounts(given.grants, given.vault_verbs).split("\n")
-    accounts = _without_header(accounts)
-    accounts = _add_users(accounts, f"  {DATA_ACCOUNT} {{", users[DATA_ACCOUNT])
-    accounts = _add_users(accounts, f"  {quoted(VAULT.account)} {{", users[VAULT.account])
+        links = given.links[site.name]
+        users = [line for link in links for line in _link_user(link, given.seeds[site.name].links[link.label][1])]
+        accounts = _add_users(accounts, f"  {quoted(links[0].hub_account)} {{", users)
     return header(given.source, what) + "\n".join(lines + accounts)
 
 
@@ -226,7 +224,9 @@ def render_site(given: _Rendering, site: Site) -> str:
     lines = [*SITE_SERVER, "leafnodes {", f"  reconnect: {RECONNECT}", "  remotes: ["]
     for link in given.links[site.name]:
         seed = seeds.links[link.label][0].decode()
-        lines.append(f"    # {link.label}: the site's {_account_role(link.account)}, bound to the hub's same account")
+        lines.append(
+            f"    # {link.label}: the site's {_account_role(link.account)}, bound to the site's own at the hub"
+        )
         lines.append(f"    {{urls: [{urls}], account: {quoted(link.account)}, nkey: {quoted(seed)}}}")
     lines += ["  ]", "}", ""]
     own = site_grants(site, given.grants, seeds.seat[1], hub_domain=given.topology.hub_domain)
@@ -245,7 +245,7 @@ def site_grants(site: Site, grants: Grants, seat_key: str, *, hub_domain: str) -
     writes go to the hub's buckets (`registry.access.sites.links.at_site`)."""
     living = {Party(kind=Kind.NODE, name=node) for node in site.nodes}
     held = at_site(grants, site, hub_domain).parties
-    parties = tuple(_one_link(g) if g.party == VAULT else g for g in held if g.party in living or g.party == VAULT)
+    parties = tuple(one_link(g) if g.party == VAULT else g for g in held if g.party in living or g.party == VAULT)
     seat = Party(kind=Kind.SEAT, name=f"{buckets.SEAT}@{site.name}")
     data = (AccountGrant(party=seat, account=DATA_ACCOUNT, user_key=seat_key),)
     return Grants(data=data, parties=parties)
@@ -262,11 +262,6 @@ def _seat_user(key: str, denied: SeatDenied) -> str:
     return "\n".join(lines)
 
 
-def _one_link(grant: AccountGrant) -> AccountGrant:
-    """The vault's account at a site: the one leaf link it dials to the hub."""
-    return grant.model_copy(update={"limits": grant.held_to.model_copy(update={"leafnodes": 1})})
-
-
 def _account_role(account: str) -> str:
     return "data account" if account == DATA_ACCOUNT else "vault account"
 
@@ -275,8 +270,8 @@ def _link_user(link: LeafLink, user_key: str) -> list[str]:
     """A link's user in its account's `users` list, each permitted subject with why."""
     lines = [
         f"      # {link.label}: site {link.site}'s link, a leaf node connection only (as a client it would",
-        f"      # be a party inside {link.account}, which a responder trusts); publish: what it may send",
-        "      # into the hub, subscribe: what the hub may send it",
+        f"      # be a party inside {link.hub_account}); publish: what it may send into the hub,",
+        "      # subscribe: what the hub may send it",
         f"      {{nkey: {quoted(user_key)}, allowed_connection_types: [{quoted(LEAF_ONLY)}], permissions: {{",
     ]
     for name, permits in (("publish", link.publish), ("subscribe", link.subscribe)):
@@ -306,6 +301,8 @@ def _add_users(lines: list[str], opening: str, users: list[str]) -> list[str]:
     while not lines[at].startswith("    users: ["):
         at += 1
     listed = lines[at].removeprefix("    users: [")
+    if listed == "]":  # `users: []` on one line
+        return [*lines[:at], "    users: [", *users, "    ]", *lines[at + 1 :]]
     if listed:  # one line, `users: [{...}]`: spread over lines
         return [*lines[:at], "    users: [", f"      {listed.removesuffix(']')}", *users, "    ]", *lines[at + 1 :]]
     return [*lines[: at + 1], *users, *lines[at + 1 :]]
@@ -343,6 +340,7 @@ def _link_data(link: LeafLink, user_key: str) -> dict[str, object]:
 
     return {
         "account": link.account,
+        "hub_account": link.hub_account,
         "label": link.label,
         "user_key": user_key,
         "publish": permits(link.publish),

@@ -229,8 +229,9 @@ def test_a_node_the_flags_add_lives_at_the_hub(tmp_path: Path) -> None:
 
 
 def test_the_hubs_accounts_are_accounts_conf_with_the_link_users_added(tmp_path: Path) -> None:
-    """hub.conf holds accounts.conf's accounts line for line (the vault's allowing one leaf
-    connection per site), each site's link users besides."""
+    """hub.conf holds accounts.conf's accounts line for line, each site's link users besides, in
+    the site's own account (`site-<site>`, two leaf connections); the data account and the vault's
+    take no link."""
     mesh = tmp_path / "mesh.toml"
     mesh.write_text(f'nodes = ["n1", "n2"]\n{HUB}[sites.a]\nnodes = ["n1"]\n[sites.b]\nnodes = ["n2"]\n')
     out = tmp_path / "out"
@@ -238,17 +239,16 @@ def test_the_hubs_accounts_are_accounts_conf_with_the_link_users_added(tmp_path:
     accounts = (out / "accounts.conf").read_text().splitlines()
     hub = (out / "sites" / "hub.conf").read_text().splitlines()
     hub = hub[hub.index("accounts {") :]
-    vault_users = accounts[accounts.index('  "vault" {') + 1]  # on one line
-    spread = ["    users: [", "      " + vault_users.removeprefix("    users: [").removesuffix("]")]
-    expected = [
-        part
-        for line in accounts[accounts.index("accounts {") :]
-        for part in (spread if line == vault_users else [line])
-    ]
-    assert in_order(expected, hub)
+    assert in_order(accounts[accounts.index("accounts {") :], hub)
     added = [line for line in hub if line not in accounts]
     assert sum('allowed_connection_types: ["LEAFNODE"]' in line for line in added) == 4  # data and vault, each site
-    assert sum("max_leafnodes: 2}" in line for line in accounts) == 1  # the vault's account, and no other
+    for site in ("a", "b"):
+        block = hub[hub.index(f'  "site-{site}" {{') :]
+        block = block[: block.index("  }")]
+        assert sum("LEAFNODE" in line for line in block) == 2, site  # its two links, in its own account
+        assert any("max_leafnodes: 2}" in line for line in block), site
+    leafing = [line for line in accounts if "max_leafnodes" in line and "max_leafnodes: 0" not in line]
+    assert len(leafing) == 2  # the sites' accounts, and no other
 
 
 def in_order(wanted: list[str], lines: list[str]) -> bool:

@@ -49,7 +49,9 @@ def test_a_node_moved_to_a_site_widens_its_link_and_narrows_nothing(
     link = next(line for line in lines if line.startswith("~ site home link leaf-home-data: "))
     assert "publish widened: + $JS.hub.API.$KV.mesh-provisioner_needs.n2.>" in link
     assert "narrowed" not in link
-    assert lines[-1] == f"sites: {len(lines) - 2} changes (against {sites_json(tmp_path / 'out')})"
+    said = [line for line in lines if line.startswith(("~ site ", "+ site ", "- site "))]
+    assert lines[-1] == f"sites: {len(said)} changes (against {sites_json(tmp_path / 'out')})"
+    assert "~ account site-home: speaks for changed: + n2" in lines  # the site's account at the hub
 
 
 def test_a_site_added_and_one_removed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
