@@ -1,9 +1,10 @@
 """Making sure the seat's buckets exist, with a configuration no party can wipe or bend.
 
-The seat creates its four buckets, the leases, the `<provider>_bound` bucket of each configured
-provider and the bucket of each domain of the catalogue writing one (`mesh-config_values`, the
-controller's `mesh-controller_assignments`): no other party may create a stream (that grant would
-let it choose the stream's subjects). Each has the same fixed configuration
+The seat creates its four buckets, the leases, the fleet (`registry.contract.fleet`), the
+`<provider>_bound` bucket of each configured provider and the bucket of each domain of the
+catalogue writing one (`mesh-config_values`, the controller's `mesh-controller_assignments`): no
+other party may create a stream (that grant would let it choose the stream's subjects). Each has
+the same fixed configuration
 (`registry.wire.kv.BucketConfig`): rollup headers refused, a value and a bucket size limit, direct
 get on (a node's reads are granted key by key), deletion of the stream denied. A bucket some party
 follows live (`registry.access.followed_live`, read from the grants' derivation: the registry, the
@@ -32,6 +33,7 @@ import anyio
 
 from registry.access import bound_bucket, followed_live, writing_domains
 from registry.contract import Bucket, buckets, load_catalogue
+from registry.contract.fleet import FLEET
 from registry.errors import BusTimeout, JetStreamError
 from registry.wire import BucketConfig, Bus, bucket_config, converge_republish, create_bucket
 
@@ -50,7 +52,7 @@ def seat_buckets(providers: Iterable[str] = (), domains_file: Path | None = None
     the bucket of each domain of the catalogue (`domains_file`'s, else the built-in) writing one."""
     bound = [bound_bucket(provider) for provider in providers]
     written = sorted(writing_domains(load_catalogue(domains_file)).values(), key=lambda b: b.name)
-    return list(dict.fromkeys([*buckets.OWN, buckets.LEASES, *bound, *written]))
+    return list(dict.fromkeys([*buckets.OWN, buckets.LEASES, FLEET, *bound, *written]))
 
 
 async def ensure_buckets(

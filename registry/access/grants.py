@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from registry.access.limits import GivenLimits, PartyLimits, limits_of
 from registry.access.parties import DATA_ACCOUNT, Kind, Party, PartyMap, UnknownAccount
 from registry.contract import Bucket, BucketAnswer, Domain, VerbAnswer, buckets, fields_of, render, shape_of, under
+from registry.contract.fleet import FLEET, ROLLOUT, own_claims
 from registry.errors import SettingsError
 
 
@@ -303,6 +304,7 @@ def node_imports(node: str, catalogue: _Catalogue, *, machine: bool) -> list[Imp
     for bucket in (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT):
         found += _writes(bucket, own, f"its own keys of {bucket.name}")
     found += _writes(buckets.LEASES, buckets.LEASES.shape.build(role="node", name=node), "its own lease")
+    found += node_fleet_imports(node)
     found += _reads(buckets.REGISTRY, ">", "the registry")
     for bucket in catalogue.node_keyed:
         found += _reads(bucket, own, f"its own keys of {bucket.name}")
@@ -312,6 +314,29 @@ def node_imports(node: str, catalogue: _Catalogue, *, machine: bool) -> list[Imp
     verbs = catalogue.node_verbs | (catalogue.machine_verbs if machine else set())
     found += _asks(verbs, "ask the vault, telling who asks", account=VAULT.account)
     return found
+
+
+def node_fleet_imports(node: str) -> list[Import]:
+    """A node's part of the fleet bucket (`registry.contract.fleet`): puts and deletes of its own
+    claims (`claim.*.<node>`: one slot of each module at most, no other node's), and reads of the
+    whole of it, whose live updates it takes where the stream republishes them (`$KVR.<bucket>.>`,
+    not onto `$KV.`, where its own claims' puts would come back to it)."""
+    found = [
+        Import(kind="service", subject=FLEET.subject(own_claims(node)), why="put and delete its own rollout claims")
+    ]
+    found += _reads(FLEET, ">", "the fleet: rollout claims and holds, nodes forgotten", live=False)
+    why = "live updates of the fleet, whoever wrote them, where its stream republishes them"
+    found.append(Import(kind="stream", subject=FLEET.live_subject(">"), why=why))
+    return found
+
+
+def operator_fleet_imports() -> list[Import]:
+    """An operator holds, resumes and aborts a module's rollout (`rollout.<module>`) and reads the fleet."""
+    why = "hold, resume or abort a module's rollout"
+    return [
+        Import(kind="service", subject=FLEET.subject(f"{ROLLOUT}.>"), why=why),
+        *_reads(FLEET, ">", "the fleet: rollout claims and holds, nodes forgotten", live=False),
+    ]
 
 
 def _owns(bucket: Bucket) -> list[Import]:
@@ -385,6 +410,7 @@ def operator_imports() -> list[Import]:
     return [
         *_asks([buckets.VERB_SUBJECT], "ask the verb, telling who asks"),
         *(Import(kind="service", subject=s, why="the service API of the seat") for s in service_api),
+        *operator_fleet_imports(),
     ]
 
 

@@ -8,7 +8,7 @@ through. Nothing here imports nats-py: it is the mesh's contract as data and pur
 
 from __future__ import annotations
 
-from registry.contract import buckets, keys
+from registry.contract import buckets, fleet, keys
 from registry.contract.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, nesting, read_json, read_json_file
 from registry.contract.buckets import Bucket
 from registry.contract.catalogue import BUILT_IN, KINDS, Domain, load_catalogue
@@ -126,6 +126,7 @@ __all__ = [
     "entry_data",
     "fields_of",
     "find_placeholders",
+    "fleet",
     "keys",
     "load_catalogue",
     "nesting",

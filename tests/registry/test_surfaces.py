@@ -70,6 +70,7 @@ SURFACES = {
         "entry_data",
         "fields_of",
         "find_placeholders",
+        "fleet",
         "keys",
         "load_catalogue",
         "nesting",

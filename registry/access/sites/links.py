@@ -69,6 +69,7 @@ from registry.access.grants import VAULT, AccountGrant, Grants, Import, catalogu
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
 from registry.access.sites.topology import Site
 from registry.contract import Bucket, Domain, buckets, under
+from registry.contract.fleet import FLEET, own_claims
 
 # Where a reply crossing an account's service import is sent: a reply subject of the exporter's.
 SERVICE_REPLIES = "_R_.>"
@@ -305,17 +306,22 @@ def copy_consumers(site: Site, *, domains: Mapping[str, Domain], providers: Sequ
 
 
 def owned(bucket: Bucket, node: str) -> str:
+    if bucket == FLEET:
+        return f"{node}'s rollout claims"
     return f"{node}'s lease" if bucket == buckets.LEASES else f"{node}'s keys of {bucket.name}"
 
 
-# What a node writes: its own keys of these, and its lease.
-WRITTEN = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT, buckets.LEASES)
+# What a node writes: its own keys of these, its lease and its rollout claims.
+WRITTEN = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT, buckets.LEASES, FLEET)
 
 
 def node_filter(bucket: Bucket, node: str) -> str:
-    """The keys of `node` in `bucket`: `<node>.>`, or its lease `node.<node>` in the leases."""
+    """The keys of `node` in `bucket`: `<node>.>`, its lease `node.<node>` in the leases, its
+    rollout claims `claim.*.<node>` in the fleet."""
     if bucket == buckets.LEASES:
         return buckets.LEASES.shape.build(role="node", name=node)
+    if bucket == FLEET:
+        return own_claims(node)
     return under(node)
 
 

@@ -160,7 +160,7 @@ def test_a_site_copies_only_its_own_nodes_keys_of_a_node_keyed_bucket(tmp_path: 
     flow_control = {s for s in publish if s.startswith("$JS.FC.")}  # acknowledges: its own consumers' alone
     assert "$JS.FC.KV_postgres_bound.site-home-n1.*" in flow_control and "$JS.FC.>" not in flow_control
     assert all(".site-home" in s for s in flow_control)
-    own = (".n1.>", ".n2.>", ".node.n1", ".node.n2")  # each write: a key of the site's nodes
+    own = (".n1.>", ".n2.>", ".node.n1", ".node.n2", ".claim.*.n1", ".claim.*.n2")  # a key of the site's nodes
     assert all(s.endswith(own) for s in hub_api if s.startswith("$KV."))
     assert not any(s.startswith(("$KV.", "$JS.API.")) for s in publish)
 
@@ -173,6 +173,7 @@ def test_a_site_writes_its_own_nodes_keys_at_the_hub_and_nothing_else(tmp_path: 
         "$JS.hub.API.$KV.mesh-provisioner_applied.n2.>",
         "$JS.hub.API.$KV.mesh-provisioner_collect.n2.>",
         "$JS.hub.API.$KV.mesh-provisioner_leases.node.n2",
+        "$JS.hub.API.$KV.mesh-provisioner_fleet.claim.*.n2",
     }
     assert "$JS.hub.API.CONSUMER.RESET.KV_mesh-provisioner_needs.site-home" in publish  # its mirror: read there
     assert not any(s.startswith("$JS.home.API.") for s in subscribe)  # the hub copies nothing from the site

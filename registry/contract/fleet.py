@@ -1,0 +1,121 @@
+"""The fleet bucket, `mesh-provisioner_fleet`: what every node reads about the fleet as a whole, so
+that a change reaches the fleet in waves and collections forget nodes gone for good (issue 23).
+Every key of it is built and parsed here:
+
+    claim.<module>.<node>   node `node`'s claim of one of `module`'s rollout slots (`Claim`): the node
+                            writes its own alone (its grants: `claim.*.<node>`), so it holds at most
+                            one slot of a module and touches no other node's. The slots are the
+                            first `budget` live claims by revision (the server's order: no two nodes
+                            can both be first); a claim not renewed within its ttl is dead
+    rollout.<module>        `module`'s rollout held (`Hold`): paused after a node's change failed (the
+                            seat writes it, only for a node running the module) or by an operator,
+                            aborted by an operator; none: the rollout runs
+    gone.<node>             node `node` left out of every collection since it was gone longer than the
+                            seat's `forget_after` (`Gone`); deleted when it is back
+
+Names are escaped as every key's (`registry.contract.escaping`): a module named `a.b` is `a=2Eb`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from registry.contract.buckets import PREFIX, Bucket
+from registry.contract.escaping import decode_token, encode_token
+from registry.contract.keys import KeyShape
+from registry.errors import KeyShapeError, TokenError
+
+FLEET = Bucket(f"{PREFIX}_fleet", KeyShape("<kind>.<name>[.<node>]"))
+
+CLAIM: Final = "claim"
+ROLLOUT: Final = "rollout"
+GONE: Final = "gone"
+_SHAPES = "claim.<module>.<node> | rollout.<module> | gone.<node>"
+_MAX_TEXT = 1024  # a reason or a name in a value: bounded, as every echoed text
+
+
+def claim_key(module: str, node: str) -> str:
+    return f"{CLAIM}.{encode_token(module)}.{encode_token(node)}"
+
+
+def claims_of(module: str) -> str:
+    """The filter of every node's claim of `module`: `claim.<module>.>`."""
+    return f"{CLAIM}.{encode_token(module)}.>"
+
+
+def own_claims(node: str) -> str:
+    """The filter of `node`'s claims of every module, `claim.*.<node>`: what its grants let it write."""
+    return f"{CLAIM}.*.{encode_token(node)}"
+
+
+def hold_key(module: str) -> str:
+    return f"{ROLLOUT}.{encode_token(module)}"
+
+
+def gone_key(node: str) -> str:
+    return f"{GONE}.{encode_token(node)}"
+
+
+@dataclass(frozen=True)
+class FleetKey:
+    """A key of the fleet bucket, read: its kind and the names it holds (decoded)."""
+
+    kind: Literal["claim", "rollout", "gone"]
+    module: str | None = None
+    node: str | None = None
+
+
+def parse_fleet_key(key: str) -> FleetKey:
+    """The kind and names of `key`; `KeyShapeError` for a key of no shape this module builds."""
+    tokens = key.split(".")
+    try:
+        if tokens[0] == CLAIM and len(tokens) == 3:
+            return FleetKey(CLAIM, module=decode_token(tokens[1]), node=decode_token(tokens[2]))
+        if tokens[0] == ROLLOUT and len(tokens) == 2:
+            return FleetKey(ROLLOUT, module=decode_token(tokens[1]))
+        if tokens[0] == GONE and len(tokens) == 2:
+            return FleetKey(GONE, node=decode_token(tokens[1]))
+    except TokenError as err:
+        raise KeyShapeError(key[:200], _SHAPES, err.reason) from None
+    raise KeyShapeError(key[:200], _SHAPES, "its kind or its count of tokens is none of these")
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Claim(_Value):
+    """A node's claim of a rollout slot: `waiting` (queued behind the first `budget`), `running`
+    (its env file written, its change action and health check running), `failed` (either failed:
+    it keeps its slot, so failures use up the budget even while nobody pauses the rollout).
+    `change` names the change (a short keyed digest of the values applied: no value); `ttl` is how
+    long the claim stands without being written again (the holder renews it while it runs)."""
+
+    state: Literal["waiting", "running", "failed"]
+    change: str = Field(max_length=64)
+    since: datetime
+    ttl_seconds: float = Field(gt=0, le=24 * 3600)
+    reason: str = Field(default="", max_length=_MAX_TEXT)
+
+
+class Hold(_Value):
+    """A module's rollout held: `paused` (no node takes a slot; those running finish) or `aborted`
+    (the nodes that changed go back to their last good values where the module can; nobody
+    changes until an operator resumes). `by` says who held it (`seat`, an operator's name)."""
+
+    state: Literal["paused", "aborted"]
+    since: datetime
+    by: str = Field(max_length=_MAX_TEXT)
+    reason: str = Field(default="", max_length=_MAX_TEXT)
+    node: str | None = Field(default=None, max_length=_MAX_TEXT)  # whose failure paused it
+
+
+class Gone(_Value):
+    """A node left out of collections: when it was last seen, and since when it is left out."""
+
+    last_seen: datetime | None = None
+    since: datetime
