@@ -6,12 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from provisioner.seat.quotas import CutBack, Footprint, Quota, QuotaGuard
 from registry.contract import Bucket, buckets
 from registry.wire import KvItem
 
 QUOTA = Quota(keys=3, bytes=100)
+Queued = tuple[Bucket, str]
 
 
 def written(key: str, size: int, *, deleted: bool = False) -> KvItem:
@@ -65,15 +67,21 @@ def at(key: str, revision: int, size: int = 10) -> KvItem:
     return KvItem(key, b"", revision, False, size=size)
 
 
+def counting_n1() -> tuple[QuotaGuard, MemoryObjectSendStream[Queued], MemoryObjectReceiveStream[Queued]]:
+    """A guard whose queue is `send`, once node n1's 4 writes (revisions 1 to 4) queued its count."""
+    guard = QuotaGuard(QUOTA)
+    send, receive = anyio.create_memory_object_stream[Queued](8)
+    guard._to_count = send
+    for revision in range(1, 5):
+        guard.note(buckets.NEEDS, at(f"n1.m.config.v{revision}", revision))
+    return guard, send, receive
+
+
 async def test_writes_seen_while_a_node_is_counted_stay_in_its_bound_when_they_outlive_the_purge() -> None:
     # A count purges up to the revision it read; what the node wrote after that is still in the
     # bucket. Forgetting it let a node fill the bucket once it was full: no write passed the bound.
-    guard = QuotaGuard(QUOTA)
-    send, receive = anyio.create_memory_object_stream[tuple[Bucket, str]](8)
+    guard, send, receive = counting_n1()
     async with send, receive:
-        guard._to_count = send
-        for revision in range(1, 5):
-            guard.note(buckets.NEEDS, at(f"n1.m.config.v{revision}", revision))
         assert receive.receive_nowait()[1] == "n1"
         guard.note(buckets.NEEDS, at("n1.m.config.v5", 5))  # while counted: read by the count
         guard.note(buckets.NEEDS, at("n1.m.config.v6", 6))  # after the count's read: not purged
@@ -89,12 +97,8 @@ async def test_writes_seen_while_a_node_is_counted_stay_in_its_bound_when_they_o
 
 
 async def test_a_failed_count_keeps_every_write_it_saw_in_the_bound() -> None:
-    guard = QuotaGuard(QUOTA)
-    send, receive = anyio.create_memory_object_stream[tuple[Bucket, str]](8)
+    guard, send, receive = counting_n1()
     async with send, receive:
-        guard._to_count = send
-        for revision in range(1, 5):
-            guard.note(buckets.NEEDS, at(f"n1.m.config.v{revision}", revision))
         guard.note(buckets.NEEDS, at("n1.m.config.v5", 5))
         bound = guard._bounds[(buckets.NEEDS.name, "n1")]
         bound.give_up()
