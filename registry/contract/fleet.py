@@ -100,6 +100,12 @@ class Claim(_Value):
     since: datetime
     ttl_seconds: float = Field(gt=0, le=24 * 3600)
     reason: str = Field(default="", max_length=_MAX_TEXT)
+    queued: int = Field(default=0, ge=0)  # the revision of its first write for `change`; 0: this write is it
+
+    def position(self, revision: int) -> int:
+        """Where the claim stands in its module's queue: the revision of its first write for its
+        change (`queued`), kept across renewals; a first write's own `revision`."""
+        return self.queued or revision
 
 
 class Hold(_Value):
@@ -119,3 +125,19 @@ class Gone(_Value):
 
     last_seen: datetime | None = None
     since: datetime
+
+
+def read_claim(value: bytes) -> Claim | None:
+    """The claim a stored value holds; None for a value that is none (a node's own word, unread)."""
+    try:
+        return Claim.model_validate_json(value)
+    except ValueError:
+        return None
+
+
+def read_hold(value: bytes) -> Hold | None:
+    """The hold a stored value holds; None for a value that is none."""
+    try:
+        return Hold.model_validate_json(value)
+    except ValueError:
+        return None
