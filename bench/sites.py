@@ -50,6 +50,7 @@ from bench.cases import Report
 from bench.convergence import file_stamps
 from bench.harness import ROOT, Latency, median, python_process, timed
 from bench.observe import nodes_shown, own_cpu_seconds
+from mesh_dev.generated_servers import generated_config
 from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.relay import Relay, unused_port
 from mesh_dev.standins import SECRET_SUBJECT, Vault
@@ -131,18 +132,10 @@ class Mesh:
 @asynccontextmanager
 async def generated_server(out: Path, root: Path, name: str, monitor: int | None = None) -> AsyncIterator[LocalNats]:
     """nats-server `name` on its generated files (static accounts), copied into its own folder."""
-    folder = root / name
-    folder.mkdir(parents=True)
-    for generated in (f"{name}.jetstream.conf", f"{name}.conf"):
-        (folder / generated).write_bytes((out / "sites" / generated).read_bytes())
-    http = f'http: "127.0.0.1:{monitor}"\n' if monitor else ""
-    extra = (
-        f'server_name: "{name}"\n{http}'
-        f'jetstream {{ store_dir: "{folder / "js"}", include ./{name}.jetstream.conf }}\n'
-        f"include ./{name}.conf\n"
-    )
-    async with local_nats(folder, extra, ready_timeout=60) as running:
-        yield running
+    async with local_nats(
+        root / name, generated_config(out, root / name, name, monitor=monitor), ready_timeout=60
+    ) as up:
+        yield up
 
 
 def leaf_accounts(monitor: int) -> list[str]:

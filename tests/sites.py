@@ -30,6 +30,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from mesh_dev import relay
+from mesh_dev.generated_servers import generated_config
 from mesh_dev.local_nats import local_nats
 from registry.contract import Bucket, buckets, encode_token
 from registry.wire import BucketConfig, Bus, BusOptions, bucket_config, connect, create_bucket, node_key
@@ -250,16 +251,7 @@ SITE_READS: tuple[Bucket, ...] = (buckets.REGISTRY,)  # read at the site, with l
 def generated_server(out: Path, folder: Path, name: str) -> Server:
     """nats-server `name` on its generated files (`<out>/sites/<name>.conf` and `.jetstream.conf`),
     copied into `folder`, stoppable and started again on the same port and store."""
-    folder.mkdir(parents=True)
-    sites = out / "sites"
-    for generated in (f"{name}.conf", f"{name}.jetstream.conf"):
-        (folder / generated).write_bytes((sites / generated).read_bytes())
-    config = (
-        f'server_name: "{name}"\n'
-        f'jetstream {{ store_dir: "{folder / "js"}", include ./{name}.jetstream.conf }}\n'
-        f"include ./{name}.conf\n"
-    )
-    return Server(name, folder, config)
+    return Server(name, folder, generated_config(out, folder, name))
 
 
 @dataclass

@@ -41,6 +41,7 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
 from nats.js.errors import NotFoundError
 
+from mesh_dev.generated_servers import generated_config
 from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner.commands.cli import main
 from provisioner.seat.buckets import ensure_buckets
@@ -48,16 +49,12 @@ from provisioner.seat.site_consumers import ensure_site_consumers
 from provisioner.seat.site_copies import ensure_site_copies
 from registry.access import (
     DATA_ACCOUNT,
-    SERVER_AUTH,
     Grants,
     Nkey,
     account_seed_path,
     creds_path,
-    load_jwt_auth,
     read_sites_file,
-    render_server_auth,
 )
-from registry.access.jwt_auth import DEFAULT_RESOLVER_DIR
 from registry.contract import Bucket, buckets
 from registry.errors import AuthorizationRefused
 from registry.wire import BucketConfig, BusOptions, connect, connect_within
@@ -159,26 +156,7 @@ async def server(
 ) -> AsyncIterator[LocalNats]:
     """nats-server `name` on its generated files, copied into its own configuration folder: its
     leaf nodes and accounts (static), or its leaf nodes and jwt/server-auth.conf (JWT)."""
-    folder = root / name
-    folder.mkdir(parents=True)
-    sites = out / "sites"
-    (folder / f"{name}.jetstream.conf").write_bytes((sites / f"{name}.jetstream.conf").read_bytes())
-    mesh = f"{name}.jwt.conf" if jwt else f"{name}.conf"
-    (folder / mesh).write_bytes((sites / mesh).read_bytes())
-    auth = ""
-    if jwt:  # the hub's jwt/server-auth.conf, a site's own; each with a resolver dir of its own
-        own = sites / f"{name}.server-auth.conf"
-        text = own.read_text() if own.exists() else render_server_auth(load_jwt_auth(out), DEFAULT_RESOLVER_DIR)
-        resolver = f'dir: "{DEFAULT_RESOLVER_DIR}"'
-        (folder / SERVER_AUTH).write_text(text.replace(resolver, f'dir: "{folder / "resolver"}"'))
-        auth = f"include ./{SERVER_AUTH}\n"
-    http = f'http: "127.0.0.1:{monitor}"\n' if monitor else ""
-    extra = (
-        f'server_name: "{name}"\n{http}{auth}'
-        f'jetstream {{ store_dir: "{folder / "js"}", include ./{name}.jetstream.conf }}\n'
-        f"include ./{mesh}\n"
-    )
-    async with local_nats(folder, extra) as running:
+    async with local_nats(root / name, generated_config(out, root / name, name, jwt=jwt, monitor=monitor)) as running:
         yield running
 
 

@@ -32,8 +32,7 @@ from typing import Any, TypeVar
 import anyio
 
 from registry.access import bound_bucket, followed_live, writing_domains
-from registry.contract import Bucket, buckets, load_catalogue
-from registry.contract.fleet import FLEET
+from registry.contract import Bucket, buckets, fleet, load_catalogue
 from registry.errors import BusTimeout, JetStreamError
 from registry.wire import BucketConfig, Bus, bucket_config, converge_republish, create_bucket
 
@@ -52,7 +51,7 @@ def seat_buckets(providers: Iterable[str] = (), domains_file: Path | None = None
     the bucket of each domain of the catalogue (`domains_file`'s, else the built-in) writing one."""
     bound = [bound_bucket(provider) for provider in providers]
     written = sorted(writing_domains(load_catalogue(domains_file)).values(), key=lambda b: b.name)
-    return list(dict.fromkeys([*buckets.OWN, buckets.LEASES, FLEET, *bound, *written]))
+    return list(dict.fromkeys([*buckets.OWN, buckets.LEASES, fleet.FLEET, *bound, *written]))
 
 
 async def ensure_buckets(

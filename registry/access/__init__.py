@@ -18,6 +18,7 @@ from registry.access.grants import (
 from registry.access.issuing import MeshParties, issue_grants
 from registry.access.jwt_auth import (
     CLAIMS_UPDATE,
+    DEFAULT_RESOLVER_DIR,
     SERVER_AUTH,
     SYSTEM_USER,
     AccountPushError,
@@ -49,6 +50,7 @@ __all__ = [
     "CLAIMS_UPDATE",
     "COPY_PREFIX",
     "DATA_ACCOUNT",
+    "DEFAULT_RESOLVER_DIR",
     "REQUEST_INFO",
     "SEED_SUFFIX",
     "SERVER_AUTH",

@@ -43,8 +43,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from registry.access.limits import GivenLimits, PartyLimits, limits_of
 from registry.access.parties import DATA_ACCOUNT, Kind, Party, PartyMap, UnknownAccount
-from registry.contract import Bucket, BucketAnswer, Domain, VerbAnswer, buckets, fields_of, render, shape_of, under
-from registry.contract.fleet import FLEET, ROLLOUT, own_claims
+from registry.contract import (
+    Bucket,
+    BucketAnswer,
+    Domain,
+    VerbAnswer,
+    buckets,
+    fields_of,
+    fleet,
+    render,
+    shape_of,
+    under,
+)
 from registry.errors import SettingsError
 
 
@@ -322,11 +332,15 @@ def node_fleet_imports(node: str) -> list[Import]:
     whole of it, whose live updates it takes where the stream republishes them (`$KVR.<bucket>.>`,
     not onto `$KV.`, where its own claims' puts would come back to it)."""
     found = [
-        Import(kind="service", subject=FLEET.subject(own_claims(node)), why="put and delete its own rollout claims")
+        Import(
+            kind="service",
+            subject=fleet.FLEET.subject(fleet.own_claims(node)),
+            why="put and delete its own rollout claims",
+        )
     ]
-    found += _reads(FLEET, ">", "the fleet: rollout claims and holds, nodes forgotten", live=False)
+    found += _reads(fleet.FLEET, ">", "the fleet: rollout claims and holds, nodes forgotten", live=False)
     why = "live updates of the fleet, whoever wrote them, where its stream republishes them"
-    found.append(Import(kind="stream", subject=FLEET.live_subject(">"), why=why))
+    found.append(Import(kind="stream", subject=fleet.FLEET.live_subject(">"), why=why))
     return found
 
 
@@ -334,8 +348,8 @@ def operator_fleet_imports() -> list[Import]:
     """An operator holds, resumes and aborts a module's rollout (`rollout.<module>`) and reads the fleet."""
     why = "hold, resume or abort a module's rollout"
     return [
-        Import(kind="service", subject=FLEET.subject(f"{ROLLOUT}.>"), why=why),
-        *_reads(FLEET, ">", "the fleet: rollout claims and holds, nodes forgotten", live=False),
+        Import(kind="service", subject=fleet.FLEET.subject(f"{fleet.ROLLOUT}.>"), why=why),
+        *_reads(fleet.FLEET, ">", "the fleet: rollout claims and holds, nodes forgotten", live=False),
     ]
 
 

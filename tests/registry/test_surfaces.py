@@ -155,6 +155,7 @@ SURFACES = {
         "COPY_PREFIX",
         "CopyConsumer",
         "DATA_ACCOUNT",
+        "DEFAULT_RESOLVER_DIR",
         "GivenLimits",
         "Grants",
         "GrantsFile",

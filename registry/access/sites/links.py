@@ -68,8 +68,7 @@ from dataclasses import dataclass
 from registry.access.grants import VAULT, AccountGrant, Grants, Import, catalogue_of
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
 from registry.access.sites.topology import Site
-from registry.contract import Bucket, Domain, buckets, under
-from registry.contract.fleet import FLEET, own_claims
+from registry.contract import Bucket, Domain, buckets, fleet, under
 
 # Where a reply crossing an account's service import is sent: a reply subject of the exporter's.
 SERVICE_REPLIES = "_R_.>"
@@ -306,13 +305,13 @@ def copy_consumers(site: Site, *, domains: Mapping[str, Domain], providers: Sequ
 
 
 def owned(bucket: Bucket, node: str) -> str:
-    if bucket == FLEET:
+    if bucket == fleet.FLEET:
         return f"{node}'s rollout claims"
     return f"{node}'s lease" if bucket == buckets.LEASES else f"{node}'s keys of {bucket.name}"
 
 
 # What a node writes: its own keys of these, its lease and its rollout claims.
-WRITTEN = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT, buckets.LEASES, FLEET)
+WRITTEN = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT, buckets.LEASES, fleet.FLEET)
 
 
 def node_filter(bucket: Bucket, node: str) -> str:
@@ -320,8 +319,8 @@ def node_filter(bucket: Bucket, node: str) -> str:
     rollout claims `claim.*.<node>` in the fleet."""
     if bucket == buckets.LEASES:
         return buckets.LEASES.shape.build(role="node", name=node)
-    if bucket == FLEET:
-        return own_claims(node)
+    if bucket == fleet.FLEET:
+        return fleet.own_claims(node)
     return under(node)
 
 
