@@ -163,6 +163,12 @@ class ServerSettings(LogSettings):
         "seat; without: the hub's seat, which makes the durable consumers the sites' copies take",
     )
 
+    sites_reread: Duration = Field(
+        default=timedelta(seconds=30),
+        gt=timedelta(0),
+        description="the hub's seat: how often it reads sites_file again, for the consumers of sites added or removed",
+    )
+
     @model_validator(mode="after")
     def _site_with_its_file(self) -> Self:
         if self.site is not None and self.sites_file is None:

@@ -53,7 +53,7 @@ from provisioner.metrics import SeatWork, serve_seat_metrics
 from provisioner.seat.buckets import ensure_buckets, seat_buckets
 from provisioner.seat.quotas import GUARDED, Quota, QuotaGuard
 from provisioner.seat.registry_sync import CompileCounts, keep_registry_compiled
-from provisioner.seat.site_consumers import ensure_site_consumers
+from provisioner.seat.site_consumers import ensure_site_consumers, follow_sites_file
 from provisioner.seat.site_copies import ensure_site_copies
 from provisioner.seat.site_purges import follow_purges
 from provisioner.seat.site_resets import resend_lost_resets
@@ -147,8 +147,17 @@ async def _start_hub_work(
     registry compiled (under the compile lease), the quota guard; the buckets it serves and its
     view of the fleet."""
     await ensure_buckets(bus, bucket_config_of(settings, bus), settings.providers, settings.domains_file)
-    if sites is not None:
+    if sites is not None and settings.sites_file is not None:
         await ensure_site_consumers(bus, sites, providers=settings.providers, domains_file=settings.domains_file)
+        follow = partial(
+            follow_sites_file,
+            bus,
+            settings.sites_file,
+            every=settings.sites_reread,
+            providers=settings.providers,
+            domains_file=settings.domains_file,
+        )
+        await tasks.start(follow)
     compile_registry = partial(
         keep_registry_compiled,
         bus,

@@ -23,24 +23,33 @@ consumer that exists is updated to this when it differs (a node moved, a deliver
 named `site-...` that no site of the file takes (a site or a node removed) is deleted: the seat's
 footprint is the consumers named by that prefix, and no other consumer of the hub's is touched.
 
+The seat reads the file again every `sites_reread` (`follow_sites_file`): a site added to the mesh
+file (`grants --mesh` writes sites.json anew) gets its consumers without restarting the hub's seat,
+and a site removed loses them. A file that cannot be read then, or is no sites.json, is said in one
+ERROR line and the consumers are left as they are.
+
 A consumer keeps what its copy acknowledged: a copy deleted at the site and made again would be
 sent only what came after (the mirror takes the consumer's position), so removing a site's copy
-goes with deleting its consumer here (remove the site from the file, restart the hub's seat, put
-it back), which the site's seat's ERROR line about a copy that differs says.
+goes with deleting its consumer here (remove the site from the file, let the seat read it, put it
+back), which the site's seat's ERROR line about a copy that differs says.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
+from anyio.abc import TaskStatus
+
 from provisioner.seat.buckets import seat_buckets, until_enough_peers
 from provisioner.seat.site_copies import site_copies
-from registry.access import COPY_PREFIX, CopyConsumer, SitesFile
+from registry.access import COPY_PREFIX, CopyConsumer, SitesFile, read_sites_file
 from registry.contract import Bucket
-from registry.errors import NotFound
+from registry.errors import NotFound, SettingsError
 from registry.wire import Bus
 
 log = logging.getLogger(__name__)
@@ -94,6 +103,46 @@ async def ensure_site_consumers(
     for bucket in streams.values():
         await _remove_unwanted(bus, bucket, wanted)
     return list(wanted.values())
+
+
+async def follow_sites_file(
+    bus: Bus,
+    path: Path,
+    *,
+    every: timedelta,
+    providers: Iterable[str] = (),
+    domains_file: Path | None = None,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Reads `path` again every `every`; when it changed, makes the consumers of what it now holds
+    (`ensure_site_consumers`), until cancelled."""
+    providers = list(providers)
+    stamp = _stamp_of(path)
+    task_status.started()
+    while True:
+        await anyio.sleep(every.total_seconds())
+        now = _stamp_of(path)
+        if now == stamp:
+            continue
+        stamp = now
+        try:
+            sites = read_sites_file(path, setting=str(path))
+        except SettingsError as err:
+            log.error("sites.json read again: %s; the sites' consumers are left as they were", err)
+            continue
+        made = await ensure_site_consumers(bus, sites, providers=providers, domains_file=domains_file)
+        names = ", ".join(site.name for site in sites.sites) or "none"
+        log.info(
+            "%s changed: the consumers of sites %s made or kept (%d), those of others removed", path, names, len(made)
+        )
+
+
+def _stamp_of(path: Path) -> tuple[int, int] | None:
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return (status.st_mtime_ns, status.st_size)
 
 
 async def ensure_site_consumer(bus: Bus, consumer: CopyConsumer) -> None:

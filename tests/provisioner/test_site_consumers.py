@@ -6,11 +6,16 @@ tests/test_site_resume.py."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
 
+import anyio
 import pytest
 
 from provisioner.seat.buckets import ensure_buckets
-from provisioner.seat.site_consumers import ensure_site_consumers
+from provisioner.seat.site_consumers import ensure_site_consumers, follow_sites_file
 from registry.access import SiteFileEntry, SitesFile
 from registry.access.sites.file import HubFileEntry
 from registry.contract import buckets
@@ -64,3 +69,29 @@ async def test_a_site_removed_loses_its_consumers_and_no_other_is_touched(bus: B
     await ensure_site_consumers(bus, sites(a=("n1", "n2")), providers=["postgres"])  # b gone, n2 moved to a
     assert await names(bus, buckets.REGISTRY.stream) == ["site-a"]
     assert await names(bus, BOUND) == ["site-a-n1", "site-a-n2", "someone-else"]
+
+
+async def test_a_site_added_to_the_file_gets_its_consumers_without_a_restart(bus: Bus, tmp_path: Path) -> None:
+    """The hub's seat reads sites.json again (`follow_sites_file`): a site added gets its
+    consumers, one removed loses them; a file that is no sites.json leaves them as they are."""
+    await ensure_buckets(bus, BucketConfig(), ["postgres"])
+    path = tmp_path / "sites.json"
+    path.write_text(sites(a=("n1",)).model_dump_json())
+    await ensure_site_consumers(bus, sites(a=("n1",)), providers=["postgres"])
+    async with anyio.create_task_group() as tasks:
+        follow = partial(follow_sites_file, bus, path, every=timedelta(milliseconds=50), providers=["postgres"])
+        await tasks.start(follow)
+        path.write_text(sites(a=("n1",), b=("n2",)).model_dump_json())
+        await until(lambda: names(bus, BOUND), ["site-a-n1", "site-b-n2"])
+        path.write_text("{not json")
+        await anyio.sleep(0.3)
+        assert await names(bus, BOUND) == ["site-a-n1", "site-b-n2"]  # left as they were
+        path.write_text(sites(b=("n2",)).model_dump_json())
+        await until(lambda: names(bus, BOUND), ["site-b-n2"])
+        tasks.cancel_scope.cancel()
+
+
+async def until(read: Callable[[], Awaitable[list[str]]], wanted: list[str]) -> None:
+    with anyio.fail_after(10):
+        while await read() != wanted:
+            await anyio.sleep(0.05)
