@@ -1,0 +1,334 @@
+"""A module's rollout paused across the fleet when one node's change fails (issue 23).
+
+Each node changing a module holds a claim of one of its rollout slots in the fleet bucket
+(`registry.contract.fleet`): `claim.<module>.<node>`, `waiting`, `running`, then deleted once its
+change action and health check succeeded, or `failed` (kept: the failure uses up its slot). The
+seat follows the claims and, when one turns `failed`, pauses the module's rollout for the whole
+fleet:
+
+    a claim turns failed    claim.<M>.<X> written `failed` for a change it was not failed for
+                            before (a renewal of the same failed claim is no new failure)
+    X runs M?               placement (`mesh-controller_assignments`) holds `X.M`; for a module
+                            placement holds for no node at all, X registered needs of M
+                            (`X.M.>` in `mesh-provisioner_needs`)
+    yes: hold               `rollout.<M>` = paused, by `seat`, naming X and why, written
+                            create-only: a hold already there (paused by another node's
+                            failure, an operator's pause or abort) is left as it is
+    no: nothing             a node's grants let it write a claim of any module under its own
+                            name: a failure it claims of a module it does not run pauses nothing
+                            (logged once), so a hostile node cannot stop another module's rollout
+
+The node is the one the key names, which its grants bind to it (`claim.*.<node>`), never a value
+it wrote. A claim not renewed within its ttl (by the server's stamp) is dead and pauses nothing: a
+seat started later does not pause a module for a failure its node gave up on; it pauses for a
+failure still standing, unless held. What the seat keeps is bounded: each claim's last state
+(for the turn to failed, and the figures by state), at most `MAX_CLAIMS_KEPT`, and each module's
+hold; the claims are read as the watch delivers them (a reader falling behind makes it re-read
+from where it was, `registry.wire.scoped_watch`).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskStatus
+from pydantic import ValidationError
+
+from registry.access import writing_domains
+from registry.contract import Bucket, buckets, fleet, load_catalogue, under
+from registry.errors import BusError, KeyShapeError, WrongLastSequence
+from registry.runtime import event
+from registry.wire import SKEW, Bus, KvItem, TooManyKeys, delete, get_last_many, get_latest, scoped_watch, update
+
+log = logging.getLogger(__name__)
+
+PLACEMENT = "placement"  # the catalogue's domain whose bucket says which node runs which module
+SEAT_BY = "seat"  # the `by` of a hold the seat writes
+MAX_CLAIMS_KEPT = 100_000  # claims whose last state the seat keeps; past it, new ones are not counted
+REFUSALS_LOGGED = 4096  # (module, node) refusals remembered so as to be logged once
+WATCH_BUFFER = 1024  # fleet writes waiting to be read; more: the watch re-reads from where it was
+REASON_KEPT = 1000  # characters of a failure's reason in the hold (a hold's text holds 1024)
+ATTEMPTS = 3  # tries of a pause whose reads or write fail on the bus
+CLAIM_STATES = ("waiting", "running", "failed", "expired")
+HOLD_STATES = ("paused", "aborted")
+PAUSE_OUTCOMES = ("paused", "already_held", "not_running", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSeen:
+    """A claim's last write: its state and change, when the server stored it and for how long it stands."""
+
+    state: str
+    change: str
+    stored_at: datetime
+    ttl: timedelta
+
+    def live(self, now: datetime) -> bool:
+        return now <= self.stored_at + self.ttl + SKEW
+
+    def shown_state(self, now: datetime) -> str:
+        return self.state if self.live(now) else "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class FailedClaim:
+    """A claim that turned failed: the module, the node its key names, why it says it failed."""
+
+    module: str
+    node: str
+    change: str
+    reason: str
+
+
+class RolloutsSeen:
+    """What the seat saw of the fleet's rollouts: each claim's last state and each module's hold,
+    and what its pauses came to; read by the metrics (`provisioner.metrics`) at each scrape."""
+
+    def __init__(self, *, max_claims: int = MAX_CLAIMS_KEPT) -> None:
+        self.max_claims = max_claims
+        self.claims: dict[str, ClaimSeen] = {}  # by key
+        self.holds: dict[str, str] = {}  # each module's hold state
+        self.pauses: Counter[str] = Counter()  # by outcome (PAUSE_OUTCOMES)
+        self.unreadable = 0  # fleet writes of no shape or value the contract builds
+        self._full_said = False
+
+    def claims_by_state(self, now: datetime | None = None) -> dict[str, int]:
+        """The claims kept, by state; `expired`: not renewed within its ttl."""
+        now = now or datetime.now(UTC)
+        counts = dict.fromkeys(CLAIM_STATES, 0)
+        for claim in self.claims.values():
+            counts[claim.shown_state(now)] += 1
+        return counts
+
+    def holds_by_state(self) -> dict[str, int]:
+        counts = dict.fromkeys(HOLD_STATES, 0)
+        for state in self.holds.values():
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
+    def note(self, item: KvItem, now: datetime | None = None) -> FailedClaim | None:
+        """Takes in one write of the fleet bucket; the claim it turned failed, if it did and stands."""
+        try:
+            key = fleet.parse_fleet_key(item.key)
+        except KeyShapeError:
+            self.unreadable += 1
+            return None
+        if key.kind == fleet.ROLLOUT and key.module is not None:
+            self._note_hold(key.module, item)
+        elif key.kind == fleet.CLAIM and key.module is not None and key.node is not None:
+            return self._note_claim(item, key.module, key.node, now or datetime.now(UTC))
+        return None
+
+    def _note_hold(self, module: str, item: KvItem) -> None:
+        if item.deleted:
+            self.holds.pop(module, None)
+            return
+        try:
+            self.holds[module] = fleet.Hold.model_validate_json(item.value).state
+        except ValidationError:
+            self.unreadable += 1
+
+    def _note_claim(self, item: KvItem, module: str, node: str, now: datetime) -> FailedClaim | None:
+        if item.deleted:
+            self.claims.pop(item.key, None)
+            return None
+        try:
+            claim = fleet.Claim.model_validate_json(item.value)
+        except ValidationError:
+            self.unreadable += 1
+            return None
+        seen = ClaimSeen(claim.state, claim.change, item.stored_at or now, timedelta(seconds=claim.ttl_seconds))
+        before = self.claims.get(item.key)
+        self._keep(item.key, seen)
+        renewed = before is not None and before.state == "failed" and before.change == claim.change
+        if claim.state != "failed" or renewed or not seen.live(now):
+            return None
+        return FailedClaim(module, node, claim.change, claim.reason)
+
+    def _keep(self, key: str, seen: ClaimSeen) -> None:
+        if key in self.claims or len(self.claims) < self.max_claims:
+            self.claims[key] = seen
+            return
+        if not self._full_said:
+            self._full_said = True
+            log.warning(
+                "rollouts: more than %d claims in the fleet bucket; those past it are not counted, and a failed one "
+                "pauses its module at each of its writes",
+                self.max_claims,
+            )
+
+
+class Placement:
+    """Whether a node runs a module: placement says so, or for a module placement knows of no
+    node at all, the node registered needs of it."""
+
+    def __init__(self, bucket: Bucket | None) -> None:
+        self.bucket = bucket
+
+    @classmethod
+    def of_catalogue(cls, domains_file: Path | None = None) -> Placement:
+        """The placement domain's bucket in the catalogue (`domains_file`'s, else the built-in);
+        none when the catalogue writes no placement bucket keyed `<node>.<module>`."""
+        bucket = writing_domains(load_catalogue(domains_file)).get(PLACEMENT)
+        if bucket is not None and bucket.shape.fields != ("node", "module"):
+            log.warning("rollouts: placement bucket %s is not keyed <node>.<module>: needs alone are read", bucket.name)
+            bucket = None
+        return cls(bucket)
+
+    async def runs(self, bus: Bus, node: str, module: str) -> bool:
+        if self.bucket is not None:
+            placed = await get_latest(bus, self.bucket, self.bucket.shape.build(node=node, module=module))
+            if placed is not None and not placed.deleted:
+                return True
+            if await self._knows(bus, module):
+                return False
+        return await _any_live(bus, buckets.NEEDS, under(node, module))
+
+    async def _knows(self, bus: Bus, module: str) -> bool:
+        """Whether placement holds the module for some node; more keys than one read answers: it does."""
+        assert self.bucket is not None
+        return await _any_live(bus, self.bucket, self.bucket.shape.filters(module=module)[0])
+
+
+async def _any_live(bus: Bus, bucket: Bucket, subject_filter: str) -> bool:
+    try:
+        items = await get_last_many(bus, bucket, subject_filter, max_bytes=256 * 1024)
+    except TooManyKeys:
+        return True
+    return any(not item.deleted for item in items)
+
+
+async def hold_failed_rollouts(
+    bus: Bus,
+    *,
+    placement: Placement | None = None,
+    seen: RolloutsSeen | None = None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Follows the fleet bucket and pauses a module's rollout when a node running it fails its
+    change (see the module), until cancelled. `placement`: the built-in catalogue's, unless given;
+    `seen`: where the claims and holds seen are kept (the metrics read it)."""
+    placement = placement or Placement.of_catalogue()
+    seen = seen if seen is not None else RolloutsSeen()
+    refused = _Refusals()
+    name = f"seat-rollouts-{uuid.uuid4().hex[:12]}"
+    async with scoped_watch(bus, fleet.FLEET, ">", name=name, buffer=WATCH_BUFFER) as writes:
+        task_status.started()
+        async for item in writes:
+            failed = seen.note(item, clock())
+            if failed is not None:
+                outcome = await pause_for(bus, failed, placement, refused, clock)
+                seen.pauses[outcome] += 1
+
+
+async def pause_for(
+    bus: Bus,
+    failed: FailedClaim,
+    placement: Placement,
+    refused: _Refusals | None = None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> str:
+    """Pauses `failed.module`'s rollout for its node's failure if that node runs it; the outcome
+    (`PAUSE_OUTCOMES`). A bus failure is tried `ATTEMPTS` times, then said and given up."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return await _pause_once(bus, failed, placement, refused or _Refusals(), clock)
+        except BusError as err:
+            if attempt == ATTEMPTS:
+                log.error(  # noqa: TRY400 (the bus's error says it all: no traceback)
+                    "rollout of %s NOT paused for node %s's failure: %s",
+                    failed.module,
+                    failed.node,
+                    err,
+                    extra=event(node=failed.node, module=failed.module),
+                )
+                return "failed"
+            await anyio.sleep(attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _pause_once(
+    bus: Bus, failed: FailedClaim, placement: Placement, refused: _Refusals, clock: Callable[[], datetime]
+) -> str:
+    if not await placement.runs(bus, failed.node, failed.module):
+        if refused.first(failed.module, failed.node):
+            log.warning(
+                "node %s claims a failed change of module %s, which it does not run: its rollout is not paused",
+                failed.node,
+                failed.module,
+                extra=event(node=failed.node, module=failed.module),
+            )
+        return "not_running"
+    reason = f"node {failed.node}'s change {failed.change} failed: {failed.reason}"[:REASON_KEPT]
+    hold = fleet.Hold(state="paused", since=clock(), by=SEAT_BY, reason=reason, node=failed.node)
+    current = await hold_if_none(bus, failed.module, hold)
+    if current is not None:
+        log.info(
+            "node %s's change of %s failed; its rollout is %s already (by %s)",
+            failed.node,
+            failed.module,
+            current.state,
+            current.by,
+            extra=event(node=failed.node, module=failed.module),
+        )
+        return "already_held"
+    log.warning(
+        "rollout of %s paused: %s; `mesh-provisioner rollout resume %s` or `abort` decides",
+        failed.module,
+        reason,
+        failed.module,
+        extra=event(node=failed.node, module=failed.module),
+    )
+    return "paused"
+
+
+async def hold_if_none(bus: Bus, module: str, hold: fleet.Hold) -> fleet.Hold | None:
+    """Writes `hold` as `module`'s rollout hold unless one is there (create-only: a write racing
+    another's loses); None once written, else the hold found (an unreadable one: as found, paused)."""
+    key = fleet.hold_key(module)
+    for _ in range(ATTEMPTS):
+        found = await get_latest(bus, fleet.FLEET, key)
+        if found is not None and not found.deleted:
+            return read_hold(found)
+        try:
+            await update(bus, fleet.FLEET, key, hold.model_dump_json().encode(), last=found.revision if found else 0)
+        except WrongLastSequence:
+            continue  # written meanwhile: read what it is now
+        return None
+    raise BusError(f"hold {key}", f"written by others {ATTEMPTS} times while this write was tried")
+
+
+def read_hold(item: KvItem) -> fleet.Hold:
+    """The hold `item` holds; one no party of the contract would write reads as paused, by nobody known."""
+    try:
+        return fleet.Hold.model_validate_json(item.value)
+    except ValidationError:
+        return fleet.Hold(state="paused", since=item.stored_at or datetime.now(UTC), by="?", reason="unreadable hold")
+
+
+async def release_hold(bus: Bus, module: str, revision: int) -> int:
+    """Deletes `module`'s hold if it is still at `revision`; raises `WrongLastSequence` if not."""
+    return await delete(bus, fleet.FLEET, fleet.hold_key(module), last=revision)
+
+
+class _Refusals:
+    """The (module, node) pairs whose refusal was logged, at most `REFUSALS_LOGGED` (then forgotten)."""
+
+    def __init__(self) -> None:
+        self._logged: set[tuple[str, str]] = set()
+
+    def first(self, module: str, node: str) -> bool:
+        if (module, node) in self._logged:
+            return False
+        if len(self._logged) >= REFUSALS_LOGGED:
+            self._logged.clear()
+        self._logged.add((module, node))
+        return True

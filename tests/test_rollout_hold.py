@@ -1,0 +1,206 @@
+"""The seat pauses a module's rollout when a node running it fails its change, and only then
+(issue 23: `provisioner.seat.rollouts`), on a real nats-server with the generated grants, static
+and JWT accounts: the nodes write their claims on their own accounts, the seat holds on its own.
+
+A failure that must pause nothing is judged after a later failure that does pause, written after
+it: the seat reads the fleet bucket in order, so once the later hold is there the earlier claim
+was read and judged."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from functools import partial
+
+import anyio
+import nats.errors
+import pytest
+from nats.aio.client import Client
+
+from provisioner.seat.rollouts import Placement, RolloutsSeen, hold_failed_rollouts
+from registry.access import Kind
+from registry.contract import buckets, fleet
+from registry.wire import Bus, KvItem, delete, get_last_many, get_latest, put
+from tests.helpers import in_own_task
+from tests.isolation import Mesh, party
+
+N1, N2, SEAT = party(Kind.NODE, "n1"), party(Kind.NODE, "n2"), party(Kind.SEAT)
+PLACEMENT = Placement.of_catalogue()
+A_PLAN = b'{"plan":{}}'
+A_NEED = b'{"placeholder":"${config:x}","used_in":["X"]}'
+WITHIN = 20.0  # seconds a hold may take to appear on a loaded machine: a bound to fail, not a speed
+
+
+def claim(state: str, change: str = "c1", reason: str = "") -> bytes:
+    value = fleet.Claim(state=state, change=change, since=datetime.now(UTC), ttl_seconds=60, reason=reason)  # type: ignore[arg-type]
+    return value.model_dump_json().encode()
+
+
+@asynccontextmanager
+async def holding(seat: Bus) -> AsyncIterator[RolloutsSeen]:
+    """The seat's rollout task on its own connection, with what it saw."""
+    seen = RolloutsSeen()
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(partial(hold_failed_rollouts, seat, placement=PLACEMENT, seen=seen))
+        yield seen
+        tasks.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def seat(mesh: Mesh) -> AsyncIterator[Bus]:
+    """The seat's connection, with placement saying n1 runs web, db and api, n2 runs web; n2
+    registered needs of `tool`, which placement knows of no node."""
+    async with in_own_task(mesh.connect(SEAT)) as bus:
+        assert PLACEMENT.bucket is not None
+        for key in ("n1.web", "n1.db", "n1.api", "n2.web"):
+            await put(bus, PLACEMENT.bucket, key, A_PLAN)
+        await put(bus, buckets.NEEDS, "n2.tool.config.x", A_NEED)
+        yield bus
+
+
+@pytest.fixture
+async def seen(seat: Bus) -> AsyncIterator[RolloutsSeen]:
+    async with in_own_task(holding(seat)) as watching:
+        yield watching
+
+
+async def hold_of(seat: Bus, module: str) -> tuple[fleet.Hold, int]:
+    """`module`'s hold once there (and its revision); fails after `WITHIN` seconds without."""
+    with anyio.fail_after(WITHIN):
+        while True:
+            found = await get_latest(seat, fleet.FLEET, fleet.hold_key(module))
+            if found is not None and not found.deleted:
+                return fleet.Hold.model_validate_json(found.value), found.revision
+            await anyio.sleep(0.05)
+
+
+async def holds(seat: Bus) -> list[tuple[str, bytes, int, bool]]:
+    """Every `rollout.<module>` key of the fleet as the seat reads it: key, value, revision, deleted."""
+    items: list[KvItem] = await get_last_many(seat, fleet.FLEET, f"{fleet.ROLLOUT}.>")
+    return sorted((i.key, i.value, i.revision, i.deleted) for i in items)
+
+
+async def write_claim(mesh: Mesh, node: str, module: str, value: bytes) -> None:
+    async with mesh.connect(party(Kind.NODE, node)) as bus:
+        await put(bus, fleet.FLEET, fleet.claim_key(module, node), value)
+
+
+async def test_a_failed_claim_of_a_node_running_the_module_pauses_its_rollout(
+    mesh: Mesh, seat: Bus, seen: RolloutsSeen
+) -> None:
+    await write_claim(mesh, "n1", "web", claim("running"))
+    await write_claim(mesh, "n1", "web", claim("failed", reason="health check exited 3"))
+    hold, revision = await hold_of(seat, "web")
+    assert (hold.state, hold.by, hold.node) == ("paused", "seat", "n1")
+    assert "health check exited 3" in hold.reason
+    await write_claim(mesh, "n2", "web", claim("failed", reason="action exited 1"))
+    await write_claim(mesh, "n1", "api", claim("failed"))  # the barrier: n2's failure is read once this pauses api
+    await hold_of(seat, "api")
+    assert await get_latest(seat, fleet.FLEET, fleet.hold_key("web")) == await _at(seat, "web", revision)
+    assert seen.pauses == {"paused": 2, "already_held": 1}
+    assert seen.claims_by_state()["failed"] == 3
+    assert seen.holds_by_state() == {"paused": 2, "aborted": 0}
+
+
+async def _at(seat: Bus, module: str, revision: int) -> KvItem | None:
+    found = await get_latest(seat, fleet.FLEET, fleet.hold_key(module))
+    assert found is not None and found.revision == revision, "the first hold was written over"
+    return found
+
+
+async def test_a_module_placement_knows_no_node_of_is_paused_by_a_node_that_needs_it(
+    mesh: Mesh, seat: Bus, seen: RolloutsSeen
+) -> None:
+    await write_claim(mesh, "n1", "tool", claim("failed"))  # n1 registered no need of tool
+    await write_claim(mesh, "n2", "web", claim("waiting"))
+    await write_claim(mesh, "n2", "tool", claim("failed", reason="exit 2"))
+    hold, _ = await hold_of(seat, "tool")
+    assert hold.node == "n2"
+    assert seen.pauses == {"not_running": 1, "paused": 1}
+    assert seen.claims_by_state() == {"waiting": 1, "running": 0, "failed": 2, "expired": 0}
+
+
+async def test_a_failed_claim_renewed_after_a_resume_pauses_nothing_and_a_new_failure_does(
+    mesh: Mesh, seat: Bus, seen: RolloutsSeen
+) -> None:
+    await write_claim(mesh, "n1", "web", claim("failed", change="c1"))
+    _, revision = await hold_of(seat, "web")
+    await delete(seat, fleet.FLEET, fleet.hold_key("web"), last=revision)  # resumed
+    await write_claim(mesh, "n1", "web", claim("failed", change="c1"))  # renewed, not failed again
+    await write_claim(mesh, "n1", "api", claim("failed"))
+    await hold_of(seat, "api")
+    found = await get_latest(seat, fleet.FLEET, fleet.hold_key("web"))
+    assert found is not None and found.deleted, "a renewal of the same failure paused again"
+    await write_claim(mesh, "n1", "web", claim("failed", change="c2"))
+    hold, _ = await hold_of(seat, "web")
+    assert "c2" in hold.reason
+
+
+async def test_an_operators_hold_is_left_as_it_is(mesh: Mesh, seat: Bus, seen: RolloutsSeen) -> None:
+    aborted = fleet.Hold(state="aborted", since=datetime.now(UTC), by="ops", reason="bad value")
+    await put(seat, fleet.FLEET, fleet.hold_key("web"), aborted.model_dump_json().encode())
+    before = await holds(seat)
+    await write_claim(mesh, "n1", "web", claim("failed"))
+    await write_claim(mesh, "n1", "api", claim("failed"))
+    await hold_of(seat, "api")
+    assert [h for h in await holds(seat) if h[0] == fleet.hold_key("web")] == before
+    assert seen.pauses["already_held"] == 1
+
+
+async def test_a_seat_started_after_a_failure_pauses_for_it(mesh: Mesh, seat: Bus) -> None:
+    await write_claim(mesh, "n1", "db", claim("failed"))
+    async with holding(seat) as seen:
+        hold, _ = await hold_of(seat, "db")
+    assert hold.node == "n1"
+    assert seen.pauses == {"paused": 1}
+
+
+# The attacks: a hostile node, through nats-py itself, sends what its account lets it.
+
+
+async def _send(client: Client, subject: str, data: bytes, headers: dict[str, str] | None = None) -> None:
+    """A write as the bus takes it, a refusal (no responders, a timeout, an error) being its expected end."""
+    with contextlib.suppress(nats.errors.Error):
+        await client.request(subject, data, timeout=1.0, headers=headers)
+
+
+async def test_attack_a_node_failing_a_module_it_does_not_run_pauses_nothing(mesh: Mesh, seat: Bus) -> None:
+    hostile = await mesh.raw(N2)
+    try:
+        async with holding(seat) as seen:
+            before = await holds(seat)
+            # n2 registers needs of db (its own keys): placement says db runs on n1 alone
+            await _send(hostile, buckets.NEEDS.subject("n2.db.config.x"), A_NEED)
+            await _send(hostile, fleet.FLEET.subject(fleet.claim_key("db", "n2")), claim("failed", reason="evil"))
+            # under n1's name: refused by the bus, so nothing the seat reads either
+            await _send(hostile, fleet.FLEET.subject(fleet.claim_key("db", "n1")), claim("failed", reason="evil"))
+            await write_claim(mesh, "n1", "api", claim("failed"))  # the barrier
+            await hold_of(seat, "api")
+            assert [h for h in await holds(seat) if h[0] != fleet.hold_key("api")] == before
+            assert seen.pauses == {"not_running": 1, "paused": 1}
+            own = await get_latest(seat, fleet.FLEET, fleet.claim_key("db", "n2"))
+            assert own is not None, "n2's own claim was not written: the attack proved nothing"
+            assert await get_latest(seat, fleet.FLEET, fleet.claim_key("db", "n1")) is None
+    finally:
+        await hostile.close()
+
+
+async def test_attack_a_node_cannot_write_change_or_free_a_hold(mesh: Mesh, seat: Bus) -> None:
+    paused = fleet.Hold(state="paused", since=datetime.now(UTC), by="seat", reason="n1 failed", node="n1")
+    await put(seat, fleet.FLEET, fleet.hold_key("web"), paused.model_dump_json().encode())
+    before = await holds(seat)
+    hostile = await mesh.raw(N2)
+    try:
+        resumed = {"KV-Operation": "DEL"}
+        aborted = paused.model_copy(update={"state": "aborted", "by": "n2"}).model_dump_json().encode()
+        await _send(hostile, fleet.FLEET.subject(fleet.hold_key("web")), b"", resumed)
+        await _send(hostile, fleet.FLEET.subject(fleet.hold_key("web")), aborted)
+        await _send(hostile, fleet.FLEET.subject(fleet.hold_key("db")), aborted)
+        purge = f'{{"filter":"{fleet.FLEET.subject("rollout.>")}"}}'.encode()
+        await _send(hostile, f"$JS.API.{fleet.FLEET.purge_api}", purge)
+        await anyio.sleep(0.2)  # what must never land: the time it would take
+    finally:
+        await hostile.close()
+    assert await holds(seat) == before
