@@ -1,0 +1,144 @@
+"""The seat's gone marks (issue 23, `provisioner.seat.gone_marks`) on a real nats-server and seat:
+a node whose lease was last renewed or released longer than `forget_after` ago is marked
+`gone.<node>` in the fleet bucket, its mark deleted once it is back, an unchanged fleet written
+nothing; the seat's clock is injected (`Clock`) so that time passes without waiting for it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from functools import partial
+
+import anyio
+import pytest
+
+from mesh_dev.local_nats import LocalNats
+from provisioner.seat.gone_marks import GoneMarks, keep_gone_marks
+from provisioner.verb.nodes import REMOVED_LEASE
+from registry.contract import buckets, fleet
+from registry.wire import Bus, Holder, KvItem, Lease, delete, get_direct, get_last_many, node_key, put
+
+FORGET_AFTER = timedelta(seconds=60)
+ITEMS = b'{"items":["x"]}'
+
+
+class Clock:
+    """The seat's clock: the real one, moved on by `ahead`."""
+
+    def __init__(self) -> None:
+        self.ahead = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.ahead
+
+
+async def marks(bus: Bus) -> dict[str, fleet.Gone]:
+    found = await get_last_many(bus, fleet.FLEET, f"{fleet.GONE}.>")
+    return {fleet.parse_fleet_key(i.key).node or "": fleet.Gone.model_validate_json(i.value) for i in live(found)}
+
+
+def live(items: list[KvItem]) -> list[KvItem]:
+    return [item for item in items if not item.deleted]
+
+
+async def fleet_last_sequence(bus: Bus) -> int:
+    info = await bus.jetstream(fleet.FLEET.info_api, operation="fleet info")
+    return int(info["state"]["last_seq"])
+
+
+async def contribute(bus: Bus, *nodes: str) -> None:
+    for node in nodes:
+        await put(bus, buckets.COLLECT, f"{node}.shell=3Azsh=3Anormal.web", ITEMS)
+
+
+@pytest.mark.usefixtures("server")
+async def test_gone_nodes_are_marked_and_unmarked_as_their_leases_say(bus: Bus) -> None:
+    held = Lease(bus, node_key("held"), ttl=timedelta(seconds=30))
+    await held.try_take()
+    released = Lease(bus, node_key("released"), ttl=timedelta(seconds=30))
+    await released.try_take()
+    await released.release()
+    removed = Lease(bus, node_key("removed"), ttl=timedelta(seconds=30))
+    await removed.try_take()
+    record = await get_direct(bus, buckets.LEASES, node_key("removed"))
+    assert record is not None
+    await delete(bus, buckets.LEASES, node_key("removed"), last=record.revision, note=REMOVED_LEASE)
+    await contribute(bus, "held", "released", "removed", "unleased")
+    clock = Clock()
+    seat = GoneMarks(forget_after=FORGET_AFTER, clock=clock)
+
+    assert not await seat.converge(bus)  # nobody gone yet: nothing written
+    assert await marks(bus) == {}
+
+    clock.ahead = timedelta(seconds=61)
+    changes = await seat.converge(bus)
+    assert sorted(changes.written) == ["gone.held", "gone.released", "gone.unleased"]
+    found = await marks(bus)
+    assert set(found) == {"held", "released", "unleased"}  # removed: remove-node deletes its contributions
+    assert found["unleased"].last_seen is None
+    assert found["released"].last_seen is not None
+    assert datetime.now(UTC) - found["released"].last_seen < timedelta(seconds=30)
+
+    before = await fleet_last_sequence(bus)
+    assert not await seat.converge(bus)
+    assert await fleet_last_sequence(bus) == before  # an unchanged fleet costs no write
+
+
+@pytest.mark.usefixtures("server")
+async def test_a_held_lease_is_not_gone_within_its_ttl_whatever_forget_after_says(bus: Bus) -> None:
+    holder = Holder(id="h", host="h", pid=1, since=datetime.now(UTC), ttl_seconds=600)
+    await Lease(bus, node_key("slow"), ttl=timedelta(seconds=600), holder=holder).try_take()
+    clock = Clock()
+    seat = GoneMarks(forget_after=timedelta(seconds=1), clock=clock)
+    clock.ahead = timedelta(seconds=300)
+    assert not await seat.converge(bus)
+    clock.ahead = timedelta(seconds=606)  # past its ttl and the skew
+    assert (await seat.converge(bus)).written == ["gone.slow"]
+
+
+@pytest.mark.usefixtures("server")
+async def test_a_node_contributing_without_a_lease_is_gone_only_after_this_seat_saw_it_so_for_forget_after(
+    bus: Bus,
+) -> None:
+    await contribute(bus, "orphan")
+    clock = Clock()
+    clock.ahead = timedelta(days=365)  # the contribution is old by the server's stamp: no matter
+    seat = GoneMarks(forget_after=FORGET_AFTER, clock=clock)
+    assert not await seat.converge(bus)
+    clock.ahead += timedelta(seconds=59)
+    assert not await seat.converge(bus)
+    clock.ahead += timedelta(seconds=2)
+    assert (await seat.converge(bus)).written == ["gone.orphan"]
+    await Lease(bus, node_key("orphan"), ttl=timedelta(seconds=30)).try_take()
+    clock.ahead = timedelta(0)
+    assert (await seat.converge(bus)).deleted == ["gone.orphan"]
+
+
+async def test_the_task_marks_a_released_node_and_unmarks_it_when_it_takes_its_lease_again(
+    server: LocalNats, bus: Bus
+) -> None:
+    lease = Lease(bus, node_key("n2"), ttl=timedelta(seconds=30))
+    await lease.try_take()
+    await lease.release()
+    keep = partial(keep_gone_marks, bus, forget_after=timedelta(seconds=0.3), every=timedelta(seconds=0.1))
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(keep)
+        with anyio.fail_after(10):
+            while "n2" not in await marks(bus):
+                await anyio.sleep(0.05)
+        mark = (await marks(bus))["n2"]
+        assert mark.last_seen is not None and mark.since - mark.last_seen > timedelta(seconds=0.3)
+        await Lease(bus, node_key("n2"), ttl=timedelta(seconds=30)).try_take()
+        with anyio.fail_after(10):
+            while "n2" in await marks(bus):
+                await anyio.sleep(0.05)
+        tasks.cancel_scope.cancel()
+
+
+async def test_a_round_the_bus_fails_is_said_and_the_task_goes_on(nats_server: LocalNats, bus: Bus) -> None:
+    """No seat: the buckets do not exist; the task starts all the same and says why."""
+    seat = GoneMarks(forget_after=FORGET_AFTER)
+    assert await seat.round(bus) is None
+    keep = partial(keep_gone_marks, bus, forget_after=FORGET_AFTER, every=timedelta(seconds=0.1))
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(keep)
+        tasks.cancel_scope.cancel()
