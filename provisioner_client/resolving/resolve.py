@@ -10,6 +10,9 @@ as a `Source` so that watch mode can follow exactly those keys.
 A node has no JetStream API besides direct gets: a value is read by direct get of its key (no
 responders means the bucket does not exist, or has no direct get), and a collection of the
 node's own collect bucket is listed by the provisioning verb. No other bucket can be listed.
+A collection leaves out the contributions of every other node the seat marked gone
+(`provisioner_client.resolving.forgotten`: their marks read once per reconcile, only when another
+node contributes); this node's own are never left out.
 
 Verb values are secrets: never stored, logged or put in a reason, and they live only during one
 reconcile. A verb is asked once per reconcile for each distinct kind and name, however many modules
@@ -35,6 +38,7 @@ from typing import Generic, TypeVar
 import anyio
 from pydantic import ValidationError
 
+from provisioner_client.resolving.forgotten import Forgotten
 from provisioner_client.resolving.scope import NodeScope
 from registry.contract import (
     Bucket,
@@ -150,11 +154,14 @@ class Resolver:
         node: str,
         verb_timeout: timedelta,
         own_collect: Mapping[str, bytes] | None = None,
+        forgotten: Forgotten | None = None,
     ) -> None:
         """`own_collect`: this node's keys of the collect bucket as its converge leaves them; its
-        collections are then read from it, not listed by the verb."""
+        collections are then read from it, not listed by the verb. `forgotten`: the gone marks
+        read this reconcile (`provisioner_client.resolving.forgotten`), else read afresh."""
         self._bus = bus
         self._own_collect = own_collect
+        self.forgotten = forgotten or Forgotten(bus, node=node)
         self._registry = registry
         self._node = node
         self._verb_timeout = verb_timeout
@@ -291,7 +298,7 @@ class Resolver:
                 "its own collections, through the provisioning verb"
             )
         self.sources.add(Source(bucket, f"{prefix}.*"))
-        listed = await self._collection(fields, prefix)
+        listed = await self.forgotten.kept(await self._collection(fields, prefix))
         contributions: list[tuple[str, tuple[str, ...]]] = []
         for item in listed:
             try:
