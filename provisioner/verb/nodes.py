@@ -14,13 +14,20 @@ anything to needs, applied or collect. Verdicts, against `stale_after` (the requ
     over-quota  cut back by the seat for holding more than its quota in a bucket
               (`provisioner.seat.quotas`), within the last hour; said before how its lease stands
 
+A node the seat marked gone for collections (`gone.<node>` in the fleet bucket,
+`provisioner.seat.gone_marks`: every other node's collections leave its contributions out) has
+its verdict's `because` end in `; forgotten by collections since <when>`, whatever its verdict,
+until the mark is deleted; a node known by its mark alone is listed too.
+
 A node removed by `mesh-provisioner remove-node` is not listed: its lease's delete marker says
 `removed` (`REMOVED_LEASE`), and its applied records are deleted.
 
 The applied counts and the latest change (the records' `changed_at`, else when the server stored
-them) come from the applied bucket. The seat keeps both buckets in a `FleetView` (two watches), so
-an answer reads no bucket; until its first fill is complete, or without a view, `read_fleet` lists
-them (a node asking about itself reads one lease key and its own applied keys).
+them) come from the applied bucket. The seat keeps both buckets and the fleet's gone marks in a
+`FleetView` (three watches; the marks' does not hold the view's readiness back: a fleet bucket
+missing or late leaves the verdicts without them), so an answer reads no bucket; until its first
+fill is complete, or without a view, `read_fleet` lists them (a node asking about itself reads one
+lease key, its own applied keys and its own mark).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import logging
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -59,8 +66,9 @@ from registry.contract import (
     read_json,
     subject_matches,
 )
+from registry.contract import fleet as fleet_bucket
 from registry.errors import BusError, ConnectionClosed, KeyShapeError, NotFound, sole_exception
-from registry.wire import SKEW, Bus, Holder, KvItem, current_snapshot, scoped_watch
+from registry.wire import SKEW, Bus, Holder, KvItem, current_snapshot, get_last_many, scoped_watch
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +77,7 @@ NODE_ROLE = "node"
 # The body of the delete marker `remove-node` leaves on a removed node's lease
 # (`provisioner.commands.removal`): not released but gone from the fleet, so no longer listed.
 REMOVED_LEASE = b'{"removed":"node"}'
+GONE_MARKS = f"{fleet_bucket.GONE}.>"  # the fleet bucket's keys this view follows
 ROWS_A_STEP = 200  # rows of `what=nodes` made between two checkpoints of the event loop
 
 
@@ -106,6 +115,12 @@ class NodeReport:
     lease: LeaseSeen | None
     tally: Tally
 
+    def forgotten_since(self, since: datetime | None) -> NodeReport:
+        """The report saying the node is forgotten by collections since `since` (None: it is not)."""
+        if since is None:
+            return self
+        return replace(self, because=f"{self.because}; forgotten by collections since {_iso(since)}")
+
     def row(self) -> NodeRow:
         """The report as the contract's entry of `what=nodes`."""
         changed = self.tally.changed_at
@@ -129,6 +144,7 @@ class Fleet:
         self.modules: dict[str, dict[str, ModuleSeen]] = {}
         self.pending_by_cause: dict[str, int] = dict.fromkeys(PENDING_CAUSES, 0)  # as a node's textfile counts
         self.malformed = MalformedKeys()
+        self.forgotten: dict[str, datetime] = {}  # nodes marked gone for collections: marked since
         self._tallies: dict[str, Tally] = {}
         self._rows: dict[str, tuple[object, bytes]] = {}  # by node: what its row was made of, the row
 
@@ -148,6 +164,20 @@ class Fleet:
             self.leases.pop(node, None)
         else:
             self.leases[node] = _lease_seen(item)
+
+    def apply_gone(self, item: KvItem) -> None:
+        """A gone mark of the fleet bucket (any other key of it is no concern of this view)."""
+        try:
+            parsed = fleet_bucket.parse_fleet_key(item.key)
+        except KeyShapeError:
+            return
+        if parsed.kind != fleet_bucket.GONE or parsed.node is None:
+            return
+        mark = None if item.deleted else _gone_mark(item.value)
+        if mark is None:
+            self.forgotten.pop(parsed.node, None)
+        else:
+            self.forgotten[parsed.node] = mark.since
 
     def apply_applied(self, item: KvItem) -> None:
         try:
@@ -204,7 +234,9 @@ class Fleet:
         """One report per node known to either bucket (only `node` when given), by name."""
         over = self.over_quota()
         return [
-            _report(name, self.leases.get(name), self.tally(name), now=now, stale_after=stale_after, over_quota=why)
+            _report(
+                name, self.leases.get(name), self.tally(name), now=now, stale_after=stale_after, over_quota=why
+            ).forgotten_since(self.forgotten.get(name))
             for name, why in self._known(node, over)
         ]
 
@@ -216,12 +248,14 @@ class Fleet:
         for name, why in self._known(node, over):
             lease, tally = self.leases.get(name), self.tally(name)
             verdict, because = judge(lease, now=now, stale_after=stale_after)
-            made_of = (lease, tally, verdict, because, why)
+            marked = self.forgotten.get(name)
+            made_of = (lease, tally, verdict, because, why, marked)
             kept = self._rows.get(name)
             if kept is not None and kept[0] == made_of:
                 yield name, kept[1]
                 continue
-            row = _compact(_report(name, lease, tally, now=now, stale_after=stale_after, over_quota=why).row())
+            report = _report(name, lease, tally, now=now, stale_after=stale_after, over_quota=why)
+            row = _compact(report.forgotten_since(marked).row())
             self._rows[name] = (made_of, row)
             yield name, row
 
@@ -231,11 +265,11 @@ class Fleet:
         if node is not None:
             names: Iterable[str] = [node]
         else:
-            names = sorted(set(self.leases) | set(self.modules) | set(over))
+            names = sorted(set(self.leases) | set(self.modules) | set(over) | set(self.forgotten))
             for gone in self._rows.keys() - set(names):
                 del self._rows[gone]
         for name in names:
-            if name in self.leases or name in self.modules or name in over:
+            if name in self.leases or name in self.modules or name in over or name in self.forgotten:
                 yield name, over.get(name)
 
 
@@ -325,6 +359,13 @@ def _usable(holder: Holder) -> Holder | None:
     """`holder` if it can be shown: a node writes its own lease, and a `since` out of range in UTC
     would fail every answer (`Holder` itself bounds the ttl)."""
     return holder if _in_utc(holder.since) is not None else None
+
+
+def _gone_mark(value: bytes) -> fleet_bucket.Gone | None:
+    try:
+        return fleet_bucket.Gone.model_validate_json(value)
+    except ValidationError:
+        return None
 
 
 def _module_seen(item: KvItem) -> ModuleSeen:
@@ -520,7 +561,21 @@ async def read_fleet(bus: Bus, node: str | None, over_quota: Callable[[], Mappin
         fleet.apply_lease(item)
     for item in applied:
         fleet.apply_applied(item)
+    for item in await _gone_marks(bus, node):
+        fleet.apply_gone(item)
     return fleet
+
+
+async def _gone_marks(bus: Bus, node: str | None) -> list[KvItem]:
+    """The fleet's gone marks (only `node`'s when given); none when the fleet bucket cannot be read:
+    the verdicts are then told without them, as before the marks existed."""
+    try:
+        return await get_last_many(
+            bus, fleet_bucket.FLEET, fleet_bucket.gone_key(node) if node is not None else GONE_MARKS
+        )
+    except BusError as err:
+        log.debug("nodes: gone marks not read (%s); verdicts told without them", err)
+        return []
 
 
 @dataclass
@@ -550,7 +605,11 @@ class FleetView(Fleet):
     def __init__(self, over_quota: Callable[[], Mapping[str, str]] = dict) -> None:
         super().__init__(over_quota)
         seat = uuid.uuid4().hex[:8]
-        self.consumer_names = {buckets.LEASES.name: f"seat-leases-{seat}", buckets.APPLIED.name: f"seat-applied-{seat}"}
+        self.consumer_names = {
+            buckets.LEASES.name: f"seat-leases-{seat}",
+            buckets.APPLIED.name: f"seat-applied-{seat}",
+            fleet_bucket.FLEET.name: f"seat-gone-{seat}",
+        }
         self._filled: set[str] = set()
 
         self.filled = anyio.Event()
@@ -566,6 +625,7 @@ class FleetView(Fleet):
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._follow, bus, buckets.LEASES, self.apply_lease)
             tg.start_soon(self._follow, bus, buckets.APPLIED, self.apply_applied)
+            tg.start_soon(self._follow, bus, fleet_bucket.FLEET, self.apply_gone)
 
     async def _follow(self, bus: Bus, bucket: Bucket, apply: Callable[[KvItem], None]) -> None:
         try:
@@ -578,8 +638,11 @@ class FleetView(Fleet):
             log.info("nodes view: the connection is closed; %s is no longer followed", bucket.name)
 
     async def _watch(self, bus: Bus, bucket: Bucket, apply: Callable[[KvItem], None]) -> None:
-        floor = await _last_sequence(bus, bucket)
         name = self.consumer_names[bucket.name]
+        if bucket.name == fleet_bucket.FLEET.name:  # the marks alone, and the view's readiness not waiting for them
+            async with scoped_watch(bus, bucket, GONE_MARKS, name=name, on_item=apply):
+                await anyio.sleep_forever()
+        floor = await _last_sequence(bus, bucket)
         if floor == 0:
             self._mark_filled(bucket)
 

@@ -5,6 +5,7 @@ nothing; the seat's clock is injected (`Clock`) so that time passes without wait
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
@@ -13,9 +14,9 @@ import pytest
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.seat.gone_marks import GoneMarks, keep_gone_marks
-from provisioner.verb.nodes import REMOVED_LEASE
+from provisioner.verb.nodes import REMOVED_LEASE, read_fleet
 from registry.contract import buckets, fleet
-from registry.wire import Bus, Holder, KvItem, Lease, delete, get_direct, get_last_many, node_key, put
+from registry.wire import Bus, Holder, KvItem, Lease, ask, delete, get_direct, get_last_many, node_key, put
 
 FORGET_AFTER = timedelta(seconds=60)
 ITEMS = b'{"items":["x"]}'
@@ -142,3 +143,44 @@ async def test_a_round_the_bus_fails_is_said_and_the_task_goes_on(nats_server: L
     async with anyio.create_task_group() as tasks:
         await tasks.start(keep)
         tasks.cancel_scope.cancel()
+
+
+async def nodes_answer_until(bus: Bus, check: Callable[[dict[str, str]], bool]) -> dict[str, str]:
+    """Each node's `because` in the seat's `what=nodes` once `check` holds (its view follows the
+    marks a few milliseconds behind a write)."""
+    with anyio.fail_after(15):
+        while True:
+            answer = await ask(bus, {"what": "nodes"})
+            because = {entry["node"]: entry["because"] for entry in answer["entries"]}
+            if check(because):
+                return because
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.usefixtures("server")
+async def test_what_nodes_says_which_nodes_collections_forget_and_stops_once_they_are_back(bus: Bus) -> None:
+    lease = Lease(bus, node_key("n2"), ttl=timedelta(seconds=30))
+    await lease.try_take()
+    await lease.release()
+    await contribute(bus, "orphan")
+    clock = Clock()
+    seat = GoneMarks(forget_after=FORGET_AFTER, clock=clock)
+    await seat.converge(bus)
+    clock.ahead = timedelta(seconds=61)
+    await seat.converge(bus)
+    since = (await marks(bus))["n2"].since.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    because = await nodes_answer_until(bus, lambda b: "forgotten" in b.get("n2", ""))
+    assert because["n2"].endswith(f"; forgotten by collections since {since}")
+    assert because["n2"].startswith("lease released")
+    assert "forgotten by collections" in because["orphan"]  # known by its mark alone
+    listed = await read_fleet(bus, "n2")  # the answer without the view: one node's mark read
+    assert "forgotten by collections" in listed.reports("n2", now=clock(), stale_after=FORGET_AFTER)[0].because
+
+    await Lease(bus, node_key("n2"), ttl=timedelta(seconds=30)).try_take()
+    clock.ahead = timedelta(0)
+    await seat.converge(bus)
+    because = await nodes_answer_until(bus, lambda b: "forgotten" not in b.get("n2", "forgotten"))
+    assert because["n2"].startswith("lease renewed")
+    listed = await read_fleet(bus, "n2")
+    assert "forgotten" not in listed.reports("n2", now=clock(), stale_after=FORGET_AFTER)[0].because
