@@ -40,6 +40,7 @@ from registry.contract import (
     Row,
     Totals,
     entry_data,
+    fleet,
 )
 from registry.runtime import terminal_safe
 
@@ -274,13 +275,15 @@ class ReasonGroup(TypedDict):
 
 def by_reason(answer: MergedAnswer) -> list[ReasonGroup]:
     """Each reason the applied entries give, with the modules giving it (`{"node", "module"}`, in
-    key order) and how many: most modules first, then by reason."""
+    key order) and how many: most modules first, then by reason. A rollout's reasons are grouped by
+    their class (`rollout: waiting for a slot`, whatever each node says after it: its place in the
+    queue), `registry.contract.fleet.reason_group`."""
     modules: dict[str, list[Giver]] = {}
     for entry in answer.entries:
         if not isinstance(entry, AppliedRow):
             continue
         reasons = _value(entry).get("reasons")
-        for reason in dict.fromkeys(map(str, reasons)) if isinstance(reasons, list) else ():
+        for reason in dict.fromkeys(map(fleet.reason_group, map(str, reasons))) if isinstance(reasons, list) else ():
             modules.setdefault(reason, []).append({"node": entry.node, "module": entry.module})
     ordered = sorted(modules.items(), key=lambda item: (-len(item[1]), item[0]))
     return [{"reason": reason, "count": len(which), "modules": which} for reason, which in ordered]
@@ -325,6 +328,16 @@ def print_by_reason(answer: MergedAnswer, console: Console) -> None:
     giving = len({(e["node"], e["module"]) for g in groups for e in g["modules"]})
     count = f"{_count(len(groups), 'reason', 'reasons')}, given by {_count(giving, 'module', 'modules')}"
     _print_listing(console, ["REASON", "MODULES", "WHICH"], body, answer.malformed, count)
+
+
+def print_listing(console: Console, header: Sequence[str], body: Sequence[Sequence[str | Text]], count: str) -> None:
+    """A table of `body` under `header`, then the `count` line: as `query` prints its tables."""
+    _print_listing(console, header, body, (), count)
+
+
+def table_of(header: Sequence[str], body: Sequence[Sequence[str | Text]], console: Console) -> Table:
+    """`body` under `header` as `query`'s tables are made, each cell escaped (for `top`'s frame)."""
+    return _table(header, body, console)
 
 
 def _count(n: int, one: str, many: str) -> str:

@@ -141,3 +141,26 @@ def read_hold(value: bytes) -> Hold | None:
         return Hold.model_validate_json(value)
     except ValueError:
         return None
+
+
+# The words a node's applied record starts its reason with while a rollout holds its module back,
+# by the class the seat and `query applied --by-reason` read it in (`registry.contract.pending`):
+# whatever follows them (a place in the queue, who paused) is the node's.
+ROLLOUT_REASONS: Final = {
+    "rollout_waiting": "rollout: waiting for a slot",
+    "rollout_paused": "rollout: paused",
+    "rollout_aborted": "rollout: aborted",
+    "rollout_unreachable": "rollout: coordination unreachable",
+}
+
+
+def rollout_reason_class(reason: str) -> str | None:
+    """The class of a pending module's reason that a rollout gave (`ROLLOUT_REASONS`), None for another."""
+    return next((cause for cause, start in ROLLOUT_REASONS.items() if reason.startswith(start)), None)
+
+
+def reason_group(reason: str) -> str:
+    """What a listing by reason groups `reason` under: a rollout's reason under its class's words
+    (`rollout: waiting for a slot`), one line for every node held back alike; any other as it is."""
+    cause = rollout_reason_class(reason)
+    return ROLLOUT_REASONS[cause] if cause is not None else reason
