@@ -1,5 +1,5 @@
-"""The `mesh-provisioner` command: `serve`, `query`, `top`, `remove-node` and `grants`, a thin layer
-over callable functions.
+"""The `mesh-provisioner` command: `serve`, `query`, `top`, `remove-node`, `grants` and `rollout`, a
+thin layer over callable functions.
 
 Exit codes:
     0  done; `serve` also after a clean stop on SIGTERM or SIGINT; `remove-node` also when there
@@ -17,6 +17,7 @@ Exit codes:
     5  `query nodes`, `top --once`: a node shown is stale, gone or over quota (before 4: the fleet first);
        `remove-node`: the node's client holds its lease (nothing was removed; the message names it)
     6  `grants --check`: something would change (printed)
+    7  `rollout status`: a rollout shown is held; `rollout pause`: the rollout is aborted (left so)
   141  stdout's reader went away (`| head`): ended quietly
 """
 
@@ -44,6 +45,7 @@ from provisioner.commands.removal import (
     footprint,
     remove_footprint,
 )
+from provisioner.commands.rollout_command import add_rollout_command, rollout_main
 from provisioner.errors import ProvisionerError
 from provisioner.seat.server import run_server
 from provisioner.settings import (
@@ -155,12 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--help`.\n\n" + (__doc__ or "").split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{serve,query,top,remove-node,grants}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{serve,query,top,remove-node,grants,rollout}"
+    )
     _add_serve(commands)
     _add_query(commands)
     _add_top(commands)
     _add_remove_node(commands)
     add_grants_command(commands)
+    add_rollout_command(commands, _add_client_settings)
     return parser
 
 
@@ -370,6 +375,12 @@ def _grants(args: argparse.Namespace) -> int:
     return grants_main(args, os.environ)
 
 
+def _rollout(args: argparse.Namespace) -> int:
+    options = _bus_options(args, f"{buckets.SEAT}-rollout")
+    _configure_logging(_log_settings(args))
+    return rollout_main(args, options)
+
+
 def _log_settings(args: argparse.Namespace) -> CommandLogSettings:
     return load_settings(CommandLogSettings, given_flags(args, CommandLogSettings), None, os.environ)
 
@@ -384,6 +395,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "top": _top,
     "remove-node": _remove_node,
     "grants": _grants,
+    "rollout": _rollout,
 }
 
 

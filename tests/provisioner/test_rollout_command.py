@@ -1,0 +1,149 @@
+"""`mesh-provisioner rollout status|pause|resume|abort` end to end, as the operator on its own
+account (static and JWT), against a real nats-server running the generated grants (issue 23):
+what each command prints, its exit code, and what it left in the fleet bucket."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import anyio
+import pytest
+
+from registry.access import Kind, creds_path, seed_path
+from registry.contract import fleet
+from registry.wire import Bus, get_latest, put
+from tests.helpers import clean_environment, in_own_task
+from tests.isolation import JwtMesh, Mesh, party
+
+OPS, SEAT = party(Kind.OPERATOR, "ops"), party(Kind.SEAT)
+
+
+@pytest.fixture
+async def seat(mesh: Mesh) -> AsyncIterator[Bus]:
+    async with in_own_task(mesh.connect(SEAT)) as bus:
+        yield bus
+
+
+async def rollout(mesh: Mesh, *args: str) -> tuple[int, str, str]:
+    """`mesh-provisioner rollout ...` as a child process on the operator's credentials, stdout a pipe."""
+    if isinstance(mesh, JwtMesh):
+        credentials = ["--nats-creds", str(creds_path(mesh.keys, OPS.label))]
+    else:
+        credentials = ["--nats-nkey", str(seed_path(mesh.keys, OPS))]
+    command = [sys.executable, "-m", "provisioner.commands.cli", "rollout", *args]
+    command += ["--nats-url", mesh.server.url, *credentials]
+    result = await anyio.run_process(command, env=clean_environment(), check=False)
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def hold_of(seat: Bus, module: str) -> tuple[fleet.Hold, int] | None:
+    found = await get_latest(seat, fleet.FLEET, fleet.hold_key(module))
+    if found is None or found.deleted:
+        return None
+    return fleet.Hold.model_validate_json(found.value), found.revision
+
+
+def claim(state: str, reason: str = "") -> bytes:
+    value = {"state": state, "change": "c7", "since": datetime.now(UTC).isoformat(), "ttl_seconds": 60}
+    return json.dumps(value | {"reason": reason}).encode()
+
+
+def cells(line: str) -> list[str]:
+    return re.split(r"\s{2,}", line.strip())
+
+
+async def test_pause_resume_and_abort_write_the_hold_and_say_what_they_did(mesh: Mesh, seat: Bus) -> None:
+    code, out, _ = await rollout(mesh, "pause", "web", "--reason", "checking the db url", "--by", "alice")
+    assert code == 0
+    assert out.startswith("rollout of web paused by alice: no node takes a new slot of it")
+    held = await hold_of(seat, "web")
+    assert held is not None
+    assert (held[0].state, held[0].by, held[0].reason, held[0].node) == ("paused", "alice", "checking the db url", None)
+
+    code, out, _ = await rollout(mesh, "pause", "web", "--by", "bob")
+    assert (code, out.split(" (")[0]) == (0, "rollout of web is paused already")
+    assert await hold_of(seat, "web") == held, "a pause over a pause wrote"
+
+    code, out, _ = await rollout(mesh, "abort", "web", "--by", "bob")
+    assert code == 0
+    assert out.startswith("rollout of web aborted by bob (it was paused: by alice since ")
+    aborted = await hold_of(seat, "web")
+    assert aborted is not None
+    assert (aborted[0].state, aborted[0].by, aborted[0].reason) == ("aborted", "bob", "checking the db url")
+
+    code, out, err = await rollout(mesh, "pause", "web")
+    assert (code, out) == (7, "")
+    assert "rollout of web is aborted (by bob since " in err and "left aborted" in err
+    assert await hold_of(seat, "web") == aborted, "a pause over an abort wrote"
+
+    code, out, _ = await rollout(mesh, "resume", "web")
+    assert code == 0
+    assert out.startswith("rollout of web resumed (its hold deleted: aborted, by bob since ")
+    assert await hold_of(seat, "web") is None
+
+    code, out, _ = await rollout(mesh, "resume", "web")
+    assert (code, out) == (0, "rollout of web is not held: nothing to resume\n")
+
+
+async def test_resume_deletes_the_seats_pause(mesh: Mesh, seat: Bus) -> None:
+    paused = fleet.Hold(state="paused", since=datetime.now(UTC), by="seat", reason="n1 failed", node="n1")
+    await put(seat, fleet.FLEET, fleet.hold_key("a.b"), paused.model_dump_json().encode())
+    code, out, _ = await rollout(mesh, "resume", "a.b")
+    assert code == 0
+    assert "node n1: n1 failed" in out
+    assert await hold_of(seat, "a.b") is None
+
+
+async def test_status_shows_each_modules_hold_and_claims_by_state(mesh: Mesh, seat: Bus) -> None:
+    code, out, _ = await rollout(mesh, "status")
+    assert (code, out.splitlines()[-1]) == (
+        0,
+        "0 modules: 0 paused, 0 aborted; claims: 0 waiting, 0 running, 0 failed, 0 expired",
+    )
+    paused = fleet.Hold(state="paused", since=datetime.now(UTC), by="seat", reason="exit 3", node="n1")
+    await put(seat, fleet.FLEET, fleet.hold_key("web"), paused.model_dump_json().encode())
+    for node, state in (("n1", "failed"), ("n2", "waiting")):
+        await put(seat, fleet.FLEET, fleet.claim_key("web", node), claim(state, reason=f"{state} \x1b[31m"))
+    await put(seat, fleet.FLEET, fleet.claim_key("api", "n2"), claim("running"))
+
+    code, out, _ = await rollout(mesh, "status")
+    lines = out.splitlines()
+    assert code == 7
+    assert cells(lines[0]) == ["MODULE", "HOLD", "BY", "SINCE", "WAITING", "RUNNING", "FAILED", "EXPIRED", "WHY"]
+    assert cells(lines[1]) == ["api", "none", "0", "1", "0", "0"]
+    web = cells(lines[2])
+    assert web[:3] == ["web", "paused", "seat"] and web[4:] == ["1", "0", "1", "0", "node n1: exit 3"]
+    assert lines[-1] == "2 modules: 1 paused, 0 aborted; claims: 1 waiting, 1 running, 1 failed, 0 expired"
+
+    code, out, _ = await rollout(mesh, "status", "web")
+    assert code == 7
+    nodes = out.split("\n\n")[2].splitlines()
+    assert cells(nodes[0]) == ["NODE", "STATE", "CHANGE", "SINCE", "WHY"]
+    assert [cells(line)[:3] + cells(line)[4:] for line in nodes[1:]] == [
+        ["n1", "failed", "c7", "failed \\x1b[31m"],
+        ["n2", "waiting", "c7", "waiting \\x1b[31m"],
+    ]
+
+    code, out, _ = await rollout(mesh, "status", "web", "--json")
+    shown = json.loads(out)["rollouts"]
+    assert code == 7
+    assert [(r["module"], r["hold"]["state"], r["claims"]["failed"]) for r in shown] == [("web", "paused", 1)]
+    assert [n["node"] for n in shown[0]["nodes"]] == ["n1", "n2"]
+
+    code, out, _ = await rollout(mesh, "status", "db")
+    assert code == 0
+    assert cells(out.splitlines()[1]) == ["db", "none", "0", "0", "0", "0"]
+
+
+async def test_help_says_what_a_hold_does_and_the_exit_codes() -> None:
+    command = [sys.executable, "-m", "provisioner.commands.cli", "rollout", "abort", "--help"]
+    result = await anyio.run_process(command, env=clean_environment(), check=False)
+    shown = result.stdout.decode()
+    assert result.returncode == 0
+    assert "usage: mesh-provisioner rollout abort" in shown
+    assert '"rollout": {"rollback": true}' in shown
+    assert "7 `status`: a rollout shown is held" in shown
