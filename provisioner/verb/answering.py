@@ -14,7 +14,9 @@
                         a time (`provisioner.verb.streamed`)
 
 A narrowed listing reads under server-side subject filters of its key shape, so a query for one
-node never reads the whole bucket. A streamed listing's memory does not grow with the bucket,
+node never reads the whole bucket. A collect listing marks the entries of nodes the seat marked
+gone as forgotten (`"forgotten":true`): the marks as the fleet view follows them, else read by one
+batch (`forgotten_tokens`). A streamed listing's memory does not grow with the bucket,
 and listings need not take turns. The contract of requests and answers is in the README.
 """
 
@@ -38,8 +40,9 @@ from provisioner.verb.registry_view import RegistryView
 from provisioner.verb.request import LISTABLE, Asked, Query
 from provisioner.verb.streamed import StreamedListing
 from registry.access import Party
+from registry.contract import encode_token, fleet
 from registry.errors import BusError, NoResponders
-from registry.wire import Bus, KvItem, TooManyKeys, current_snapshot
+from registry.wire import Bus, KvItem, TooManyKeys, current_snapshot, get_last_many
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +168,10 @@ class Answering:
         if items is None:
             return await self._streamed(asked)
         listing_id = self.cache.new_listing_id()
-        paginate = partial(paginate_listing, query.what, items, budget=self.budget, listing_id=listing_id)
+        forgotten = await self.forgotten_tokens(query.what)
+        paginate = partial(
+            paginate_listing, query.what, items, budget=self.budget, listing_id=listing_id, forgotten=forgotten
+        )
         # A large listing is encoded in a worker thread so that the event loop keeps answering others.
         pages = await anyio.to_thread.run_sync(paginate) if len(items) > IN_THREAD_FROM else paginate()
         log.debug("listed %s %s: %d pages", query.what, query.narrowing(), len(pages), extra={"what": query.what})
@@ -181,7 +187,13 @@ class Answering:
         listing_id = self.cache.new_listing_id()
         try:
             listing = await StreamedListing.start(
-                self.bus, query.what, filters, listing_id=listing_id, budget=self.budget, idle=self.cache.ttl
+                self.bus,
+                query.what,
+                filters,
+                listing_id=listing_id,
+                budget=self.budget,
+                idle=self.cache.ttl,
+                forgotten=await self.forgotten_tokens(query.what),
             )
         except BusError as err:
             raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err
@@ -189,6 +201,20 @@ class Answering:
         if not listing.finished:
             self.cache.keep_streamed(listing_id, query.given(), listing, asked.party)
         return page
+
+    async def forgotten_tokens(self, what: str) -> frozenset[str]:
+        """The node tokens whose collect entries are forgotten: the fleet view's marks, else the
+        fleet bucket's read now (none when it cannot be read: the listing is answered without)."""
+        if what != "collect":
+            return frozenset()
+        if self.nodes is not None:
+            return frozenset(encode_token(node) for node in self.nodes.forgotten)
+        try:
+            marks = await get_last_many(self.bus, fleet.FLEET, f"{fleet.GONE}.>")
+        except BusError as err:
+            log.debug("collect listing: gone marks not read (%s); answered without them", err)
+            return frozenset()
+        return frozenset(item.key.partition(".")[2] for item in marks if not item.deleted)
 
     async def _continued(self, asked: Asked) -> bytes:
         """The page a streamed listing's cursor names. Looked up again now that its turn came: the

@@ -5,6 +5,8 @@ sequence: what a conditional write of that key compares against), and the stored
 spliced in as it is; a key out of shape, a value that is not strict JSON (or nested deeper than
 the contract's `MAX_VALUE_DEPTH` levels), or an entry larger than a page is a malformed key with
 the reason instead (see the README, "The verb"). A value larger than a page is not even parsed.
+A collect entry of a node the seat marked gone (`provisioner.seat.gone_marks`) ends in
+`"forgotten":true`: every other node's collections leave it out.
 """
 
 from __future__ import annotations
@@ -26,17 +28,26 @@ _JSON_SAFE_KEY = re.compile(r"[-/_.a-zA-Z0-9]+")
 _COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
-def paginate_listing(what: str, items: list[KvItem], *, budget: int, listing_id: str) -> list[bytes]:
-    """The pages of a listing sorted by key (consumes `items`)."""
-    encoded = encode_listing(what, items, max_item_bytes=budget)
+# What ends an entry of a contribution collections forget, in place of its closing brace.
+FORGOTTEN_END = b',"forgotten":true}'
+
+
+def paginate_listing(
+    what: str, items: list[KvItem], *, budget: int, listing_id: str, forgotten: frozenset[str] = frozenset()
+) -> list[bytes]:
+    """The pages of a listing sorted by key (consumes `items`); `forgotten`: the node tokens whose
+    collect entries are marked forgotten."""
+    encoded = encode_listing(what, items, max_item_bytes=budget, forgotten=forgotten)
     return build_pages(what, encoded, budget=budget, listing_id=listing_id)
 
 
-def encode_listing(what: str, items: list[KvItem], *, max_item_bytes: int) -> Encoded:
+def encode_listing(
+    what: str, items: list[KvItem], *, max_item_bytes: int, forgotten: frozenset[str] = frozenset()
+) -> Encoded:
     """Each item as the JSON of an entry or of a malformed key, sorted by key. Consumes `items` to
     keep memory low."""
     items.sort(key=lambda item: item.key, reverse=True)
-    return encode_items(what, _popped(items), max_item_bytes=max_item_bytes)
+    return encode_items(what, _popped(items), max_item_bytes=max_item_bytes, forgotten=forgotten)
 
 
 def _popped(items: list[KvItem]) -> Iterator[KvItem]:
@@ -44,9 +55,11 @@ def _popped(items: list[KvItem]) -> Iterator[KvItem]:
         yield items.pop()
 
 
-def encode_items(what: str, items: Iterable[KvItem], *, max_item_bytes: int) -> Encoded:
+def encode_items(
+    what: str, items: Iterable[KvItem], *, max_item_bytes: int, forgotten: frozenset[str] = frozenset()
+) -> Encoded:
     """Each item as the JSON of an entry or of a malformed key, in the order given."""
-    encoder = Encoder(what, max_item_bytes=max_item_bytes)
+    encoder = Encoder(what, max_item_bytes=max_item_bytes, forgotten=forgotten)
     for item in items:
         encoder.add(item.key, item.value, item.revision)
     return encoder.encoded
@@ -62,9 +75,11 @@ class Encoder:
     not parsed again: in a mesh the same module's needs repeat the same values on every node, and
     parsing was a fifth of a whole listing's time in the seat."""
 
-    def __init__(self, what: str, *, max_item_bytes: int) -> None:
+    def __init__(self, what: str, *, max_item_bytes: int, forgotten: frozenset[str] = frozenset()) -> None:
+        """`forgotten`: the node tokens whose entries are marked forgotten (collect's alone)."""
         self.shape = LISTABLE[what].bucket.shape
         self.max_item_bytes = max_item_bytes
+        self.forgotten = forgotten if what == "collect" else frozenset()
         self.encoded = Encoded([], [])
         self._known: set[bytes] = set()
         fields = self.shape.plain_fields
@@ -89,7 +104,8 @@ class Encoder:
             if len(self._known) >= KNOWN_VALUES:
                 self._known.clear()
             self._known.add(value)
-        piece = head + value.strip() + b"}"
+        forgotten = self.forgotten and key.partition(".")[0] in self.forgotten
+        piece = head + value.strip() + (FORGOTTEN_END if forgotten else b"}")
         if len(piece) > self.max_item_bytes:
             return self._malformed(key, _too_large("entry", len(piece), self.max_item_bytes) or "")
         self.encoded.entries.append(piece)

@@ -48,7 +48,15 @@ class StreamedListing:
     listing is `finished` once its last page is built. Not thread-safe; one event loop."""
 
     def __init__(
-        self, bus: Bus, what: str, filters: Sequence[str], *, listing_id: str, budget: int, idle: float
+        self,
+        bus: Bus,
+        what: str,
+        filters: Sequence[str],
+        *,
+        listing_id: str,
+        budget: int,
+        idle: float,
+        forgotten: frozenset[str] = frozenset(),
     ) -> None:
         self.what = what
         self.listing_id = listing_id
@@ -64,7 +72,7 @@ class StreamedListing:
             pull_bytes=budget,
             idle=idle + CONSUMER_GRACE,
         )
-        self._encoder = Encoder(what, max_item_bytes=budget)
+        self._encoder = Encoder(what, max_item_bytes=budget, forgotten=forgotten)
         self._waiting = 0  # bytes encoded and not yet in a page
         self.most_waiting = 0  # the most bytes it held at once, encoded and not yet in a page
         self._ahead = budget  # bytes to read ahead: one page until the first is sent
@@ -91,11 +99,19 @@ class StreamedListing:
 
     @classmethod
     async def start(
-        cls, bus: Bus, what: str, filters: Sequence[str], *, listing_id: str, budget: int, idle: float
+        cls,
+        bus: Bus,
+        what: str,
+        filters: Sequence[str],
+        *,
+        listing_id: str,
+        budget: int,
+        idle: float,
+        forgotten: frozenset[str] = frozenset(),
     ) -> StreamedListing:
         """A listing of the keys of `what`'s bucket under `filters`, its walk open: never ending
-        before the sequence the stream's leader held when it began."""
-        listing = cls(bus, what, filters, listing_id=listing_id, budget=budget, idle=idle)
+        before the sequence the stream's leader held when it began; `forgotten` as `Encoder` takes it."""
+        listing = cls(bus, what, filters, listing_id=listing_id, budget=budget, idle=idle, forgotten=forgotten)
         bucket = listing.walk.bucket
         floor = await leader_floor(bus, bucket, filters) if await replicated(bus, bucket) else 0
         try:

@@ -147,7 +147,9 @@ class AppliedRow:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CollectRow:
-    """An entry of `what=collect`: the key `<node>.<collection>.<contributor>`."""
+    """An entry of `what=collect`: the key `<node>.<collection>.<contributor>`; `forgotten` when its
+    node is marked gone (every other node's collections leave it out; none from a seat older than
+    the field, or for a node not marked)."""
 
     __pydantic_config__ = _ROW_CONFIG
 
@@ -157,6 +159,7 @@ class CollectRow:
     contributor: str
     revision: Annotated[int | None, Omitted] = None
     value: StoredValue
+    forgotten: Annotated[bool | None, Omitted] = None
 
 
 Row = RegistryRow | NeedsRow | AppliedRow | CollectRow

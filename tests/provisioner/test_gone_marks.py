@@ -14,8 +14,10 @@ import pytest
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.seat.gone_marks import GoneMarks, keep_gone_marks
+from provisioner.verb.answering import Answering
 from provisioner.verb.nodes import REMOVED_LEASE, read_fleet
-from registry.contract import buckets, fleet
+from provisioner.verb.paging import PageCache
+from registry.contract import buckets, fleet, to_json
 from registry.wire import Bus, Holder, KvItem, Lease, ask, delete, get_direct, get_last_many, node_key, put
 
 FORGET_AFTER = timedelta(seconds=60)
@@ -184,3 +186,45 @@ async def test_what_nodes_says_which_nodes_collections_forget_and_stops_once_the
     assert because["n2"].startswith("lease renewed")
     listed = await read_fleet(bus, "n2")
     assert "forgotten" not in listed.reports("n2", now=clock(), stale_after=FORGET_AFTER)[0].because
+
+
+async def collect_until(bus: Bus, request: dict[str, str], check: Callable[[dict[str, bool]], bool]) -> dict[str, bool]:
+    """Each collect entry's key and whether it is forgotten, once `check` holds."""
+    with anyio.fail_after(15):
+        while True:
+            answer = await ask(bus, {"what": "collect", **request})
+            found = {entry["key"]: entry.get("forgotten", False) for entry in answer["entries"]}
+            if check(found):
+                return found
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [{}, {"collection": "shell:zsh:normal"}, {"node": "n2"}],
+    ids=["a whole listing, streamed", "one collection, narrowed", "one node, narrowed"],
+)
+@pytest.mark.usefixtures("server")
+async def test_query_collect_says_which_contributions_are_forgotten(bus: Bus, request_: dict[str, str]) -> None:
+    await contribute(bus, "n1", "n2")
+    await put(bus, fleet.FLEET, fleet.gone_key("n2"), to_json(fleet.Gone(since=datetime.now(UTC))))
+    found = await collect_until(bus, request_, lambda f: any(f.values()))
+    assert found["n2.shell=3Azsh=3Anormal.web"] is True
+    assert found.get("n1.shell=3Azsh=3Anormal.web", False) is False
+    answer = await ask(bus, {"what": "collect", **request_})
+    entry = next(e for e in answer["entries"] if e["node"] == "n2")
+    assert list(entry) == ["key", "node", "collection", "contributor", "revision", "value", "forgotten"]
+
+    mark = await get_direct(bus, fleet.FLEET, fleet.gone_key("n2"))
+    assert mark is not None
+    await delete(bus, fleet.FLEET, fleet.gone_key("n2"), last=mark.revision)
+    found = await collect_until(bus, request_, lambda f: not any(f.values()))
+    assert "n2.shell=3Azsh=3Anormal.web" in found
+
+
+@pytest.mark.usefixtures("server")
+async def test_a_listing_without_the_fleet_view_reads_the_marks_itself(bus: Bus) -> None:
+    await put(bus, fleet.FLEET, fleet.gone_key("a.b"), to_json(fleet.Gone(since=datetime.now(UTC))))
+    answering = Answering(bus, PageCache(ttl=timedelta(seconds=60), max_listings=4, max_bytes=1 << 20))
+    assert await answering.forgotten_tokens("collect") == {"a=2Eb"}
+    assert await answering.forgotten_tokens("needs") == frozenset()
