@@ -57,6 +57,7 @@ from provisioner_client.errors import ClientError, NodeHeld
 from provisioner_client.materializing.action import inherited
 from provisioner_client.metrics import NodeMetrics
 from provisioner_client.reconcile import ClientPlan, reconcile
+from provisioner_client.rollout import Budget, RolloutPlan
 from provisioner_client.settings import CONFIG_ENV, DEFAULT_CONFIG, ENV_PREFIX, ClientSettings, node_of, settings_file
 from provisioner_client.status import read_status
 from provisioner_client.watch.holding import holding
@@ -192,6 +193,7 @@ async def _command(
         settings.verb_timeout,
         lease_ttl=settings.lease_ttl,
         action_env=action_env,
+        rollout=rollout_plan(settings),
     )
     if args.watch:
         return await _watch(options, settings, plan, stop)
@@ -263,3 +265,14 @@ async def _watch(options: BusOptions, settings: ClientSettings, plan: ClientPlan
         tasks.cancel_scope.cancel()
     log.info("stopped watching", extra=event(node=plan.node))
     return EXIT_OK
+
+
+def rollout_plan(settings: ClientSettings) -> RolloutPlan:
+    """The rollout settings as the reconcile takes them."""
+    budget = Budget.of(settings.rollout_budget) if settings.rollout_budget is not None else None
+    return RolloutPlan(
+        budget=budget,
+        claim_ttl=settings.rollout_claim_ttl,
+        wait_limit=settings.rollout_wait_limit,
+        unreachable=settings.rollout_unreachable,
+    )

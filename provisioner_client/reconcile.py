@@ -51,8 +51,9 @@ from pydantic import ValidationError
 
 from provisioner_client.concurrently import all_of
 from provisioner_client.errors import ManifestError, MaterializeError, capped
+from provisioner_client.materializing import files
 from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, action_environment, run_action
-from provisioner_client.materializing.envfile import EnvFolder, FileObserver, render
+from provisioner_client.materializing.envfile import MAX_FILE_BYTES, EnvFolder, FileObserver, render
 from provisioner_client.resolving import inputs, refusals, waiting
 from provisioner_client.resolving.inputs import World
 from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
@@ -61,6 +62,9 @@ from provisioner_client.resolving.own import OwnKeys
 from provisioner_client.resolving.resolve import Pending, Registry, Resolver, Source, read_registry
 from provisioner_client.resolving.scope import NodeScope
 from provisioner_client.resolving.waiting import WaitingWrites
+from provisioner_client.rollout import Admission, RolloutGate, RolloutPlan, RolloutReport
+from provisioner_client.rollout.claims import Claims
+from provisioner_client.rollout.health import healthy
 from registry.contract import (
     ActionRecord,
     AppliedValue,
@@ -93,6 +97,7 @@ class ClientPlan:
     verb_timeout: timedelta = timedelta(seconds=5)
     lease_ttl: timedelta = timedelta(seconds=15)
     action_env: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ENVIRONMENT), compare=False)
+    rollout: RolloutPlan = field(default_factory=RolloutPlan)
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,7 @@ class Report:
     refused: dict[str, str] = field(default_factory=dict)  # bucket name to the server's refusal of its writes
     refused_modules: dict[str, str] = field(default_factory=dict)  # module to why: its keys were refused
     waiting: dict[str, str] = field(default_factory=dict)  # bucket name to how its writes wait for the hub
+    rollout: RolloutReport = field(default_factory=RolloutReport)  # the modules waiting on their rollout, and when
 
     @property
     def listed(self) -> set[str]:
@@ -181,8 +187,11 @@ async def _reconcile(bus: Bus, plan: ClientPlan, observer: FileObserver | None, 
     previous = _applied_by_module(_as_applied(own, waits))
     world = await _world(memory, resolver, wanted, folder, _placeholders(manifests))
     to_resolve = _decide(memory, world, manifests=manifests, previous=previous, folder=folder, report=report)
+    gate = RolloutGate(Claims(bus, plan.node, plan.rollout.claim_ttl), plan.materialize, plan.rollout)
+    to_resolve |= _forced(report, await gate.prepare(manifests.modules))
     await resolver.prefetch(_placeholders(manifests, only=to_resolve))
-    await _materialize(resolver, folder, plan, manifests=manifests, previous=previous, report=report)
+    await _materialize(resolver, folder, plan, gate, manifests=manifests, previous=previous, report=report)
+    report.rollout = await gate.finish()
     await _record_applied(own, report, previous, plan, waits)
     report.sources = resolver.sources | (memory.sources_read() if report.unchanged else set())
     _remember(memory, world, manifests, folder, report)
@@ -363,10 +372,18 @@ def _decide(
     return set(manifests.modules) - report.unchanged - set(report.refused_modules)
 
 
+def _forced(report: Report, modules: set[str]) -> set[str]:
+    """Modules resolved whatever the memory says: their rollout needs them (a claim, an abort)."""
+    for module in modules:
+        report.verdicts[module] = Verdict(as_before=False, reason="its rollout needs it looked at")
+    return modules
+
+
 async def _materialize(
     resolver: Resolver,
     folder: EnvFolder,
     plan: ClientPlan,
+    gate: RolloutGate,
     *,
     manifests: Manifests,
     previous: Mapping[str, AppliedValue],
@@ -382,7 +399,9 @@ async def _materialize(
             report.modules[module] = ModuleReport(module, previous[module])
         else:
             before = previous.get(module)
-            report.modules[module] = await _apply(resolver, folder, plan, loaded, previous=before, report=report)
+            report.modules[module] = await _apply(
+                resolver, folder, plan, loaded, gate=gate, previous=before, report=report
+            )
     for module, error in sorted(manifests.held.items()):
         report.modules[module] = _held(folder, module, error, previous.get(module))
 
@@ -491,25 +510,99 @@ async def _apply(
     plan: ClientPlan,
     loaded: LoadedManifest,
     *,
+    gate: RolloutGate,
     previous: AppliedValue | None,
     report: Report,
 ) -> ModuleReport:
+    """The module's env file written and its change action run, once its rollout lets it change
+    (`provisioner_client.rollout`); else pending with why, its file as it was."""
     module, manifest = loaded.module, loaded.manifest
     content = await rendered(resolver, loaded)
     old_action = previous.action if previous else None
     if isinstance(content, list):
         return _pending(folder, module, content, previous)
+    last_good = gate.rollback_due(module, manifest)
+    if last_good is not None:
+        return await _roll_back(folder, plan, loaded, gate, last_good, previous=previous, report=report)
+    try:
+        digest, on_disk = folder.digest(content), folder.digest_on_disk(module)
+    except MaterializeError as err:
+        return _pending(folder, module, [str(err)], previous)
+    ran = gate.ran(module, digest)
+    action_due = manifest.on_change is not None and ran is None and (old_action is None or old_action.digest != digest)
+    admission = GO
+    if on_disk != digest or action_due:
+        admission = await gate.admit(module, manifest, digest, first=on_disk is None)
+        if not admission.go:
+            return _pending(folder, module, list(admission.reasons), previous)
+    replaced = _content_on_disk(folder, module) if admission.claimed else None
     try:
         done = folder.materialize(module, content)
     except MaterializeError as err:
         return _pending(folder, module, [str(err)], previous)
-    action = old_action
-    if manifest.on_change is not None and (old_action is None or old_action.digest != done.digest):
-        env = action_environment(plan.action_env, node=plan.node, module=module, env_file=done.path)
-        action = await run_action(module, manifest.on_change, done.digest, env=env)
-        report.actions_run.append(module)
-    applied = AppliedValue(state="applied", digest=done.digest, file=str(done.path), action=action)
+    action, problem = ran or old_action, None
+    if manifest.on_change is not None and action_due:
+        run = partial(_run_change, plan, loaded, done.path, done.digest, report)
+        check = partial(_run_health, plan, loaded, done.path, done.digest)
+        if admission.claimed:
+            action, problem = await gate.run_under_claim(
+                module, done.digest, replaced=replaced, action=run, health=check
+            )
+        else:
+            action = await run()
+            problem = await check() if action is not None and action.ok else None
+    reasons = (*admission.reasons, *((f"rollout: {problem}",) if problem else ()))
+    applied = AppliedValue(state="applied", digest=done.digest, file=str(done.path), action=action, reasons=reasons)
     return ModuleReport(module, applied, written=done.written)
+
+
+GO = Admission(go=True)
+
+
+async def _run_change(
+    plan: ClientPlan, loaded: LoadedManifest, path: Path, digest: str, report: Report
+) -> ActionRecord:
+    assert loaded.manifest.on_change is not None
+    env = action_environment(plan.action_env, node=plan.node, module=loaded.module, env_file=path)
+    report.actions_run.append(loaded.module)
+    return await run_action(loaded.module, loaded.manifest.on_change, digest, env=env)
+
+
+async def _run_health(plan: ClientPlan, loaded: LoadedManifest, path: Path, digest: str) -> str | None:
+    on_change = loaded.manifest.on_change
+    if on_change is None or on_change.health is None:
+        return None
+    env = action_environment(plan.action_env, node=plan.node, module=loaded.module, env_file=path)
+    return await healthy(loaded.module, on_change.health, digest, env=env)
+
+
+def _content_on_disk(folder: EnvFolder, module: str) -> bytes | None:
+    """What the module's env file holds now, if the client wrote it: the last good one to keep."""
+    if folder.digest_on_disk(module) is None:
+        return None
+    found = files.read_regular(folder.path_of(module), limit=MAX_FILE_BYTES, what="env file")
+    return found.content if found is not None else None
+
+
+async def _roll_back(
+    folder: EnvFolder,
+    plan: ClientPlan,
+    loaded: LoadedManifest,
+    gate: RolloutGate,
+    last_good: bytes,
+    *,
+    previous: AppliedValue | None,
+    report: Report,
+) -> ModuleReport:
+    """An aborted rollout: the last good env file put back, the change action run again for it."""
+    module = loaded.module
+    try:
+        done = folder.materialize(module, last_good)
+    except MaterializeError as err:
+        return _pending(folder, module, [str(err)], previous)
+    if loaded.manifest.on_change is not None:
+        await _run_change(plan, loaded, done.path, done.digest, report)
+    return _pending(folder, module, [gate.rolled_back(module)], previous)
 
 
 async def rendered(resolver: Resolver, loaded: LoadedManifest) -> bytes | list[str]:

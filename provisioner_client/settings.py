@@ -26,11 +26,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from provisioner_client.resolving.manifest import budget_problem
 from registry.edge import CommandLine, Duration, LogSettings
 from registry.errors import SettingsError
 from registry.runtime import MetricsListen
@@ -123,3 +124,36 @@ class ClientSettings(LogSettings):
         ge=timedelta(0),
         description="how long the reconcile in progress may take to finish after SIGTERM or SIGINT",
     )
+    rollout_budget: str | None = Field(
+        default=None,
+        description="the rollout budget of every module whose manifest gives none: at most N nodes change it at "
+        "once (N), or P percent of the nodes holding a claim of it (P%); none: no budget "
+        "(provisioner_client.rollout)",
+    )
+    rollout_claim_ttl: Duration = Field(
+        default=timedelta(seconds=30),
+        gt=timedelta(0),
+        le=timedelta(hours=24),
+        description="how long a rollout claim stands without being written again (renewed every third of it)",
+    )
+    rollout_wait_limit: Duration = Field(
+        default=timedelta(seconds=60),
+        ge=timedelta(0),
+        description="how long a change waits for an unreachable rollout coordination (the fleet bucket) before "
+        "rollout_unreachable decides",
+    )
+    rollout_unreachable: Annotated[Literal["proceed", "hold"], CommandLine(choices=True)] = Field(
+        default="proceed",
+        description="after rollout_wait_limit without the coordination: proceed (apply without a slot, said in the "
+        "applied record and the log) or hold (stay pending until it is back)",
+    )
+
+    @field_validator("rollout_budget", mode="before")
+    @classmethod
+    def _a_budget(cls, value: object) -> object:
+        if value is None or value == "":
+            return None
+        problem = budget_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return str(value)

@@ -31,7 +31,7 @@ from pathlib import Path
 import anyio
 
 from provisioner_client.errors import capped
-from provisioner_client.resolving.manifest import OnChange
+from provisioner_client.resolving.manifest import HealthCheck, OnChange
 from registry.contract import ActionRecord, Outcome
 
 log = logging.getLogger(__name__)
@@ -48,17 +48,19 @@ def action_environment(base: Mapping[str, str], *, node: str, module: str, env_f
     return {**base, "MESH_NODE": node, "MESH_MODULE": module, "MESH_ENV_FILE": str(env_file)}
 
 
-async def run_action(module: str, on_change: OnChange, digest: str, *, env: Mapping[str, str]) -> ActionRecord:
-    """Runs the change action with exactly `env` (see `action_environment`)."""
+async def run_action(
+    module: str, on_change: OnChange | HealthCheck, digest: str, *, env: Mapping[str, str], what: str = "change action"
+) -> ActionRecord:
+    """Runs the change action (or, `what` says, the health check) with exactly `env` (see `action_environment`)."""
     command = on_change.command
-    log.info("running the change action of module %s: %s", module, " ".join(command)[:500])
+    log.info("running the %s of module %s: %s", what, module, " ".join(command)[:500])
     exit_code: int | None = None
     try:
         process = await anyio.open_process(
             list(command), stdin=subprocess.DEVNULL, stdout=None, stderr=None, start_new_session=True, env=dict(env)
         )
     except OSError as err:
-        log.warning("change action of module %s could not start: %s", module, err.strerror)
+        log.warning("%s of module %s could not start: %s", what, module, err.strerror)
         return _record(on_change, digest, "could not start", None)
     async with process:
         with anyio.move_on_after(on_change.timeout_seconds) as scope:
@@ -67,12 +69,13 @@ async def run_action(module: str, on_change: OnChange, digest: str, *, env: Mapp
             _kill_group(process.pid)
             with anyio.move_on_after(5, shield=True):
                 await process.wait()
-            log.warning("change action of module %s timed out after %g s", module, on_change.timeout_seconds)
+            log.warning("%s of module %s timed out after %g s", what, module, on_change.timeout_seconds)
             return _record(on_change, digest, "timed out", None)
     outcome: Outcome = "succeeded" if exit_code == 0 else "failed"
     log.log(
         logging.INFO if exit_code == 0 else logging.WARNING,
-        "change action of module %s %s (exit code %s)",
+        "%s of module %s %s (exit code %s)",
+        what,
         module,
         outcome,
         exit_code,
@@ -80,7 +83,7 @@ async def run_action(module: str, on_change: OnChange, digest: str, *, env: Mapp
     return _record(on_change, digest, outcome, exit_code)
 
 
-def _record(on_change: OnChange, digest: str, outcome: Outcome, exit_code: int | None) -> ActionRecord:
+def _record(on_change: OnChange | HealthCheck, digest: str, outcome: Outcome, exit_code: int | None) -> ActionRecord:
     finished = datetime.now(UTC).isoformat(timespec="seconds")
     return ActionRecord(
         command=_recorded(on_change.command), digest=digest, outcome=outcome, exit_code=exit_code, finished_at=finished

@@ -48,6 +48,7 @@ from provisioner_client.materializing import files
 from provisioner_client.materializing.files import MODE
 from provisioner_client.resolving import refusals, waiting
 from provisioner_client.resolving.manifest import MODULE_PATTERN
+from provisioner_client.rollout import state as rollout_state
 from registry.contract import JsonRefused, read_json
 
 log = logging.getLogger(__name__)
@@ -255,9 +256,11 @@ class EnvFolder:
 
 def _is_own(name: str) -> bool:
     """A file the client keeps in the env folder: the ledger, the key, the records of refused and
-    of waiting writes, or a module's env file."""
+    of waiting writes, the rollout record and last good env files, or a module's env file."""
     own = (LEDGER, KEY, refusals.RECORD, waiting.RECORD)
-    return name in own or (name.endswith(".env") and is_module(name.removesuffix(".env")))
+    if name in own or rollout_state.is_own(name):
+        return True
+    return name.endswith(".env") and is_module(name.removesuffix(".env"))
 
 
 # The names mkstemp gave the temporary files of env files and the ledger (`.<name>.<8>.tmp`) and

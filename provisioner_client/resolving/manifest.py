@@ -19,7 +19,15 @@ contributes to which collections, and an optional command to run after its env f
 - `contributes`: collection name to a list of items, literal text (no placeholders), never NUL.
   Each collection's items go to `<node>.<collection>.<module>` in the collect bucket.
 - `on_change`: `command` is an argv list run without a shell, never NUL; `timeout_seconds` 1
-  to 3600, default 30.
+  to 3600, default 30. Its optional `health` (`command`, `timeout_seconds` as the action's) is
+  run after the action: the change succeeded only if both exit 0 (`provisioner_client.rollout`).
+- `rollout` (optional, `provisioner_client.rollout`): how a change of the module reaches the
+  fleet. `budget`: at most that many nodes change it at once, an integer >= 1 or `"P%"` (P of
+  1 to 100: that share of the nodes holding a claim of the module, at least 1); `rollback`: on
+  an abort, a node that changed goes back to its last good env file and runs the action again.
+  A module without a budget may have `splay_seconds` (a random delay up to it before the change)
+  and `wait_seconds` (a quiet period: the change waits until its values stood that long, at most
+  `wait_max_seconds` after the first change of the burst), each 0 to 3600.
 
 Every string of a manifest is UTF-8 text: a lone surrogate escape (`"\\ud800"`), which JSON
 allows but no file, key or argument can carry, is refused by the JSON reader itself.
@@ -51,7 +59,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from provisioner_client.errors import ManifestError
 from registry.contract import (
@@ -75,7 +83,27 @@ MODULE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class OnChange(BaseModel):
+_BUDGET = re.compile(r"^(?P<percent>[1-9][0-9]?|100)%$")
+
+
+def budget_problem(value: object) -> str | None:
+    """Why `value` is no rollout budget (an integer >= 1, or `"P%"` with P of 1 to 100), if it is not."""
+    if isinstance(value, bool):
+        return 'a budget is an integer >= 1 or a share "P%", not true or false'
+    if isinstance(value, int):
+        return None if value >= 1 else f"a budget of {value} nodes admits nobody: it must be >= 1"
+    if isinstance(value, str):
+        if value.isdigit():
+            return None if int(value) >= 1 else "a budget of 0 nodes admits nobody: it must be >= 1"
+        if _BUDGET.fullmatch(value.strip()):
+            return None
+        return f'budget {value[:40]!r} is neither an integer >= 1 nor a share "P%" with P of 1 to 100'
+    return 'a budget is an integer >= 1 or a share "P%"'
+
+
+class HealthCheck(BaseModel):
+    """A command run after the change action: the change succeeded only if it exits 0 in time."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     command: tuple[str, ...] = Field(min_length=1)
@@ -84,11 +112,58 @@ class OnChange(BaseModel):
     @field_validator("command")
     @classmethod
     def _no_empty_arguments(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value[0]:
-            raise ValueError("the command's program must not be empty")
-        if any("\0" in argument for argument in value):
-            raise ValueError("the command's arguments must not hold a NUL character")
+        return _checked_command(value)
+
+
+class Rollout(BaseModel):
+    """How a change of the module reaches the fleet (`provisioner_client.rollout`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    budget: int | str | None = None
+    splay_seconds: float = Field(default=0, ge=0, le=3600)
+    wait_seconds: float = Field(default=0, ge=0, le=3600)
+    wait_max_seconds: float | None = Field(default=None, ge=0, le=3600)
+    rollback: bool = False
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _a_budget(cls, value: object) -> object:
+        problem = None if value is None else budget_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
+
+    @model_validator(mode="after")
+    def _splay_and_wait_without_budget(self) -> Rollout:
+        if self.budget is not None and (self.splay_seconds or self.wait_seconds or self.wait_max_seconds):
+            raise ValueError("splay_seconds and wait_seconds are for a module without a budget: give one or the other")
+        if self.wait_max_seconds is not None and self.wait_max_seconds < self.wait_seconds:
+            raise ValueError(
+                f"wait_max_seconds ({self.wait_max_seconds:g}) must be at least wait_seconds ({self.wait_seconds:g})"
+            )
+        return self
+
+
+class OnChange(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: tuple[str, ...] = Field(min_length=1)
+    timeout_seconds: float = Field(default=30, ge=1, le=3600)
+    health: HealthCheck | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _no_empty_arguments(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _checked_command(value)
+
+
+def _checked_command(value: tuple[str, ...]) -> tuple[str, ...]:
+    if not value[0]:
+        raise ValueError("the command's program must not be empty")
+    if any("\0" in argument for argument in value):
+        raise ValueError("the command's arguments must not hold a NUL character")
+    return value
 
 
 class Manifest(BaseModel):
@@ -98,6 +173,7 @@ class Manifest(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     contributes: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     on_change: OnChange | None = None
+    rollout: Rollout | None = None
 
     @field_validator("env")
     @classmethod

@@ -9,6 +9,10 @@
   single-account development bus the subscriptions see the writes themselves.
   Either way delivery is at-most-once: after the connection is recovered, and once a new
   subscription is in place, the loop reconciles again ("resync") instead of trusting it saw all.
+- The fleet bucket is followed live where its stream republishes it (`$KVR.<fleet>.>`,
+  `provisioner_client.watch.fleet`): a hold of a module it declares, a freed or failed slot of a
+  module it waits on, a node forgotten or back, each pull a reconcile; what nothing announces (a
+  claim to renew, a splay ending) the rollout alarm does, at the time the last reconcile asked for.
 - Manifests are polled (name, inode, mtime, size of each `*.json`): they are replaced atomically,
   and a watch on a path stops seeing a file once it is renamed over.
 - Verb-answered values (secrets) are re-asked on a refresh interval; the env file changes only
@@ -55,6 +59,7 @@ from provisioner_client.resolving.manifest import manifest_files
 from provisioner_client.resolving.resolve import Source
 from provisioner_client.resolving.waiting import WaitingWrites, link_down
 from provisioner_client.watch.drift import DriftWatch, put_back
+from provisioner_client.watch.fleet import FleetInterest, RolloutAlarm, follow_fleet
 from provisioner_client.watch.holding import Renewals, node_lease
 from registry.contract import AppliedValue, Bucket, subject_matches, under
 from registry.errors import BusError, ConnectionClosed
@@ -280,6 +285,7 @@ async def _reconcile_while_held(
         tg.start_soon(wake_on, stopping, "stop")
         tg.start_soon(wake_on, lost, "lease lost")
         tg.start_soon(_resync_on_reconnect, bus, trigger)
+        rollouts = _follow_rollouts(bus, tg, trigger, plan.node)
         backoff = _Backoff(timing.backoff_max)
         while not (stopping.is_set() or lost.is_set()):
             wake = await trigger.wait(timing.debounce)
@@ -301,7 +307,7 @@ async def _reconcile_while_held(
                     await stopping.wait()
                 trigger.pull("retry")
                 continue
-            _again_if_refused(report, backoff, tg, trigger, timing.waiting_retry)
+            _look_again(report, backoff, tg, trigger, timing=timing, rollouts=rollouts)
             applied = {module: done.applied for module, done in report.modules.items()}
             drift.expect(applied)
             followers.follow(report.sources)
@@ -314,6 +320,30 @@ async def _reconcile_while_held(
                 on_report(report)
             on_started()
         tg.cancel_scope.cancel()
+
+
+@dataclass(frozen=True)
+class _Rollouts:
+    interest: FleetInterest
+    alarm: RolloutAlarm
+
+
+def _follow_rollouts(bus: Bus, tg: TaskGroup, trigger: Trigger, node: str) -> _Rollouts:
+    """The fleet bucket followed and the rollout alarm running (`provisioner_client.watch.fleet`)."""
+    rollouts = _Rollouts(FleetInterest(node), RolloutAlarm(trigger.pull))
+    tg.start_soon(follow_fleet, bus, rollouts.interest, trigger.pull)
+    tg.start_soon(rollouts.alarm.run)
+    return rollouts
+
+
+def _look_again(
+    report: Report, backoff: _Backoff, tg: TaskGroup, trigger: Trigger, *, timing: WatchTiming, rollouts: _Rollouts
+) -> None:
+    """What wakes the loop after `report`: a retry of refused or waiting writes, the fleet's writes
+    of the modules it declares and waits on, the rollout alarm."""
+    _again_if_refused(report, backoff, tg, trigger, timing.waiting_retry)
+    rollouts.interest.modules, rollouts.interest.waiting = set(report.modules), set(report.rollout.waiting)
+    rollouts.alarm.set(report.rollout.wake_after)
 
 
 async def _renewed_first(renewals: Renewals, wake: Wake) -> bool:

@@ -1,0 +1,85 @@
+"""The node's side of the fleet bucket: its own claims, written, renewed and deleted, and the
+claims and holds of the others, read.
+
+Every write is conditional on the revision the node read or last wrote (its own key alone: its
+grants let it write `claim.*.<node>` and nothing else), and every read is a batch direct get (a
+node has no JetStream API besides direct gets). A write that lost to a write of its own stored
+late (a renewal the bus did not answer in time) is done again from the revision read back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from registry.contract import fleet, to_json
+from registry.errors import WrongLastSequence
+from registry.wire import Bus, KvItem, delete, get_direct, get_last_many, update
+
+FLEET = fleet.FLEET
+ClaimState = Literal["waiting", "running", "failed"]
+
+
+class Claims:
+    """Node `node`'s claims, and what it reads of the fleet bucket."""
+
+    def __init__(self, bus: Bus, node: str, ttl: timedelta) -> None:
+        self.bus = bus
+        self.node = node
+        self.ttl = ttl
+
+    async def holds(self) -> dict[str, fleet.Hold]:
+        """Every module's hold, by module (one read of `rollout.>`)."""
+        found = {}
+        for item in await get_last_many(self.bus, FLEET, f"{fleet.ROLLOUT}.>"):
+            hold = None if item.deleted else fleet.read_hold(item.value)
+            module = fleet.parse_fleet_key(item.key).module
+            if hold is not None and module is not None:
+                found[module] = hold
+        return found
+
+    async def of_module(self, module: str) -> list[KvItem]:
+        """Every node's claim of `module` as it stands (deleted ones included)."""
+        return await get_last_many(self.bus, FLEET, fleet.claims_of(module))
+
+    def own(self, items: Sequence[KvItem], module: str) -> KvItem | None:
+        key = fleet.claim_key(module, self.node)
+        return next((item for item in items if item.key == key), None)
+
+    async def write(
+        self, module: str, *, state: ClaimState, change: str, queued: int, last: int | None, reason: str = ""
+    ) -> int:
+        """Writes the node's claim of `module`; its revision. `last`: the revision it stands at, if known."""
+        claim = fleet.Claim(
+            state=state,
+            change=change,
+            since=datetime.now(UTC),
+            ttl_seconds=self.ttl.total_seconds(),
+            reason=reason[:1024],
+            queued=queued,
+        )
+        key = fleet.claim_key(module, self.node)
+        if last is None:
+            last = await self._revision_of(key)
+        try:
+            return await update(self.bus, FLEET, key, to_json(claim), last=last)
+        except WrongLastSequence:
+            return await update(self.bus, FLEET, key, to_json(claim), last=await self._revision_of(key))
+
+    async def remove(self, module: str) -> None:
+        """Deletes the node's claim of `module`, if it stands: its slot is free."""
+        key = fleet.claim_key(module, self.node)
+        current = await get_direct(self.bus, FLEET, key)
+        if current is None or current.deleted:
+            return
+        try:
+            await delete(self.bus, FLEET, key, last=current.revision)
+        except WrongLastSequence:
+            again = await get_direct(self.bus, FLEET, key)
+            if again is not None and not again.deleted:
+                await delete(self.bus, FLEET, key, last=again.revision)
+
+    async def _revision_of(self, key: str) -> int:
+        current = await get_direct(self.bus, FLEET, key)
+        return current.revision if current is not None else 0

@@ -1,0 +1,437 @@
+"""The reconcile's one door to rollouts: whether a module's change may be applied now, and the
+claim that change runs under, seen through to the end.
+
+A reconcile makes one `RolloutGate`. Before deciding what to resolve, `prepare` keeps the claims
+the node left standing (deletes a succeeded one it could not delete before, renews a failed one,
+deletes it once an operator resumed the rollout) and names the modules an abort rolls back. For
+each module whose env file would change (or whose change action has not run for its content),
+`admit` answers:
+
+- no budget: go (after the splay and quiet period the module asks for, `pacing`);
+- the module's first env file on this node: go (nothing runs from it yet to restart);
+- the rollout held: pending, `rollout: paused ...` / `rollout: aborted ...`;
+- otherwise the node writes (or renews, keeping its place) its claim `waiting`, reads every live
+  claim of the module, and goes only while its own is among the first slots
+  (`admission`), writing it `running`; else pending, `rollout: waiting for a slot ...`;
+- the fleet bucket unreadable or unwritable: pending, `rollout: coordination unreachable ...`, for
+  at most the client's `rollout_wait_limit`, then the fallback `rollout_unreachable`: `proceed`
+  (applied without a slot, said in the record and the log) or `hold` (pending until it is back).
+
+A change admitted under a claim is seen through by `run_under_claim`: the env file it replaces kept
+as the last good one, the action started (remembered on disk first), the claim renewed while the
+action and the health command run, then deleted (success) or written `failed` (kept: a failure
+uses its slot up until an operator resumes). What the gate knows after the reconcile
+(`RolloutReport`) tells watch mode which modules it waits on and when to look again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+
+from provisioner_client.resolving.manifest import LoadedManifest, Manifest
+from provisioner_client.rollout import admission, pacing
+from provisioner_client.rollout.budget import Budget, RolloutPlan
+from provisioner_client.rollout.claims import Claims, ClaimState
+from provisioner_client.rollout.state import ModuleRollout, RolloutState
+from registry.contract import ActionRecord, fleet
+from registry.errors import BusError
+from registry.runtime import event
+from registry.wire import KvItem
+
+log = logging.getLogger(__name__)
+
+WAITING = "rollout: waiting for a slot"
+PAUSED = "rollout: paused"
+ABORTED = "rollout: aborted"
+UNREACHABLE = "rollout: coordination unreachable"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """`go`: apply the change now; `claimed`: under a claim (see it through with `run_under_claim`);
+    `reasons`: why not (pending), or what to say of a change applied without a slot."""
+
+    go: bool
+    claimed: bool = False
+    reasons: tuple[str, ...] = ()
+
+
+GO = Admission(go=True)
+
+
+@dataclass
+class RolloutReport:
+    """After a reconcile: the modules the node waits on (their claims, holds or timers), and in
+    how many seconds it should look again (renew a claim, a splay or quiet period ends, the wait
+    for the coordination runs out); None: nothing to look at."""
+
+    waiting: set[str] = field(default_factory=set)
+    wake_after: float | None = None
+    ran_under_claim: list[str] = field(default_factory=list)
+
+    def wake_within(self, seconds: float) -> None:
+        self.wake_after = seconds if self.wake_after is None else min(self.wake_after, seconds)
+
+
+class RolloutGate:
+    def __init__(self, claims: Claims, folder: Path, plan: RolloutPlan) -> None:
+        self.claims = claims
+        self.plan = plan
+        self.state = RolloutState(folder)
+        self.report = RolloutReport()
+        self._holds: dict[str, fleet.Hold] | None = None
+        self._unreachable: str | None = None
+        self._asked: set[str] = set()
+
+    @property
+    def node(self) -> str:
+        return self.claims.node
+
+    # --- before the modules are resolved -------------------------------------------------------
+
+    async def prepare(self, modules: Mapping[str, LoadedManifest]) -> set[str]:
+        """Keeps the claims left standing; the modules to resolve whatever the memory says (an
+        abort to roll back, a claim to see to)."""
+        records = dict(self.state.modules)
+        for module in sorted(set(records) - set(modules)):
+            await self._let_go(module, records[module])
+        outstanding = {
+            m: r for m, r in records.items() if m in modules and (r.claimed or self._rolls_back(r, modules[m].manifest))
+        }
+        if not outstanding:
+            return set()
+        holds = await self._read_holds()
+        forced = set()
+        for module, record in sorted(outstanding.items()):
+            forced |= await self._keep(module, record, holds.get(module), modules[module].manifest)
+        return forced
+
+    async def _keep(self, module: str, record: ModuleRollout, hold: fleet.Hold | None, manifest: Manifest) -> set[str]:
+        if record.stage == "running" and record.started:  # the client stopped while it ran: never again
+            action = record.action or _interrupted(record)
+            record = record.model_copy(update={"stage": "failed", "action": action, "reason": "interrupted"})
+            self.state.put(module, record)
+        if record.stage == "done" and record.claimed:
+            await self._quietly(module, self._free(module, record))
+        elif record.stage == "failed" and record.claimed:
+            await self._quietly(module, self._keep_failed(module, record, hold))
+        record = self.state.get(module) or record
+        if hold is not None and hold.state == "aborted" and self._rolls_back(record, manifest):
+            return {module}
+        if record.claimed or self._unreachable:
+            self.report.waiting.add(module)
+            self.report.wake_within(self._renew_every)
+        return {module} if record.stage in ("waiting", "running") and record.claimed else set()
+
+    async def _keep_failed(self, module: str, record: ModuleRollout, hold: fleet.Hold | None) -> None:
+        if hold is not None:
+            if not record.saw_hold:
+                self.state.put(module, record.model_copy(update={"saw_hold": True}))
+            await self._renew(module, record, "failed")
+        elif record.saw_hold:  # resumed: the slot is freed, the record stays failed until the next change
+            await self.claims.remove(module)
+            self.state.put(module, record.model_copy(update={"stage": "resumed", "claimed": False, "saw_hold": False}))
+            log.info("rollout of module %s resumed: the failed claim of node %s deleted", module, self.node)
+        else:
+            await self._renew(module, record, "failed")
+
+    async def _free(self, module: str, record: ModuleRollout) -> None:
+        await self.claims.remove(module)
+        self.state.put(module, record.model_copy(update={"claimed": False}))
+
+    async def _let_go(self, module: str, record: ModuleRollout) -> None:
+        """A module no longer declared: its claim deleted, its record forgotten."""
+        if record.claimed:
+            try:
+                await self.claims.remove(module)
+            except BusError as err:
+                log.warning("claim of module %s not deleted: %s; it expires", module, err)
+        self.state.forget(module)
+
+    # --- one module's change -------------------------------------------------------------------
+
+    def rollback_due(self, module: str, manifest: Manifest) -> bytes | None:
+        """The last good env file to put back, when the module's rollout is aborted and this node
+        changed it under a claim (and the module can be rolled back)."""
+        hold = (self._holds or {}).get(module)
+        record = self.state.get(module)
+        if hold is None or hold.state != "aborted" or record is None or not self._rolls_back(record, manifest):
+            return None
+        return self.state.last_good(module)
+
+    def rolled_back(self, module: str) -> str:
+        record = self.state.get(module) or ModuleRollout()
+        self.state.put(module, record.model_copy(update={"rolled_back": True, "under_claim": False}))
+        hold = (self._holds or {}).get(module)
+        by = hold.by if hold is not None else "an operator"
+        log.warning(
+            "rollout of module %s aborted by %s: node %s rolled back to the last good env file", module, by, self.node
+        )
+        return f"{ABORTED} by {by}: rolled back to the last good env file"
+
+    def ran(self, module: str, digest: str) -> ActionRecord | None:
+        """The outcome of the change action run for `digest` under a claim, if it ran (or started)."""
+        record = self.state.get(module)
+        if record is None or record.digest != digest or not record.started:
+            return None
+        return record.action or _interrupted(record)
+
+    async def admit(self, module: str, manifest: Manifest, digest: str, *, first: bool) -> Admission:
+        """Whether the module's change to `digest` may be applied now (see the module's docstring)."""
+        budget = self.plan.budget_of(manifest)
+        if budget is None:
+            return self._paced(module, manifest, digest)
+        if first:
+            return GO
+        self._asked.add(module)
+        change = _change_of(digest)
+        record = self._for_change(module, change, digest)
+        try:
+            holds = await self._read_holds()
+            if self._unreachable is not None:
+                return self._unreachable_now(module, record, self._unreachable)
+            hold = holds.get(module)
+            if hold is not None:
+                return await self._held(module, record, hold)
+            return await self._queue(module, record, budget)
+        except BusError as err:
+            return self._unreachable_now(module, record, err.reason)
+
+    def _for_change(self, module: str, change: str, digest: str) -> ModuleRollout:
+        record = self.state.get(module) or ModuleRollout()
+        if record.change == change:
+            return record
+        keeps_place = record.claimed and record.stage in ("waiting", "failed")
+        return ModuleRollout(
+            change=change,
+            digest=digest,
+            queued=record.queued if keeps_place else 0,
+            claimed=record.claimed,
+            unreachable_since=record.unreachable_since,
+        )
+
+    async def _held(self, module: str, record: ModuleRollout, hold: fleet.Hold) -> Admission:
+        if record.claimed:
+            await self._renew(module, record, "waiting")
+        self.report.waiting.add(module)
+        said = f"{PAUSED if hold.state == 'paused' else ABORTED} by {hold.by}"
+        whose = f" after the change of node {hold.node} failed" if hold.node else ""
+        why = f": {hold.reason}" if hold.reason else ""
+        return Admission(go=False, reasons=(f"{said}{whose}{why}",))
+
+    async def _queue(self, module: str, record: ModuleRollout, budget: Budget) -> Admission:
+        items = await self.claims.of_module(module)
+        own = self.claims.own(items, module)
+        if _renewal_due(own, record, self._renew_every):
+            revision = await self.claims.write(
+                module, state="waiting", change=record.change, queued=record.queued, last=_revision(own)
+            )
+            record = record.model_copy(
+                update={
+                    "queued": record.queued or revision,
+                    "claimed": True,
+                    "stage": "waiting",
+                    "renewed_at": datetime.now(UTC),
+                    "unreachable_since": None,
+                }
+            )
+            self.state.put(module, record)
+            items = await self.claims.of_module(module)  # everyone queued before it is stored by now
+        live = admission.live_claims(items, datetime.now(UTC))
+        if not any(claim.node == self.node for claim in live):  # a replica behind its own write
+            mine = fleet.Claim(
+                state="waiting", change=record.change, since=datetime.now(UTC), ttl_seconds=1, queued=record.queued
+            )
+            live = sorted([*live, admission.LiveClaim(self.node, mine, record.queued)], key=lambda c: c.position)
+        verdict = admission.verdict(live, self.node, budget)
+        if not verdict.admitted:
+            self.report.waiting.add(module)
+            self.report.wake_within(self._renew_every)
+            return Admission(go=False, reasons=(f"{WAITING} (budget {budget}): {verdict.describe()}",))
+        await self.claims.write(module, state="running", change=record.change, queued=record.queued, last=None)
+        self.state.put(module, record.model_copy(update={"stage": "running", "renewed_at": datetime.now(UTC)}))
+        log.info("node %s: rollout of module %s %s", self.node, module, verdict.describe(), extra=event(module=module))
+        return Admission(go=True, claimed=True)
+
+    def _unreachable_now(self, module: str, record: ModuleRollout, why: str) -> Admission:
+        now = datetime.now(UTC)
+        since = record.unreachable_since or now
+        self.state.put(module, record.model_copy(update={"unreachable_since": since}))
+        waited = now - since
+        limit = self.plan.wait_limit
+        if waited < limit:
+            left = (limit - waited).total_seconds()
+            self.report.waiting.add(module)
+            self.report.wake_within(left)
+            then = "applied without a slot" if self.plan.unreachable == "proceed" else "held"
+            reason = f"{UNREACHABLE}: {why}; waiting {left:.0f} s more, then {then} (rollout_unreachable)"
+            return Admission(go=False, reasons=(reason,))
+        if self.plan.unreachable == "hold":
+            self.report.waiting.add(module)
+            self.report.wake_within(self._renew_every)
+            return Admission(go=False, reasons=(f"{UNREACHABLE}: {why}; held (rollout_unreachable = hold)",))
+        waited_for = f"{waited.total_seconds():.0f} s"
+        said = f"{UNREACHABLE} for {waited_for}: {why}; applied without a slot (rollout_unreachable = proceed)"
+        log.warning("node %s: module %s: %s", self.node, module, said, extra=event(module=module))
+        return Admission(go=True, reasons=(said,))
+
+    def _paced(self, module: str, manifest: Manifest, digest: str) -> Admission:
+        rollout = manifest.rollout
+        if rollout is None or not (rollout.splay_seconds or rollout.wait_seconds):
+            return GO
+        self._asked.add(module)
+        now = datetime.now(UTC)
+        record = pacing.paced(self.state.get(module) or ModuleRollout(), rollout, _change_of(digest), now)
+        if record != self.state.get(module):
+            self.state.put(module, record)
+        due = pacing.due_at(record, rollout)
+        if due <= now:
+            return GO
+        left = (due - now).total_seconds()
+        self.report.waiting.add(module)
+        self.report.wake_within(left)
+        return Admission(go=False, reasons=(f"{WAITING}: splay and quiet period, due in {left:.1f} s",))
+
+    async def run_under_claim(
+        self,
+        module: str,
+        digest: str,
+        *,
+        replaced: bytes | None,
+        action: Callable[[], Awaitable[ActionRecord | None]],
+        health: Callable[[], Awaitable[str | None]],
+    ) -> tuple[ActionRecord | None, str | None]:
+        """The admitted change seen through: `replaced` kept as the last good env file, the action
+        run once (remembered as started first), then the health command; the claim renewed while
+        they run, then freed or failed. The action's record and why the health check failed, if it did."""
+        if replaced is not None:
+            self.state.keep_last_good(module, replaced)
+        record = (self.state.get(module) or ModuleRollout()).model_copy(
+            update={"digest": digest, "started": True, "action": None, "under_claim": True, "rolled_back": False}
+        )
+        self.state.put(module, record)
+        async with self._renewing(module, record):
+            done = await action()
+            self.state.put(module, record := record.model_copy(update={"action": done}))
+            problem = None if done is not None and not done.ok else await health()
+        failure = problem or (f"the change action {done.outcome}" if done is not None and not done.ok else None)
+        self.report.ran_under_claim.append(module)
+        if failure is None:
+            record = record.model_copy(update={"stage": "done"})
+            self.state.put(module, record)
+            await self._quietly(module, self._free(module, record))
+        else:
+            record = record.model_copy(update={"stage": "failed", "reason": failure, "saw_hold": False})
+            self.state.put(module, record)
+            await self._quietly(module, self._renew(module, record, "failed", force=True))
+            log.warning("node %s: change of module %s failed under its claim: %s", self.node, module, failure)
+        return done, problem
+
+    @asynccontextmanager
+    async def _renewing(self, module: str, record: ModuleRollout) -> AsyncIterator[None]:
+        async def renew_while_running() -> None:
+            while True:
+                await anyio.sleep(self._renew_every)
+                await self._quietly(module, self._renew(module, record, "running", force=True))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(renew_while_running)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def _renew(self, module: str, record: ModuleRollout, state: ClaimState, *, force: bool = False) -> None:
+        now = datetime.now(UTC)
+        if (
+            not force
+            and record.renewed_at is not None
+            and now - record.renewed_at < timedelta(seconds=self._renew_every)
+        ):
+            return
+        await self.claims.write(
+            module, state=state, change=record.change, queued=record.queued, last=None, reason=record.reason
+        )
+        self.state.put(module, record.model_copy(update={"renewed_at": now, "claimed": True}))
+
+    async def _quietly(self, module: str, step: Awaitable[None]) -> None:
+        """A claim's write that may fail for the moment: the next reconcile does it again."""
+        try:
+            await step
+        except BusError as err:
+            log.warning("node %s: claim of module %s not written for now: %s", self.node, module, err.reason)
+            self.report.waiting.add(module)
+            self.report.wake_within(1.0)
+
+    # --- after the modules -----------------------------------------------------------------------
+
+    async def finish(self) -> RolloutReport:
+        """Withdraws the claims of changes that went away before they ran; the report."""
+        for module, record in sorted(self.state.modules.items()):
+            if module in self._asked:
+                continue
+            if record.stage == "waiting" and record.claimed:
+                await self._quietly(module, self._withdraw(module, record))
+            elif record.pacing_change and not record.claimed:
+                self.state.put(module, record.model_copy(update={"pacing_change": "", "burst_since": None}))
+        return self.report
+
+    async def _withdraw(self, module: str, record: ModuleRollout) -> None:
+        await self.claims.remove(module)
+        self.state.put(module, record.model_copy(update={"stage": "withdrawn", "claimed": False}))
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    @property
+    def _renew_every(self) -> float:
+        return self.plan.claim_ttl.total_seconds() / 3
+
+    async def _read_holds(self) -> dict[str, fleet.Hold]:
+        if self._holds is None and self._unreachable is None:
+            try:
+                self._holds = await self.claims.holds()
+            except BusError as err:
+                self._unreachable = err.reason
+                log.warning("node %s: the fleet bucket cannot be read: %s", self.node, err.reason)
+        return self._holds or {}
+
+    def _rolls_back(self, record: ModuleRollout, manifest: Manifest) -> bool:
+        rollout = manifest.rollout
+        return bool(rollout and rollout.rollback and record.under_claim and not record.rolled_back)
+
+
+def _change_of(digest: str) -> str:
+    """The change's name in a claim: a short part of the env file's keyed digest (no value)."""
+    return digest.rpartition(":")[2][:32]
+
+
+def _revision(item: KvItem | None) -> int | None:
+    return item.revision if item is not None else 0
+
+
+def _renewal_due(own: KvItem | None, record: ModuleRollout, every: float) -> bool:
+    """Whether the node's claim must be written: none stands, it is another change's or state's,
+    or it was written longer ago than a third of its ttl."""
+    if own is None or own.deleted or not record.claimed:
+        return True
+    claim = fleet.read_claim(own.value)
+    if claim is None or claim.change != record.change or claim.state != "waiting":
+        return True
+    return own.stored_at is None or (datetime.now(UTC) - own.stored_at).total_seconds() >= every
+
+
+def _interrupted(record: ModuleRollout) -> ActionRecord:
+    return ActionRecord(
+        command=("(interrupted)",),
+        digest=record.digest,
+        outcome="failed",
+        exit_code=None,
+        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )

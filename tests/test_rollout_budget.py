@@ -1,0 +1,310 @@
+"""Rollouts end to end (issue 23): many watching clients, each on its own node's grants, one shared
+config value changed; the change actions record their own start and end in one file.
+
+- With a budget of 3, at no moment do more than 3 change actions run, and every node finishes.
+- A node whose action fails keeps its slot (its claim `failed`); once the module's rollout is held
+  (here the test writes the hold the seat would), the nodes that have not changed keep their env
+  files and say why in their applied records (`rollout: paused`).
+- nats-server killed and started again mid-rollout: no node runs its action twice for the change,
+  the rollout completes, no node waits past the bound.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.abc import TaskGroup
+
+from mesh_dev.standins import CONFIG
+from provisioner.seat.buckets import ensure_bucket
+from provisioner_client.reconcile import ClientPlan
+from provisioner_client.rollout import RolloutPlan
+from provisioner_client.watch.watching import WatchTiming, watch
+from registry.access import Kind
+from registry.contract import fleet, to_json
+from registry.errors import BusError
+from registry.wire import BucketConfig, Bus, BusOptions, KvItem, connect, get_last_many, put
+from tests.helpers import Reports, in_own_task, restartable_nats, serving, sh_env
+from tests.isolation import Mesh, mesh_server, party
+
+TIMING = WatchTiming(debounce=timedelta(seconds=0.1), poll=timedelta(seconds=1), backoff_max=timedelta(seconds=1))
+CLAIM_TTL = timedelta(seconds=6)
+BOUND = 90.0
+
+
+def action_script(folder: Path, log: Path, *, seconds: float, fail: tuple[str, str] | None = None) -> Path:
+    """A change action recording its start and end (node, LOG_LEVEL, time) in `log`; it fails for
+    node `fail[0]` at level `fail[1]`."""
+    failing = f'[ "$MESH_NODE" = "{fail[0]}" ] && [ "$LOG_LEVEL" = "{fail[1]}" ] && exit 3\n' if fail else ""
+    script = folder / "action.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        '. "$MESH_ENV_FILE"\n'
+        f'echo "start $MESH_NODE $LOG_LEVEL $(date +%s.%N)" >> {log}\n'
+        f"sleep {seconds}\n"
+        f'echo "end $MESH_NODE $LOG_LEVEL $(date +%s.%N)" >> {log}\n' + failing
+    )
+    script.chmod(0o755)
+    return script
+
+
+def manifest(script: Path, rollout: dict[str, object]) -> dict[str, object]:
+    return {
+        "module": "web",
+        "env": {"LOG_LEVEL": "${config:log-level}"},
+        "on_change": {"command": [str(script)], "timeout_seconds": 30},
+        "rollout": rollout,
+    }
+
+
+@dataclass(frozen=True)
+class Run:
+    node: str
+    level: str
+    start: float
+    end: float
+
+
+def runs(log: Path, level: str) -> list[Run]:
+    """Each action's run at `level`, from its own records (a start without an end: end = inf)."""
+    starts: dict[str, float] = {}
+    found = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        what, node, at_level, when = line.split()
+        if at_level != level:
+            continue
+        if what == "start":
+            starts[node] = float(when)
+        else:
+            found.append(Run(node, at_level, starts.pop(node), float(when)))
+    return found + [Run(node, level, start, float("inf")) for node, start in starts.items()]
+
+
+def claims_in(items: Sequence[KvItem], state: str) -> set[str]:
+    """The nodes whose claim stands in `state`."""
+    found = set()
+    for item in items:
+        claim = None if item.deleted else fleet.read_claim(item.value)
+        node = fleet.parse_fleet_key(item.key).node
+        if claim is not None and claim.state == state and node is not None:
+            found.add(node)
+    return found
+
+
+def starts_of(log: Path, level: str) -> list[str]:
+    return [
+        line.split()[1] for line in log.read_text().splitlines() if line.startswith("start ") and f" {level} " in line
+    ]
+
+
+def most_at_once(found: Sequence[Run]) -> int:
+    events = sorted([(r.start, 1) for r in found] + [(r.end, -1) for r in found], key=lambda e: (e[0], e[1]))
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+@dataclass
+class Fleet:
+    """Watching clients, one per node, each on its own connection."""
+
+    plans: dict[str, ClientPlan]
+    reports: dict[str, Reports]
+
+    def level(self, node: str) -> str | None:
+        path = self.plans[node].materialize / "web.env"
+        return sh_env(path).get("LOG_LEVEL") if path.exists() else None
+
+    def said(self, node: str, prefix: str) -> bool:
+        """Whether the node's last reconcile left `web` pending for a reason starting with `prefix`."""
+        if not self.reports[node].all:
+            return False
+        done = self.reports[node].all[-1].modules.get("web")
+        reasons = done.applied.reasons if done is not None and done.applied.state == "pending" else ()
+        return any(reason.startswith(prefix) for reason in reasons)
+
+    async def until(self, check: Callable[[], bool], what: str, bound: float = BOUND) -> None:
+        with anyio.fail_after(bound):
+            while not check():
+                await anyio.sleep(0.1)
+        assert check(), what
+
+
+def plans_of(
+    tmp_path: Path, nodes: Sequence[str], document: dict[str, object], budget: int | None
+) -> dict[str, ClientPlan]:
+    plans = {}
+    for node in nodes:
+        manifests = tmp_path / node / "manifests"
+        manifests.mkdir(parents=True)
+        (manifests / "web.json").write_text(json.dumps(document))
+        plans[node] = ClientPlan(
+            node,
+            manifests,
+            tmp_path / node / "env",
+            timedelta(seconds=2),
+            lease_ttl=timedelta(seconds=6),
+            rollout=RolloutPlan(claim_ttl=CLAIM_TTL, wait_limit=timedelta(seconds=20)),
+        )
+    return plans
+
+
+@asynccontextmanager
+async def watching(
+    tg: TaskGroup, plans: dict[str, ClientPlan], connect_as: Callable[[str], AbstractAsyncContextManager[Bus]]
+) -> AsyncIterator[Fleet]:
+    fleet_ = Fleet(plans, {node: Reports(BOUND) for node in plans})
+    stop = anyio.Event()
+
+    async def one(node: str) -> None:
+        async with connect_as(node) as bus:
+            await watch(bus, plans[node], TIMING, stop=stop, on_report=fleet_.reports[node])
+
+    for node in plans:
+        tg.start_soon(one, node)
+    try:
+        yield fleet_
+    finally:
+        stop.set()
+
+
+async def seeded(seat: Bus, level: str = "info") -> None:
+    await ensure_bucket(seat, CONFIG, BucketConfig())
+    await put(seat, CONFIG, "log-level", json.dumps(level).encode())
+
+
+NODES = tuple(f"n{i:02d}" for i in range(20))
+
+
+@pytest.fixture
+async def mesh20(tmp_path: Path) -> AsyncIterator[Mesh]:
+    async with in_own_task(mesh_server(tmp_path / "mesh", nodes=NODES)) as mesh:
+        yield mesh
+
+
+def as_node(mesh: Mesh) -> Callable[[str], AbstractAsyncContextManager[Bus]]:
+    return lambda node: mesh.connect(party(Kind.NODE, node))
+
+
+async def test_twenty_nodes_with_a_budget_of_three_never_run_more_than_three_actions_at_once(
+    mesh20: Mesh, tmp_path: Path
+) -> None:
+    log = tmp_path / "actions.log"
+    document = manifest(action_script(tmp_path, log, seconds=0.6), {"budget": 3})
+    plans = plans_of(tmp_path, NODES, document, 3)
+    async with mesh20.connect(party(Kind.SEAT)) as seat, anyio.create_task_group() as tg:
+        await seeded(seat)
+        async with watching(tg, plans, as_node(mesh20)) as nodes:
+            await nodes.until(lambda: all(nodes.level(n) == "info" for n in NODES), "every node's first env file")
+            await nodes.until(lambda: len(runs(log, "info")) == len(NODES), "every first action ran")
+            await put(seat, CONFIG, "log-level", b'"debug"')
+            await nodes.until(lambda: all(nodes.level(n) == "debug" for n in NODES), "every node changed")
+            await nodes.until(
+                lambda: len([r for r in runs(log, "debug") if r.end < float("inf")]) == len(NODES), "all finished"
+            )
+            claims = await get_last_many(seat, fleet.FLEET, fleet.claims_of("web"))
+        tg.cancel_scope.cancel()
+    changed = runs(log, "debug")
+    assert sorted(r.node for r in changed) == sorted(NODES), "each node ran its action once for the change"
+    assert most_at_once(changed) <= 3, f"{most_at_once(changed)} actions ran at once"
+    assert most_at_once(runs(log, "info")) > 3, "the premise: the first env files came without a budget, at once"
+    assert all(item.deleted for item in claims), "every slot freed"
+
+
+async def test_a_failed_change_keeps_its_slot_and_a_hold_stops_the_nodes_that_have_not_changed(
+    mesh20: Mesh, tmp_path: Path
+) -> None:
+    nodes_ = NODES[:8]
+    log = tmp_path / "actions.log"
+    document = manifest(action_script(tmp_path, log, seconds=0.3, fail=(nodes_[0], "debug")), {"budget": 1})
+    plans = plans_of(tmp_path, nodes_, document, 1)
+    async with mesh20.connect(party(Kind.SEAT)) as seat, anyio.create_task_group() as tg:
+        await seeded(seat)
+        async with watching(tg, plans, as_node(mesh20)) as nodes:
+            await nodes.until(lambda: all(nodes.level(n) == "info" for n in nodes_), "every node's first env file")
+            # The failing node queues first: it alone is admitted and fails, and its claim keeps the one slot.
+            await put(seat, CONFIG, "log-level", b'"debug"')
+            await nodes.until(lambda: nodes.level(nodes_[0]) == "debug", "the failing node changed")
+            await nodes.until(lambda: bool(runs(log, "debug")) and runs(log, "debug")[0].end < float("inf"), "it ran")
+            await anyio.sleep(3)  # time for the others to be admitted, were the slot freed
+            claims = await get_last_many(seat, fleet.FLEET, fleet.claims_of("web"))
+            failed = claims_in(claims, "failed")
+            changed = [n for n in nodes_ if nodes.level(n) == "debug"]
+            # The hold the seat writes for the failed node's module, written here as the seat would.
+            hold = fleet.Hold(
+                state="paused",
+                since=datetime.now(UTC),
+                by="seat",
+                reason="a change failed",
+                node=min(failed, default=None),
+            )
+            await put(seat, fleet.FLEET, fleet.hold_key("web"), to_json(hold))
+            await nodes.until(
+                lambda: all(nodes.said(n, "rollout: paused") for n in nodes_ if n not in changed),
+                "the nodes not changed say the rollout is paused",
+            )
+            kept = [n for n in nodes_ if nodes.level(n) == "info"]
+        tg.cancel_scope.cancel()
+    assert len(failed) == 1 and len(changed) == 1, f"one node changed ({changed}) and failed ({failed}): its slot kept"
+    assert failed == set(changed)
+    assert sorted(kept) == sorted(set(nodes_) - set(changed)), "the others keep their env files"
+    assert starts_of(log, "debug") == changed, "no other node ran its action"
+
+
+async def test_nats_server_killed_mid_rollout_no_action_runs_twice_and_the_rollout_completes(tmp_path: Path) -> None:
+    nodes_ = tuple(f"r{i}" for i in range(8))
+    log = tmp_path / "actions.log"
+    document = manifest(action_script(tmp_path, log, seconds=1.0), {"budget": 2})
+    plans = plans_of(tmp_path, nodes_, document, 2)
+    async with restartable_nats(tmp_path / "nats") as server, anyio.create_task_group() as tg:
+        options = BusOptions(servers=(server.url,), name="test", reconnect_wait=timedelta(seconds=0.2))
+        tg.start_soon(_serve_seat, server.url)
+        async with connect(options) as seat:
+            await _until_fleet_bucket(seat)
+            await seeded(seat)
+
+            def as_plain(node: str) -> AbstractAsyncContextManager[Bus]:
+                return connect(BusOptions(servers=(server.url,), name=node, reconnect_wait=timedelta(seconds=0.2)))
+
+            async with watching(tg, plans, as_plain) as nodes:
+                await nodes.until(lambda: all(nodes.level(n) == "info" for n in nodes_), "every node's first env file")
+                await put(seat, CONFIG, "log-level", b'"debug"')
+                await nodes.until(lambda: len(runs(log, "debug")) >= 3, "the rollout is under way")
+                await server.kill()
+                await anyio.sleep(2)
+                await server.start()
+                await nodes.until(lambda: all(nodes.level(n) == "debug" for n in nodes_), "every node changed")
+                await nodes.until(
+                    lambda: len([r for r in runs(log, "debug") if r.end < float("inf")]) == len(nodes_), "all finished"
+                )
+                await anyio.sleep(2)  # a second run, were there one, would have started by now
+        tg.cancel_scope.cancel()
+    started = starts_of(log, "debug")
+    assert sorted(started) == sorted(nodes_), f"each node ran its action once for the change: {sorted(started)}"
+    assert most_at_once(runs(log, "debug")) <= 2
+
+
+async def _serve_seat(url: str) -> None:
+    options = BusOptions(servers=(url,), name="seat", reconnect_wait=timedelta(seconds=0.2))
+    async with serving(url, bus_options=options):
+        await anyio.sleep_forever()
+
+
+async def _until_fleet_bucket(bus: Bus) -> None:
+    with anyio.fail_after(30):
+        while True:
+            try:
+                await get_last_many(bus, fleet.FLEET, fleet.claims_of("web"))
+            except BusError:  # the seat is still making its buckets
+                await anyio.sleep(0.2)
+            else:
+                return
