@@ -5,8 +5,9 @@
   the view is filled.
 - `mesh_seat_fleet_ready` gauge: 1 once the view has read both its buckets.
 - `mesh_seat_modules_pending_by_cause{cause}` gauge: the fleet's pending modules with a reason of
-  each class (`registry.contract.pending_causes`: `verb_refused`, `verb_unanswered`, `other`), as
-  their applied records say; all 0 until the view is filled.
+  each class (`registry.contract.pending_causes`: `verb_refused`, `verb_unanswered`,
+  `rollout_waiting`, `rollout_paused`, `rollout_aborted`, `rollout_unreachable`, `other`), as their
+  applied records say; all 0 until the view is filled.
 - `mesh_seat_bucket_bytes{bucket}`, `mesh_seat_bucket_max_bytes{bucket}` gauges: what each of the
   seat's buckets holds and may hold (its stream's state and `max_bytes`; -1: no limit).
 - `mesh_seat_bucket_keys{bucket}`, `mesh_seat_bucket_max_keys{bucket}` gauges: its messages (each
@@ -31,6 +32,13 @@ And what the seat counts as it works (`SeatWork`), when it is given:
 - `mesh_seat_compile_runs_total{outcome}` counter: this seat's compiles of the registry, `changed`,
   `unchanged` or `failed` (the bus); `mesh_seat_compile_kinds_total{change}`: kinds `written` and
   `deleted` by them.
+- `mesh_seat_rollouts_held{state}` gauge: modules whose rollout is held, `paused` or `aborted`, as
+  the seat's rollout task read the fleet bucket (`provisioner.seat.rollouts`);
+  `mesh_seat_rollout_claims{state}` gauge: the claims of rollout slots it read, `waiting`,
+  `running`, `failed`, `expired` (not renewed within their ttl); `mesh_seat_rollout_pauses_total
+  {outcome}` counter: failed claims it judged, `paused` (it wrote the hold), `already_held`,
+  `not_running` (the node does not run the module: nothing paused), `failed` (the bus). All 0
+  where the task does not run (a site's seat).
 
 Cardinality is bounded by the seat's buckets (its own, one per provider and writing domain): no
 series names a node or a key.
@@ -43,7 +51,7 @@ import logging
 import os
 import socket
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -55,6 +63,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from provisioner.seat.registry_sync import CompileCounts
+from provisioner.seat.rollouts import PAUSE_OUTCOMES, RolloutsSeen
 from provisioner.verb.nodes import DEFAULT_STALE_AFTER, Fleet, FleetView, LeaseSeen
 from provisioner.verb.paging import PageCache
 from provisioner.verb.stats import RequestStats
@@ -76,6 +85,7 @@ class SeatWork:
     requests: RequestStats
     compiles: CompileCounts
     cache: PageCache
+    rollouts: RolloutsSeen = field(default_factory=RolloutsSeen)  # what `hold_failed_rollouts` saw
 
 
 class WorkCollector(Collector):
@@ -88,6 +98,7 @@ class WorkCollector(Collector):
         yield from self._requests()
         yield from self._listings()
         yield from self._compiles()
+        yield from self._rollouts()
 
     def _requests(self) -> Iterator[Metric]:
         stats = self.work.requests
@@ -122,6 +133,21 @@ class WorkCollector(Collector):
         kinds.add_metric(["written"], counts.written)
         kinds.add_metric(["deleted"], counts.deleted)
         yield kinds
+
+    def _rollouts(self) -> Iterator[Metric]:
+        seen = self.work.rollouts
+        held = GaugeMetricFamily("mesh_seat_rollouts_held", "modules whose rollout is held", labels=["state"])
+        for state, count in seen.holds_by_state().items():
+            held.add_metric([state], count)
+        yield held
+        claims = GaugeMetricFamily("mesh_seat_rollout_claims", "claims of rollout slots", labels=["state"])
+        for state, count in seen.claims_by_state().items():
+            claims.add_metric([state], count)
+        yield claims
+        pauses = CounterMetricFamily("mesh_seat_rollout_pauses", "failed claims judged", labels=["outcome"])
+        for outcome in PAUSE_OUTCOMES:
+            pauses.add_metric([outcome], seen.pauses[outcome])
+        yield pauses
 
 
 def _bound(bound: float) -> str:

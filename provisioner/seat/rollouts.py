@@ -267,7 +267,7 @@ async def _pause_once(
                 extra=event(node=failed.node, module=failed.module),
             )
         return "not_running"
-    reason = f"node {failed.node}'s change {failed.change} failed: {failed.reason}"[:REASON_KEPT]
+    reason = f"change {failed.change} failed: {failed.reason}"[:REASON_KEPT]
     hold = fleet.Hold(state="paused", since=clock(), by=SEAT_BY, reason=reason, node=failed.node)
     current = await hold_if_none(bus, failed.module, hold)
     if current is not None:
@@ -281,8 +281,9 @@ async def _pause_once(
         )
         return "already_held"
     log.warning(
-        "rollout of %s paused: %s; `mesh-provisioner rollout resume %s` or `abort` decides",
+        "rollout of %s paused: node %s's %s; `mesh-provisioner rollout resume %s` or `abort` decides",
         failed.module,
+        failed.node,
         reason,
         failed.module,
         extra=event(node=failed.node, module=failed.module),

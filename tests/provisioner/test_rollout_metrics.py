@@ -1,0 +1,79 @@
+"""The seat's rollout series (issue 23): held rollouts and claims by state, failed claims judged by
+outcome, as the rollout task read the fleet bucket on a real nats-server, in the endpoint's text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from functools import partial
+
+import anyio
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from mesh_dev.local_nats import LocalNats
+from provisioner.metrics import SeatMetrics, SeatWork
+from provisioner.seat.registry_sync import CompileCounts
+from provisioner.seat.rollouts import Placement, RolloutsSeen, hold_failed_rollouts
+from provisioner.verb.paging import PageCache
+from provisioner.verb.stats import RequestStats
+from registry.contract import fleet
+from registry.wire import Bus, get_latest, put
+from tests.helpers import in_own_task
+
+WITHIN = 20.0  # a bound to fail, not a speed
+
+
+def claim(state: str, *, since: datetime | None = None, ttl: float = 60) -> bytes:
+    moment = (since or datetime.now(UTC)).isoformat()
+    return json.dumps({"state": state, "change": "c1", "since": moment, "ttl_seconds": ttl}).encode()
+
+
+@asynccontextmanager
+async def following(bus: Bus, placement: Placement) -> AsyncIterator[RolloutsSeen]:
+    seen = RolloutsSeen()
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(partial(hold_failed_rollouts, bus, placement=placement, seen=seen))
+        yield seen
+        tasks.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def seen(server: LocalNats, bus: Bus) -> AsyncIterator[RolloutsSeen]:
+    """The rollout task on the seat's bucket, placement saying n1 runs web."""
+    placement = Placement.of_catalogue()
+    assert placement.bucket is not None
+    await put(bus, placement.bucket, "n1.web", b"{}")
+    async with in_own_task(following(bus, placement)) as running:
+        yield running
+
+
+async def test_held_rollouts_and_claims_by_state_and_pauses_by_outcome(bus: Bus, seen: RolloutsSeen) -> None:
+    await put(bus, fleet.FLEET, fleet.claim_key("web", "n2"), claim("waiting"))
+    await put(bus, fleet.FLEET, fleet.claim_key("web", "n3"), claim("running", ttl=1))  # its ttl past below
+    await put(bus, fleet.FLEET, fleet.claim_key("web", "n4"), claim("failed"))  # n4 does not run web
+    await put(bus, fleet.FLEET, fleet.claim_key("web", "n1"), claim("failed"))
+    aborted = fleet.Hold(state="aborted", since=datetime.now(UTC), by="ops")
+    await put(bus, fleet.FLEET, fleet.hold_key("api"), aborted.model_dump_json().encode())
+    with anyio.fail_after(WITHIN):
+        while sum(seen.pauses.values()) < 2 or "api" not in seen.holds:
+            await anyio.sleep(0.05)
+    assert await get_latest(bus, fleet.FLEET, fleet.hold_key("web")) is not None
+    later = datetime.now(UTC) + timedelta(seconds=10)  # n3's claim expired, by its ttl and the skew allowed
+    assert seen.claims_by_state(later) == {"waiting": 1, "running": 0, "failed": 2, "expired": 1}
+
+    work = SeatWork(RequestStats(), CompileCounts(), PageCache(), rollouts=seen)
+    text = (await SeatMetrics({"data": bus, "verb": bus}, None, [], work=work).render()).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("mesh_seat_rollouts_held", (("state", "paused"),))] == 1
+    assert samples[("mesh_seat_rollouts_held", (("state", "aborted"),))] == 1
+    claims = {state: samples[("mesh_seat_rollout_claims", (("state", state),))] for state in ("waiting", "failed")}
+    assert claims == {"waiting": 1, "failed": 2}
+    pauses = {o: samples[("mesh_seat_rollout_pauses_total", (("outcome", o),))] for o in ("paused", "not_running")}
+    assert pauses == {"paused": 1, "not_running": 1}
