@@ -228,3 +228,16 @@ async def test_a_listing_without_the_fleet_view_reads_the_marks_itself(bus: Bus)
     answering = Answering(bus, PageCache(ttl=timedelta(seconds=60), max_listings=4, max_bytes=1 << 20))
     assert await answering.forgotten_tokens("collect") == {"a=2Eb"}
     assert await answering.forgotten_tokens("needs") == frozenset()
+
+
+@pytest.mark.usefixtures("server")
+async def test_the_contributing_nodes_are_read_again_once_a_quarter_of_forget_after_old(bus: Bus) -> None:
+    await contribute(bus, "early")
+    clock = Clock()
+    seat = GoneMarks(forget_after=FORGET_AFTER, clock=clock)
+    assert await seat.contributors(bus) == {"early"}
+    await contribute(bus, "late")
+    clock.ahead = timedelta(seconds=14)
+    assert await seat.contributors(bus) == {"early"}
+    clock.ahead = timedelta(seconds=15)
+    assert await seat.contributors(bus) == {"early", "late"}
