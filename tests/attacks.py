@@ -77,11 +77,12 @@ async def unchanged_after(seat: Bus, attack: Attack, among: Sequence[Bucket] = b
 
 @dataclass(frozen=True)
 class RequestAttack:
-    """One request a party sends on its own: a subject and a body it chose."""
+    """One request a party sends on its own: a subject, a body and headers it chose."""
 
     name: str
     subject: str
     body: dict[str, Any] | None = None
+    headers: dict[str, str] | None = None
 
     @property
     def data(self) -> bytes:
@@ -93,7 +94,7 @@ class RequestAttack:
         inbox = client.new_inbox()
         subscription = await client.subscribe(inbox)
         try:
-            await client.publish(self.subject, self.data, reply=inbox)
+            await client.publish(self.subject, self.data, reply=inbox, headers=self.headers)
             found: list[Msg] = []
             with contextlib.suppress(nats.errors.TimeoutError):
                 while True:
