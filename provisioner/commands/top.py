@@ -1,9 +1,11 @@
 """`mesh-provisioner top`: the fleet at a glance, asked of the verb (`what=nodes`) every few seconds.
 
-Each frame is a summary line (nodes healthy, stale, gone and over quota; modules applied and pending) over the
-nodes' table, those not healthy first. The seat answers from the view it keeps of the leases and
-applied buckets, so a refresh reads no bucket; an operator's account may ask the verb and nothing
-else, so the frames refresh on a timer, not on the buckets' changes. On a terminal the frame is
+Each frame is a summary line (nodes healthy, stale, gone and over quota; modules applied and pending),
+a line per module whose rollout is held (paused or aborted: `rollout.<module>` of the fleet bucket,
+read by one batch get, `provisioner.commands.rollout_command`), over the nodes' table, those not
+healthy first. The seat answers from the view it keeps of the leases and applied buckets, so a
+refresh reads no bucket but the fleet's holds; an operator's account may ask the verb and read the
+fleet, nothing else, so the frames refresh on a timer, not on the buckets' changes. On a terminal the frame is
 redrawn in place (`rich.live`), with a progress bar while a paged answer is read; anywhere else
 each frame is printed after the last, with the time it was taken. A seat that does not answer is
 said in the frame, and asked again at the next tick; a connection closed for good (by nats-server)
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
@@ -25,8 +28,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.text import Text
 
 from provisioner.commands import tables
+from provisioner.commands.rollout_command import held_rollouts
 from provisioner.settings import TopArguments
 from registry.contract import MergedAnswer
+from registry.contract.fleet import Hold
 from registry.errors import BusError, ServiceError
 from registry.runtime import terminal_safe
 from registry.wire import Bus, BusOptions, OnPage, answer_of, connect_within
@@ -67,19 +72,48 @@ async def fleet(bus: Bus, options: TopOptions, on_page: OnPage) -> MergedAnswer:
     return await answer_of(bus, options.request(), reply_wait=options.reply_wait, on_page=on_page)
 
 
-def frame(answer: MergedAnswer | None, problem: str | None, console: Console, taken: datetime) -> Group:
-    """One frame: the time, the summary, the nodes; the problem when the seat did not answer."""
+HOLD_STYLES = {"paused": "yellow", "aborted": "red"}
+
+
+def frame(
+    answer: MergedAnswer | None,
+    problem: str | None,
+    console: Console,
+    taken: datetime,
+    held: Sequence[tuple[str, Hold]] = (),
+) -> Group:
+    """One frame: the time, the summary, the rollouts `held`, the nodes; the problem when the seat
+    did not answer."""
     parts: list[RenderableType] = []
     when = taken.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
     if answer is not None:
         malformed = len(answer.malformed)
         summary = tables.fleet_summary(answer) + (f"; {malformed} malformed" if malformed else "")
         parts.append(Text(f"{when}  {summary}", style="bold" if console.is_terminal else ""))
+    for module, hold in held:
+        style = HOLD_STYLES.get(hold.state, "") if console.is_terminal else ""
+        parts.append(Text(f"{when}  {terminal_safe(held_line(module, hold))}", style=style))
     if problem is not None:
         parts.append(Text(f"{when}  {terminal_safe(problem)}", style="red" if console.is_terminal else ""))
     if answer is not None:
         parts.append(tables.nodes_table(answer, console))
     return Group(*parts)
+
+
+def held_line(module: str, hold: Hold) -> str:
+    """`rollout of web paused by seat since 12:00:00Z (node n1: change c1 failed: exit 3)`."""
+    since = hold.since.astimezone(UTC).strftime("%H:%M:%SZ")
+    why = f"node {hold.node}: {hold.reason}" if hold.node else hold.reason
+    return f"rollout of {module} {hold.state} by {hold.by} since {since}" + (f" ({why})" if why else "")
+
+
+async def holds_or_none(bus: Bus) -> list[tuple[str, Hold]]:
+    """The rollouts held; none when the fleet bucket cannot be read (said in the debug log)."""
+    try:
+        return await held_rollouts(bus)
+    except BusError as err:
+        log.debug("top: the fleet's holds not read: %s", err)
+        return []
 
 
 async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event) -> MergedAnswer | None:
@@ -96,7 +130,8 @@ async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event)
                 if options.once or bus.closed.is_set():  # closed for good: no tick would answer
                     raise
                 problem = f"no answer from the seat: {err}; asking again in {options.interval.total_seconds():g} s"
-            screen.show(frame(last, problem, console, datetime.now(UTC)))
+            held = await holds_or_none(bus)
+            screen.show(frame(last, problem, console, datetime.now(UTC), held))
             if options.once:
                 return last
             with anyio.move_on_after(options.interval.total_seconds()):
