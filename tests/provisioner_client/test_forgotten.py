@@ -67,3 +67,11 @@ async def test_a_node_marked_gone_itself_still_reads_its_own_collection(bus: Bus
     resolver = Resolver(bus, registry, node=NODE, verb_timeout=timedelta(seconds=1), own_collect=own)
     assert await resolver.resolve("app", Placeholder("collected", "app-plugins")) == "c\na\nb"
     assert await resolver.forgotten.left_out([NODE]) == set()
+
+
+async def test_no_mark_is_read_while_every_contribution_is_the_nodes_own(nats_server: LocalNats, bus: Bus) -> None:
+    """No fleet bucket here: a read would fail and be said; none is made."""
+    forgotten = Forgotten(bus, node="n1")
+    own = [KvItem("n1.shell=3Azsh=3Anormal.web", ITEMS, 1)]
+    assert await forgotten.kept(own) == own
+    assert forgotten.unreadable is None
