@@ -133,7 +133,7 @@ class RolloutGate:
     async def _keep_failed(self, module: str, record: ModuleRollout, hold: fleet.Hold | None) -> None:
         if hold is not None:
             if not record.saw_hold:
-                self.state.put(module, record.model_copy(update={"saw_hold": True}))
+                self.state.put(module, record := record.model_copy(update={"saw_hold": True}))
             await self._renew(module, record, "failed")
         elif record.saw_hold:  # resumed: the slot is freed, the record stays failed until the next change
             await self.claims.remove(module)

@@ -1,0 +1,282 @@
+"""Rollouts, the node's side (`provisioner_client.rollout`): the manifest's and the settings' words
+validated; admission ordering (pure); pacing; and the gate on a real nats-server's fleet bucket:
+who is admitted in which order, a renewal keeping its place, a failed claim kept and deleted on
+resume, an unreachable coordination's bounded wait and fallbacks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from provisioner_client.resolving.manifest import LoadedManifest, Manifest, Rollout
+from provisioner_client.rollout import Budget, RolloutGate, RolloutPlan
+from provisioner_client.rollout.admission import live_claims, verdict
+from provisioner_client.rollout.budget import Unreachable
+from provisioner_client.rollout.claims import Claims
+from provisioner_client.rollout.pacing import due_at, paced
+from provisioner_client.rollout.state import ModuleRollout
+from provisioner_client.settings import ClientSettings
+from registry.contract import fleet, to_json
+from registry.wire import BucketConfig, Bus, KvItem, create_bucket, delete, get_direct, put
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _manifest(rollout: dict[str, Any] | None = None, **on_change: Any) -> Manifest:
+    document: dict[str, Any] = {"module": "web", "env": {"A": "1"}}
+    if rollout is not None:
+        document["rollout"] = rollout
+    if on_change:
+        document["on_change"] = on_change
+    return Manifest.model_validate(document)
+
+
+@pytest.mark.parametrize(
+    ("rollout", "said"),
+    [
+        ({"budget": 0}, "admits nobody"),
+        ({"budget": -2}, "admits nobody"),
+        ({"budget": "0%"}, "neither an integer"),
+        ({"budget": "101%"}, "neither an integer"),
+        ({"budget": "ten"}, "neither an integer"),
+        ({"budget": True}, "not true or false"),
+        ({"budget": 2.5}, "an integer >= 1"),
+        ({"budget": 3, "splay_seconds": 5}, "for a module without a budget"),
+        ({"wait_seconds": 10, "wait_max_seconds": 5}, "must be at least wait_seconds"),
+        ({"splay_seconds": 7200}, "less than or equal to 3600"),
+        ({"rollback": "yes please"}, "valid boolean"),
+        ({"budgett": 3}, "Extra inputs"),
+    ],
+)
+def test_a_bad_rollout_block_is_refused_saying_why(rollout: dict[str, Any], said: str) -> None:
+    with pytest.raises(ValidationError, match=said):
+        _manifest(rollout)
+
+
+def test_a_health_check_is_checked_as_the_action_is() -> None:
+    with pytest.raises(ValidationError, match="program must not be empty"):
+        _manifest(command=["true"], health={"command": [""]})
+    with pytest.raises(ValidationError, match="less than or equal to 3600"):
+        _manifest(command=["true"], health={"command": ["true"], "timeout_seconds": 4000})
+    found = _manifest(command=["true"], health={"command": ["curl", "-f", "localhost"], "timeout_seconds": 5})
+    assert found.on_change is not None and found.on_change.health is not None
+    assert found.on_change.health.command == ("curl", "-f", "localhost")
+
+
+@pytest.mark.parametrize(
+    ("given", "slots"),
+    [(5, {1: 5, 100: 5}), ("3", {1: 3}), ("10%", {1: 1, 9: 1, 10: 1, 50: 5, 59: 5}), ("100%", {7: 7})],
+)
+def test_a_budget_gives_its_slots(given: int | str, slots: dict[int, int]) -> None:
+    budget = Budget.of(given)
+    assert {nodes: budget.slots(nodes) for nodes in slots} == slots
+
+
+def test_the_default_budget_applies_to_modules_without_one_unless_they_pace_themselves() -> None:
+    plan = RolloutPlan(budget=Budget.of(4))
+    assert plan.budget_of(_manifest()) == Budget(count=4)
+    assert plan.budget_of(_manifest({"budget": "20%"})) == Budget(percent=20)
+    assert plan.budget_of(_manifest({"splay_seconds": 5})) is None
+    assert RolloutPlan().budget_of(_manifest()) is None
+
+
+def test_the_client_settings_take_a_budget_a_claim_ttl_a_wait_limit_and_a_fallback() -> None:
+    settings = ClientSettings.model_validate(
+        {"rollout_budget": 5, "rollout_claim_ttl": "PT1M", "rollout_wait_limit": 10, "rollout_unreachable": "hold"}
+    )
+    assert settings.rollout_budget == "5"
+    assert settings.rollout_claim_ttl == timedelta(minutes=1)
+    assert settings.rollout_unreachable == "hold"
+    assert ClientSettings.model_validate({"rollout_budget": "10%"}).rollout_budget == "10%"
+    assert ClientSettings().rollout_budget is None
+    with pytest.raises(ValidationError, match="neither an integer"):
+        ClientSettings.model_validate({"rollout_budget": "lots"})
+    with pytest.raises(ValidationError):
+        ClientSettings.model_validate({"rollout_unreachable": "sometimes"})
+
+
+def _claim_item(node: str, revision: int, *, queued: int = 0, age: float = 0, ttl: float = 30, **extra: Any) -> KvItem:
+    claim = fleet.Claim(state="waiting", change="c1", since=NOW, ttl_seconds=ttl, queued=queued, **extra)
+    return KvItem(fleet.claim_key("web", node), to_json(claim), revision, stored_at=NOW - timedelta(seconds=age))
+
+
+def test_claims_are_ordered_by_their_first_writes_revision_not_their_renewals() -> None:
+    items = [
+        _claim_item("a", 40, queued=10),  # renewed since: its place is its first write's
+        _claim_item("b", 12),
+        _claim_item("c", 11),
+        _claim_item("d", 30, queued=13),
+    ]
+    assert [live.node for live in live_claims(items, NOW)] == ["a", "c", "b", "d"]
+
+
+def test_a_dead_or_deleted_claim_holds_no_slot() -> None:
+    items = [
+        _claim_item("expired", 5, age=30 + 5 + 1),  # past its ttl and the clock skew allowed
+        KvItem(fleet.claim_key("web", "deleted"), b"", 6, deleted=True),
+        KvItem(fleet.claim_key("web", "garbage"), b"not a claim", 7),
+        _claim_item("alive", 8, age=34),
+        _claim_item("me", 9),
+    ]
+    claims = live_claims(items, NOW)
+    assert [live.node for live in claims] == ["alive", "me"]
+    assert verdict(claims, "me", Budget(count=1)).admitted is False
+    assert verdict(claims, "me", Budget(count=2)).admitted is True
+
+
+def test_failed_and_running_claims_use_their_slots_up() -> None:
+    items = [
+        KvItem(
+            fleet.claim_key("web", "f"),
+            to_json(fleet.Claim(state="failed", change="c1", since=NOW, ttl_seconds=30)),
+            1,
+            stored_at=NOW,
+        ),
+        _claim_item("r", 2),
+        _claim_item("me", 3),
+    ]
+    found = verdict(live_claims(items, NOW), "me", Budget(count=2))
+    assert not found.admitted
+    assert found.holders == ("f", "r")
+    assert "1 ahead" in found.describe()
+
+
+def test_a_percent_budget_counts_the_nodes_holding_claims() -> None:
+    items = [_claim_item(f"n{i}", i + 1) for i in range(20)]
+    claims = live_claims(items, NOW)
+    assert verdict(claims, "n1", Budget(percent=10)).admitted  # 2 slots of 20
+    assert not verdict(claims, "n2", Budget(percent=10)).admitted
+
+
+def test_a_quiet_period_moves_with_each_change_up_to_its_maximum() -> None:
+    rollout = Rollout(wait_seconds=10, wait_max_seconds=25)
+    first = paced(ModuleRollout(), rollout, "c1", NOW)
+    assert due_at(first, rollout) == NOW + timedelta(seconds=10)
+    second = paced(first, rollout, "c2", NOW + timedelta(seconds=8))
+    assert due_at(second, rollout) == NOW + timedelta(seconds=18)
+    third = paced(second, rollout, "c3", NOW + timedelta(seconds=20))
+    assert due_at(third, rollout) == NOW + timedelta(seconds=25), "the burst's maximum"
+    assert paced(third, rollout, "c3", NOW + timedelta(seconds=21)) == third, "the same change: timed as it was"
+
+
+def test_a_splay_is_drawn_once_per_change_within_its_bound() -> None:
+    rollout = Rollout(splay_seconds=30)
+    draws = {due_at(paced(ModuleRollout(), rollout, "c", NOW), rollout) for _ in range(50)}
+    assert all(NOW <= due <= NOW + timedelta(seconds=30) for due in draws)
+    assert len(draws) > 1
+
+
+# --- the gate on a real fleet bucket -------------------------------------------------------------
+
+
+@pytest.fixture
+async def fleet_bus(bus: Bus) -> Bus:
+    await create_bucket(bus, fleet.FLEET, BucketConfig(), live=True)
+    return bus
+
+
+def _gate(bus: Bus, node: str, folder: Path, **plan: Any) -> RolloutGate:
+    rollout = RolloutPlan(**{"claim_ttl": timedelta(seconds=30), **plan})
+    return RolloutGate(Claims(bus, node, rollout.claim_ttl), folder / node, rollout)
+
+
+DIGEST_1 = "hmac-sha256:" + "1" * 64
+
+
+async def test_nodes_are_admitted_in_the_order_they_claimed_and_a_renewal_keeps_its_place(
+    fleet_bus: Bus, tmp_path: Path
+) -> None:
+    manifest = _manifest({"budget": 1})
+    first = await _gate(fleet_bus, "a", tmp_path).admit("web", manifest, DIGEST_1, first=False)
+    second = await _gate(fleet_bus, "b", tmp_path).admit("web", manifest, DIGEST_1, first=False)
+    assert first.go and first.claimed
+    assert not second.go
+    assert second.reasons[0].startswith("rollout: waiting for a slot")
+    # a renews (a write of a later revision than b's): still first
+    gate_a = _gate(fleet_bus, "a", tmp_path)
+    record = gate_a.state.get("web")
+    assert record is not None
+    await gate_a.claims.write("web", state="waiting", change=record.change, queued=record.queued, last=None)
+    again = await _gate(fleet_bus, "b", tmp_path).admit("web", manifest, DIGEST_1, first=False)
+    assert not again.go, "b stays behind a's first write"
+    # a's change done: its slot freed, b is admitted
+    await gate_a.claims.remove("web")
+    admitted = await _gate(fleet_bus, "b", tmp_path).admit("web", manifest, DIGEST_1, first=False)
+    assert admitted.go and admitted.claimed
+
+
+async def test_a_first_env_file_and_a_module_without_budget_need_no_slot(fleet_bus: Bus, tmp_path: Path) -> None:
+    gate = _gate(fleet_bus, "a", tmp_path)
+    assert (await gate.admit("web", _manifest({"budget": 1}), DIGEST_1, first=True)).go
+    assert (await gate.admit("web", _manifest(), DIGEST_1, first=False)).go
+    assert await get_direct(fleet_bus, fleet.FLEET, fleet.claim_key("web", "a")) is None, "no claim written"
+
+
+async def test_a_hold_leaves_the_change_pending_saying_by_whom(fleet_bus: Bus, tmp_path: Path) -> None:
+    hold = fleet.Hold(state="paused", since=NOW, by="ops", reason="looking into it", node="n7")
+    await put(fleet_bus, fleet.FLEET, fleet.hold_key("web"), to_json(hold))
+    found = await _gate(fleet_bus, "a", tmp_path).admit("web", _manifest({"budget": 5}), DIGEST_1, first=False)
+    assert not found.go
+    assert found.reasons == ("rollout: paused by ops after the change of node n7 failed: looking into it",)
+    aborted = hold.model_copy(update={"state": "aborted"})
+    await put(fleet_bus, fleet.FLEET, fleet.hold_key("web"), to_json(aborted))
+    found = await _gate(fleet_bus, "a", tmp_path).admit("web", _manifest({"budget": 5}), DIGEST_1, first=False)
+    assert found.reasons[0].startswith("rollout: aborted by ops")
+
+
+async def test_a_failed_change_keeps_its_claim_until_the_rollout_is_resumed(fleet_bus: Bus, tmp_path: Path) -> None:
+    manifest = _manifest({"budget": 1}, command=["false"])
+    gate = _gate(fleet_bus, "a", tmp_path)
+    assert (await gate.admit("web", manifest, DIGEST_1, first=False)).claimed
+
+    async def failing() -> None:
+        return None
+
+    async def unhealthy() -> str:
+        return "the health check said no"
+
+    _, problem = await gate.run_under_claim("web", DIGEST_1, replaced=b"old", action=failing, health=unhealthy)
+    assert problem == "the health check said no"
+    stored = await get_direct(fleet_bus, fleet.FLEET, fleet.claim_key("web", "a"))
+    assert stored is not None and (claim := fleet.read_claim(stored.value)) is not None
+    assert claim.state == "failed"
+    assert not (await _gate(fleet_bus, "b", tmp_path).admit("web", manifest, DIGEST_1, first=False)).go
+    # the seat holds the rollout; the node sees it; then the operator resumes (the hold deleted)
+    hold = fleet.Hold(state="paused", since=NOW, by="seat", node="a")
+    revision = await put(fleet_bus, fleet.FLEET, fleet.hold_key("web"), to_json(hold))
+    await _gate(fleet_bus, "a", tmp_path).prepare(_loaded(tmp_path, manifest))
+    stored = await get_direct(fleet_bus, fleet.FLEET, fleet.claim_key("web", "a"))
+    assert stored is not None and not stored.deleted, "kept while the rollout is held"
+    await delete(fleet_bus, fleet.FLEET, fleet.hold_key("web"), last=revision)
+    await _gate(fleet_bus, "a", tmp_path).prepare(_loaded(tmp_path, manifest))
+    stored = await get_direct(fleet_bus, fleet.FLEET, fleet.claim_key("web", "a"))
+    assert stored is not None and stored.deleted, "resumed: the failed claim deleted, its slot free"
+    assert (await _gate(fleet_bus, "b", tmp_path).admit("web", manifest, DIGEST_1, first=False)).go
+
+
+def _loaded(folder: Path, manifest: Manifest) -> dict[str, LoadedManifest]:
+    return {"web": LoadedManifest(folder / "web.json", manifest)}
+
+
+@pytest.mark.parametrize("fallback", ["proceed", "hold"])
+async def test_an_unreachable_coordination_is_waited_for_then_the_fallback_decides(
+    bus: Bus, tmp_path: Path, fallback: Unreachable
+) -> None:
+    """No fleet bucket on this server: every read of it fails."""
+    manifest = _manifest({"budget": 1})
+    waiting = await _gate(bus, "a", tmp_path, wait_limit=timedelta(hours=1), unreachable=fallback).admit(
+        "web", manifest, DIGEST_1, first=False
+    )
+    assert not waiting.go
+    assert waiting.reasons[0].startswith("rollout: coordination unreachable")
+    assert "waiting" in waiting.reasons[0]
+    after = await _gate(bus, "a", tmp_path, wait_limit=timedelta(0), unreachable=fallback).admit(
+        "web", manifest, DIGEST_1, first=False
+    )
+    assert after.go is (fallback == "proceed")
+    assert after.reasons[0].startswith("rollout: coordination unreachable")
+    assert not after.claimed
