@@ -13,10 +13,11 @@ from datetime import UTC, datetime
 import anyio
 import pytest
 
+from mesh_dev.local_nats import LocalNats
 from registry.access import Kind, creds_path, seed_path
 from registry.contract import fleet
 from registry.wire import Bus, get_latest, put
-from tests.helpers import clean_environment, in_own_task
+from tests.helpers import clean_environment, in_own_task, put_many
 from tests.isolation import JwtMesh, Mesh, party
 
 OPS, SEAT = party(Kind.OPERATOR, "ops"), party(Kind.SEAT)
@@ -147,3 +148,16 @@ async def test_help_says_what_a_hold_does_and_the_exit_codes() -> None:
     assert "usage: mesh-provisioner rollout abort" in shown
     assert '"rollout": {"rollback": true}' in shown
     assert "7 `status`: a rollout shown is held" in shown
+
+
+async def test_status_says_when_the_claims_are_too_many_to_count(server: LocalNats, bus: Bus) -> None:
+    """More claims than one batch read answers (1,024): the holds are shown, the claims `?`, and said."""
+    paused = fleet.Hold(state="paused", since=datetime.now(UTC), by="seat")
+    await put(bus, fleet.FLEET, fleet.hold_key("web"), paused.model_dump_json().encode())
+    await put_many(bus, fleet.FLEET, {fleet.claim_key("web", f"n{i:04}"): claim("waiting") for i in range(1025)})
+    command = [sys.executable, "-m", "provisioner.commands.cli", "rollout", "status", "--nats-url", server.url]
+    result = await anyio.run_process(command, env=clean_environment(), check=False)
+    lines = result.stdout.decode().splitlines()
+    assert result.returncode == 7
+    assert cells(lines[1])[:3] + cells(lines[1])[4:] == ["web", "paused", "seat", "?", "?", "?", "?"]
+    assert "claims not counted: more than one read of the fleet bucket answers (1,024)" in result.stderr.decode()
