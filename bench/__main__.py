@@ -22,6 +22,7 @@ from bench.harness import write_json
 from bench.hostile import ACTS
 from bench.metrics import PART as METRICS
 from bench.metrics import MetricsSizes, scrape_cost
+from bench.rollout import RolloutSizes, run_rollout
 from bench.scale import SCALE_PARTS, run_scale
 from bench.sites import SitesSizes, run_sites
 from bench.soak import SoakSizes, run_soak
@@ -30,6 +31,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 SCALE_RESULTS = RESULTS.with_name("scale-latest.json")
 FILL_RESULTS = RESULTS.with_name("fill-latest.json")
 SITES_RESULTS = RESULTS.with_name("sites-latest.json")
+ROLLOUT_RESULTS = RESULTS.with_name("rollout-latest.json")
 SOAK_RESULTS = {False: RESULTS.with_name("soak-static-latest.json"), True: RESULTS.with_name("soak-jwt-latest.json")}
 PARTS = (*cases.PARTS, METRICS)  # the scrape cost last: a seat and nats-server of its own
 
@@ -70,6 +72,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.fill:
         fill(args.out or FILL_RESULTS, FillSizes(seconds=args.seconds))
+        return
+    if args.rollout:
+        rollout(args.out or ROLLOUT_RESULTS, RolloutSizes.quick() if args.quick else RolloutSizes())
         return
     if args.sites:
         across = replace(SitesSizes.quick() if args.quick else SitesSizes(), rate=args.site_rate)
@@ -126,6 +131,12 @@ def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"with --sites, the nodes arriving a second at each site to register (default {SitesSizes.rate:g})",
     )
     parser.add_argument(
+        "--rollout",
+        action="store_true",
+        help="issue 23's figures instead: a shared config change reaching 50 watching clients (10 a process) with"
+        " a rollout budget of 5 and without one: the most change actions at once and the total time (--quick: tiny)",
+    )
+    parser.add_argument(
         "--fill",
         action="store_true",
         help="issue 17's fill instead: a node filling the needs bucket at its default size (static accounts)",
@@ -170,6 +181,15 @@ def sites(out: Path, sizes: SitesSizes) -> None:
             report, details = anyio.run(run_sites, Path(state), sizes)
         finally:
             keep_logs(Path(state), out)
+    written(out, report, details)
+
+
+def rollout(out: Path, sizes: RolloutSizes) -> None:
+    with tempfile.TemporaryDirectory(prefix="mesh-bench-rollout-") as state:
+        try:
+            report, details = anyio.run(run_rollout, Path(state), sizes)
+        finally:
+            keep_logs(Path(state) / "mesh", out)
     written(out, report, details)
 
 
