@@ -163,6 +163,17 @@ class ServerSettings(LogSettings):
         "seat; without: the hub's seat, which makes the durable consumers the sites' copies take",
     )
 
+    forget_after: Duration = Field(
+        default=timedelta(days=1),
+        gt=timedelta(0),
+        description="how long a node's lease may stay unrenewed or released before every collection leaves its "
+        "contributions out (gone.<node> in the fleet bucket); they come back once it is back",
+    )
+    gone_marks_interval: Duration = Field(
+        default=timedelta(seconds=10),
+        gt=timedelta(0),
+        description="how often the hub's seat judges which nodes collections forget, and writes what changed",
+    )
     sites_reread: Duration = Field(
         default=timedelta(seconds=30),
         gt=timedelta(0),

@@ -11,6 +11,8 @@
       │                                 followed in its mirrors, `provisioner.seat.site_purges`,
       │                                 and its copies' resets lost in a cut sent again,
       │                                 `provisioner.seat.site_resets`)
+      ├── the gone marks                gone.<node> in the fleet bucket for nodes gone longer than
+      │                                 forget_after (`provisioner.seat.gone_marks`; the hub's alone)
       ├── the registry view             follows the registry bucket for `what=registry`
       ├── the metrics endpoint          when `metrics_listen` is set (`provisioner.metrics`)
       └── the verb service              until `stop` is set, then shut down in order;
@@ -51,6 +53,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from provisioner.metrics import SeatWork, serve_seat_metrics
 from provisioner.seat.buckets import ensure_buckets, seat_buckets
+from provisioner.seat.gone_marks import keep_gone_marks
 from provisioner.seat.quotas import GUARDED, Quota, QuotaGuard
 from provisioner.seat.registry_sync import CompileCounts, keep_registry_compiled
 from provisioner.seat.site_consumers import ensure_site_consumers, follow_sites_file
@@ -171,6 +174,8 @@ async def _start_hub_work(
     nodes = FleetView(over_quota=guard.cut_back)
     guard.on_purged = nodes.forget_purged
     await tasks.start(partial(guard.guard, bus))
+    marks = partial(keep_gone_marks, bus, forget_after=settings.forget_after, every=settings.gone_marks_interval)
+    await tasks.start(marks)
     return seat_buckets(settings.providers, settings.domains_file), nodes
 
 

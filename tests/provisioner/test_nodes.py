@@ -28,7 +28,7 @@ from provisioner.verb.request import Query
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.access import Kind
-from registry.contract import MergedAnswer, buckets
+from registry.contract import PENDING_CAUSES, MergedAnswer, buckets
 from registry.errors import ConnectionClosed, ServiceError
 from registry.wire import Bus, BusOptions, Holder, KvItem, Lease, ask, connect, nats_client, node_key, put
 from tests.helpers import clean_environment, put_many
@@ -469,16 +469,21 @@ def test_the_fleet_counts_pending_modules_by_cause_as_records_come_and_go() -> N
     fleet.apply_applied(KvItem("n1.web", applied("pending", REFUSED, "no value"), 1, stored_at=NOW))
     fleet.apply_applied(KvItem("n1.db", applied("pending", REFUSED), 2, stored_at=NOW))
     fleet.apply_applied(KvItem("n2.web", applied("applied"), 3, stored_at=NOW))
-    assert fleet.pending_by_cause == {"verb_refused": 2, "verb_unanswered": 0, "other": 1}
+    assert fleet.pending_by_cause == by_cause(verb_refused=2, verb_unanswered=0, other=1)
     fleet.apply_applied(KvItem("n1.web", applied("applied"), 4, stored_at=NOW))  # applied now
-    assert fleet.pending_by_cause == {"verb_refused": 1, "verb_unanswered": 0, "other": 0}
+    assert fleet.pending_by_cause == by_cause(verb_refused=1, verb_unanswered=0, other=0)
     fleet.apply_applied(KvItem("n1.db", b"", 5, stored_at=NOW, deleted=True))
-    assert fleet.pending_by_cause == {"verb_refused": 0, "verb_unanswered": 0, "other": 0}
+    assert fleet.pending_by_cause == by_cause(verb_refused=0, verb_unanswered=0, other=0)
     fleet.apply_applied(KvItem("n2.web", applied("pending", "x" * 100, REFUSED), 6, stored_at=NOW))
     fleet.apply_applied(KvItem("n2.api", b'{"state": "pending", "reasons": [7, null]}', 7, stored_at=NOW))
-    assert fleet.pending_by_cause == {"verb_refused": 1, "verb_unanswered": 0, "other": 1}
+    assert fleet.pending_by_cause == by_cause(verb_refused=1, verb_unanswered=0, other=1)
     fleet.apply_applied(KvItem("n2.web", b"not json", 8, stored_at=NOW))  # malformed: no longer counted
-    assert fleet.pending_by_cause == {"verb_refused": 0, "verb_unanswered": 0, "other": 0}
+    assert fleet.pending_by_cause == by_cause(verb_refused=0, verb_unanswered=0, other=0)
     fleet.apply_applied(KvItem("n2.web", applied("pending", REFUSED), 9, stored_at=NOW))
     fleet.forget_purged(buckets.APPLIED, "n2")
-    assert fleet.pending_by_cause == {"verb_refused": 0, "verb_unanswered": 0, "other": 0}
+    assert fleet.pending_by_cause == by_cause(verb_refused=0, verb_unanswered=0, other=0)
+
+
+def by_cause(**counts: int) -> dict[str, int]:
+    """Every cause of `PENDING_CAUSES`, those not given at 0."""
+    return {cause: counts.get(cause, 0) for cause in PENDING_CAUSES}

