@@ -3,11 +3,12 @@
 and JWT accounts: the nodes write their claims on their own accounts, the seat holds on its own.
 
 A failure that must pause nothing is judged after a later failure that does pause, written after
-it: the seat reads the fleet bucket in order, so once the later hold is there the earlier claim
-was read and judged."""
+it: the seat judges the failures in the order it reads them (one node's waiting behind another's
+in turn), so once the later hold is there the earlier claim was read and judged."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,7 +20,7 @@ import nats.errors
 import pytest
 from nats.aio.client import Client
 
-from provisioner.seat.rollouts import Placement, RolloutsSeen, hold_failed_rollouts
+from provisioner.seat.rollouts import FailedClaim, FailuresWaiting, Placement, RolloutsSeen, hold_failed_rollouts
 from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.wire import Bus, KvItem, delete, get_last_many, get_latest, put
@@ -204,3 +205,42 @@ async def test_attack_a_node_cannot_write_change_or_free_a_hold(mesh: Mesh, seat
     finally:
         await hostile.close()
     assert await holds(seat) == before
+
+
+async def test_attack_a_flood_of_failures_under_other_module_names_keeps_no_honest_failure_waiting(
+    mesh: Mesh, seat: Bus
+) -> None:
+    hostile = await mesh.raw(N2)
+    try:
+        async with holding(seat) as seen:
+            flood = [
+                hostile.request(fleet.FLEET.subject(fleet.claim_key(f"m{i}", "n2")), claim("failed"), timeout=5.0)
+                for i in range(200)
+            ]
+            await asyncio.gather(*flood, return_exceptions=True)
+            await write_claim(mesh, "n1", "api", claim("failed"))
+            hold, _ = await hold_of(seat, "api")
+            assert hold.node == "n1"
+            assert seen.pauses["not_running"] + seen.pauses["dropped"] <= 200
+            assert not [h for h in await holds(seat) if h[0] != fleet.hold_key("api")]
+    finally:
+        await hostile.close()
+
+
+def test_failures_wait_node_by_node_within_each_nodes_share() -> None:
+    waiting = FailuresWaiting(per_node=2, most=3)
+    failures = {key: FailedClaim(module, node, "c1", "") for key, module, node in KEYS}
+    added = [waiting.add(key, failed) for key, failed in failures.items()]
+    assert added == [True, True, False, True, False]  # n2's third: past its share; n3's: past the whole
+    assert waiting.add("claim.a.n2", FailedClaim("a", "n2", "c2", "")), "a later write of a waiting key takes its place"
+    taken = [anyio.run(waiting.next) for _ in range(len(waiting))]
+    assert [(f.node, f.module, f.change) for f in taken] == [("n2", "a", "c2"), ("n1", "x", "c1"), ("n2", "b", "c1")]
+
+
+KEYS = [
+    ("claim.a.n2", "a", "n2"),
+    ("claim.b.n2", "b", "n2"),
+    ("claim.c.n2", "c", "n2"),
+    ("claim.x.n1", "x", "n1"),
+    ("claim.y.n3", "y", "n3"),
+]

@@ -37,7 +37,8 @@ And what the seat counts as it works (`SeatWork`), when it is given:
   `mesh_seat_rollout_claims{state}` gauge: the claims of rollout slots it read, `waiting`,
   `running`, `failed`, `expired` (not renewed within their ttl); `mesh_seat_rollout_pauses_total
   {outcome}` counter: failed claims it judged, `paused` (it wrote the hold), `already_held`,
-  `not_running` (the node does not run the module: nothing paused), `failed` (the bus). All 0
+  `not_running` (the node does not run the module: nothing paused), `failed` (the bus), `dropped`
+  (more failures waiting than the seat keeps: not judged). All 0
   where the task does not run (a site's seat).
 
 Cardinality is bounded by the seat's buckets (its own, one per provider and writing domain): no

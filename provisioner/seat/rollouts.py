@@ -23,8 +23,8 @@ it wrote. A claim not renewed within its ttl (by the server's stamp) is dead and
 seat started later does not pause a module for a failure its node gave up on; it pauses for a
 failure still standing, unless held. What the seat keeps is bounded: each claim's last state
 (for the turn to failed, and the figures by state), at most `MAX_CLAIMS_KEPT`, and each module's
-hold; the claims are read as the watch delivers them (a reader falling behind makes it re-read
-from where it was, `registry.wire.scoped_watch`).
+hold; each write is taken in as it is read, and the failures wait to be judged in a queue
+bounded per node and in all (`FailuresWaiting`).
 """
 
 from __future__ import annotations
@@ -53,12 +53,13 @@ PLACEMENT = "placement"  # the catalogue's domain whose bucket says which node r
 SEAT_BY = "seat"  # the `by` of a hold the seat writes
 MAX_CLAIMS_KEPT = 100_000  # claims whose last state the seat keeps; past it, new ones are not counted
 REFUSALS_LOGGED = 4096  # (module, node) refusals remembered so as to be logged once
-WATCH_BUFFER = 1024  # fleet writes waiting to be read; more: the watch re-reads from where it was
+FAILURES_PER_NODE = 16  # failed claims of one node waiting to be judged
+FAILURES_WAITING = 4096  # failed claims waiting to be judged, in all
 REASON_KEPT = 1000  # characters of a failure's reason in the hold (a hold's text holds 1024)
 ATTEMPTS = 3  # tries of a pause whose reads or write fail on the bus
 CLAIM_STATES = ("waiting", "running", "failed", "expired")
 HOLD_STATES = ("paused", "aborted")
-PAUSE_OUTCOMES = ("paused", "already_held", "not_running", "failed")
+PAUSE_OUTCOMES = ("paused", "already_held", "not_running", "failed", "dropped")
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,18 +216,94 @@ async def hold_failed_rollouts(
 ) -> None:
     """Follows the fleet bucket and pauses a module's rollout when a node running it fails its
     change (see the module), until cancelled. `placement`: the built-in catalogue's, unless given;
-    `seen`: where the claims and holds seen are kept (the metrics read it)."""
+    `seen`: where the claims and holds seen are kept (the metrics read it).
+
+    Each write is taken in as it is read (`RolloutsSeen.note`, in the connection's reading task:
+    about 15 us, so a start over 10,000 claims never falls behind); a failure to judge waits in
+    `FailuresWaiting` for the one task that reads placement and writes holds."""
     placement = placement or Placement.of_catalogue()
     seen = seen if seen is not None else RolloutsSeen()
-    refused = _Refusals()
+    waiting = FailuresWaiting()
+
+    def take_in(item: KvItem) -> None:
+        failed = seen.note(item, clock())
+        if failed is not None and not waiting.add(item.key, failed):
+            seen.pauses["dropped"] += 1
+
     name = f"seat-rollouts-{uuid.uuid4().hex[:12]}"
-    async with scoped_watch(bus, fleet.FLEET, ">", name=name, buffer=WATCH_BUFFER) as writes:
-        task_status.started()
-        async for item in writes:
-            failed = seen.note(item, clock())
-            if failed is not None:
-                outcome = await pause_for(bus, failed, placement, refused, clock)
-                seen.pauses[outcome] += 1
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(_judge_each, bus, waiting, placement, seen, clock)
+        async with scoped_watch(bus, fleet.FLEET, ">", name=name, on_item=take_in):
+            task_status.started()
+            await anyio.sleep_forever()
+
+
+async def _judge_each(
+    bus: Bus, waiting: FailuresWaiting, placement: Placement, seen: RolloutsSeen, clock: Callable[[], datetime]
+) -> None:
+    refused = _Refusals()
+    while True:
+        failed = await waiting.next()
+        seen.pauses[await pause_for(bus, failed, placement, refused, clock)] += 1
+
+
+class FailuresWaiting:
+    """Failed claims waiting to be judged, in the order read, at most `per_node` of one node (a
+    node writing failures under many module names fills its own share, never another's) and
+    `most` in all; one waiting per claim key (a later write of the same key takes its place).
+    Taken node by node in turn."""
+
+    def __init__(self, *, per_node: int = FAILURES_PER_NODE, most: int = FAILURES_WAITING) -> None:
+        self.per_node = per_node
+        self.most = most
+        self._by_node: dict[str, dict[str, FailedClaim]] = {}
+        self._count = 0
+        self._added: anyio.Event | None = None  # set by the next add: made by the waiting `next`
+        self._dropped_said: set[str] = set()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, key: str, failed: FailedClaim) -> bool:
+        """Queues `failed` (the claim at `key`); False when its node's share or the whole is taken."""
+        own = self._by_node.get(failed.node, {})
+        if key not in own and (len(own) >= self.per_node or self._count >= self.most):
+            self._say_dropped(failed)
+            return False
+        self._count += key not in own
+        own[key] = failed
+        self._by_node[failed.node] = own
+        if self._added is not None:
+            self._added.set()
+        return True
+
+    async def next(self) -> FailedClaim:
+        """The first failure of the node first in turn; waits for one."""
+        while not self._count:
+            self._added = anyio.Event()
+            await self._added.wait()
+        node, own = next(iter(self._by_node.items()))
+        key = next(iter(own))
+        failed = own.pop(key)
+        del self._by_node[node]
+        if own:
+            self._by_node[node] = own  # its next one after the other nodes' turn
+        self._count -= 1
+        return failed
+
+    def _say_dropped(self, failed: FailedClaim) -> None:
+        if failed.node in self._dropped_said or len(self._dropped_said) >= REFUSALS_LOGGED:
+            return
+        self._dropped_said.add(failed.node)
+        log.error(
+            "node %s: more failed claims waiting than the seat keeps (%d of one node, %d in all); "
+            "that of module %s is not judged: its rollout is not paused for it",
+            failed.node,
+            self.per_node,
+            self.most,
+            failed.module,
+            extra=event(node=failed.node, module=failed.module),
+        )
 
 
 async def pause_for(
