@@ -600,9 +600,13 @@ async def _roll_back(
         done = folder.materialize(module, last_good)
     except MaterializeError as err:
         return _pending(folder, module, [str(err)], previous)
+    action = None
     if loaded.manifest.on_change is not None:
-        await _run_change(plan, loaded, done.path, done.digest, report)
-    return _pending(folder, module, [gate.rolled_back(module)], previous)
+        action = await _run_change(plan, loaded, done.path, done.digest, report)
+    pending = _pending(folder, module, [gate.rolled_back(module)], previous)
+    if action is None:
+        return pending
+    return replace(pending, applied=pending.applied.model_copy(update={"action": action}))  # ran for the old values
 
 
 async def rendered(resolver: Resolver, loaded: LoadedManifest) -> bytes | list[str]:

@@ -30,7 +30,7 @@ from provisioner_client.watch.watching import WatchTiming, watch
 from registry.access import Kind
 from registry.contract import fleet, to_json
 from registry.errors import BusError
-from registry.wire import BucketConfig, Bus, BusOptions, KvItem, connect, get_last_many, put
+from registry.wire import BucketConfig, Bus, BusOptions, KvItem, connect, delete, get_last_many, put
 from tests.helpers import Reports, in_own_task, restartable_nats, serving, sh_env
 from tests.isolation import Mesh, mesh_server, party
 
@@ -280,14 +280,22 @@ async def test_nats_server_killed_mid_rollout_no_action_runs_twice_and_the_rollo
                 await put(seat, CONFIG, "log-level", b'"debug"')
                 await nodes.until(lambda: len(runs(log, "debug")) >= 3, "the rollout is under way")
                 await server.kill()
+                started_before = len(starts_of(log, "debug"))
                 await anyio.sleep(2)
                 await server.start()
+                back = anyio.current_time()
                 await nodes.until(lambda: all(nodes.level(n) == "debug" for n in nodes_), "every node changed")
                 await nodes.until(
                     lambda: len([r for r in runs(log, "debug") if r.end < float("inf")]) == len(nodes_), "all finished"
                 )
+                completed_after = anyio.current_time() - back
                 await anyio.sleep(2)  # a second run, were there one, would have started by now
         tg.cancel_scope.cancel()
+    print(
+        f"nats-server killed with {started_before} of {len(nodes_)} actions started, back after 2 s: "
+        f"the rollout completed {completed_after:.1f} s later"
+    )
+    assert started_before < len(nodes_), "the premise: killed mid-rollout"
     started = starts_of(log, "debug")
     assert sorted(started) == sorted(nodes_), f"each node ran its action once for the change: {sorted(started)}"
     assert most_at_once(runs(log, "debug")) <= 2
@@ -308,3 +316,35 @@ async def _until_fleet_bucket(bus: Bus) -> None:
                 await anyio.sleep(0.2)
             else:
                 return
+
+
+async def test_an_abort_rolls_back_where_the_module_allows_and_a_resume_lets_the_change_through(
+    mesh20: Mesh, tmp_path: Path
+) -> None:
+    rolling, keeping = NODES[:3], NODES[3:6]
+    log = tmp_path / "actions.log"
+    script = action_script(tmp_path, log, seconds=0.1)
+    plans = {
+        **plans_of(tmp_path, rolling, manifest(script, {"budget": 6, "rollback": True}), 6),
+        **plans_of(tmp_path, keeping, manifest(script, {"budget": 6}), 6),
+    }
+    everyone = (*rolling, *keeping)
+    async with mesh20.connect(party(Kind.SEAT)) as seat, anyio.create_task_group() as tg:
+        await seeded(seat)
+        async with watching(tg, plans, as_node(mesh20)) as nodes:
+            await nodes.until(lambda: all(nodes.level(n) == "info" for n in everyone), "every node's first env file")
+            await put(seat, CONFIG, "log-level", b'"debug"')
+            await nodes.until(lambda: all(nodes.level(n) == "debug" for n in everyone), "every node changed")
+            hold = fleet.Hold(state="aborted", since=datetime.now(UTC), by="ops", reason="bad value")
+            revision = await put(seat, fleet.FLEET, fleet.hold_key("web"), to_json(hold))
+            await nodes.until(lambda: all(nodes.level(n) == "info" for n in rolling), "rolled back")
+            await nodes.until(lambda: all(nodes.said(n, "rollout: aborted") for n in rolling), "said aborted")
+            await anyio.sleep(2)  # time for a node to go back that should not
+            kept = {n: nodes.level(n) for n in keeping}
+            info_runs = sorted(starts_of(log, "info"))
+            await delete(seat, fleet.FLEET, fleet.hold_key("web"), last=revision)
+            await nodes.until(lambda: all(nodes.level(n) == "debug" for n in everyone), "resumed: changed again")
+        tg.cancel_scope.cancel()
+    assert kept == dict.fromkeys(keeping, "debug"), "a module without rollback keeps its change"
+    assert info_runs == sorted([*everyone, *rolling]), "each rolled-back node ran its action again for the old values"
+    assert sorted(starts_of(log, "debug")) == sorted([*everyone, *rolling]), "after the resume, once more each"

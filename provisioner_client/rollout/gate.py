@@ -168,7 +168,8 @@ class RolloutGate:
 
     def rolled_back(self, module: str) -> str:
         record = self.state.get(module) or ModuleRollout()
-        self.state.put(module, record.model_copy(update={"rolled_back": True, "under_claim": False}))
+        undone = {"rolled_back": True, "under_claim": False, "started": False, "action": None, "digest": ""}
+        self.state.put(module, record.model_copy(update=undone))  # the change applied again later runs again
         hold = (self._holds or {}).get(module)
         by = hold.by if hold is not None else "an operator"
         log.warning(
@@ -206,8 +207,8 @@ class RolloutGate:
 
     def _for_change(self, module: str, change: str, digest: str) -> ModuleRollout:
         record = self.state.get(module) or ModuleRollout()
-        if record.change == change:
-            return record
+        if record.change == change:  # the same change again: its place kept while its claim stands
+            return record if record.claimed else record.model_copy(update={"queued": 0})
         keeps_place = record.claimed and record.stage in ("waiting", "failed")
         return ModuleRollout(
             change=change,
