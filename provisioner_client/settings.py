@@ -124,7 +124,7 @@ class ClientSettings(LogSettings):
         ge=timedelta(0),
         description="how long the reconcile in progress may take to finish after SIGTERM or SIGINT",
     )
-    rollout_budget: str | None = Field(
+    rollout_budget: Annotated[str | None, CommandLine(metavar="N|P%")] = Field(
         default=None,
         description="the rollout budget of every module whose manifest gives none: at most N nodes change it at "
         "once (N), or P percent of the nodes holding a claim of it (P%); none: no budget "

@@ -7,8 +7,8 @@ deletes it once an operator resumed the rollout) and names the modules an abort 
 each module whose env file would change (or whose change action has not run for its content),
 `admit` answers:
 
-- no budget: go (after the splay and quiet period the module asks for, `pacing`);
 - the module's first env file on this node: go (nothing runs from it yet to restart);
+- no budget: go (after the splay and quiet period the module asks for, `pacing`);
 - the rollout held: pending, `rollout: paused ...` / `rollout: aborted ...`;
 - otherwise the node writes (or renews, keeping its place) its claim `waiting`, reads every live
   claim of the module, and goes only while its own is among the first slots
@@ -116,7 +116,8 @@ class RolloutGate:
     async def _keep(self, module: str, record: ModuleRollout, hold: fleet.Hold | None, manifest: Manifest) -> set[str]:
         if record.stage == "running" and record.started:  # the client stopped while it ran: never again
             action = record.action or _interrupted(record)
-            record = record.model_copy(update={"stage": "failed", "action": action, "reason": "interrupted"})
+            interrupted = {"stage": "failed", "action": action, "reason": "interrupted", "renewed_at": None}
+            record = record.model_copy(update=interrupted)  # its claim written failed at once, below
             self.state.put(module, record)
         if record.stage == "done" and record.claimed:
             await self._quietly(module, self._free(module, record))
@@ -186,11 +187,11 @@ class RolloutGate:
 
     async def admit(self, module: str, manifest: Manifest, digest: str, *, first: bool) -> Admission:
         """Whether the module's change to `digest` may be applied now (see the module's docstring)."""
+        if first:
+            return GO
         budget = self.plan.budget_of(manifest)
         if budget is None:
             return self._paced(module, manifest, digest)
-        if first:
-            return GO
         self._asked.add(module)
         change = _change_of(digest)
         record = self._for_change(module, change, digest)

@@ -20,8 +20,9 @@ from provisioner_client.rollout.claims import Claims
 from provisioner_client.rollout.pacing import due_at, paced
 from provisioner_client.rollout.state import ModuleRollout
 from provisioner_client.settings import ClientSettings
+from provisioner_client.watch.fleet import FleetInterest
 from registry.contract import fleet, to_json
-from registry.wire import BucketConfig, Bus, KvItem, create_bucket, delete, get_direct, put
+from registry.wire import BucketConfig, Bus, KvItem, Message, create_bucket, delete, get_direct, put
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -280,3 +281,26 @@ async def test_an_unreachable_coordination_is_waited_for_then_the_fallback_decid
     assert after.go is (fallback == "proceed")
     assert after.reasons[0].startswith("rollout: coordination unreachable")
     assert not after.claimed
+
+
+def test_the_watch_wakes_for_holds_freed_or_failed_slots_and_gone_marks_only() -> None:
+    interest = FleetInterest("me")
+    interest.modules, interest.waiting = {"web", "db"}, {"web"}
+    prefix = fleet.FLEET.live_subject("")
+
+    def wakes(key: str, value: bytes = b"", *, removed: bool = False) -> bool:
+        headers = {"KV-Operation": "DEL"} if removed else {}
+        return interest.wakes(Message(prefix + key, value, headers, ""), prefix) is not None
+
+    waiting = to_json(fleet.Claim(state="waiting", change="c", since=NOW, ttl_seconds=30))
+    failed = to_json(fleet.Claim(state="failed", change="c", since=NOW, ttl_seconds=30))
+    assert wakes(fleet.hold_key("db")), "a hold of a module it declares"
+    assert not wakes(fleet.hold_key("other")), "another module's hold"
+    assert wakes(fleet.claim_key("web", "n2"), removed=True), "a slot freed"
+    assert wakes(fleet.claim_key("web", "n2"), failed), "a slot failed"
+    assert not wakes(fleet.claim_key("web", "n2"), waiting), "another node's renewal"
+    assert not wakes(fleet.claim_key("db", "n2"), removed=True), "a module it does not wait on"
+    assert not wakes(fleet.claim_key("web", "me"), removed=True), "its own claim"
+    assert wakes(fleet.gone_key("n9")), "a node forgotten"
+    assert wakes(fleet.gone_key("n9"), removed=True), "a node back"
+    assert not wakes("nonsense.key.of.no.shape")
