@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 import anyio
@@ -244,3 +244,17 @@ KEYS = [
     ("claim.x.n1", "x", "n1"),
     ("claim.y.n3", "y", "n3"),
 ]
+
+
+def test_a_failure_not_renewed_within_its_ttl_pauses_nothing_and_a_renewal_is_no_new_failure() -> None:
+    seen = RolloutsSeen()
+    now = datetime.now(UTC)
+    key = fleet.claim_key("web", "n1")
+    dead = KvItem(key, claim("failed"), 1, stored_at=now - timedelta(seconds=120))  # ttl 60 s, skew 5 s
+    assert seen.note(dead, now) is None
+    assert seen.claims_by_state(now)["expired"] == 1
+    fresh = KvItem(key, claim("failed"), 2, stored_at=now)
+    assert seen.note(fresh, now) == FailedClaim("web", "n1", "c1", "")  # failed again while standing: judged
+    assert seen.note(KvItem(key, claim("failed"), 3, stored_at=now), now) is None  # its renewal
+    assert seen.note(KvItem(key, b"", 4, deleted=True, stored_at=now), now) is None
+    assert seen.claims == {}

@@ -22,7 +22,8 @@ The node is the one the key names, which its grants bind to it (`claim.*.<node>`
 it wrote. A claim not renewed within its ttl (by the server's stamp) is dead and pauses nothing: a
 seat started later does not pause a module for a failure its node gave up on; it pauses for a
 failure still standing, unless held. What the seat keeps is bounded: each claim's last state
-(for the turn to failed, and the figures by state), at most `MAX_CLAIMS_KEPT`, and each module's
+(for the turn to failed, and the figures by state: a renewal of a standing failed claim, within
+its ttl, is none), at most `MAX_CLAIMS_KEPT`, and each module's
 hold; each write is taken in as it is read, and the failures wait to be judged in a queue
 bounded per node and in all (`FailuresWaiting`).
 """
@@ -148,8 +149,7 @@ class RolloutsSeen:
         seen = ClaimSeen(claim.state, claim.change, item.stored_at or now, timedelta(seconds=claim.ttl_seconds))
         before = self.claims.get(item.key)
         self._keep(item.key, seen)
-        renewed = before is not None and before.state == "failed" and before.change == claim.change
-        if claim.state != "failed" or renewed or not seen.live(now):
+        if claim.state != "failed" or _renewal(before, seen) or not seen.live(now):
             return None
         return FailedClaim(module, node, claim.change, claim.reason)
 
@@ -164,6 +164,14 @@ class RolloutsSeen:
                 "pauses its module at each of its writes",
                 self.max_claims,
             )
+
+
+def _renewal(before: ClaimSeen | None, seen: ClaimSeen) -> bool:
+    """Whether `seen` renews the same failure `before` stood for, without a gap: written within
+    its ttl, by the server's stamps (a failure that died and is written again is judged again)."""
+    if before is None or before.state != "failed" or before.change != seen.change:
+        return False
+    return before.live(seen.stored_at)
 
 
 class Placement:
