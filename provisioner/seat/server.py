@@ -13,6 +13,8 @@
       │                                 `provisioner.seat.site_resets`)
       ├── the gone marks                gone.<node> in the fleet bucket for nodes gone longer than
       │                                 forget_after (`provisioner.seat.gone_marks`; the hub's alone)
+      ├── the rollout holds             pauses a module's rollout when a node running it fails its
+      │                                 change (`provisioner.seat.rollouts`; the hub's alone)
       ├── the registry view             follows the registry bucket for `what=registry`
       ├── the metrics endpoint          when `metrics_listen` is set (`provisioner.metrics`)
       └── the verb service              until `stop` is set, then shut down in order;
@@ -56,6 +58,7 @@ from provisioner.seat.buckets import ensure_buckets, seat_buckets
 from provisioner.seat.gone_marks import keep_gone_marks
 from provisioner.seat.quotas import GUARDED, Quota, QuotaGuard
 from provisioner.seat.registry_sync import CompileCounts, keep_registry_compiled
+from provisioner.seat.rollouts import Placement, hold_failed_rollouts
 from provisioner.seat.site_consumers import ensure_site_consumers, follow_sites_file
 from provisioner.seat.site_copies import ensure_site_copies
 from provisioner.seat.site_purges import follow_purges
@@ -176,6 +179,8 @@ async def _start_hub_work(
     await tasks.start(partial(guard.guard, bus))
     marks = partial(keep_gone_marks, bus, forget_after=settings.forget_after, every=settings.gone_marks_interval)
     await tasks.start(marks)
+    placement = Placement.of_catalogue(settings.domains_file)
+    await tasks.start(partial(hold_failed_rollouts, bus, placement=placement, seen=work.rollouts))
     return seat_buckets(settings.providers, settings.domains_file), nodes
 
 

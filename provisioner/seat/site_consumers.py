@@ -125,16 +125,25 @@ async def follow_sites_file(
         if now == stamp:
             continue
         stamp = now
-        try:
-            sites = read_sites_file(path, setting=str(path))
-        except SettingsError as err:
-            log.error("sites.json read again: %s; the sites' consumers are left as they were", err)
+        sites = _read_again(path)
+        if sites is None:
             continue
         made = await ensure_site_consumers(bus, sites, providers=providers, domains_file=domains_file)
         names = ", ".join(site.name for site in sites.sites) or "none"
         log.info(
             "%s changed: the consumers of sites %s made or kept (%d), those of others removed", path, names, len(made)
         )
+
+
+def _read_again(path: Path) -> SitesFile | None:
+    """sites.json as it now is; None, said in one ERROR line, when it cannot be read or is none."""
+    problem: SettingsError | None = None
+    try:
+        return read_sites_file(path, setting=str(path))
+    except SettingsError as err:
+        problem = err
+    log.error("sites.json read again: %s; the sites' consumers are left as they were", problem)
+    return None
 
 
 def _stamp_of(path: Path) -> tuple[int, int] | None:

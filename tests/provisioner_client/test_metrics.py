@@ -132,7 +132,7 @@ async def test_drift_pending_and_a_failed_action_are_counted_and_the_lease_relea
     assert 0 < value(pending, "mesh_node_pending_oldest_timestamp_seconds") <= time.time()
     assert value(pending, "mesh_node_modules_by_action", outcome="failed") == 1
     causes = {cause: value(pending, "mesh_node_pending_by_cause", cause=cause) for cause in PENDING_CAUSES}
-    assert causes == {"verb_refused": 1, "verb_unanswered": 0, "other": 1}
+    assert causes == {cause: int(cause in ("verb_refused", "other")) for cause in PENDING_CAUSES}
     assert value(pending, "mesh_node_reconcile_last_ok") == 0
     assert value(pending, "mesh_node_lease_held") == 1
     assert value(figures(folder), "mesh_node_lease_held") == 0
