@@ -18,6 +18,7 @@ no claim nor gone mark.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from functools import partial
@@ -36,7 +37,7 @@ from registry.contract import buckets, fleet
 from registry.contract.keys import subject_matches
 from registry.errors import BusError, KeyShapeError
 from registry.wire import Bus, KvItem, delete, get_direct, get_last_many, put
-from tests.attacks import Everything, RequestAttack, data_buckets, everything, named, nothing_comes_back
+from tests.attacks import BUS_ERRORS, Everything, RequestAttack, data_buckets, everything, named, nothing_comes_back
 from tests.helpers import in_own_task
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 from tests.test_site_isolation import SITE, Ends, SiteMesh, site_mesh
@@ -288,6 +289,8 @@ HEADERED = [
         Nats_Time_Stamp="2020-01-01T00:00:00Z",
         Nats_Last_Sequence="0",
     ),
+    request("an atomic batch", OWN, Nats_Batch_Id="b1", Nats_Batch_Sequence="1", Nats_Batch_Commit="1"),
+    request("a counter increment", OWN, Nats_Incr="1"),
     request("a delete marker of its own naming n2's", OWN, Nats_Subject=FLEET.subject("gone.n2"), **DEL),
     request("a hold's key in its own header", OWN, KV_Operation="PUT", Nats_Subject=FLEET.subject("rollout.m")),
 ]
@@ -557,6 +560,25 @@ async def test_a_claim_written_later_stands_behind_an_earlier_one_whatever_it_sa
     assert later > first
     queue = sorted(claims, key=lambda item: fleet.Claim.model_validate_json(item.value).position(item.revision))
     assert [item.key for item in queue] == [N2_CLAIM, OWN]
+
+
+SCHEDULES = ["@at 2020-01-01T00:00:00Z", "@every 1s"]
+TARGETS = [N2_CLAIM, fleet.hold_key(MODULE), fleet.gone_key(ATTACKER)]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+async def test_a_message_scheduled_on_its_own_claim_lands_on_no_other_key(
+    attacker: Client, schedule: str, target: str
+) -> None:
+    """nats-server's message schedules (`Nats-Schedule`, `Nats-Schedule-Target`: the stream itself
+    publishes the message to the target later) on the subject n1 may write, aimed at another key:
+    given the time to fire, nothing lands."""
+    headers = {"Nats-Schedule": schedule, "Nats-Schedule-Target": FLEET.subject(target), "Nats-Schedule-TTL": "5m"}
+    for key in (OWN, fleet.claim_key("sched", ATTACKER)):
+        with contextlib.suppress(*BUS_ERRORS):
+            await attacker.request(FLEET.subject(key), EVIL, headers=headers, timeout=2)
+    await anyio.sleep(2)
 
 
 # A header block n1 writes itself, status line included: what a reader takes for the end of a batch
