@@ -27,8 +27,15 @@ Needs and collect are written (64 in flight) before the values are read, applied
 
 The steps, in `reconcile`: remove the temporary files a killed client left; load the manifests;
 open the memory; find the node's own keys and read the registry; register (converge needs and
-collect); read the world; decide what to resolve; resolve; materialize; record applied;
-remember; remove the files of modules no longer declared.
+collect); read the world; decide what to resolve (and keep the rollout claims left standing:
+`RolloutGate.prepare`); resolve; materialize; record applied; remember; remove the files of
+modules no longer declared.
+
+A module whose env file would change (or whose change action has not run for its content) changes
+only once its rollout lets it (`provisioner_client.rollout`): a budget's slot, no hold, its splay
+and quiet period over; else it is pending, `rollout: ...`, its file as it was. A change admitted
+under a claim runs its action at most once, remembered in the materialize folder, then its
+health command; the slot is freed only when both succeeded.
 
 Every line logged during one reconcile, in its tasks too, carries `reconcile=<id>`, a new id each
 time (`registry.runtime.log_context`), also in its report: a reconcile's lines join on it.

@@ -2,9 +2,10 @@
 config value changed; the change actions record their own start and end in one file.
 
 - With a budget of 3, at no moment do more than 3 change actions run, and every node finishes.
-- A node whose action fails keeps its slot (its claim `failed`); once the module's rollout is held
-  (here the test writes the hold the seat would), the nodes that have not changed keep their env
-  files and say why in their applied records (`rollout: paused`).
+- Nodes whose action fails keep their slots (their claims `failed`), the seat holds the module's
+  rollout, and the nodes that have not changed keep their env files and say why in their applied
+  records (`rollout: paused`). An abort (the hold written here as an operator's) rolls back the
+  nodes whose module allows it; a resume lets the change through.
 - nats-server killed and started again mid-rollout: no node runs its action twice for the change,
   the rollout completes, no node waits past the bound.
 """
@@ -30,7 +31,7 @@ from provisioner_client.watch.watching import WatchTiming, watch
 from registry.access import Kind
 from registry.contract import fleet, to_json
 from registry.errors import BusError
-from registry.wire import BucketConfig, Bus, BusOptions, KvItem, connect, delete, get_last_many, put
+from registry.wire import BucketConfig, Bus, BusOptions, KvItem, connect, delete, get_direct, get_last_many, put
 from tests.helpers import Reports, in_own_task, restartable_nats, serving, sh_env
 from tests.isolation import Mesh, mesh_server, party
 
@@ -39,17 +40,17 @@ CLAIM_TTL = timedelta(seconds=6)
 BOUND = 90.0
 
 
-def action_script(folder: Path, log: Path, *, seconds: float, fail: tuple[str, str] | None = None) -> Path:
-    """A change action recording its start and end (node, LOG_LEVEL, time) in `log`; it fails for
-    node `fail[0]` at level `fail[1]`."""
-    failing = f'[ "$MESH_NODE" = "{fail[0]}" ] && [ "$LOG_LEVEL" = "{fail[1]}" ] && exit 3\n' if fail else ""
+def action_script(folder: Path, log: Path, *, seconds: float, fail_at: str | None = None) -> Path:
+    """A change action recording its start and end (node, LOG_LEVEL, time) in `log`; it fails (exit 3)
+    for the values of level `fail_at`."""
+    failing = f'[ "$LOG_LEVEL" = "{fail_at}" ] && exit 3\n' if fail_at else ""
     script = folder / "action.sh"
     script.write_text(
         "#!/bin/sh\n"
         '. "$MESH_ENV_FILE"\n'
         f'echo "start $MESH_NODE $LOG_LEVEL $(date +%s.%N)" >> {log}\n'
         f"sleep {seconds}\n"
-        f'echo "end $MESH_NODE $LOG_LEVEL $(date +%s.%N)" >> {log}\n' + failing
+        f'echo "end $MESH_NODE $LOG_LEVEL $(date +%s.%N)" >> {log}\n' + failing + "exit 0\n"
     )
     script.chmod(0o755)
     return script
@@ -220,44 +221,43 @@ async def test_twenty_nodes_with_a_budget_of_three_never_run_more_than_three_act
     assert all(item.deleted for item in claims), "every slot freed"
 
 
-async def test_a_failed_change_keeps_its_slot_and_a_hold_stops_the_nodes_that_have_not_changed(
+async def test_failed_changes_keep_their_slots_and_the_seats_hold_stops_the_nodes_that_have_not_changed(
     mesh20: Mesh, tmp_path: Path
 ) -> None:
+    """Every node's action fails for the new value: the first two admitted (budget 2) fail, keep
+    their slots, and the seat pauses the module's rollout; nobody else changes."""
     nodes_ = NODES[:8]
     log = tmp_path / "actions.log"
-    document = manifest(action_script(tmp_path, log, seconds=0.3, fail=(nodes_[0], "debug")), {"budget": 1})
-    plans = plans_of(tmp_path, nodes_, document, 1)
+    document = manifest(action_script(tmp_path, log, seconds=0.3, fail_at="debug"), {"budget": 2})
+    plans = plans_of(tmp_path, nodes_, document, 2)
     async with mesh20.connect(party(Kind.SEAT)) as seat, anyio.create_task_group() as tg:
         await seeded(seat)
         async with watching(tg, plans, as_node(mesh20)) as nodes:
             await nodes.until(lambda: all(nodes.level(n) == "info" for n in nodes_), "every node's first env file")
-            # The failing node queues first: it alone is admitted and fails, and its claim keeps the one slot.
             await put(seat, CONFIG, "log-level", b'"debug"')
-            await nodes.until(lambda: nodes.level(nodes_[0]) == "debug", "the failing node changed")
-            await nodes.until(lambda: bool(runs(log, "debug")) and runs(log, "debug")[0].end < float("inf"), "it ran")
-            await anyio.sleep(3)  # time for the others to be admitted, were the slot freed
-            claims = await get_last_many(seat, fleet.FLEET, fleet.claims_of("web"))
-            failed = claims_in(claims, "failed")
-            changed = [n for n in nodes_ if nodes.level(n) == "debug"]
-            # The hold the seat writes for the failed node's module, written here as the seat would.
-            hold = fleet.Hold(
-                state="paused",
-                since=datetime.now(UTC),
-                by="seat",
-                reason="a change failed",
-                node=min(failed, default=None),
-            )
-            await put(seat, fleet.FLEET, fleet.hold_key("web"), to_json(hold))
+            hold = await _until_held(seat, "web")
             await nodes.until(
-                lambda: all(nodes.said(n, "rollout: paused") for n in nodes_ if n not in changed),
+                lambda: all(nodes.said(n, "rollout: paused") for n in nodes_ if nodes.level(n) == "info"),
                 "the nodes not changed say the rollout is paused",
             )
-            kept = [n for n in nodes_ if nodes.level(n) == "info"]
+            await anyio.sleep(2)  # time for another node to change, were it let through
+            failed = claims_in(await get_last_many(seat, fleet.FLEET, fleet.claims_of("web")), "failed")
+            changed = sorted(n for n in nodes_ if nodes.level(n) == "debug")
         tg.cancel_scope.cancel()
-    assert len(failed) == 1 and len(changed) == 1, f"one node changed ({changed}) and failed ({failed}): its slot kept"
-    assert failed == set(changed)
-    assert sorted(kept) == sorted(set(nodes_) - set(changed)), "the others keep their env files"
-    assert starts_of(log, "debug") == changed, "no other node ran its action"
+    assert 1 <= len(changed) <= 2, f"at most the budget's worth changed: {changed}"
+    assert sorted(failed) == changed, "each failed change keeps its claim, failed"
+    assert hold.state == "paused" and hold.by == "seat" and hold.node in changed
+    assert sorted(starts_of(log, "debug")) == changed, "no other node ran its action"
+
+
+async def _until_held(bus: Bus, module: str) -> fleet.Hold:
+    with anyio.fail_after(BOUND):
+        while True:
+            found = await get_direct(bus, fleet.FLEET, fleet.hold_key(module))
+            hold = fleet.read_hold(found.value) if found is not None and not found.deleted else None
+            if hold is not None:
+                return hold
+            await anyio.sleep(0.2)
 
 
 async def test_nats_server_killed_mid_rollout_no_action_runs_twice_and_the_rollout_completes(tmp_path: Path) -> None:

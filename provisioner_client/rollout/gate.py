@@ -47,10 +47,11 @@ from registry.wire import KvItem
 
 log = logging.getLogger(__name__)
 
-WAITING = "rollout: waiting for a slot"
-PAUSED = "rollout: paused"
-ABORTED = "rollout: aborted"
-UNREACHABLE = "rollout: coordination unreachable"
+# The words a pending reason starts with, by the class the seat and `query` read it in.
+WAITING = fleet.ROLLOUT_REASONS["rollout_waiting"]
+PAUSED = fleet.ROLLOUT_REASONS["rollout_paused"]
+ABORTED = fleet.ROLLOUT_REASONS["rollout_aborted"]
+UNREACHABLE = fleet.ROLLOUT_REASONS["rollout_unreachable"]
 
 
 @dataclass(frozen=True)
