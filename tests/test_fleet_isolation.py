@@ -11,16 +11,24 @@ revision, to a reader); and n2, following the fleet live where the stream republ
 the revision the seat stores.
 
 n1 can write one key of module `m`, `claim.m.n1`: one slot at most, no other node's slot, no hold,
-no gone mark; no JetStream API on the fleet's stream; a reply subject or a header it chooses lands
-nowhere but its own account. An operator holds and resumes rollouts (`rollout.<module>`) and writes
-no claim nor gone mark.
+no gone mark; no JetStream API on the fleet's stream; a reply subject, a header (a status line, a
+stamp, a schedule, a rollup) or a `$KVR.` publish it chooses lands nowhere but its own account, and
+no reader takes a header it stored for the server's. An operator holds and resumes rollouts
+(`rollout.<module>`) and writes no claim nor gone mark. `TestAtASite`: the core attacks by n1 living
+at a site, judged at both ends.
+
+Three gaps, each a strict xfail: n1's grant takes any token for the module, so `claim.*.n1`,
+`claim.>.n1` and non-canonical escapes are stored (keys of no shape; a get of `claim.*.n1` answers
+another key); a claim's queue position (`Claim.queued`) is the node's word, so a later claim can
+stand ahead of an earlier one; the quota guard leaves the fleet out, so n1's claims of ever new
+modules fill it and every other write of it is refused (`TestFillingTheFleet`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -180,11 +188,14 @@ async def site_copy_outside_own_claims(mesh: AnyMesh, hub: Bus) -> Everything | 
 async def n2_reads_the_fleet_as_stored(reader: Bus, stored: Everything) -> None:
     read = await get_last_many(reader, FLEET, ">")
     assert sorted((i.key, i.value, i.revision, i.deleted) for i in read) == stored[FLEET.name]
+    now = datetime.now(UTC)  # the server's stamp, which a claim's ttl runs from, is the server's alone
+    assert all(i.stored_at is not None and abs(now - i.stored_at) < timedelta(minutes=5) for i in read), read
     for key, value, revision, deleted in stored[FLEET.name]:
         if not shaped(key):  # n1's literal `claim.*.n1`: a get of it is a wildcard's (the strict xfail)
             continue
         item = await get_direct(reader, FLEET, key)
         assert item is not None and (item.value, item.revision, item.deleted) == (value, revision, deleted), key
+        assert item.stored_at is not None and abs(now - item.stored_at) < timedelta(minutes=5), item
 
 
 def shaped(key: str) -> bool:
@@ -289,6 +300,7 @@ HEADERED = [
         Nats_Time_Stamp="2020-01-01T00:00:00Z",
         Nats_Last_Sequence="0",
     ),
+    request("a stamp of its own, far ahead", OWN, Nats_Time_Stamp="2099-01-01T00:00:00Z"),
     request("an atomic batch", OWN, Nats_Batch_Id="b1", Nats_Batch_Sequence="1", Nats_Batch_Commit="1"),
     request("a counter increment", OWN, Nats_Incr="1"),
     request("a delete marker of its own naming n2's", OWN, Nats_Subject=FLEET.subject("gone.n2"), **DEL),
