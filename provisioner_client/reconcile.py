@@ -548,16 +548,14 @@ async def _apply(
     except MaterializeError as err:
         return _pending(folder, module, [str(err)], previous)
     action, problem = ran or old_action, None
-    if manifest.on_change is not None and action_due:
-        run = partial(_run_change, plan, loaded, done.path, done.digest, report)
-        check = partial(_run_health, plan, loaded, done.path, done.digest)
-        if admission.claimed:
-            action, problem = await gate.run_under_claim(
-                module, done.digest, replaced=replaced, action=run, health=check
-            )
-        else:
-            action = await run()
-            problem = await check() if action is not None and action.ok else None
+    run = partial(_run_change, plan, loaded, done.path, done.digest, report) if action_due else None
+    check = partial(_run_health, plan, loaded, done.path, done.digest)
+    if admission.claimed:  # the claim freed or failed, whether an action is due or not
+        ran_now, problem = await gate.run_under_claim(module, done.digest, replaced=replaced, action=run, health=check)
+        action = ran_now or action
+    elif run is not None:
+        action = await run()
+        problem = await check() if action.ok else None
     reasons = (*admission.reasons, *((f"rollout: {problem}",) if problem else ()))
     applied = AppliedValue(state="applied", digest=done.digest, file=str(done.path), action=action, reasons=reasons)
     return ModuleReport(module, applied, written=done.written)

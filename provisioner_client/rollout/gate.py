@@ -308,22 +308,25 @@ class RolloutGate:
         digest: str,
         *,
         replaced: bytes | None,
-        action: Callable[[], Awaitable[ActionRecord | None]],
+        action: Callable[[], Awaitable[ActionRecord]] | None,
         health: Callable[[], Awaitable[str | None]],
     ) -> tuple[ActionRecord | None, str | None]:
         """The admitted change seen through: `replaced` kept as the last good env file, the action
-        run once (remembered as started first), then the health command; the claim renewed while
-        they run, then freed or failed. The action's record and why the health check failed, if it did."""
+        (if one is due) run once, remembered as started first, then the health command; the claim
+        renewed while they run, then freed or failed. The action's record and why the health check
+        failed, if it did."""
         if replaced is not None:
             self.state.keep_last_good(module, replaced)
-        record = (self.state.get(module) or ModuleRollout()).model_copy(
-            update={"digest": digest, "started": True, "action": None, "under_claim": True, "rolled_back": False}
-        )
+        started = action is not None
+        update = {"digest": digest, "started": started, "action": None, "under_claim": True, "rolled_back": False}
+        record = (self.state.get(module) or ModuleRollout()).model_copy(update=update)
         self.state.put(module, record)
+        done: ActionRecord | None = None
         async with self._renewing(module, record):
-            done = await action()
-            self.state.put(module, record := record.model_copy(update={"action": done}))
-            problem = None if done is not None and not done.ok else await health()
+            if action is not None:
+                done = await action()
+                self.state.put(module, record := record.model_copy(update={"action": done}))
+            problem = await health() if done is None or done.ok else None
         failure = problem or (f"the change action {done.outcome}" if done is not None and not done.ok else None)
         self.report.ran_under_claim.append(module)
         if failure is None:

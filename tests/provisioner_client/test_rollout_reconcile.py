@@ -122,3 +122,18 @@ async def test_an_action_the_client_stopped_in_is_never_run_again_for_that_chang
     stored = await get_direct(provisioned, fleet.FLEET, fleet.claim_key("web", NODE))
     assert stored is not None and (claim := fleet.read_claim(stored.value)) is not None
     assert claim.state == "failed", "its slot kept, as a failure's"
+
+
+async def test_a_budgeted_module_without_an_action_frees_its_slot_once_its_file_is_written(
+    domains: StandIns, provisioned: Bus, tmp_path: Path
+) -> None:
+    plan = _plan(tmp_path, {"rollout": {"budget": 1}})
+    assert (await reconcile(provisioned, plan)).ok
+    await put(provisioned, CONFIG, "log-level", b'"debug"')
+    report = await reconcile(provisioned, plan)
+    assert report.ok
+    assert report.modules["web"].applied.action is None
+    assert sh_env(plan.materialize / "web.env")["LEVEL"] == "debug"
+    stored = await get_direct(provisioned, fleet.FLEET, fleet.claim_key("web", NODE))
+    assert stored is not None and stored.deleted, "the slot freed"
+    assert report.rollout.ran_under_claim == ["web"]
