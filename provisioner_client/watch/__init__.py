@@ -1,1 +1,2 @@
-"""Watch mode: the node's lease held, changes followed, and drifted env files put back."""
+"""Watch mode: the node's lease held, changes followed (the fleet's rollouts among them), and drifted
+env files put back."""

@@ -234,13 +234,10 @@ async def test_a_failed_change_keeps_its_claim_until_the_rollout_is_resumed(flee
     gate = _gate(fleet_bus, "a", tmp_path)
     assert (await gate.admit("web", manifest, DIGEST_1, first=False)).claimed
 
-    async def failing() -> None:
-        return None
-
     async def unhealthy() -> str:
         return "the health check said no"
 
-    _, problem = await gate.run_under_claim("web", DIGEST_1, replaced=b"old", action=failing, health=unhealthy)
+    _, problem = await gate.run_under_claim("web", DIGEST_1, replaced=b"old", action=None, health=unhealthy)
     assert problem == "the health check said no"
     stored = await get_direct(fleet_bus, fleet.FLEET, fleet.claim_key("web", "a"))
     assert stored is not None and (claim := fleet.read_claim(stored.value)) is not None
