@@ -348,3 +348,23 @@ async def test_an_abort_rolls_back_where_the_module_allows_and_a_resume_lets_the
     assert kept == dict.fromkeys(keeping, "debug"), "a module without rollback keeps its change"
     assert info_runs == sorted([*everyone, *rolling]), "each rolled-back node ran its action again for the old values"
     assert sorted(starts_of(log, "debug")) == sorted([*everyone, *rolling]), "after the resume, once more each"
+
+
+async def test_on_either_kind_of_accounts_a_failed_change_holds_the_other_node_back(mesh: Mesh, tmp_path: Path) -> None:
+    """The mesh's two nodes (n1, n2) on their generated grants, static and JWT: budget 1, the new
+    value fails every action; one node changes and fails, the seat pauses, the other stays."""
+    pair = ("n1", "n2")
+    log = tmp_path / "actions.log"
+    document = manifest(action_script(tmp_path, log, seconds=0.2, fail_at="debug"), {"budget": 1})
+    plans = plans_of(tmp_path, pair, document, 1)
+    async with mesh.connect(party(Kind.SEAT)) as seat, anyio.create_task_group() as tg:
+        await seeded(seat)
+        async with watching(tg, plans, as_node(mesh)) as nodes:
+            await nodes.until(lambda: all(nodes.level(n) == "info" for n in pair), "both first env files")
+            await put(seat, CONFIG, "log-level", b'"debug"')
+            hold = await _until_held(seat, "web")
+            await nodes.until(lambda: any(nodes.said(n, "rollout: paused") for n in pair), "the other is paused")
+            changed = [n for n in pair if nodes.level(n) == "debug"]
+        tg.cancel_scope.cancel()
+    assert len(changed) == 1 and hold.node == changed[0]
+    assert starts_of(log, "debug") == changed
