@@ -17,11 +17,12 @@ no reader takes a header it stored for the server's. An operator holds and resum
 (`rollout.<module>`) and writes no claim nor gone mark. `TestAtASite`: the core attacks by n1 living
 at a site, judged at both ends.
 
-Three gaps, each a strict xfail: n1's grant takes any token for the module, so `claim.*.n1`,
+Four gaps, each a strict xfail: n1's grant takes any token for the module, so `claim.*.n1`,
 `claim.>.n1` and non-canonical escapes are stored (keys of no shape; a get of `claim.*.n1` answers
 another key); a claim's queue position (`Claim.queued`) is the node's word, so a later claim can
 stand ahead of an earlier one; the quota guard leaves the fleet out, so n1's claims of ever new
-modules fill it and every other write of it is refused (`TestFillingTheFleet`).
+modules fill it and every other write of it is refused (`TestFillingTheFleet`); an operator's grant
+is `rollout.>`, so it stores holds of no shape (`rollout.m.x`, a literal `rollout.*`).
 """
 
 from __future__ import annotations
@@ -56,8 +57,6 @@ AnyMesh = Mesh | SiteMesh  # n1 at the hub (every test), or at a site (`TestAtAS
 N1, N2, OPS, SEAT = party(Kind.NODE, "n1"), party(Kind.NODE, "n2"), party(Kind.OPERATOR, "ops"), party(Kind.SEAT)
 ATTACKER = "n1"
 MODULE = "m"
-# What n1's grant lets it write: `claim.*.n1`, any one token for the module.
-OWN_CLAIMS = fleet.own_claims(ATTACKER)
 JUDGED = (FLEET, *buckets.OWN, buckets.LEASES)
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 
