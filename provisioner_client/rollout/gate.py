@@ -231,6 +231,8 @@ class RolloutGate:
 
     async def _queue(self, module: str, record: ModuleRollout, budget: Budget) -> Admission:
         items = await self.claims.of_module(module)
+        if record.unreachable_since is not None:  # reached again: a later outage is waited for afresh
+            self.state.put(module, record := record.model_copy(update={"unreachable_since": None}))
         own = self.claims.own(items, module)
         if _renewal_due(own, record, self._renew_every):
             revision = await self.claims.write(
@@ -283,6 +285,7 @@ class RolloutGate:
         waited_for = f"{waited.total_seconds():.0f} s"
         said = f"{UNREACHABLE} for {waited_for}: {why}; applied without a slot (rollout_unreachable = proceed)"
         log.warning("node %s: module %s: %s", self.node, module, said, extra=event(module=module))
+        self.state.put(module, record.model_copy(update={"unreachable_since": None}))  # the next change waits again
         return Admission(go=True, reasons=(said,))
 
     def _paced(self, module: str, manifest: Manifest, digest: str) -> Admission:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from pydantic import ValidationError
 
@@ -301,3 +302,13 @@ def test_the_watch_wakes_for_holds_freed_or_failed_slots_and_gone_marks_only() -
     assert wakes(fleet.gone_key("n9")), "a node forgotten"
     assert wakes(fleet.gone_key("n9"), removed=True), "a node back"
     assert not wakes("nonsense.key.of.no.shape")
+
+
+async def test_after_the_fallback_the_next_outage_is_waited_for_again(bus: Bus, tmp_path: Path) -> None:
+    manifest = _manifest({"budget": 1})
+    waited = await _gate(bus, "a", tmp_path, wait_limit=timedelta(0)).admit("web", manifest, DIGEST_1, first=False)
+    assert waited.go, "proceeded without a slot"
+    await anyio.sleep(0.5)
+    limit = timedelta(seconds=0.3)  # shorter than since the first outage began, longer than since it ended
+    again = await _gate(bus, "a", tmp_path, wait_limit=limit).admit("web", manifest, DIGEST_1, first=False)
+    assert not again.go and "waiting" in again.reasons[0], "the wait starts afresh, not from the first outage"
