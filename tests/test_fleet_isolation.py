@@ -17,12 +17,14 @@ no reader takes a header it stored for the server's. An operator holds and resum
 (`rollout.<module>`) and writes no claim nor gone mark. `TestAtASite`: the core attacks by n1 living
 at a site, judged at both ends.
 
-Four gaps, each a strict xfail: n1's grant takes any token for the module, so `claim.*.n1`,
+`TestFillingTheFleet`: n1's claims of ever new modules, written as fast as it can, are cut back by
+the seat's quota guard, and every other party's write of the fleet is still taken.
+
+Three gaps, each a strict xfail: n1's grant takes any token for the module, so `claim.*.n1`,
 `claim.>.n1` and non-canonical escapes are stored (keys of no shape; a get of `claim.*.n1` answers
 another key); a claim's queue position (`Claim.queued`) is the node's word, so a later claim can
-stand ahead of an earlier one; the quota guard leaves the fleet out, so n1's claims of ever new
-modules fill it and every other write of it is refused (`TestFillingTheFleet`); an operator's grant
-is `rollout.>`, so it stores holds of no shape (`rollout.m.x`, a literal `rollout.*`).
+stand ahead of an earlier one; an operator's grant is `rollout.>`, so it stores holds of no shape
+(`rollout.m.x`, a literal `rollout.*`).
 """
 
 from __future__ import annotations
@@ -716,7 +718,13 @@ async def _read_at(reader: Bus, revision: int) -> list[KvItem] | None:
     return items if any(item.key == OWN and item.revision == revision for item in items) else None
 
 
-SMALL_FLEET = {"bucket_max_bytes": 2 * 1024 * 1024, "bucket_max_value_size": 16 * 1024}
+# A fleet of 2 MiB, and each node's quota there (its claims) a tenth of it, as tests/test_quotas.py's.
+SMALL_FLEET = {
+    "bucket_max_bytes": 2 * 1024 * 1024,
+    "bucket_max_value_size": 16 * 1024,
+    "node_quota_keys": 100,
+    "node_quota_bytes": 200 * 1024,
+}
 FILLER = b"x" * 8000  # the server takes any bytes as a claim's value: the bytes are what fill a bucket
 
 
@@ -756,13 +764,6 @@ class TestFillingTheFleet:
         async with in_own_task(start(tmp_path / "mesh", seat=SMALL_FLEET)) as running:
             yield running
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="gap: the seat's quota guard (provisioner.seat.quotas.GUARDED) bounds needs, applied and "
-        "collect, not the fleet: n1's claims of ever new modules under claim.*.n1 fill it (discard new), "
-        "then n2's claim, the seat's hold and gone mark and an operator's pause are refused: the "
-        "coordination is unreachable for every node (whose default fallback applies without a slot)",
-    )
     async def test_a_node_filling_the_fleet_with_its_own_claims_refuses_no_other_write(
         self, mesh: Mesh, seat: Bus, judges_itself: None
     ) -> None:

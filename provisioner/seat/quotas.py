@@ -1,8 +1,10 @@
 """Each node's footprint in the buckets nodes write, bounded: a node over its quota is cut back.
 
-The needs, applied and collect buckets are shared by every node and refuse writes once full
+The needs, applied, collect and fleet buckets are shared by every node and refuse writes once full
 (`discard: new`): without a bound per node, one node writing as fast as its grants let it would
-fill a bucket in seconds and make every other party's write fail. NATS has no limit per subject
+fill a bucket in seconds and make every other party's write fail (in the fleet: the seat's and the
+operators' holds, every other node's claims, and so every rollout). A node's keys are `<node>.>`,
+in the fleet its claims `claim.*.<node>`; a hold or a gone mark is no node's. NATS has no limit per subject
 prefix, so the seat keeps one:
 
     watch     each bucket's writes, headers only (`Nats-Msg-Size`, no values): each node's keys
@@ -37,13 +39,13 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from provisioner.seat.site_purges import purge_upto, record_purge
-from registry.contract import Bucket, buckets, decode_token
+from registry.contract import Bucket, buckets, decode_token, fleet
 from registry.errors import BusError, RegistryError
 from registry.wire import Bus, KvItem, scoped_watch, snapshot
 
 log = logging.getLogger(__name__)
 
-GUARDED = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT)
+GUARDED = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT, fleet.FLEET)
 SHOWN_FOR = timedelta(hours=1)  # how long a node cut back is shown over quota
 COUNTS_WAITING = 256  # nodes waiting to be counted; more wait for the next write that passes the bound
 DURING_KEPT = 100_000  # writes of one node kept aside with their revisions while it is counted
@@ -189,7 +191,9 @@ class QuotaGuard:
         """Adds a write to its node's bound; queues a count when the bound passes the quota. A
         delete counts as a key: the bucket keeps its marker, so put-and-delete under new names
         without end would otherwise fill it while the node's live keys stay few."""
-        token = item.key.partition(".")[0]
+        token = owner_of(bucket, item.key)
+        if token is None:
+            return
         bound = self._bounds.setdefault((bucket.name, token), Bound())
         bound.add(item.revision, max(item.size, 0))
         self._count_if_over(bucket, token, bound)
@@ -224,13 +228,13 @@ class QuotaGuard:
         bound = self._bounds.setdefault((bucket.name, token), Bound())
         if not bound.counting:
             bound.start_counting()
-        items = await snapshot(bus, bucket, [f"{token}.>"], include_deleted=True, headers_only=True)
+        items = await snapshot(bus, bucket, [owned_by(bucket, token)], include_deleted=True, headers_only=True)
         held = Footprint(len(items), sum(max(item.size, 0) for item in items))
         upto = max((item.revision for item in items), default=0)
         if not held.over(self.quota):
             bound.counted(upto, held)
             return held
-        purged = await purge_upto(bus, bucket, f"{token}.>", upto)
+        purged = await purge_upto(bus, bucket, owned_by(bucket, token), upto)
         await record_purge(bus, bucket, token, upto)  # for the sites' mirrors (provisioner.seat.site_purges)
         self.on_purged(bucket, token)
         bound.counted(upto, Footprint(0, 0))
@@ -246,6 +250,19 @@ class QuotaGuard:
             log.debug("node %s cut back again in %s: %d messages purged", node, bucket.name, purged)
         else:
             log.warning("node %s %s (%d messages purged)", node, cut.reason(), purged, extra={"node": node})
+
+
+def owner_of(bucket: Bucket, key: str) -> str | None:
+    """The token of the node that wrote `key` of `bucket`: its first (`<node>.>`), or in the fleet
+    the last of a claim (`claim.<module>.<node>`); None for a key no node writes."""
+    if bucket == fleet.FLEET:
+        return fleet.claim_owner(key)
+    return key.partition(".")[0]
+
+
+def owned_by(bucket: Bucket, token: str) -> str:
+    """The filter of the keys of `bucket` the node of key token `token` writes."""
+    return fleet.claims_by_token(token) if bucket == fleet.FLEET else f"{token}.>"
 
 
 def _name_of(token: str) -> str:

@@ -29,7 +29,7 @@ import anyio
 from anyio.abc import TaskStatus
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from registry.contract import Bucket, buckets, decode_token, encode_token
+from registry.contract import Bucket, buckets, decode_token, encode_token, fleet
 from registry.errors import BusError, KeyShapeError
 from registry.wire import Bus, KvItem, put, scoped_watch
 
@@ -51,9 +51,11 @@ def record_key(bucket: Bucket, token: str) -> str:
     return buckets.LEASES.shape.build(role=f"{PREFIX}{bucket.name}", name=decode_token(token))
 
 
-def purged_filter(key: str) -> str:
-    """The node's keys a purge record's key names (`<node token>.>`); `KeyShapeError` when out of shape."""
-    return f"{encode_token(buckets.LEASES.shape.parse(key)['name'])}.>"
+def purged_filter(bucket: Bucket, key: str) -> str:
+    """The node's keys of `bucket` a purge record's key names (`<node token>.>`, in the fleet its
+    claims `claim.*.<node token>`); `KeyShapeError` when out of shape."""
+    token = encode_token(buckets.LEASES.shape.parse(key)["name"])
+    return fleet.claims_by_token(token) if bucket == fleet.FLEET else f"{token}.>"
 
 
 async def purge_upto(bus: Bus, bucket: Bucket, subject_filter: str, upto: int) -> int:
@@ -92,7 +94,7 @@ async def _apply(bus: Bus, bucket: Bucket, item: KvItem) -> None:
         return
     try:
         record = PurgeRecord.model_validate_json(item.value)
-        subject_filter = purged_filter(item.key)
+        subject_filter = purged_filter(bucket, item.key)
     except (ValidationError, KeyShapeError):
         log.warning("purge record %s is not one the hub's seat writes; ignored", item.key)
         return

@@ -164,3 +164,19 @@ def reason_group(reason: str) -> str:
     (`rollout: waiting for a slot`), one line for every node held back alike; any other as it is."""
     cause = rollout_reason_class(reason)
     return ROLLOUT_REASONS[cause] if cause is not None else reason
+
+
+# What each node writes of the fleet, for the seat's quota guard (`provisioner.seat.quotas`): its
+# claims alone. A key's owner is its last token (any module token: a node's grants take any).
+
+
+def claim_owner(key: str) -> str | None:
+    """The node token whose claim `key` is (`claim.<module>.<node>`, the token as the key holds it);
+    None for a key no node writes (a hold, a gone mark)."""
+    tokens = key.split(".")
+    return tokens[2] if len(tokens) == 3 and tokens[0] == CLAIM else None
+
+
+def claims_by_token(token: str) -> str:
+    """The filter of every claim of the node whose key token is `token`: `claim.*.<token>`."""
+    return f"{CLAIM}.*.{token}"

@@ -18,7 +18,7 @@ from provisioner.seat.site_copies import consumer_resets, ensure_site_copies, si
 from provisioner.seat.site_purges import follow_purges, record_key, record_purge
 from registry.access import SiteFileEntry
 from registry.access.sites.file import LinkEntry, PermitEntry
-from registry.contract import buckets
+from registry.contract import buckets, fleet
 from registry.wire import BucketConfig, Bus, Message, bucket_config, create_bucket, get_direct, put
 
 HUB = "hub"
@@ -172,3 +172,25 @@ async def test_a_purge_record_purges_only_the_node_its_key_names(bus: Bus) -> No
         tasks.cancel_scope.cancel()
     assert await get_direct(bus, buckets.NEEDS, "n1.a.secret.x") is not None
     assert await get_direct(bus, buckets.NEEDS, "n2.a.secret.x") is not None
+
+
+async def test_a_purge_record_of_the_fleet_purges_the_nodes_claims_alone(bus: Bus) -> None:
+    """In the fleet a node's keys are its claims (`claim.*.<node>`): a record of n1's purge takes
+    n1's claims of every module, and leaves n2's claims and the holds."""
+    config = BucketConfig()
+    for bucket in (fleet.FLEET, buckets.LEASES):
+        await create_bucket(bus, bucket, config)
+    await put(bus, fleet.FLEET, fleet.claim_key("a", "n1"), b"{}")
+    upto = await put(bus, fleet.FLEET, fleet.claim_key("b", "n1"), b"{}")
+    await put(bus, fleet.FLEET, fleet.claim_key("a", "n2"), b"{}")
+    await put(bus, fleet.FLEET, fleet.hold_key("a"), b"{}")
+    await record_purge(bus, fleet.FLEET, "n1", upto)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(partial(follow_purges, bus, (fleet.FLEET,)))
+        with anyio.fail_after(10):
+            while await get_direct(bus, fleet.FLEET, fleet.claim_key("b", "n1")) is not None:
+                await anyio.sleep(0.05)
+        tasks.cancel_scope.cancel()
+    assert await get_direct(bus, fleet.FLEET, fleet.claim_key("a", "n1")) is None
+    assert await get_direct(bus, fleet.FLEET, fleet.claim_key("a", "n2")) is not None
+    assert await get_direct(bus, fleet.FLEET, fleet.hold_key("a")) is not None
