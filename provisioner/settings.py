@@ -174,6 +174,11 @@ class ServerSettings(LogSettings):
         gt=timedelta(0),
         description="how often the hub's seat judges which nodes collections forget, and writes what changed",
     )
+    pause_on_failure: bool = Field(
+        default=True,
+        description="the hub's seat pauses a module's rollout when a node running it fails its change "
+        "(rollout.<module> in the fleet bucket); false: only operators pause (provisioner.seat.rollouts)",
+    )
     sites_reread: Duration = Field(
         default=timedelta(seconds=30),
         gt=timedelta(0),

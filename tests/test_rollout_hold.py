@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 
 import anyio
 import nats.errors
@@ -25,7 +26,7 @@ from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.wire import Bus, KvItem, delete, get_last_many, get_latest, put
 from tests.helpers import in_own_task
-from tests.isolation import Mesh, party
+from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
 N1, N2, SEAT = party(Kind.NODE, "n1"), party(Kind.NODE, "n2"), party(Kind.SEAT)
 PLACEMENT = Placement.of_catalogue()
@@ -47,6 +48,15 @@ async def holding(seat: Bus) -> AsyncIterator[RolloutsSeen]:
         await tasks.start(partial(hold_failed_rollouts, seat, placement=PLACEMENT, seen=seen))
         yield seen
         tasks.cancel_scope.cancel()
+
+
+@pytest.fixture(params=["static", "jwt"], ids=["static accounts", "decentralized JWT accounts"])
+async def mesh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Mesh]:
+    """The mesh of tests/conftest.py, its seat told not to pause rollouts itself: each test runs the
+    seat's rollout task on its own connection, and reads what it saw."""
+    start = mesh_server if request.param == "static" else jwt_mesh_server
+    async with in_own_task(start(tmp_path / "mesh", seat={"pause_on_failure": False})) as running:
+        yield running
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import ASSIGNMENTS, BOUND_BUCKET, CONFIG
 from provisioner.seat.buckets import ensure_bucket, seat_buckets, weaknesses
 from registry.access import followed_live
-from registry.contract import Bucket, KeyShape, buckets, load_catalogue
+from registry.contract import Bucket, KeyShape, buckets, fleet, load_catalogue
 from registry.wire import BucketConfig, Bus, create_bucket, put
 from tests.helpers import serving
 
@@ -60,6 +60,7 @@ def test_the_buckets_followed_live_are_the_catalogues_and_the_registry_and_needs
     assert [b.name for b in seat_buckets(["postgres"]) if b in live] == [
         buckets.REGISTRY.name,
         buckets.NEEDS.name,
+        fleet.FLEET.name,  # nodes follow the rollouts' claims and holds, and the gone marks
         BOUND_BUCKET.name,
         "mesh-config_values",
         ASSIGNMENTS.name,
