@@ -12,10 +12,11 @@ records, so that what applied holds is older than that reconcile.
 Writes that wait for the hub (a node at a site whose link is cut, `waiting`) are read from the
 client's record of them: since when, how the client knows (the write and its answer: `NoResponders`,
 timed out) and which records are not yet written there. The verb that lists the applied records
-lives at the hub: when it does not answer for the same reason, the records are read at the site
-instead, one direct get per module the env folder's ledger names, with those waiting in their
-place, and status says so. The lease then reads as last renewed before the cut, so the client is
-said to be renewing it in vain, not to be stopped.
+is answered at the site by its seat, from the site's copies, where no waiting record is yet: those
+take their place, and status says so. When the verb does not answer (the site's seat stopped while
+writes wait), the records are read from the site's copy, one direct get per module the env
+folder's ledger names, with those waiting in their place. The lease then reads as last renewed
+before the cut, so the client is said to be renewing it in vain, not to be stopped.
 
 Status only reads: no lease taken, no write, no key made where there is none. On a terminal the
 state marks are coloured (rich); anywhere else the same lines are plain text.
