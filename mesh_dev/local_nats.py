@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 _LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _READY = "Server is ready"
+# An error nats-server says and then retries by itself: a cluster peer or a leaf's hub not listening
+# yet (the servers of a cluster start one after another; under load a dial can come before "ready").
+_RETRIED = re.compile(r"Error trying to connect to (route|leafnode)|connect: connection refused")
 
 
 class LocalNatsError(RegistryError):
@@ -103,7 +106,7 @@ async def _until_ready(lines: TextReceiveStream) -> tuple[str, int]:
                 host, port = found.group(1).replace("0.0.0.0", "127.0.0.1"), int(found.group(2))  # noqa: S104
             if _READY in line and port:
                 return host, port
-            if "[FTL]" in line or "[ERR]" in line:
+            if "[FTL]" in line or ("[ERR]" in line and not _RETRIED.search(line)):
                 raise LocalNatsError(line.strip())
     raise LocalNatsError("exited before it was ready")
 

@@ -47,6 +47,8 @@ SECOND_SHELL = (
 AFTER_STOP = ("./scripts/run --reset",)
 NOT_RUNNABLE = {
     "./scripts/test": "the whole suite, of which this test is a part",
+    "mesh-provisioner rollout status": "a real mesh's rollouts, as its operator; "
+    "tests/provisioner/test_rollout_command.py runs each of these on an operator's own account, static and JWT",
     "mesh-provisioner-client reconcile --node n1 --manifests /etc/mesh-provisioner/modules --materialize "
     "/run/mesh-provisioner/env": "a real node's folders, written as root; the demo runs the same client "
     "(tests/test_units.py checks these paths against the defaults and the units)",

@@ -21,7 +21,7 @@ from provisioner.verb.paging import PageCache
 from provisioner.verb.stats import RequestStats
 from registry.contract import fleet
 from registry.wire import Bus, get_latest, put
-from tests.helpers import in_own_task
+from tests.helpers import in_own_task, serving
 
 WITHIN = 20.0  # a bound to fail, not a speed
 
@@ -41,7 +41,14 @@ async def following(bus: Bus, placement: Placement) -> AsyncIterator[RolloutsSee
 
 
 @pytest.fixture
-async def seen(server: LocalNats, bus: Bus) -> AsyncIterator[RolloutsSeen]:
+async def quiet_seat(nats_server: LocalNats) -> AsyncIterator[LocalNats]:
+    """The seat serving, told not to pause rollouts itself: the test's own rollout task does."""
+    async with in_own_task(serving(nats_server.url, pause_on_failure=False)):
+        yield nats_server
+
+
+@pytest.fixture
+async def seen(quiet_seat: LocalNats, bus: Bus) -> AsyncIterator[RolloutsSeen]:
     """The rollout task on the seat's bucket, placement saying n1 runs web."""
     placement = Placement.of_catalogue()
     assert placement.bucket is not None
