@@ -17,22 +17,22 @@ pins that too: n1's env file is the same before, during and after n2's absence.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from provisioner.commands.removal import remove_node
-from provisioner.seat.gone_marks import keep_gone_marks
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.watch.holding import holding
 from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.wire import Bus, ask, get_direct, get_last_many
-from tests.isolation import Mesh, party
+from tests.helpers import in_own_task
+from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
 FORGET_AFTER = timedelta(seconds=0.5)
 EVERY = timedelta(seconds=0.1)
@@ -84,6 +84,15 @@ async def marked(seat: Bus) -> set[str]:
     return {fleet.parse_fleet_key(item.key).node or "" for item in items if not item.deleted}
 
 
+@pytest.fixture(params=["static", "jwt"], ids=["static accounts", "decentralized JWT accounts"])
+async def mesh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Mesh]:
+    """The mesh of tests/conftest.py, its seat keeping the gone marks with a short `forget_after`."""
+    start = mesh_server if request.param == "static" else jwt_mesh_server
+    marks = {"forget_after": FORGET_AFTER, "gone_marks_interval": EVERY}
+    async with in_own_task(start(tmp_path / "mesh", seat=marks)) as running:
+        yield running
+
+
 async def test_a_gone_node_is_forgotten_then_back_then_removed(mesh: Mesh, tmp_path: Path) -> None:
     n1_plan, n2_plan = plan_of("n1", tmp_path), plan_of("n2", tmp_path)
     async with (
@@ -91,34 +100,31 @@ async def test_a_gone_node_is_forgotten_then_back_then_removed(mesh: Mesh, tmp_p
         mesh.connect(party(Kind.NODE, "n1")) as n1,
         mesh.connect(party(Kind.NODE, "n2")) as n2,
         mesh.connect(party(Kind.OPERATOR, "ops")) as operator,
-        anyio.create_task_group() as tasks,
-    ):
-        await tasks.start(partial(keep_gone_marks, seat, forget_after=FORGET_AFTER, every=EVERY))
-        async with holding(n1, "n1", LEASE_TTL):  # n1 stays, as a watching client does
-            n1_env = await reconciled(n1, n1_plan)
-            assert "# from n1" in n1_env
-            await run_once(n2, n2_plan)  # contributes, then releases its lease: gone from now on
+        holding(n1, "n1", LEASE_TTL),
+    ):  # n1 stays, as a watching client does
+        n1_env = await reconciled(n1, n1_plan)
+        assert "# from n1" in n1_env
+        await run_once(n2, n2_plan)  # contributes, then releases its lease: gone from now on
 
-            await until(lambda: _has(marked(seat), "n2"))
-            assert "n1" not in await marked(seat)
-            collect = await until(lambda: _forgotten(operator, "n2"))
-            assert collect == {"n1": False, "n2": True}
-            assert "forgotten by collections since" in await until(lambda: _because(operator, "n2"))
-            assert await reconciled(n1, n1_plan) == n1_env  # n1's collection never held n2's items
+        await until(lambda: _has(marked(seat), "n2"))
+        assert "n1" not in await marked(seat)
+        collect = await until(lambda: _forgotten(operator, "n2"))
+        assert collect == {"n1": False, "n2": True}
+        assert "forgotten by collections since" in await until(lambda: _because(operator, "n2"))
+        assert await reconciled(n1, n1_plan) == n1_env  # n1's collection never held n2's items
 
-            async with holding(n2, "n2", LEASE_TTL):  # back, and held while the seat looks
-                await reconciled(n2, n2_plan)
-                await until(lambda: _lacks(marked(seat), "n2"))
-                collect = await until(lambda: _not_forgotten(operator, "n2"))
-                assert collect["n2"] is False
-
-            removed = await remove_node(seat, "n2")
-            assert removed[buckets.COLLECT.name] == ["n2.shell=3Azsh=3Anormal.tools"]
-            contribution = await get_direct(seat, buckets.COLLECT, "n2.shell=3Azsh=3Anormal.tools")
-            assert contribution is not None and contribution.deleted
+        async with holding(n2, "n2", LEASE_TTL):  # back, and held while the seat looks
+            await reconciled(n2, n2_plan)
             await until(lambda: _lacks(marked(seat), "n2"))
-            assert "n2" not in await forgotten_in_collect(operator)
-        tasks.cancel_scope.cancel()
+            collect = await until(lambda: _not_forgotten(operator, "n2"))
+            assert collect["n2"] is False
+
+        removed = await remove_node(seat, "n2")
+        assert removed[buckets.COLLECT.name] == ["n2.shell=3Azsh=3Anormal.tools"]
+        contribution = await get_direct(seat, buckets.COLLECT, "n2.shell=3Azsh=3Anormal.tools")
+        assert contribution is not None and contribution.deleted
+        await until(lambda: _lacks(marked(seat), "n2"))
+        assert "n2" not in await forgotten_in_collect(operator)
 
 
 async def _has(found: Any, node: str) -> bool:

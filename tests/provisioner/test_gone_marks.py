@@ -5,7 +5,7 @@ nothing; the seat's clock is injected (`Clock`) so that time passes without wait
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
@@ -19,9 +19,18 @@ from provisioner.verb.nodes import REMOVED_LEASE, read_fleet
 from provisioner.verb.paging import PageCache
 from registry.contract import buckets, fleet, to_json
 from registry.wire import Bus, Holder, KvItem, Lease, ask, delete, get_direct, get_last_many, node_key, put
+from tests.helpers import in_own_task, serving
 
 FORGET_AFTER = timedelta(seconds=60)
 ITEMS = b'{"items":["x"]}'
+
+
+@pytest.fixture
+async def server(nats_server: LocalNats) -> AsyncIterator[LocalNats]:
+    """The seat serving, its own gone marks kept once at its start and not again for an hour: each
+    test runs the task itself, with its own clock, and the seat's would delete what it marks."""
+    async with in_own_task(serving(nats_server.url, gone_marks_interval=timedelta(hours=1))):
+        yield nats_server
 
 
 class Clock:
