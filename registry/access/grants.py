@@ -345,10 +345,11 @@ def node_fleet_imports(node: str) -> list[Import]:
 
 
 def operator_fleet_imports() -> list[Import]:
-    """An operator holds, resumes and aborts a module's rollout (`rollout.<module>`) and reads the fleet."""
+    """An operator holds, resumes and aborts a module's rollout (`rollout.<module>`: one token, no
+    key of more) and reads the fleet."""
     why = "hold, resume or abort a module's rollout"
     return [
-        Import(kind="service", subject=fleet.FLEET.subject(f"{fleet.ROLLOUT}.>"), why=why),
+        Import(kind="service", subject=fleet.FLEET.subject(f"{fleet.ROLLOUT}.*"), why=why),
         *_reads(fleet.FLEET, ">", "the fleet: rollout claims and holds, nodes forgotten", live=False),
     ]
 
