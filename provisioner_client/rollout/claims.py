@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from registry.contract import fleet, to_json
-from registry.errors import WrongLastSequence
+from registry.errors import KeyShapeError, WrongLastSequence
 from registry.wire import Bus, KvItem, delete, get_direct, get_last_many, update
 
 FLEET = fleet.FLEET
@@ -34,7 +34,7 @@ class Claims:
         found = {}
         for item in await get_last_many(self.bus, FLEET, f"{fleet.ROLLOUT}.>"):
             hold = None if item.deleted else fleet.read_hold(item.value)
-            module = fleet.parse_fleet_key(item.key).module
+            module = _module_of(item.key)
             if hold is not None and module is not None:
                 found[module] = hold
         return found
@@ -83,3 +83,12 @@ class Claims:
     async def _revision_of(self, key: str) -> int:
         current = await get_direct(self.bus, FLEET, key)
         return current.revision if current is not None else 0
+
+
+def _module_of(key: str) -> str | None:
+    """The module a hold's key names; None for a key of no shape (an operator's grant takes any one
+    token: a literal `*`, a non-canonical escape), which is no module's hold."""
+    try:
+        return fleet.parse_fleet_key(key).module
+    except KeyShapeError:
+        return None
