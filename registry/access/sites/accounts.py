@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from registry.access.credentials import SEED_SUFFIX, user_key_at
-from registry.access.grants import VAULT, AccountGrant, Grants, Import, catalogue_of
+from registry.access.grants import VAULT, AccountGrant, Grants, Import
 from registry.access.limits import limits_of
 from registry.access.parties import Kind, Party
 from registry.access.sites.links import (
@@ -95,7 +95,6 @@ def with_site_accounts(
     `leaf-<site>-data.nk` in `keys`, written there when none is)."""
     if not topology.sites:
         return grants
-    catalogue_of(domains, providers)  # the same catalogue the copies are derived from: refused alike
     accounts = account_keys or {}
     added = tuple(
         AccountGrant(
