@@ -2,16 +2,14 @@
 and JWT: the seat (its gone marks run beside it here, as `provisioner.seat.server` will run them),
 two node clients on their own accounts, an operator asking the verb.
 
-n2 contributes to `shell:zsh:normal` and goes away (its lease released); past `forget_after` the
-seat marks it gone: `query collect` lists its contributions as forgotten and `what=nodes` says so;
-n1's reconcile, which reads the marks under its own grants, goes on; n2 comes back and its mark
-goes; `remove-node` still deletes its contributions (and its mark with them).
-
-What this cannot show: a collection on n1 losing n2's items. A collection is read from the node's
-own contributions alone (`${collected:...}` is "the items of collection ... contributed on this
-node"; the resolver refuses another node's, and a node's grants let it read only its own `<node>.>`
-of the collect bucket), so no node's collection ever held another node's items to forget. The test
-pins that too: n1's env file is the same before, during and after n2's absence.
+The seat's domains file shares one collection across the mesh (`[collections] shared`), read by
+every node: n2 contributes to it and to a node-local one (`shell:zsh:normal`) and goes away (its
+lease released); past `forget_after` the seat marks it gone: `query collect` lists its
+contributions as forgotten and `what=nodes` says so; n1's next reconcile leaves n2's items out of
+the shared collection (its env file and change action follow), under n1's own grants; n2 comes
+back, its mark goes, and n1's next reconcile has its items again; `remove-node` still deletes its
+contributions (and its mark with them). A node-local collection never held another node's items:
+n1's is the same throughout.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.watch.holding import holding
 from registry.access import Kind
 from registry.contract import buckets, fleet
+from registry.errors import ServiceError
 from registry.wire import Bus, ask, get_direct, get_last_many
 from tests.helpers import in_own_task
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
@@ -39,13 +38,19 @@ EVERY = timedelta(seconds=0.1)
 LEASE_TTL = timedelta(seconds=15)
 
 
+SHARED = "ssh-known-hosts"
+DOMAINS = f'[collections]\nshared = ["{SHARED}"]\n'
+
+
 def plan_of(node: str, folder: Path) -> ClientPlan:
     manifests = folder / node / "manifests"
     manifests.mkdir(parents=True)
-    tools = {"module": "tools", "contributes": {"shell:zsh:normal": [f"# from {node}"]}}
+    contributes = {"shell:zsh:normal": [f"# from {node}"], SHARED: [f"{node} ssh-ed25519 KEY-{node}"]}
+    tools = {"module": "tools", "contributes": contributes}
     zsh = {"module": "zsh", "env": {"ZSHRC": "${shell:zsh:normal}"}}
-    (manifests / "tools.json").write_text(json.dumps(tools))
-    (manifests / "zsh.json").write_text(json.dumps(zsh))
+    hosts = {"module": "hosts", "env": {"KNOWN": f"${{collected:{SHARED}}}"}}
+    for manifest in (tools, zsh, hosts):
+        (manifests / f"{manifest['module']}.json").write_text(json.dumps(manifest))
     return ClientPlan(node, manifests, folder / node / "env", timedelta(seconds=2), lease_ttl=LEASE_TTL)
 
 
@@ -60,6 +65,12 @@ async def reconciled(bus: Bus, plan: ClientPlan) -> str:
     report = await reconcile(bus, plan)
     assert report.ok, report
     return (plan.materialize / "zsh.env").read_text()
+
+
+def known_hosts(plan: ClientPlan) -> set[str]:
+    """The nodes whose keys n1's env file of the shared collection holds."""
+    text = (plan.materialize / "hosts.env").read_text()
+    return {node for node in ("n1", "n2") if f"KEY-{node}" in text}
 
 
 async def until(check: Callable[[], Any], within: float = 15.0) -> Any:
@@ -88,7 +99,8 @@ async def marked(seat: Bus) -> set[str]:
 async def mesh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Mesh]:
     """The mesh of tests/conftest.py, its seat keeping the gone marks with a short `forget_after`."""
     start = mesh_server if request.param == "static" else jwt_mesh_server
-    marks = {"forget_after": FORGET_AFTER, "gone_marks_interval": EVERY}
+    (domains := tmp_path / "domains.toml").write_text(DOMAINS)
+    marks = {"forget_after": FORGET_AFTER, "gone_marks_interval": EVERY, "domains_file": domains}
     async with in_own_task(start(tmp_path / "mesh", seat=marks)) as running:
         yield running
 
@@ -104,27 +116,62 @@ async def test_a_gone_node_is_forgotten_then_back_then_removed(mesh: Mesh, tmp_p
     ):  # n1 stays, as a watching client does
         n1_env = await reconciled(n1, n1_plan)
         assert "# from n1" in n1_env
+        assert known_hosts(n1_plan) == {"n1"}
         await run_once(n2, n2_plan)  # contributes, then releases its lease: gone from now on
+        assert await reconciled(n1, n1_plan) == n1_env  # a node-local collection: n2's never in it
+        assert known_hosts(n1_plan) == {"n1", "n2"}
 
         await until(lambda: _has(marked(seat), "n2"))
         assert "n1" not in await marked(seat)
         collect = await until(lambda: _forgotten(operator, "n2"))
         assert collect == {"n1": False, "n2": True}
         assert "forgotten by collections since" in await until(lambda: _because(operator, "n2"))
-        assert await reconciled(n1, n1_plan) == n1_env  # n1's collection never held n2's items
+        assert await reconciled(n1, n1_plan) == n1_env
+        assert known_hosts(n1_plan) == {"n1"}  # forgotten on n1's next reconcile
+        stored = await get_direct(seat, buckets.COLLECT, f"n2.{SHARED}.tools")
+        assert stored is not None and not stored.deleted  # left out by readers, not deleted
 
         async with holding(n2, "n2", LEASE_TTL):  # back, and held while the seat looks
             await reconciled(n2, n2_plan)
+            assert known_hosts(n2_plan) == {"n1", "n2"}  # a node never leaves its own out
             await until(lambda: _lacks(marked(seat), "n2"))
             collect = await until(lambda: _not_forgotten(operator, "n2"))
             assert collect["n2"] is False
+            await reconciled(n1, n1_plan)
+            assert known_hosts(n1_plan) == {"n1", "n2"}  # back on n1's next reconcile
 
         removed = await remove_node(seat, "n2")
-        assert removed[buckets.COLLECT.name] == ["n2.shell=3Azsh=3Anormal.tools"]
+        assert removed[buckets.COLLECT.name] == ["n2.shell=3Azsh=3Anormal.tools", f"n2.{SHARED}.tools"]
         contribution = await get_direct(seat, buckets.COLLECT, "n2.shell=3Azsh=3Anormal.tools")
         assert contribution is not None and contribution.deleted
         await until(lambda: _lacks(marked(seat), "n2"))
         assert "n2" not in await forgotten_in_collect(operator)
+
+
+async def test_a_node_is_answered_every_node_of_a_shared_collection_and_its_own_of_any_other(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    """The verb's scope, asked as a hostile node would: the shared collection whole, any other
+    narrowed to the asking node, whatever it names; another node named is refused."""
+    async with (
+        mesh.connect(party(Kind.NODE, "n1")) as n1,
+        mesh.connect(party(Kind.NODE, "n2")) as n2,
+    ):
+        await run_once(n1, plan_of("n1", tmp_path))
+        await run_once(n2, plan_of("n2", tmp_path))
+
+        async def nodes_of(request: dict[str, str]) -> set[str]:
+            return {entry["node"] for entry in (await ask(n1, request))["entries"]}
+
+        assert await nodes_of({"what": "collect", "collection": SHARED}) == {"n1", "n2"}
+        assert await nodes_of({"what": "collect", "collection": SHARED, "module": "tools"}) == {"n1", "n2"}
+        assert await nodes_of({"what": "collect", "collection": "shell:zsh:normal"}) == {"n1"}
+        assert await nodes_of({"what": "collect"}) == {"n1"}
+        assert await nodes_of({"what": "collect", "collection": f"{SHARED}2"}) == set()
+        assert await nodes_of({"what": "needs"}) == {"n1"}
+        for other in ({"collection": SHARED, "node": "n2"}, {"node": "n2"}):
+            with pytest.raises(ServiceError, match="a node is answered about its own keys"):
+                await ask(n1, {"what": "collect", **other})
 
 
 async def _has(found: Any, node: str) -> bool:

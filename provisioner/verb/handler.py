@@ -43,6 +43,7 @@ class Verb:
         nodes: FleetView | None = None,
     ) -> None:
         self.parties = parties
+        self.registry = registry
         self.answering = Answering(bus, cache, registry, nodes)
 
     def answer(self, body: bytes, headers: Mapping[str, str]) -> Answer:
@@ -64,7 +65,8 @@ class Verb:
             err.asker = asker_of(party)
             raise
         try:
-            return Asked(scoped(query, party), party)
+            shared = self.registry.shared_collections() if self.registry is not None else frozenset()
+            return Asked(scoped(query, party, shared), party)
         except RequestError as err:
             err.asker, err.what = asker_of(party), query.what
             raise

@@ -18,9 +18,10 @@ import uuid
 
 import anyio
 from anyio.abc import TaskStatus
+from pydantic import ValidationError
 
 from provisioner.verb.listing import paginate_listing
-from registry.contract import buckets
+from registry.contract import BucketAnswer, JsonRefused, RegistryEntry, buckets, read_json
 from registry.wire import Bus, KvItem, current_snapshot, scoped_watch
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ class RegistryView:
         self.consumer_name = f"seat-registry-{uuid.uuid4().hex[:8]}"
         self._items: dict[str, KvItem] = {}
         self._answer: tuple[int, bytes | None] | None = None
+        self._shared: frozenset[str] | None = None
         self.ready = False
 
     def apply(self, item: KvItem) -> None:
@@ -40,6 +42,17 @@ class RegistryView:
         if known is None or item.revision > known.revision:
             self._items[item.key] = item
             self._answer = None
+            self._shared = None
+
+    def shared_collections(self) -> frozenset[str]:
+        """The collections the registry shares across the mesh (`BucketAnswer.shared`): a node is
+        answered every node's contributions to them. None before the view is ready, nor from an
+        entry it cannot read (said at debug: `what=registry` names it to whoever asks)."""
+        if not self.ready:
+            return frozenset()
+        if self._shared is None:
+            self._shared = frozenset(name for item in self._items.values() for name in _shared_by(item))
+        return self._shared
 
     def answer(self, budget: int) -> bytes | None:
         """The whole `what=registry` answer, or None when it needs more than one page."""
@@ -60,3 +73,17 @@ class RegistryView:
             task_status.started()
             async for event in watch:
                 self.apply(event)
+
+
+def _shared_by(item: KvItem) -> tuple[str, ...]:
+    if item.deleted:
+        return ()
+    try:
+        entry = RegistryEntry.model_validate(read_json(item.value))
+    except (ValidationError, JsonRefused) as err:
+        log.debug("registry key %r not read for shared collections: %s", item.key, err)
+        return ()
+    answer = entry.answer
+    if not isinstance(answer, BucketAnswer) or answer.read != "items" or answer.bucket != buckets.COLLECT.name:
+        return ()
+    return answer.shared

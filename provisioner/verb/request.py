@@ -15,7 +15,7 @@ Who asks decides the scope (`scoped`), never the body: the bus tells the party
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,9 +84,10 @@ class Asked:
     party: Party | None
 
 
-def scoped(query: Query, party: Party | None) -> Query:
+def scoped(query: Query, party: Party | None, shared: Container[str] = ()) -> Query:
     """`query` as `party` may have it answered: a node about its own keys (needs, applied and
-    collect narrowed to its node), a party that sees the mesh about the mesh, any other (a writer)
+    collect narrowed to its node; a collection the registry `shared` across the mesh about every
+    node's contributions to it), a party that sees the mesh about the mesh, any other (a writer)
     about nothing. A continuation is left as it is: its listing was scoped when it started, and
     its cursor serves only the party that started it."""
     if party is None or party.sees_the_mesh:
@@ -102,6 +103,8 @@ def scoped(query: Query, party: Party | None) -> Query:
             f"asked by node {capped(party.name, 64)} for node {capped(query.node, 64)}"
         )
     if query.what == "registry" or query.cursor is not None:
+        return query
+    if query.what == "collect" and query.node is None and query.collection in shared:
         return query
     return query.model_copy(update={"node": party.name})
 

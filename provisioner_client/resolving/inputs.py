@@ -6,9 +6,10 @@ The *world* a reconcile resolves in is one digest of: the registry's entries; th
 bucket the modules read values from (one direct get each: of `<node>.>` for a node-keyed bucket,
 of `>` for a mesh-wide one, the latest revision under it, which moves with any write there); the
 node's collect keys as converged; and the keyed digest (`envfile.digest`, the node's own key) of
-every value a verb answers, asked anyway once per name, digested and dropped: a secret is compared
-by digest, never kept. A module's inputs are the world, its manifest file's bytes and its env file's
-path. The stamps are read before any value, so a value changed meanwhile only moves the next stamp.
+every value a verb answers (and of every collection shared across the mesh, which the verb lists),
+asked anyway once per name, digested and dropped: a secret is compared by digest, never kept. A
+module's inputs are the world, its manifest file's bytes and its env file's path. The stamps are
+read before any value, so a value changed meanwhile only moves the next stamp.
 
 The world is vouched for only when every place the modules read values from lies under a stamp read
 before them; otherwise (a bucket read for the first time, a key outside the node's own in a node-keyed
@@ -102,8 +103,11 @@ async def verb_digests(
     resolver: Resolver, registry: Registry, wanted: Sequence[tuple[str, Placeholder]], key: bytes
 ) -> dict[str, str]:
     """The keyed digest of each value a verb answers for `wanted` (or of why it could not), by
-    verb, kind and name: asked at once, each once; the values are dropped here."""
-    asked = [(m, p) for m, p in wanted if isinstance(_answer_of(registry, p), VerbAnswer)]
+    verb, kind and name: asked at once, each once; the values are dropped here. A collection
+    shared across the mesh is listed by the verb too, and digested alike."""
+    asked = [
+        (m, p) for m, p in wanted if isinstance(_answer_of(registry, p), VerbAnswer) or resolver.reads_shared(m, p)
+    ]
     await resolver.prefetch(asked)
     digests: dict[str, str] = {}
     for module, placeholder in asked:

@@ -39,10 +39,11 @@ import anyio
 from pydantic import ValidationError
 
 from provisioner_client.resolving.forgotten import Forgotten
-from provisioner_client.resolving.scope import NodeScope
+from provisioner_client.resolving.scope import NodeScope, item_of
 from registry.contract import (
     Bucket,
     BucketAnswer,
+    CollectRow,
     CollectValue,
     JsonRefused,
     KeyShape,
@@ -57,7 +58,7 @@ from registry.contract import (
     shape_of,
 )
 from registry.errors import BusError, BusTimeout, NoResponders, RegistryError, ServiceError
-from registry.wire import MULTI_LAST_LIMIT, Bus, KvItem, ask_service, get_direct, get_last_many
+from registry.wire import MULTI_LAST_LIMIT, Bus, KvItem, answer_of, ask_service, get_direct, get_last_many
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +236,17 @@ class Resolver:
         except (Pending, RegistryError):
             return None
 
+    def reads_shared(self, module: str, placeholder: Placeholder) -> bool:
+        """Whether `placeholder` reads a collection shared across the mesh: listed by the verb, so
+        that, as a verb's value, what it holds moves without any stamp of this node's moving."""
+        entry = self._registry.entries.get(placeholder.kind)
+        if entry is None or not isinstance(entry.answer, BucketAnswer) or not entry.answer.shared:
+            return False
+        try:
+            return entry.answer.shares(self._fields(module, placeholder, entry).get("collection", ""))
+        except Pending:
+            return False
+
     async def resolve(self, module: str, placeholder: Placeholder) -> str:
         """The value of `placeholder` for `module`, or `Pending` with why; each asked once per reconcile."""
         return await self._resolved.get((module, placeholder), lambda: self._resolve_now(module, placeholder))
@@ -267,8 +279,9 @@ class Resolver:
                 shape = shape_of(answer.key)
                 bucket = Bucket(render(answer.bucket, fields), shape)
                 prefix = _items_prefix(shape, fields)
+                shared = answer.shares(fields.get("collection", ""))
                 return await self._values.get(
-                    ("items", bucket.name, prefix), lambda: self._items(bucket, prefix, fields)
+                    ("items", bucket.name, prefix, shared), lambda: self._items(bucket, prefix, fields, shared=shared)
                 )
             bucket, key = _where(answer, fields)
         except RegistryError as err:
@@ -291,14 +304,17 @@ class Resolver:
             raise found
         return found
 
-    async def _items(self, bucket: Bucket, prefix: str, fields: dict[str, str]) -> str:
+    async def _items(self, bucket: Bucket, prefix: str, fields: dict[str, str], *, shared: bool) -> str:
         if bucket.name != buckets.COLLECT.name or bucket.shape != buckets.COLLECT.shape:
             raise Pending(
                 f"bucket {bucket.name} cannot be listed without a listing grant: a node lists only "
                 "its own collections, through the provisioning verb"
             )
         self.sources.add(Source(bucket, f"{prefix}.*"))
-        listed = await self.forgotten.kept(await self._collection(fields, prefix))
+        found = await self._collection(fields, prefix)
+        if shared:
+            found = await self._shared_collection(fields["collection"], prefix, own=found)
+        listed = await self.forgotten.kept(found)
         contributions: list[tuple[str, tuple[str, ...]]] = []
         for item in listed:
             try:
@@ -323,6 +339,26 @@ class Resolver:
         except BusError as err:
             collection = fields["collection"]
             raise Pending(f"{buckets.VERB_SUBJECT} could not list collection {collection!r}: {err.reason}") from None
+
+    async def _shared_collection(self, collection: str, prefix: str, *, own: list[KvItem]) -> list[KvItem]:
+        """A collection shared across the mesh: every other node's contributions as the verb lists
+        them (a key out of shape said and left out), this node's own as `own` has them."""
+        try:
+            answer = await answer_of(self._bus, {"what": "collect", "collection": collection})
+        except NoResponders as err:
+            raise Pending(err.reason) from None
+        except BusError as err:
+            raise Pending(f"{buckets.VERB_SUBJECT} could not list collection {collection!r}: {err.reason}") from None
+        for bad in answer.malformed:
+            where = {"bucket": buckets.COLLECT.name, "key": bad.key}
+            log.warning("skipped %s key %r: %s", buckets.COLLECT.name, bad.key, bad.reason, extra=where)
+        own_token = prefix.partition(".")[0]
+        others = [
+            item_of(row, row.revision or 0)
+            for row in answer.entries
+            if isinstance(row, CollectRow) and row.key.partition(".")[0] != own_token
+        ]
+        return own + others
 
     async def _ask(self, answer: VerbAnswer, module: str, placeholder: Placeholder) -> str:
         body = json.dumps({"node": self._node, "module": module, "kind": placeholder.kind, "name": placeholder.name})

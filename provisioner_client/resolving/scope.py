@@ -60,7 +60,7 @@ class NodeScope:
         (`collection`, `module`)."""
         answer = await answer_of(bus, {"what": LISTED_AS[bucket.name], "node": self.node, **narrowing})
         listed = [row for row in answer.entries if not isinstance(row, NodeRow)]
-        items = [_item_of(row, row.revision) for row in listed if row.revision is not None]
+        items = [item_of(row, row.revision) for row in listed if row.revision is not None]
         unsure = [row.key for row in listed if row.revision is None] + [bad.key for bad in answer.malformed]
         for key in unsure:
             item = await self._stored(bus, bucket, key)
@@ -112,7 +112,7 @@ class NodeScope:
         return changes
 
 
-def _item_of(row: Row, revision: int) -> KvItem:
+def item_of(row: Row, revision: int) -> KvItem:
     """An entry of the verb's answer as the stored bytes: the value re-encoded as
     `registry.contract.models.to_json` writes it, so an unchanged value compares equal and is not rewritten."""
     value = json.dumps(row.value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

@@ -9,6 +9,10 @@ leave the registry. Example (`deploy/domains.toml`):
     kinds = ["config"]
     bucket = "mesh-config_values"
     key = "<name>"
+
+    [collections]
+    shared = ["ssh-known-hosts"]  # read by every node across the mesh; any other collection is
+                                  # the contributions made on the reading node alone
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
@@ -59,6 +63,7 @@ class Domain(BaseModel):
     name: str = "<name>"
     parts: dict[str, str] = Field(default_factory=dict)
     read: Literal["value", "plan", "items"] = "value"
+    shared: tuple[Annotated[str, Field(min_length=1)], ...] = ()  # collections read across the mesh
 
     @model_validator(mode="after")
     def _one_answer(self) -> Domain:
@@ -69,13 +74,17 @@ class Domain(BaseModel):
             raise _field_error("key" if self.key is not None else "parts", "a verb answer takes no 'key' or 'parts'")
         if self.bucket is not None and self.key is None:
             raise _field_error("key", "a bucket answer needs 'key', the bucket's key shape")
+        if self.shared and (self.read != "items" or self.bucket != buckets.COLLECT.name):
+            raise _field_error("shared", f"only collections are shared: read = 'items' of {buckets.COLLECT.name}")
         return self
 
     def answer(self) -> Answer:
         if self.verb is not None:
             return VerbAnswer(subject=self.verb, name=self.name)
         assert self.bucket is not None and self.key is not None
-        return BucketAnswer(bucket=self.bucket, key=self.key, name=self.name, parts=self.parts, read=self.read)
+        return BucketAnswer(
+            bucket=self.bucket, key=self.key, name=self.name, parts=self.parts, read=self.read, shared=self.shared
+        )
 
 
 def _field_error(field: str, message: str) -> PydanticCustomError:
@@ -119,28 +128,51 @@ BUILT_IN: Mapping[str, Domain] = {
 
 
 def load_catalogue(path: Path | None = None) -> dict[str, Domain]:
-    """The built-in catalogue, with the domains of `path` added or overriding by name."""
-    given = read_domains_file(path) if path is not None else {}
+    """The built-in catalogue, with the domains of `path` added or overriding by name, and the
+    file's shared collections (`[collections] shared`) shared by every domain listing them."""
+    given, shared = read_domains_file(path) if path is not None else ({}, ())
     # The file's domains last, so that a clash is blamed on the file's domain, not a built-in one.
     domains = {name: domain for name, domain in BUILT_IN.items() if name not in given} | given
+    domains = {name: _sharing(domain, shared) for name, domain in domains.items()}
     check_catalogue(domains, source=str(path) if path else "built-in catalogue")
     return domains
 
 
-def read_domains_file(path: Path) -> dict[str, Domain]:
+def _sharing(domain: Domain, shared: tuple[str, ...]) -> Domain:
+    if not shared or domain.read != "items" or domain.bucket != buckets.COLLECT.name:
+        return domain
+    return domain.model_copy(update={"shared": tuple(sorted({*domain.shared, *shared}))})
+
+
+class _Collections(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    shared: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+
+
+def read_domains_file(path: Path) -> tuple[dict[str, Domain], tuple[str, ...]]:
+    """The file's domains by name, and the collections it shares across the mesh."""
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise CatalogueError(str(path), f"cannot be read: {err.strerror}") from None
     except tomllib.TOMLDecodeError as err:
         raise CatalogueError(str(path), f"is not valid TOML: {err}") from None
-    unknown = set(document) - {"domains"}
+    unknown = set(document) - {"domains", "collections"}
     if unknown:
-        raise CatalogueError(str(path), f"unknown top-level table {sorted(unknown)[0]!r}; expected [domains.<name>]")
+        raise CatalogueError(
+            str(path), f"unknown top-level table {sorted(unknown)[0]!r}; expected [domains.<name>] or [collections]"
+        )
     tables = document.get("domains", {})
     if not isinstance(tables, dict):
         raise CatalogueError(str(path), "'domains' must be a table of [domains.<name>] tables")
-    return {name: _domain_from(path, name, table) for name, table in tables.items()}
+    try:
+        collections = _Collections.model_validate(document.get("collections", {}))
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(part) for part in ("collections", *first["loc"]))
+        raise CatalogueError(str(path), first["msg"], field=field) from None
+    return {name: _domain_from(path, name, table) for name, table in tables.items()}, collections.shared
 
 
 def _domain_from(path: Path, name: str, table: Any) -> Domain:

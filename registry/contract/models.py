@@ -28,6 +28,10 @@ class BucketAnswer(_Model):
     bucket's key shape; `name` splits the placeholder's name into fields. `read` says how the
     value is taken: `value` is the JSON at the key; `plan` takes `plan.<kind>.<name>` from the
     value at the key; `items` reads every key under the key's last field, in key order.
+
+    `shared` names the collections (of the collect bucket, read by `items`) that every node reads
+    across the mesh: each node's contributions, listed by the provisioning verb, those of nodes
+    gone for good left out. Any other collection is the node's own contributions alone.
     """
 
     via: Literal["bucket"] = "bucket"
@@ -36,6 +40,19 @@ class BucketAnswer(_Model):
     name: str = "<name>"
     parts: dict[str, str] = Field(default_factory=dict)
     read: Literal["value", "plan", "items"] = "value"
+    shared: tuple[str, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _unshared_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An answer sharing no collection is written as before `shared` existed: the same bytes."""
+        data: dict[str, Any] = handler(self)
+        if not data.get("shared"):
+            data.pop("shared", None)
+        return data
+
+    def shares(self, collection: str) -> bool:
+        """Whether `collection` is read across the mesh."""
+        return self.read == "items" and collection in self.shared
 
 
 class VerbAnswer(_Model):

@@ -155,11 +155,31 @@ def test_the_example_domains_file_of_deploy_loads() -> None:
 
 
 def test_the_commented_examples_of_deploy_domains_load_too(tmp_path: Path) -> None:
-    text = re.sub(r"(?m)^# (\[domains\.|[a-z]+ = )", r"\1", DEPLOY_DOMAINS.read_text())
+    text = re.sub(r"(?m)^# (\[domains\.|\[collections\]|[a-z]+ = )", r"\1", DEPLOY_DOMAINS.read_text())
     assert len(re.findall(r"(?m)^\[domains\.", text)) == 4
     registry = compile_registry(load_catalogue(_write(tmp_path, text)))
     assert "consumers" not in registry
     assert "db" in registry
+    collected = registry["collected"].answer
+    assert isinstance(collected, BucketAnswer) and collected.shared == ("ssh-known-hosts",)
+
+
+def test_a_shared_collection_is_shared_by_every_domain_listing_collections(tmp_path: Path) -> None:
+    registry = compile_registry(load_catalogue(_write(tmp_path, '[collections]\nshared = ["keys", "shell:zsh:x"]\n')))
+    listing = {kind: entry.answer for kind, entry in registry.items() if getattr(entry.answer, "read", "") == "items"}
+    assert set(listing) == {"collected", "shell", "environment", "contribution"}
+    for answer in listing.values():
+        assert isinstance(answer, BucketAnswer)
+        assert answer.shared == ("keys", "shell:zsh:x")
+        assert answer.shares("keys") and not answer.shares("other")
+    assert (
+        b"shared" in registry_values(load_catalogue(_write(tmp_path, '[collections]\nshared = ["k"]\n')))["collected"]
+    )
+
+
+def test_an_answer_sharing_nothing_is_the_same_bytes_as_before_sharing_existed() -> None:
+    values = registry_values(load_catalogue())
+    assert all(b"shared" not in value for value in values.values())
 
 
 BAD_FILES = [
@@ -257,6 +277,16 @@ BAD_FILES = [
         "kinds",
         "kind 'secret' is answered by 'vault-secrets' too",
         id="a kind answered twice",
+    ),
+    pytest.param('[collections]\nshared = "keys"\n', None, "collections.shared", "valid tuple", id="shared not a list"),
+    pytest.param('[collections]\nshared = [""]\n', None, "collections.shared.0", "at least 1", id="an empty name"),
+    pytest.param('[collections]\nshare = ["k"]\n', None, "collections.share", "Extra inputs", id="a misspelt field"),
+    pytest.param(
+        '[domains.pki]\nmodule = "m"\nkinds = ["cert"]\nbucket = "b"\nkey = "<name>"\nshared = ["k"]\n',
+        "pki",
+        "shared",
+        "only collections are shared",
+        id="a shared bucket that is no collection",
     ),
     pytest.param(
         '[domains.config]\nmodule = "m"\nkinds = ["config", "secret"]\nverb = "v"\n',
