@@ -99,11 +99,14 @@ async def mesh_server(
     operators: Sequence[str] = OPERATORS,
     widen: Widening | None = None,
     seat: Mapping[str, Any] | None = None,
+    domains_file: Path | None = None,
 ) -> AsyncIterator[Mesh]:
     """nats-server with the generated accounts (as `widen` widens them, if given) and the seat
-    serving in the data account."""
+    serving in the data account; both from the catalogue with `domains_file`, if given."""
     keys = state / "keys"
-    grants = issue_grants(keys, MeshParties(nodes=nodes, providers=providers, operators=operators))
+    parties = MeshParties(nodes=nodes, providers=providers, operators=operators)
+    grants = issue_grants(keys, parties, domains_file=domains_file)
+    seat = {**(seat or {}), **({"domains_file": domains_file} if domains_file else {})}
     config_dir = state / "nats"
     config_dir.mkdir(parents=True, exist_ok=True)
     accounts = render_accounts(widen(grants), _vault_subjects()) if widen else (keys / "accounts.conf").read_text()
@@ -143,12 +146,20 @@ class JwtMesh(Mesh):
 
 @asynccontextmanager
 async def jwt_mesh_server(
-    state: Path, *, nodes: Sequence[str] = NODES, widen: Widening | None = None, seat: Mapping[str, Any] | None = None
+    state: Path,
+    *,
+    nodes: Sequence[str] = NODES,
+    widen: Widening | None = None,
+    seat: Mapping[str, Any] | None = None,
+    domains_file: Path | None = None,
 ) -> AsyncIterator[JwtMesh]:
     """nats-server in JWT mode with the accounts of the issued grants (as `widen` widens them, if
-    given) preloaded (its resolver takes more at run time), and the seat serving in the data account."""
+    given) preloaded (its resolver takes more at run time), and the seat serving in the data account;
+    both from the catalogue with `domains_file`, if given."""
     keys, out, config_dir = state / "keys", state / "grants", state / "nats"
-    grants = issue_grants(out, MeshParties(nodes=nodes, providers=PROVIDERS, operators=OPERATORS), keys=keys, jwt=True)
+    parties = MeshParties(nodes=nodes, providers=PROVIDERS, operators=OPERATORS)
+    grants = issue_grants(out, parties, keys=keys, jwt=True, domains_file=domains_file)
+    seat = {**(seat or {}), **({"domains_file": domains_file} if domains_file else {})}
     if widen:
         write_jwt_auth(out, widen(grants), _vault_subjects(), keys=keys)
     config_dir.mkdir(parents=True, exist_ok=True)

@@ -24,8 +24,9 @@ import anyio
 import pytest
 
 from provisioner.commands.removal import remove_node
-from provisioner_client.reconcile import ClientPlan, reconcile
+from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.watch.holding import holding
+from provisioner_client.watch.watching import WatchTiming, watch
 from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.errors import ServiceError
@@ -100,8 +101,8 @@ async def mesh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
     """The mesh of tests/conftest.py, its seat keeping the gone marks with a short `forget_after`."""
     start = mesh_server if request.param == "static" else jwt_mesh_server
     (domains := tmp_path / "domains.toml").write_text(DOMAINS)
-    marks = {"forget_after": FORGET_AFTER, "gone_marks_interval": EVERY, "domains_file": domains}
-    async with in_own_task(start(tmp_path / "mesh", seat=marks)) as running:
+    marks = {"forget_after": FORGET_AFTER, "gone_marks_interval": EVERY}
+    async with in_own_task(start(tmp_path / "mesh", seat=marks, domains_file=domains)) as running:
         yield running
 
 
@@ -148,17 +149,71 @@ async def test_a_gone_node_is_forgotten_then_back_then_removed(mesh: Mesh, tmp_p
         assert "n2" not in await forgotten_in_collect(operator)
 
 
+async def test_a_watching_node_follows_a_shared_collection_live(mesh: Mesh, tmp_path: Path) -> None:
+    """n1 watches with its refresh and manifest poll an hour away: only the live updates its grants
+    import (other nodes' contributions to the shared collection, the fleet's gone marks) can move
+    its env file, and they do: n2's items come, go when n2 is forgotten, and come back."""
+    n1_plan, n2_plan = plan_of("n1", tmp_path), plan_of("n2", tmp_path)
+    timing = WatchTiming(debounce=timedelta(seconds=0.05), refresh=timedelta(hours=1), poll=timedelta(hours=1))
+    async with (
+        mesh.connect(party(Kind.SEAT)) as seat,
+        mesh.connect(party(Kind.NODE, "n1")) as n1,
+        mesh.connect(party(Kind.NODE, "n2")) as n2,
+        anyio.create_task_group() as tasks,
+    ):
+        reports: list[Report] = []
+        await tasks.start(
+            lambda task_status: watch(n1, n1_plan, timing, on_report=reports.append, task_status=task_status)
+        )
+        assert known_hosts(n1_plan) == {"n1"}
+        await until(lambda: _at_least(reports, 2))  # and its resync once it follows what it read
+
+        await run_once(n2, n2_plan)
+        await until(lambda: _known(n1_plan, {"n1", "n2"}))
+        await until(lambda: _has(marked(seat), "n2"))
+        await until(lambda: _known(n1_plan, {"n1"}))
+        async with holding(n2, "n2", LEASE_TTL):
+            await reconciled(n2, n2_plan)
+            await until(lambda: _lacks(marked(seat), "n2"))
+            await until(lambda: _known(n1_plan, {"n1", "n2"}))
+        tasks.cancel_scope.cancel()
+
+
+async def _heard(heard: list[str], key: str) -> bool:
+    return any(subject.endswith(f"{buckets.COLLECT.name}.{key}") for subject in heard)
+
+
+async def _at_least(reports: list[Report], count: int) -> bool:
+    return len(reports) >= count
+
+
+async def _known(plan: ClientPlan, nodes: set[str]) -> bool:
+    return known_hosts(plan) == nodes
+
+
 async def test_a_node_is_answered_every_node_of_a_shared_collection_and_its_own_of_any_other(
     mesh: Mesh, tmp_path: Path
 ) -> None:
     """The verb's scope, asked as a hostile node would: the shared collection whole, any other
     narrowed to the asking node, whatever it names; another node named is refused."""
+    heard: list[str] = []
+    listener = await mesh.raw(party(Kind.NODE, "n1"))  # all n1's account is sent, on any subject
+
+    async def hear(msg: Any) -> None:
+        heard.append(msg.subject)
+
+    await listener.subscribe(">", cb=hear)
+    await listener.flush()
     async with (
         mesh.connect(party(Kind.NODE, "n1")) as n1,
         mesh.connect(party(Kind.NODE, "n2")) as n2,
     ):
         await run_once(n1, plan_of("n1", tmp_path))
         await run_once(n2, plan_of("n2", tmp_path))
+        await until(lambda: _heard(heard, f"n2.{SHARED}.tools"))
+        of_n2 = [subject for subject in heard if f"{buckets.COLLECT.name}.n2." in subject]
+        assert not [subject for subject in of_n2 if f".{SHARED}." not in subject]  # n2's shell never reaches n1
+        await listener.close()
 
         async def nodes_of(request: dict[str, str]) -> set[str]:
             return {entry["node"] for entry in (await ask(n1, request))["entries"]}

@@ -4,17 +4,17 @@ The seat creates its four buckets, the leases, the fleet (`registry.contract.fle
 `<provider>_bound` bucket of each configured provider and the bucket of each domain of the
 catalogue writing one (`mesh-config_values`, the controller's `mesh-controller_assignments`): no
 other party may create a stream (that grant would let it choose the stream's subjects). Each has
-the same fixed configuration
-(`registry.wire.kv.BucketConfig`): rollup headers refused, a value and a bucket size limit, direct
-get on (a node's reads are granted key by key), deletion of the stream denied. A bucket some party
-follows live (`registry.access.followed_live`, read from the grants' derivation: the registry, the
-needs, each domain's bucket, each provider's `_bound`) republishes its writes under
-`$KVR.<bucket>.`, where the live updates are imported from; the others (applied, collect, leases)
-do not: republishing costs nats-server a message per write, for nobody. An existing bucket is
-used as it is, never recreated: its republishing is made to match (one stream update; none when it
-does), and one that is weaker than the rest is reported with one ERROR line saying what differs
-and the command that fixes it, and the server still starts: refusing to start would take the
-whole mesh down over a fixable setting.
+the same fixed configuration (`registry.wire.kv.BucketConfig`): rollup headers refused, a value and
+a bucket size limit, direct get on (a node's reads are granted key by key), deletion of the stream
+denied. A bucket some party follows live (`registry.access.followed_live`, read from the grants'
+derivation: the registry, the needs, each domain's bucket, each provider's `_bound`) republishes
+its writes under `$KVR.<bucket>.`, where the live updates are imported from (collect too, once the
+catalogue shares a collection); the others (applied, collect, leases) do not: republishing costs
+nats-server a message per write, for nobody. An existing bucket is used as it is, never recreated:
+its republishing is made to match (one stream update; none when it does), and one that is weaker
+than the rest is reported with one ERROR line saying what differs and the command that fixes it,
+and the server still starts: refusing to start would take the whole mesh down over a fixable
+setting.
 
 A seat started before its JetStream cluster has enough peers for the replicas asked (no meta
 leader yet: no answer; too few servers: "no suitable peers for placement") waits for them, as it

@@ -18,8 +18,9 @@ the stream denied, one value per key as the hub's history (`bucket_history`), `d
 (a copy must take whatever the hub stored). A copy of a bucket some party at the site follows
 live republishes its writes under `$KVR.<bucket>.>`, where the site's node accounts import their
 live updates from, as at the hub: the registry, the mesh-wide and the node-keyed buckets. The
-mirrors of what nodes write republish nothing: no party at a site follows them (a node follows
-none of the buckets it writes; providers, which follow the needs, live at the hub).
+mirrors of what nodes write republish nothing (providers, which follow the needs, live at the
+hub), but for the collect mirror where the domains file shares a collection: every node at the
+site follows the other nodes' contributions to it.
 
 An existing copy is checked against this at every start. Its republishing and its sources are
 made to match (a stream update: both are derived from the catalogue and sites.json, change no
@@ -61,8 +62,8 @@ import anyio
 
 from provisioner.seat.buckets import seat_buckets, until_enough_peers
 from provisioner.seat.site_resets import rewind
-from registry.access import CopyConsumer, SiteFileEntry
-from registry.contract import Bucket, buckets
+from registry.access import CopyConsumer, SiteFileEntry, followed_live
+from registry.contract import Bucket, buckets, load_catalogue
 from registry.wire import BucketConfig, Bus, bucket_config, converge_republish
 
 log = logging.getLogger(__name__)
@@ -96,9 +97,11 @@ def site_copies(site: SiteFileEntry, providers: Iterable[str] = (), domains_file
     """Every copy the seat of `site` makes: of each bucket the hub's seat makes (the same
     `providers` and domains file), a mirror or one source per node of the site."""
     found = []
+    live = followed_live(load_catalogue(domains_file))
     for bucket in seat_buckets(providers, domains_file):
-        if bucket in WRITTEN:
-            found.append(SiteCopy(bucket, "mirror", live=False, site=site.name))
+        if bucket in WRITTEN:  # followed only where a collection is shared, as at the hub
+            followed = bucket == buckets.COLLECT and bucket in live
+            found.append(SiteCopy(bucket, "mirror", live=followed, site=site.name))
         elif bucket != buckets.REGISTRY and bucket.shape.fields[:1] == ("node",):
             found.append(SiteCopy(bucket, "sources", live=True, nodes=site.nodes, site=site.name))
         else:

@@ -313,6 +313,7 @@ class Resolver:
         self.sources.add(Source(bucket, f"{prefix}.*"))
         found = await self._collection(fields, prefix)
         if shared:
+            self.sources.add(Source(bucket, f"*.{prefix.partition('.')[2]}.*"))
             found = await self._shared_collection(fields["collection"], prefix, own=found)
         listed = await self.forgotten.kept(found)
         contributions: list[tuple[str, tuple[str, ...]]] = []

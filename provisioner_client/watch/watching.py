@@ -61,7 +61,7 @@ from provisioner_client.resolving.waiting import WaitingWrites, link_down
 from provisioner_client.watch.drift import DriftWatch, put_back
 from provisioner_client.watch.fleet import FleetInterest, RolloutAlarm, follow_fleet
 from provisioner_client.watch.holding import Renewals, node_lease
-from registry.contract import AppliedValue, Bucket, subject_matches, under
+from registry.contract import AppliedValue, Bucket, buckets, subject_matches, under
 from registry.errors import BusError, ConnectionClosed
 from registry.runtime import event, log_context
 from registry.wire import Bus, Message
@@ -115,21 +115,41 @@ class Trigger:
         return wake
 
 
+# The buckets whose keys nodes write, each its own `<node>.>`.
+WRITTEN_BY_NODES = frozenset(bucket.name for bucket in (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT))
+
+
 def watch_scopes(sources: set[Source], node: str) -> dict[Source, set[str]]:
     """One watch per bucket, not per key: the node's own `<node>.>` where every source of the
     bucket lies under it, else the whole bucket; with the source filters whose changes matter.
+    A bucket nodes write (a shared collection's other nodes' contributions) is the exception: each
+    source outside the node's own keys is a watch of its own (`followed_live`).
 
     A client of many modules would otherwise hold hundreds of subscriptions; the filters keep
     other keys' changes from waking it."""
     own_keys = under(node)
     own = own_keys[:-1]
     by_bucket: dict[Bucket, set[str]] = {}
+    scopes: dict[Source, set[str]] = {}
     for source in sources:
-        by_bucket.setdefault(source.bucket, set()).add(source.filter)
-    return {
-        Source(bucket, own_keys if all(f.startswith(own) for f in filters) else ">"): filters
-        for bucket, filters in by_bucket.items()
-    }
+        if followed_live(source, node):
+            scopes[source] = {source.filter}
+        else:
+            by_bucket.setdefault(source.bucket, set()).add(source.filter)
+    scopes.update(
+        {
+            Source(bucket, own_keys if all(f.startswith(own) for f in filters) else ">"): filters
+            for bucket, filters in by_bucket.items()
+        }
+    )
+    return scopes
+
+
+def followed_live(source: Source, node: str) -> bool:
+    """Whether `source` is followed where its bucket's stream republishes it (`$KVR.`), not on its
+    keys' own subjects: other nodes' keys of a bucket nodes write (a shared collection), whose live
+    updates a node's grants import there, off the subjects its own writes go out on."""
+    return source.bucket.name in WRITTEN_BY_NODES and not source.filter.startswith(under(node)[:-1])
 
 
 class _Followers:
@@ -152,14 +172,21 @@ class _Followers:
             self._tg.start_soon(self._follow, scope_source, scope)
 
     async def _follow(self, source: Source, scope: anyio.CancelScope) -> None:
+        live = followed_live(source, self._node)
+        subject = source.bucket.live_subject(source.filter) if live else source.bucket.subject(source.filter)
+        prefix = subject[: len(subject) - len(source.filter)]
+        own = under(self._node)[:-1]
+
         async def on_message(msg: Message) -> None:
-            key = source.bucket.key_of(msg.subject)
+            key = msg.subject[len(prefix) :]
+            if live and key.startswith(own):  # its own write, come back: nothing to read again
+                return
             if any(subject_matches(f, key) for f in self._interest.get(source, ())):
                 self._trigger.pull(f"{source.bucket.name} {key}")
 
         with scope:
             try:
-                subscription = await self._bus.subscribe(source.bucket.subject(source.filter), on_message)
+                subscription = await self._bus.subscribe(subject, on_message)
                 try:
                     await self._bus.flush()  # the server has the subscription: re-read what changed before it
                     self._trigger.pull(f"resync after following {source.bucket.name}")

@@ -11,7 +11,9 @@ A node imports: puts, deletes and gets of its own `<node>.>` keys in needs, appl
 gets of its `<node>.>` keys of node-keyed buckets (placement, each provider's `_bound`) and of
 every key of mesh-wide buckets (the registry, shared config), with their live updates (as each
 bucket's stream republishes them under `$KVR.<bucket>.`, whoever wrote, onto `$KV.<bucket>.`); the verb
-and the vault's `secret` verb, shared, so that they learn who asks. A provider's machine (a node
+and the vault's `secret` verb, shared, so that they learn who asks; the live updates of each
+collection the catalogue shares across the mesh (every node's contributions to it, which the verb
+lists), where the collect stream republishes them. A provider's machine (a node
 running the provider's module, named in `machines`) imports the vault's `consumers` verb too. A
 provider reads the needs bucket, writes its own `<provider>_bound` and asks the verb. An operator
 asks the verb. A writer (a domain of the catalogue writing a bucket of a fixed name the registry
@@ -49,6 +51,7 @@ from registry.contract import (
     Domain,
     VerbAnswer,
     buckets,
+    encode_token,
     fields_of,
     fleet,
     render,
@@ -270,6 +273,7 @@ class _Catalogue:
         self.machine_verbs: set[str] = set()
         self.written: dict[str, Bucket] = {}
         self.skipped: list[str] = []
+        self.shared: set[str] = set()  # collections read across the mesh
         own = {b.name for b in buckets.OWN}
         for name, domain in sorted(domains.items()):
             if not domain.kinds:
@@ -279,6 +283,7 @@ class _Catalogue:
                 machine = set(domain.kinds) <= MACHINE_KINDS
                 (self.machine_verbs if machine else self.node_verbs).add(answer.subject)
                 continue
+            self.shared.update(answer.shared)
             if not fields_of(answer.bucket) and answer.bucket not in own:
                 self.written[name] = Bucket(answer.bucket, shape_of(answer.key))
             for bucket in self._buckets_of(name, answer, providers):
@@ -320,10 +325,25 @@ def node_imports(node: str, catalogue: _Catalogue, *, machine: bool) -> list[Imp
         found += _reads(bucket, own, f"its own keys of {bucket.name}")
     for bucket in catalogue.mesh_wide:
         found += _reads(bucket, ">", f"{bucket.name}, readable mesh-wide")
+    found += shared_collection_imports(catalogue.shared)
     found += _asks([buckets.VERB_SUBJECT], "ask the verb, telling who asks")
     verbs = catalogue.node_verbs | (catalogue.machine_verbs if machine else set())
     found += _asks(verbs, "ask the vault, telling who asks", account=VAULT.account)
     return found
+
+
+def shared_collection_imports(shared: Iterable[str]) -> list[Import]:
+    """Live updates of every node's contributions to each collection shared across the mesh
+    (`*.<collection>.*`), where the collect stream republishes them: not onto `$KV.`, where a
+    node's own contributions go out. The contributions themselves a node is listed by the verb."""
+    return [
+        Import(
+            kind="stream",
+            subject=buckets.COLLECT.live_subject(f"*.{encode_token(name)}.*"),
+            why=f"live updates of collection {name!r}, shared across the mesh, whoever wrote them",
+        )
+        for name in sorted(shared)
+    ]
 
 
 def node_fleet_imports(node: str) -> list[Import]:

@@ -4,7 +4,8 @@ which buckets' streams republish their writes (`provisioner.seat.buckets`).
 A party's live updates are a stream import of where a bucket's stream republishes its writes
 (`$KVR.<bucket>.<scope>`, `registry.access.grants`). Republishing costs nats-server a message for
 every write the stream stores, so a bucket nobody imports live must not republish (a hostile node
-fills the applied and collect buckets as fast as it can, and nobody follows those), and one that
+fills the applied and collect buckets as fast as it can, and nobody follows those, but for collect
+once the catalogue shares a collection), and one that
 somebody imports must, or its party hears nothing. Both come from here: the buckets of the stream
 imports of a party of every kind, as the grants derive them. A party's name only narrows what it
 follows within a bucket, so a node and a provider named `ANY_PROVIDER` stand for all: each

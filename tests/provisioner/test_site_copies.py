@@ -9,6 +9,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -94,6 +95,14 @@ async def test_each_copy_is_made_as_fixed(bus: Bus, caplog: pytest.LogCaptureFix
     caplog.clear()
     await ensure(bus, site("n1"))  # again: nothing to say, nothing changed
     assert not caplog.records
+
+
+def test_the_collect_mirror_republishes_only_where_a_collection_is_shared(tmp_path: Path) -> None:
+    """Every node at the site then follows the other nodes' contributions to it, as at the hub."""
+    (shared := tmp_path / "domains.toml").write_text('[collections]\nshared = ["keys"]\n')
+    live = {copy.bucket.name: copy.live for copy in site_copies(site("n1"), ["postgres"], shared)}
+    assert live[buckets.COLLECT.name] and not live[buckets.NEEDS.name] and not live[buckets.APPLIED.name]
+    assert not {copy.bucket.name: copy.live for copy in site_copies(site("n1"), ["postgres"])}[buckets.COLLECT.name]
 
 
 async def test_a_copy_that_differs_is_reported_and_left_as_it_is(bus: Bus, caplog: pytest.LogCaptureFixture) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from mesh_dev.standins import ASSIGNMENTS, BOUND_BUCKET, CONFIG
 from provisioner_client.resolving.resolve import Source
-from provisioner_client.watch.watching import watch_scopes
+from provisioner_client.watch.watching import followed_live, watch_scopes
 from registry.contract import Bucket, buckets, keys, subject_matches
 
 
@@ -27,6 +27,14 @@ def test_one_watch_per_bucket_over_the_nodes_own_keys_or_the_whole_bucket() -> N
         Source(BOUND_BUCKET, "n1.>"): {"n1.app.db.host"},
         Source(buckets.COLLECT, "n1.>"): {"n1.shell=3Azsh=3Anormal.*"},
     }
+
+
+def test_other_nodes_keys_of_a_bucket_nodes_write_are_each_followed_live() -> None:
+    """A shared collection: its live updates are imported on `$KVR.`, off the node's own writes."""
+    own, shared = Source(buckets.COLLECT, "n1.keys.*"), Source(buckets.COLLECT, "*.keys.*")
+    assert watch_scopes({own, shared}, "n1") == {Source(buckets.COLLECT, "n1.>"): {"n1.keys.*"}, shared: {"*.keys.*"}}
+    assert followed_live(shared, "n1") and not followed_live(own, "n1")
+    assert not followed_live(Source(CONFIG, ">"), "n1")
 
 
 def test_a_node_named_as_a_prefix_of_another_is_not_its_owner() -> None:
