@@ -69,6 +69,18 @@ STATES: Mapping[str, tuple[str, ...]] = {
 }
 
 
+PauseOnFailure = Literal["placed", "declared", "off"]
+
+
+def _pause_mode(given: object) -> object:
+    """A yes or no as it was before the modes: yes is `placed`, no is `off`."""
+    if isinstance(given, bool):
+        return "placed" if given else "off"
+    if isinstance(given, str) and given.lower() in {"true", "false", "yes", "no", "1", "0"}:
+        return "placed" if given.lower() in {"true", "yes", "1"} else "off"
+    return given
+
+
 class ServerSettings(LogSettings):
     """Everything `mesh-provisioner serve` can be told besides how to reach NATS."""
 
@@ -174,10 +186,12 @@ class ServerSettings(LogSettings):
         gt=timedelta(0),
         description="how often the hub's seat judges which nodes collections forget, and writes what changed",
     )
-    pause_on_failure: bool = Field(
-        default=True,
+    pause_on_failure: Annotated[PauseOnFailure, BeforeValidator(_pause_mode)] = Field(
+        default="placed",
         description="the hub's seat pauses a module's rollout when a node running it fails its change "
-        "(rollout.<module> in the fleet bucket); false: only operators pause (provisioner.seat.rollouts)",
+        "(rollout.<module> in the fleet bucket): 'placed', when placement says the node runs it; "
+        "'declared', also a module placement holds for no node, on a node's needs of it (its own word); "
+        "'off': only operators pause (provisioner.seat.rollouts)",
     )
     sites_reread: Duration = Field(
         default=timedelta(seconds=30),

@@ -30,6 +30,7 @@ from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
 N1, N2, SEAT = party(Kind.NODE, "n1"), party(Kind.NODE, "n2"), party(Kind.SEAT)
 PLACEMENT = Placement.of_catalogue()
+DECLARED = Placement.of_catalogue(declared=True)  # `pause_on_failure = "declared"`
 A_PLAN = b'{"plan":{}}'
 A_NEED = b'{"placeholder":"${config:x}","used_in":["X"]}'
 WITHIN = 20.0  # seconds a hold may take to appear on a loaded machine: a bound to fail, not a speed
@@ -41,11 +42,11 @@ def claim(state: str, change: str = "c1", reason: str = "") -> bytes:
 
 
 @asynccontextmanager
-async def holding(seat: Bus) -> AsyncIterator[RolloutsSeen]:
+async def holding(seat: Bus, placement: Placement = PLACEMENT) -> AsyncIterator[RolloutsSeen]:
     """The seat's rollout task on its own connection, with what it saw."""
     seen = RolloutsSeen()
     async with anyio.create_task_group() as tasks:
-        await tasks.start(partial(hold_failed_rollouts, seat, placement=PLACEMENT, seen=seen))
+        await tasks.start(partial(hold_failed_rollouts, seat, placement=placement, seen=seen))
         yield seen
         tasks.cancel_scope.cancel()
 
@@ -121,16 +122,29 @@ async def _at(seat: Bus, module: str, revision: int) -> KvItem | None:
     return found
 
 
-async def test_a_module_placement_knows_no_node_of_is_paused_by_a_node_that_needs_it(
+async def test_a_module_placement_knows_no_node_of_is_paused_by_no_node_by_default(
     mesh: Mesh, seat: Bus, seen: RolloutsSeen
 ) -> None:
-    await write_claim(mesh, "n1", "tool", claim("failed"))  # n1 registered no need of tool
-    await write_claim(mesh, "n2", "web", claim("waiting"))
+    """n2's needs of `tool` are its own word: any node could register them, and so pause any module
+    placement does not know (`pause_on_failure = "placed"`, the default)."""
     await write_claim(mesh, "n2", "tool", claim("failed", reason="exit 2"))
-    hold, _ = await hold_of(seat, "tool")
-    assert hold.node == "n2"
+    await write_claim(mesh, "n1", "api", claim("failed"))  # the barrier: n2's failure was judged once api is held
+    await hold_of(seat, "api")
+    assert (await get_latest(seat, fleet.FLEET, fleet.hold_key("tool"))) is None
     assert seen.pauses == {"not_running": 1, "paused": 1}
-    assert seen.claims_by_state() == {"waiting": 1, "running": 0, "failed": 2, "expired": 0}
+
+
+async def test_declared_a_module_placement_knows_no_node_of_is_paused_by_a_node_that_needs_it(
+    mesh: Mesh, seat: Bus
+) -> None:
+    async with holding(seat, DECLARED) as seen:
+        await write_claim(mesh, "n1", "tool", claim("failed"))  # n1 registered no need of tool
+        await write_claim(mesh, "n2", "web", claim("waiting"))
+        await write_claim(mesh, "n2", "tool", claim("failed", reason="exit 2"))
+        hold, _ = await hold_of(seat, "tool")
+        assert hold.node == "n2"
+        assert seen.pauses == {"not_running": 1, "paused": 1}
+        assert seen.claims_by_state() == {"waiting": 1, "running": 0, "failed": 2, "expired": 0}
 
 
 async def test_a_failed_claim_renewed_after_a_resume_pauses_nothing_and_a_new_failure_does(

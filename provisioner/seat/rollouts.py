@@ -8,9 +8,12 @@ fleet:
 
     a claim turns failed    claim.<M>.<X> written `failed` for a change it was not failed for
                             before (a renewal of the same failed claim is no new failure)
-    X runs M?               placement (`mesh-controller_assignments`) holds `X.M`; for a module
-                            placement holds for no node at all, X registered needs of M
-                            (`X.M.>` in `mesh-provisioner_needs`)
+    X runs M?               placement (`mesh-controller_assignments`) holds `X.M`; with
+                            `pause_on_failure = "declared"`, also for a module placement holds
+                            for no node at all, X registered needs of M (`X.M.>` in
+                            `mesh-provisioner_needs`: the node's own word, so a hostile node can
+                            pause any module placement does not know; the default, `placed`,
+                            leaves such a module to operators)
     yes: hold               `rollout.<M>` = paused, by `seat`, naming X and why, written
                             create-only: a hold already there (paused by another node's
                             failure, an operator's pause or abort) is left as it is
@@ -175,30 +178,35 @@ def _renewal(before: ClaimSeen | None, seen: ClaimSeen) -> bool:
 
 
 class Placement:
-    """Whether a node runs a module: placement says so, or for a module placement knows of no
-    node at all, the node registered needs of it."""
+    """Whether a node runs a module: placement says so; with `declared`, also for a module
+    placement knows of no node at all, the node registered needs of it."""
 
-    def __init__(self, bucket: Bucket | None) -> None:
+    def __init__(self, bucket: Bucket | None, *, declared: bool = False) -> None:
         self.bucket = bucket
+        self.declared = declared
 
     @classmethod
-    def of_catalogue(cls, domains_file: Path | None = None) -> Placement:
+    def of_catalogue(cls, domains_file: Path | None = None, *, declared: bool = False) -> Placement:
         """The placement domain's bucket in the catalogue (`domains_file`'s, else the built-in);
         none when the catalogue writes no placement bucket keyed `<node>.<module>`."""
         bucket = writing_domains(load_catalogue(domains_file)).get(PLACEMENT)
         if bucket is not None and bucket.shape.fields != ("node", "module"):
-            log.warning("rollouts: placement bucket %s is not keyed <node>.<module>: needs alone are read", bucket.name)
             bucket = None
-        return cls(bucket)
+        if bucket is None:
+            log.warning(
+                "rollouts: the catalogue has no placement bucket keyed <node>.<module>: %s",
+                "nodes' needs alone say who runs a module" if declared else "no node's failure pauses a rollout",
+            )
+        return cls(bucket, declared=declared)
 
     async def runs(self, bus: Bus, node: str, module: str) -> bool:
         if self.bucket is not None:
             placed = await get_latest(bus, self.bucket, self.bucket.shape.build(node=node, module=module))
             if placed is not None and not placed.deleted:
                 return True
-            if await self._knows(bus, module):
+            if not self.declared or await self._knows(bus, module):
                 return False
-        return await _any_live(bus, buckets.NEEDS, under(node, module))
+        return self.declared and await _any_live(bus, buckets.NEEDS, under(node, module))
 
     async def _knows(self, bus: Bus, module: str) -> bool:
         """Whether placement holds the module for some node; more keys than one read answers: it does."""
@@ -346,7 +354,8 @@ async def _pause_once(
     if not await placement.runs(bus, failed.node, failed.module):
         if refused.first(failed.module, failed.node):
             log.warning(
-                "node %s claims a failed change of module %s, which it does not run: its rollout is not paused",
+                "node %s claims a failed change of module %s, which placement does not say it runs: its "
+                "rollout is not paused (an operator may: mesh-provisioner rollout pause)",
                 failed.node,
                 failed.module,
                 extra=event(node=failed.node, module=failed.module),

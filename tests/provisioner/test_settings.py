@@ -59,6 +59,20 @@ def test_flags_over_environment_over_file_over_defaults(config_file: Path) -> No
     assert settings.bucket_history == 1  # default
 
 
+@pytest.mark.parametrize(
+    ("given", "mode"),
+    [(None, "placed"), ("declared", "declared"), ("off", "off"), ("false", "off"), ("true", "placed"), ("no", "off")],
+)
+def test_pausing_on_failure_is_a_mode_and_a_yes_or_no_as_before(given: str | None, mode: str) -> None:
+    environ = {"MESH_PROVISIONER_PAUSE_ON_FAILURE": given} if given is not None else {}
+    assert load({}, environ=environ).pause_on_failure == mode
+
+
+def test_an_unknown_pause_mode_is_refused() -> None:
+    with pytest.raises(SettingsError, match="pause"):
+        load({"pause_on_failure": "sometimes"})
+
+
 def test_the_log_settings_are_settings_like_the_others(config_file: Path) -> None:
     settings = load({"log_level": "debug"}, config_file, {"MESH_PROVISIONER_LOG_FORMAT": "json"})
     assert (settings.log_format, settings.log_level) == ("json", "DEBUG")
