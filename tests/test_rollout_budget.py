@@ -23,7 +23,7 @@ import anyio
 import pytest
 from anyio.abc import TaskGroup
 
-from mesh_dev.standins import CONFIG
+from mesh_dev.standins import ASSIGNMENT, ASSIGNMENTS, CONFIG
 from provisioner.seat.buckets import ensure_bucket
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.rollout import RolloutPlan
@@ -179,8 +179,13 @@ async def watching(
 
 
 async def seeded(seat: Bus, level: str = "info") -> None:
+    """The config value the nodes' env files read, and placement saying every node runs `web`: a
+    node's failure pauses only a module placement says it runs."""
     await ensure_bucket(seat, CONFIG, BucketConfig())
+    await ensure_bucket(seat, ASSIGNMENTS, BucketConfig())
     await put(seat, CONFIG, "log-level", json.dumps(level).encode())
+    for node in (*NODES, "n1", "n2"):
+        await put(seat, ASSIGNMENTS, ASSIGNMENT.build(node=node, module="web"), b'{"plan":{}}')
 
 
 NODES = tuple(f"n{i:02d}" for i in range(20))

@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,8 +36,9 @@ from provisioner.seat.server import run_server, site_of, sites_of_the_hub
 from provisioner.seat.site_copies import site_copies
 from provisioner.settings import ServerSettings
 from provisioner.verb.service import ENDPOINT
+from provisioner_client.reconcile import ClientPlan, reconcile
 from registry.access import Nkey, account_seed_path, creds_path, read_sites_file
-from registry.contract import Bucket, buckets
+from registry.contract import Bucket, NodeRow, buckets
 from registry.errors import NoResponders, SettingsError
 from registry.wire import Bus, BusOptions, answer_of, connect, get_direct, put
 from tests.cluster import free_port
@@ -103,9 +105,14 @@ class Mesh:
         return connecting(running, label, self.keys, jwt=self.jwt)
 
 
-def grants(root: Path, relay: int, leaf: int, *, jwt: bool = False) -> tuple[Path, Path]:
+def grants(root: Path, relay: int, leaf: int, *, jwt: bool = False, domains: str = "") -> tuple[Path, Path]:
+    """The grants of `MESH`, with a domains file of `domains` if given (beside the mesh file)."""
     mesh = root / "mesh.toml"
-    mesh.write_text(MESH.format(relay=relay, leaf=leaf))
+    named = ""
+    if domains:
+        (root / "domains.toml").write_text(domains)
+        named = 'domains_file = "domains.toml"\n'
+    mesh.write_text(named + MESH.format(relay=relay, leaf=leaf))
     out, keys = root / "out", root / "keys"
     jwt_flag = ["--jwt"] if jwt else []
     assert main(["grants", "--mesh", str(mesh), "--out", str(out), "--keys", str(keys), *jwt_flag]) == 0
@@ -130,13 +137,18 @@ async def hub_and_site(
     jwt: bool = False,
     start_site_seat: bool = True,
     hub_settings: dict[str, Any] | None = None,
+    domains: str = "",
     **site_settings: Any,
 ) -> AsyncIterator[Mesh]:
-    """The hub and site 1 on their generated files, the site's link through the relay, the hub's
-    seat running and (unless told) the site's."""
+    """The hub and site 1 on their generated files (with a domains file of `domains`, if given, to
+    the grants and both seats), the site's link through the relay, the hub's seat running and
+    (unless told) the site's."""
     leaf, monitor = free_port(), free_port()
     relay = Relay(leaf, DELAY)
-    out, keys = grants(root, relay.port, leaf, jwt=jwt)
+    out, keys = grants(root, relay.port, leaf, jwt=jwt, domains=domains)
+    if domains:
+        hub_settings = {"domains_file": root / "domains.toml", **(hub_settings or {})}
+        site_settings = {"domains_file": root / "domains.toml", **site_settings}
     async with anyio.create_task_group() as tasks:
         async with AsyncExitStack() as servers:
             hub = await servers.enter_async_context(server(out, root, "hub", jwt=jwt, monitor=monitor))
@@ -319,6 +331,45 @@ async def test_a_change_at_the_hub_reaches_the_site_copies_and_live_updates(tmp_
         assert (msg.subject, msg.data) == (CONFIG.subject("db=3Aurl"), b'"postgres://db"')
         got = await get_direct(n1, CONFIG, "db=3Aurl")
         assert got is not None and got.value == b'"postgres://db"'
+
+
+async def test_a_shared_collection_is_read_and_followed_at_the_site(tmp_path: Path) -> None:
+    """n3 (at the hub) contributes to a collection the domains file shares: n1, at the site, is
+    answered it by the site's seat, hears the write live from the site's mirror, and resolves it;
+    n3's contribution to a collection not shared it is neither answered nor sent."""
+    shared = "ssh-known-hosts"
+    async with (
+        hub_and_site(tmp_path, domains=f'[collections]\nshared = ["{shared}"]\n') as mesh,
+        AsyncExitStack() as stack,
+    ):
+        n1 = await stack.enter_async_context(connect(mesh.options(mesh.site, "node-n1")))
+        n3 = await stack.enter_async_context(connect(mesh.options(mesh.hub, "node-n3")))
+        watcher = await nats.connect(mesh.site.url, nkeys_seed=str(mesh.keys / "node-n1.nk"))
+        stack.push_async_callback(watcher.close)
+        live = await watcher.subscribe(buckets.COLLECT.live_subject(">"))
+        await watcher.flush()
+
+        await put(n3, buckets.COLLECT, "n3.other.tools", b'{"items":["not shared"]}')
+        await put(n3, buckets.COLLECT, f"n3.{shared}.tools", b'{"items":["n3 ssh-ed25519 KEY"]}')
+        msg = await live.next_msg(timeout=20)
+        assert msg.subject == buckets.COLLECT.live_subject(f"n3.{shared}.tools")  # not n3.other's, sent first
+
+        async def contributors() -> set[str] | None:
+            answer = await answer_of(n1, {"what": "collect", "collection": shared})
+            return {row.key for row in answer.entries if not isinstance(row, NodeRow)} or None
+
+        assert await eventually(contributors) == {f"n3.{shared}.tools"}
+        assert not (await answer_of(n1, {"what": "collect", "collection": "other"})).entries
+
+        manifests = tmp_path / "manifests"
+        manifests.mkdir()
+        (manifests / "hosts.json").write_text(
+            json.dumps({"module": "hosts", "env": {"KNOWN": f"${{collected:{shared}}}"}})
+        )
+        plan = ClientPlan("n1", manifests, tmp_path / "env", timedelta(seconds=5))
+        report = await reconcile(n1, plan)
+        assert report.ok, report
+        assert "n3 ssh-ed25519 KEY" in (tmp_path / "env" / "hosts.env").read_text()
 
 
 async def test_the_hubs_quota_purge_is_followed_by_the_sites_mirror(tmp_path: Path) -> None:
