@@ -313,7 +313,7 @@ async def _reconcile_while_held(
         tg.start_soon(wake_on, lost, "lease lost")
         tg.start_soon(_resync_on_reconnect, bus, trigger)
         rollouts = _follow_rollouts(bus, tg, trigger, plan.node)
-        backoff = _Backoff(timing.backoff_max)
+        backoff = Backoff(timing.backoff_max)
         while not (stopping.is_set() or lost.is_set()):
             wake = await trigger.wait(timing.debounce)
             if stopping.is_set() or not await _renewed_first(renewals, wake):
@@ -364,7 +364,7 @@ def _follow_rollouts(bus: Bus, tg: TaskGroup, trigger: Trigger, node: str) -> _R
 
 
 def _look_again(
-    report: Report, backoff: _Backoff, tg: TaskGroup, trigger: Trigger, *, timing: WatchTiming, rollouts: _Rollouts
+    report: Report, backoff: Backoff, tg: TaskGroup, trigger: Trigger, *, timing: WatchTiming, rollouts: _Rollouts
 ) -> None:
     """What wakes the loop after `report`: a retry of refused or waiting writes, the fleet's writes
     of the modules it declares and waits on, the rollout alarm."""
@@ -386,10 +386,9 @@ async def _renewed_first(renewals: Renewals, wake: Wake) -> bool:
     return not renewals.lost.is_set()
 
 
-def _retry_after(err: BusError | ClientError, backoff: _Backoff, timing: WatchTiming) -> float:
+def _retry_after(err: BusError | ClientError, backoff: Backoff, timing: WatchTiming) -> float:
     """The backoff's next delay; at most `waiting_retry` when the hub did not answer (a link down)."""
-    delay = backoff.next()
-    return min(delay, timing.waiting_retry.total_seconds()) if link_down(err) is not None else delay
+    return backoff.next(cap=timing.waiting_retry.total_seconds() if link_down(err) is not None else None)
 
 
 def _put_back_by_reconcile(report: Report, drifted: Mapping[str, str]) -> int:
@@ -404,7 +403,7 @@ def _put_back_by_reconcile(report: Report, drifted: Mapping[str, str]) -> int:
 
 
 def _again_if_refused(
-    report: Report, backoff: _Backoff, tg: TaskGroup, trigger: Trigger, waiting_retry: timedelta
+    report: Report, backoff: Backoff, tg: TaskGroup, trigger: Trigger, waiting_retry: timedelta
 ) -> None:
     """A bucket that refused writes (full) is asked again after a backoff: nothing else would wake
     the loop when it has room again; writes that wait for the hub, after at most `waiting_retry`."""
@@ -412,7 +411,7 @@ def _again_if_refused(
         backoff.reset()
         return
     if not report.refused:
-        delay = min(backoff.next(), waiting_retry.total_seconds())
+        delay = backoff.next(cap=waiting_retry.total_seconds())
         log.debug("node %s: writes wait for the hub; reconciling again in %.1f s", report.node, delay)
         tg.start_soon(_pull_after, trigger, delay, "retry of writes waiting for the hub")
         return
@@ -433,14 +432,20 @@ async def _pull_after(trigger: Trigger, delay: float, reason: str) -> None:
     trigger.pull(reason)
 
 
-class _Backoff:
+class Backoff:
+    """Delays doubling from 0.5 s up to `limit`, until reset."""
+
     def __init__(self, limit: timedelta) -> None:
         self._limit = limit.total_seconds()
         self._delay = 0.5
 
-    def next(self) -> float:
-        delay, self._delay = self._delay, min(self._delay * 2, self._limit)
-        return min(delay, self._limit)
+    def next(self, cap: float | None = None) -> float:
+        """The next delay; `cap` (writes waiting for the hub, retried every `waiting_retry`) bounds it
+        and how far the delays grow, so that the first other failure after a long cut link is
+        retried within a few seconds, not after the delay the cut's retries would have doubled to."""
+        limit = self._limit if cap is None else min(cap, self._limit)
+        delay, self._delay = min(self._delay, limit), min(self._delay * 2, limit)
+        return delay
 
     def reset(self) -> None:
         self._delay = 0.5
