@@ -25,12 +25,13 @@ import pytest
 
 from provisioner.commands.removal import remove_node
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
+from provisioner_client.resolving import resolve
 from provisioner_client.watch.holding import holding
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.errors import ServiceError
-from registry.wire import Bus, ask, get_direct, get_last_many
+from registry.wire import Bus, ask, get_direct, get_last_many, put
 from tests.helpers import in_own_task
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
@@ -189,6 +190,27 @@ async def _at_least(reports: list[Report], count: int) -> bool:
 
 async def _known(plan: ClientPlan, nodes: set[str]) -> bool:
     return known_hosts(plan) == nodes
+
+
+async def test_a_shared_collection_past_its_bound_leaves_its_module_pending_and_says_why(
+    mesh: Mesh, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hostile n2 writes its own contributions as large as the bucket takes: n1 reads at most
+    `MAX_SHARED_PAGES` pages of them (1 here, against ~1.2 MB) and its module waits, saying so."""
+    monkeypatch.setattr(resolve, "MAX_SHARED_PAGES", 1)
+    n1_plan = plan_of("n1", tmp_path)
+    async with (
+        mesh.connect(party(Kind.NODE, "n1")) as n1,
+        mesh.connect(party(Kind.NODE, "n2")) as n2,
+    ):
+        item = json.dumps({"items": ["k" * 60_000]}).encode()
+        for number in range(20):
+            await put(n2, buckets.COLLECT, f"n2.{SHARED}.m{number}", item)
+        report = await reconcile(n1, n1_plan)
+        hosts = report.modules["hosts"].applied
+        assert hosts.state == "pending"
+        assert any("past 1 pages" in reason for reason in hosts.reasons), hosts.reasons
+        assert report.modules["zsh"].applied.state == "applied"  # nothing else waits for it
 
 
 async def test_a_node_is_answered_every_node_of_a_shared_collection_and_its_own_of_any_other(

@@ -144,6 +144,12 @@ class _Once(Generic[T]):
             self._done[key] = found
 
 
+# Pages of the verb's answer a shared collection may take (each at most the connection's
+# max_payload, 1 MiB by default): every node's contributions, which no one node bounds, read into
+# one env file value. Past it the collection is pending, saying so.
+MAX_SHARED_PAGES = 16
+
+
 class Resolver:
     """Resolves placeholders for one reconcile; remembers every source it read, for watching."""
 
@@ -345,7 +351,8 @@ class Resolver:
         """A collection shared across the mesh: every other node's contributions as the verb lists
         them (a key out of shape said and left out), this node's own as `own` has them."""
         try:
-            answer = await answer_of(self._bus, {"what": "collect", "collection": collection})
+            request = {"what": "collect", "collection": collection}
+            answer = await answer_of(self._bus, request, max_pages=MAX_SHARED_PAGES)
         except NoResponders as err:
             raise Pending(err.reason) from None
         except BusError as err:

@@ -82,11 +82,17 @@ def raise_for_service_error(operation: str, reply: Message) -> None:
 
 
 async def answer_of(
-    bus: Bus, request: Request = None, *, reply_wait: timedelta | None = None, on_page: OnPage | None = None
+    bus: Bus,
+    request: Request = None,
+    *,
+    reply_wait: timedelta | None = None,
+    on_page: OnPage | None = None,
+    max_pages: int = MAX_PAGES,
 ) -> MergedAnswer:
-    """The verb's whole answer to `request`, all pages followed. Raises `ServiceError` when the verb
-    refuses, `BusError` when it cannot be asked or its answer cannot be used."""
-    return await follow(fields_of(request), partial(page_of, bus, reply_wait=reply_wait), on_page=on_page)
+    """The verb's whole answer to `request`, all pages followed (`BusError` past `max_pages`). Raises
+    `ServiceError` when the verb refuses, `BusError` when it cannot be asked or its answer cannot be used."""
+    asker = partial(page_of, bus, reply_wait=reply_wait)
+    return await follow(fields_of(request), asker, on_page=on_page, max_pages=max_pages)
 
 
 async def ask(bus: Bus, request: Request = None, *, reply_wait: timedelta | None = None) -> dict[str, Any]:
