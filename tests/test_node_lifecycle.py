@@ -217,11 +217,15 @@ class Mesh:
         found = await get_direct(self.seat, buckets.LEASES, node_key(name))
         return None if found is None or found.deleted else json.loads(found.value)["id"]
 
-    async def listed_nodes(self) -> list[str]:
-        """`query nodes` as the operator: the nodes the seat lists."""
+    async def listed_nodes(self, expected: list[str]) -> list[str]:
+        """`query nodes` as the operator: the nodes the seat lists, once they are `expected` (its
+        view follows the buckets by a watch, a little behind a write), else as they are after 10 s."""
+        listed: list[str] = []
         async with connect(self.deployment.options(self.server, OPS)) as ops:
-            answer = await ask(ops, {"what": "nodes"})
-        return sorted(entry["node"] for entry in answer["entries"])
+            with anyio.move_on_after(10):
+                while (listed := sorted(e["node"] for e in (await ask(ops, {"what": "nodes"}))["entries"])) != expected:
+                    await anyio.sleep(0.05)
+        return listed
 
     async def remove_node(self, name: str, *flags: str) -> tuple[int, str, str]:
         """`mesh-provisioner remove-node NAME` as an operator types it, with the seat's credentials."""
@@ -353,7 +357,7 @@ async def test_a_node_is_added_and_another_removed_as_documented_leaving_the_res
         assert {name: await mesh.keys_of(name) for name in ("n1", "n2")} == before, "n1 and n2 wrote nothing"
         assert {name: await mesh.lease_holder(name) for name in ("n1", "n2")} == holders
         assert n1.reconnects == n2.reconnects == 0
-        assert await mesh.listed_nodes() == ["n1", "n2", "n3"]
+        assert await mesh.listed_nodes(["n1", "n2", "n3"]) == ["n1", "n2", "n3"]
         await config_change_reaches(mesh, ["n1", "n2", "n3"])
 
         code, out, err = await mesh.remove_node("n2", "--yes")
@@ -381,7 +385,7 @@ async def test_a_node_is_added_and_another_removed_as_documented_leaving_the_res
         assert await mesh.keys_of("n2") == {}
         lease = await get_direct(mesh.seat, buckets.LEASES, node_key("n2"))
         assert lease is not None and lease.deleted and lease.value == REMOVED_LEASE
-        assert await mesh.listed_nodes() == ["n1", "n3"]
+        assert await mesh.listed_nodes(["n1", "n3"]) == ["n1", "n3"]
         assert n1.reconnects == mesh.seat.reconnects == 0 and await mesh.lease_holder("n1") == holders["n1"]
         if mode == "jwt":
             assert node("n2").label not in {path.stem for path in (deployment.out / "jwt").glob("*.jwt")}

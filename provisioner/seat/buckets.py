@@ -42,7 +42,14 @@ T = TypeVar("T")
 
 # JetStream's answers while a cluster lacks peers: "JetStream system temporarily unavailable"
 # (no meta leader), "no suitable peers for placement" (fewer servers than replicas).
-_TOO_FEW_PEERS = {10008, 10005}
+# What a stream's create or update may be answered while it cannot be made yet, and why.
+_NOT_YET = {
+    10008: "the JetStream cluster has not enough peers",  # no suitable peers for placement
+    10005: "the JetStream cluster has not enough peers",  # insufficient resources in the cluster
+    # JSStreamStoreFailedF: nats-server could not make the stream's folder (its log says why: a full
+    # disk, a folder it may not write); seen once in a loaded run of the tests on a fresh server
+    10049: "nats-server could not make the stream's store",
+}
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0
 
 
@@ -106,16 +113,18 @@ def _log_republishing(bucket: Bucket, *, live: bool) -> None:
 
 
 async def until_enough_peers(bucket: Bucket, attempt: Callable[[], Awaitable[T]]) -> T:
-    """`attempt()`'s result, tried again with backoff while the cluster lacks the peers for it."""
+    """`attempt()`'s result, tried again with backoff while the cluster lacks the peers for it (or
+    nats-server its store: `_NOT_YET`)."""
     failures, pause, told = 0, BACKOFF_FIRST, ""
     while True:
         try:
             result = await attempt()
         except (BusTimeout, JetStreamError) as err:
-            if isinstance(err, JetStreamError) and err.err_code not in _TOO_FEW_PEERS:
+            if isinstance(err, JetStreamError) and err.err_code not in _NOT_YET:
                 raise
             failures += 1
-            told = _log_waiting(bucket, failures, err.reason, told)
+            waiting_for = _NOT_YET[err.err_code] if isinstance(err, JetStreamError) else "no answer yet"
+            told = _log_waiting(bucket, failures, f"{err.reason}: {waiting_for}", told)
         else:
             if failures:
                 log.info(
@@ -131,7 +140,7 @@ def _log_waiting(bucket: Bucket, failures: int, reason: str, told: str) -> str:
     changes; the reason last told."""
     if failures == 1:
         log.warning(
-            "bucket %s cannot be made yet (%s): waiting for the JetStream cluster to have enough peers",
+            "bucket %s cannot be made yet (%s); trying again",
             bucket.name,
             reason,
             extra={"bucket": bucket.name},
