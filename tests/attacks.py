@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from registry.contract import Bucket, KeyShape, buckets
 from registry.errors import BusError
-from registry.wire import Bus, snapshot
+from registry.wire import Bus, put, snapshot
 
 Attack = Callable[[], Awaitable[None]]
 Everything = dict[str, list[tuple[str, bytes, int, bool]]]
@@ -182,3 +183,30 @@ API_ATTACKS = [
     RequestAttack("a purge", f"$JS.API.STREAM.PURGE.{buckets.APPLIED.stream}", {}),
     RequestAttack("a stream delete", f"$JS.API.STREAM.DELETE.{buckets.COLLECT.stream}", {}),
 ]
+
+
+async def fill_own_keys(
+    bus: Bus, bucket: Bucket, key_of: Callable[[int, int], str], value: bytes, seconds: float
+) -> int:
+    """A hostile party writing keys `key_of(writer, index)` of `bucket` for `seconds`, four writers
+    at once, each halving its values when refused so that the bucket's last bytes are taken too;
+    how many puts were stored."""
+    stored = 0
+
+    async def writer(number: int) -> None:
+        nonlocal stored
+        index, size = 0, len(value)
+        while True:
+            index += 1
+            try:
+                await put(bus, bucket, key_of(number, index), value[:size])
+                stored += 1
+            except BusError:
+                size = max(size // 2, 64)
+                await anyio.lowlevel.checkpoint()
+
+    with anyio.move_on_after(seconds):
+        async with anyio.create_task_group() as writers:
+            for number in range(4):
+                writers.start_soon(writer, number)
+    return stored

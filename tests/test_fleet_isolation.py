@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Literal
 
 import anyio
-import anyio.lowlevel
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -48,7 +47,16 @@ from registry.contract import buckets, fleet
 from registry.contract.keys import subject_matches
 from registry.errors import BusError, KeyShapeError
 from registry.wire import Bus, KvItem, delete, get_direct, get_last_many, put
-from tests.attacks import BUS_ERRORS, Everything, RequestAttack, data_buckets, everything, named, nothing_comes_back
+from tests.attacks import (
+    BUS_ERRORS,
+    Everything,
+    RequestAttack,
+    data_buckets,
+    everything,
+    fill_own_keys,
+    named,
+    nothing_comes_back,
+)
 from tests.helpers import in_own_task
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 from tests.test_site_isolation import SITE, Ends, SiteMesh, site_mesh
@@ -741,28 +749,11 @@ FILLER = b"x" * 8000  # the server takes any bytes as a claim's value: the bytes
 
 
 async def fill_with_claims(n1: Bus, seconds: float) -> int:
-    """n1 writing claims of ever new modules under its own name for `seconds`, four writers at
-    once, halving its values when refused so that the bucket's last bytes are taken too; how many
-    puts were stored."""
-    stored = 0
-
-    async def writer(number: int) -> None:
-        nonlocal stored
-        index, size = 0, len(FILLER)
-        while True:
-            index += 1
-            try:
-                await put(n1, FLEET, fleet.claim_key(f"m{number}-{index}", ATTACKER), FILLER[:size])
-                stored += 1
-            except BusError:
-                size = max(size // 2, 64)
-                await anyio.lowlevel.checkpoint()
-
-    with anyio.move_on_after(seconds):
-        async with anyio.create_task_group() as writers:
-            for number in range(4):
-                writers.start_soon(writer, number)
-    return stored
+    """n1 writing claims of ever new modules under its own name for `seconds` (`fill_own_keys`);
+    how many puts were stored."""
+    return await fill_own_keys(
+        n1, FLEET, lambda writer, index: fleet.claim_key(f"m{writer}-{index}", ATTACKER), FILLER, seconds
+    )
 
 
 class TestFillingTheFleet:

@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import pytest
 
 from registry.access import Kind
 from registry.contract import NodeRow, buckets
 from registry.errors import BusError
 from registry.wire import Bus, answer_of, delete, get_latest, put, snapshot
+from tests.attacks import fill_own_keys
 from tests.helpers import in_own_task
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
@@ -40,27 +40,8 @@ async def small_mesh(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIter
 
 
 async def fill(n1: Bus, seconds: float) -> int:
-    """n1 writing under its own keys for `seconds`, four writers at once, each halving its values
-    when refused so that the bucket's last bytes are taken too; how many puts were stored."""
-    stored = 0
-
-    async def writer(number: int) -> None:
-        nonlocal stored
-        index, size = 0, len(VALUE)
-        while True:
-            index += 1
-            try:
-                await put(n1, buckets.NEEDS, f"n1.m{number}.config.v{index}", VALUE[:size])
-                stored += 1
-            except BusError:
-                size = max(size // 2, 64)
-                await anyio.lowlevel.checkpoint()
-
-    with anyio.move_on_after(seconds):
-        async with anyio.create_task_group() as writers:
-            for number in range(4):
-                writers.start_soon(writer, number)
-    return stored
+    """n1 writing under its own keys of the needs for `seconds` (`fill_own_keys`); puts stored."""
+    return await fill_own_keys(n1, buckets.NEEDS, lambda writer, index: f"n1.m{writer}.config.v{index}", VALUE, seconds)
 
 
 async def test_a_node_filling_a_bucket_is_cut_back_and_every_other_write_succeeds(small_mesh: Mesh) -> None:

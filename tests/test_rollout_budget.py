@@ -23,6 +23,7 @@ import anyio
 import pytest
 from anyio.abc import TaskGroup
 
+from bench.rollout import Run, most_at_once, runs_of
 from mesh_dev.standins import ASSIGNMENT, ASSIGNMENTS, CONFIG
 from provisioner.seat.buckets import ensure_bucket
 from provisioner_client.reconcile import ClientPlan
@@ -41,16 +42,16 @@ BOUND = 90.0
 
 
 def action_script(folder: Path, log: Path, *, seconds: float, fail_at: str | None = None) -> Path:
-    """A change action recording its start and end (node, LOG_LEVEL, time) in `log`; it fails (exit 3)
-    for the values of level `fail_at`."""
+    """A change action recording its start and end (module, node, LOG_LEVEL, time) in `log`, as the
+    bench's do (`bench.rollout.runs_of` reads them); it fails (exit 3) for the values of level `fail_at`."""
     failing = f'[ "$LOG_LEVEL" = "{fail_at}" ] && exit 3\n' if fail_at else ""
     script = folder / "action.sh"
     script.write_text(
         "#!/bin/sh\n"
         '. "$MESH_ENV_FILE"\n'
-        f'echo "start $MESH_NODE $LOG_LEVEL $(date +%s.%N)" >> {log}\n'
+        f'echo "start $MESH_MODULE $MESH_NODE $LOG_LEVEL $(date +%s.%N)" >> {log}\n'
         f"sleep {seconds}\n"
-        f'echo "end $MESH_NODE $LOG_LEVEL $(date +%s.%N)" >> {log}\n' + failing + "exit 0\n"
+        f'echo "end $MESH_MODULE $MESH_NODE $LOG_LEVEL $(date +%s.%N)" >> {log}\n' + failing + "exit 0\n"
     )
     script.chmod(0o755)
     return script
@@ -65,27 +66,9 @@ def manifest(script: Path, rollout: dict[str, object]) -> dict[str, object]:
     }
 
 
-@dataclass(frozen=True)
-class Run:
-    node: str
-    level: str
-    start: float
-    end: float
-
-
 def runs(log: Path, level: str) -> list[Run]:
     """Each action's run at `level`, from its own records (a start without an end: end = inf)."""
-    starts: dict[str, float] = {}
-    found = []
-    for line in log.read_text().splitlines() if log.exists() else []:
-        what, node, at_level, when = line.split()
-        if at_level != level:
-            continue
-        if what == "start":
-            starts[node] = float(when)
-        else:
-            found.append(Run(node, at_level, starts.pop(node), float(when)))
-    return found + [Run(node, level, start, float("inf")) for node, start in starts.items()]
+    return runs_of(log, "web", level)
 
 
 def claims_in(items: Sequence[KvItem], state: str) -> set[str]:
@@ -101,17 +84,8 @@ def claims_in(items: Sequence[KvItem], state: str) -> set[str]:
 
 def starts_of(log: Path, level: str) -> list[str]:
     return [
-        line.split()[1] for line in log.read_text().splitlines() if line.startswith("start ") and f" {level} " in line
+        line.split()[2] for line in log.read_text().splitlines() if line.startswith("start ") and f" {level} " in line
     ]
-
-
-def most_at_once(found: Sequence[Run]) -> int:
-    events = sorted([(r.start, 1) for r in found] + [(r.end, -1) for r in found], key=lambda e: (e[0], e[1]))
-    running = peak = 0
-    for _, step in events:
-        running += step
-        peak = max(peak, running)
-    return peak
 
 
 @dataclass
