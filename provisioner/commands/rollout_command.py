@@ -33,7 +33,7 @@ from typing import Annotated, Literal, TextIO
 import anyio
 from pydantic import Field, ValidationError
 
-from provisioner.seat.rollouts import CLAIM_STATES, HOLD_STATES, ClaimSeen, read_hold
+from provisioner.seat.rollouts import CLAIM_STATES, HOLD_STATES, ClaimSeen, read_hold, write_hold_unless
 from provisioner.settings import CommandArguments
 from registry.contract import Name, fleet
 from registry.edge import CommandLine, Duration, add_settings_arguments, given_flags, load_settings
@@ -48,7 +48,6 @@ from registry.wire import (
     delete,
     get_last_many,
     get_latest,
-    update,
 )
 
 EXIT_OK, EXIT_FAILURE, EXIT_HELD = 0, 1, 7
@@ -365,21 +364,15 @@ async def write_hold(
     bus: Bus, module: str, state: Literal["paused", "aborted"], *, by: str, reason: str = ""
 ) -> fleet.Hold | None:
     """Holds `module`'s rollout in `state` unless it is so already, or aborted and asked paused
-    (left as it is); the hold found before, if any. A write racing another's is read and tried again."""
-    key = fleet.hold_key(module)
-    for _ in range(ATTEMPTS):
-        found = await get_latest(bus, fleet.FLEET, key)
-        before = read_hold(found) if found is not None and not found.deleted else None
+    (left as it is); the hold found before, if any."""
+
+    def decide(before: fleet.Hold | None) -> fleet.Hold | None:
         if before is not None and before.state in (state, "aborted"):
-            return before
+            return None
         node = before.node if before is not None else None
-        hold = fleet.Hold(state=state, since=datetime.now(UTC), by=by, reason=reason or _kept(before), node=node)
-        try:
-            await update(bus, fleet.FLEET, key, hold.model_dump_json().encode(), last=found.revision if found else 0)
-        except WrongLastSequence:
-            continue
-        return before
-    raise BusError(f"hold {key}", f"written by others {ATTEMPTS} times while this write was tried; try again")
+        return fleet.Hold(state=state, since=datetime.now(UTC), by=by, reason=reason or _kept(before), node=node)
+
+    return await write_hold_unless(bus, module, decide)
 
 
 def _kept(before: fleet.Hold | None) -> str:

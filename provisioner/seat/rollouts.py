@@ -46,10 +46,10 @@ from anyio.abc import TaskStatus
 from pydantic import ValidationError
 
 from registry.access import writing_domains
-from registry.contract import Bucket, buckets, fleet, load_catalogue, under
+from registry.contract import Bucket, buckets, fleet, load_catalogue, to_json, under
 from registry.errors import BusError, KeyShapeError, WrongLastSequence
 from registry.runtime import event
-from registry.wire import SKEW, Bus, KvItem, TooManyKeys, delete, get_last_many, get_latest, scoped_watch, update
+from registry.wire import SKEW, Bus, KvItem, TooManyKeys, get_last_many, get_latest, scoped_watch, update
 
 log = logging.getLogger(__name__)
 
@@ -388,17 +388,28 @@ async def _pause_once(
 async def hold_if_none(bus: Bus, module: str, hold: fleet.Hold) -> fleet.Hold | None:
     """Writes `hold` as `module`'s rollout hold unless one is there (create-only: a write racing
     another's loses); None once written, else the hold found (an unreadable one: as found, paused)."""
+    return await write_hold_unless(bus, module, lambda before: hold if before is None else None)
+
+
+async def write_hold_unless(
+    bus: Bus, module: str, decide: Callable[[fleet.Hold | None], fleet.Hold | None]
+) -> fleet.Hold | None:
+    """Writes the hold `decide` makes of the one standing (None: none stands), conditional on the
+    revision read, unless it makes none; the hold that stood before. A write racing another's is
+    read and decided again, `ATTEMPTS` times at most."""
     key = fleet.hold_key(module)
     for _ in range(ATTEMPTS):
         found = await get_latest(bus, fleet.FLEET, key)
-        if found is not None and not found.deleted:
-            return read_hold(found)
+        before = read_hold(found) if found is not None and not found.deleted else None
+        hold = decide(before)
+        if hold is None:
+            return before
         try:
-            await update(bus, fleet.FLEET, key, hold.model_dump_json().encode(), last=found.revision if found else 0)
+            await update(bus, fleet.FLEET, key, to_json(hold), last=found.revision if found else 0)
         except WrongLastSequence:
             continue  # written meanwhile: read what it is now
-        return None
-    raise BusError(f"hold {key}", f"written by others {ATTEMPTS} times while this write was tried")
+        return before
+    raise BusError(f"hold {key}", f"written by others {ATTEMPTS} times while this write was tried; try again")
 
 
 def read_hold(item: KvItem) -> fleet.Hold:
@@ -407,11 +418,6 @@ def read_hold(item: KvItem) -> fleet.Hold:
         return fleet.Hold.model_validate_json(item.value)
     except ValidationError:
         return fleet.Hold(state="paused", since=item.stored_at or datetime.now(UTC), by="?", reason="unreadable hold")
-
-
-async def release_hold(bus: Bus, module: str, revision: int) -> int:
-    """Deletes `module`'s hold if it is still at `revision`; raises `WrongLastSequence` if not."""
-    return await delete(bus, fleet.FLEET, fleet.hold_key(module), last=revision)
 
 
 class _Refusals:

@@ -5,8 +5,9 @@ Every key of it is built and parsed here:
     claim.<module>.<node>   node `node`'s claim of one of `module`'s rollout slots (`Claim`): the node
                             writes its own alone (its grants: `claim.*.<node>`), so it holds at most
                             one slot of a module and touches no other node's. The slots are the
-                            first `budget` live claims by revision (the server's order: no two nodes
-                            can both be first); a claim not renewed within its ttl is dead
+                            first `budget` live claims by queue position (`Claim.position`: the
+                            revision of the node's first write for its change, as the node says);
+                            a claim not renewed within its ttl is dead
     rollout.<module>        `module`'s rollout held (`Hold`): paused after a node's change failed (the
                             seat writes it, only for a node running the module) or by an operator,
                             aborted by an operator; none: the rollout runs
@@ -49,7 +50,7 @@ def claims_of(module: str) -> str:
 
 def own_claims(node: str) -> str:
     """The filter of `node`'s claims of every module, `claim.*.<node>`: what its grants let it write."""
-    return f"{CLAIM}.*.{encode_token(node)}"
+    return claims_by_token(encode_token(node))
 
 
 def hold_key(module: str) -> str:
