@@ -335,11 +335,6 @@ def print_listing(console: Console, header: Sequence[str], body: Sequence[Sequen
     _print_listing(console, header, body, (), count)
 
 
-def table_of(header: Sequence[str], body: Sequence[Sequence[str | Text]], console: Console) -> Table:
-    """`body` under `header` as `query`'s tables are made, each cell escaped (for `top`'s frame)."""
-    return _table(header, body, console)
-
-
 def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
