@@ -23,7 +23,7 @@ and listings need not take turns. The contract of requests and answers is in the
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from functools import partial
@@ -41,7 +41,7 @@ from provisioner.verb.request import LISTABLE, Asked, Query
 from provisioner.verb.streamed import StreamedListing
 from registry.access import Party
 from registry.contract import encode_token, fleet
-from registry.errors import BusError, NoResponders
+from registry.errors import BusError, KeyShapeError, NoResponders
 from registry.wire import Bus, KvItem, TooManyKeys, current_snapshot, get_last_many
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ class Answering:
         except BusError as err:
             log.debug("collect listing: gone marks not read (%s); answered without them", err)
             return frozenset()
-        return frozenset(item.key.partition(".")[2] for item in marks if not item.deleted)
+        return frozenset(encode_token(node) for node in _gone_nodes(marks))
 
     async def _continued(self, asked: Asked) -> bytes:
         """The page a streamed listing's cursor names. Looked up again now that its turn came: the
@@ -258,3 +258,14 @@ async def read_narrowed(bus: Bus, query: Query, *, max_bytes: int) -> list[KvIte
         return None
     except BusError as err:
         raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err
+
+
+def _gone_nodes(marks: list[KvItem]) -> Iterator[str]:
+    """The nodes `marks` (the fleet's `gone.>` keys) mark gone; a key of no shape marks none."""
+    for item in marks:
+        try:
+            node = fleet.parse_fleet_key(item.key).node
+        except KeyShapeError:
+            continue
+        if node is not None and not item.deleted:
+            yield node

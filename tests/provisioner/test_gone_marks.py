@@ -234,6 +234,7 @@ async def test_query_collect_says_which_contributions_are_forgotten(bus: Bus, re
 @pytest.mark.usefixtures("server")
 async def test_a_listing_without_the_fleet_view_reads_the_marks_itself(bus: Bus) -> None:
     await put(bus, fleet.FLEET, fleet.gone_key("a.b"), to_json(fleet.Gone(since=datetime.now(UTC))))
+    await put(bus, fleet.FLEET, "gone.x=zz", b"{}")  # a key of no shape marks no node
     answering = Answering(bus, PageCache(ttl=timedelta(seconds=60), max_listings=4, max_bytes=1 << 20))
     assert await answering.forgotten_tokens("collect") == {"a=2Eb"}
     assert await answering.forgotten_tokens("needs") == frozenset()
