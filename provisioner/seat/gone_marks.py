@@ -40,7 +40,7 @@ from anyio.abc import TaskStatus
 from pydantic import ValidationError
 
 from provisioner.verb.nodes import NODE_ROLE, REMOVED_LEASE
-from registry.contract import buckets, decode_token, fleet, to_json
+from registry.contract import buckets, decode_token, fleet, node_token, to_json
 from registry.errors import BusError, KeyShapeError, NoResponders, RegistryError, TokenError
 from registry.wire import SKEW, Bus, Changes, Holder, KvItem, converge, current_snapshot, snapshot
 
@@ -193,7 +193,7 @@ async def _contributors(bus: Bus) -> set[str]:
     nodes: set[str] = set()
     for item in await snapshot(bus, buckets.COLLECT, headers_only=True):
         try:
-            nodes.add(decode_token(item.key.partition(".")[0]))
+            nodes.add(decode_token(node_token(item.key)))
         except TokenError:
             continue
     return nodes

@@ -39,7 +39,7 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from provisioner.seat.site_purges import purge_upto, record_purge
-from registry.contract import Bucket, buckets, decode_token, fleet
+from registry.contract import Bucket, buckets, decode_token, fleet, node_token
 from registry.errors import BusError, RegistryError
 from registry.wire import Bus, KvItem, scoped_watch, snapshot
 
@@ -257,7 +257,7 @@ def owner_of(bucket: Bucket, key: str) -> str | None:
     the last of a claim (`claim.<module>.<node>`); None for a key no node writes."""
     if bucket == fleet.FLEET:
         return fleet.claim_owner(key)
-    return key.partition(".")[0]
+    return node_token(key)
 
 
 def owned_by(bucket: Bucket, token: str) -> str:

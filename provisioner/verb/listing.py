@@ -19,7 +19,7 @@ from typing import Any
 
 from provisioner.verb.pages import Encoded, build_pages
 from provisioner.verb.request import LISTABLE
-from registry.contract import MAX_VALUE_DEPTH, JsonRefused, read_json
+from registry.contract import MAX_VALUE_DEPTH, JsonRefused, node_token, read_json
 from registry.errors import KeyShapeError
 from registry.wire import KvItem
 
@@ -104,7 +104,7 @@ class Encoder:
             if len(self._known) >= KNOWN_VALUES:
                 self._known.clear()
             self._known.add(value)
-        forgotten = self.forgotten and key.partition(".")[0] in self.forgotten
+        forgotten = self.forgotten and node_token(key) in self.forgotten
         piece = head + value.strip() + (FORGOTTEN_END if forgotten else b"}")
         if len(piece) > self.max_item_bytes:
             return self._malformed(key, _too_large("entry", len(piece), self.max_item_bytes) or "")

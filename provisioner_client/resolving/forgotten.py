@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 import anyio
 
-from registry.contract import decode_token, fleet
+from registry.contract import decode_token, fleet, node_token
 from registry.errors import BusError, TokenError
 from registry.wire import MULTI_LAST_LIMIT, Bus, KvItem, get_last_many
 
@@ -76,6 +76,6 @@ class Forgotten:
 
 def _node_of(key: str) -> str | None:
     try:
-        return decode_token(key.partition(".")[0])
+        return decode_token(node_token(key))
     except TokenError:
         return None

@@ -52,6 +52,7 @@ from registry.contract import (
     VerbAnswer,
     buckets,
     keys,
+    node_token,
     pattern_of,
     read_json,
     render,
@@ -360,11 +361,11 @@ class Resolver:
         for bad in answer.malformed:
             where = {"bucket": buckets.COLLECT.name, "key": bad.key}
             log.warning("skipped %s key %r: %s", buckets.COLLECT.name, bad.key, bad.reason, extra=where)
-        own_token = prefix.partition(".")[0]
+        own_token = node_token(prefix)
         others = [
             item_of(row, row.revision or 0)
             for row in answer.entries
-            if isinstance(row, CollectRow) and row.key.partition(".")[0] != own_token
+            if isinstance(row, CollectRow) and node_token(row.key) != own_token
         ]
         return own + others
 

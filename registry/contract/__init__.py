@@ -14,7 +14,7 @@ from registry.contract.buckets import Bucket
 from registry.contract.catalogue import BUILT_IN, KINDS, Domain, load_catalogue
 from registry.contract.compile import compile_registry, registry_values
 from registry.contract.escaping import decode_token, encode_token
-from registry.contract.keys import APPLIED, BOUND, KeyShape, shape_of, subject_matches, under
+from registry.contract.keys import APPLIED, BOUND, KeyShape, node_token, shape_of, subject_matches, under
 from registry.contract.models import (
     ActionRecord,
     AppliedValue,
@@ -130,6 +130,7 @@ __all__ = [
     "keys",
     "load_catalogue",
     "nesting",
+    "node_token",
     "page_json",
     "parse_page",
     "parse_placeholder",

@@ -191,6 +191,11 @@ class KeyShape:
         return encode_token(given.pop(template.fields[0]))
 
 
+def node_token(key: str) -> str:
+    """The first token of a node-keyed key (`<node>.<...>`), as the key holds it (escaped)."""
+    return key.partition(".")[0]
+
+
 def under(*names: str) -> str:
     """The subject filter (relative to a bucket) of every key below the tokens of `names`:
     `under("n1")` is `n1.>`, `under("a.b")` is `a=2Eb.>`."""

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nats.js import JetStreamContext
 
-from registry.contract import Bucket, KeyShape, keys
+from registry.contract import Bucket, KeyShape, keys, node_token, under
 from registry.errors import KeyShapeError
 from registry.wire import Bus, snapshot
 
@@ -178,3 +178,8 @@ async def test_a_nodes_filters_keep_its_malformed_keys_and_not_a_longer_node_nam
         await kv.put(key, b"{}")
     items = await snapshot(bus, Bucket("narrow", keys.NEEDS), keys.NEEDS.filters(node="n1"))
     assert sorted(item.key for item in items) == ["n1", "n1.bad", "n1.web.shell.zsh"]
+
+
+def test_a_node_keyed_keys_node_token_is_its_first_as_escaped() -> None:
+    assert node_token("a=2Eb.web.config.x") == "a=2Eb"
+    assert node_token(under("a.b")) == "a=2Eb"
