@@ -140,7 +140,7 @@ class LiveFeed:
         revisions = {key: revision for key, _, revision, _ in stored[FLEET.name]}
         last: dict[str, int] = {}
         for msg in self.heard:
-            key = msg.subject.removeprefix(FLEET.live_subject(""))
+            key = FLEET.key_of(msg.subject)
             headers = msg.headers or {}
             assert own_claim(key), f"n2 heard {msg.subject!r}, headers {headers}, body {msg.data[:200]!r}"
             assert headers.get("Nats-Subject") == FLEET.subject(key), headers
@@ -492,7 +492,7 @@ async def test_a_node_writes_and_deletes_its_own_claim_and_reads_and_follows_the
     finally:
         await n1_raw.close()
     assert read == set(SEEDED) | {fleet.claim_key("new", ATTACKER)}
-    heard_keys = [m.subject.removeprefix(FLEET.live_subject("")) for m in heard.heard]
+    heard_keys = [FLEET.key_of(m.subject) for m in heard.heard]
     assert heard_keys == [fleet.claim_key("new", ATTACKER)] * 2 + [OWN, fleet.hold_key("held")]
     assert (heard.heard[-1].headers or {}).get("Nats-Sequence") == str(held)
 

@@ -39,9 +39,9 @@ class FleetInterest:
         self.modules: set[str] = set()
         self.waiting: set[str] = set()
 
-    def wakes(self, msg: Message, prefix: str) -> str | None:
+    def wakes(self, msg: Message) -> str | None:
         """Why `msg` (a republished write of the fleet bucket) should wake the loop; None: it should not."""
-        key = msg.subject[len(prefix) :]
+        key = fleet.FLEET.key_of(msg.subject)
         try:
             parsed = fleet.parse_fleet_key(key)
         except RegistryError:
@@ -61,10 +61,9 @@ class FleetInterest:
 
 async def follow_fleet(bus: Bus, interest: FleetInterest, pull: Callable[[str], None]) -> None:
     """Follows the fleet bucket's writes until cancelled, pulling `pull` with the reason of each that matters."""
-    prefix = fleet.FLEET.live_subject("")
 
     async def on_message(msg: Message) -> None:
-        reason = interest.wakes(msg, prefix)
+        reason = interest.wakes(msg)
         if reason is not None:
             pull(reason)
 

@@ -174,11 +174,10 @@ class _Followers:
     async def _follow(self, source: Source, scope: anyio.CancelScope) -> None:
         live = followed_live(source, self._node)
         subject = source.bucket.live_subject(source.filter) if live else source.bucket.subject(source.filter)
-        prefix = subject[: len(subject) - len(source.filter)]
         own = under(self._node)[:-1]
 
         async def on_message(msg: Message) -> None:
-            key = msg.subject[len(prefix) :]
+            key = source.bucket.key_of(msg.subject)
             if live and key.startswith(own):  # its own write, come back: nothing to read again
                 return
             if any(subject_matches(f, key) for f in self._interest.get(source, ())):

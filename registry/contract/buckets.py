@@ -39,6 +39,10 @@ class Bucket:
         return f"{self.subject_prefix}{key_or_filter}"
 
     def key_of(self, subject: str) -> str:
+        """The key `subject` names: the key's own (`$KV.<bucket>.<key>`), or where the bucket's
+        stream republishes its writes (`$KVR.<bucket>.<key>`)."""
+        if subject.startswith(LIVE_PREFIX):  # `$KVR.<bucket>.`: one character longer than `$KV.<bucket>.`
+            return subject[len(LIVE_PREFIX) + len(self.name) + 2 :]
         return subject[len(self.subject_prefix) :]
 
     def live_subject(self, key_or_filter: str) -> str:

@@ -301,7 +301,7 @@ def test_the_watch_wakes_for_holds_freed_or_failed_slots_and_gone_marks_only() -
 
     def wakes(key: str, value: bytes = b"", *, removed: bool = False) -> bool:
         headers = {"KV-Operation": "DEL"} if removed else {}
-        return interest.wakes(Message(prefix + key, value, headers, ""), prefix) is not None
+        return interest.wakes(Message(prefix + key, value, headers, "")) is not None
 
     waiting = to_json(fleet.Claim(state="waiting", change="c", since=NOW, ttl_seconds=30))
     failed = to_json(fleet.Claim(state="failed", change="c", since=NOW, ttl_seconds=30))

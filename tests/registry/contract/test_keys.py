@@ -183,3 +183,9 @@ async def test_a_nodes_filters_keep_its_malformed_keys_and_not_a_longer_node_nam
 def test_a_node_keyed_keys_node_token_is_its_first_as_escaped() -> None:
     assert node_token("a=2Eb.web.config.x") == "a=2Eb"
     assert node_token(under("a.b")) == "a=2Eb"
+
+
+def test_a_key_is_read_off_its_own_subject_and_where_its_stream_republishes_it() -> None:
+    bucket = Bucket("b", KeyShape("<node>.<module>"))
+    assert bucket.key_of(bucket.subject("n1.web")) == "n1.web"
+    assert bucket.key_of(bucket.live_subject("n1.web")) == "n1.web"
