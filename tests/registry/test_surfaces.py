@@ -74,6 +74,7 @@ SURFACES = {
         "keys",
         "load_catalogue",
         "nesting",
+        "node_token",
         "page_json",
         "parse_page",
         "parse_placeholder",
