@@ -8,6 +8,7 @@ its peers and clients look for it. A server is ready when it says so (`mesh_dev.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import socket
@@ -31,14 +32,34 @@ CLUSTER = "mesh-test"
 PORTS = range(20000, 32000)
 
 
+def _own_ports() -> range:
+    """This test process's share of `PORTS`: under pytest-xdist each worker (`gw<n>`) picks from a
+    slice of its own, so two workers never pick the same port between a probe and the bind that
+    follows (seen: a site's server failing with "address already in use")."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    share = len(PORTS) // max(count, 1)
+    return range(PORTS.start + index * share, PORTS.start + (index + 1) * share)
+
+
+_HANDED_OUT: set[int] = set()  # picked by this process: not handed out twice before it is bound
+
+
 def free_port() -> int:
+    own = _own_ports()
     while True:
-        port = random.choice(PORTS)  # noqa: S311  # a test's port, no secret
+        port = random.choice(own)  # noqa: S311  # a test's port, no secret
+        if port in _HANDED_OUT:
+            if len(_HANDED_OUT) >= len(own) // 2:
+                _HANDED_OUT.clear()  # long since bound, or let go
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
+        _HANDED_OUT.add(port)
         return port
 
 
