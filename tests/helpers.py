@@ -94,13 +94,23 @@ def clean_environment() -> dict[str, str]:
     return kept | {"XDG_CONFIG_HOME": "/nonexistent/mesh-provisioner-tests"}
 
 
+PIPELINED = 10_000
+"""Plain publishes sent before one waits for an acknowledgement. nats-server queues a stream's
+incoming messages, at most 100,000 of them, and drops what overflows, silently for a publish with no
+reply subject: 200,000 at once overflowed it on a loaded machine (its acknowledged last write was
+answered 429)."""
+
+
 async def put_many(bus: Bus, bucket: Bucket, values: Mapping[str, bytes]) -> None:
-    """Writes `values` pipelined (plain publishes into the bucket's stream), then waits for the last
-    one's acknowledgement: the stream stores one connection's messages in order."""
-    *rest, (last_key, last_value) = values.items()
-    for key, value in rest:
-        await bus.publish(bucket.subject(key), value)
-    await put(bus, bucket, last_key, last_value)
+    """Writes `values` pipelined (plain publishes into the bucket's stream), each run of
+    `PIPELINED` closed by an acknowledged write: the stream stores one connection's messages in
+    order, so that acknowledgement says every one before it was stored."""
+    items = list(values.items())
+    for start in range(0, len(items), PIPELINED):
+        *rest, (last_key, last_value) = items[start : start + PIPELINED]
+        for key, value in rest:
+            await bus.publish(bucket.subject(key), value)
+        await put(bus, bucket, last_key, last_value)
 
 
 class Fired:
