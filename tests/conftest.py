@@ -29,6 +29,12 @@ settings.register_profile("suite", deadline=None, suppress_health_check=[HealthC
 settings.load_profile("suite")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first, in their own order: pytest-xdist hands tests out in this order, and a
+    minute-long test handed out last ran alone at the end while the other workers sat idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 async def nats_server(tmp_path: Path) -> AsyncIterator[LocalNats]:
     async with in_own_task(local_nats(tmp_path / "nats")) as server:

@@ -186,6 +186,7 @@ async def test_an_outage_as_long_as_the_lease_ttl_leaves_as_many_consumers_as_be
     check(await run_outage(tmp_path, 1))
 
 
+@pytest.mark.slow
 async def test_an_outage_of_four_lease_ttls_leaves_as_many_consumers_as_before_and_every_key(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

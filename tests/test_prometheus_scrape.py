@@ -7,6 +7,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from mesh_dev.local_nats import LocalNats
 from provisioner_client.metrics import NodeMetrics
 from registry.wire import SKEW, Bus, Lease, node_key
@@ -30,6 +32,7 @@ scrape_configs:
 """
 
 
+@pytest.mark.slow
 async def test_prometheus_finds_a_stopped_node_stale_within_the_thresholds(
     nats_server: LocalNats, bus: Bus, tmp_path: Path
 ) -> None:

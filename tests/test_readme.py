@@ -304,6 +304,7 @@ def run_blocks(shell: SecondShell, blocks: list[Block], firsts: tuple[str, ...])
 
 
 @pytest.mark.timeout(READY_TIMEOUT + 240)
+@pytest.mark.slow
 def test_the_readme_set_up_and_every_command_it_shows_work_as_printed_on_a_fresh_clone(tmp_path: Path) -> None:
     blocks = readme_blocks(README.read_text())
     (set_up,) = [b for b in blocks if b.is_shell and b.first == SET_UP]

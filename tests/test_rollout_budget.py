@@ -248,6 +248,7 @@ async def _until_held(bus: Bus, module: str) -> fleet.Hold:
             await anyio.sleep(0.2)
 
 
+@pytest.mark.slow
 async def test_nats_server_killed_mid_rollout_no_action_runs_twice_and_the_rollout_completes(tmp_path: Path) -> None:
     nodes_ = tuple(f"r{i}" for i in range(8))
     log = tmp_path / "actions.log"

@@ -128,6 +128,7 @@ async def test_the_site_copies_are_current_soon_after_a_60s_cut(tmp_path: Path, 
     assert took < RESUMED_WITHIN
 
 
+@pytest.mark.slow
 async def test_the_site_copies_are_current_soon_after_a_5s_cut(tmp_path: Path) -> None:
     took = await resumed_after_a_cut(tmp_path, 5)
     print(f"FIGURE site copies current {took:.2f} s after a 5 s cut")

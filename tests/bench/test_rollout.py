@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.rollout import RolloutSizes, run_rollout
 
 
+@pytest.mark.slow
 async def test_the_rollout_bench_counts_the_actions_at_once_and_every_node_finishes(tmp_path: Path) -> None:
     sizes = RolloutSizes.quick()
     report, details = await run_rollout(tmp_path, sizes)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.__main__ import sites
 from bench.sites import SitesSizes, mesh_file
 
@@ -22,6 +24,7 @@ def test_the_mesh_file_places_each_registering_node_at_one_site() -> None:
     assert '"n00006"' not in "".join(text.splitlines()[1:])
 
 
+@pytest.mark.slow
 def test_bench_sites_reports_every_figure_with_its_verdict(tmp_path: Path) -> None:
     out = tmp_path / "sites.json"
     sites(out, TINY)

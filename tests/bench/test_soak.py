@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.honest import HonestNode, check_honest_keys
 from bench.register import reconcile_once
 from bench.soak import SoakSizes, run_soak
@@ -18,6 +20,7 @@ from tests.helpers import serving
 SMALL = {"node_quota_keys": 100, "node_quota_bytes": 256 * 1024, "bucket_max_bytes": 4 * 1024 * 1024}
 
 
+@pytest.mark.slow
 async def test_the_soak_runs_every_party_and_finds_no_honest_key_changed(tmp_path: Path) -> None:
     sizes = SoakSizes(seconds=3, nodes=3, rate=10, every=1, idle_seconds=1, seat=SMALL, hostile_writers=2)
     report, details = await run_soak(tmp_path, sizes, jwt=False)

@@ -57,6 +57,7 @@ def cells(line: str) -> list[str]:
     return re.split(r"\s{2,}", line.strip())
 
 
+@pytest.mark.slow
 async def test_pause_resume_and_abort_write_the_hold_and_say_what_they_did(mesh: Mesh, seat: Bus) -> None:
     code, out, _ = await rollout(mesh, "pause", "web", "--reason", "checking the db url", "--by", "alice")
     assert code == 0
@@ -99,6 +100,7 @@ async def test_resume_deletes_the_seats_pause(mesh: Mesh, seat: Bus) -> None:
     assert await hold_of(seat, "a.b") is None
 
 
+@pytest.mark.slow
 async def test_status_shows_each_modules_hold_and_claims_by_state(mesh: Mesh, seat: Bus) -> None:
     code, out, _ = await rollout(mesh, "status")
     assert (code, out.splitlines()[-1]) == (

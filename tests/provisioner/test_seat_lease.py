@@ -120,6 +120,7 @@ def plan(tmp_path: Path) -> ClientPlan:
     "compiles",
     [pytest.param(10, id="over ten compiles"), pytest.param(60, id="over sixty compiles")],
 )
+@pytest.mark.slow
 async def test_two_seats_with_disagreeing_catalogues_compile_once_and_say_so(
     nats_server: LocalNats, bus: Bus, plan: ClientPlan, caplog: pytest.LogCaptureFixture, compiles: int
 ) -> None:
