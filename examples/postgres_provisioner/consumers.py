@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from examples.postgres_provisioner.errors import DeliveryError
-from registry.contract import JsonRefused, read_json
+from registry.contract import JsonRefused, read_bounded_text, read_json
 
 NAME_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer identifier would be truncated
 PASSWORD_BYTES = 1024  # libpq's SASLprep refuses longer passwords, so no client could log in
+MAX_ENV_FILE_BYTES = 64 << 20  # the most the node client writes (provisioner_client.materializing.envfile)
 _RESERVED = ("public", "none")
 _UNESCAPED = {"\\": "\\", '"': '"', "$": "$", "`": "`"}
 
@@ -43,11 +44,9 @@ class Consumer:
 def read_env_variable(path: Path, variable: str) -> str:
     """The value of `variable` in the env file at `path`."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise DeliveryError(
-            str(path), f"cannot be read: {type(err).__name__}: {getattr(err, 'strerror', '')}"
-        ) from None
+        text = read_bounded_text(path, MAX_ENV_FILE_BYTES)
+    except OSError as err:
+        raise DeliveryError(str(path), f"cannot be read: {type(err).__name__}: {err.strerror or err}") from None
     values = parse_env(text, str(path))
     if variable not in values:
         raise DeliveryError(str(path), f"has no variable {variable}")

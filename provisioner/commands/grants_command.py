@@ -36,6 +36,7 @@ from registry.access import (
     issue_sites,
     plan_grants,
     plan_sites,
+    read_grants_file,
     read_mesh_file,
     read_sites_file,
     sites_json,
@@ -281,13 +282,11 @@ def issued_sites(path: Path) -> SitesFile | None:
 def issued_grants(path: Path) -> Grants | None:
     """The grants a `grants.json` holds; `None` when there is none yet."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return read_grants_file(path)
     except FileNotFoundError:
         return None
     except OSError as err:
         raise SettingsError(str(path), f"cannot be read: {err.strerror or err}") from None
-    try:
-        return Grants.model_validate_json(text)
     except ValidationError as err:
         first = err.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "the file"

@@ -36,7 +36,7 @@ from registry.access import (
     Kind,
     Nkey,
     Party,
-    account_seed_path,
+    account_key,
     creds_path,
     delete_accounts,
     operator_key,
@@ -206,7 +206,7 @@ class AccountRemoval:
         label = Party(kind=Kind.NODE, name=node).label
         system_creds = creds_path(keys, SYSTEM_USER)
         try:
-            account = Nkey(account_seed_path(keys, label).read_bytes().strip()).public_key
+            account = account_key(keys, label).public_key
             operator = operator_key(keys)
             system_creds.stat()
         except OSError as err:

@@ -268,13 +268,17 @@ def freeze_start_up_heap() -> None:
     gc.freeze()
 
 
+_GRANTS_FILE = f"grants_file ({flag_of(ServerSettings, 'grants_file')}, {env_of(ServerSettings, 'grants_file')})"
+
+
 def read_grants(path: Path) -> PartyMap:
     """The parties of the grants file; a file that cannot be read is a settings error (exit 2)."""
     try:
         return GrantsFile(path)
-    except (OSError, ValueError) as err:
-        where = f"grants_file ({flag_of(ServerSettings, 'grants_file')}, {env_of(ServerSettings, 'grants_file')})"
-        raise SettingsError(where, f"{path} cannot be read as grants.json: {str(err)[:300]}") from None
+    except OSError as err:
+        raise SettingsError(_GRANTS_FILE, f"{path} cannot be read: {err.strerror or err}") from None
+    except ValueError as err:
+        raise SettingsError(_GRANTS_FILE, f"{path} cannot be read as grants.json: {str(err)[:300]}") from None
 
 
 def bucket_config_of(settings: ServerSettings, bus: Bus) -> BucketConfig:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from provisioner_client.errors import MaterializeError
-from registry.contract import JsonRefused, read_json
+from registry.contract import JsonRefused, kind_of, read_at_most, read_json
 
 T = TypeVar("T")
 
@@ -92,7 +92,7 @@ def read_regular(path: Path, *, limit: int, what: str) -> OnDisk | None:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             raise MaterializeError(path, _not_regular(status.st_mode), what=what)
-        content = _read_at_most(fd, limit + 1)
+        content = read_at_most(fd, limit + 1)
     except OSError as err:
         raise _refused(path, "cannot be read", err, what=what) from None
     finally:
@@ -206,17 +206,6 @@ def _write_all(fd: int, content: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _read_at_most(fd: int, size: int) -> bytes:
-    chunks, left = [], size
-    while left > 0:
-        chunk = os.read(fd, min(left, 1024 * 1024))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
 def _remove(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.unlink()
@@ -246,20 +235,6 @@ def _kind_at(path: Path) -> str | None:
         return kind_of(os.lstat(path).st_mode)
     except OSError:
         return None
-
-
-def kind_of(mode: int) -> str:
-    """What a file of `mode` is, in words."""
-    kinds = {
-        stat.S_ISREG: "a regular file",
-        stat.S_ISDIR: "a folder",
-        stat.S_ISLNK: "a symbolic link",
-        stat.S_ISFIFO: "a FIFO",
-        stat.S_ISCHR: "a character device",
-        stat.S_ISBLK: "a block device",
-        stat.S_ISSOCK: "a socket",
-    }
-    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
 
 
 def read_record(path: Path, parse: Callable[[object], T | None], *, limit: int, what: str, shape: str) -> T | None:

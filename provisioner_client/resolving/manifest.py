@@ -70,6 +70,7 @@ from registry.contract import (
     buckets,
     encode_token,
     find_placeholders,
+    kind_of,
     read_json,
     to_json,
 )
@@ -371,16 +372,7 @@ def _too_long(size: int) -> str:
 
 def _kind_of(mode: int) -> str | None:
     """What a non-regular file is, in words; None for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    kinds = {
-        stat.S_ISDIR: "a folder",
-        stat.S_ISFIFO: "a FIFO",
-        stat.S_ISCHR: "a character device",
-        stat.S_ISBLK: "a block device",
-        stat.S_ISSOCK: "a socket",
-    }
-    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+    return None if stat.S_ISREG(mode) else kind_of(mode)
 
 
 def _too_large(manifest: Manifest) -> str | None:

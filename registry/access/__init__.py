@@ -13,6 +13,7 @@ from registry.access.grants import (
     bound_bucket,
     derive_grants,
     load_party_map,
+    read_grants_file,
     writing_domains,
 )
 from registry.access.issuing import MeshParties, issue_grants
@@ -24,6 +25,7 @@ from registry.access.jwt_auth import (
     AccountPushError,
     Nkey,
     account_jwt_path,
+    account_key,
     account_seed_path,
     claims_of,
     creds_path,
@@ -84,6 +86,7 @@ __all__ = [
     "Topology",
     "UnknownAccount",
     "account_jwt_path",
+    "account_key",
     "account_seed_path",
     "bound_bucket",
     "claims_of",
@@ -104,6 +107,7 @@ __all__ = [
     "plan_resolver",
     "plan_sites",
     "push_account",
+    "read_grants_file",
     "read_mesh_file",
     "read_sites_file",
     "render_server_auth",

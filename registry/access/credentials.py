@@ -14,9 +14,11 @@ from pathlib import Path
 import nkeys
 
 from registry.access.parties import Party
+from registry.contract import read_bounded
 from registry.errors import RegistryError
 
 SEED_SUFFIX = ".nk"
+MAX_SEED_BYTES = 1024  # a seed is 58 characters
 
 
 class CredentialError(RegistryError):
@@ -39,10 +41,24 @@ def issue_user_keys(parties: Iterable[Party], keys: Path) -> dict[Party, str]:
 def user_key_at(path: Path) -> str:
     """The user public key of the seed at `path`, from a new seed written there when none is."""
     if path.exists():
-        return public_key(path.read_bytes().strip(), path)
+        return public_key(read_seed(path, nkeys.PREFIX_BYTE_USER), path)
     seed = new_seed(nkeys.PREFIX_BYTE_USER)
     write_secret(path, seed + b"\n")
     return public_key(seed, path)
+
+
+def read_seed(path: Path, prefix: int) -> bytes:
+    """The nkey seed of the kind `prefix` names (nkeys.PREFIX_BYTE_OPERATOR, _ACCOUNT, _USER) kept
+    in the file at `path`, read no further than `MAX_SEED_BYTES`; `OSError` when it cannot be read,
+    `CredentialError` when it holds no such seed."""
+    seed = read_bounded(path, MAX_SEED_BYTES).strip()
+    try:
+        found, _ = nkeys.decode_seed(bytearray(seed))
+    except Exception:  # nkeys raises several unrelated classes for a damaged seed
+        raise CredentialError(path, "not an nkey seed") from None
+    if found != prefix:
+        raise CredentialError(path, "an nkey seed of another kind (operator, account or user)")
+    return seed
 
 
 def new_seed(prefix: int) -> bytes:

@@ -54,11 +54,15 @@ from registry.contract import (
     encode_token,
     fields_of,
     fleet,
+    read_bounded,
     render,
     shape_of,
     under,
 )
 from registry.errors import SettingsError
+
+# A node's party takes about 6 KB of grants.json: the 10,000 nodes a mesh file may name, ~60 MB.
+MAX_GRANTS_BYTES = 128 << 20
 
 
 class _Model(BaseModel):
@@ -174,7 +178,13 @@ def _escaped(match: re.Match[str]) -> str:
 
 def load_party_map(path: Path) -> PartyMap:
     """The parties of a `grants.json` written by `mesh-provisioner grants`, by account."""
-    return Grants.model_validate_json(path.read_text(encoding="utf-8")).party_map()
+    return read_grants_file(path).party_map()
+
+
+def read_grants_file(path: Path) -> Grants:
+    """A `grants.json`, read no further than `MAX_GRANTS_BYTES`: `OSError` when it cannot be read,
+    pydantic's `ValidationError` when it is not one."""
+    return Grants.model_validate_json(read_bounded(path, MAX_GRANTS_BYTES))
 
 
 class GrantsFile(PartyMap):

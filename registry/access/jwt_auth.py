@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import nkeys
 
 from registry.access.accounts_conf import quoted
-from registry.access.credentials import SEED_SUFFIX, CredentialError, write_secret
+from registry.access.credentials import SEED_SUFFIX, CredentialError, read_seed, write_secret
 from registry.access.grants import AccountGrant, Exports, Grants, Import, vault_listens, vault_publishes
 from registry.access.limits import PartyLimits
 from registry.access.parties import DATA_ACCOUNT, SYSTEM_ACCOUNT, Kind, Party
@@ -150,8 +150,7 @@ def seeded_accounts(keys: Path) -> dict[str, str]:
     by its public key: the accounts `--push` may delete, and none other."""
     found: dict[str, str] = {}
     for path in sorted(keys.glob(f"account-*{SEED_SUFFIX}")):
-        seed = path.read_bytes().strip()
-        _check_seed(seed, nkeys.PREFIX_BYTE_ACCOUNT, path)
+        seed = read_seed(path, nkeys.PREFIX_BYTE_ACCOUNT)
         found[Nkey(seed).public_key] = path.name.removeprefix("account-").removesuffix(SEED_SUFFIX)
     return found
 
@@ -396,21 +395,10 @@ def _same(token: str, issuer: Nkey, subject: str, name: str, body: Mapping[str, 
 def _nkey(path: Path, prefix: int) -> Nkey:
     """The seed at `path`, else a new one written there."""
     if path.exists():
-        seed = path.read_bytes().strip()
-        _check_seed(seed, prefix, path)
-        return Nkey(seed)
+        return Nkey(read_seed(path, prefix))
     seed = bytes(nkeys.encode_seed(os.urandom(32), prefix))
     write_secret(path, seed + b"\n")
     return Nkey(seed)
-
-
-def _check_seed(seed: bytes, prefix: int, source: Path) -> None:
-    try:
-        found, _ = nkeys.decode_seed(bytearray(seed))
-    except Exception:  # nkeys raises several unrelated classes for a damaged seed
-        raise CredentialError(source, "not an nkey seed") from None
-    if found != prefix:
-        raise CredentialError(source, "an nkey seed of another kind (operator, account or user)")
 
 
 async def push_account(bus: Bus, account_jwt: str, *, operator: str) -> str:
@@ -441,10 +429,12 @@ async def delete_accounts(bus: Bus, operator: Nkey, account_keys: Sequence[str])
 
 def operator_key(keys: Path) -> Nkey:
     """The operator's key `write_jwt_auth` issued to `keys`."""
-    path = keys / OPERATOR_SEED
-    seed = path.read_bytes().strip()
-    _check_seed(seed, nkeys.PREFIX_BYTE_OPERATOR, path)
-    return Nkey(seed)
+    return Nkey(read_seed(keys / OPERATOR_SEED, nkeys.PREFIX_BYTE_OPERATOR))
+
+
+def account_key(keys: Path, account: str) -> Nkey:
+    """The key of account `account` (a party's label, `MESH` or `SYS`) issued to `keys`."""
+    return Nkey(read_seed(account_seed_path(keys, account), nkeys.PREFIX_BYTE_ACCOUNT))
 
 
 async def _claims_request(bus: Bus, subject: str, token: str, operation: str) -> str:

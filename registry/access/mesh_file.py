@@ -44,7 +44,7 @@ from registry.access.issuing import MeshParties
 from registry.access.limits import GivenLimits, too_low
 from registry.access.parties import Kind
 from registry.access.sites.topology import HubEntry, SiteEntry, SiteName, Topology, site_problems
-from registry.contract import Name
+from registry.contract import Name, read_bounded_text
 from registry.errors import SettingsError
 
 MAX_FILE_BYTES = 1 << 20
@@ -164,16 +164,9 @@ class MeshFile(_Model):
 def read_mesh_file(path: Path) -> MeshFile:
     """The mesh file at `path`, its `domains_file` made relative to the file's folder."""
     try:
-        with path.open("rb") as file:
-            text = file.read(MAX_FILE_BYTES + 1)
+        document = tomllib.loads(read_bounded_text(path, MAX_FILE_BYTES))
     except OSError as err:
         raise MeshFileError(path, f"cannot be read: {err.strerror or err}") from None
-    if len(text) > MAX_FILE_BYTES:
-        raise MeshFileError(path, f"is larger than {MAX_FILE_BYTES} bytes")
-    try:
-        document = tomllib.loads(text.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise MeshFileError(path, "is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as err:  # its message names line and column
         raise MeshFileError(path, f"is not valid TOML: {err}") from None
     mesh = _validated(path, document)

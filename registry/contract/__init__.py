@@ -2,14 +2,16 @@
 
 The `=hex` escaping of key tokens, every key shape built and parsed in one place, the buckets and
 their subjects, placeholders and templates, the catalogue of kinds and domains, the models of
-bucket values and of the verb's answers, and the bounded JSON reader every byte from outside goes
-through. Nothing here imports nats-py: it is the mesh's contract as data and pure functions.
+bucket values and of the verb's answers, the bounded JSON reader every byte from outside goes
+through, and the bounded reader of the operator's files. Nothing here imports nats-py: it is the
+mesh's contract as data and pure functions.
 """
 
 from __future__ import annotations
 
 from registry.contract import buckets, fleet, keys
-from registry.contract.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, nesting, read_json, read_json_file
+from registry.contract.bounded_file import kind_of, read_at_most, read_bounded, read_bounded_text
+from registry.contract.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, nesting, read_json
 from registry.contract.buckets import Bucket
 from registry.contract.catalogue import BUILT_IN, KINDS, Domain, load_catalogue
 from registry.contract.compile import compile_registry, registry_values
@@ -128,6 +130,7 @@ __all__ = [
     "find_placeholders",
     "fleet",
     "keys",
+    "kind_of",
     "load_catalogue",
     "nesting",
     "node_token",
@@ -136,8 +139,10 @@ __all__ = [
     "parse_placeholder",
     "pattern_of",
     "pending_causes",
+    "read_at_most",
+    "read_bounded",
+    "read_bounded_text",
     "read_json",
-    "read_json_file",
     "registry_values",
     "render",
     "shape_of",

@@ -2,8 +2,9 @@
 
 Everything either program parses comes from somewhere it does not control: verb requests, values
 of any bucket (a provider's `_bound`, the placement mirror, the registry), the verb's and the
-vault's answers, manifests, the ledger and the client's remembered state (`read_json_file`,
-which reads no more of a file than the bound). `read_json` refuses, before parsing:
+vault's answers, manifests, the ledger and the client's remembered state (each file read no further
+than its bound: `registry.contract.bounded_file`, `provisioner_client.materializing.files`).
+`read_json` refuses, before parsing:
 
 - a text longer than `max_bytes` (by default `MAX_BYTES`, 1 MiB; a verb page is allowed
   `MAX_PAGE_BYTES`, the largest NATS payload);
@@ -20,11 +21,8 @@ reason or a manifest error naming the key or the file, never a crash.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from itertools import accumulate
-from pathlib import Path
 
 MAX_BYTES = 1024 * 1024
 MAX_PAGE_BYTES = 64 * 1024 * 1024
@@ -42,19 +40,6 @@ class JsonRefused(ValueError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
-
-
-def read_json_file(path: Path, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> object:
-    """The JSON of a regular file of our own, reading at most `max_bytes` + 1 of it (never a
-    link, a FIFO or a device); `OSError` as `open` raises it, `JsonRefused` for the rest."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-            raise JsonRefused("it is not a regular file")
-        data = file.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise JsonRefused(f"it is more than the {max_bytes:,} bytes allowed")
-    return read_json(data, max_bytes=max_bytes, max_depth=max_depth)
 
 
 def read_json(data: bytes | str, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> object:

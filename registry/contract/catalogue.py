@@ -26,11 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import PydanticCustomError
 
 from registry.contract import buckets
+from registry.contract.bounded_file import read_bounded_text
 from registry.contract.keys import KeyShape
 from registry.contract.models import Answer, BucketAnswer, VerbAnswer
 from registry.contract.templates import NamePattern, fields_of
 from registry.errors import CatalogueError, RegistryError
 
+MAX_DOMAINS_FILE_BYTES = 1 << 20
 # Fields every template may use besides those the name pattern and parts give.
 PLACEHOLDER_FIELDS = ("node", "module", "kind", "name")
 KINDS = (
@@ -153,9 +155,9 @@ class _Collections(BaseModel):
 def read_domains_file(path: Path) -> tuple[dict[str, Domain], tuple[str, ...]]:
     """The file's domains by name, and the collections it shares across the mesh."""
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        document = tomllib.loads(read_bounded_text(path, MAX_DOMAINS_FILE_BYTES))
     except OSError as err:
-        raise CatalogueError(str(path), f"cannot be read: {err.strerror}") from None
+        raise CatalogueError(str(path), f"cannot be read: {err.strerror or err}") from None
     except tomllib.TOMLDecodeError as err:
         raise CatalogueError(str(path), f"is not valid TOML: {err}") from None
     unknown = set(document) - {"domains", "collections"}

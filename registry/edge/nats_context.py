@@ -27,7 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from registry.access import write_secret
-from registry.contract import JsonRefused, read_json
+from registry.contract import JsonRefused, read_bounded, read_bounded_text, read_json
 from registry.errors import SettingsError
 
 DEV_CONTEXT = "mesh-provisioner-dev"
@@ -101,11 +101,12 @@ class NatsContexts:
     def selected(self) -> str | None:
         """The name the `nats` CLI's `context.txt` selects, if any."""
         try:
-            name = _head(self.folder / "context.txt").decode("utf-8").strip()
+            name = read_bounded_text(self.folder / "context.txt", MAX_CONTEXT_BYTES).strip()
         except FileNotFoundError:
             return None
-        except (OSError, UnicodeDecodeError) as err:
-            raise SettingsError(f"nats CLI's {self.folder / 'context.txt'}", f"cannot be read: {err}") from None
+        except OSError as err:
+            reason = f"cannot be read: {err.strerror or err}"
+            raise SettingsError(f"nats CLI's {self.folder / 'context.txt'}", reason) from None
         return name or None
 
     def read(self, name: str) -> NatsContext:
@@ -113,7 +114,7 @@ class NatsContexts:
         path = self.path(name)
         source = f"nats context {name!r} ({path})"
         try:
-            context = NatsContext.model_validate(read_json(_head(path), max_bytes=MAX_CONTEXT_BYTES))
+            context = NatsContext.model_validate(read_json(read_bounded(path, MAX_CONTEXT_BYTES)))
         except FileNotFoundError:
             raise SettingsError(source, "no such context") from None
         except OSError as err:
@@ -155,13 +156,6 @@ class NatsContexts:
                 path.unlink(missing_ok=True)
         except SettingsError:  # gone, or no longer ours to judge
             return
-
-
-def _head(path: Path) -> bytes:
-    """The file's first bytes, one more than a context may hold: a file is never read whole (it may
-    be a link to a device that never ends)."""
-    with path.open("rb") as file:
-        return file.read(MAX_CONTEXT_BYTES + 1)
 
 
 def _running(pid: int) -> bool:

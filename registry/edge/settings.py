@@ -48,6 +48,7 @@ from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, ValidationE
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from registry.contract import read_bounded_text
 from registry.edge.nats_context import DEV_CONTEXT, NatsContext, NatsContexts
 from registry.errors import SettingsError
 from registry.runtime import LogFormat, LogLevel
@@ -133,6 +134,7 @@ class LogSettings(EdgeSettings):
 
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+MAX_SETTINGS_FILE_BYTES = 1 << 20
 _DEFAULT_FROM = "the default"
 # The schemes nats-py connects with (a URL without one, `host:4222`, is read as nats://); a
 # WebSocket needs aiohttp besides. Anything else it would take for a host name (`nat://h` as the
@@ -565,11 +567,11 @@ def _file_values(model_cls: type[EdgeSettings], config_file: Path | None) -> dic
         return {}
     source = f"config file {config_file}"
     try:
-        data = tomllib.loads(config_file.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_bounded_text(config_file, MAX_SETTINGS_FILE_BYTES))
     except (FileNotFoundError, IsADirectoryError):
         raise SettingsError(source, "not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise SettingsError(source, f"cannot be read: {err}") from None
+    except OSError as err:
+        raise SettingsError(source, f"cannot be read: {err.strerror or err}") from None
     except tomllib.TOMLDecodeError as err:  # its message names line and column, not the text
         raise SettingsError(source, f"is not valid TOML: {err}") from None
     if model_cls.config_table is None:

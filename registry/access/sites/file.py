@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from registry.access.parties import DATA_ACCOUNT
 from registry.access.sites.topology import HUB_DOMAIN, MAX_NODES, SiteName
+from registry.contract import read_bounded
 from registry.errors import SettingsError
 
 MAX_FILE_BYTES = 4 << 20
@@ -102,12 +103,9 @@ def read_sites_file(path: Path, *, setting: str = "sites_file") -> SitesFile:
     """`path` read as sites.json; a file that cannot be read, or is not one, is a `SettingsError`
     of `setting` (the setting that named it)."""
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
+        raw = read_bounded(path, MAX_FILE_BYTES)
     except OSError as err:
         raise SettingsError(setting, f"{path} cannot be read: {err.strerror or err}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise SettingsError(setting, f"{path} is over {MAX_FILE_BYTES} bytes: not a sites.json")
     try:
         return SitesFile.model_validate_json(raw)
     except ValidationError as err:

@@ -31,15 +31,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import nkeys
+
 from registry.access.accounts_conf import quoted
-from registry.access.credentials import SEED_SUFFIX, write_secret
+from registry.access.credentials import SEED_SUFFIX, read_seed, write_secret
 from registry.access.grants import VAULT, Grants
 from registry.access.jwt_auth import (
     DEFAULT_RESOLVER_DIR,
     NO_LIMIT,
     JwtAuth,
     Nkey,
-    account_seed_path,
+    account_key,
     claims_of,
     creds,
     creds_path,
@@ -108,7 +110,7 @@ def site_server_auth(
     auth = load_jwt_auth(out)
     operator = operator_key(keys)
     view = at_site(grants, site, hub_domain)
-    data_key = Nkey(account_seed_path(keys, DATA_ACCOUNT).read_bytes().strip()).public_key
+    data_key = account_key(keys, DATA_ACCOUNT).public_key
     exporters = {DATA_ACCOUNT: data_key, **{g.account: g.account_key for g in view.parties if g.account_key}}
     kept = dict(_PRELOADED.findall(held))
     accounts = dict(auth.accounts)
@@ -142,15 +144,15 @@ def _subjects(permits: Iterable[Permit]) -> list[str]:
 
 def _account_keys(grants: Grants, keys: Path) -> Mapping[str, str]:
     vault = next(grant.account_key for grant in grants.parties if grant.party == VAULT)
-    data = Nkey(account_seed_path(keys, DATA_ACCOUNT).read_bytes().strip()).public_key
+    data = account_key(keys, DATA_ACCOUNT).public_key
     return {DATA_ACCOUNT: data, VAULT.account: vault or ""}
 
 
 def _user_creds(keys: Path, label: str, account_label: str, permissions: Mapping[str, Any]) -> None:
     """`keys/<label>.creds` for the user of seed `keys/<label>.nk`, signed by the account's key;
     kept as it is when it holds these very claims."""
-    account = Nkey(account_seed_path(keys, account_label).read_bytes().strip())
-    user = Nkey((keys / f"{label}{SEED_SUFFIX}").read_bytes().strip())
+    account = account_key(keys, account_label)
+    user = Nkey(read_seed(keys / f"{label}{SEED_SUFFIX}", nkeys.PREFIX_BYTE_USER))
     body = {"type": "user", "subs": NO_LIMIT, "data": NO_LIMIT, "payload": NO_LIMIT, "pub": {}, "sub": {}}
     body.update(permissions)
     path = creds_path(keys, label)

@@ -31,7 +31,7 @@ from pathlib import Path
 import nkeys
 
 from registry.access.accounts_conf import SEAT_ROLE, quoted, render_accounts
-from registry.access.credentials import SEED_SUFFIX, new_seed, public_key, write_secret
+from registry.access.credentials import SEED_SUFFIX, new_seed, public_key, read_seed, write_secret
 from registry.access.grants import VAULT, AccountGrant, Grants, pretty_json, verb_subjects
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
 from registry.access.sites.jwt import hub_jwt_conf, issue_site_creds, site_jwt_conf, site_server_auth
@@ -182,7 +182,7 @@ def _user_seed(path: Path, new: list[str]) -> tuple[bytes, str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_secret(path, new_seed(nkeys.PREFIX_BYTE_USER) + b"\n")
         new.append(path.name)
-    seed = path.read_bytes().strip()
+    seed = read_seed(path, nkeys.PREFIX_BYTE_USER)
     return seed, public_key(seed, path)
 
 

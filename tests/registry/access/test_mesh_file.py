@@ -141,8 +141,12 @@ def test_the_domains_file_is_found_beside_the_mesh_file(tmp_path: Path) -> None:
         ),
         pytest.param("version = 2\n", "version: Input should be 1", id="a version this one does not read"),
         pytest.param("nodes = [\n", "is not valid TOML: ", id="not TOML"),
-        pytest.param(b'nodes = ["\xff"]\n', "is not UTF-8 text", id="not UTF-8"),
-        pytest.param("# " + "x" * (1 << 20) + "\n", "is larger than 1048576 bytes", id="a file too large"),
+        pytest.param(b'nodes = ["\xff"]\n', "cannot be read: it is not UTF-8 text", id="not UTF-8"),
+        pytest.param(
+            "# " + "x" * (1 << 20) + "\n",
+            "cannot be read: it is larger than the 1,048,576 bytes",
+            id="a file too large",
+        ),
     ],
 )
 def test_a_mistake_is_refused_naming_the_key_and_why(tmp_path: Path, text: str | bytes, said: str) -> None:

@@ -72,11 +72,15 @@ def test_the_welcome_says_how_the_tools_find_the_dev_bus(tmp_path: Path) -> None
     )
 
 
-def test_a_context_file_that_never_ends_is_refused_after_its_bound(tmp_path: Path) -> None:
+def test_a_context_file_that_is_a_device_or_past_its_bound_is_refused_unread(tmp_path: Path) -> None:
     contexts = NatsContexts(tmp_path / "nats")
     contexts.path("endless").parent.mkdir(parents=True)
     contexts.path("endless").symlink_to("/dev/zero")
     (contexts.folder / "context.txt").symlink_to("/dev/zero")
-    with pytest.raises(SettingsError, match="more than the 65,536 allowed"):
+    with pytest.raises(SettingsError, match="it is a character device, not a regular file"):
         contexts.read("endless")
-    assert contexts.selected() is not None  # its first bytes read, not the device whole
+    with pytest.raises(SettingsError, match="it is a character device, not a regular file"):
+        contexts.selected()
+    contexts.path("large").write_text(" " * (64 * 1024 + 1))
+    with pytest.raises(SettingsError, match="larger than the 65,536 bytes"):
+        contexts.read("large")
