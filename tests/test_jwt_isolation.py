@@ -21,8 +21,8 @@ from registry.access import (
     DATA_ACCOUNT,
     AccountPushError,
     Kind,
-    Nkey,
     account_jwt_path,
+    account_key,
     claims_of,
     delete_accounts,
     encode_jwt,
@@ -220,7 +220,7 @@ async def test_an_account_the_operator_did_not_sign_grants_nothing(mesh: JwtMesh
     """A node signing its own account with a wider import gets nowhere. `push_account` refuses
     it; pushed anyway by the system user, the resolver stores it but the server takes account
     claims from the operator only: the node's users are refused, nothing is widened."""
-    n1_key = Nkey((mesh.keys / f"account-{N1.label}.nk").read_bytes().strip())
+    n1_key = account_key(mesh.keys, N1.label)
     wider = claims_of(account_jwt_path(mesh.out, N1.label).read_text().strip())["nats"]
     wider["imports"][0]["subject"] = buckets.NEEDS.subject(">")
     forged = encode_jwt(n1_key, subject=n1_key.public_key, name=N1.label, body=wider)

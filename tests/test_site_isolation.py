@@ -38,7 +38,7 @@ import pytest
 from nats.aio.client import Client
 
 from mesh_dev.local_nats import LocalNats
-from registry.access import Kind, Nkey, Party, account_seed_path, creds_path
+from registry.access import Kind, Party, account_key, creds_path
 from registry.contract import buckets
 from registry.wire import Bus, BusOptions, ask, connect, put
 from tests import test_isolation as at_the_hub
@@ -109,7 +109,7 @@ class SiteMesh:
         or its public key (JWT)."""
         if not self.jwt:
             return LINK_ACCOUNT
-        return Nkey(account_seed_path(self.keys, LINK_ACCOUNT).read_bytes().strip()).public_key
+        return account_key(self.keys, LINK_ACCOUNT).public_key
 
 
 def grants(root: Path, relay: int, leaf: int, *, jwt: bool) -> tuple[Path, Path]:

@@ -37,7 +37,7 @@ from provisioner.seat.site_copies import site_copies
 from provisioner.settings import ServerSettings
 from provisioner.verb.service import ENDPOINT
 from provisioner_client.reconcile import ClientPlan, reconcile
-from registry.access import Nkey, account_seed_path, creds_path, read_sites_file
+from registry.access import account_key, creds_path, read_sites_file
 from registry.contract import Bucket, NodeRow, buckets
 from registry.errors import NoResponders, SettingsError
 from registry.wire import Bus, BusOptions, answer_of, connect, get_direct, put
@@ -158,7 +158,7 @@ async def hub_and_site(
             # (nats-server's retry of a mirror's setup), which would only slow the test down.
             data = "site-site1"  # the site's own account at the hub, where its links bind
             if jwt:  # the account's public key
-                data = Nkey(account_seed_path(keys, data).read_bytes().strip()).public_key
+                data = account_key(keys, data).public_key
 
             def data_link(up: list[dict[str, Any]]) -> bool:
                 return any(link["account"] == data for link in up)

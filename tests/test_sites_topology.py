@@ -50,8 +50,7 @@ from provisioner.seat.site_copies import ensure_site_copies
 from registry.access import (
     DATA_ACCOUNT,
     Grants,
-    Nkey,
-    account_seed_path,
+    account_key,
     creds_path,
     read_sites_file,
 )
@@ -137,9 +136,7 @@ class Servers:
         """How nats-server names a party's account (`Nats-Request-Info`, `/leafz`): its name, or
         its public key (JWT); `label` is a party's, or the data account's name."""
         if label == DATA_ACCOUNT:
-            return (
-                Nkey(account_seed_path(self.keys, DATA_ACCOUNT).read_bytes().strip()).public_key if self.jwt else label
-            )
+            return account_key(self.keys, DATA_ACCOUNT).public_key if self.jwt else label
         grant = next(g for g in self.grants.parties if g.party.label == label)
         return (grant.account_key or "") if self.jwt else grant.account
 

@@ -165,7 +165,7 @@ def write_jwt_auth(
     operator = _nkey(keys / OPERATOR_SEED, nkeys.PREFIX_BYTE_OPERATOR)
     data = _nkey(account_seed_path(keys, DATA_ACCOUNT), nkeys.PREFIX_BYTE_ACCOUNT)
     system = _nkey(account_seed_path(keys, SYSTEM_ACCOUNT), nkeys.PREFIX_BYTE_ACCOUNT)
-    operator_jwt = _keep_or_sign(
+    operator_jwt = keep_or_sign(
         out / JWT_DIR / "operator.jwt",
         operator,
         subject=operator.public_key,
@@ -176,9 +176,9 @@ def write_jwt_auth(
         system.public_key: _account(out, SYSTEM_ACCOUNT, system, operator, _system_account()),
         data.public_key: _account(out, DATA_ACCOUNT, data, operator, data_account(grants)),
     }
-    _user(keys, SYSTEM_USER, system, {})
+    write_user_creds(keys, SYSTEM_USER, system, {})
     for grant in grants.data:
-        _user(keys, grant.party.label, data, {})
+        write_user_creds(keys, grant.party.label, data, {})
     exporters = {DATA_ACCOUNT: data.public_key, **{g.account: g.account_key for g in grants.parties if g.account_key}}
     exports = grants.exports()
     for grant in grants.parties:
@@ -188,7 +188,7 @@ def write_jwt_auth(
         body = party_account(grant, exports.get(grant.account, {}), exporters)
         accounts[key.public_key] = _account(out, grant.party.label, key, operator, body)
         if grant.party.kind != Kind.SITE:  # a site's users are its links (registry.access.sites.jwt)
-            _user(keys, grant.party.label, key, _user_permissions(grant, vault_subjects))
+            write_user_creds(keys, grant.party.label, key, _user_permissions(grant, vault_subjects))
     labels = [SYSTEM_ACCOUNT, DATA_ACCOUNT, *(grant.party.label for grant in grants.parties)]
     _drop_accounts_not_in(out, {account_jwt_path(out, label) for label in labels})
     auth = JwtAuth(operator_jwt, system.public_key, accounts)
@@ -311,17 +311,19 @@ def _user_permissions(grant: AccountGrant, vault_subjects: Sequence[str]) -> dic
 
 
 def _account(out: Path, account: str, key: Nkey, operator: Nkey, body: dict[str, Any]) -> str:
-    return _keep_or_sign(account_jwt_path(out, account), operator, subject=key.public_key, name=account, body=body)
+    return keep_or_sign(account_jwt_path(out, account), operator, subject=key.public_key, name=account, body=body)
 
 
-def _user(keys: Path, label: str, account: Nkey, permissions: dict[str, Any]) -> None:
+def write_user_creds(keys: Path, label: str, account: Nkey, permissions: dict[str, Any]) -> None:
+    """`keys/<label>.creds` for the user of seed `keys/<label>.nk` (made when there is none),
+    signed by `account`; kept as it is when it holds these very claims."""
     user = _nkey(keys / f"{label}{SEED_SUFFIX}", nkeys.PREFIX_BYTE_USER)
     body = {"type": "user", "subs": NO_LIMIT, "data": NO_LIMIT, "payload": NO_LIMIT, "pub": {}, "sub": {}}
     body.update(permissions)
     path = creds_path(keys, label)
     held = path.read_bytes() if path.exists() else b""
     existing = _CREDS_JWT.search(held.decode(errors="replace"))
-    token = _keep_or_sign(
+    token = keep_or_sign(
         None, account, subject=user.public_key, name=label, body=body, existing=existing.group(1) if existing else None
     )
     wanted = creds(token, user.seed)
@@ -364,7 +366,7 @@ def claims_of(token: str) -> dict[str, Any]:
     return claims
 
 
-def _keep_or_sign(
+def keep_or_sign(
     path: Path | None, issuer: Nkey, *, subject: str, name: str, body: dict[str, Any], existing: str | None = None
 ) -> str:
     """The JWT at `path` (or `existing`) if `issuer` signed these very claims, else a new one;

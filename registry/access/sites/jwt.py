@@ -25,32 +25,26 @@ machine, it is expected there.
 
 from __future__ import annotations
 
-import base64
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import nkeys
-
 from registry.access.accounts_conf import quoted
-from registry.access.credentials import SEED_SUFFIX, read_seed, write_secret
 from registry.access.grants import VAULT, Grants
 from registry.access.jwt_auth import (
     DEFAULT_RESOLVER_DIR,
-    NO_LIMIT,
     JwtAuth,
     Nkey,
     account_key,
-    claims_of,
-    creds,
     creds_path,
     data_account,
-    encode_jwt,
+    keep_or_sign,
     load_jwt_auth,
     operator_key,
     party_account,
     render_server_auth,
+    write_user_creds,
 )
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
 from registry.access.sites.links import RECONNECT, SITE_SERVER, LeafLink, Permit, at_site, one_link, site_seat_denied
@@ -95,11 +89,11 @@ def issue_site_creds(links: Iterable[LeafLink], seat_labels: Iterable[str], keys
             "sub": {"allow": _subjects(link.subscribe)},
             "allowed_connection_types": [LEAF_ONLY],
         }
-        _user_creds(keys, link.label, link.hub_account, permissions)
+        write_user_creds(keys, link.label, account_key(keys, link.hub_account), permissions)
     denied = site_seat_denied(hub_domain)
     seat = {"pub": {"deny": _subjects(denied.publish)}, "sub": {"deny": _subjects(denied.subscribe)}}
     for label in seat_labels:
-        _user_creds(keys, label, DATA_ACCOUNT, seat)
+        write_user_creds(keys, label, account_key(keys, DATA_ACCOUNT), seat)
 
 
 def site_server_auth(
@@ -130,12 +124,9 @@ def site_server_auth(
 _PRELOADED = re.compile(r'^  (A[A-Z0-9]{55}): "([^"]+)"$', re.MULTILINE)
 
 
-def _signed(issuer: Nkey, subject: str, name: str, body: Mapping[str, Any], kept: Mapping[str, str]) -> str:
+def _signed(issuer: Nkey, subject: str, name: str, body: dict[str, Any], kept: Mapping[str, str]) -> str:
     """The JWT `kept` holds for `subject` if `issuer` signed these very claims, else a new one."""
-    held = kept.get(subject)
-    if held is not None and _same_claims(held, issuer, subject, name, body):
-        return held
-    return encode_jwt(issuer, subject=subject, name=name, body=body)
+    return keep_or_sign(None, issuer, subject=subject, name=name, body=body, existing=kept.get(subject))
 
 
 def _subjects(permits: Iterable[Permit]) -> list[str]:
@@ -146,44 +137,3 @@ def _account_keys(grants: Grants, keys: Path) -> Mapping[str, str]:
     vault = next(grant.account_key for grant in grants.parties if grant.party == VAULT)
     data = account_key(keys, DATA_ACCOUNT).public_key
     return {DATA_ACCOUNT: data, VAULT.account: vault or ""}
-
-
-def _user_creds(keys: Path, label: str, account_label: str, permissions: Mapping[str, Any]) -> None:
-    """`keys/<label>.creds` for the user of seed `keys/<label>.nk`, signed by the account's key;
-    kept as it is when it holds these very claims."""
-    account = account_key(keys, account_label)
-    user = Nkey(read_seed(keys / f"{label}{SEED_SUFFIX}", nkeys.PREFIX_BYTE_USER))
-    body = {"type": "user", "subs": NO_LIMIT, "data": NO_LIMIT, "payload": NO_LIMIT, "pub": {}, "sub": {}}
-    body.update(permissions)
-    path = creds_path(keys, label)
-    held = path.read_bytes() if path.exists() else b""
-    token = _held_token(held, account, user.public_key, label, body)
-    if token is None:
-        token = encode_jwt(account, subject=user.public_key, name=label, body=body)
-    wanted = creds(token, user.seed)
-    if held != wanted:
-        write_secret(path, wanted)
-
-
-def _held_token(held: bytes, account: Nkey, subject: str, name: str, body: Mapping[str, Any]) -> str | None:
-    """The user JWT a `.creds` file holds, when `account` signed exactly these claims."""
-    text = held.decode(errors="replace")
-    start = text.find("-----BEGIN NATS USER JWT-----")
-    if start < 0:
-        return None
-    token = text[start:].splitlines()[1].strip()
-    return token if _same_claims(token, account, subject, name, body) else None
-
-
-def _same_claims(token: str, issuer: Nkey, subject: str, name: str, body: Mapping[str, Any]) -> bool:
-    """Whether `issuer` signed `token` with exactly these claims."""
-    try:
-        header, payload, signature = token.split(".")
-        claims = claims_of(token)
-        signed = issuer.signed(
-            f"{header}.{payload}".encode(), base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
-        )
-    except ValueError:
-        return False
-    wanted = {"iss": issuer.public_key, "sub": subject, "name": name, "nats": {**body, "version": 2}}
-    return signed and all(claims.get(key) == value for key, value in wanted.items())
