@@ -73,7 +73,7 @@ from provisioner.verb.service import verb_service
 from provisioner.verb.stats import RequestStats
 from registry.access import GrantsFile, PartyMap, SiteFileEntry, SitesFile, read_sites_file
 from registry.contract import Bucket
-from registry.edge import env_of, flag_of
+from registry.edge import flag_of, setting_of
 from registry.errors import ConnectionClosed, SettingsError
 from registry.wire import BucketConfig, Bus, BusOptions, connect
 
@@ -223,11 +223,11 @@ def site_of(settings: ServerSettings) -> SeatSite | None:
     does not name, or a file that is no sites.json, is a settings error (exit 2)."""
     if settings.site is None or settings.sites_file is None:
         return None
-    topology = read_sites_file(settings.sites_file, setting=_sites_file_setting())
+    topology = read_sites_file(settings.sites_file, setting=setting_of(ServerSettings, "sites_file"))
     entry = topology.site(settings.site)
     if entry is None:
         named = ", ".join(s.name for s in topology.sites) or "none"
-        where = f"site ({flag_of(ServerSettings, 'site')}, {env_of(ServerSettings, 'site')})"
+        where = setting_of(ServerSettings, "site")
         raise SettingsError(where, f"{settings.site!r} is not a site of {settings.sites_file} (its sites: {named})")
     return SeatSite(entry, topology.hub.domain)
 
@@ -237,11 +237,7 @@ def sites_of_the_hub(settings: ServerSettings) -> SitesFile | None:
     a settings error (exit 2)."""
     if settings.site is not None or settings.sites_file is None:
         return None
-    return read_sites_file(settings.sites_file, setting=_sites_file_setting())
-
-
-def _sites_file_setting() -> str:
-    return f"sites_file ({flag_of(ServerSettings, 'sites_file')}, {env_of(ServerSettings, 'sites_file')})"
+    return read_sites_file(settings.sites_file, setting=setting_of(ServerSettings, "sites_file"))
 
 
 def page_cache_of(settings: ServerSettings) -> PageCache:
@@ -268,7 +264,7 @@ def freeze_start_up_heap() -> None:
     gc.freeze()
 
 
-_GRANTS_FILE = f"grants_file ({flag_of(ServerSettings, 'grants_file')}, {env_of(ServerSettings, 'grants_file')})"
+_GRANTS_FILE = setting_of(ServerSettings, "grants_file")
 
 
 def read_grants(path: Path) -> PartyMap:

@@ -18,6 +18,7 @@ from registry.edge.settings import (
     flag_of,
     given_flags,
     load_settings,
+    setting_of,
 )
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "flag_of",
     "given_flags",
     "load_settings",
+    "setting_of",
 ]

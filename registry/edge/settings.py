@@ -380,6 +380,12 @@ def flag_of(model_cls: type[EdgeSettings], field: str) -> str:
     return named or "--" + "-".join(p for p in (model_cls.flag_prefix, field.replace("_", "-")) if p)
 
 
+def setting_of(model_cls: type[EdgeSettings], field: str) -> str:
+    """`field` as an error names it, with where it is given: `grants_file (--grants-file,
+    MESH_PROVISIONER_GRANTS_FILE)`."""
+    return f"{field} ({flag_of(model_cls, field)}, {env_of(model_cls, field)})"
+
+
 def env_of(model_cls: type[EdgeSettings], field: str) -> str:
     """The environment variable of `field`: `MESH_PROVISIONER_COMPILE_INTERVAL`, `NATS_URL`."""
     return f"{model_cls.model_config.get('env_prefix', '')}{field}".upper()

@@ -235,6 +235,7 @@ SURFACES = {
         "flag_of",
         "given_flags",
         "load_settings",
+        "setting_of",
     ],
     "registry.runtime": [
         "EXIT_CLOSED_PIPE",
