@@ -1,15 +1,14 @@
 """The mesh-provisioner server: keeps the registry bucket compiled from the domain catalogue and
-serves the read-only verb `mesh-provisioner.provisioning` over the four buckets of the contract.
+serves the read-only verb `mesh-provisioner.provisioning` over the buckets of the contract.
 
-Modules, one concept each: `settings` (what the server can be told), `buckets` (making sure
-the buckets exist), `registry_sync` (catalogue → registry bucket), `registry_view` (the registry
-as it stands, answering `what=registry`), `request` (what a request may ask), `listing` (entries
-and malformed keys as JSON pages), `verb` (answering from memory or by listing, scoped to who
-asks), `paging` (cursors), `service` (the micro service, concurrency, shutdown), `server` (the
-task group that runs it all), `removal` (a node's keys removed, for the controller) and `cli`.
-Reading settings, logging and signals are the shared edge in `registry`, and so is everything
-that touches NATS (`registry.wire.bus`); running it all on one machine is `mesh_dev`, above this
-package.
+Its concerns, one sub-package each: `seat` (the server's composition: the buckets it makes and
+keeps, the hourly compile of the registry, the quota guard, gone marks, rollout holds and a site's
+copies), `verb` (a request validated and scoped to who asks, answered from memory or by a listing
+paged or streamed from a bucket), `metrics` (the seat's figures for Prometheus) and `commands` (the
+operators' `mesh-provisioner`: `serve`, `query`, `top`, `grants`, `remove-node`, `rollout`); and
+`settings`, what the server can be told. Reading settings, logging and signals are the shared edge
+in `registry`, and so is everything that touches NATS (`registry.wire.bus`); running it all on one
+machine is `mesh_dev`, above this package.
 """
 
 from provisioner.commands.removal import remove_node

@@ -1,3 +1,3 @@
-"""The operators' commands: `mesh-provisioner` (`cli`), the query's tables, `top`, `remove-node` and
-`grants`. Only what prints loads rich.
+"""The operators' commands: `mesh-provisioner` (`cli`), the query's tables, `top`, `remove-node`,
+`grants` (and its `--push`) and `rollout`. Only what prints loads rich.
 """
