@@ -7,7 +7,9 @@ surface (its `__init__`), stacked so that each imports only those below it:
 - `registry.wire`: the NATS wire layer (the bus, KV, feeds, walks, leases, the verb's client);
   `registry.access`: the parties and their grants (static accounts or JWTs).
 - `registry.contract`: the wire contract as data (escaping, keys, buckets, placeholders, the
-  catalogue, the models of every value and answer); `registry.runtime`: logging and signals.
+  catalogue, the models of every value and answer, the bounded readers of JSON and of the
+  operator's files); `registry.runtime`: how a program runs (logging, signals, terminal-safe
+  text, a `/metrics` endpoint).
 - `registry.errors`: the one error tree under all of them.
 
 The order is an import contract in pyproject.toml (`registry-concerns`).
