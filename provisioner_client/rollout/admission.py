@@ -27,8 +27,10 @@ class LiveClaim:
     position: int
 
 
-def live_claims(items: Iterable[KvItem], now: datetime, *, skew: timedelta = SKEW) -> list[LiveClaim]:
-    """The live claims among `items` (a module's claim keys as read), in queue order."""
+def live_claims(items: Iterable[KvItem], now: datetime, *, skew: timedelta | None = None) -> list[LiveClaim]:
+    """The live claims among `items` (a module's claim keys as read), in queue order; `skew`, the
+    clock skew allowed, is `SKEW` unless given."""
+    skew = SKEW if skew is None else skew
     found = []
     for item in items:
         if item.deleted:

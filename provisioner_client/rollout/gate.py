@@ -41,7 +41,7 @@ from provisioner_client.rollout.budget import Budget, RolloutPlan
 from provisioner_client.rollout.claims import Claims, ClaimState
 from provisioner_client.rollout.state import ModuleRollout, RolloutState
 from registry.contract import ActionRecord, fleet
-from registry.errors import BusError
+from registry.errors import BusError, sole_exception
 from registry.runtime import event
 from registry.wire import KvItem
 
@@ -234,6 +234,10 @@ class RolloutGate:
         if record.unreachable_since is not None:  # reached again: a later outage is waited for afresh
             self.state.put(module, record := record.model_copy(update={"unreachable_since": None}))
         own = self.claims.own(items, module)
+        if record.queued and not _stands(own, datetime.now(UTC)):
+            # its claim died (not renewed within its ttl: the client stopped, or ran one-shot):
+            # while it was dead others were admitted past it, so it queues again at the end
+            self.state.put(module, record := record.model_copy(update={"queued": 0}))
         if _renewal_due(own, record, self._renew_every):
             revision = await self.claims.write(
                 module, state="waiting", change=record.change, queued=record.queued, last=_revision(own)
@@ -299,6 +303,8 @@ class RolloutGate:
             self.state.put(module, record)
         due = pacing.due_at(record, rollout)
         if due <= now:
+            if not record.pacing_applied:
+                self.state.put(module, record.model_copy(update={"pacing_applied": True}))
             return GO
         left = (due - now).total_seconds()
         self.report.waiting.add(module)
@@ -350,12 +356,17 @@ class RolloutGate:
                 await anyio.sleep(self._renew_every)
                 await self._quietly(module, self._renew(module, record, "running", force=True))
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(renew_while_running)
-            try:
-                yield
-            finally:
-                tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(renew_while_running)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        except (
+            BaseExceptionGroup
+        ) as group:  # what failed under the claim, as itself: the watch loop tells errors by class
+            raise sole_exception(group) from None
 
     async def _renew(self, module: str, record: ModuleRollout, state: ClaimState, *, force: bool = False) -> None:
         now = datetime.now(UTC)
@@ -368,7 +379,8 @@ class RolloutGate:
         await self.claims.write(
             module, state=state, change=record.change, queued=record.queued, last=None, reason=record.reason
         )
-        self.state.put(module, record.model_copy(update={"renewed_at": now, "claimed": True}))
+        current = self.state.get(module) or record  # an action's outcome recorded meanwhile is kept
+        self.state.put(module, current.model_copy(update={"renewed_at": now, "claimed": True}))
 
     async def _quietly(self, module: str, step: Awaitable[None]) -> None:
         """A claim's write that may fail for the moment: the next reconcile does it again."""
@@ -386,6 +398,8 @@ class RolloutGate:
         for module, record in sorted(self.state.modules.items()):
             if module in self._asked:
                 continue
+            if record.unreachable_since is not None:  # the change it waited for went away: a later outage waits afresh
+                self.state.put(module, record := record.model_copy(update={"unreachable_since": None}))
             if record.stage == "waiting" and record.claimed:
                 await self._quietly(module, self._withdraw(module, record))
             elif record.pacing_change and not record.claimed:
@@ -423,6 +437,11 @@ def _change_of(digest: str) -> str:
 
 def _revision(item: KvItem | None) -> int | None:
     return item.revision if item is not None else 0
+
+
+def _stands(own: KvItem | None, now: datetime) -> bool:
+    """Whether the node's own claim, as read, is live (see `admission.live_claims`)."""
+    return own is not None and bool(admission.live_claims([own], now))
 
 
 def _renewal_due(own: KvItem | None, record: ModuleRollout, every: float) -> bool:

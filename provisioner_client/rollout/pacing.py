@@ -23,10 +23,18 @@ def paced(record: ModuleRollout, rollout: Rollout, change: str, now: datetime) -
     """The record timing `change`: a new change moves the quiet period and draws a new splay."""
     if record.pacing_change == change:
         return record
-    burst = record.burst_since if record.pacing_change else now
+    # a burst goes on until a change of it is applied; the next change begins a new one
+    ongoing = record.pacing_change and not record.pacing_applied
+    burst = record.burst_since if ongoing else now
     splay = timedelta(seconds=random.uniform(0, rollout.splay_seconds))  # noqa: S311 - spreading, no secret
     return record.model_copy(
-        update={"pacing_change": change, "burst_since": burst or now, "changed_at": now, "splay_until": now + splay}
+        update={
+            "pacing_change": change,
+            "pacing_applied": False,
+            "burst_since": burst or now,
+            "changed_at": now,
+            "splay_until": now + splay,
+        }
     )
 
 

@@ -58,6 +58,7 @@ class ModuleRollout(BaseModel):
     rolled_back: bool = False
     unreachable_since: datetime | None = None
     pacing_change: str = ""  # splay and wait: the change they are timing
+    pacing_applied: bool = False  # that change was let through: its burst is over
     burst_since: datetime | None = None
     changed_at: datetime | None = None
     splay_until: datetime | None = None

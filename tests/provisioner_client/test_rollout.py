@@ -13,16 +13,17 @@ import anyio
 import pytest
 from pydantic import ValidationError
 
+from provisioner_client.errors import MaterializeError
 from provisioner_client.resolving.manifest import LoadedManifest, Manifest, Rollout
-from provisioner_client.rollout import Budget, RolloutGate, RolloutPlan
+from provisioner_client.rollout import Budget, RolloutGate, RolloutPlan, admission
 from provisioner_client.rollout.admission import live_claims, verdict
 from provisioner_client.rollout.budget import Unreachable
 from provisioner_client.rollout.claims import Claims
 from provisioner_client.rollout.pacing import due_at, paced
-from provisioner_client.rollout.state import ModuleRollout
+from provisioner_client.rollout.state import RECORD, ModuleRollout
 from provisioner_client.settings import ClientSettings
 from provisioner_client.watch.fleet import FleetInterest
-from registry.contract import fleet, to_json
+from registry.contract import ActionRecord, fleet, to_json
 from registry.wire import BucketConfig, Bus, KvItem, Message, create_bucket, delete, get_direct, put
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -163,6 +164,25 @@ def test_a_quiet_period_moves_with_each_change_up_to_its_maximum() -> None:
     third = paced(second, rollout, "c3", NOW + timedelta(seconds=20))
     assert due_at(third, rollout) == NOW + timedelta(seconds=25), "the burst's maximum"
     assert paced(third, rollout, "c3", NOW + timedelta(seconds=21)) == third, "the same change: timed as it was"
+
+
+def test_a_change_after_the_last_one_was_due_begins_a_burst_of_its_own() -> None:
+    """The burst of c1 ended when c1 was applied: c2, a minute later, waits its own quiet period,
+    not the old burst's maximum, long past (which applied it at once)."""
+    rollout = Rollout(wait_seconds=10, wait_max_seconds=25)
+    first = paced(ModuleRollout(), rollout, "c1", NOW).model_copy(update={"pacing_applied": True})
+    later = paced(first, rollout, "c2", NOW + timedelta(seconds=60))
+    assert due_at(later, rollout) == NOW + timedelta(seconds=70)
+
+
+async def test_the_gate_ends_a_burst_when_it_lets_its_change_through(fleet_bus: Bus, tmp_path: Path) -> None:
+    manifest = _manifest({"wait_seconds": 0.2, "wait_max_seconds": 0.4})
+    assert not (await _gate(fleet_bus, "a", tmp_path).admit("web", manifest, DIGEST_1, first=False)).go
+    await anyio.sleep(0.3)
+    assert (await _gate(fleet_bus, "a", tmp_path).admit("web", manifest, DIGEST_1, first=False)).go
+    await anyio.sleep(0.5)  # past the first burst's maximum
+    later = await _gate(fleet_bus, "a", tmp_path).admit("web", manifest, "hmac-sha256:" + "2" * 64, first=False)
+    assert not later.go, "a new burst's first change applied with no quiet period"
 
 
 def test_a_splay_is_drawn_once_per_change_within_its_bound() -> None:
@@ -325,3 +345,80 @@ async def test_after_the_fallback_the_next_outage_is_waited_for_again(bus: Bus, 
     limit = timedelta(seconds=0.3)  # shorter than since the first outage began, longer than since it ended
     again = await _gate(bus, "a", tmp_path, wait_limit=limit).admit("web", manifest, DIGEST_1, first=False)
     assert not again.go and "waiting" in again.reasons[0], "the wait starts afresh, not from the first outage"
+
+
+async def test_a_node_whose_claim_died_queues_again_behind_those_admitted_meanwhile(
+    fleet_bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Budget 1: c runs, b waits second, a third. b's client stops past its claim's ttl (its claim
+    dead); c finishes and a is admitted. b comes back: it queues behind a, not at its old place ahead
+    of it, which ran it beside a."""
+    monkeypatch.setattr(admission, "SKEW", timedelta(0))
+    manifest = _manifest({"budget": 1})
+    assert (await _gate(fleet_bus, "c", tmp_path).admit("web", manifest, DIGEST_1, first=False)).go
+    short = {"claim_ttl": timedelta(seconds=0.5)}
+    assert not (await _gate(fleet_bus, "b", tmp_path, **short).admit("web", manifest, DIGEST_1, first=False)).go
+    assert not (await _gate(fleet_bus, "a", tmp_path).admit("web", manifest, DIGEST_1, first=False)).go
+    await anyio.sleep(0.8)  # b's claim dead
+    await _gate(fleet_bus, "c", tmp_path).claims.remove("web")
+    assert (await _gate(fleet_bus, "a", tmp_path).admit("web", manifest, DIGEST_1, first=False)).go
+    back = await _gate(fleet_bus, "b", tmp_path, **short).admit("web", manifest, DIGEST_1, first=False)
+    assert not back.go, "two nodes run under a budget of 1"
+    assert "the 1 slots held by a" in back.reasons[0]
+
+
+async def test_a_failure_under_a_claim_leaves_as_itself(fleet_bus: Bus, tmp_path: Path) -> None:
+    """The record cannot be written after the action (a folder in its place, as a full disk would
+    fail it): the `MaterializeError` leaves as itself, which the watch loop catches and retries,
+    not wrapped in the renewal's task group's exception group, which ended the client."""
+    manifest = _manifest({"budget": 1})
+    gate = _gate(fleet_bus, "a", tmp_path)
+    assert (await gate.admit("web", manifest, DIGEST_1, first=False)).claimed
+    record = tmp_path / "a" / RECORD
+
+    async def action() -> ActionRecord:
+        record.unlink()
+        record.mkdir()
+        return ActionRecord(command=("true",), digest=DIGEST_1, outcome="succeeded", exit_code=0, finished_at="x")
+
+    async def healthy() -> None:
+        return None
+
+    with pytest.raises(MaterializeError):
+        await gate.run_under_claim("web", DIGEST_1, replaced=b"old", action=action, health=healthy)
+
+
+async def test_a_renewal_during_the_health_check_keeps_the_actions_outcome(fleet_bus: Bus, tmp_path: Path) -> None:
+    """The claim renewed while the health command runs: the record on disk still says how the action
+    ended (a client killed then reports it, not "(interrupted)")."""
+    manifest = _manifest({"budget": 1})
+    gate = _gate(fleet_bus, "a", tmp_path, claim_ttl=timedelta(seconds=0.3))  # renewed every 0.1 s
+    assert (await gate.admit("web", manifest, DIGEST_1, first=False)).claimed
+    done = ActionRecord(command=("true",), digest=DIGEST_1, outcome="succeeded", exit_code=0, finished_at="x")
+    seen: list[ModuleRollout] = []
+
+    async def action() -> ActionRecord:
+        return done
+
+    async def health() -> None:
+        await anyio.sleep(0.4)
+        on_disk = RolloutGate(gate.claims, tmp_path / "a", gate.plan).state.get("web")
+        assert on_disk is not None
+        seen.append(on_disk)
+
+    await gate.run_under_claim("web", DIGEST_1, replaced=b"old", action=action, health=health)
+    assert seen[0].renewed_at is not None and seen[0].action == done
+
+
+async def test_an_outage_whose_change_went_away_is_not_counted_into_the_next(bus: Bus, tmp_path: Path) -> None:
+    """No fleet bucket: c1 waits for the coordination, then goes away (reverted: the module is not
+    asked). A later outage's change waits afresh, not from when c1's began."""
+    manifest = _manifest({"budget": 1})
+    waiting = _gate(bus, "a", tmp_path, wait_limit=timedelta(hours=1))
+    assert not (await waiting.admit("web", manifest, DIGEST_1, first=False)).go
+    await waiting.finish()
+    await _gate(bus, "a", tmp_path).finish()  # c1 reverted
+    await anyio.sleep(0.5)
+    later = _gate(bus, "a", tmp_path, wait_limit=timedelta(seconds=0.3))
+    again = await later.admit("web", manifest, "hmac-sha256:" + "2" * 64, first=False)
+    assert not again.go and "waiting" in again.reasons[0], again.reasons
