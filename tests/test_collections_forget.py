@@ -213,6 +213,26 @@ async def test_a_shared_collection_past_its_bound_leaves_its_module_pending_and_
         assert report.modules["zsh"].applied.state == "applied"  # nothing else waits for it
 
 
+async def test_a_shared_collection_is_in_key_order_and_leaves_out_a_contribution_holding_a_nul(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    """Node, then contributor: n1's `tools` before n2's `a` (by contributor alone, n2's came first).
+    A hostile n2's contribution holding a NUL, which no env file can carry, is left out and said;
+    before, it left the whole collection pending on every node."""
+    n1_plan = plan_of("n1", tmp_path)
+    async with (
+        mesh.connect(party(Kind.NODE, "n1")) as n1,
+        mesh.connect(party(Kind.NODE, "n2")) as n2,
+    ):
+        await put(n2, buckets.COLLECT, f"n2.{SHARED}.a", json.dumps({"items": ["n2 ssh-ed25519 KEY-n2"]}).encode())
+        await put(n2, buckets.COLLECT, f"n2.{SHARED}.b", json.dumps({"items": ["evil\u0000"]}).encode())
+        report = await reconcile(n1, n1_plan)
+        assert report.modules["hosts"].applied.state == "applied", report.modules["hosts"].applied.reasons
+        text = (n1_plan.materialize / "hosts.env").read_text()
+        assert text.index("KEY-n1") < text.index("KEY-n2")
+        assert "evil" not in text
+
+
 async def test_a_node_is_answered_every_node_of_a_shared_collection_and_its_own_of_any_other(
     mesh: Mesh, tmp_path: Path
 ) -> None:

@@ -323,15 +323,20 @@ class Resolver:
             self.sources.add(Source(bucket, f"*.{prefix.partition('.')[2]}.*"))
             found = await self._shared_collection(fields["collection"], prefix, own=found)
         listed = await self.forgotten.kept(found)
-        contributions: list[tuple[str, tuple[str, ...]]] = []
+        contributions: list[tuple[str, str, tuple[str, ...]]] = []
         for item in listed:
+            where = {"bucket": bucket.name, "key": item.key}
             try:
-                contributor = bucket.shape.parse(item.key)[bucket.shape.fields[-1]]
-                contributions.append((contributor, CollectValue.model_validate(read_json(item.value)).items))
+                parsed = bucket.shape.parse(item.key)
+                items = CollectValue.model_validate(read_json(item.value)).items
             except (RegistryError, ValidationError, JsonRefused):
-                where = {"bucket": bucket.name, "key": item.key}
                 log.warning("skipped %s key %r: not a contribution", bucket.name, item.key, extra=where)
-        joined = "\n".join(i for _, items in sorted(contributions) for i in items)
+                continue
+            if any("\0" in text for text in items):  # one node's NUL would leave the whole collection pending
+                log.warning("skipped %s key %r: an item holds a NUL character", bucket.name, item.key, extra=where)
+                continue
+            contributions.append((parsed["node"], parsed[bucket.shape.fields[-1]], items))
+        joined = "\n".join(i for *_, items in sorted(contributions) for i in items)  # key order: node, contributor
         return carriable(joined, f"of {bucket.name} collection {fields['collection']!r}")
 
     async def _collection(self, fields: dict[str, str], prefix: str) -> list[KvItem]:
