@@ -15,8 +15,10 @@ knows when each node last showed a sign of life without its clock or the node's.
               `registry.wire.SKEW` run out, whatever `forget_after` says); a node with
               contributions but no lease record at all (a purged or lost leases bucket) is gone
               once this seat has seen it so for `forget_after`: the seat's own sighting, so a
-              restart delays forgetting and never hastens it; a node removed by `remove-node`
-              (its lease's `removed` marker) is marked no more: its contributions are deleted
+              restart delays forgetting and never hastens it, and a mark standing for it stays
+              (a restarted or second seat, whose sighting is younger, never un-forgets it); a
+              node removed by `remove-node` (its lease's `removed` marker) is marked no more:
+              its contributions are deleted
     converge  `gone.<node>` (`Gone`: last seen, marked since) written for each gone node,
               deleted for each node back; each write conditional on the revision read, and
               only where something changes: an unchanged fleet costs no write
@@ -129,23 +131,32 @@ class GoneMarks:
         """Each gone node's mark by key: a mark standing unchanged is kept as its bytes are.
         `sightings`: each node's lease (None: removed by `remove-node`)."""
         desired: dict[str, bytes] = {}
-        for node, last_seen in self._gone(sightings, contributors, now):
+        for node, last_seen in self._gone(sightings, contributors, marks, now):
             key = fleet.gone_key(node)
             kept = marks.get(key)
             desired[key] = _mark(kept, last_seen, now)
         return desired
 
     def _gone(
-        self, sightings: Mapping[str, Sighting | None], contributors: Iterable[str], now: datetime
+        self,
+        sightings: Mapping[str, Sighting | None],
+        contributors: Iterable[str],
+        marks: Mapping[str, KvItem],
+        now: datetime,
     ) -> Iterable[tuple[str, datetime | None]]:
-        """Each gone node and when it was last seen (None: never, by its lease)."""
+        """Each gone node and when it was last seen (None: never, by its lease). A node without a
+        lease record that stands marked stays so: this seat's own sighting of it may be younger
+        than the mark (the seat restarted, or another seat wrote it), and would delete it."""
         for node, sighting in sightings.items():
             if sighting is not None and now - sighting.stored_at > max(self.forget_after, sighting.stands_for):
                 yield node, sighting.stored_at
         unleased = {node for node in contributors if node not in sightings}
         self._unleased_since = {node: self._unleased_since.get(node, now) for node in unleased}
         for node, since in self._unleased_since.items():
-            if now - since > self.forget_after:
+            standing = _standing(marks.get(fleet.gone_key(node)))
+            if standing is not None:
+                yield node, standing.last_seen
+            elif now - since > self.forget_after:
                 yield node, None
 
 
@@ -156,6 +167,10 @@ def _mark(kept: KvItem | None, last_seen: datetime | None, now: datetime) -> byt
         if standing is not None and standing.last_seen == last_seen:
             return kept.value
     return to_json(fleet.Gone(last_seen=last_seen, since=now))
+
+
+def _standing(kept: KvItem | None) -> fleet.Gone | None:
+    return None if kept is None or kept.deleted else _read_gone(kept.value)
 
 
 def _read_gone(value: bytes) -> fleet.Gone | None:

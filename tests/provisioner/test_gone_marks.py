@@ -125,6 +125,25 @@ async def test_a_node_contributing_without_a_lease_is_gone_only_after_this_seat_
     assert (await seat.converge(bus)).deleted == ["gone.orphan"]
 
 
+@pytest.mark.usefixtures("server")
+async def test_a_seat_started_later_keeps_the_mark_of_a_node_without_a_lease(bus: Bus) -> None:
+    """A restarted seat, or a second one, has seen the unleased node for less than `forget_after`:
+    it keeps the mark another seat wrote (before, it deleted it at once, and two seats flipped it
+    every round, each flip waking every node)."""
+    await contribute(bus, "orphan")
+    clock = Clock()
+    first = GoneMarks(forget_after=FORGET_AFTER, clock=clock)
+    await first.converge(bus)
+    clock.ahead += timedelta(seconds=61)
+    assert (await first.converge(bus)).written == ["gone.orphan"]
+    later = GoneMarks(forget_after=FORGET_AFTER, clock=clock)
+    before = await fleet_last_sequence(bus)
+    assert not await later.converge(bus)
+    assert not await first.converge(bus)
+    assert await fleet_last_sequence(bus) == before
+    assert set(await marks(bus)) == {"orphan"}
+
+
 async def test_the_task_marks_a_released_node_and_unmarks_it_when_it_takes_its_lease_again(
     server: LocalNats, bus: Bus
 ) -> None:
