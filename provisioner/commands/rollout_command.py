@@ -383,14 +383,28 @@ async def _resume(options: BusOptions, arguments: RolloutResumeArguments) -> int
     module = arguments.module
     async with connect_within(options, arguments.wait) as bus:
         released = await release(bus, module)
+        failed = await _failed_nodes(bus, module) if released is None else []
     if released is None:
         print(f"rollout of {_safe(module)} is not held: nothing to resume")
+        if failed:  # a failure nobody paused for (not placed there, pause_on_failure off, no seat) uses its slot up
+            nodes = ", ".join(_safe(node) for node in failed[:10]) + (" ..." if len(failed) > 10 else "")
+            print(
+                f"the failed changes of {_count(len(failed), 'node', 'nodes')} ({nodes}) hold its slots, no pause "
+                f"followed them: `rollout pause {_safe(module)}`, then `rollout resume {_safe(module)}` once they "
+                "have seen the hold (a watching node does within seconds), frees them"
+            )
         return EXIT_OK
     print(
         f"rollout of {_safe(module)} resumed (its hold deleted: {released.state}, {_held(released)}): nodes take its "
         "slots again; a node whose change failed frees its slot, its record stays failed until its next change"
     )
     return EXIT_OK
+
+
+async def _failed_nodes(bus: Bus, module: str) -> list[str]:
+    """The nodes whose live claims of `module` say their change failed."""
+    rollouts = await read_rollouts(bus, module)
+    return sorted(claim.node for claim in rollouts[0].claims or () if claim.state == "failed")
 
 
 async def release(bus: Bus, module: str) -> fleet.Hold | None:

@@ -100,6 +100,20 @@ async def test_resume_deletes_the_seats_pause(mesh: Mesh, seat: Bus) -> None:
     assert await hold_of(seat, "a.b") is None
 
 
+async def test_resume_with_no_hold_names_the_failed_changes_that_hold_slots(mesh: Mesh, seat: Bus) -> None:
+    """A failure nobody paused for (the node does not run the module by placement, or no seat ran)
+    uses its slot up, and `resume` has no hold to delete: it says which nodes hold slots and how to
+    free them."""
+    await put(seat, fleet.FLEET, fleet.claim_key("web", "n1"), claim("failed", "exit 3"))
+    await put(seat, fleet.FLEET, fleet.claim_key("web", "n2"), claim("waiting"))
+    code, out, _ = await rollout(mesh, "resume", "web")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "rollout of web is not held: nothing to resume"
+    assert lines[1].startswith("the failed changes of 1 node (n1) hold its slots, no pause followed them: ")
+    assert "`rollout pause web`, then `rollout resume web`" in lines[1]
+
+
 @pytest.mark.slow
 async def test_status_shows_each_modules_hold_and_claims_by_state(mesh: Mesh, seat: Bus) -> None:
     code, out, _ = await rollout(mesh, "status")
