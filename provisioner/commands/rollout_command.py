@@ -48,6 +48,7 @@ from registry.wire import (
     delete,
     get_last_many,
     get_latest,
+    get_latest_paged,
 )
 
 EXIT_OK, EXIT_FAILURE, EXIT_HELD = 0, 1, 7
@@ -186,15 +187,13 @@ class ClaimShown:
 
 @dataclass
 class ModuleRollout:
-    """A module's hold and its nodes' claims (None: more than one read answers, not counted)."""
+    """A module's hold and its nodes' claims."""
 
     module: str
     hold: fleet.Hold | None = None
-    claims: list[ClaimShown] | None = field(default_factory=list)
+    claims: list[ClaimShown] = field(default_factory=list)
 
-    def by_state(self) -> dict[str, int] | None:
-        if self.claims is None:
-            return None
+    def by_state(self) -> dict[str, int]:
         counts = dict.fromkeys((*CLAIM_STATES, "unreadable"), 0)
         for claim in self.claims:
             counts[claim.state] += 1
@@ -204,7 +203,7 @@ class ModuleRollout:
         hold = self.hold.model_dump(mode="json") if self.hold is not None else None
         shown: dict[str, object] = {"module": self.module, "hold": hold, "claims": self.by_state()}
         if with_nodes:
-            shown["nodes"] = [_claim_document(c) for c in self.claims or ()]
+            shown["nodes"] = [_claim_document(c) for c in self.claims]
         return shown
 
 
@@ -222,20 +221,17 @@ async def read_rollouts(bus: Bus, module: str | None = None) -> list[ModuleRollo
         key = _parsed(item)
         if key is not None and key.module is not None and not item.deleted:
             found.setdefault(key.module, ModuleRollout(key.module)).hold = read_hold(item)
+    claims_filter = fleet.claims_of(module) if module else f"{fleet.CLAIM}.>"
     try:
-        claims = await get_last_many(bus, fleet.FLEET, fleet.claims_of(module) if module else f"{fleet.CLAIM}.>")
-    except TooManyKeys:
-        for rollout in found.values():
-            rollout.claims = None
-        return sorted(found.values(), key=lambda r: r.module)
+        claims = await get_last_many(bus, fleet.FLEET, claims_filter)
+    except TooManyKeys:  # past one batch read (a deleted claim's marker stays): paged
+        claims = await get_latest_paged(bus, fleet.FLEET, claims_filter)
     now = datetime.now(UTC)
     for item in claims:
         key = _parsed(item)
         if key is None or key.module is None or key.node is None or item.deleted:
             continue
-        rollout = found.setdefault(key.module, ModuleRollout(key.module))
-        if rollout.claims is not None:
-            rollout.claims.append(_claim_shown(key.node, item, now))
+        found.setdefault(key.module, ModuleRollout(key.module)).claims.append(_claim_shown(key.node, item, now))
     return sorted(found.values(), key=lambda r: r.module)
 
 
@@ -293,13 +289,11 @@ def print_status(rollouts: Sequence[ModuleRollout], out: TextIO, *, with_nodes: 
         console.print()
         rows = [_node_row(c) for c in sorted(rollouts[0].claims, key=lambda c: c.node)]
         tables.print_listing(console, [c.upper() for c in NODE_COLUMNS], rows, _count(len(rows), "claim", "claims"))
-    if any(r.claims is None for r in rollouts):
-        print("claims not counted: more than one read of the fleet bucket answers (1,024)", file=sys.stderr)
 
 
 def _module_row(rollout: ModuleRollout) -> tuple[str, ...]:
     counts = rollout.by_state()
-    claims = tuple(str(counts[s]) if counts is not None else "?" for s in ("waiting", "running", "failed", "expired"))
+    claims = tuple(str(counts[s]) for s in ("waiting", "running", "failed", "expired"))
     hold = rollout.hold
     if hold is None:
         return (rollout.module, "none", "", "", *claims, "")
@@ -326,7 +320,7 @@ def _summary(rollouts: Sequence[ModuleRollout]) -> str:
     held = {state: sum(r.hold is not None and r.hold.state == state for r in rollouts) for state in HOLD_STATES}
     claims = dict.fromkeys(CLAIM_STATES, 0)
     for rollout in rollouts:
-        for state, count in (rollout.by_state() or {}).items():
+        for state, count in rollout.by_state().items():
             if state in claims:
                 claims[state] += count
     said = ", ".join(f"{count} {state}" for state, count in claims.items())
@@ -404,7 +398,7 @@ async def _resume(options: BusOptions, arguments: RolloutResumeArguments) -> int
 async def _failed_nodes(bus: Bus, module: str) -> list[str]:
     """The nodes whose live claims of `module` say their change failed."""
     rollouts = await read_rollouts(bus, module)
-    return sorted(claim.node for claim in rollouts[0].claims or () if claim.state == "failed")
+    return sorted(claim.node for claim in rollouts[0].claims if claim.state == "failed")
 
 
 async def release(bus: Bus, module: str) -> fleet.Hold | None:

@@ -15,7 +15,7 @@ from typing import Literal
 
 from registry.contract import fleet, to_json
 from registry.errors import KeyShapeError, WrongLastSequence
-from registry.wire import Bus, KvItem, delete, get_direct, get_last_many, update
+from registry.wire import Bus, KvItem, TooManyKeys, delete, get_direct, get_last_many, get_latest_paged, update
 
 FLEET = fleet.FLEET
 ClaimState = Literal["waiting", "running", "failed"]
@@ -32,7 +32,7 @@ class Claims:
     async def holds(self) -> dict[str, fleet.Hold]:
         """Every module's hold, by module (one read of `rollout.>`)."""
         found = {}
-        for item in await get_last_many(self.bus, FLEET, f"{fleet.ROLLOUT}.>"):
+        for item in await _latest(self.bus, f"{fleet.ROLLOUT}.>"):
             hold = None if item.deleted else fleet.read_hold(item.value)
             module = _module_of(item.key)
             if hold is not None and module is not None:
@@ -41,7 +41,7 @@ class Claims:
 
     async def of_module(self, module: str) -> list[KvItem]:
         """Every node's claim of `module` as it stands (deleted ones included)."""
-        return await get_last_many(self.bus, FLEET, fleet.claims_of(module))
+        return await _latest(self.bus, fleet.claims_of(module))
 
     def own(self, items: Sequence[KvItem], module: str) -> KvItem | None:
         key = fleet.claim_key(module, self.node)
@@ -83,6 +83,15 @@ class Claims:
     async def _revision_of(self, key: str) -> int:
         current = await get_direct(self.bus, FLEET, key)
         return current.revision if current is not None else 0
+
+
+async def _latest(bus: Bus, subject_filter: str) -> list[KvItem]:
+    """The keys under `subject_filter` as they stand: one batch read, or paged past its 1,024 keys
+    (a deleted claim's marker stays: every node that ever claimed a module has a key of it)."""
+    try:
+        return await get_last_many(bus, FLEET, subject_filter)
+    except TooManyKeys:
+        return await get_latest_paged(bus, FLEET, subject_filter)
 
 
 def _module_of(key: str) -> str | None:

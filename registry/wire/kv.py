@@ -308,6 +308,43 @@ async def get_last_many(
         raise await nobody_answers(bus, batch.operation, bucket.batch_get_subject) from err
 
 
+async def get_latest_paged(
+    bus: Bus, bucket: Bucket, subject_filter: str, *, page: int = MULTI_LAST_LIMIT
+) -> list[KvItem]:
+    """The latest entry (delete markers included) of every key matching `subject_filter`, however
+    many: batch direct gets paging through the stream in sequence order (`next_by_subj`), `page`
+    messages each. Like `get_last_many`, no consumer (a party with no JetStream API besides direct
+    gets can read it), but its cost grows with the stream: for a listing past `MULTI_LAST_LIMIT`.
+
+    With history 1 the stream holds each key's latest message once; a key written meanwhile is met
+    again at its new sequence, and the later entry is kept."""
+    latest: dict[str, KvItem] = {}
+    operation = f"read {bucket.name} {subject_filter}"
+    start = 1
+    while True:
+        batch = _Batch(bucket, operation, paging=True)
+        body = {"next_by_subj": bucket.subject(subject_filter), "seq": start, "batch": page}
+        inbox = bus.new_inbox()
+        sub = await bus.subscribe_raw(inbox, batch.on_message)
+        try:
+            await bus.publish(bucket.batch_get_subject, json.dumps(body).encode(), reply=inbox)
+            with anyio.move_on_after(bus.timeout):
+                await batch.done.wait()
+        finally:
+            await sub.unsubscribe()
+        try:
+            items = batch.result()
+        except NoResponders as err:
+            raise await nobody_answers(bus, operation, bucket.batch_get_subject) from err
+        for item in items:
+            known = latest.get(item.key)
+            if known is None or item.revision > known.revision:
+                latest[item.key] = item
+        if not items or not batch.pending:
+            return list(latest.values())
+        start = max(item.revision for item in items) + 1
+
+
 class TooManyKeys(BusError):
     """A batch direct get matched more than `MULTI_LAST_LIMIT` keys (the server's 413)."""
 
@@ -319,11 +356,13 @@ class _Batch:
     seven header lines each, and nats-py's own path per message (a `Msg`, its headers parsed, a
     queue, a task switch) was a third of the seat's time answering one node's 100 keys."""
 
-    def __init__(self, bucket: Bucket, operation: str) -> None:
+    def __init__(self, bucket: Bucket, operation: str, *, paging: bool = False) -> None:
         self.bucket = bucket
         self.operation = operation
+        self.paging = paging  # a page of a longer read: what is left pending is the next page's
         self.items: list[KvItem] = []
         self.failure: BusError | None = None
+        self.pending = 0
         self.done = anyio.Event()
 
     async def on_message(self, subject: bytes, reply: bytes, data: bytes, block: bytes | None) -> None:
@@ -331,9 +370,10 @@ class _Batch:
             return
         if block is not None and block[STATUS_AT : STATUS_AT + 1] == b" ":  # `NATS/1.0 204 EOB`
             status, description = status_line(block)
+            self.pending = _pending(block)
             if status not in ("204", "404"):
                 self.failure = _status_error(self.operation, status, description)
-            elif _left_pending(block):
+            elif self.pending and not self.paging:
                 self.failure = TooManyKeys(self.operation, "more than one batch read carries: its bytes ran out")
             self.done.set()
             return
@@ -355,10 +395,10 @@ class _Batch:
         return self.items
 
 
-def _left_pending(block: bytes) -> bool:
-    """Whether a batch's end says it left keys unsent (its `max_bytes` was reached)."""
+def _pending(block: bytes) -> int:
+    """How many messages a batch's end says it left unsent (its `max_bytes` or `batch` reached)."""
     pending = header_lines(block.partition(b"\r\n")[2]).get("Nats-Num-Pending", "0")
-    return pending.isdigit() and int(pending) > 0
+    return int(pending) if pending.isdigit() else 0
 
 
 def _status_error(operation: str, status: str, description: str) -> BusError:

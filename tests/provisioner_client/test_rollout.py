@@ -23,8 +23,11 @@ from provisioner_client.rollout.pacing import due_at, paced
 from provisioner_client.rollout.state import RECORD, ModuleRollout
 from provisioner_client.settings import ClientSettings
 from provisioner_client.watch.fleet import FleetInterest
+from registry.access import Kind
 from registry.contract import ActionRecord, fleet, to_json
 from registry.wire import BucketConfig, Bus, KvItem, Message, create_bucket, delete, get_direct, put
+from tests.helpers import put_many
+from tests.isolation import Mesh, party
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -422,3 +425,30 @@ async def test_an_outage_whose_change_went_away_is_not_counted_into_the_next(bus
     later = _gate(bus, "a", tmp_path, wait_limit=timedelta(seconds=0.3))
     again = await later.admit("web", manifest, "hmac-sha256:" + "2" * 64, first=False)
     assert not again.go and "waiting" in again.reasons[0], again.reasons
+
+
+async def test_a_module_with_more_claim_keys_than_one_batch_read_still_queues(fleet_bus: Bus, tmp_path: Path) -> None:
+    """1,025 nodes once changed `web` under its budget: their claims are deleted, but each key keeps
+    its delete marker, and one batch read answers at most 1,024 keys. Read so, every later admission
+    was "coordination unreachable", then applied without a slot (the default fallback), fleet-wide."""
+    gone = to_json(fleet.Claim(state="waiting", change="old", since=datetime.now(UTC), ttl_seconds=30))
+    for number in range(1025):
+        key = fleet.claim_key("web", f"n{number:04d}")
+        await delete(fleet_bus, fleet.FLEET, key, last=await put(fleet_bus, fleet.FLEET, key, gone))
+    manifest = _manifest({"budget": 1})
+    first = await _gate(fleet_bus, "a", tmp_path, wait_limit=timedelta(0)).admit("web", manifest, DIGEST_1, first=False)
+    assert first.go and first.claimed, first.reasons
+    second = await _gate(fleet_bus, "b", tmp_path, wait_limit=timedelta(0)).admit(
+        "web", manifest, DIGEST_1, first=False
+    )
+    assert not second.go and second.reasons[0].startswith("rollout: waiting for a slot"), second.reasons
+
+
+async def test_a_node_reads_a_modules_claims_past_one_batch_under_its_own_grants(mesh: Mesh) -> None:
+    """The paged read is a batch direct get too, which the generated grants let a node ask of the
+    fleet bucket (static and JWT)."""
+    value = to_json(fleet.Claim(state="waiting", change="c", since=datetime.now(UTC), ttl_seconds=30))
+    async with mesh.connect(party(Kind.SEAT)) as seat, mesh.connect(party(Kind.NODE, "n1")) as n1:
+        await put_many(seat, fleet.FLEET, {fleet.claim_key("web", f"n{number:04d}"): value for number in range(1100)})
+        items = await Claims(n1, "n1", timedelta(seconds=30)).of_module("web")
+    assert len({item.key for item in items}) == 1100

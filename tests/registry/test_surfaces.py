@@ -137,6 +137,7 @@ SURFACES = {
         "get_direct",
         "get_last_many",
         "get_latest",
+        "get_latest_paged",
         "get_stamped",
         "leader_floor",
         "nats_client",

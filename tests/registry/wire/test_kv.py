@@ -28,6 +28,7 @@ from registry.wire import (
     get_direct,
     get_last_many,
     get_latest,
+    get_latest_paged,
     replicated,
     snapshot,
     update,
@@ -192,6 +193,21 @@ async def test_get_last_many_of_exactly_the_limit_reads_every_key(bus: Bus, js: 
     await put_many(bus, bucket("full"), {f"n1.k{i}": str(i).encode() for i in range(MULTI_LAST_LIMIT)})
     items = await get_last_many(bus, bucket("full"), "n1.*")
     assert {i.key: i.value for i in items} == {f"n1.k{i}": str(i).encode() for i in range(MULTI_LAST_LIMIT)}
+
+
+async def test_get_latest_paged_reads_every_key_past_one_batch_each_once_at_its_latest(
+    bus: Bus, js: JetStreamContext
+) -> None:
+    kv = await js.create_key_value(bucket="paged", direct=True)
+    await put_many(bus, bucket("paged"), {f"n1.k{i}": b"1" for i in range(2_500)})
+    await kv.put("n1.k7", b"2")  # rewritten: met at its new sequence alone (history 1)
+    await kv.delete("n1.k8")
+    await kv.put("n2.other", b"x")
+    items = await get_latest_paged(bus, bucket("paged"), "n1.>", page=1000)
+    by_key = {i.key: i for i in items}
+    assert len(items) == len(by_key) == 2_500
+    assert by_key["n1.k7"].value == b"2" and by_key["n1.k8"].deleted and "n2.other" not in by_key
+    assert await get_latest_paged(bus, bucket("paged"), "n3.>") == []
 
 
 async def test_get_last_many_reads_under_several_filters_as_they_were_at_a_sequence(
