@@ -2,7 +2,9 @@
 
 A node's client takes its lease (`node.<node>` of the leases bucket) and renews it while it runs;
 a one-shot or a stopped client releases it (a delete marker). The server stamps both, so the seat
-knows when each node last showed a sign of life without its clock or the node's. Every `every`:
+knows when each node last showed a sign of life by the server's clock, never the node's; it judges
+that moment against its own clock, which the mesh takes to agree with the server's within
+`registry.wire.SKEW` (a held lease is given that much more). Every `every`:
 
     read      the node leases (delete markers included) and the fleet's `gone.>` marks; the
               collect bucket's keys (headers only: which nodes contribute, no value) once every
