@@ -242,7 +242,7 @@ async def _until_held(bus: Bus, module: str) -> fleet.Hold:
     with anyio.fail_after(BOUND):
         while True:
             found = await get_direct(bus, fleet.FLEET, fleet.hold_key(module))
-            hold = fleet.read_hold(found.value) if found is not None and not found.deleted else None
+            hold = fleet.read_hold(found.value, found.stored_at) if found is not None and not found.deleted else None
             if hold is not None:
                 return hold
             await anyio.sleep(0.2)

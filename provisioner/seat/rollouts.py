@@ -413,11 +413,8 @@ async def write_hold_unless(
 
 
 def read_hold(item: KvItem) -> fleet.Hold:
-    """The hold `item` holds; one no party of the contract would write reads as paused, by nobody known."""
-    try:
-        return fleet.Hold.model_validate_json(item.value)
-    except ValidationError:
-        return fleet.Hold(state="paused", since=item.stored_at or datetime.now(UTC), by="?", reason="unreadable hold")
+    """The hold `item` holds (`registry.contract.fleet.read_hold`: an unreadable one is paused)."""
+    return fleet.read_hold(item.value, item.stored_at)
 
 
 class _Refusals:

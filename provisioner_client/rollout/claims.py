@@ -33,10 +33,9 @@ class Claims:
         """Every module's hold, by module (one read of `rollout.>`)."""
         found = {}
         for item in await _latest(self.bus, f"{fleet.ROLLOUT}.>"):
-            hold = None if item.deleted else fleet.read_hold(item.value)
             module = _module_of(item.key)
-            if hold is not None and module is not None:
-                found[module] = hold
+            if not item.deleted and module is not None:  # an unreadable hold holds, as every view shows it
+                found[module] = fleet.read_hold(item.value, item.stored_at)
         return found
 
     async def of_module(self, module: str) -> list[KvItem]:

@@ -20,7 +20,7 @@ Names are escaped as every key's (`registry.contract.escaping`): a module named 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -136,12 +136,14 @@ def read_claim(value: bytes) -> Claim | None:
         return None
 
 
-def read_hold(value: bytes) -> Hold | None:
-    """The hold a stored value holds; None for a value that is none."""
+def read_hold(value: bytes, stored_at: datetime | None = None) -> Hold:
+    """The hold a stored value holds. One no party of the contract would write (only operators and
+    the seat write holds: a newer version's, a damaged one) holds all the same, as paused by nobody
+    known since it was stored, so that every node and every view read it alike."""
     try:
         return Hold.model_validate_json(value)
     except ValueError:
-        return None
+        return Hold(state="paused", since=stored_at or datetime.now(UTC), by="?", reason="unreadable hold")
 
 
 # The words a node's applied record starts its reason with while a rollout holds its module back,

@@ -5,6 +5,7 @@ resume, an unreachable coordination's bounded wait and fallbacks."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,17 @@ async def test_a_first_env_file_and_a_module_without_budget_need_no_slot(fleet_b
     assert (await gate.admit("web", _manifest({"budget": 1}), DIGEST_1, first=True)).go
     assert (await gate.admit("web", _manifest(), DIGEST_1, first=False)).go
     assert await get_direct(fleet_bus, fleet.FLEET, fleet.claim_key("web", "a")) is None, "no claim written"
+
+
+async def test_a_hold_a_node_cannot_read_holds_it_as_every_view_shows_it(fleet_bus: Bus, tmp_path: Path) -> None:
+    """A hold no party of the contract would write (a newer version's field, damaged bytes): the
+    seat, `rollout status` and `top` show it paused; the node read it as no hold and changed."""
+    newer = {"state": "paused", "since": NOW.isoformat(), "by": "ops", "ticket": "OPS-7"}
+    for value in (json.dumps(newer).encode(), b"\x00 not a hold"):
+        await put(fleet_bus, fleet.FLEET, fleet.hold_key("web"), value)
+        found = await _gate(fleet_bus, "a", tmp_path).admit("web", _manifest({"budget": 5}), DIGEST_1, first=False)
+        assert not found.go
+        assert found.reasons == ("rollout: paused by ?: unreadable hold",)
 
 
 async def test_a_hold_leaves_the_change_pending_saying_by_whom(fleet_bus: Bus, tmp_path: Path) -> None:
