@@ -294,10 +294,15 @@ async def get_last_many(
         body["up_to_seq"] = up_to_seq
     if max_bytes is not None:
         body["max_bytes"] = max_bytes
+    return await _batch_get(bus, batch, body)
+
+
+async def _batch_get(bus: Bus, batch: _Batch, body: Mapping[str, Any]) -> list[KvItem]:
+    """One batch direct get of `body`, read into `batch`: its items."""
     inbox = bus.new_inbox()
     sub = await bus.subscribe_raw(inbox, batch.on_message)
     try:
-        await bus.publish(bucket.batch_get_subject, json.dumps(body).encode(), reply=inbox)
+        await bus.publish(batch.bucket.batch_get_subject, json.dumps(body).encode(), reply=inbox)
         with anyio.move_on_after(bus.timeout):
             await batch.done.wait()
     finally:
@@ -305,7 +310,7 @@ async def get_last_many(
     try:
         return batch.result()
     except NoResponders as err:  # a 503: said why, as a request nobody answers is
-        raise await nobody_answers(bus, batch.operation, bucket.batch_get_subject) from err
+        raise await nobody_answers(bus, batch.operation, batch.bucket.batch_get_subject) from err
 
 
 async def get_latest_paged(
@@ -323,19 +328,9 @@ async def get_latest_paged(
     start = 1
     while True:
         batch = _Batch(bucket, operation, paging=True)
-        body = {"next_by_subj": bucket.subject(subject_filter), "seq": start, "batch": page}
-        inbox = bus.new_inbox()
-        sub = await bus.subscribe_raw(inbox, batch.on_message)
-        try:
-            await bus.publish(bucket.batch_get_subject, json.dumps(body).encode(), reply=inbox)
-            with anyio.move_on_after(bus.timeout):
-                await batch.done.wait()
-        finally:
-            await sub.unsubscribe()
-        try:
-            items = batch.result()
-        except NoResponders as err:
-            raise await nobody_answers(bus, operation, bucket.batch_get_subject) from err
+        items = await _batch_get(
+            bus, batch, {"next_by_subj": bucket.subject(subject_filter), "seq": start, "batch": page}
+        )
         for item in items:
             known = latest.get(item.key)
             if known is None or item.revision > known.revision:
