@@ -66,6 +66,7 @@ class ScopedWatch:
         self._heartbeat = heartbeat.total_seconds()
         self._retry_max = retry_max.total_seconds()
         self._last_sequence = 0
+        self._started = False  # reported to whoever started it
         self._name = name
         self._headers_only = headers_only
         self._on_item = on_item
@@ -85,19 +86,25 @@ class ScopedWatch:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keeps a feed open until cancelled or the connection is closed for good; ready after the
-        first attempt."""
+        first attempt (one the closed connection ended too: whoever started it then goes on to
+        find the connection closed, rather than failing on a watch that never said it started)."""
         try:
             await self._keep_open(task_status)
         except ConnectionClosed:
             log.info("watch %s %s: the connection is closed; the watch ends", self.bucket.name, self.subject_filter)
             self._send.close()
+            self._ready(task_status)
         finally:
             with anyio.move_on_after(2, shield=True):
                 await self._close_feed(delete=True)
 
+    def _ready(self, task_status: TaskStatus[None]) -> None:
+        if not self._started:
+            self._started = True
+            task_status.started()
+
     async def _keep_open(self, task_status: TaskStatus[None]) -> None:
         delay = min(1.0, self._retry_max)
-        started = False
         while True:
             await self.bus.until_connected(operation=f"watch {self.bucket.name} {self.subject_filter}")
             seen = self.bus.reconnects
@@ -116,16 +123,12 @@ class ScopedWatch:
                     extra={"bucket": self.bucket.name},
                 )
                 await self._close_feed()
-                if not started:
-                    task_status.started()
-                    started = True
+                self._ready(task_status)
                 with anyio.move_on_after(delay):  # a reconnect in the meantime is a reason to try at once
                     await self.bus.reconnected(seen)
                 delay = min(delay * 2, self._retry_max)
                 continue
-            if not started:
-                task_status.started()
-                started = True
+            self._ready(task_status)
             reason = await self._until_broken(seen)
             self.resets += 1
             log.info(

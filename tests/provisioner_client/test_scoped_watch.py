@@ -8,8 +8,9 @@ from datetime import timedelta
 import anyio
 from nats.js import JetStreamContext
 
+from mesh_dev.local_nats import LocalNats
 from registry.contract import APPLIED, Bucket
-from registry.wire import Bus, KvItem, ScopedWatch, scoped_watch
+from registry.wire import Bus, BusOptions, KvItem, ScopedWatch, connect, scoped_watch
 
 W = Bucket("w", APPLIED)
 
@@ -89,3 +90,16 @@ async def test_a_named_watch_deletes_its_consumer_on_stop(bus: Bus, js: JetStrea
         assert watch.consumer_name == "seat-w"
         assert [info.name for info in await js.consumers_info("KV_w")] == ["seat-w"]
     assert await js.consumers_info("KV_w") == []
+
+
+async def test_a_watch_whose_first_attempt_finds_the_connection_closed_ends_and_says_it_started(
+    nats_server: LocalNats,
+) -> None:
+    """A seat whose connection nats closed for good while its quota guard's watches were still
+    opening ended on anyio's "Child exited without calling task_status.started()", not on the
+    closed connection (a full run's `serve` test): the watch now reports started, and ends."""
+    async with connect(BusOptions(servers=(nats_server.url,))) as closed:
+        pass
+    with anyio.fail_after(5):
+        async with scoped_watch(closed, W, ">") as watch:
+            assert [item async for item in watch] == []
