@@ -33,7 +33,7 @@ from typing import Annotated, Literal, TextIO
 import anyio
 from pydantic import Field, ValidationError
 
-from provisioner.seat.rollouts import CLAIM_STATES, HOLD_STATES, ClaimSeen, read_hold, write_hold_unless
+from provisioner.seat.rollouts import CLAIM_STATES, HOLD_STATES, ClaimSeen, write_hold_unless
 from provisioner.settings import CommandArguments
 from registry.contract import Name, fleet
 from registry.edge import CommandLine, Duration, add_settings_arguments, given_flags, load_settings
@@ -220,7 +220,7 @@ async def read_rollouts(bus: Bus, module: str | None = None) -> list[ModuleRollo
     for item in await get_last_many(bus, fleet.FLEET, fleet.hold_key(module) if module else f"{fleet.ROLLOUT}.>"):
         key = _parsed(item)
         if key is not None and key.module is not None and not item.deleted:
-            found.setdefault(key.module, ModuleRollout(key.module)).hold = read_hold(item)
+            found.setdefault(key.module, ModuleRollout(key.module)).hold = fleet.read_hold(item.value, item.stored_at)
     claims_filter = fleet.claims_of(module) if module else f"{fleet.CLAIM}.>"
     try:
         claims = await get_last_many(bus, fleet.FLEET, claims_filter)
@@ -257,7 +257,7 @@ async def held_rollouts(bus: Bus) -> list[tuple[str, fleet.Hold]]:
     for item in await get_last_many(bus, fleet.FLEET, f"{fleet.ROLLOUT}.>"):
         key = _parsed(item)
         if key is not None and key.module is not None and not item.deleted:
-            held.append((key.module, read_hold(item)))
+            held.append((key.module, fleet.read_hold(item.value, item.stored_at)))
     return sorted(held, key=lambda pair: pair[0])
 
 
@@ -412,7 +412,7 @@ async def release(bus: Bus, module: str) -> fleet.Hold | None:
             await delete(bus, fleet.FLEET, key, last=found.revision)
         except WrongLastSequence:
             continue
-        return read_hold(found)
+        return fleet.read_hold(found.value, found.stored_at)
     raise BusError(f"resume {key}", f"written by others {ATTEMPTS} times while this delete was tried; try again")
 
 

@@ -400,7 +400,7 @@ async def write_hold_unless(
     key = fleet.hold_key(module)
     for _ in range(ATTEMPTS):
         found = await get_latest(bus, fleet.FLEET, key)
-        before = read_hold(found) if found is not None and not found.deleted else None
+        before = fleet.read_hold(found.value, found.stored_at) if found is not None and not found.deleted else None
         hold = decide(before)
         if hold is None:
             return before
@@ -410,11 +410,6 @@ async def write_hold_unless(
             continue  # written meanwhile: read what it is now
         return before
     raise BusError(f"hold {key}", f"written by others {ATTEMPTS} times while this write was tried; try again")
-
-
-def read_hold(item: KvItem) -> fleet.Hold:
-    """The hold `item` holds (`registry.contract.fleet.read_hold`: an unreadable one is paused)."""
-    return fleet.read_hold(item.value, item.stored_at)
 
 
 class _Refusals:

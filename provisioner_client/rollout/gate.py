@@ -363,10 +363,8 @@ class RolloutGate:
                     yield
                 finally:
                     tg.cancel_scope.cancel()
-        except (
-            BaseExceptionGroup
-        ) as group:  # what failed under the claim, as itself: the watch loop tells errors by class
-            raise sole_exception(group) from None
+        except BaseExceptionGroup as group:
+            raise sole_exception(group) from None  # as itself: the watch loop tells errors by their class
 
     async def _renew(self, module: str, record: ModuleRollout, state: ClaimState, *, force: bool = False) -> None:
         now = datetime.now(UTC)

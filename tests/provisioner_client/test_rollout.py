@@ -421,8 +421,11 @@ async def test_a_renewal_during_the_health_check_keeps_the_actions_outcome(fleet
         assert on_disk is not None
         seen.append(on_disk)
 
+    admitted = gate.state.get("web")
+    assert admitted is not None and admitted.renewed_at is not None
     await gate.run_under_claim("web", DIGEST_1, replaced=b"old", action=action, health=health)
-    assert seen[0].renewed_at is not None and seen[0].action == done
+    assert seen[0].renewed_at is not None and seen[0].renewed_at > admitted.renewed_at, "no renewal during the check"
+    assert seen[0].action == done
 
 
 async def test_an_outage_whose_change_went_away_is_not_counted_into_the_next(bus: Bus, tmp_path: Path) -> None:
