@@ -148,10 +148,10 @@ class QuotaGuard:
         guarded: Iterable[Bucket] = GUARDED,
         shown_for: timedelta = SHOWN_FOR,
         clock: Callable[[], float] = time.time,
-        on_purged: Callable[[Bucket, str], None] = lambda bucket, token: None,
+        on_purged: Callable[[Bucket, str, int], None] = lambda bucket, token, upto: None,
     ) -> None:
         self.quota = quota
-        self.on_purged = on_purged  # told the bucket and node token of each purge
+        self.on_purged = on_purged  # told the bucket, node token and last revision of each purge
         self.guarded = tuple(guarded)
         self.shown_for = shown_for
         self._clock = clock
@@ -236,7 +236,7 @@ class QuotaGuard:
             return held
         purged = await purge_upto(bus, bucket, owned_by(bucket, token), upto)
         await record_purge(bus, bucket, token, upto)  # for the sites' mirrors (provisioner.seat.site_purges)
-        self.on_purged(bucket, token)
+        self.on_purged(bucket, token, upto)
         bound.counted(upto, Footprint(0, 0))
         self._remember(_name_of(token), bucket, held, purged)
         return held

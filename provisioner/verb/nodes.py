@@ -146,6 +146,7 @@ class Fleet:
         self.malformed = MalformedKeys()
         self.forgotten: dict[str, datetime] = {}  # nodes marked gone for collections: marked since
         self._tallies: dict[str, Tally] = {}
+        self._purged_upto: dict[str, int] = {}  # node token: the applied revision its latest purge reached
         self._rows: dict[str, tuple[object, bytes]] = {}  # by node: what its row was made of, the row
 
     def apply_lease(self, item: KvItem) -> None:
@@ -180,6 +181,8 @@ class Fleet:
             self.forgotten[parsed.node] = mark.since
 
     def apply_applied(self, item: KvItem) -> None:
+        if item.revision <= self._purged_upto.get(_token_of(buckets.APPLIED, item.key), 0):
+            return  # purged before the watch brought it: no marker would ever take it away again
         try:
             parts = buckets.APPLIED.shape.parse(item.key)
         except KeyShapeError as err:
@@ -207,14 +210,20 @@ class Fleet:
             for cause in seen[3].split("+"):
                 self.pending_by_cause[cause] += step
 
-    def forget_purged(self, bucket: Bucket, token: str) -> None:
-        """Forgets what the view held of a node's keys in `bucket` once they were purged: a purge
-        leaves no delete marker, so the watch never sees them go (`provisioner.seat.quotas`)."""
+    def forget_purged(self, bucket: Bucket, token: str, upto: int) -> None:
+        """Forgets what the view held of a node's keys in `bucket` up to revision `upto` once they
+        were purged (`provisioner.seat.quotas`): a purge leaves no delete marker, so the watch never
+        sees them go, and one it brings later (it may run behind the guard) is ignored. A module
+        written after `upto` stays; its keys out of shape go, as they carry no revision here."""
         if bucket.name != buckets.APPLIED.name:
             return
+        self._purged_upto[token] = max(upto, self._purged_upto.get(token, 0))
         for node in [node for node in self.modules if encode_token(node) == token]:
-            for seen in self.modules.pop(node).values():
-                self._count_causes(seen, -1)
+            modules = self.modules[node]
+            for module in [module for module, seen in modules.items() if seen[0] <= upto]:
+                self._count_causes(modules.pop(module), -1)
+            if not modules:
+                del self.modules[node]
             self._tallies.pop(node, None)
         self.malformed.drop_under(bucket, token)
 

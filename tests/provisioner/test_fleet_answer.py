@@ -66,7 +66,7 @@ async def test_a_key_out_of_shape_written_again_in_shape_or_purged_is_no_longer_
         (buckets.APPLIED.name, "n1.bad2"),
         (buckets.LEASES.name, "node.n1.extra"),
     ]
-    fleet.forget_purged(buckets.APPLIED, "n2")
+    fleet.forget_purged(buckets.APPLIED, "n2", 1000)
     assert keys_out_of_shape(await answer(fleet, "n2")) == []
     assert len(keys_out_of_shape(await answer(fleet))) == 5
 

@@ -489,8 +489,25 @@ def test_the_fleet_counts_pending_modules_by_cause_as_records_come_and_go() -> N
     fleet.apply_applied(KvItem("n2.web", b"not json", 8, stored_at=NOW))  # malformed: no longer counted
     assert fleet.pending_by_cause == by_cause(verb_refused=0, verb_unanswered=0, other=0)
     fleet.apply_applied(KvItem("n2.web", applied("pending", REFUSED), 9, stored_at=NOW))
-    fleet.forget_purged(buckets.APPLIED, "n2")
+    fleet.forget_purged(buckets.APPLIED, "n2", 9)
     assert fleet.pending_by_cause == by_cause(verb_refused=0, verb_unanswered=0, other=0)
+
+
+def test_a_purge_forgets_what_it_reached_even_when_the_watch_brings_it_later() -> None:
+    """The quota guard purges by a count of its own: the view's watch may still be behind it, and
+    a purged record it brings later would never be taken away (a purge leaves no marker)."""
+    fleet = Fleet()
+    fleet.apply_applied(KvItem("n2.web", applied("pending", REFUSED), 3, stored_at=NOW))
+    fleet.apply_applied(KvItem("n2.late", applied("pending", REFUSED), 9, stored_at=NOW))  # after the count
+    fleet.forget_purged(buckets.APPLIED, "n2", 5)
+    fleet.apply_applied(KvItem("n2.api", applied("pending", REFUSED), 4, stored_at=NOW))  # purged, heard late
+    fleet.apply_applied(KvItem("n2.bad.key", b"{}", 5, stored_at=NOW))
+    assert list(fleet.modules["n2"]) == ["late"]
+    assert fleet.pending_by_cause == by_cause(verb_refused=1)
+    assert fleet.tally("n2").pending == 1
+    assert len(fleet.malformed) == 0
+    fleet.apply_applied(KvItem("n2.api", applied("applied"), 10, stored_at=NOW))  # written again: seen
+    assert sorted(fleet.modules["n2"]) == ["api", "late"]
 
 
 def by_cause(**counts: int) -> dict[str, int]:
