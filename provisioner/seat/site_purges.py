@@ -19,6 +19,11 @@ The record is one key per node and bucket (the last purge's: a purge up to a seq
 before it), readable by the data account alone (a node is granted its own lease only). A site
 whose link is cut purges when the record arrives, after the link is back; a site seat started
 later applies every record at its start (a purge done already purges nothing).
+
+The two mirrors (leases and the bucket) follow the hub each on its own: a message of the node's
+that was already on its way across the link when the hub purged may reach the site's mirror after
+the record. So each record is applied again `AGAIN_AFTER` later, when what was in flight has
+landed (what the hub purged is no longer there to be sent).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from registry.wire import Bus, KvItem, put, scoped_watch
 log = logging.getLogger(__name__)
 
 PREFIX = "purge-"  # the leases' role of a purge record: `purge-<bucket>`
+AGAIN_AFTER = 10.0  # seconds after a record arrived that it is applied again
 
 
 class PurgeRecord(BaseModel):
@@ -73,20 +79,34 @@ async def record_purge(bus: Bus, bucket: Bucket, token: str, upto: int) -> None:
 
 
 async def follow_purges(
-    bus: Bus, copied: tuple[Bucket, ...], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    bus: Bus,
+    copied: tuple[Bucket, ...],
+    *,
+    again_after: float = AGAIN_AFTER,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """At a site: applies each purge record of the buckets `copied` (mirrored here) to the site's
-    mirror, those standing at start first, then each new one, until cancelled."""
+    mirror, those standing at start first, then each new one, and each once more `again_after`
+    seconds later, until cancelled."""
     async with anyio.create_task_group() as tasks:
         for bucket in copied:
-            tasks.start_soon(_follow, bus, bucket)
+            tasks.start_soon(_follow, bus, bucket, again_after)
         task_status.started()
 
 
-async def _follow(bus: Bus, bucket: Bucket) -> None:
-    async with scoped_watch(bus, buckets.LEASES, f"{encode_token(PREFIX + bucket.name)}.>") as records:
+async def _follow(bus: Bus, bucket: Bucket, again_after: float) -> None:
+    async with (
+        anyio.create_task_group() as later,
+        scoped_watch(bus, buckets.LEASES, f"{encode_token(PREFIX + bucket.name)}.>") as records,
+    ):
         async for item in records:
             await _apply(bus, bucket, item)
+            later.start_soon(_apply_later, bus, bucket, item, again_after)
+
+
+async def _apply_later(bus: Bus, bucket: Bucket, item: KvItem, delay: float) -> None:
+    await anyio.sleep(delay)
+    await _apply(bus, bucket, item)
 
 
 async def _apply(bus: Bus, bucket: Bucket, item: KvItem) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 
 import anyio
 import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from provisioner.seat.site_copies import consumer_resets, ensure_site_copies, site_copies
 from provisioner.seat.site_purges import follow_purges, record_key, record_purge
@@ -163,6 +165,32 @@ async def test_a_purge_record_purges_exactly_up_to_its_revision(bus: Bus) -> Non
     assert await get_direct(bus, buckets.NEEDS, "n1.a.secret.x") is None
     assert await get_direct(bus, buckets.NEEDS, "n1.c.secret.x") is not None
     assert await get_direct(bus, buckets.NEEDS, "n2.a.secret.x") is not None
+
+
+async def test_a_purge_record_is_applied_again_for_what_was_in_flight(bus: Bus, nc: Client) -> None:
+    """A node's message on its way across the link when the hub purged may reach the site's mirror
+    after the record: the record is purged again a while later (here 0.2 s), and only then."""
+    config = BucketConfig()
+    for bucket in (buckets.NEEDS, buckets.LEASES):
+        await create_bucket(bus, bucket, config)
+    asked: list[bytes] = []
+
+    async def heard(msg: Msg) -> None:
+        asked.append(msg.data)
+
+    await nc.subscribe(f"$JS.API.{buckets.NEEDS.purge_api}", cb=heard)
+    await nc.flush()
+    await record_purge(bus, buckets.NEEDS, "n1", 7)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(partial(follow_purges, bus, (buckets.NEEDS,), again_after=0.2))
+        with anyio.fail_after(10):
+            while len(asked) < 2:
+                await anyio.sleep(0.02)
+        await anyio.sleep(0.5)  # no third time
+        tasks.cancel_scope.cancel()
+    await nc.flush()
+    wanted = {"filter": buckets.NEEDS.subject("n1.>"), "seq": 8}
+    assert [json.loads(body) for body in asked] == [wanted, wanted]
 
 
 async def test_a_purge_record_purges_only_the_node_its_key_names(bus: Bus) -> None:
