@@ -64,8 +64,10 @@ async def test_held_rollouts_and_claims_by_state_and_pauses_by_outcome(bus: Bus,
     await put(bus, fleet.FLEET, fleet.claim_key("web", "n1"), claim("failed"))
     aborted = fleet.Hold(state="aborted", since=datetime.now(UTC), by="ops")
     await put(bus, fleet.FLEET, fleet.hold_key("api"), aborted.model_dump_json().encode())
+    # The web hold's pause is counted once its write is acknowledged, which can come before the
+    # rollout watch brings the hold itself: the hold is waited for as the watch brings it.
     with anyio.fail_after(WITHIN):
-        while sum(seen.pauses.values()) < 2 or "api" not in seen.holds:
+        while sum(seen.pauses.values()) < 2 or "api" not in seen.holds or seen.holds.get("web") != "paused":
             await anyio.sleep(0.05)
     assert await get_latest(bus, fleet.FLEET, fleet.hold_key("web")) is not None
     later = datetime.now(UTC) + timedelta(seconds=10)  # n3's claim expired, by its ttl and the skew allowed
