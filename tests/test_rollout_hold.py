@@ -88,6 +88,16 @@ async def hold_of(seat: Bus, module: str) -> tuple[fleet.Hold, int]:
             await anyio.sleep(0.05)
 
 
+async def judged(seen: RolloutsSeen, failures: int, *, held: str | None = None) -> None:
+    """Once the seat's rollout task counted `failures` failures judged and, `held` naming a module,
+    its watch brought that module's hold paused; fails after `WITHIN` seconds without. `hold_of`
+    alone does not say so: its read of a hold can come back before the write's acknowledgement,
+    after which the task counts the pause, and before the watch's push of the same message."""
+    with anyio.fail_after(WITHIN):
+        while seen.pauses.total() < failures or (held is not None and seen.holds.get(held) != "paused"):
+            await anyio.sleep(0.05)
+
+
 async def holds(seat: Bus) -> list[tuple[str, bytes, int, bool]]:
     """Every `rollout.<module>` key of the fleet as the seat reads it: key, value, revision, deleted."""
     items: list[KvItem] = await get_last_many(seat, fleet.FLEET, f"{fleet.ROLLOUT}.>")
@@ -110,6 +120,7 @@ async def test_a_failed_claim_of_a_node_running_the_module_pauses_its_rollout(
     await write_claim(mesh, "n2", "web", claim("failed", reason="action exited 1"))
     await write_claim(mesh, "n1", "api", claim("failed"))  # the barrier: n2's failure is read once this pauses api
     await hold_of(seat, "api")
+    await judged(seen, 3, held="api")
     assert await get_latest(seat, fleet.FLEET, fleet.hold_key("web")) == await _at(seat, "web", revision)
     assert seen.pauses == {"paused": 2, "already_held": 1}
     assert seen.claims_by_state()["failed"] == 3
@@ -130,6 +141,7 @@ async def test_a_module_placement_knows_no_node_of_is_paused_by_no_node_by_defau
     await write_claim(mesh, "n2", "tool", claim("failed", reason="exit 2"))
     await write_claim(mesh, "n1", "api", claim("failed"))  # the barrier: n2's failure was judged once api is held
     await hold_of(seat, "api")
+    await judged(seen, 2)
     assert (await get_latest(seat, fleet.FLEET, fleet.hold_key("tool"))) is None
     assert seen.pauses == {"not_running": 1, "paused": 1}
 
@@ -142,6 +154,7 @@ async def test_declared_a_module_placement_knows_no_node_of_is_paused_by_a_node_
         await write_claim(mesh, "n2", "web", claim("waiting"))
         await write_claim(mesh, "n2", "tool", claim("failed", reason="exit 2"))
         hold, _ = await hold_of(seat, "tool")
+        await judged(seen, 2)
         assert hold.node == "n2"
         assert seen.pauses == {"not_running": 1, "paused": 1}
         assert seen.claims_by_state() == {"waiting": 1, "running": 0, "failed": 2, "expired": 0}
@@ -178,6 +191,7 @@ async def test_a_seat_started_after_a_failure_pauses_for_it(mesh: Mesh, seat: Bu
     await write_claim(mesh, "n1", "db", claim("failed"))
     async with holding(seat) as seen:
         hold, _ = await hold_of(seat, "db")
+        await judged(seen, 1)  # before the task is cancelled
     assert hold.node == "n1"
     assert seen.pauses == {"paused": 1}
 
@@ -203,6 +217,7 @@ async def test_attack_a_node_failing_a_module_it_does_not_run_pauses_nothing(mes
             await _send(hostile, fleet.FLEET.subject(fleet.claim_key("db", "n1")), claim("failed", reason="evil"))
             await write_claim(mesh, "n1", "api", claim("failed"))  # the barrier
             await hold_of(seat, "api")
+            await judged(seen, 2)
             assert [h for h in await holds(seat) if h[0] != fleet.hold_key("api")] == before
             assert seen.pauses == {"not_running": 1, "paused": 1}
             own = await get_latest(seat, fleet.FLEET, fleet.claim_key("db", "n2"))
