@@ -369,6 +369,13 @@ async def test_a_cursor_is_answered_from_its_kept_page_or_read_from_its_listings
 
 
 SEEN_AT = "2026-12-01T12:00:00+00:00"
+# Each node's row as the byte-for-byte test writes the fleet: lease state, holder's host, applied, pending.
+FLEET_ROWS = {"n1": ("held", "hôte", 1, 1), "n2": ("held", None, 1, 0), "n3": ("released", None, 0, 0)}
+
+
+def node_rows(data: bytes) -> dict[str, tuple[str, str | None, int, int]]:
+    entries = json.loads(data)["entries"]
+    return {e["node"]: (e["lease"]["state"], e["lease"].get("host"), e["applied"], e["pending"]) for e in entries}
 
 
 @pytest.mark.parametrize("what", ["registry", "needs", "applied", "collect", "nodes"])
@@ -387,7 +394,14 @@ async def test_every_page_the_seat_writes_is_the_contracts_page_byte_for_byte(
     await leases.delete(node_key("n3"))
     await put_all(await js.key_value(buckets.NEEDS.name), {"n1.web.config.bad": b"{not json", "n1.bad": b"{}"})
     request = {"what": what} | ({"node": "n1"} if narrowed and what != "registry" else {})
-    data = (await seeded.request(buckets.VERB_SUBJECT, json.dumps(request).encode())).data
+    body = json.dumps(request).encode()
+    data = (await seeded.request(buckets.VERB_SUBJECT, body)).data
+    if what == "nodes":  # answered from the seat's fleet view, which its watches of each bucket fill after the writes
+        rows = {"n1": FLEET_ROWS["n1"]} if narrowed else FLEET_ROWS
+        with anyio.fail_after(10):
+            while node_rows(data) != rows:
+                await anyio.sleep(0.05)
+                data = (await seeded.request(buckets.VERB_SUBJECT, body)).data
     page = parse_page(data, what)
     assert page.entries
     assert page_json(page) == data
