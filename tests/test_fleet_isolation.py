@@ -149,6 +149,17 @@ class LiveFeed:
         for key, revision in last.items():
             assert revisions.get(key) == revision, (key, revision, revisions.get(key))
 
+    async def wait_for_the_last_writes(self, stored: Everything) -> None:
+        """Until each key heard has been heard at the revision stored, bounded: a republish crosses
+        the link (n2 at a site) on its own time. A missing one is then said by the check."""
+        revisions = {key: revision for key, _, revision, _ in stored[FLEET.name]}
+        with anyio.move_on_after(10):
+            while any(revisions.get(key) != revision for key, revision in self._last_heard().items()):
+                await anyio.sleep(0.02)
+
+    def _last_heard(self) -> dict[str, int]:
+        return {FLEET.key_of(m.subject): int((m.headers or {}).get("Nats-Sequence", "0")) for m in self.heard}
+
 
 @pytest.fixture
 def judges_itself() -> None:
@@ -177,6 +188,7 @@ async def judged(request: pytest.FixtureRequest, mesh: AnyMesh, seat: Bus) -> As
         assert await site_copy_outside_own_claims(mesh, seat) == site_before
         async with mesh.connect(N2) as reader:
             await n2_reads_the_fleet_as_stored(reader, after)
+        await feed.wait_for_the_last_writes(after)
         feed.check_real_writes_of_own_claims(after)
     finally:
         await n2.close()
