@@ -68,13 +68,16 @@ async def consumer_counts(url: str) -> tuple[Counts, int]:
 
 
 async def settled_consumers(url: str, wanted: Callable[[Counts], bool] = lambda _: True) -> Counts:
-    """The consumers per stream once no one-off listing's consumer is left and `wanted` holds; after a
-    deadline, what there was."""
+    """The consumers per stream once no one-off listing's consumer is left, `wanted` holds and the
+    counts have stayed the same for three readings (the seat answers before its views' watches
+    have made their consumers); after a deadline, what there was."""
     counts: Counts = {}
+    readings: list[Counts] = []
     with anyio.move_on_after(BOUND):
         while True:
             counts, listings = await consumer_counts(url)
-            if listings == 0 and wanted(counts):
+            readings = [*readings[-2:], counts] if listings == 0 and wanted(counts) else []
+            if len(readings) == 3 and readings[0] == readings[1] == readings[2]:
                 break
             await anyio.sleep(0.25)
     return counts
