@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from nats.aio.subscription import Subscription
 
 # A node's watch re-reads everything every 5 minutes; a live update comes at once, or it is missing.
-LIVE_WITHIN = 1.0
+# The bound only tells missing from late on a loaded machine (how fast it comes is bench's to say).
+LIVE_WITHIN = 5.0
 
 
 @dataclass(frozen=True)

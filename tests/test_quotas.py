@@ -44,6 +44,16 @@ async def fill(n1: Bus, seconds: float) -> int:
     return await fill_own_keys(n1, buckets.NEEDS, lambda writer, index: f"n1.m{writer}.config.v{index}", VALUE, seconds)
 
 
+async def eventually_held_at_most(seat: Bus, keys: int) -> bool:
+    """Whether n1 holds at most `keys` of the needs within 10 s: the guard cuts by its own reads,
+    which may still be behind the writes when they stop on a loaded machine."""
+    with anyio.move_on_after(10):
+        while len(await snapshot(seat, buckets.NEEDS, ["n1.>"], headers_only=True)) > keys:
+            await anyio.sleep(0.1)
+        return True
+    return False
+
+
 async def test_a_node_filling_a_bucket_is_cut_back_and_every_other_write_succeeds(small_mesh: Mesh) -> None:
     async with small_mesh.connect(N1) as n1, small_mesh.connect(N2) as n2, small_mesh.connect(SEAT_PARTY) as seat:
         async with anyio.create_task_group() as tasks:
@@ -55,8 +65,7 @@ async def test_a_node_filling_a_bucket_is_cut_back_and_every_other_write_succeed
         assert (await get_latest(n2, buckets.NEEDS, "n2.web.config.v19")) is not None
         info = await seat.jetstream(buckets.NEEDS.info_api, operation="info")
         assert info["state"]["bytes"] < BUCKET_BYTES
-        held = await snapshot(seat, buckets.NEEDS, ["n1.>"], headers_only=True)
-        assert len(held) <= 4 * QUOTA["node_quota_keys"]  # what it wrote since the last cut, at most
+        assert await eventually_held_at_most(seat, 4 * QUOTA["node_quota_keys"])  # what it wrote since the last cut
         async with small_mesh.connect(OPS) as ops:
             answer = await answer_of(ops, {"what": "nodes"})
     verdicts = {row.node: (row.verdict, row.because) for row in answer.entries if isinstance(row, NodeRow)}
