@@ -54,7 +54,7 @@ class Probe:
         """The answer, a JSON document without headers, after checking that none of n2's values
         is in it, nor any part of them marked `N2-ONLY`."""
         headers = {EXPECTED_SEQUENCE: str(self.expected), EXPECTED_SUBJECT: self.subject}
-        reply = await attacker.request(self.bucket.subject(self.key), b'{"probe":"n1"}', headers=headers, timeout=2)
+        reply = await attacker.request(self.bucket.subject(self.key), b'{"probe":"n1"}', headers=headers, timeout=10)
         assert reply.headers is None, reply.headers
         assert N2_MARK not in reply.data and not any(v in reply.data for v in N2_VALUES), reply.data
         document: dict[str, object] = json.loads(reply.data)

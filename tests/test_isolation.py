@@ -215,7 +215,7 @@ async def test_the_vault_cannot_answer_the_seats_service_api_in_its_place(mesh: 
         await vault.flush()
         names = set()
         for _ in range(20):
-            reply = await operator.request(f"$SRV.INFO.{buckets.SEAT}", b"", timeout=2)
+            reply = await operator.request(f"$SRV.INFO.{buckets.SEAT}", b"", timeout=10)
             names.add(json.loads(reply.data)["name"])
     finally:
         await vault.close()

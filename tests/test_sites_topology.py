@@ -237,7 +237,7 @@ async def site_buckets(servers: Servers, site: str = "site1") -> None:
 
 
 async def direct_get(client: Client, bucket: Bucket, key: str) -> Msg | None:
-    answer = await client.request(bucket.direct_get_subject(key), b"", timeout=2)
+    answer = await client.request(bucket.direct_get_subject(key), b"", timeout=10)
     return answer if answer.data else None  # a 404 has headers only
 
 
@@ -290,7 +290,7 @@ async def test_a_hub_and_two_sites_run_on_the_generated_configuration(tmp_path: 
 
         # n1 at its site writes at the hub (fail fast) and reads at the site: its own keys, the
         # registry and its own postgres_bound keys, from the site's copies
-        put = await n1.request(buckets.NEEDS.subject("n1.app.secret.db"), b'{"placeholder": "x"}', timeout=2)
+        put = await n1.request(buckets.NEEDS.subject("n1.app.secret.db"), b'{"placeholder": "x"}', timeout=10)
         assert json.loads(put.data) == {"stream": buckets.NEEDS.stream, "domain": "hub", "seq": 1}
         hub_need = await direct_get(seat, buckets.NEEDS, "n1.app.secret.db")
         assert hub_need is not None and hub_need.data == b'{"placeholder": "x"}'

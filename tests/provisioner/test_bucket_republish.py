@@ -102,7 +102,7 @@ async def test_an_existing_bucket_is_made_to_republish_its_writes_once_then_left
         await ensure_bucket(bus, CONFIG, BucketConfig())
         await ensure_bucket(bus, CONFIG, BucketConfig())
     await put(bus, CONFIG, "log-level", b'"info"')
-    republished = await live.next_msg(timeout=1)
+    republished = await live.next_msg(timeout=5)
     await heard_some(updates)
     await nc.flush()
 

@@ -87,8 +87,8 @@ async def test_requests_still_in_flight_at_the_deadline_are_answered_stopping(ma
     ["$SRV.PING", "$SRV.PING.mesh-provisioner", "$SRV.INFO.mesh-provisioner", "$SRV.STATS.mesh-provisioner"],
 )
 async def test_the_service_api_answers(server: LocalNats, nc: Client, subject: str) -> None:
-    await nc.request(buckets.VERB_SUBJECT, b"{}", timeout=2)
-    reply = json.loads((await nc.request(subject, b"", timeout=2)).data)
+    await nc.request(buckets.VERB_SUBJECT, b"{}", timeout=10)
+    reply = json.loads((await nc.request(subject, b"", timeout=10)).data)
     assert reply["name"] == "mesh-provisioner"
     assert reply["version"]
     if "INFO" in subject:
