@@ -15,10 +15,11 @@ import nkeys
 
 from registry.access.parties import Party
 from registry.contract import read_bounded
-from registry.errors import RegistryError
+from registry.errors import RegistryError, SettingsError
 
 SEED_SUFFIX = ".nk"
 MAX_SEED_BYTES = 1024  # a seed is 58 characters
+MAX_ISSUED_BYTES = 128 << 20  # a file `grants` wrote: a JWT, creds, a server configuration (as grants.json)
 
 
 class CredentialError(RegistryError):
@@ -59,6 +60,26 @@ def read_seed(path: Path, prefix: int) -> bytes:
     if found != prefix:
         raise CredentialError(path, "an nkey seed of another kind (operator, account or user)")
     return seed
+
+
+def read_issued(path: Path) -> bytes | None:
+    """A file the grants command wrote before and reads back to keep what is unchanged (a JWT,
+    creds, a server configuration), read no further than `MAX_ISSUED_BYTES`; None when there is
+    none. One that cannot be read (a FIFO or a folder in its place, too large) is a `SettingsError`
+    naming it: it is neither kept nor written over blindly."""
+    try:
+        return read_bounded(path, MAX_ISSUED_BYTES)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise SettingsError(str(path), f"cannot be read: {err.strerror or err}") from None
+
+
+def issued_text(path: Path) -> str | None:
+    """`read_issued` as text (bytes that are not UTF-8 replaced: such a file is not what was
+    written, and is written again)."""
+    held = read_issued(path)
+    return None if held is None else held.decode("utf-8", errors="replace")
 
 
 def new_seed(prefix: int) -> bytes:

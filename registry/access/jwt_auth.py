@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING, Any
 import nkeys
 
 from registry.access.accounts_conf import quoted
-from registry.access.credentials import SEED_SUFFIX, CredentialError, read_seed, write_secret
+from registry.access.credentials import SEED_SUFFIX, CredentialError, issued_text, read_issued, read_seed, write_secret
 from registry.access.grants import AccountGrant, Exports, Grants, Import, vault_listens, vault_publishes
 from registry.access.limits import PartyLimits
 from registry.access.parties import DATA_ACCOUNT, SYSTEM_ACCOUNT, Kind, Party
 from registry.contract import buckets
-from registry.errors import BusError
+from registry.errors import BusError, SettingsError
 
 if TYPE_CHECKING:  # issuing the grants never needs nats-py: only pushing them does
     from registry.wire import Bus
@@ -205,11 +205,15 @@ def _drop_accounts_not_in(out: Path, written: set[Path]) -> None:
 
 def load_jwt_auth(out: Path) -> JwtAuth:
     """The operator and account JWTs `write_jwt_auth` wrote to `out`."""
-    operator_jwt = (out / JWT_DIR / "operator.jwt").read_text(encoding="utf-8").strip()
+    operator_path = out / JWT_DIR / "operator.jwt"
+    operator_jwt = issued_text(operator_path)
+    if operator_jwt is None:
+        raise SettingsError(str(operator_path), "is missing: issue the grants with --jwt first")
     accounts = {}
     for path in sorted((out / JWT_DIR).glob("account-*.jwt")):
-        token = path.read_text(encoding="utf-8").strip()
+        token = (issued_text(path) or "").strip()
         accounts[claims_of(token)["sub"]] = token
+    operator_jwt = operator_jwt.strip()
     return JwtAuth(operator_jwt, claims_of(operator_jwt)["nats"]["system_account"], accounts)
 
 
@@ -321,7 +325,7 @@ def write_user_creds(keys: Path, label: str, account: Nkey, permissions: dict[st
     body = {"type": "user", "subs": NO_LIMIT, "data": NO_LIMIT, "payload": NO_LIMIT, "pub": {}, "sub": {}}
     body.update(permissions)
     path = creds_path(keys, label)
-    held = path.read_bytes() if path.exists() else b""
+    held = read_issued(path) or b""
     existing = _CREDS_JWT.search(held.decode(errors="replace"))
     token = keep_or_sign(
         None, account, subject=user.public_key, name=label, body=body, existing=existing.group(1) if existing else None
@@ -371,7 +375,7 @@ def keep_or_sign(
 ) -> str:
     """The JWT at `path` (or `existing`) if `issuer` signed these very claims, else a new one;
     `path` is written only when it does not hold it already."""
-    held = path.read_text(encoding="utf-8") if path is not None and path.exists() else None
+    held = issued_text(path) if path is not None else None
     if existing is None and held is not None:
         existing = held.strip()
     if existing is not None and _same(existing, issuer, subject, name, body):

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from registry.access.credentials import issued_text
 from registry.access.grants import Grants
 
 SCHEMA_FILE = Path(__file__).with_name("grants.schema.json")
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     wanted = rendered_schema()
     if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+        current = issued_text(args.out) or ""
         if current != wanted:
             print(f"{args.out} is not the schema of the model: run `{REGENERATE}`", file=sys.stderr)
             return 1

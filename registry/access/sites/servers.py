@@ -31,7 +31,7 @@ from pathlib import Path
 import nkeys
 
 from registry.access.accounts_conf import SEAT_ROLE, quoted, render_accounts
-from registry.access.credentials import SEED_SUFFIX, new_seed, public_key, read_seed, write_secret
+from registry.access.credentials import SEED_SUFFIX, issued_text, new_seed, public_key, read_seed, write_secret
 from registry.access.grants import VAULT, AccountGrant, Grants, pretty_json, verb_subjects
 from registry.access.parties import DATA_ACCOUNT, Kind, Party
 from registry.access.sites.jwt import hub_jwt_conf, issue_site_creds, site_jwt_conf, site_server_auth
@@ -157,7 +157,7 @@ def _site_server_auth(given: _Rendering, site: Site, path: Path, keys: Path) -> 
         f"JWT mode: site {site.name}'s operator, accounts and resolver, in place of\n"
         "# jwt/server-auth.conf: its data account's and its nodes' JWTs are the site's (writes at the hub)."
     )
-    held = path.read_text(encoding="utf-8") if path.exists() else ""
+    held = issued_text(path) or ""
     out = path.parent.parent
     hub = given.topology.hub_domain
     text = site_server_auth(out, keys, given.grants, site, hub_domain=hub, held=held, head=header(given.source, what))

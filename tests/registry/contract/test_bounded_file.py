@@ -15,6 +15,7 @@ from pathlib import Path
 import nkeys
 import pytest
 
+from provisioner.commands.cli import main as cli_main
 from provisioner.seat.server import read_grants
 from provisioner.settings import ServerSettings
 from registry.access import read_mesh_file, read_sites_file
@@ -127,3 +128,26 @@ def test_a_seed_file_is_read_bounded_and_checked(tmp_path: Path) -> None:
     path.write_bytes(b"S" * 2000)
     with pytest.raises(OSError, match="larger than the 1,024 bytes"):
         _seed(path)
+
+
+@pytest.mark.parametrize(
+    ("path", "make", "said"),
+    [
+        ("keys/node-n1.creds", os.mkfifo, "it is a FIFO, not a regular file"),
+        ("out/jwt/operator.jwt", Path.mkdir, "it is a folder, not a regular file"),
+        ("out/jwt/account-node-n1.jwt", os.mkfifo, "it is a FIFO, not a regular file"),
+    ],
+    ids=["creds", "operator JWT", "account JWT"],
+)
+def test_the_grants_command_refuses_a_file_of_its_own_it_cannot_read_back_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], path: str, make: Callable[[Path], object], said: str
+) -> None:
+    """`grants --jwt` reads back what it wrote (JWTs, creds) to keep what is unchanged: a FIFO or a
+    folder put in such a file's place is refused by what it is, without blocking."""
+    argv = ["grants", "--jwt", "--out", str(tmp_path / "out"), "--keys", str(tmp_path / "keys"), "--node", "n1"]
+    assert cli_main(argv) == 0
+    (tmp_path / path).unlink()
+    make(tmp_path / path)
+    capsys.readouterr()
+    assert cli_main(argv) == 2
+    assert f"{tmp_path / path}: cannot be read: {said}" in capsys.readouterr().err
