@@ -57,8 +57,9 @@ async def updates_of(nc: Client, bucket: Bucket) -> list[Msg]:
 
 
 async def heard_some(updates: list[Msg]) -> None:
-    """Until the listener has heard an update, bounded (a copy that is late is waited for, as in
-    tests/registry/wire/test_kv.py; none at all is then said by the count)."""
+    """Until the listener has heard an update, bounded: nats-server may answer the request before it
+    queues the listener's copy (tests/registry/wire/test_kv.py says why); none at all is then said by
+    the count."""
     with anyio.move_on_after(5):
         while not updates:
             await anyio.sleep(0.01)
