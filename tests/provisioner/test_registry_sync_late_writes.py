@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import anyio
 import pytest
 
 from mesh_dev.local_nats import LocalNats
@@ -62,6 +63,11 @@ async def compile_given_up_then_stored(
             patched.setattr(registry_sync, "current_snapshot", read_then_stall)
             with pytest.raises(BusError, match="config"):
                 await compiler.compile()
+    # The resumed server answers the bus's flush once it has read the write; its stream stores it on
+    # a goroutine of its own, a moment later on a loaded machine.
+    with anyio.move_on_after(10):
+        while await config_entry(bus) == before:
+            await anyio.sleep(0.01)
     assert await config_entry(bus) != before, "the write given up on was not stored: nothing reproduced"
 
 
