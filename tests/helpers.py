@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import timedelta
 from functools import partial
@@ -31,6 +32,22 @@ T = TypeVar("T")
 NODE = "node-1"
 DEPLOY = Path(__file__).parents[1] / "deploy"
 EXAMPLES = DEPLOY / "examples"
+
+
+async def until(holds: Callable[[], bool | Awaitable[bool]], within: float, *, every: float = 0.01) -> bool:
+    """Whether `holds` came true within `within` seconds, asked every `every`: for what follows a
+    write on its own time (a view's watch, a mirror, a stream's store, a listener's copy), where
+    no event says so. Never a speed asserted: the caller asserts the result, saying what."""
+    with anyio.move_on_after(within):
+        while not await _answer_of(holds):
+            await anyio.sleep(every)
+        return True
+    return False
+
+
+async def _answer_of(holds: Callable[[], bool | Awaitable[bool]]) -> bool:
+    answer = holds()
+    return await answer if inspect.isawaitable(answer) else answer
 
 
 @asynccontextmanager

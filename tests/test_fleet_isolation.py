@@ -57,7 +57,7 @@ from tests.attacks import (
     named,
     nothing_comes_back,
 )
-from tests.helpers import in_own_task
+from tests.helpers import in_own_task, until
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 from tests.test_site_isolation import SITE, Ends, SiteMesh, site_mesh
 from tests.test_site_seat import eventually
@@ -137,28 +137,28 @@ class LiveFeed:
         """Every message heard is a republished real write of one of n1's claims: its subject names
         it, its headers name its key and stream, and the last heard of each key is at the revision
         the seat stores."""
-        revisions = {key: revision for key, _, revision, _ in stored[FLEET.name]}
-        last: dict[str, int] = {}
         for msg in self.heard:
             key = FLEET.key_of(msg.subject)
             headers = msg.headers or {}
             assert own_claim(key), f"n2 heard {msg.subject!r}, headers {headers}, body {msg.data[:200]!r}"
             assert headers.get("Nats-Subject") == FLEET.subject(key), headers
             assert headers.get("Nats-Stream") == FLEET.stream, headers
-            last[key] = int(headers.get("Nats-Sequence", "0"))
-        for key, revision in last.items():
+        revisions = _revisions(stored)
+        for key, revision in self.last_heard().items():
             assert revisions.get(key) == revision, (key, revision, revisions.get(key))
 
-    async def wait_for_the_last_writes(self, stored: Everything) -> None:
-        """Until each key heard has been heard at the revision stored, bounded: a republish crosses
-        the link (n2 at a site) on its own time. A missing one is then said by the check."""
-        revisions = {key: revision for key, _, revision, _ in stored[FLEET.name]}
-        with anyio.move_on_after(10):
-            while any(revisions.get(key) != revision for key, revision in self._last_heard().items()):
-                await anyio.sleep(0.02)
+    def heard_as_stored(self, stored: Everything) -> bool:
+        """Whether each key heard was last heard at the revision stored."""
+        revisions = _revisions(stored)
+        return all(revisions.get(key) == revision for key, revision in self.last_heard().items())
 
-    def _last_heard(self) -> dict[str, int]:
+    def last_heard(self) -> dict[str, int]:
+        """Each key heard, the revision it was last heard at (`Nats-Sequence`)."""
         return {FLEET.key_of(m.subject): int((m.headers or {}).get("Nats-Sequence", "0")) for m in self.heard}
+
+
+def _revisions(stored: Everything) -> dict[str, int]:
+    return {key: revision for key, _, revision, _ in stored[FLEET.name]}
 
 
 @pytest.fixture
@@ -188,7 +188,7 @@ async def judged(request: pytest.FixtureRequest, mesh: AnyMesh, seat: Bus) -> As
         assert await site_copy_outside_own_claims(mesh, seat) == site_before
         async with mesh.connect(N2) as reader:
             await n2_reads_the_fleet_as_stored(reader, after)
-        await feed.wait_for_the_last_writes(after)
+        await until(partial(feed.heard_as_stored, after), 10)  # a republish crosses the site link on its own time
         feed.check_real_writes_of_own_claims(after)
     finally:
         await n2.close()

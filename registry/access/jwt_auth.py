@@ -205,16 +205,19 @@ def _drop_accounts_not_in(out: Path, written: set[Path]) -> None:
 
 def load_jwt_auth(out: Path) -> JwtAuth:
     """The operator and account JWTs `write_jwt_auth` wrote to `out`."""
-    operator_path = out / JWT_DIR / "operator.jwt"
-    operator_jwt = issued_text(operator_path)
-    if operator_jwt is None:
-        raise SettingsError(str(operator_path), "is missing: issue the grants with --jwt first")
+    operator_jwt = _issued_jwt(out / JWT_DIR / "operator.jwt")
     accounts = {}
     for path in sorted((out / JWT_DIR).glob("account-*.jwt")):
-        token = (issued_text(path) or "").strip()
+        token = _issued_jwt(path)
         accounts[claims_of(token)["sub"]] = token
-    operator_jwt = operator_jwt.strip()
     return JwtAuth(operator_jwt, claims_of(operator_jwt)["nats"]["system_account"], accounts)
+
+
+def _issued_jwt(path: Path) -> str:
+    held = issued_text(path)
+    if held is None:
+        raise SettingsError(str(path), "is missing: issue the grants with --jwt first")
+    return held.strip()
 
 
 def render_server_auth(auth: JwtAuth, resolver_dir: str | Path) -> str:

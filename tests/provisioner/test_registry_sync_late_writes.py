@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-import anyio
 import pytest
 
 from mesh_dev.local_nats import LocalNats
@@ -23,6 +22,7 @@ from provisioner.seat.registry_sync import Compiler
 from registry.contract import Bucket, buckets
 from registry.errors import BusError
 from registry.wire import BucketConfig, Bus, KvItem, current_snapshot, get_direct, update
+from tests.helpers import until
 from tests.stalls import impatient_bus, paused
 
 OTHER_CONFIG = """
@@ -63,12 +63,13 @@ async def compile_given_up_then_stored(
             patched.setattr(registry_sync, "current_snapshot", read_then_stall)
             with pytest.raises(BusError, match="config"):
                 await compiler.compile()
+
+    async def stored() -> bool:
+        return await config_entry(bus) != before
+
     # The resumed server answers the bus's flush once it has read the write; its stream stores it on
     # a goroutine of its own, a moment later on a loaded machine.
-    with anyio.move_on_after(10):
-        while await config_entry(bus) == before:
-            await anyio.sleep(0.01)
-    assert await config_entry(bus) != before, "the write given up on was not stored: nothing reproduced"
+    assert await until(stored, 10), "the write given up on was not stored: nothing reproduced"
 
 
 async def compiled_once(bus: Bus, tmp_path: Path) -> Compiler:

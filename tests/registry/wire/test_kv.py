@@ -33,7 +33,7 @@ from registry.wire import (
     snapshot,
     update,
 )
-from tests.helpers import put_many
+from tests.helpers import put_many, until
 
 
 def bucket(name: str) -> Bucket:
@@ -310,9 +310,7 @@ async def test_a_stream_of_one_replica_is_listed_without_asking_its_leader(
     # nats-server hands a request to the JetStream API's import (`$JS.API.>`, matched first) before it
     # queues this listener's copy, both on the asker's goroutine: on a loaded machine the answer and our
     # flush's PONG can come first (CI once counted none). A late copy is waited for; a missing one fails.
-    with anyio.move_on_after(5):
-        while not asked:
-            await anyio.sleep(0.01)
+    await until(lambda: bool(asked), 5)
     await nc.flush()
     assert asked == ["INFO"]
     assert not await replicated(bus, bucket("single"))
