@@ -96,15 +96,21 @@ class NodeScope:
         """`registry.wire.kv.converge`, after checking every key it could touch is this node's; up to
         `in_flight` writes at once; `revisions` receives the new revision of each key written or deleted.
 
-        The verb lists no deleted key, so a key absent from `current` may still hold a delete
-        marker: such keys are created on their own, retried once at the marker's revision."""
+        Each write is conditional on the revision its key was listed at (0: not listed). The keys
+        are this node's alone, so one that moved meanwhile moved by this node's own hand: a write
+        it gave up on that the stream stored after all (a link cut mid-write), or a delete marker,
+        which the verb does not list. Such a key is read and written over once at its revision:
+        refused, the write failed the reconcile after its change actions had run, and the next
+        reconcile ran them again."""
         self.check(bucket.name, desired)
         self.check(bucket.name, (item.key for item in current if not item.deleted))
-        listed = {item.key for item in current}
-        steps = converge_steps(bus, bucket, current, {k: v for k, v in desired.items() if k in listed})
-        for key, value in desired.items():
-            if key not in listed:
-                steps.append(Step(key, "written", partial(_create, bus, bucket, key, value)))
+        listed = {item.key: item for item in current}
+        steps = [
+            Step(key, "written", partial(_written_over, bus, bucket, key, value, item.revision if item else 0))
+            for key, value in desired.items()
+            if (item := listed.get(key)) is None or item.deleted or item.value != value
+        ]
+        steps += [step for step in converge_steps(bus, bucket, current, desired) if step.kind == "deleted"]
         if revisions is not None:
             steps = [Step(step.key, step.kind, partial(_recorded, step, revisions)) for step in steps]
         changes = Changes()
@@ -126,11 +132,11 @@ async def _recorded(step: Step, revisions: dict[str, int]) -> object:
     return revision
 
 
-async def _create(bus: Bus, bucket: Bucket, key: str, value: bytes) -> int | bool:
-    """Writes a key the listing did not have; a delete marker there is read, then written over.
-    Its new revision, or False when the key already held `value`."""
+async def _written_over(bus: Bus, bucket: Bucket, key: str, value: bytes, last: int) -> int | bool:
+    """Writes the node's own key at the revision it was listed at; one that moved since is read,
+    then written over at its revision. Its new revision, or False when it already held `value`."""
     try:
-        return await update(bus, bucket, key, value, last=0)
+        return await update(bus, bucket, key, value, last=last)
     except WrongLastSequence:
         found = await get_direct(bus, bucket, key)
         if found is not None and not found.deleted and found.value == value:
