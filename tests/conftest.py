@@ -18,6 +18,7 @@ from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner_client.reconcile import ClientPlan
 from registry.access import Kind
 from registry.wire import Bus, BusOptions, connect
+from tests import rerun_policy
 from tests.helpers import DEPLOY, EXAMPLES, in_own_task
 from tests.isolation import NODE, Domains, Mesh, domains_of, jwt_mesh_server, mesh_server, party
 
@@ -27,6 +28,11 @@ from tests.isolation import NODE, Domains, Mesh, domains_of, jwt_mesh_server, me
 # that replays it.
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
 settings.load_profile("suite")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suites that are never run again after a failure, and the rerun summary line."""
+    config.pluginmanager.register(rerun_policy, "rerun_policy")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

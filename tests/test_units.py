@@ -3,17 +3,13 @@ programs' defaults, the polkit rule as polkit runs it, the container definitions
 
 `systemd-analyze verify` runs on a temporary root holding the units, systemd's own units and the
 console scripts of this virtualenv at the units' `/opt/mesh-provisioner/bin/` (verify refuses an
-`ExecStart=` it cannot find). When `systemd-analyze` is missing it is installed with apt-get if
-we are root on such a machine, else those tests are skipped with the reason; the tests that may
-install it run on one xdist worker, so that two apt-gets never contend for dpkg's lock.
-
-The polkit rule is run by `node`, which `./scripts/test` installs: without it that test fails.
+`ExecStart=` it cannot find). `./scripts/test` installs systemd-analyze and `node` (which runs the
+polkit rule as polkit does) before any test runs: without them these tests fail, saying so.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -81,17 +77,7 @@ def option(argv: list[str], name: str) -> str:
 
 def _systemd_analyze() -> str:
     found = shutil.which("systemd-analyze")
-    if found:
-        return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip("systemd-analyze is missing and cannot be installed here (needs root and apt-get)")
-    apt = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=apt, capture_output=True)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "systemd"], check=True, env=apt, capture_output=True)
-    return shutil.which("systemd-analyze") or pytest.fail("apt-get installed systemd without systemd-analyze")
-
-
-APT_GET = pytest.mark.xdist_group("apt-get")
+    return found or pytest.fail("systemd-analyze is missing: scripts/test installs it (apt-get install systemd)")
 
 
 @pytest.fixture(scope="module")
@@ -124,13 +110,11 @@ def verify(analyze: str, root: Path, *units: str) -> subprocess.CompletedProcess
     return subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
 
 
-@APT_GET
 def test_systemd_analyze_verify_accepts_every_unit_without_a_warning(analyze: str, system_root: Path) -> None:
     done = verify(analyze, system_root, *(unit.name for unit in UNITS.values()))
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
-@APT_GET
 def test_verify_here_does_report_a_misspelt_setting_and_a_missing_program(analyze: str, system_root: Path) -> None:
     """The check above could pass by looking at nothing: the same harness does see faults."""
     unit = system_root / "etc/systemd/system" / UNITS["seat"].name
@@ -142,7 +126,6 @@ def test_verify_here_does_report_a_misspelt_setting_and_a_missing_program(analyz
     assert done.returncode != 0
 
 
-@APT_GET
 @pytest.mark.parametrize("role", list(UNITS))
 def test_systemd_analyze_security_rates_each_unit_at_most_2_of_10(analyze: str, system_root: Path, role: str) -> None:
     unit = f"/etc/systemd/system/{UNITS[role].name}"
@@ -151,7 +134,6 @@ def test_systemd_analyze_security_rates_each_unit_at_most_2_of_10(analyze: str, 
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
 
 
-@APT_GET
 def test_the_sysusers_file_creates_the_client_units_user(analyze: str, tmp_path: Path) -> None:
     """`analyze` installs systemd where it is missing, systemd-sysusers with it: never a silent skip."""
     sysusers = shutil.which("systemd-sysusers")

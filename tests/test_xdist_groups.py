@@ -1,7 +1,7 @@
 """`./scripts/test` runs the suite with `--dist loadgroup`, and a test marked `xdist_group` runs on
-its group's worker only: the single-file build once, not once per worker; apt-get never beside
-itself. pytest-xdist does that by adding `@<group>` to the test's id, which pytest 9.2 no longer
-lets it do, silently (then every group is spread over every worker)."""
+its group's worker only: the single-file build once, not once per worker. pytest-xdist does that by
+adding `@<group>` to the test's id, which pytest 9.2 no longer lets it do, silently (then every
+group is spread over every worker)."""
 
 from __future__ import annotations
 

@@ -271,11 +271,11 @@ def unit_root(tmp_path: Path) -> Path:
     """A root for `systemd-analyze verify`: systemd's own units, the node's units as the host lays
     them down, and the programs they run (verify refuses an ExecStart= it cannot find)."""
     if shutil.which("systemd-analyze") is None:
-        pytest.skip("systemd-analyze is not installed (tests/test_units.py installs it where it can)")
+        pytest.fail("systemd-analyze is missing: scripts/test installs it (apt-get install systemd)")
     own = next((d for d in (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")) if d.is_dir()), None)
     sysusers = shutil.which("systemd-sysusers")
     if own is None or sysusers is None:
-        pytest.skip("systemd's own units or systemd-sysusers are not installed here")
+        pytest.fail("systemd's own units or systemd-sysusers are missing: scripts/test installs them (systemd)")
     root = tmp_path / "root"
     shutil.copytree(own, root / "usr/lib/systemd/system", symlinks=True)
     for path in (CLIENT_UNIT, SYSUSERS_UNIT, SEED_DROPIN):
