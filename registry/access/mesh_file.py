@@ -41,7 +41,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from registry.access.issuing import MeshParties
 from registry.access.limits import GivenLimits, too_low
-from registry.access.parties import Kind
+from registry.access.parties import MAX_PROVIDER_NAME, PROVIDER_PATTERN, Kind
 from registry.access.sites.topology import HubEntry, SiteEntry, SiteName, Topology, site_problems
 from registry.contract import Name, TomlRefused, read_toml
 from registry.errors import SettingsError
@@ -56,8 +56,7 @@ _TABLE_NAMES = {
     "sites": "a site's name (its JetStream domain: letters, digits, - and _, at most 64)",
 }
 
-# A provider module's name makes its bucket's name `<provider>_bound`: only what a bucket name holds.
-ProviderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$", max_length=200)]
+ProviderName = Annotated[str, StringConstraints(pattern=PROVIDER_PATTERN, max_length=MAX_PROVIDER_NAME)]
 
 
 class MeshFileError(SettingsError):
