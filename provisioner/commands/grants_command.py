@@ -41,7 +41,7 @@ from registry.access import (
     read_sites_file,
     sites_json,
 )
-from registry.contract import buckets, load_catalogue
+from registry.contract import JsonRefused, buckets, load_catalogue
 from registry.edge import BusSettings, add_settings_arguments, flag_of, given_flags, load_settings
 from registry.errors import SettingsError
 from registry.wire import BusOptions
@@ -287,6 +287,8 @@ def issued_grants(path: Path) -> Grants | None:
         return None
     except OSError as err:
         raise SettingsError(str(path), f"cannot be read: {err.strerror or err}") from None
+    except JsonRefused as err:
+        raise SettingsError(str(path), f"cannot be read as grants.json: {err.reason}") from None
     except ValidationError as err:
         first = err.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "the file"

@@ -51,6 +51,7 @@ from registry.contract import (
     Domain,
     VerbAnswer,
     buckets,
+    check_json,
     encode_token,
     fields_of,
     fleet,
@@ -182,9 +183,12 @@ def load_party_map(path: Path) -> PartyMap:
 
 
 def read_grants_file(path: Path) -> Grants:
-    """A `grants.json`, read no further than `MAX_GRANTS_BYTES`: `OSError` when it cannot be read,
-    pydantic's `ValidationError` when it is not one."""
-    return Grants.model_validate_json(read_bounded(path, MAX_GRANTS_BYTES))
+    """A `grants.json`, read no further than `MAX_GRANTS_BYTES` nor deeper than JSON's bound:
+    `OSError` when it cannot be read, `JsonRefused` when too deep, pydantic's `ValidationError`
+    when it is not one."""
+    raw = read_bounded(path, MAX_GRANTS_BYTES)
+    check_json(raw, max_bytes=MAX_GRANTS_BYTES)
+    return Grants.model_validate_json(raw)
 
 
 class GrantsFile(PartyMap):
