@@ -41,7 +41,7 @@ from registry.access import (
     read_sites_file,
     sites_json,
 )
-from registry.contract import buckets, load_catalogue
+from registry.contract import JsonRefused, buckets, load_catalogue
 from registry.edge import BusSettings, add_settings_arguments, flag_of, given_flags, load_settings
 from registry.errors import SettingsError
 from registry.wire import BusOptions
@@ -92,7 +92,11 @@ named by both counts once, the file's first; writers named by neither: every one
 is refused when the file names one. A file that cannot be read, an unknown key, a name listed
 twice, a machine that is not one of its nodes, a limit below what the party's program needs, a
 site name that is no JetStream domain, a node at two sites or unknown, a site with no node or
-sites without [hub] leafnodes is an error naming the file, the key and why (exit 2).
+sites without [hub] leafnodes is an error naming the file, the key and why (exit 2). Every name,
+from the file or a flag, is checked alike: never empty, at most 1,024 bytes, no control or
+bidirectional character; a provider's only letters, digits, - and _ (it names its bucket). A
+domains file whose domain would give a writer a bucket the seat or a provider owns, or have every
+node read a provider's _bound whole (a key not led by <node>), is refused too (exit 2).
 
 When the file names sites, the servers' configuration is written too:
   OUT/sites/hub.conf            the hub's `leafnodes { listen, no_advertise }` and its accounts:
@@ -287,6 +291,8 @@ def issued_grants(path: Path) -> Grants | None:
         return None
     except OSError as err:
         raise SettingsError(str(path), f"cannot be read: {err.strerror or err}") from None
+    except JsonRefused as err:
+        raise SettingsError(str(path), f"cannot be read as grants.json: {err.reason}") from None
     except ValidationError as err:
         first = err.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "the file"

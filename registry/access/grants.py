@@ -51,6 +51,7 @@ from registry.contract import (
     Domain,
     VerbAnswer,
     buckets,
+    check_json,
     encode_token,
     fields_of,
     fleet,
@@ -182,9 +183,12 @@ def load_party_map(path: Path) -> PartyMap:
 
 
 def read_grants_file(path: Path) -> Grants:
-    """A `grants.json`, read no further than `MAX_GRANTS_BYTES`: `OSError` when it cannot be read,
-    pydantic's `ValidationError` when it is not one."""
-    return Grants.model_validate_json(read_bounded(path, MAX_GRANTS_BYTES))
+    """A `grants.json`, read no further than `MAX_GRANTS_BYTES` nor deeper than JSON's bound:
+    `OSError` when it cannot be read, `JsonRefused` when too deep, pydantic's `ValidationError`
+    when it is not one."""
+    raw = read_bounded(path, MAX_GRANTS_BYTES)
+    check_json(raw, max_bytes=MAX_GRANTS_BYTES)
+    return Grants.model_validate_json(raw)
 
 
 class GrantsFile(PartyMap):
@@ -481,6 +485,7 @@ def derive_grants(
     catalogue = _Catalogue(domains, providers)
     asking, wide = _machines(nodes, providers, machines or {})
     written = chosen_writers(domains, writers)
+    _refuse_widening(catalogue, written, providers)
     wanted = [
         *((Party(kind=Kind.NODE, name=n), node_imports(n, catalogue, machine=n in asking)) for n in nodes),
         *((Party(kind=Kind.PROVIDER, name=p), provider_imports(p, catalogue)) for p in providers),
@@ -527,6 +532,35 @@ def _machines(
         "ask the vault for consumers' credentials, and only the vault keeps them from nodes running no provider"
     )
     return set(nodes), [reason]
+
+
+# The seat's buckets a domain could name that `_Catalogue` does not leave out already (`buckets.OWN`).
+SEAT_BUCKETS = frozenset({buckets.LEASES.name, fleet.FLEET.name})
+
+
+def _refuse_widening(catalogue: _Catalogue, written: Mapping[str, Bucket], providers: Sequence[str]) -> None:
+    """A domain of the catalogue never widens a bucket the seat or a provider owns: a writer of one
+    would write it, and one read with a key not led by `<node>` is read whole by every node (a
+    provider's `_bound` so named let each node read every node's bound values). Refused, with
+    every such domain and bucket named."""
+    bound = {bound_bucket(provider).name for provider in providers}
+    owner = {**dict.fromkeys(SEAT_BUCKETS, "the seat's"), **dict.fromkeys(bound, "a provider's")}
+    problems = [
+        f"domain {name!r} would give its writer {bucket.name}, {owner[bucket.name]} bucket"
+        for name, bucket in written.items()
+        if bucket.name in owner
+    ]
+    problems += [
+        f"{bucket.name}, {owner[bucket.name]} bucket, would be read whole by every node (key {bucket.shape.text} "
+        "is not led by <node>)"
+        for bucket in catalogue.mesh_wide
+        if bucket.name in owner
+    ]
+    problems += [
+        f"{bucket.name} is the seat's bucket" for bucket in catalogue.node_keyed if bucket.name in SEAT_BUCKETS
+    ]
+    if problems:
+        raise SettingsError("the domains file", "; ".join(sorted(set(problems))))
 
 
 def verb_subjects(domains: Mapping[str, Domain]) -> list[str]:

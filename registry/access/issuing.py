@@ -21,7 +21,7 @@ from registry.access.credentials import issue_user_keys
 from registry.access.grants import Grants, chosen_writers, data_parties, derive_grants, verb_subjects
 from registry.access.jwt_auth import issue_account_keys, write_jwt_auth
 from registry.access.limits import GivenLimits, limits_of
-from registry.access.parties import Kind, Party
+from registry.access.parties import Kind, Party, name_problems
 from registry.access.sites.accounts import with_site_accounts
 from registry.access.sites.links import site_party
 from registry.access.sites.topology import Topology
@@ -49,6 +49,10 @@ class MeshParties:
     topology: Topology = field(default_factory=Topology)
 
     def __post_init__(self) -> None:
+        named = {"node": self.nodes, "provider": self.providers, "operator": self.operators, "writer": self.writers}
+        problems = [problem for kind, names in named.items() for problem in name_problems(kind, names or ())]
+        if problems:  # refused before any seed is written or any file rendered
+            raise SettingsError("the grants' parties", "; ".join(problems[:5]))
         for kind, given in self.limits.items():
             limits_of(kind, given)  # refused before any seed is written: below what the party needs
 

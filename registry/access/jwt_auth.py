@@ -45,7 +45,7 @@ from registry.access.credentials import SEED_SUFFIX, CredentialError, issued_tex
 from registry.access.grants import AccountGrant, Exports, Grants, Import, vault_listens, vault_publishes
 from registry.access.limits import PartyLimits
 from registry.access.parties import DATA_ACCOUNT, SYSTEM_ACCOUNT, Kind, Party
-from registry.contract import buckets
+from registry.contract import JsonRefused, buckets, read_json
 from registry.errors import BusError, SettingsError
 
 if TYPE_CHECKING:  # issuing the grants never needs nats-py: only pushing them does
@@ -369,7 +369,10 @@ def encode_jwt(issuer: Nkey, *, subject: str, name: str, body: Mapping[str, Any]
 def claims_of(token: str) -> dict[str, Any]:
     """The claims of a JWT, unverified: for reading what was issued, never for trusting it."""
     payload = token.split(".")[1]
-    claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    decoded = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+    claims = read_json(decoded, max_bytes=len(decoded))  # as long as its file's bound allowed; depth bounded
+    if not isinstance(claims, dict):
+        raise JsonRefused("a JWT's claims are a JSON object")
     return claims
 
 

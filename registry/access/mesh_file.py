@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
@@ -42,9 +41,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from registry.access.issuing import MeshParties
 from registry.access.limits import GivenLimits, too_low
-from registry.access.parties import Kind
+from registry.access.parties import MAX_PROVIDER_NAME, PROVIDER_PATTERN, Kind
 from registry.access.sites.topology import HubEntry, SiteEntry, SiteName, Topology, site_problems
-from registry.contract import Name, read_bounded_text
+from registry.contract import Name, TomlRefused, read_toml
 from registry.errors import SettingsError
 
 MAX_FILE_BYTES = 1 << 20
@@ -57,8 +56,7 @@ _TABLE_NAMES = {
     "sites": "a site's name (its JetStream domain: letters, digits, - and _, at most 64)",
 }
 
-# A provider module's name makes its bucket's name `<provider>_bound`: only what a bucket name holds.
-ProviderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$", max_length=200)]
+ProviderName = Annotated[str, StringConstraints(pattern=PROVIDER_PATTERN, max_length=MAX_PROVIDER_NAME)]
 
 
 class MeshFileError(SettingsError):
@@ -164,11 +162,11 @@ class MeshFile(_Model):
 def read_mesh_file(path: Path) -> MeshFile:
     """The mesh file at `path`, its `domains_file` made relative to the file's folder."""
     try:
-        document = tomllib.loads(read_bounded_text(path, MAX_FILE_BYTES))
+        document = read_toml(path, max_bytes=MAX_FILE_BYTES)
     except OSError as err:
         raise MeshFileError(path, f"cannot be read: {err.strerror or err}") from None
-    except tomllib.TOMLDecodeError as err:  # its message names line and column
-        raise MeshFileError(path, f"is not valid TOML: {err}") from None
+    except TomlRefused as err:
+        raise MeshFileError(path, err.reason) from None
     mesh = _validated(path, document)
     if mesh.domains_file is not None and not mesh.domains_file.is_absolute():
         mesh = mesh.model_copy(update={"domains_file": path.parent / mesh.domains_file})

@@ -11,16 +11,43 @@ party it was issued to.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from registry.contract import encode_token
+from registry.contract import MAX_NAME_BYTES, encode_token
 
 REQUEST_INFO = "Nats-Request-Info"
 DATA_ACCOUNT = "MESH"
 SYSTEM_ACCOUNT = "SYS"
+
+
+# A provider module's name makes its bucket's name `<provider>_bound`: only what a bucket name holds.
+PROVIDER_PATTERN = r"^[A-Za-z0-9_-]+$"
+MAX_PROVIDER_NAME = 200
+# What no name may hold, escaped or not: it would reach a terminal or a file's comment as it is.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def name_problems(kind: str, names: Sequence[str]) -> list[str]:
+    """What is wrong with each name given for a party of `kind` (`node`, `provider`, ...), the
+    same whether a flag or the mesh file gave it: empty, over `MAX_NAME_BYTES`, holding a control
+    or bidirectional character; a provider's, anything but letters, digits, `-` and `_`."""
+    return [f"{kind} {name!r}: {problem}" for name in names if (problem := _name_problem(kind, name))]
+
+
+def _name_problem(kind: str, name: str) -> str | None:
+    if not name:
+        return "a name is never empty"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return f"a name is at most {MAX_NAME_BYTES} bytes (UTF-8)"
+    if CONTROL.search(name):
+        return "a name holds no control or bidirectional character"
+    if kind == "provider" and not (re.fullmatch(PROVIDER_PATTERN, name) and len(name) <= MAX_PROVIDER_NAME):
+        return f"a provider's name names its bucket <name>_bound: letters, digits, - and _, at most {MAX_PROVIDER_NAME}"
+    return None
 
 
 class Kind(StrEnum):

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from registry.contract import buckets, fleet, keys
 from registry.contract.bounded_file import kind_of, read_at_most, read_bounded, read_bounded_text
-from registry.contract.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, nesting, read_json
+from registry.contract.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, check_json, nesting, read_json
+from registry.contract.bounded_toml import TomlRefused, read_toml
 from registry.contract.buckets import Bucket
 from registry.contract.catalogue import BUILT_IN, KINDS, Domain, load_catalogue
 from registry.contract.compile import compile_registry, registry_values
@@ -115,6 +116,7 @@ __all__ = [
     "RegistryRow",
     "ReleasedLease",
     "Row",
+    "TomlRefused",
     "Total",
     "Totals",
     "VerbAnswer",
@@ -122,6 +124,7 @@ __all__ = [
     "Verdict",
     "What",
     "buckets",
+    "check_json",
     "compile_registry",
     "decode_token",
     "encode_token",
@@ -143,6 +146,7 @@ __all__ = [
     "read_bounded",
     "read_bounded_text",
     "read_json",
+    "read_toml",
     "registry_values",
     "render",
     "shape_of",

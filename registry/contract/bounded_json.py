@@ -52,14 +52,22 @@ def read_json(data: bytes | str, *, max_bytes: int = MAX_BYTES, max_depth: int =
         # No JSON text starts so: refused as parsing it whole would, parsing one character (a
         # hostile node's listing of 64 KiB values that are not JSON was parsed through, each time).
         return _decoded(raw, characters=start + 1)
-    if len(raw.translate(None, delete=_NOT_OPENERS)) > max_depth:  # counted in C: settles most texts at once
-        depth = nesting(raw, stop_past=max_depth)
-        if depth > max_depth:
-            raise JsonRefused(f"it nests at least {depth} levels deep, more than the {max_depth} allowed")
+    check_json(raw, max_bytes=max_bytes, max_depth=max_depth)
     parsed = _decoded(raw)
     if _SURROGATE_ESCAPE.search(raw) is not None and _holds_lone_surrogate(parsed):
         raise JsonRefused("it holds a lone surrogate escape (such as \\ud800), which is no character")
     return parsed
+
+
+def check_json(raw: bytes, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> None:
+    """Refuses `raw` (`JsonRefused`) when longer than `max_bytes` or nested deeper than `max_depth`,
+    without parsing it: for a file pydantic's own parser then reads (grants.json, sites.json)."""
+    if len(raw) > max_bytes:
+        raise JsonRefused(f"it is {len(raw):,} bytes long, more than the {max_bytes:,} allowed")
+    if len(raw.translate(None, delete=_NOT_OPENERS)) > max_depth:  # counted in C: settles most texts at once
+        depth = nesting(raw, stop_past=max_depth)
+        if depth > max_depth:
+            raise JsonRefused(f"it nests at least {depth} levels deep, more than the {max_depth} allowed")
 
 
 def _decoded(raw: bytes, *, characters: int | None = None) -> object:

@@ -17,7 +17,6 @@ leave the registry. Example (`deploy/domains.toml`):
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -26,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import PydanticCustomError
 
 from registry.contract import buckets
-from registry.contract.bounded_file import read_bounded_text
+from registry.contract.bounded_toml import TomlRefused, read_toml
 from registry.contract.keys import KeyShape
 from registry.contract.models import Answer, BucketAnswer, VerbAnswer
 from registry.contract.templates import NamePattern, fields_of
@@ -155,11 +154,11 @@ class _Collections(BaseModel):
 def read_domains_file(path: Path) -> tuple[dict[str, Domain], tuple[str, ...]]:
     """The file's domains by name, and the collections it shares across the mesh."""
     try:
-        document = tomllib.loads(read_bounded_text(path, MAX_DOMAINS_FILE_BYTES))
+        document = read_toml(path, max_bytes=MAX_DOMAINS_FILE_BYTES)
     except OSError as err:
         raise CatalogueError(str(path), f"cannot be read: {err.strerror or err}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise CatalogueError(str(path), f"is not valid TOML: {err}") from None
+    except TomlRefused as err:
+        raise CatalogueError(str(path), err.reason) from None
     unknown = set(document) - {"domains", "collections"}
     if unknown:
         raise CatalogueError(

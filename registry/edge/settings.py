@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import re
-import tomllib
 import types
 import typing
 from collections.abc import Mapping
@@ -48,7 +47,7 @@ from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, ValidationE
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from registry.contract import read_bounded_text
+from registry.contract import TomlRefused, read_toml
 from registry.edge.nats_context import DEV_CONTEXT, NatsContext, NatsContexts
 from registry.errors import SettingsError
 from registry.runtime import LogFormat, LogLevel
@@ -573,13 +572,13 @@ def _file_values(model_cls: type[EdgeSettings], config_file: Path | None) -> dic
         return {}
     source = f"config file {config_file}"
     try:
-        data = tomllib.loads(read_bounded_text(config_file, MAX_SETTINGS_FILE_BYTES))
+        data = read_toml(config_file, max_bytes=MAX_SETTINGS_FILE_BYTES)
     except (FileNotFoundError, IsADirectoryError):
         raise SettingsError(source, "not found") from None
     except OSError as err:
         raise SettingsError(source, f"cannot be read: {err.strerror or err}") from None
-    except tomllib.TOMLDecodeError as err:  # its message names line and column, not the text
-        raise SettingsError(source, f"is not valid TOML: {err}") from None
+    except TomlRefused as err:
+        raise SettingsError(source, err.reason) from None
     if model_cls.config_table is None:
         return {key: value for key, value in data.items() if key not in _SHARED_TABLES}
     table = data.get(model_cls.config_table, {})

@@ -5,9 +5,12 @@ A few lines of HTTP/1.0 over an anyio listener rather than prometheus-client's s
 a thread of its own and would read the program's state from outside its event loop. Each connection
 is one request: its head is read within `READ_TIMEOUT` and at most `MAX_HEAD` bytes, then answered
 and closed; `MAX_SCRAPES` are answered at once, the others wait. At most `MAX_CONNECTIONS` are
-held at once, the others closed unread: idle connections would otherwise each hold one of the
-program's file descriptors for `READ_TIMEOUT`, and a local user opening a thousand of them ran the
-seat out of descriptors (the failed accept ended the seat's task group).
+held at once, and `MAX_PER_PEER` from one address: idle connections would otherwise each hold one
+of the program's file descriptors, and a local user opening a thousand of them ran the seat out of
+descriptors (the failed accept ended the seat's task group). Past either bound, the oldest
+connection still waiting for its head is closed to make room; a connection arriving when every
+one held is being answered is closed unread. So 64 idle sockets, which once held every place for
+the whole deadline (1 to 3 scrapes of 20 answered), cannot keep a scraper out.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Annotated
 
@@ -29,10 +33,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 PATH = "/metrics"
-READ_TIMEOUT = 5.0
+READ_TIMEOUT = 2.0  # a scraper sends its request head at once
 MAX_HEAD = 8192
 MAX_SCRAPES = 4
 MAX_CONNECTIONS = 64
+MAX_PER_PEER = 16
 
 Render = Callable[[], Awaitable[bytes]]
 
@@ -78,29 +83,79 @@ async def serve_metrics(
         bound = listener.extra(SocketAttribute.local_port)  # noqa: S610 -- anyio's typed attribute, no Django
         log.info("metrics served at http://%s:%d%s", host, bound, PATH)
         task_status.started(bound)
-        connections = anyio.CapacityLimiter(max_connections)
+        connections = _Connections(max_connections, MAX_PER_PEER)
         await listener.serve(partial(_answer_within, connections, render, anyio.CapacityLimiter(MAX_SCRAPES)))
 
 
+@dataclass(eq=False)
+class _Connection:
+    peer: str
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    reading: bool = True  # its request head not read yet: an idle one, closed first to make room
+
+
+class _Connections:
+    """The connections held, oldest first, at most `most` and `per_peer` from one address."""
+
+    def __init__(self, most: int, per_peer: int) -> None:
+        self._most, self._per_peer = most, per_peer
+        self._held: list[_Connection] = []
+
+    def admit(self, peer: str) -> _Connection | None:
+        """A place for a connection from `peer`, made by closing the oldest one still waiting for
+        its head where a bound is reached; `None` when none is waiting (every place answering)."""
+        if sum(held.peer == peer for held in self._held) >= self._per_peer and not self._evict(peer):
+            return None
+        if len(self._held) >= self._most and not self._evict(None):
+            return None
+        connection = _Connection(peer)
+        self._held.append(connection)
+        return connection
+
+    def release(self, connection: _Connection) -> None:
+        if connection in self._held:
+            self._held.remove(connection)
+
+    def _evict(self, peer: str | None) -> bool:
+        idle = (held for held in self._held if held.reading and peer in (None, held.peer))
+        oldest = next(idle, None)
+        if oldest is None:
+            return False
+        oldest.scope.cancel()
+        self._held.remove(oldest)
+        return True
+
+
 async def _answer_within(
-    connections: anyio.CapacityLimiter, render: Render, scrapes: anyio.CapacityLimiter, stream: SocketStream
+    connections: _Connections, render: Render, scrapes: anyio.CapacityLimiter, stream: SocketStream
 ) -> None:
-    try:
-        connections.acquire_nowait()
-    except anyio.WouldBlock:
-        await stream.aclose()  # too many held already: closed unread, its descriptor back at once
+    connection = connections.admit(_peer_of(stream))
+    if connection is None:
+        await stream.aclose()  # every place is answering: closed unread, its descriptor back at once
         return
     try:
-        await _answer(render, scrapes, stream)
+        with connection.scope:
+            await _answer(connection, render, scrapes, stream)
     finally:
-        connections.release()
+        connections.release(connection)
 
 
-async def _answer(render: Render, scrapes: anyio.CapacityLimiter, stream: SocketStream) -> None:
+def _peer_of(stream: SocketStream) -> str:
+    try:
+        address = stream.extra(SocketAttribute.remote_address)  # noqa: S610 -- anyio's typed attribute
+    except anyio.TypedAttributeLookupError:
+        return ""
+    return str(address[0]) if isinstance(address, tuple) else str(address)
+
+
+async def _answer(
+    connection: _Connection, render: Render, scrapes: anyio.CapacityLimiter, stream: SocketStream
+) -> None:
     async with stream:
         try:
             with anyio.fail_after(READ_TIMEOUT):
                 request_line = await _request_line(stream)
+            connection.reading = False
             status, body = await _response(request_line, render, scrapes)
             await stream.send(_http(status, body))
         except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError, ValueError):

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from registry.access.parties import DATA_ACCOUNT
 from registry.access.sites.topology import HUB_DOMAIN, MAX_NODES, SiteName
-from registry.contract import read_bounded
+from registry.contract import JsonRefused, check_json, read_bounded
 from registry.errors import SettingsError
 
 MAX_FILE_BYTES = 4 << 20
@@ -106,6 +106,10 @@ def read_sites_file(path: Path, *, setting: str = "sites_file") -> SitesFile:
         raw = read_bounded(path, MAX_FILE_BYTES)
     except OSError as err:
         raise SettingsError(setting, f"{path} cannot be read: {err.strerror or err}") from None
+    try:
+        check_json(raw, max_bytes=MAX_FILE_BYTES)
+    except JsonRefused as err:
+        raise SettingsError(setting, f"{path} cannot be read as sites.json: {err.reason}") from None
     try:
         return SitesFile.model_validate_json(raw)
     except ValidationError as err:

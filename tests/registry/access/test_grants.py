@@ -42,7 +42,10 @@ def node_subjects(grants: Grants, node: str) -> list[str]:
     return [i.subject for i in grant.imports]
 
 
-NAMES = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=12)
+# Any name a party may have: no control or bidirectional character (registry.access.parties).
+NAMES = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cc", "Cf", "Zl", "Zp")), min_size=1, max_size=12
+)
 
 
 @settings(max_examples=200, deadline=None)

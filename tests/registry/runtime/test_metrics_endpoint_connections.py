@@ -1,5 +1,5 @@
-"""The seat's metrics endpoint holds a bounded number of connections: the ones past it are closed
-unread, so idle connections cannot take the seat's file descriptors."""
+"""The seat's metrics endpoint holds a bounded number of connections: past it, the oldest idle
+ones are closed, so idle connections cannot take the seat's file descriptors."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ async def test_connections_past_the_bound_are_closed_unread_and_a_scrape_still_a
         )
         with ExitStack() as stack:
             idle = [idle_connection(stack, port) for _ in range(HELD + 2)]
-            with anyio.fail_after(4):  # below the endpoint's 5 s to read a request
+            with anyio.fail_after(1.5):  # below the endpoint's 2 s to read a request
                 while (closed := [closed_by_the_server(connection) for connection in idle]).count(True) < 2:
                     await anyio.sleep(0.05)
             assert closed.count(True) == 2, closed  # the ones past the bound, whichever they are
