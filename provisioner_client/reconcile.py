@@ -84,7 +84,7 @@ from registry.contract import (
     to_json,
 )
 from registry.errors import ConvergeError, RegistryError
-from registry.runtime import log_context, new_log_id
+from registry.runtime import log_context, new_log_id, terminal_safe
 from registry.wire import Bus, Changes, KvItem
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,8 @@ class Report:
         return modules_ok and all(a is None or a.ok for a in actions) and done
 
     def summary(self) -> str:
-        """A few readable lines: each module's state, file, reasons and change action."""
+        """A few readable lines: each module's state, file, reasons and change action; what another
+        party wrote (a hold's reason, a refusal) shows its control and format characters as escapes."""
         lines = [f"manifest error: {error}" for error in self.manifest_errors]
         lines.extend(f"ledger: {problem}" for problem in self.ledger_problems)
         lines.extend(f"refused: {bucket} refused the writes: {why}" for bucket, why in sorted(self.refused.items()))
@@ -172,7 +173,7 @@ class Report:
             if action is not None and name in self.actions_run:
                 lines.append(f"  change action: {action.outcome}")
         lines.extend(f"removed {path}" for path in self.removed)
-        return "\n".join(lines)
+        return "\n".join(terminal_safe(line) for line in lines)
 
 
 async def reconcile(bus: Bus, plan: ClientPlan, *, observer: FileObserver | None = None) -> Report:
