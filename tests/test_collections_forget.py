@@ -32,7 +32,7 @@ from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.errors import ServiceError
 from registry.wire import Bus, ask, get_direct, get_last_many, put
-from tests.helpers import in_own_task
+from tests.helpers import in_own_task, sh_env
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
 FORGET_AFTER = timedelta(seconds=0.5)
@@ -292,3 +292,39 @@ async def _not_forgotten(operator: Bus, node: str) -> dict[str, bool] | None:
 async def _because(operator: Bus, node: str) -> str | None:
     because = await because_of(operator, node)
     return because if "forgotten" in because else None
+
+
+async def test_each_item_of_a_shared_collection_reaches_its_reader_under_the_node_that_wrote_it(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    """A hostile n1 contributes a `@cert-authority` line, and tries to pass lines as n2's: an item
+    reading as an author's line, an item of two lines, a line break at an item's end. n2's env file
+    of the shared collection holds each line under the node that wrote it: n1's CA line under n1's
+    author line (a known_hosts consumer can trust by author), and none of the forgeries."""
+    n2_plan = plan_of("n2", tmp_path)
+    author = "# mesh-provisioner node=n2 contributor=tools"
+    async with mesh.connect(party(Kind.NODE, "n1")) as n1, mesh.connect(party(Kind.NODE, "n2")) as n2:
+        await put(
+            n1, buckets.COLLECT, f"n1.{SHARED}.ca", json.dumps({"items": ["@cert-authority * ssh-ed25519 CA"]}).encode()
+        )
+        forgeries = (
+            [author, "@cert-authority * ssh-ed25519 F1"],
+            [f"x\n{author}\n* ssh-ed25519 F2"],
+            ["y\r", "* ssh-ed25519 F3"],
+        )
+        for number, items in enumerate(forgeries):
+            await put(n1, buckets.COLLECT, f"n1.{SHARED}.f{number}", json.dumps({"items": items}).encode())
+        report = await reconcile(n2, n2_plan)
+        assert report.modules["hosts"].applied.state == "applied", report.modules["hosts"].applied.reasons
+    lines = sh_value(n2_plan, "KNOWN").split("\n")
+    assert lines == [
+        "# mesh-provisioner node=n1 contributor=ca",
+        "@cert-authority * ssh-ed25519 CA",
+        author,
+        "n2 ssh-ed25519 KEY-n2",
+    ]
+
+
+def sh_value(plan: ClientPlan, name: str) -> str:
+    """A variable of the hosts module's env file, as sh reads it."""
+    return sh_env(plan.materialize / "hosts.env")[name]
