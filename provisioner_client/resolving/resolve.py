@@ -327,7 +327,7 @@ class Resolver:
             self.sources.add(Source(bucket, f"*.{prefix.partition('.')[2]}.*"))
             found = await self._shared_collection(fields["collection"], prefix, own=found)
         listed = await self.forgotten.kept(found)
-        contributions: list[tuple[str, str, tuple[str, ...]]] = []
+        contributions: list[tuple[str, str, str, tuple[str, ...]]] = []
         for item in listed:
             where = {"bucket": bucket.name, "key": item.key}
             try:
