@@ -192,11 +192,13 @@ async def _known(plan: ClientPlan, nodes: set[str]) -> bool:
     return known_hosts(plan) == nodes
 
 
-async def test_a_shared_collection_past_its_bound_leaves_its_module_pending_and_says_why(
+async def test_a_nodes_contributions_past_its_share_are_left_out_and_said_and_the_others_are_read(
     mesh: Mesh, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A hostile n2 writes its own contributions as large as the bucket takes: n1 reads at most
-    `MAX_SHARED_PAGES` pages of them (1 here, against ~1.2 MB) and its module waits, saying so."""
+    """A hostile n2 writes its own contributions as large as the bucket takes (20 of 60 KB, within
+    its quota), against readers bounded here to `MAX_SHARED_PAGES` = 1 page: before, n1's module
+    waited ("past 1 pages"); now the seat answers n2's entries only up to its share, the rest said
+    as one malformed key, and n1's env file holds n1's items."""
     monkeypatch.setattr(resolve, "MAX_SHARED_PAGES", 1)
     n1_plan = plan_of("n1", tmp_path)
     async with (
@@ -205,12 +207,18 @@ async def test_a_shared_collection_past_its_bound_leaves_its_module_pending_and_
     ):
         item = json.dumps({"items": ["k" * 60_000]}).encode()
         for number in range(20):
-            await put(n2, buckets.COLLECT, f"n2.{SHARED}.m{number}", item)
+            await put(n2, buckets.COLLECT, f"n2.{SHARED}.m{number:02d}", item)
+        await put(n2, buckets.COLLECT, f"n2.{SHARED}.a", json.dumps({"items": ["n2 ssh-ed25519 KEY-n2"]}).encode())
         report = await reconcile(n1, n1_plan)
         hosts = report.modules["hosts"].applied
-        assert hosts.state == "pending"
-        assert any("past 1 pages" in reason for reason in hosts.reasons), hosts.reasons
-        assert report.modules["zsh"].applied.state == "applied"  # nothing else waits for it
+        assert hosts.state == "applied", hosts.reasons
+        assert known_hosts(n1_plan) == {"n1", "n2"}  # n2's small contribution, first by key, fits its share
+        assert "kkkk" not in (n1_plan.materialize / "hosts.env").read_text()
+        answer = await ask(n1, {"what": "collect", "collection": SHARED})
+        assert {entry["key"] for entry in answer["entries"]} == {f"n1.{SHARED}.tools", f"n2.{SHARED}.a"}
+        [said] = answer["malformed"]
+        assert said["key"] == f"n2.{SHARED}.m00"
+        assert "left out with 19 more of node n2's contributions" in said["reason"], said
 
 
 async def test_a_shared_collection_is_in_key_order_and_leaves_out_a_contribution_holding_a_nul(
