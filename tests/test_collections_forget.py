@@ -336,3 +336,20 @@ async def test_each_item_of_a_shared_collection_reaches_its_reader_under_the_nod
 def sh_value(plan: ClientPlan, name: str) -> str:
     """A variable of the hosts module's env file, as sh reads it."""
     return sh_env(plan.materialize / "hosts.env")[name]
+
+
+async def test_a_contributor_past_its_share_is_told_on_its_own_node(
+    mesh: Mesh, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """n2's own manifest contributes more than a node's share: its own reconcile says so, and the
+    readers of the collection are told which of its keys were left out."""
+    n2_plan = plan_of("n2", tmp_path)
+    large = {"module": "large", "contributes": {SHARED: ["k" * 20_000]}}
+    (n2_plan.manifests / "large.json").write_text(json.dumps(large))
+    async with mesh.connect(party(Kind.NODE, "n2")) as n2:
+        with caplog.at_level("WARNING", logger="provisioner_client.reconcile"):
+            assert (await reconcile(n2, n2_plan)).ok
+        said = [r.getMessage() for r in caplog.records if "past a node's share" in r.getMessage()]
+        assert said and f"shared collection {SHARED!r}" in said[0], said
+        answer = await ask(n2, {"what": "collect", "collection": SHARED})
+        assert [bad["key"] for bad in answer["malformed"]] == [f"n2.{SHARED}.large"]
