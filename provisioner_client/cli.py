@@ -236,7 +236,7 @@ async def _status(options: BusOptions, settings: ClientSettings, given: _Given, 
     async with connect_within(options, options.request_timeout) as bus:
         status = await read_status(bus, given.node, settings.materialize, settings_file=given.config)
     if as_json:
-        print(status.as_json())
+        print(status.as_json(to_terminal=sys.stdout.isatty()))
     else:
         # rich is loaded by this command alone: a reconciling or watching client never needs it.
         from provisioner_client.status_view import print_status  # noqa: PLC0415

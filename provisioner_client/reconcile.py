@@ -73,9 +73,11 @@ from provisioner_client.rollout import Admission, RolloutGate, RolloutPlan, Roll
 from provisioner_client.rollout.claims import Claims
 from provisioner_client.rollout.health import healthy
 from registry.contract import (
+    SHARE_BYTES,
     ActionRecord,
     AppliedValue,
     Bucket,
+    BucketAnswer,
     JsonRefused,
     Placeholder,
     buckets,
@@ -84,7 +86,7 @@ from registry.contract import (
     to_json,
 )
 from registry.errors import ConvergeError, RegistryError
-from registry.runtime import log_context, new_log_id
+from registry.runtime import log_context, new_log_id, terminal_safe
 from registry.wire import Bus, Changes, KvItem
 
 log = logging.getLogger(__name__)
@@ -158,7 +160,8 @@ class Report:
         return modules_ok and all(a is None or a.ok for a in actions) and done
 
     def summary(self) -> str:
-        """A few readable lines: each module's state, file, reasons and change action."""
+        """A few readable lines: each module's state, file, reasons and change action; what another
+        party wrote (a hold's reason, a refusal) shows its control and format characters as escapes."""
         lines = [f"manifest error: {error}" for error in self.manifest_errors]
         lines.extend(f"ledger: {problem}" for problem in self.ledger_problems)
         lines.extend(f"refused: {bucket} refused the writes: {why}" for bucket, why in sorted(self.refused.items()))
@@ -172,7 +175,7 @@ class Report:
             if action is not None and name in self.actions_run:
                 lines.append(f"  change action: {action.outcome}")
         lines.extend(f"removed {path}" for path in self.removed)
-        return "\n".join(lines)
+        return "\n".join(terminal_safe(line) for line in lines)
 
 
 async def reconcile(bus: Bus, plan: ClientPlan, *, observer: FileObserver | None = None) -> Report:
@@ -191,6 +194,7 @@ async def _reconcile(bus: Bus, plan: ClientPlan, observer: FileObserver | None, 
     wanted = await _find_own_keys(own, manifests, report)
     resolver = _resolver(bus, plan, wanted)
     await _register(own, report, wanted, waits)
+    _say_past_shares(plan.node, wanted)
     previous = _applied_by_module(_as_applied(own, waits))
     world = await _world(memory, resolver, wanted, folder, _placeholders(manifests))
     to_resolve = _decide(memory, world, manifests=manifests, previous=previous, folder=folder, report=report)
@@ -315,6 +319,39 @@ async def _converge_or_refused(
         )
     else:
         waits.done(bucket.name)
+
+
+# An entry's bytes in the seat's listing besides its key, parts and value: the field names, a
+# revision of up to 20 digits, a forgotten mark (`provisioner.verb.listing`).
+_ENTRY_BYTES = 120
+
+
+def _say_past_shares(node: str, wanted: _Wanted) -> None:
+    """Warns of this node's contributions to a shared collection that pass its share of every
+    other node's listing (`registry.contract.SHARE_BYTES`, at most: the seat counts each entry's
+    exact bytes, in the listing's order): other nodes read them left out."""
+    shared = {
+        name
+        for entry in wanted.registry.entries.values()
+        if isinstance(entry.answer, BucketAnswer)
+        for name in entry.answer.shared
+    }
+    spent: dict[str, int] = {}
+    for key, value in sorted(wanted.collect.items()):
+        collection = buckets.COLLECT.shape.parse(key)["collection"]
+        if collection in shared:
+            spent[collection] = spent.get(collection, 0) + 3 * len(key) + len(value) + _ENTRY_BYTES
+    for collection, size in sorted(spent.items()):
+        if size > SHARE_BYTES:
+            log.warning(
+                "node %s: its contributions to shared collection %r take about %d bytes, past a node's share "
+                "of %d: other nodes read those past it left out",
+                node,
+                collection,
+                size,
+                SHARE_BYTES,
+                extra={"node": node, "collection": collection},
+            )
 
 
 def _waiting_how(bucket: Bucket, how: str, err: ConvergeError) -> str:

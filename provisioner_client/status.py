@@ -24,7 +24,6 @@ state marks are coloured (rich); anywhere else the same lines are plain text.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,6 +39,7 @@ from provisioner_client.resolving.scope import NodeScope
 from provisioner_client.resolving.waiting import LEASE, Waiting
 from registry.contract import AppliedValue, JsonRefused, buckets, read_json
 from registry.errors import BusError, RegistryError
+from registry.runtime import json_text
 from registry.wire import SKEW, Bus, Holder, KvItem, get_direct, get_stamped, node_key
 
 FileState = Literal["in place", "drifted", "missing", "none", "unknown"]
@@ -185,7 +185,8 @@ class NodeStatus:
         bad = self.unreadable or self.refused is not None or any(m.mark == "bad" for m in self.modules.values())
         return "bad" if bad else "pending"
 
-    def as_json(self) -> str:
+    def as_json(self, *, to_terminal: bool = False) -> str:
+        """The status as JSON: ASCII alone for a terminal (`registry.runtime.json_text`)."""
         document = {
             "node": self.node,
             "ok": self.ok,
@@ -200,7 +201,7 @@ class NodeStatus:
             "waiting_unknown": self.waiting_unknown,
             "read_at_site": self.read_at_site,
         }
-        return json.dumps(document, indent=2, ensure_ascii=False)
+        return json_text(document, indent=2, to_terminal=to_terminal)
 
     def counts(self) -> str:
         """How many modules, applied, pending, drifted, unjudged, failed and unreadable, said in words."""

@@ -1,6 +1,8 @@
 """How a node's status reads: coloured marks on a terminal, plain and never wrapped anywhere else,
-laid out as `systemctl status` lays out its own. The one module of the node client that needs rich:
-the status command imports it when it prints, so a reconciling or watching client never loads it.
+laid out as `systemctl status` lays out its own; what another party wrote (a hold's reason, a
+record's key) shows its control and format characters as escapes (`registry.runtime.terminal_safe`).
+The one module of the node client that needs rich: the status command imports it when it prints,
+so a reconciling or watching client never loads it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from rich.text import Text
 from provisioner_client.resolving.waiting import LEASE
 from provisioner_client.status import Mark, ModuleStatus, NodeStatus
 from registry.contract import ActionRecord, buckets
+from registry.runtime import terminal_safe
 
 _MARKS: dict[Mark, tuple[str, str]] = {"ok": ("●", "green"), "pending": ("○", "yellow"), "bad": ("×", "red")}
 _LABEL = 12  # labels are right-aligned in this width, as systemctl aligns its own
@@ -116,13 +119,13 @@ def _action_line(action: ActionRecord) -> str:
 
 def _marked(mark: Mark, text: str) -> Text:
     symbol, style = _MARKS[mark]
-    return Text.assemble((symbol, style), " ", text)
+    return Text.assemble((symbol, style), " ", terminal_safe(text))
 
 
 def _labelled(label: str, *values: str) -> list[Text]:
     """`label:` right-aligned, then the first value; the others aligned under it."""
     heads = [f"{label}:".rjust(_LABEL)] + [" " * _LABEL] * (len(values) - 1)
-    return [Text(f"{head} {value}") for head, value in zip(heads, values, strict=False)]
+    return [Text(f"{head} {terminal_safe(value)}") for head, value in zip(heads, values, strict=False)]
 
 
 def print_status(status: NodeStatus, out: TextIO) -> None:

@@ -32,7 +32,7 @@ from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.errors import ServiceError
 from registry.wire import Bus, ask, get_direct, get_last_many, put
-from tests.helpers import in_own_task
+from tests.helpers import in_own_task, sh_env
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
 FORGET_AFTER = timedelta(seconds=0.5)
@@ -192,11 +192,13 @@ async def _known(plan: ClientPlan, nodes: set[str]) -> bool:
     return known_hosts(plan) == nodes
 
 
-async def test_a_shared_collection_past_its_bound_leaves_its_module_pending_and_says_why(
+async def test_a_nodes_contributions_past_its_share_are_left_out_and_said_and_the_others_are_read(
     mesh: Mesh, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A hostile n2 writes its own contributions as large as the bucket takes: n1 reads at most
-    `MAX_SHARED_PAGES` pages of them (1 here, against ~1.2 MB) and its module waits, saying so."""
+    """A hostile n2 writes its own contributions as large as the bucket takes (20 of 60 KB, within
+    its quota), against readers bounded here to `MAX_SHARED_PAGES` = 1 page: before, n1's module
+    waited ("past 1 pages"); now the seat answers n2's entries only up to its share, the rest said
+    as one malformed key, and n1's env file holds n1's items."""
     monkeypatch.setattr(resolve, "MAX_SHARED_PAGES", 1)
     n1_plan = plan_of("n1", tmp_path)
     async with (
@@ -205,12 +207,18 @@ async def test_a_shared_collection_past_its_bound_leaves_its_module_pending_and_
     ):
         item = json.dumps({"items": ["k" * 60_000]}).encode()
         for number in range(20):
-            await put(n2, buckets.COLLECT, f"n2.{SHARED}.m{number}", item)
+            await put(n2, buckets.COLLECT, f"n2.{SHARED}.m{number:02d}", item)
+        await put(n2, buckets.COLLECT, f"n2.{SHARED}.a", json.dumps({"items": ["n2 ssh-ed25519 KEY-n2"]}).encode())
         report = await reconcile(n1, n1_plan)
         hosts = report.modules["hosts"].applied
-        assert hosts.state == "pending"
-        assert any("past 1 pages" in reason for reason in hosts.reasons), hosts.reasons
-        assert report.modules["zsh"].applied.state == "applied"  # nothing else waits for it
+        assert hosts.state == "applied", hosts.reasons
+        assert known_hosts(n1_plan) == {"n1", "n2"}  # n2's small contribution, first by key, fits its share
+        assert "kkkk" not in (n1_plan.materialize / "hosts.env").read_text()
+        answer = await ask(n1, {"what": "collect", "collection": SHARED})
+        assert {entry["key"] for entry in answer["entries"]} == {f"n1.{SHARED}.tools", f"n2.{SHARED}.a"}
+        [said] = answer["malformed"]
+        assert said["key"] == f"n2.{SHARED}.m00"
+        assert "left out with 19 more of node n2's contributions" in said["reason"], said
 
 
 async def test_a_shared_collection_is_in_key_order_and_leaves_out_a_contribution_holding_a_nul(
@@ -292,3 +300,56 @@ async def _not_forgotten(operator: Bus, node: str) -> dict[str, bool] | None:
 async def _because(operator: Bus, node: str) -> str | None:
     because = await because_of(operator, node)
     return because if "forgotten" in because else None
+
+
+async def test_each_item_of_a_shared_collection_reaches_its_reader_under_the_node_that_wrote_it(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    """A hostile n1 contributes a `@cert-authority` line, and tries to pass lines as n2's: an item
+    reading as an author's line, an item of two lines, a line break at an item's end. n2's env file
+    of the shared collection holds each line under the node that wrote it: n1's CA line under n1's
+    author line (a known_hosts consumer can trust by author), and none of the forgeries."""
+    n2_plan = plan_of("n2", tmp_path)
+    author = "# mesh-provisioner node=n2 contributor=tools"
+    async with mesh.connect(party(Kind.NODE, "n1")) as n1, mesh.connect(party(Kind.NODE, "n2")) as n2:
+        await put(
+            n1, buckets.COLLECT, f"n1.{SHARED}.ca", json.dumps({"items": ["@cert-authority * ssh-ed25519 CA"]}).encode()
+        )
+        forgeries = (
+            [author, "@cert-authority * ssh-ed25519 F1"],
+            [f"x\n{author}\n* ssh-ed25519 F2"],
+            ["y\r", "* ssh-ed25519 F3"],
+        )
+        for number, items in enumerate(forgeries):
+            await put(n1, buckets.COLLECT, f"n1.{SHARED}.f{number}", json.dumps({"items": items}).encode())
+        report = await reconcile(n2, n2_plan)
+        assert report.modules["hosts"].applied.state == "applied", report.modules["hosts"].applied.reasons
+    lines = sh_value(n2_plan, "KNOWN").split("\n")
+    assert lines == [
+        "# mesh-provisioner node=n1 contributor=ca",
+        "@cert-authority * ssh-ed25519 CA",
+        author,
+        "n2 ssh-ed25519 KEY-n2",
+    ]
+
+
+def sh_value(plan: ClientPlan, name: str) -> str:
+    """A variable of the hosts module's env file, as sh reads it."""
+    return sh_env(plan.materialize / "hosts.env")[name]
+
+
+async def test_a_contributor_past_its_share_is_told_on_its_own_node(
+    mesh: Mesh, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """n2's own manifest contributes more than a node's share: its own reconcile says so, and the
+    readers of the collection are told which of its keys were left out."""
+    n2_plan = plan_of("n2", tmp_path)
+    large = {"module": "large", "contributes": {SHARED: ["k" * 20_000]}}
+    (n2_plan.manifests / "large.json").write_text(json.dumps(large))
+    async with mesh.connect(party(Kind.NODE, "n2")) as n2:
+        with caplog.at_level("WARNING", logger="provisioner_client.reconcile"):
+            assert (await reconcile(n2, n2_plan)).ok
+        said = [r.getMessage() for r in caplog.records if "past a node's share" in r.getMessage()]
+        assert said and f"shared collection {SHARED!r}" in said[0], said
+        answer = await ask(n2, {"what": "collect", "collection": SHARED})
+        assert [bad["key"] for bad in answer["malformed"]] == [f"n2.{SHARED}.large"]

@@ -38,7 +38,7 @@ from provisioner.settings import CommandArguments
 from registry.contract import Name, fleet
 from registry.edge import CommandLine, Duration, add_settings_arguments, given_flags, load_settings
 from registry.errors import BusError, KeyShapeError, WrongLastSequence
-from registry.runtime import terminal_safe
+from registry.runtime import json_text, terminal_safe
 from registry.wire import (
     Bus,
     BusOptions,
@@ -265,8 +265,6 @@ async def _status(options: BusOptions, arguments: RolloutStatusArguments, out: T
     async with connect_within(options, arguments.wait) as bus:
         rollouts = await read_rollouts(bus, arguments.module)
     if arguments.as_json:
-        from provisioner.commands.tables import json_text  # noqa: PLC0415 (rich: loaded by the commands that print)
-
         documents = [r.document(with_nodes=arguments.module is not None) for r in rollouts]
         print(json_text({"rollouts": documents}, indent=2, to_terminal=out.isatty()), file=out)
     else:

@@ -12,7 +12,6 @@ and no cell is read as rich markup. JSON to a terminal is ASCII, to a pipe or a 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,7 +41,7 @@ from registry.contract import (
     entry_data,
     fleet,
 )
-from registry.runtime import terminal_safe
+from registry.runtime import json_text, terminal_safe
 
 COLUMNS: Mapping[str, tuple[str, ...]] = {
     "registry": ("kind", "domain", "module", "via", "where"),
@@ -199,15 +198,6 @@ class Output:
 
     def dumps(self, document: object, *, to_terminal: bool = False) -> str:
         return json_text(document, indent=None if self.compact else 2, to_terminal=to_terminal)
-
-
-def json_text(document: object, *, indent: int | None = None, to_terminal: bool = False) -> str:
-    """`document` as JSON: UTF-8 as written for a pipe or a file; for a terminal ASCII only, every
-    other character a `\\u` escape, so that nothing a node wrote (a C1 control, a bidi override) is
-    acted on."""
-    if not to_terminal:
-        return json.dumps(document, indent=indent, ensure_ascii=False)
-    return json.dumps(document, indent=indent).replace("\x7f", "\\u007f")  # DEL is ASCII: ensure_ascii keeps it
 
 
 def print_query_answer(answer: MergedAnswer, output: Output, out: TextIO) -> None:

@@ -40,7 +40,7 @@ from provisioner.verb.registry_view import RegistryView
 from provisioner.verb.request import LISTABLE, Asked, Query
 from provisioner.verb.streamed import StreamedListing
 from registry.access import Party
-from registry.contract import encode_token, fleet
+from registry.contract import SHARE_BYTES, encode_token, fleet
 from registry.errors import BusError, KeyShapeError, NoResponders
 from registry.wire import Bus, KvItem, TooManyKeys, current_snapshot, get_last_many
 
@@ -170,7 +170,13 @@ class Answering:
         listing_id = self.cache.new_listing_id()
         forgotten = await self.forgotten_tokens(query.what)
         paginate = partial(
-            paginate_listing, query.what, items, budget=self.budget, listing_id=listing_id, forgotten=forgotten
+            paginate_listing,
+            query.what,
+            items,
+            budget=self.budget,
+            listing_id=listing_id,
+            forgotten=forgotten,
+            share=self.share_of(query),
         )
         # A large listing is encoded in a worker thread so that the event loop keeps answering others.
         pages = await anyio.to_thread.run_sync(paginate) if len(items) > IN_THREAD_FROM else paginate()
@@ -194,6 +200,7 @@ class Answering:
                 budget=self.budget,
                 idle=self.cache.ttl,
                 forgotten=await self.forgotten_tokens(query.what),
+                share=self.share_of(query),
             )
         except BusError as err:
             raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err
@@ -201,6 +208,13 @@ class Answering:
         if not listing.finished:
             self.cache.keep_streamed(listing_id, query.given(), listing, asked.party)
         return page
+
+    def share_of(self, query: Query) -> int | None:
+        """Each node's share of a listing of a collection the registry shares, every node's; None
+        for any other listing."""
+        if query.what != "collect" or query.node is not None or query.collection is None or self.registry is None:
+            return None
+        return SHARE_BYTES if query.collection in self.registry.shared_collections() else None
 
     async def forgotten_tokens(self, what: str) -> frozenset[str]:
         """The node tokens whose collect entries are forgotten: the fleet view's marks, else the

@@ -33,21 +33,36 @@ FORGOTTEN_END = b',"forgotten":true}'
 
 
 def paginate_listing(
-    what: str, items: list[KvItem], *, budget: int, listing_id: str, forgotten: frozenset[str] = frozenset()
+    what: str,
+    items: list[KvItem],
+    *,
+    budget: int,
+    listing_id: str,
+    forgotten: frozenset[str] = frozenset(),
+    share: int | None = None,
 ) -> list[bytes]:
     """The pages of a listing sorted by key (consumes `items`); `forgotten`: the node tokens whose
-    collect entries are marked forgotten."""
-    encoded = encode_listing(what, items, max_item_bytes=budget, forgotten=forgotten)
+    collect entries are marked forgotten; `share`: each node's bytes of entries (`Encoder`)."""
+    encoded = encode_listing(what, items, max_item_bytes=budget, forgotten=forgotten, share=share)
     return build_pages(what, encoded, budget=budget, listing_id=listing_id)
 
 
 def encode_listing(
-    what: str, items: list[KvItem], *, max_item_bytes: int, forgotten: frozenset[str] = frozenset()
+    what: str,
+    items: list[KvItem],
+    *,
+    max_item_bytes: int,
+    forgotten: frozenset[str] = frozenset(),
+    share: int | None = None,
 ) -> Encoded:
     """Each item as the JSON of an entry or of a malformed key, sorted by key. Consumes `items` to
     keep memory low."""
     items.sort(key=lambda item: item.key, reverse=True)
-    return encode_items(what, _popped(items), max_item_bytes=max_item_bytes, forgotten=forgotten)
+    encoder = Encoder(what, max_item_bytes=max_item_bytes, forgotten=forgotten, share=share)
+    for item in _popped(items):
+        encoder.add(item.key, item.value, item.revision)
+    encoder.finish()
+    return encoder.encoded
 
 
 def _popped(items: list[KvItem]) -> Iterator[KvItem]:
@@ -75,11 +90,18 @@ class Encoder:
     not parsed again: in a mesh the same module's needs repeat the same values on every node, and
     parsing was a fifth of a whole listing's time in the seat."""
 
-    def __init__(self, what: str, *, max_item_bytes: int, forgotten: frozenset[str] = frozenset()) -> None:
-        """`forgotten`: the node tokens whose entries are marked forgotten (collect's alone)."""
+    def __init__(
+        self, what: str, *, max_item_bytes: int, forgotten: frozenset[str] = frozenset(), share: int | None = None
+    ) -> None:
+        """`forgotten`: the node tokens whose entries are marked forgotten (collect's alone);
+        `share`: the bytes of entries each node's keys may take, those past it left out and said
+        once per node by `finish` (a shared collection's listing, `registry.contract.SHARE_BYTES`)."""
         self.shape = LISTABLE[what].bucket.shape
         self.max_item_bytes = max_item_bytes
         self.forgotten = forgotten if what == "collect" else frozenset()
+        self.share = share
+        self._spent: dict[str, int] = {}
+        self._past: dict[str, tuple[str, int, int]] = {}  # node token: first key left out, keys, bytes
         self.encoded = Encoded([], [])
         self._known: set[bytes] = set()
         fields = self.shape.plain_fields
@@ -108,8 +130,34 @@ class Encoder:
         piece = head + value.strip() + (FORGOTTEN_END if forgotten else b"}")
         if len(piece) > self.max_item_bytes:
             return self._malformed(key, _too_large("entry", len(piece), self.max_item_bytes) or "")
+        if self.share is not None and not self._within_share(key, len(piece)):
+            return 0
         self.encoded.entries.append(piece)
         return len(piece) + 1
+
+    def _within_share(self, key: str, size: int) -> bool:
+        """Whether `key`'s entry fits its node's share; else it is counted as left out."""
+        node = node_token(key)
+        spent = self._spent.get(node, 0)
+        if spent + size <= (self.share or 0):  # in the listing's order: a later, smaller one may fit
+            self._spent[node] = spent + size
+            return True
+        first, keys, size_past = self._past.get(node, (key, 0, 0))
+        self._past[node] = (min(first, key), keys + 1, size_past + size)
+        return False
+
+    def finish(self) -> int:
+        """Says, as one malformed key per node, what of its entries was left out past its share;
+        the bytes added to a page."""
+        added = 0
+        for node, (first, keys, size) in sorted(self._past.items()):
+            reason = (
+                f"left out with {keys - 1} more of node {node}'s contributions ({size} bytes): past a node's "
+                f"share of a shared collection, {self.share} bytes of this listing"
+            )
+            added += self._malformed(first, reason)
+        self._past.clear()
+        return added
 
     def _malformed(self, key: str, reason: str) -> int:
         piece = malformed(key, reason)

@@ -57,6 +57,7 @@ class StreamedListing:
         budget: int,
         idle: float,
         forgotten: frozenset[str] = frozenset(),
+        share: int | None = None,
     ) -> None:
         self.what = what
         self.listing_id = listing_id
@@ -72,7 +73,7 @@ class StreamedListing:
             pull_bytes=budget,
             idle=idle + CONSUMER_GRACE,
         )
-        self._encoder = Encoder(what, max_item_bytes=budget, forgotten=forgotten)
+        self._encoder = Encoder(what, max_item_bytes=budget, forgotten=forgotten, share=share)
         self._waiting = 0  # bytes encoded and not yet in a page
         self.most_waiting = 0  # the most bytes it held at once, encoded and not yet in a page
         self._ahead = budget  # bytes to read ahead: one page until the first is sent
@@ -108,10 +109,13 @@ class StreamedListing:
         budget: int,
         idle: float,
         forgotten: frozenset[str] = frozenset(),
+        share: int | None = None,
     ) -> StreamedListing:
         """A listing of the keys of `what`'s bucket under `filters`, its walk open: never ending
         before the sequence the stream's leader held when it began; `forgotten` as `Encoder` takes it."""
-        listing = cls(bus, what, filters, listing_id=listing_id, budget=budget, idle=idle, forgotten=forgotten)
+        listing = cls(
+            bus, what, filters, listing_id=listing_id, budget=budget, idle=idle, forgotten=forgotten, share=share
+        )
         bucket = listing.walk.bucket
         floor = await leader_floor(bus, bucket, filters) if await replicated(bus, bucket) else 0
         try:
@@ -151,6 +155,8 @@ class StreamedListing:
 
     async def _next_page(self) -> bytes:
         await self.walk.read(self._enough)
+        if self.walk.finished:
+            self._waiting += self._encoder.finish()  # what each node had past its share, once
         self.most_waiting = max(self.most_waiting, self._waiting)  # it only grows between pages
         first, self._first = self._first, None
         if first is not None and self.walk.finished and self._waiting <= self.budget:

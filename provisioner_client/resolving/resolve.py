@@ -12,7 +12,11 @@ responders means the bucket does not exist, or has no direct get), and a collect
 node's own collect bucket is listed by the provisioning verb. No other bucket can be listed.
 A collection leaves out the contributions of every other node the seat marked gone
 (`provisioner_client.resolving.forgotten`: their marks read once per reconcile, only when another
-node contributes); this node's own are never left out.
+node contributes); this node's own are never left out. In a shared collection's value each
+contribution's items follow the line `# mesh-provisioner node=<node> contributor=<contributor>`
+(their key tokens), so that a consumer (ssh's known_hosts, which reads it as a comment) can tell
+whose each line is; a contribution that could pass a line as another's (an item of more than one
+line, or one reading as such a line) is left out, said in the log.
 
 Verb values are secrets: never stored, logged or put in a reason, and they live only during one
 reconcile. A verb is asked once per reconcile for each distinct kind and name, however many modules
@@ -323,7 +327,7 @@ class Resolver:
             self.sources.add(Source(bucket, f"*.{prefix.partition('.')[2]}.*"))
             found = await self._shared_collection(fields["collection"], prefix, own=found)
         listed = await self.forgotten.kept(found)
-        contributions: list[tuple[str, str, tuple[str, ...]]] = []
+        contributions: list[tuple[str, str, str, tuple[str, ...]]] = []
         for item in listed:
             where = {"bucket": bucket.name, "key": item.key}
             try:
@@ -332,12 +336,13 @@ class Resolver:
             except (RegistryError, ValidationError, JsonRefused):
                 log.warning("skipped %s key %r: not a contribution", bucket.name, item.key, extra=where)
                 continue
-            if any("\0" in text for text in items):  # one node's NUL would leave the whole collection pending
-                log.warning("skipped %s key %r: an item holds a NUL character", bucket.name, item.key, extra=where)
+            problem = _uncarried(items, shared=shared)
+            if problem is not None:  # one node's item would leave the whole collection pending, or pass as another's
+                log.warning("skipped %s key %r: %s", bucket.name, item.key, problem, extra=where)
                 continue
-            contributions.append((parsed["node"], parsed[bucket.shape.fields[-1]], items))
-        joined = "\n".join(i for *_, items in sorted(contributions) for i in items)  # key order: node, contributor
-        return carriable(joined, f"of {bucket.name} collection {fields['collection']!r}")
+            contributions.append((parsed["node"], parsed[bucket.shape.fields[-1]], item.key, items))
+        lines = (line for *_, key, items in sorted(contributions) for line in _lines_of(key, items, shared=shared))
+        return carriable("\n".join(lines), f"of {bucket.name} collection {fields['collection']!r}")
 
     async def _collection(self, fields: dict[str, str], prefix: str) -> list[KvItem]:
         """The contributions of one collection of this node: from `own_collect`, else listed by the verb."""
@@ -394,6 +399,33 @@ class Resolver:
         if not isinstance(value, str):
             raise Pending(f"{answer.subject} answered without a text 'value'")
         return carriable(value, f"{answer.subject} answered")
+
+
+# What heads each contribution in a shared collection's value: `# mesh-provisioner node=<node>
+# contributor=<contributor>`, both as their key tokens (no space, no line break can be in one).
+AUTHOR_MARK = "# mesh-provisioner "
+
+
+def _lines_of(key: str, items: tuple[str, ...], *, shared: bool) -> list[str]:
+    """A contribution's lines in its collection's value: in a shared one, headed by its author."""
+    if not shared or not items:
+        return list(items)
+    node, collection_and_contributor = key.split(".", 1)
+    return [f"{AUTHOR_MARK}node={node} contributor={collection_and_contributor.rpartition('.')[2]}", *items]
+
+
+def _uncarried(items: tuple[str, ...], *, shared: bool) -> str | None:
+    """Why a contribution is left out of its collection's value, or None: an item holding a NUL
+    (no env file can carry it); in a shared one, an item of more than one line or reading as an
+    author's line, which would pass what follows it as another node's."""
+    for text in items:
+        if "\0" in text:
+            return "an item holds a NUL character"
+        if shared and text and text.splitlines() != [text]:  # any break str.splitlines reads
+            return "an item holds a line break, which would pass what follows it as another node's"
+        if shared and text.lstrip().startswith(AUTHOR_MARK.rstrip()):
+            return f"an item begins as an author's line ({AUTHOR_MARK.strip()!r})"
+    return None
 
 
 def _where(answer: BucketAnswer, fields: dict[str, str]) -> tuple[Bucket, str]:

@@ -43,6 +43,10 @@ Verdict = Literal["healthy", "stale", "gone", "over-quota"]
 
 MAX_NAME_BYTES = 1024
 MAX_STALE_AFTER_SECONDS = 366 * 86400
+# Bytes of entries a node's contributions take in a listing of a collection shared across the mesh
+# (`what=collect` narrowed to it, every node's): past them, its further entries are left out, said
+# as one malformed key. So no node can push the readers of a shared collection past their pages.
+SHARE_BYTES = 16 * 1024
 MAX_VALUE_DEPTH = 256  # levels of arrays and objects in a value the seat answers as an entry
 PAGE_LEVELS = 8  # levels of a page around a value: the page, its entries, an entry, a lease
 MAX_PAGE_DEPTH = MAX_VALUE_DEPTH + PAGE_LEVELS

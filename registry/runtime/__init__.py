@@ -13,7 +13,7 @@ from registry.runtime.logs import LogFormat, LogLevel, configure_logging, event,
 from registry.runtime.metrics_endpoint import MetricsListen, listen_address, serve_metrics
 from registry.runtime.pipes import EXIT_CLOSED_PIPE, quiet_on_closed_pipe
 from registry.runtime.signals import until_signalled
-from registry.runtime.terminal import terminal_safe
+from registry.runtime.terminal import json_text, terminal_safe
 
 __all__ = [
     "EXIT_CLOSED_PIPE",
@@ -22,6 +22,7 @@ __all__ = [
     "MetricsListen",
     "configure_logging",
     "event",
+    "json_text",
     "listen_address",
     "log_context",
     "missing_extra",
