@@ -42,6 +42,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.protocol import command
 
+from provisioner.seat.rollouts import Placement
 from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.contract.keys import subject_matches
@@ -93,12 +94,19 @@ SEEDED = {
     fleet.gone_key(ATTACKER): a_gone(),
 }
 EVIL = a_claim("running", "n1 was here")
+PLACEMENT = Placement.of_catalogue()
+PLACED = ["n2.m", *(f"{ATTACKER}.{module}" for module in (MODULE, "new", "later", "sched"))]
 
 
 @pytest.fixture
 async def seat(mesh: AnyMesh) -> AsyncIterator[Bus]:
     """The seat, once it has written the fleet: claims of n1 and n2, a hold, two gone marks."""
     async with in_own_task(mesh.connect(SEAT)) as bus:
+        assert PLACEMENT.bucket is not None
+        for placed in PLACED:  # the seat deletes a claim of a module its node does not run
+            await put(bus, PLACEMENT.bucket, placed, b'{"plan":{}}')
+        # n2 runs `other` by its needs alone (placement knows it of no node): its failure pauses nothing
+        await put(bus, buckets.NEEDS, "n2.other.config.x", b'{"placeholder":"${config:x}","used_in":["X"]}')
         for key, value in SEEDED.items():
             await put(bus, FLEET, key, value)
         await put(bus, buckets.APPLIED, "n2.m", b'{"state":"applied"}')

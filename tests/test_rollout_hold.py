@@ -25,7 +25,7 @@ from provisioner.seat.rollouts import FailedClaim, FailuresWaiting, Placement, R
 from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.wire import Bus, KvItem, delete, get_last_many, get_latest, put
-from tests.helpers import in_own_task
+from tests.helpers import in_own_task, until
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
 N1, N2, SEAT = party(Kind.NODE, "n1"), party(Kind.NODE, "n2"), party(Kind.SEAT)
@@ -157,7 +157,11 @@ async def test_declared_a_module_placement_knows_no_node_of_is_paused_by_a_node_
         await judged(seen, 2)
         assert hold.node == "n2"
         assert seen.pauses == {"not_running": 1, "paused": 1}
-        assert seen.claims_by_state() == {"waiting": 1, "running": 0, "failed": 2, "expired": 0}
+        assert seen.refused == {"not_running": 1}
+        n1s = await get_latest(seat, fleet.FLEET, fleet.claim_key("tool", "n1"))
+        assert n1s is not None and n1s.deleted, "a claim of a module its node does not run stands"
+        left = {"waiting": 1, "running": 0, "failed": 1, "expired": 0}
+        assert await until(lambda: seen.claims_by_state() == left, WITHIN), seen.claims_by_state()
 
 
 async def test_a_failed_claim_renewed_after_a_resume_pauses_nothing_and_a_new_failure_does(
@@ -293,7 +297,8 @@ def test_a_failure_not_renewed_within_its_ttl_pauses_nothing_and_a_renewal_is_no
     assert seen.note(dead, now) is None
     assert seen.claims_by_state(now)["expired"] == 1
     fresh = KvItem(key, claim("failed"), 2, stored_at=now)
-    assert seen.note(fresh, now) == FailedClaim("web", "n1", "c1", "")  # failed again while standing: judged
+    again = FailedClaim("web", "n1", "c1", "", 2, failed=True, new=True)
+    assert seen.note(fresh, now) == again  # failed again while standing: judged
     assert seen.note(KvItem(key, claim("failed"), 3, stored_at=now), now) is None  # its renewal
     assert seen.note(KvItem(key, b"", 4, deleted=True, stored_at=now), now) is None
     assert seen.claims == {}
