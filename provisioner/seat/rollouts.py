@@ -49,7 +49,7 @@ from pydantic import ValidationError
 
 from registry.access import writing_domains
 from registry.contract import Bucket, buckets, fleet, load_catalogue, to_json, under
-from registry.errors import BusError, KeyShapeError, NotFound, WrongLastSequence
+from registry.errors import BusError, KeyShapeError, WrongLastSequence
 from registry.runtime import event
 from registry.wire import (
     SKEW,
@@ -76,7 +76,7 @@ ATTEMPTS = 3  # tries of a pause whose reads or write fail on the bus
 CLAIM_STATES = ("waiting", "running", "failed", "expired")
 HOLD_STATES = ("paused", "aborted")
 PAUSE_OUTCOMES = ("paused", "already_held", "not_running", "failed", "dropped")
-REFUSALS = ("not_running", "position", "unshaped")  # why the seat deleted a claim, erased a key
+REFUSALS = ("not_running", "position", "unshaped")  # why the seat deleted a claim or a key
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,7 @@ class FailedClaim:
     failed; `revision`: the write's. `failed`: it turned failed (to pause for); `new`: a claim that
     did not stand before (to check its node runs the module); `forged`: it names a place in the
     queue the bus did not give it (to delete); `unshaped`: a key of no shape (`module` holds the
-    key), which no grant can refuse (a literal `*`, a non-canonical escape: to erase)."""
+    key), which no grant can refuse (a literal `*`, a non-canonical escape: to delete)."""
 
     module: str
     node: str
@@ -244,10 +244,8 @@ class Placement:
             )
         return cls(bucket, declared=declared)
 
-    async def runs(self, bus: Bus, node: str, module: str, *, declared: bool | None = None) -> bool:
-        """Whether placement says `node` runs `module`; `declared` (this placement's unless
-        given): also its needs, for a module placement holds for no node."""
-        declared = self.declared if declared is None else declared
+    async def runs(self, bus: Bus, node: str, module: str) -> bool:
+        declared = self.declared
         if self.bucket is not None:
             placed = await get_latest(bus, self.bucket, self.bucket.shape.build(node=node, module=module))
             if placed is not None and not placed.deleted:
@@ -255,6 +253,15 @@ class Placement:
             if not declared or await self._knows(bus, module):
                 return False
         return declared and await _any_live(bus, buckets.NEEDS, under(node, module))
+
+    async def counts(self, bus: Bus, node: str, module: str) -> bool:
+        """Whether a claim of `node` for `module` counts: placement says it runs it, or it registered
+        needs of it (a node's own word, as its claim: what a claim of a module it never declared lacks)."""
+        if self.bucket is not None:
+            placed = await get_latest(bus, self.bucket, self.bucket.shape.build(node=node, module=module))
+            if placed is not None and not placed.deleted:
+                return True
+        return await _any_live(bus, buckets.NEEDS, under(node, module))
 
     async def _knows(self, bus: Bus, module: str) -> bool:
         """Whether placement holds the module for some node; more keys than one read answers: it does."""
@@ -353,7 +360,7 @@ async def refuse_if_not_counted(
 
 async def _refuse_once(bus: Bus, judged: FailedClaim, placement: Placement, refused: _Refusals) -> str | None:
     if judged.unshaped:
-        await _erase(bus, judged.revision)
+        await _erase(bus, judged.module, judged.revision)
         if refused.first("", judged.module):
             log.warning(
                 "fleet key %r is of no shape the contract builds (a literal wildcard, a non-canonical "
@@ -371,7 +378,7 @@ async def _refuse_once(bus: Bus, judged: FailedClaim, placement: Placement, refu
                 extra=event(node=judged.node, module=judged.module),
             )
         return "position"
-    if not judged.new or await placement.runs(bus, judged.node, judged.module, declared=True):
+    if not judged.new or await placement.counts(bus, judged.node, judged.module):
         return None
     await _delete_claim(bus, judged, at=None)
     if refused.first(judged.module, judged.node):
@@ -403,11 +410,11 @@ async def _delete_claim(bus: Bus, judged: FailedClaim, *, at: int | None) -> Non
     raise BusError(f"delete {key}", f"written again {ATTEMPTS} times while it was deleted")
 
 
-async def _erase(bus: Bus, revision: int) -> None:
-    """Erases the fleet's message at `revision` (a key of no shape: no delete marker stays)."""
-    body = {"seq": revision, "no_erase": True}
-    with contextlib.suppress(NotFound):  # written over already, or erased
-        await bus.jetstream(f"STREAM.MSG.DELETE.{fleet.FLEET.stream}", body, operation=f"erase {revision}", change=True)
+async def _erase(bus: Bus, key: str, revision: int) -> None:
+    """Deletes `key`, of no shape, as it stood at `revision` (the fleet's stream denies erasing a
+    message: a delete marker stays, which every reader skips); a later write is judged on its own."""
+    with contextlib.suppress(WrongLastSequence):
+        await delete(bus, fleet.FLEET, key, last=revision)
 
 
 class FailuresWaiting:
