@@ -364,7 +364,7 @@ async def _refuse_once(bus: Bus, judged: FailedClaim, placement: Placement, refu
         if refused.first("", judged.module):
             log.warning(
                 "fleet key %r is of no shape the contract builds (a literal wildcard, a non-canonical "
-                "escape): erased, as every such write is",
+                "escape): deleted, as every such write is",
                 judged.module[:200],
             )
         return "unshaped"
