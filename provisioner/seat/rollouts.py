@@ -21,6 +21,22 @@ fleet:
                             name: a failure it claims of a module it does not run pauses nothing
                             (logged once), so a hostile node cannot stop another module's rollout
 
+The seat also judges every claim as the bus stored it, since no grant can check a value or refuse
+a token (`claim.*.<node>` takes any one module token) and the nodes cannot read placement; a claim
+that does not count is deleted (conditional on its revision), logged once per node and module:
+
+    a key of no shape       a literal `*` or `>`, a non-canonical escape (an operator's `rollout.*`
+                            too): deleted (the stream denies erasing; the marker is skipped)
+    a place not given       `queued` other than the place the seat saw the bus give the standing
+                            claim (its first write's revision), or naming one for a claim that
+                            did not stand: deleted; claims standing when the seat started are
+                            taken at their word for their place
+    a module not run        a new claim of a node that placement does not place on the module and
+                            that registered no needs of it: deleted
+
+A claim stands at most `fleet.MAX_CLAIM_TTL` after its last write, whatever ttl it says
+(`fleet.live_claims`, every reader's one reading of claims).
+
 The node is the one the key names, which its grants bind to it (`claim.*.<node>`), never a value
 it wrote. A claim not renewed within its ttl (by the server's stamp) is dead and pauses nothing: a
 seat started later does not pause a module for a failure its node gave up on; it pauses for a
