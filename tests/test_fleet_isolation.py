@@ -20,11 +20,11 @@ at a site, judged at both ends.
 `TestFillingTheFleet`: n1's claims of ever new modules, written as fast as it can, are cut back by
 the seat's quota guard, and every other party's write of the fleet is still taken.
 
-Three gaps, each a strict xfail: n1's grant takes any token for the module, so `claim.*.n1`,
-`claim.>.n1` and non-canonical escapes are stored (keys of no shape; a get of `claim.*.n1` answers
-another key); a claim's queue position (`Claim.queued`) is the node's word, so a later claim can
-stand ahead of an earlier one; an operator's grant `rollout.*` takes a literal `*` or a
-non-canonical escape in its one token (a hold of more tokens is refused).
+What no grant can refuse, the seat does (`provisioner.seat.rollouts`, running in every mesh here):
+n1's grant takes any token for the module, and an operator's `rollout.*` any one token, so a
+literal `*`, `>` or a non-canonical escape reaches the stream, and the seat erases it; a claim's
+queue position (`Claim.queued`) is the node's word, and the seat deletes a claim naming a place
+the bus did not give it, so a later claim never stands ahead of an earlier one.
 """
 
 from __future__ import annotations
@@ -42,11 +42,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.protocol import command
 
+from provisioner.seat.rollouts import Placement
 from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.contract.keys import subject_matches
 from registry.errors import BusError, KeyShapeError
-from registry.wire import Bus, KvItem, delete, get_direct, get_last_many, put
+from registry.wire import SKEW, Bus, KvItem, delete, get_direct, get_last_many, put
 from tests.attacks import (
     BUS_ERRORS,
     Everything,
@@ -93,12 +94,19 @@ SEEDED = {
     fleet.gone_key(ATTACKER): a_gone(),
 }
 EVIL = a_claim("running", "n1 was here")
+PLACEMENT = Placement.of_catalogue()
+PLACED = ["n2.m", *(f"{ATTACKER}.{module}" for module in (MODULE, "new", "later", "sched"))]
 
 
 @pytest.fixture
 async def seat(mesh: AnyMesh) -> AsyncIterator[Bus]:
     """The seat, once it has written the fleet: claims of n1 and n2, a hold, two gone marks."""
     async with in_own_task(mesh.connect(SEAT)) as bus:
+        assert PLACEMENT.bucket is not None
+        for placed in PLACED:  # the seat deletes a claim of a module its node does not run
+            await put(bus, PLACEMENT.bucket, placed, b'{"plan":{}}')
+        # n2 runs `other` by its needs alone (placement knows it of no node): its failure pauses nothing
+        await put(bus, buckets.NEEDS, "n2.other.config.x", b'{"placeholder":"${config:x}","used_in":["X"]}')
         for key, value in SEEDED.items():
             await put(bus, FLEET, key, value)
         await put(bus, buckets.APPLIED, "n2.m", b'{"state":"applied"}')
@@ -348,35 +356,40 @@ async def test_a_rollup_on_a_nodes_own_claim_is_refused(seat: Bus, attacker: Cli
 ODD_TOKENS = ["*", ">", "m=2a", "m=41"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap: n1's grant `claim.*.n1` takes any one token, and JetStream stores a literal `*`, `>` "
-    "or non-canonical escape in it: a key of no shape the contract parses, in n1's own claims",
-)
+async def unshaped_keys(seat: Bus) -> list[str]:
+    """The keys of no shape standing in the fleet (one the seat deleted stays as a delete marker)."""
+    stored = (await everything(seat, [FLEET]))[FLEET.name]
+    return [key for key, _, _, deleted in stored if not shaped(key) and not deleted]
+
+
+async def none_unshaped(seat: Bus) -> bool:
+    return not await unshaped_keys(seat)
+
+
 @pytest.mark.parametrize("token", ODD_TOKENS)
 async def test_a_node_stores_no_claim_of_a_module_token_the_contract_never_builds(
     seat: Bus, attacker: Client, token: str
 ) -> None:
-    subject = FLEET.subject(f"claim.{token}.{ATTACKER}")
-    with anyio.move_on_after(2):
-        await attacker.request(subject, EVIL, timeout=2)
-    await anyio.sleep(0.2)
-    stored = [key for key, *_ in (await everything(seat, [FLEET]))[FLEET.name]]
-    assert [key for key in stored if not shaped(key)] == []
+    """The grant `claim.*.n1` takes any one token and the stream stores it: the seat deletes it."""
+    reply = await attacker.request(FLEET.subject(f"claim.{token}.{ATTACKER}"), EVIL, timeout=2)
+    assert b"error" not in reply.data, "stored: the seat's erasure is what is tested"
+    assert await until(partial(none_unshaped, seat), 10), await unshaped_keys(seat)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap: a get of n1's stored `claim.*.n1` is a direct get by a wildcard subject: it answers "
-    "n1's latest claim of any module, not that key",
-)
-async def test_a_get_of_a_literal_wildcard_claim_answers_that_key(mesh: Mesh, attacker: Client) -> None:
+async def test_a_literal_wildcard_claim_is_deleted_and_a_later_claim_read_as_itself(
+    mesh: Mesh, seat: Bus, attacker: Client
+) -> None:
+    """A get of `claim.*.n1` would be a wildcard's get (n1's latest claim of any module): the seat
+    deletes the key, and n2 reads n1's standing claims as each key stores it."""
     stored = await attacker.request(FLEET.subject(f"claim.*.{ATTACKER}"), EVIL, timeout=2)
     assert b"error" not in stored.data
-    await attacker.request(FLEET.subject(fleet.claim_key("later", ATTACKER)), a_claim(), timeout=2)
+    later = await attacker.request(FLEET.subject(fleet.claim_key("later", ATTACKER)), a_claim(), timeout=2)
+    assert b"error" not in later.data
+    assert await until(partial(none_unshaped, seat), 10), await unshaped_keys(seat)
     async with mesh.connect(N2) as reader:
-        item = await get_direct(reader, FLEET, f"claim.*.{ATTACKER}")
-    assert item is not None and item.value == EVIL
+        read = [item for item in await get_last_many(reader, FLEET, fleet.own_claims(ATTACKER)) if not item.deleted]
+    assert sorted(item.key for item in read) == [fleet.claim_key("later", ATTACKER), OWN]
+    assert {item.key: item.value for item in read}[fleet.claim_key("later", ATTACKER)] == a_claim()
 
 
 REPLY_TARGETS = [
@@ -553,31 +566,22 @@ async def test_an_operators_writes_and_a_reply_subject_it_chooses_land_nowhere_e
     "key",
     [
         pytest.param("rollout.m.x", id="rollout.m.x"),
-        pytest.param(
-            "rollout.*",
-            id="rollout.*",
-            marks=pytest.mark.xfail(strict=True, reason="gap: the grant `rollout.*` takes a literal `*` token"),
-        ),
-        pytest.param(
-            "rollout.m=41",
-            id="rollout.m=41",
-            marks=pytest.mark.xfail(strict=True, reason="gap: the grant `rollout.*` takes a non-canonical escape"),
-        ),
+        pytest.param("rollout.*", id="rollout.*"),
+        pytest.param("rollout.m=41", id="rollout.m=41"),
     ],
 )
 async def test_an_operator_stores_no_hold_of_a_key_the_contract_never_builds(
     mesh: Mesh, seat: Bus, judges_itself: None, key: str
 ) -> None:
     """An operator's grant is `rollout.*`: a hold of more tokens is refused; a literal `*` and a
-    non-canonical escape in the one token are stored (strict xfails: keys of no shape, readers skip)."""
+    non-canonical escape in the one token are stored, and the seat erases them."""
     operator = await mesh.raw(OPS)
     try:
         with contextlib.suppress(*BUS_ERRORS):
             await operator.request(FLEET.subject(key), a_hold("ops"), timeout=2)
     finally:
         await operator.close()
-    stored = [key for key, *_ in (await everything(seat, [FLEET]))[FLEET.name]]
-    assert [key for key in stored if not shaped(key)] == []
+    assert await until(partial(none_unshaped, seat), 10), await unshaped_keys(seat)
 
 
 async def test_the_judges_see_a_change_of_another_nodes_claim(mesh: Mesh, seat: Bus, judges_itself: None) -> None:
@@ -606,24 +610,25 @@ async def test_the_judges_see_a_change_of_another_nodes_claim(mesh: Mesh, seat: 
             await n2_reads_the_fleet_as_stored(reader, before)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap: a claim's place in its module's queue is the node's own word (Claim.queued, read by "
-    "Claim.position): n1's claim written after n2's, saying queued 1, stands ahead of it and takes the "
-    "slot n2 was first for; no grant can check a value",
-)
 async def test_a_claim_written_later_stands_behind_an_earlier_one_whatever_it_says(
     mesh: Mesh, seat: Bus, judges_itself: None
 ) -> None:
-    """n2's claim rewritten by the seat (the first write of a change), then n1's: judged by the queue."""
+    """n2's claim rewritten by the seat (the first write of a change), then n1's saying it was
+    queued at revision 1: the seat deletes n1's, and every reader's queue has n2 first."""
     first = await put(seat, FLEET, N2_CLAIM, a_claim())  # n2's claim, first of this change: its revision
-    forged = fleet.Claim(state="waiting", change="c0ffee", since=NOW, ttl_seconds=60, queued=1)
+    forged = fleet.Claim(state="waiting", change="c0ffee", since=datetime.now(UTC), ttl_seconds=60, queued=1)
     async with mesh.connect(N1) as n1:
         later = await put(n1, FLEET, OWN, forged.model_dump_json().encode())
+
+        async def refused() -> bool:
+            own = await get_direct(n1, FLEET, OWN)
+            return own is not None and own.deleted
+
+        assert await until(refused, 10), "n1's forged place in the queue stands"
         claims = await get_last_many(n1, FLEET, fleet.claims_of(MODULE))
     assert later > first
-    queue = sorted(claims, key=lambda item: fleet.Claim.model_validate_json(item.value).position(item.revision))
-    assert [item.key for item in queue] == [N2_CLAIM, OWN]
+    queue = fleet.live_claims(claims, datetime.now(UTC), skew=SKEW)
+    assert [live.node for live in queue] == ["n2"]
 
 
 SCHEDULES = ["@at 2020-01-01T00:00:00Z", "@every 1s"]

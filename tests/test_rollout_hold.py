@@ -24,8 +24,8 @@ from nats.aio.client import Client
 from provisioner.seat.rollouts import FailedClaim, FailuresWaiting, Placement, RolloutsSeen, hold_failed_rollouts
 from registry.access import Kind
 from registry.contract import buckets, fleet
-from registry.wire import Bus, KvItem, delete, get_last_many, get_latest, put
-from tests.helpers import in_own_task
+from registry.wire import SKEW, Bus, KvItem, delete, get_last_many, get_latest, put
+from tests.helpers import in_own_task, until
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
 N1, N2, SEAT = party(Kind.NODE, "n1"), party(Kind.NODE, "n2"), party(Kind.SEAT)
@@ -157,7 +157,11 @@ async def test_declared_a_module_placement_knows_no_node_of_is_paused_by_a_node_
         await judged(seen, 2)
         assert hold.node == "n2"
         assert seen.pauses == {"not_running": 1, "paused": 1}
-        assert seen.claims_by_state() == {"waiting": 1, "running": 0, "failed": 2, "expired": 0}
+        assert seen.refused == {"not_running": 1}
+        n1s = await get_latest(seat, fleet.FLEET, fleet.claim_key("tool", "n1"))
+        assert n1s is not None and n1s.deleted, "a claim of a module its node does not run stands"
+        left = {"waiting": 1, "running": 0, "failed": 1, "expired": 0}
+        assert await until(lambda: seen.claims_by_state() == left, WITHIN), seen.claims_by_state()
 
 
 async def test_a_failed_claim_renewed_after_a_resume_pauses_nothing_and_a_new_failure_does(
@@ -293,7 +297,60 @@ def test_a_failure_not_renewed_within_its_ttl_pauses_nothing_and_a_renewal_is_no
     assert seen.note(dead, now) is None
     assert seen.claims_by_state(now)["expired"] == 1
     fresh = KvItem(key, claim("failed"), 2, stored_at=now)
-    assert seen.note(fresh, now) == FailedClaim("web", "n1", "c1", "")  # failed again while standing: judged
+    again = FailedClaim("web", "n1", "c1", "", 2, failed=True, new=True)
+    assert seen.note(fresh, now) == again  # failed again while standing: judged
     assert seen.note(KvItem(key, claim("failed"), 3, stored_at=now), now) is None  # its renewal
     assert seen.note(KvItem(key, b"", 4, deleted=True, stored_at=now), now) is None
     assert seen.claims == {}
+
+
+async def test_attack_a_failures_reason_reaches_the_hold_without_its_control_characters(
+    mesh: Mesh, seat: Bus, seen: RolloutsSeen
+) -> None:
+    await write_claim(mesh, "n1", "web", claim("failed", reason="\x1b[2J\x9b31m\u202eevil\r\nline two\u2028"))
+    hold, _ = await hold_of(seat, "web")
+    assert "evil" in hold.reason
+    assert all(char.isprintable() for char in hold.reason), repr(hold.reason)
+
+
+async def test_attack_a_squat_by_every_field_a_node_writes_holds_no_slot(
+    mesh: Mesh, seat: Bus, seen: RolloutsSeen
+) -> None:
+    """Hostile n2 against honest n1, whose claim of web (budget 1) came first: a claim of db, which
+    n2 does not run; a claim of web naming revision 1 as its place, standing a day; a claim under a
+    literal wildcard module. The seat deletes each; every reader's queue of web is n1's alone."""
+    await write_claim(mesh, "n1", "web", claim("waiting"))
+    day = fleet.Claim(state="waiting", change="c1", since=datetime.now(UTC), ttl_seconds=86400, queued=1)
+    hostile = await mesh.raw(N2)
+    try:
+        await _send(hostile, fleet.FLEET.subject(fleet.claim_key("db", "n2")), claim("running"))
+        await _send(hostile, fleet.FLEET.subject(fleet.claim_key("web", "n2")), day.model_dump_json().encode())
+        await _send(hostile, fleet.FLEET.subject("claim.*.n2"), claim("running"))
+    finally:
+        await hostile.close()
+
+    squats = [fleet.claim_key("db", "n2"), fleet.claim_key("web", "n2")]
+
+    async def squats_deleted() -> bool:
+        found = [await get_latest(seat, fleet.FLEET, key) for key in squats]
+        return all(item is not None and item.deleted for item in found)
+
+    assert await until(squats_deleted, WITHIN), "a squatting claim stands"
+    assert await until(lambda: set(seen.refused) == {"not_running", "position", "unshaped"}, WITHIN), seen.refused
+    for module in ("web", "db"):
+        queue = fleet.live_claims(
+            await get_last_many(seat, fleet.FLEET, fleet.claims_of(module)), datetime.now(UTC), skew=SKEW
+        )
+        assert [live.node for live in queue] == (["n1"] if module == "web" else [])
+
+
+def test_a_claim_stands_no_longer_than_the_contracts_cap_whatever_it_says() -> None:
+    now = datetime.now(UTC)
+    day = fleet.Claim(state="waiting", change="c1", since=now, ttl_seconds=86400)
+    item = KvItem(fleet.claim_key("web", "n2"), day.model_dump_json().encode(), 7, stored_at=now)
+    assert fleet.live_claims([item], now, skew=SKEW)
+    later = now + timedelta(seconds=fleet.MAX_CLAIM_TTL) + SKEW + timedelta(seconds=1)
+    assert fleet.live_claims([item], later, skew=SKEW) == []
+    seen = RolloutsSeen()
+    seen.note(item, now)
+    assert seen.claims_by_state(later)["expired"] == 1

@@ -247,7 +247,7 @@ def _claim_shown(node: str, item: KvItem, now: datetime) -> ClaimShown:
         claim = fleet.Claim.model_validate_json(item.value)
     except ValidationError:
         return ClaimShown(node, "unreadable", "", item.stored_at, "not a claim")
-    seen = ClaimSeen(claim.state, claim.change, item.stored_at or now, timedelta(seconds=claim.ttl_seconds))
+    seen = ClaimSeen(claim.state, claim.change, item.stored_at or now, claim.lifetime())  # as every reader: capped
     return ClaimShown(node, seen.shown_state(now), claim.change, claim.since, claim.reason)
 
 

@@ -21,6 +21,22 @@ fleet:
                             name: a failure it claims of a module it does not run pauses nothing
                             (logged once), so a hostile node cannot stop another module's rollout
 
+The seat also judges every claim as the bus stored it, since no grant can check a value or refuse
+a token (`claim.*.<node>` takes any one module token) and the nodes cannot read placement; a claim
+that does not count is deleted (conditional on its revision), logged once per node and module:
+
+    a key of no shape       a literal `*` or `>`, a non-canonical escape (an operator's `rollout.*`
+                            too): deleted (the stream denies erasing; the marker is skipped)
+    a place not given       `queued` other than the place the seat saw the bus give the standing
+                            claim (its first write's revision), or naming one for a claim that
+                            did not stand: deleted; claims standing when the seat started are
+                            taken at their word for their place
+    a module not run        a new claim of a node that placement does not place on the module and
+                            that registered no needs of it: deleted
+
+A claim stands at most `fleet.MAX_CLAIM_TTL` after its last write, whatever ttl it says
+(`fleet.live_claims`, every reader's one reading of claims).
+
 The node is the one the key names, which its grants bind to it (`claim.*.<node>`), never a value
 it wrote. A claim not renewed within its ttl (by the server's stamp) is dead and pauses nothing: a
 seat started later does not pause a module for a failure its node gave up on; it pauses for a
@@ -33,12 +49,14 @@ bounded per node and in all (`FailuresWaiting`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -49,7 +67,17 @@ from registry.access import writing_domains
 from registry.contract import Bucket, buckets, fleet, load_catalogue, to_json, under
 from registry.errors import BusError, KeyShapeError, WrongLastSequence
 from registry.runtime import event
-from registry.wire import SKEW, Bus, KvItem, TooManyKeys, get_last_many, get_latest, scoped_watch, update
+from registry.wire import (
+    SKEW,
+    Bus,
+    KvItem,
+    TooManyKeys,
+    delete,
+    get_last_many,
+    get_latest,
+    scoped_watch,
+    update,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +92,19 @@ ATTEMPTS = 3  # tries of a pause whose reads or write fail on the bus
 CLAIM_STATES = ("waiting", "running", "failed", "expired")
 HOLD_STATES = ("paused", "aborted")
 PAUSE_OUTCOMES = ("paused", "already_held", "not_running", "failed", "dropped")
+REFUSALS = ("not_running", "position", "unshaped")  # why the seat deleted a claim or a key
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimSeen:
-    """A claim's last write: its state and change, when the server stored it and for how long it stands."""
+    """A claim's last write: its state and change, when the server stored it and for how long it
+    stands (`fleet.Claim.lifetime`); its place in the queue as the seat judged it."""
 
     state: str
     change: str
     stored_at: datetime
     ttl: timedelta
+    position: int = 0
 
     def live(self, now: datetime) -> bool:
         return now <= self.stored_at + self.ttl + SKEW
@@ -84,24 +115,36 @@ class ClaimSeen:
 
 @dataclass(frozen=True, slots=True)
 class FailedClaim:
-    """A claim that turned failed: the module, the node its key names, why it says it failed."""
+    """A claim write to judge: the module, the node its key names, the change, why it says it
+    failed; `revision`: the write's. `failed`: it turned failed (to pause for); `new`: a claim that
+    did not stand before (to check its node runs the module); `forged`: it names a place in the
+    queue the bus did not give it (to delete); `unshaped`: a key of no shape (`module` holds the
+    key), which no grant can refuse (a literal `*`, a non-canonical escape: to delete)."""
 
     module: str
     node: str
     change: str
     reason: str
+    revision: int = 0
+    failed: bool = True
+    new: bool = False
+    forged: bool = False
+    unshaped: bool = False
 
 
 class RolloutsSeen:
     """What the seat saw of the fleet's rollouts: each claim's last state and each module's hold,
     and what its pauses came to; read by the metrics (`provisioner.metrics`) at each scrape."""
 
-    def __init__(self, *, max_claims: int = MAX_CLAIMS_KEPT) -> None:
+    def __init__(self, *, max_claims: int = MAX_CLAIMS_KEPT, max_ttl: float = fleet.MAX_CLAIM_TTL) -> None:
         self.max_claims = max_claims
+        self.max_ttl = max_ttl
         self.claims: dict[str, ClaimSeen] = {}  # by key
         self.holds: dict[str, str] = {}  # each module's hold state
         self.pauses: Counter[str] = Counter()  # by outcome (PAUSE_OUTCOMES)
+        self.refused: Counter[str] = Counter()  # claims deleted, by why (REFUSALS)
         self.unreadable = 0  # fleet writes of no shape or value the contract builds
+        self.known_upto = 0  # the writes up to this revision were read as they stood, not each
         self._full_said = False
 
     def claims_by_state(self, now: datetime | None = None) -> dict[str, int]:
@@ -119,12 +162,16 @@ class RolloutsSeen:
         return counts
 
     def note(self, item: KvItem, now: datetime | None = None) -> FailedClaim | None:
-        """Takes in one write of the fleet bucket; the claim it turned failed, if it did and stands."""
+        """Takes in one write of the fleet bucket; the claim write to judge, if there is one (a
+        claim new, turned failed while it stands, or naming a place the bus did not give it)."""
         try:
             key = fleet.parse_fleet_key(item.key)
         except KeyShapeError:
             self.unreadable += 1
-            return None
+            if item.deleted:
+                return None
+            owner = fleet.claim_owner(item.key) or item.key.partition(".")[0]  # whose share it waits in
+            return FailedClaim(item.key, owner, "", "", item.revision, failed=False, unshaped=True)
         if key.kind == fleet.ROLLOUT and key.module is not None:
             self._note_hold(key.module, item)
         elif key.kind == fleet.CLAIM and key.module is not None and key.node is not None:
@@ -149,12 +196,26 @@ class RolloutsSeen:
         except ValidationError:
             self.unreadable += 1
             return None
-        seen = ClaimSeen(claim.state, claim.change, item.stored_at or now, timedelta(seconds=claim.ttl_seconds))
+        stored_at = item.stored_at or now
         before = self.claims.get(item.key)
+        standing = before is not None and before.live(stored_at)
+        if before is not None and standing and claim.queued == before.position:
+            position = before.position  # a renewal keeps its place
+        elif claim.queued == 0 or item.revision <= self.known_upto:
+            position = claim.position(item.revision)  # a first write; or one stored before the seat read
+        elif before is None and len(self.claims) >= self.max_claims:
+            position = claim.position(item.revision)  # past what the seat keeps: not checked
+        else:
+            self.claims.pop(item.key, None)
+            return FailedClaim(module, node, claim.change, claim.reason, item.revision, failed=False, forged=True)
+        seen = ClaimSeen(claim.state, claim.change, stored_at, claim.lifetime(self.max_ttl), position)
         self._keep(item.key, seen)
-        if claim.state != "failed" or _renewal(before, seen) or not seen.live(now):
+        live = seen.live(now)
+        failed = claim.state == "failed" and not _renewal(before, seen) and live
+        new = not standing and live  # a dead claim counts for nothing: nothing to check
+        if not (failed or new):
             return None
-        return FailedClaim(module, node, claim.change, claim.reason)
+        return FailedClaim(module, node, claim.change, claim.reason, item.revision, failed=failed, new=new)
 
     def _keep(self, key: str, seen: ClaimSeen) -> None:
         if key in self.claims or len(self.claims) < self.max_claims:
@@ -200,13 +261,23 @@ class Placement:
         return cls(bucket, declared=declared)
 
     async def runs(self, bus: Bus, node: str, module: str) -> bool:
+        declared = self.declared
         if self.bucket is not None:
             placed = await get_latest(bus, self.bucket, self.bucket.shape.build(node=node, module=module))
             if placed is not None and not placed.deleted:
                 return True
-            if not self.declared or await self._knows(bus, module):
+            if not declared or await self._knows(bus, module):
                 return False
-        return self.declared and await _any_live(bus, buckets.NEEDS, under(node, module))
+        return declared and await _any_live(bus, buckets.NEEDS, under(node, module))
+
+    async def counts(self, bus: Bus, node: str, module: str) -> bool:
+        """Whether a claim of `node` for `module` counts: placement says it runs it, or it registered
+        needs of it (a node's own word, as its claim: what a claim of a module it never declared lacks)."""
+        if self.bucket is not None:
+            placed = await get_latest(bus, self.bucket, self.bucket.shape.build(node=node, module=module))
+            if placed is not None and not placed.deleted:
+                return True
+        return await _any_live(bus, buckets.NEEDS, under(node, module))
 
     async def _knows(self, bus: Bus, module: str) -> bool:
         """Whether placement holds the module for some node; more keys than one read answers: it does."""
@@ -228,39 +299,138 @@ async def hold_failed_rollouts(
     placement: Placement | None = None,
     seen: RolloutsSeen | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    pause: bool = True,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Follows the fleet bucket and pauses a module's rollout when a node running it fails its
-    change (see the module), until cancelled. `placement`: the built-in catalogue's, unless given;
-    `seen`: where the claims and holds seen are kept (the metrics read it).
+    """Follows the fleet bucket, judges each claim as it is stored (see the module) and, with
+    `pause`, pauses a module's rollout when a node running it fails its change, until cancelled.
+    `placement`: the built-in catalogue's, unless given; `seen`: where the claims and holds seen
+    are kept (the metrics read it).
 
     Each write is taken in as it is read (`RolloutsSeen.note`, in the connection's reading task:
-    about 15 us, so a start over 10,000 claims never falls behind); a failure to judge waits in
-    `FailuresWaiting` for the one task that reads placement and writes holds."""
+    about 15 us, so a start over 10,000 claims never falls behind); a claim to judge waits in
+    `FailuresWaiting` for the one task that reads placement and writes holds and deletions."""
     placement = placement or Placement.of_catalogue()
     seen = seen if seen is not None else RolloutsSeen()
+    seen.known_upto = await _last_revision(bus)
     waiting = FailuresWaiting()
 
     def take_in(item: KvItem) -> None:
-        failed = seen.note(item, clock())
-        if failed is not None and not waiting.add(item.key, failed):
+        judged = seen.note(item, clock())
+        if judged is not None and not waiting.add(item.key, judged) and judged.failed:
             seen.pauses["dropped"] += 1
 
     name = f"seat-rollouts-{uuid.uuid4().hex[:12]}"
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(_judge_each, bus, waiting, placement, seen, clock)
+        tasks.start_soon(partial(_judge_each, bus, waiting, placement, seen, clock=clock, pause=pause))
         async with scoped_watch(bus, fleet.FLEET, ">", name=name, on_item=take_in):
             task_status.started()
             await anyio.sleep_forever()
 
 
+async def _last_revision(bus: Bus) -> int:
+    """The fleet's last stream sequence: the writes up to it the seat reads as they stand."""
+    info = await bus.jetstream(fleet.FLEET.info_api, operation=f"info {fleet.FLEET.name}")
+    return int(info.get("state", {}).get("last_seq", 0))
+
+
 async def _judge_each(
-    bus: Bus, waiting: FailuresWaiting, placement: Placement, seen: RolloutsSeen, clock: Callable[[], datetime]
+    bus: Bus,
+    waiting: FailuresWaiting,
+    placement: Placement,
+    seen: RolloutsSeen,
+    *,
+    clock: Callable[[], datetime],
+    pause: bool,
 ) -> None:
     refused = _Refusals()
     while True:
-        failed = await waiting.next()
-        seen.pauses[await pause_for(bus, failed, placement, refused, clock)] += 1
+        judged = await waiting.next()
+        refusal = await refuse_if_not_counted(bus, judged, placement, refused)
+        if refusal is not None:
+            seen.refused[refusal] += 1
+            if judged.failed:
+                seen.pauses["not_running"] += 1
+        elif judged.failed and pause:
+            seen.pauses[await pause_for(bus, judged, placement, refused, clock)] += 1
+
+
+async def refuse_if_not_counted(
+    bus: Bus, judged: FailedClaim, placement: Placement, refused: _Refusals | None = None
+) -> str | None:
+    """Deletes a claim that does not count, erases a key of no shape; why (`REFUSALS`), or None
+    for a claim that counts. A bus failure is tried `ATTEMPTS` times, then said: the claim stands."""
+    refused = refused or _Refusals()
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return await _refuse_once(bus, judged, placement, refused)
+        except BusError as err:
+            if attempt == ATTEMPTS:
+                log.error(  # noqa: TRY400 (the bus's error says it all: no traceback)
+                    "claim %s of node %s not judged: %s", judged.module, judged.node, err
+                )
+                return None
+            await anyio.sleep(attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _refuse_once(bus: Bus, judged: FailedClaim, placement: Placement, refused: _Refusals) -> str | None:
+    if judged.unshaped:
+        await _erase(bus, judged.module, judged.revision)
+        if refused.first("", judged.module):
+            log.warning(
+                "fleet key %r is of no shape the contract builds (a literal wildcard, a non-canonical "
+                "escape): deleted, as every such write is",
+                judged.module[:200],
+            )
+        return "unshaped"
+    if judged.forged:
+        await _delete_claim(bus, judged, at=judged.revision)
+        if refused.first(judged.module, f"{judged.node} position"):
+            log.warning(
+                "node %s's claim of module %s names a place in the queue the bus did not give it: deleted",
+                judged.node,
+                judged.module,
+                extra=event(node=judged.node, module=judged.module),
+            )
+        return "position"
+    if not judged.new or await placement.counts(bus, judged.node, judged.module):
+        return None
+    await _delete_claim(bus, judged, at=None)
+    if refused.first(judged.module, judged.node):
+        log.warning(
+            "node %s claims a rollout slot of module %s, which neither placement nor its needs say it runs: "
+            "its claim is deleted, as every such claim is",
+            judged.node,
+            judged.module,
+            extra=event(node=judged.node, module=judged.module),
+        )
+    return "not_running"
+
+
+async def _delete_claim(bus: Bus, judged: FailedClaim, *, at: int | None) -> None:
+    """Deletes `judged`'s claim: at revision `at` (a later write is judged on its own), or at
+    whatever revision it stands (a renewal written meanwhile is the same claim)."""
+    key = fleet.claim_key(judged.module, judged.node)
+    for _ in range(ATTEMPTS):
+        found = await get_latest(bus, fleet.FLEET, key) if at is None else None
+        if found is not None and found.deleted:
+            return
+        try:
+            await delete(bus, fleet.FLEET, key, last=at if at is not None else found.revision if found else 0)
+        except WrongLastSequence:
+            if at is not None:
+                return
+            continue
+        return
+    raise BusError(f"delete {key}", f"written again {ATTEMPTS} times while it was deleted")
+
+
+async def _erase(bus: Bus, key: str, revision: int) -> None:
+    """Deletes `key`, of no shape, as it stood at `revision` (the fleet's stream denies erasing a
+    message: a delete marker stays, which every reader skips); a later write is judged on its own."""
+    with contextlib.suppress(WrongLastSequence):
+        await delete(bus, fleet.FLEET, key, last=revision)
 
 
 class FailuresWaiting:
@@ -361,7 +531,7 @@ async def _pause_once(
                 extra=event(node=failed.node, module=failed.module),
             )
         return "not_running"
-    reason = f"change {failed.change} failed: {failed.reason}"[:REASON_KEPT]
+    reason = fleet.copied_reason(f"change {failed.change} failed: {failed.reason}", REASON_KEPT)
     hold = fleet.Hold(state="paused", since=clock(), by=SEAT_BY, reason=reason, node=failed.node)
     current = await hold_if_none(bus, failed.module, hold)
     if current is not None:

@@ -179,9 +179,9 @@ async def _start_hub_work(
     await tasks.start(partial(guard.guard, bus))
     marks = partial(keep_gone_marks, bus, forget_after=settings.forget_after, every=settings.gone_marks_interval)
     await tasks.start(marks)
-    if settings.pause_on_failure != "off":
-        placement = Placement.of_catalogue(settings.domains_file, declared=settings.pause_on_failure == "declared")
-        await tasks.start(partial(hold_failed_rollouts, bus, placement=placement, seen=work.rollouts))
+    placement = Placement.of_catalogue(settings.domains_file, declared=settings.pause_on_failure == "declared")
+    pause = settings.pause_on_failure != "off"
+    await tasks.start(partial(hold_failed_rollouts, bus, placement=placement, seen=work.rollouts, pause=pause))
     return seat_buckets(settings.providers, settings.domains_file), nodes
 
 

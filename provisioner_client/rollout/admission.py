@@ -1,11 +1,14 @@
 """Admission: which live claims of a module hold its slots.
 
-Every claim has a queue position: the stream revision of its node's first claim write for its
-change (`Claim.position`), kept across renewals, so a node renewing never loses its place and no
-two nodes share one. A claim is live while the server's stamp of its last write plus its ttl plus
-the clock skew allowed (`registry.wire.SKEW`) lies ahead; a dead one holds nothing. The slots are
-the first `budget.slots(nodes)` live claims by position, whatever their state: a claim `running`
-or `failed` holds its slot as much as one `waiting` to run (a failure uses its slot up).
+Every claim has a queue position: the stream revision of its node's first claim write
+(`Claim.position`), kept across renewals, so a node renewing never loses its place and no two
+nodes share one; the seat deletes a claim naming a place the bus did not give it, or of a node
+that does not run the module. A claim is live while the server's stamp of its last write plus its
+ttl (`fleet.MAX_CLAIM_TTL` at most) plus the clock skew allowed (`registry.wire.SKEW`) lies ahead;
+a dead one holds nothing. Every reader reads claims alike (`registry.contract.fleet.live_claims`).
+The slots are the first `budget.slots(nodes)` live claims by position, whatever their state: a
+claim `running` or `failed` holds its slot as much as one `waiting` to run (a failure uses its
+slot up).
 """
 
 from __future__ import annotations
@@ -16,37 +19,16 @@ from datetime import datetime, timedelta
 
 from provisioner_client.rollout.budget import Budget
 from registry.contract import fleet
-from registry.errors import RegistryError
+from registry.contract.fleet import LiveClaim
 from registry.wire import SKEW, KvItem
 
-
-@dataclass(frozen=True)
-class LiveClaim:
-    node: str
-    claim: fleet.Claim
-    position: int
+__all__ = ["LiveClaim", "Verdict", "live_claims", "verdict"]
 
 
 def live_claims(items: Iterable[KvItem], now: datetime, *, skew: timedelta | None = None) -> list[LiveClaim]:
-    """The live claims among `items` (a module's claim keys as read), in queue order; `skew`, the
-    clock skew allowed, is `SKEW` unless given."""
-    skew = SKEW if skew is None else skew
-    found = []
-    for item in items:
-        if item.deleted:
-            continue
-        try:
-            key = fleet.parse_fleet_key(item.key)
-        except RegistryError:
-            continue
-        claim = fleet.read_claim(item.value)
-        if key.kind != fleet.CLAIM or key.node is None or claim is None:
-            continue
-        stamped = item.stored_at or now
-        if stamped + timedelta(seconds=claim.ttl_seconds) + skew < now:
-            continue
-        found.append(LiveClaim(key.node, claim, claim.position(item.revision)))
-    return sorted(found, key=lambda live: (live.position, live.node))
+    """The live claims among `items` (a module's claim keys as read), in queue order, as every
+    reader reads them (`fleet.live_claims`); `skew`, the clock skew allowed, is `SKEW` unless given."""
+    return fleet.live_claims(items, now, skew=SKEW if skew is None else skew)
 
 
 @dataclass(frozen=True)

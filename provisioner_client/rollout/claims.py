@@ -66,6 +66,10 @@ class Claims:
         except WrongLastSequence:
             return await update(self.bus, FLEET, key, to_json(claim), last=await self._revision_of(key))
 
+    async def current(self, module: str) -> KvItem | None:
+        """The node's own claim of `module` as it stands (a delete marker included), None if never written."""
+        return await get_direct(self.bus, FLEET, fleet.claim_key(module, self.node))
+
     async def remove(self, module: str) -> None:
         """Deletes the node's claim of `module`, if it stands: its slot is free."""
         key = fleet.claim_key(module, self.node)

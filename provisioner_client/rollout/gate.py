@@ -374,11 +374,14 @@ class RolloutGate:
             and now - record.renewed_at < timedelta(seconds=self._renew_every)
         ):
             return
-        await self.claims.write(
-            module, state=state, change=record.change, queued=record.queued, last=None, reason=record.reason
+        own = await self.claims.current(module)
+        queued = record.queued if _stands(own, now) else 0  # a dead claim's place is gone: the seat deletes it
+        revision = await self.claims.write(
+            module, state=state, change=record.change, queued=queued, last=_revision(own), reason=record.reason
         )
         current = self.state.get(module) or record  # an action's outcome recorded meanwhile is kept
-        self.state.put(module, current.model_copy(update={"renewed_at": now, "claimed": True}))
+        renewed = {"renewed_at": now, "claimed": True, "queued": queued or revision}
+        self.state.put(module, current.model_copy(update=renewed))
 
     async def _quietly(self, module: str, step: Awaitable[None]) -> None:
         """A claim's write that may fail for the moment: the next reconcile does it again."""

@@ -6,8 +6,12 @@ Every key of it is built and parsed here:
                             writes its own alone (its grants: `claim.*.<node>`), so it holds at most
                             one slot of a module and touches no other node's. The slots are the
                             first `budget` live claims by queue position (`Claim.position`: the
-                            revision of the node's first write for its change, as the node says);
-                            a claim not renewed within its ttl is dead
+                            revision of the node's first write, kept across its renewals); a
+                            claim not renewed within its ttl (at most `MAX_CLAIM_TTL`) is dead.
+                            The seat judges each claim as the bus stored it and deletes one that
+                            does not count (`provisioner.seat.rollouts`): of a node that does not
+                            run the module, or naming a place in the queue the bus did not give
+                            it; `live_claims` is every reader's one reading of what stands
     rollout.<module>        `module`'s rollout held (`Hold`): paused after a node's change failed (the
                             seat writes it, only for a node running the module) or by an operator,
                             aborted by an operator; none: the rollout runs
@@ -19,9 +23,10 @@ Names are escaped as every key's (`registry.contract.escaping`): a module named 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Final, Literal
+from datetime import UTC, datetime, timedelta
+from typing import Final, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,6 +42,7 @@ ROLLOUT: Final = "rollout"
 GONE: Final = "gone"
 _SHAPES = "claim.<module>.<node> | rollout.<module> | gone.<node>"
 _MAX_TEXT = 1024  # a reason or a name in a value: bounded, as every echoed text
+MAX_CLAIM_TTL: Final = 300.0  # seconds a claim stands unrenewed at most, whatever it says
 
 
 def claim_key(module: str, node: str) -> str:
@@ -99,14 +105,19 @@ class Claim(_Value):
     state: Literal["waiting", "running", "failed"]
     change: str = Field(max_length=64)
     since: datetime
-    ttl_seconds: float = Field(gt=0, le=24 * 3600)
+    ttl_seconds: float = Field(gt=0, le=24 * 3600)  # read as `MAX_CLAIM_TTL` at most (`lifetime`)
     reason: str = Field(default="", max_length=_MAX_TEXT)
-    queued: int = Field(default=0, ge=0)  # the revision of its first write for `change`; 0: this write is it
+    queued: int = Field(default=0, ge=0)  # the revision of its first write; 0: this write is it
 
     def position(self, revision: int) -> int:
-        """Where the claim stands in its module's queue: the revision of its first write for its
-        change (`queued`), kept across renewals; a first write's own `revision`."""
-        return self.queued or revision
+        """Where the claim stands in its module's queue: the revision of its first write
+        (`queued`), kept across renewals; a first write's own `revision`. The node's word, checked
+        by the seat against the writes it read (`provisioner.seat.rollouts`); never past `revision`."""
+        return self.queued if 0 < self.queued <= revision else revision
+
+    def lifetime(self, max_ttl: float = MAX_CLAIM_TTL) -> timedelta:
+        """How long the claim stands after its last write: its ttl, `max_ttl` at most."""
+        return timedelta(seconds=min(self.ttl_seconds, max_ttl))
 
 
 class Hold(_Value):
@@ -134,6 +145,65 @@ def read_claim(value: bytes) -> Claim | None:
         return Claim.model_validate_json(value)
     except ValueError:
         return None
+
+
+class Stored(Protocol):
+    """A key's entry as read from the bus (`registry.wire.KvItem`)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def value(self) -> bytes: ...
+    @property
+    def revision(self) -> int: ...
+    @property
+    def deleted(self) -> bool: ...
+    @property
+    def stored_at(self) -> datetime | None: ...
+
+
+@dataclass(frozen=True)
+class LiveClaim:
+    """A claim standing: its node (the key's), the claim, its place in the queue and its revision."""
+
+    node: str
+    claim: Claim
+    position: int
+    revision: int = 0
+
+
+def live_claims(
+    items: Iterable[Stored], now: datetime, *, skew: timedelta, max_ttl: float = MAX_CLAIM_TTL
+) -> list[LiveClaim]:
+    """The live claims among `items` (claim keys as read), in queue order: the one reading of the
+    claims every reader shares (the seat, the nodes' admission, `rollout status`, `top`).
+
+    A key of no shape or a non-canonical token (which no node's grant can refuse: its module's
+    token is any one), a deleted key, a value that is no claim and a claim not written again
+    within its lifetime (`Claim.lifetime`, from the server's stamp, plus `skew`) are no claim."""
+    found = []
+    for item in items:
+        if item.deleted:
+            continue
+        try:
+            key = parse_fleet_key(item.key)
+        except KeyShapeError:
+            continue
+        claim = read_claim(item.value)
+        if key.kind != CLAIM or key.node is None or claim is None:
+            continue
+        if (item.stored_at or now) + claim.lifetime(max_ttl) + skew < now:
+            continue
+        found.append(LiveClaim(key.node, claim, claim.position(item.revision), item.revision))
+    return sorted(found, key=lambda live: (live.position, live.node))
+
+
+def copied_reason(text: str, limit: int = _MAX_TEXT) -> str:
+    """A node's text as the seat copies it into a value it writes (a hold's reason): control,
+    format and separator characters dropped (a line break, a tab: a space), so that no escape
+    sequence or reordering of one party's reaches another's terminal; at most `limit` characters."""
+    kept = (" " if char in "\t\n\r" else char for char in text if char.isprintable() or char in "\t\n\r")
+    return "".join(kept)[:limit]
 
 
 def read_hold(value: bytes, stored_at: datetime | None = None) -> Hold:

@@ -15,7 +15,7 @@ import pytest
 
 from mesh_dev.local_nats import LocalNats
 from registry.access import Kind, creds_path, seed_path
-from registry.contract import fleet
+from registry.contract import buckets, fleet
 from registry.wire import Bus, get_latest, put
 from tests.helpers import clean_environment, in_own_task, put_many
 from tests.isolation import JwtMesh, Mesh, party
@@ -23,9 +23,17 @@ from tests.isolation import JwtMesh, Mesh, party
 OPS, SEAT = party(Kind.OPERATOR, "ops"), party(Kind.SEAT)
 
 
+NODES, MODULES = ("n1", "n2"), ("web", "api")
+A_NEED = b'{"placeholder":"${config:x}","used_in":["X"]}'
+
+
 @pytest.fixture
 async def seat(mesh: Mesh) -> AsyncIterator[Bus]:
+    """The seat's connection, once n1 and n2 registered needs of web and api: their claims count."""
     async with in_own_task(mesh.connect(SEAT)) as bus:
+        await put_many(
+            bus, buckets.NEEDS, {f"{node}.{module}.config.x": A_NEED for node in NODES for module in MODULES}
+        )
         yield bus
 
 
@@ -170,7 +178,9 @@ async def test_status_counts_the_claims_past_one_batch_read(server: LocalNats, b
     """More claims than one batch read answers (1,024): read in pages, every one counted."""
     paused = fleet.Hold(state="paused", since=datetime.now(UTC), by="seat")
     await put(bus, fleet.FLEET, fleet.hold_key("web"), paused.model_dump_json().encode())
-    await put_many(bus, fleet.FLEET, {fleet.claim_key("web", f"n{i:04}"): claim("waiting") for i in range(1025)})
+    nodes = [f"n{i:04}" for i in range(1025)]
+    await put_many(bus, buckets.NEEDS, {f"{node}.web.config.x": A_NEED for node in nodes})  # their claims count
+    await put_many(bus, fleet.FLEET, {fleet.claim_key("web", node): claim("waiting") for node in nodes})
     command = [sys.executable, "-m", "provisioner.commands.cli", "rollout", "status", "--nats-url", server.url]
     result = await anyio.run_process(command, env=clean_environment(), check=False)
     lines = result.stdout.decode().splitlines()

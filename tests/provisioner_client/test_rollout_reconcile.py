@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 
 from mesh_dev.standins import CONFIG, StandIns
+from provisioner.seat.rollouts import Placement
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.rollout import RolloutPlan
 from provisioner_client.rollout.state import RolloutState
@@ -87,6 +88,9 @@ async def test_a_node_not_admitted_keeps_its_env_file_and_says_why(
     plan = _plan(tmp_path, {"on_change": {"command": command}, "rollout": {"budget": 1}})
     assert (await reconcile(provisioned, plan)).ok
     other = fleet.Claim(state="running", change="x", since=datetime.now(UTC), ttl_seconds=60)
+    placement = Placement.of_catalogue().bucket
+    assert placement is not None
+    await put(provisioned, placement, "another-node.web", b'{"plan":{}}')  # it runs web: its claim counts
     await put(provisioned, fleet.FLEET, fleet.claim_key("web", "another-node"), to_json(other))
     await put(provisioned, CONFIG, "log-level", b'"debug"')
     report = await reconcile(provisioned, plan)
