@@ -6,10 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import anyio
+import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from provisioner.seat.quotas import CutBack, Footprint, Quota, QuotaGuard
+from provisioner.seat.quotas import CutBack, Footprint, Quota, QuotaGuard, nodes_share
+from provisioner.settings import ServerSettings
 from registry.contract import Bucket, buckets
+from registry.errors import SettingsError
 from registry.wire import KvItem
 
 QUOTA = Quota(keys=3, bytes=100)
@@ -104,3 +107,11 @@ async def test_a_failed_count_keeps_every_write_it_saw_in_the_bound() -> None:
         bound.give_up()
         assert bound.footprint() == Footprint(5, 50)
         assert not bound.counting
+
+
+def test_a_node_quota_past_the_nodes_share_of_a_bucket_is_refused_at_start() -> None:
+    """One node allowed more than the nodes may hold together would leave the seat no reserve."""
+    assert nodes_share(1024 * 1024) == 768 * 1024
+    ServerSettings(bucket_max_bytes=1024 * 1024, node_quota_bytes=768 * 1024)
+    with pytest.raises(SettingsError, match="more than the nodes' share of a bucket"):
+        ServerSettings(bucket_max_bytes=1024 * 1024, node_quota_bytes=768 * 1024 + 1)
