@@ -99,7 +99,7 @@ async def run_fill(state: Path, sizes: FillSizes) -> tuple[Report, dict[str, Any
             end=end,
             bound=seen.bound,
             held_keys=len(held),
-            held_bytes=sum(max(item.size, 0) for item in held),
+            held_bytes=sum(max(item.stored, 0) for item in held),  # as the stream counts them, headers too
             verdict=shown.verdict,
             because=shown.because,
             seat_log=log_lines(mesh.seat_log, *SEAT_MARKS),
