@@ -71,7 +71,7 @@ def main() -> None:
     add_fill_and_soak_arguments(parser)
     args = parser.parse_args()
     if args.fill:
-        fill(args.out or FILL_RESULTS, FillSizes(seconds=args.seconds))
+        fill(args.out or FILL_RESULTS, FillSizes(seconds=args.seconds, in_headers=args.in_headers))
         return
     if args.rollout:
         rollout(args.out or ROLLOUT_RESULTS, RolloutSizes.quick() if args.quick else RolloutSizes())
@@ -142,6 +142,7 @@ def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
         help="issue 17's fill instead: a node filling the needs bucket at its default size (static accounts)",
     )
     parser.add_argument("--seconds", type=float, default=60.0, help="with --fill, how long the node fills (default 60)")
+    parser.add_argument("--in-headers", action="store_true", help="with --fill, the bytes in a header of each put")
     parser.add_argument(
         "--soak",
         action="store_true",

@@ -48,6 +48,7 @@ class FillSizes:
     every: float = 0.1
     writers: int = 8
     seat: Mapping[str, object] = field(default_factory=dict)  # the seat's settings: its defaults
+    in_headers: bool = False  # the fill's bytes in a header of each put (`{}` as the value)
 
 
 @dataclass
@@ -76,6 +77,7 @@ async def run_fill(state: Path, sizes: FillSizes) -> tuple[Report, dict[str, Any
             others = [Writes(f"{OTHER} (its own need)"), Writes("the seat (its own key)")]
             args = [*access.argv(), "--node", FILLER, "--seconds", str(sizes.seconds)]
             args += ["--acts", "fill", "--buckets", "needs", "--writers", str(sizes.writers)]
+            args += ["--in-headers"] if sizes.in_headers else []
             print(f"{FILLER} filling {buckets.NEEDS.name} for {sizes.seconds:g} s; {OTHER} and the seat writing")
             async with anyio.create_task_group() as tg:
                 await tg.start(poll.poll)
@@ -97,7 +99,7 @@ async def run_fill(state: Path, sizes: FillSizes) -> tuple[Report, dict[str, Any
             end=end,
             bound=seen.bound,
             held_keys=len(held),
-            held_bytes=sum(max(item.size, 0) for item in held),
+            held_bytes=sum(max(item.stored, 0) for item in held),  # as the stream counts them, headers too
             verdict=shown.verdict,
             because=shown.because,
             seat_log=log_lines(mesh.seat_log, *SEAT_MARKS),

@@ -101,9 +101,19 @@ def fill_key(bucket: Bucket, name: str, writer: int, index: int) -> str:
     return bucket.shape.build(**parts)
 
 
-async def fill(access: Access, name: str, filled: list[Bucket], seconds: float, writers: int) -> Fill:
+async def fill(
+    access: Access, name: str, filled: list[Bucket], seconds: float, writers: int, *, in_headers: bool = False
+) -> Fill:
+    """`in_headers`: each put is `{}` under a header of the value's size instead (what the stream
+    stores alike)."""
     done = Fill()
     value = b"x" * VALUE_SIZE
+
+    async def put_one(bus: Bus, bucket: Bucket, key: str, size: int) -> None:
+        if not in_headers:
+            await put(bus, bucket, key, value[:size])
+            return
+        await bus.store(bucket.subject(key), b"{}", headers={"X-Pad": "p" * size}, operation=f"write {key}")
 
     async def writer(bus: Bus, number: int) -> None:
         bucket = filled[number % len(filled)]
@@ -111,7 +121,7 @@ async def fill(access: Access, name: str, filled: list[Bucket], seconds: float, 
         while True:
             index += 1
             try:
-                await put(bus, bucket, fill_key(bucket, name, number, index), value[:size])
+                await put_one(bus, bucket, fill_key(bucket, name, number, index), size)
             except BusError as err:
                 done.refused.add("timed out" if isinstance(err, BusTimeout) else err.reason)
                 size = max(size // 2, SMALLEST)
@@ -332,7 +342,7 @@ async def run(args: argparse.Namespace) -> None:
     access, name, seconds = Access.of(args), args.node, args.seconds
     filled = [FILLED[bucket] for bucket in args.buckets]
     acts: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
-        "fill": lambda: figures_of(fill(access, name, filled, seconds, args.writers)),
+        "fill": lambda: figures_of(fill(access, name, filled, seconds, args.writers, in_headers=args.in_headers)),
         "listings": lambda: listings(access, name, seconds, LISTINGS_AT_ONCE),
         "churn": lambda: figures_of(churn(access, name, seconds)),
         "requests": lambda: requests(access, name, seconds, REQUESTERS),
@@ -362,6 +372,7 @@ def main() -> None:
     parser.add_argument("--acts", nargs="+", choices=ACTS, default=list(ACTS))
     parser.add_argument("--buckets", nargs="+", choices=sorted(FILLED), default=sorted(FILLED))
     parser.add_argument("--writers", type=int, default=8, help="concurrent writers of the fill (default 8)")
+    parser.add_argument("--in-headers", action="store_true", help="the fill's bytes in a header of each put")
     parser.add_argument("--out", type=Path, required=True)
     anyio.run(run, parser.parse_args())
 

@@ -34,6 +34,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from pydantic import AfterValidator, BeforeValidator, Field, JsonValue, StringConstraints, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from provisioner.seat.quotas import nodes_share
 from provisioner.verb.nodes import DEFAULT_STALE_AFTER
 from provisioner.verb.request import FILTERS
 from registry.contract import MAX_STALE_AFTER_SECONDS, Name, Verdict, What
@@ -152,10 +153,13 @@ class ServerSettings(LogSettings):
         default=128 * 1024 * 1024, ge=0, description="bytes of pages kept for all listings together"
     )
     node_quota_keys: int = Field(
-        default=20_000, ge=1, description="keys one node may hold in each of needs, applied and collect"
+        default=20_000, ge=1, description="keys one node may hold in each of needs, applied, collect and fleet"
     )
     node_quota_bytes: int = Field(
-        default=64 * 1024 * 1024, ge=1, description="bytes of values one node may hold in each of those buckets"
+        default=64 * 1024 * 1024,
+        ge=1,
+        description="bytes one node may hold in each of those buckets (keys, headers and values, as the stream "
+        "counts them); at most the nodes' share of a bucket, three quarters of bucket_max_bytes",
     )
     max_cursors_per_party: int = Field(
         default=8, ge=1, description="paged listings one party (a node, an operator...) may keep at once"
@@ -198,6 +202,17 @@ class ServerSettings(LogSettings):
         gt=timedelta(0),
         description="the hub's seat: how often it reads sites_file again, for the consumers of sites added or removed",
     )
+
+    @model_validator(mode="after")
+    def _quota_within_the_nodes_share(self) -> Self:
+        share = nodes_share(self.bucket_max_bytes)
+        if self.node_quota_bytes > share:
+            reason = (
+                f"{self.node_quota_bytes} is more than the nodes' share of a bucket ({share}: "
+                f"{flag_of(type(self), 'bucket_max_bytes')} less the seat's reserve); lower it or raise the bucket"
+            )
+            raise SettingsError(flag_of(type(self), "node_quota_bytes"), reason)
+        return self
 
     @model_validator(mode="after")
     def _site_with_its_file(self) -> Self:

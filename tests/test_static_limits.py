@@ -113,14 +113,19 @@ async def test_a_connections_subscription_past_its_limit_is_refused(mesh: Mesh) 
 
 
 @pytest.mark.parametrize("where", ["its own account", "its own key of needs"])
+@pytest.mark.parametrize("by", ["its value", "its headers"])
 async def test_a_message_over_the_payload_limit_closes_the_connection_and_lands_nowhere(
-    mesh: Mesh, seat: Bus, where: str
+    mesh: Mesh, seat: Bus, where: str, by: str
 ) -> None:
+    """The limit counts a message's headers with its value: a `{}` under headers past it is refused alike."""
     assert LIMITS.payload is not None
     subject = "limit.big" if where == "its own account" else buckets.NEEDS.subject("n1.big.config.x")
+    value, headers = (
+        (b"x" * (LIMITS.payload + 1), None) if by == "its value" else (b"{}", {"X-Pad": "p" * LIMITS.payload})
+    )
     client = await connected(mesh, N1)
     try:
-        await client.publish(subject, b"x" * (LIMITS.payload + 1))
+        await client.publish(subject, value, headers=headers)
         with anyio.fail_after(5):
             while not client.is_closed:
                 await anyio.sleep(0.01)

@@ -1,15 +1,22 @@
-"""Each node's footprint in the buckets nodes write, bounded: a node over its quota is cut back.
+"""Each node's footprint in the buckets nodes write, bounded: a node over its quota, or holding the
+most of a bucket that nears full, is cut back.
 
 The needs, applied, collect and fleet buckets are shared by every node and refuse writes once full
 (`discard: new`): without a bound per node, one node writing as fast as its grants let it would
 fill a bucket in seconds and make every other party's write fail (in the fleet: the seat's and the
 operators' holds, every other node's claims, and so every rollout). A node's keys are `<node>.>`,
-in the fleet its claims `claim.*.<node>`; a hold or a gone mark is no node's. NATS has no limit per subject
-prefix, so the seat keeps one:
+in the fleet its claims `claim.*.<node>`; a hold or a gone mark is no node's. NATS has no limit per
+subject prefix, so the seat keeps one.
 
-    watch     each bucket's writes, headers only (`Nats-Msg-Size`, no values): each node's keys
-              and bytes since it was last counted, an upper bound (an overwrite or a delete is
-              not subtracted: the old size is not known)
+A write costs what the stream stores for it (`registry.wire.feed.stored_size`): its subject, its
+headers, its value and the store's framing. A header the node adds is counted as its value is: a
+put of `{}` carrying 60 KiB of headers costs 60 KiB. (The stream bounds one put's headers and value
+together by the bucket's largest value, the account one message by its payload limit; NATS has no
+way to strip a header at an import.)
+
+    watch     each bucket's writes, headers only (no values): each node's keys and bytes since it
+              was last counted, an upper bound (an overwrite or a delete is not subtracted: the old
+              size is not known)
     count     when that bound passes the node's quota, the node's keys there are counted exactly
               (a headers-only read of `<node>.>`, delete markers included: the bucket keeps them)
     cut back  when the count is over the quota, every key of the node in that bucket is purged
@@ -17,6 +24,15 @@ prefix, so the seat keeps one:
               and why for `SHOWN_FOR`, the seat logs it once per episode; a record of the purge in
               the leases bucket lets each site's seat purge its mirror alike
               (`provisioner.seat.site_purges`)
+
+Quotas alone over-commit a bucket: many nodes, each inside its own, can fill it together. So the
+nodes together may hold the bucket's `max_bytes` less a reserve (`nodes_share`: a quarter is the
+seat's own writes' and the room the guard needs to catch up with writers): when the bounds of a
+bucket's nodes together pass that share and the stream holds more, the node with the largest bound
+is counted and, if it holds more than an equal share (the nodes' share over the nodes that wrote
+there), cut back as if over its quota; then the next. A node holding less than its equal share is
+never cut back for the bucket's sake, whatever the others write: the largest is cut first. A node's
+quota is at most the nodes' share (`ServerSettings`).
 
 A node writing without end is purged again each time it passes its quota, so its footprint stays
 within its quota and what it writes while the seat counts: the bucket never fills. Its honest
@@ -49,6 +65,12 @@ GUARDED = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT, fleet.FLEET)
 SHOWN_FOR = timedelta(hours=1)  # how long a node cut back is shown over quota
 COUNTS_WAITING = 256  # nodes waiting to be counted; more wait for the next write that passes the bound
 DURING_KEPT = 100_000  # writes of one node kept aside with their revisions while it is counted
+RESERVE = 4  # a bucket's 1/RESERVE is kept from the nodes (`nodes_share`)
+
+
+def nodes_share(bucket_bytes: int) -> int:
+    """What the nodes may hold together in a bucket of `bucket_bytes`: all but the seat's reserve."""
+    return bucket_bytes - bucket_bytes // RESERVE
 
 
 @dataclass(frozen=True)
@@ -70,22 +92,25 @@ class Footprint:
 
 @dataclass(frozen=True)
 class CutBack:
-    """A node found over its quota in a bucket, and cut back: what it held, when."""
+    """A node found over its quota in a bucket, or holding the most of a bucket past the nodes'
+    share (`share`: that share), and cut back: what it held, when."""
 
     bucket: str
     held: Footprint
     quota: Quota
     at: datetime
     times: int = 1
+    share: int | None = None
 
     def reason(self) -> str:
         when = self.at.astimezone(UTC).strftime("%H:%M:%S UTC")
         again = f" ({self.times} times)" if self.times > 1 else ""
-        return (
-            f"over quota: held {self.held.keys:,} keys, {_size(self.held.bytes)} in {self.bucket} at {when}, "
-            f"more than its {self.quota.keys:,} keys, {_size(self.quota.bytes)}; "
-            f"the seat removed them{again}"
-        )
+        held = f"held {self.held.keys:,} keys, {_size(self.held.bytes)} in {self.bucket} at {when}"
+        if self.share is None:
+            beyond = f"more than its {self.quota.keys:,} keys, {_size(self.quota.bytes)}"
+        else:
+            beyond = f"the most of any node while the nodes held more than their {_size(self.share)} of the bucket"
+        return f"over quota: {held}, {beyond}; the seat removed them{again}"
 
 
 class Bound:
@@ -102,15 +127,21 @@ class Bound:
         self.counting = False
         self._before = (0, 0)  # the bound when counting began, kept if the count fails
         self._during: list[tuple[int, int]] = []  # (revision, size) seen while counting
+        self._during_bytes = 0
 
     def footprint(self) -> Footprint:
         return Footprint(self.keys, self.bytes)
+
+    def weight(self) -> int:
+        """Bytes the node may hold at most, counting or not."""
+        return self.bytes + (self._before[1] + self._during_bytes if self.counting else 0)
 
     def add(self, revision: int, size: int) -> None:
         if revision <= self.upto:
             return
         if self.counting and len(self._during) < DURING_KEPT:
             self._during.append((revision, size))
+            self._during_bytes += size
             return
         self.keys += 1  # past DURING_KEPT, a write seen while counting is taken to survive it: high, never low
         self.bytes += size
@@ -128,18 +159,61 @@ class Bound:
 
     def give_up(self) -> None:
         """The count failed: what was seen before it and while it ran stays in the bound."""
-        during = self._during
-        self._end(self._before[0] + len(during), self._before[1] + sum(size for _, size in during))
+        self._end(self._before[0] + len(self._during), self._before[1] + self._during_bytes)
 
     def _end(self, keys: int, size: int) -> None:
         self.keys += keys
         self.bytes += size
-        self._during = []
+        self._during, self._during_bytes = [], 0
         self.counting = False
 
 
+class Load:
+    """The bounds of the nodes that wrote one bucket, and their running total. `share` is what
+    they may hold together (`nodes_share`), None for a bucket with no `max_bytes`."""
+
+    def __init__(self, share: int | None = None) -> None:
+        self.share = share
+        self.bounds: dict[str, Bound] = {}  # by node token
+        self.total = 0
+        self.relieving = False  # a node of this bucket is queued or counted for the bucket's sake
+        self.written = 0  # bytes of every write seen
+        self._quiet_until = 0  # `written` before which the bounds alone do not call for relief
+
+    def calm(self) -> None:
+        """The stream was found under the share although the bounds (high, never low) passed it:
+        relief waits for a 64th of the share more of writes (or the stream could cross it unseen)."""
+        self._quiet_until = self.written + (self.share or 0) // 64
+
+    def bound(self, token: str) -> Bound:
+        return self.bounds.setdefault(token, Bound())
+
+    def change(self, token: str, change: Callable[[Bound], None]) -> Bound:
+        """Applies `change` to the node's bound, keeping the total."""
+        bound = self.bound(token)
+        before = bound.weight()
+        change(bound)
+        moved = bound.weight() - before
+        self.total += moved
+        self.written += max(moved, 0)
+        return bound
+
+    def pressed(self) -> bool:
+        return self.share is not None and self.total > self.share and self.written >= self._quiet_until
+
+    def equal_share(self) -> int:
+        """Each writer's part of the nodes' share: a node holding no more is never cut for the bucket."""
+        return (self.share or 0) // max(len(self.bounds), 1)
+
+    def largest(self) -> str | None:
+        """The token of the node with the largest bound not being counted."""
+        waiting = [(bound.weight(), token) for token, bound in self.bounds.items() if not bound.counting]
+        return max(waiting)[1] if waiting else None
+
+
 class QuotaGuard:
-    """Watches the guarded buckets and cuts back a node over its quota (see the module)."""
+    """Watches the guarded buckets and cuts back a node over its quota, or the largest of a bucket
+    past the nodes' share (see the module)."""
 
     def __init__(
         self,
@@ -155,7 +229,7 @@ class QuotaGuard:
         self.guarded = tuple(guarded)
         self.shown_for = shown_for
         self._clock = clock
-        self._bounds: dict[tuple[str, str], Bound] = {}  # by (bucket, node token)
+        self._loads: dict[str, Load] = {}  # by bucket name
         self._cut: dict[str, CutBack] = {}  # by node name
         self._to_count: MemoryObjectSendStream[tuple[Bucket, str]] | None = None
         self._name = f"seat-quota-{uuid.uuid4().hex[:12]}"
@@ -177,9 +251,19 @@ class QuotaGuard:
         async with send, receive, anyio.create_task_group() as tasks:
             self._to_count = send
             for bucket in self.guarded:
+                await self.learn_size(bus, bucket)
                 tasks.start_soon(self._watch, bus, bucket)
             tasks.start_soon(self._count_each, bus, receive)
             task_status.started()
+
+    async def learn_size(self, bus: Bus, bucket: Bucket) -> None:
+        """Reads the bucket's `max_bytes`, whence the nodes' share of it."""
+        config = (await bus.jetstream(bucket.info_api, operation=f"read the size of {bucket.name}"))["config"]
+        most = int(config.get("max_bytes", -1))
+        self._load(bucket).share = nodes_share(most) if most > 0 else None
+
+    def _load(self, bucket: Bucket) -> Load:
+        return self._loads.setdefault(bucket.name, Load())
 
     async def _watch(self, bus: Bus, bucket: Bucket) -> None:
         name = f"{self._name}-{bucket.name}"
@@ -188,32 +272,48 @@ class QuotaGuard:
             await anyio.sleep_forever()
 
     def note(self, bucket: Bucket, item: KvItem) -> None:
-        """Adds a write to its node's bound; queues a count when the bound passes the quota. A
-        delete counts as a key: the bucket keeps its marker, so put-and-delete under new names
-        without end would otherwise fill it while the node's live keys stay few."""
+        """Adds a write's cost (what the stream stores for it) to its node's bound; queues a count
+        when the bound passes the quota, or the nodes' share of the bucket is passed. A delete
+        counts as a key: the bucket keeps its marker, so put-and-delete under new names without end
+        would otherwise fill it while the node's live keys stay few."""
         token = owner_of(bucket, item.key)
         if token is None:
             return
-        bound = self._bounds.setdefault((bucket.name, token), Bound())
-        bound.add(item.revision, max(item.size, 0))
+        load = self._load(bucket)
+        bound = load.change(token, lambda bound: bound.add(item.revision, max(item.stored, 0)))
         self._count_if_over(bucket, token, bound)
+        self._relieve_if_pressed(bucket)
 
     def _count_if_over(self, bucket: Bucket, token: str, bound: Bound) -> None:
-        if bound.counting or not bound.footprint().over(self.quota) or self._to_count is None:
+        if bound.counting or not bound.footprint().over(self.quota):
             return
+        self._queue_count(bucket, token)
+
+    def _relieve_if_pressed(self, bucket: Bucket) -> None:
+        load = self._load(bucket)
+        if load.relieving or not load.pressed():
+            return
+        token = load.largest()
+        if token is not None and self._queue_count(bucket, token):
+            load.relieving = True
+
+    def _queue_count(self, bucket: Bucket, token: str) -> bool:
+        if self._to_count is None:
+            return False
         try:
             self._to_count.send_nowait((bucket, token))
         except anyio.WouldBlock:
-            return  # counted at its next write once the queue has room
-        bound.start_counting()
+            return False  # counted at its next write once the queue has room
+        self._load(bucket).change(token, Bound.start_counting)
+        return True
 
     async def _count_each(self, bus: Bus, queued: MemoryObjectReceiveStream[tuple[Bucket, str]]) -> None:
         async for bucket, token in queued:
-            bound = self._bounds.setdefault((bucket.name, token), Bound())
+            load = self._load(bucket)
             try:
                 await self.count(bus, bucket, token)
             except BusError as err:
-                bound.give_up()
+                load.change(token, Bound.give_up)
                 log.warning(
                     "counting node %s in %s failed (%s); counted again at its next write",
                     token,
@@ -221,30 +321,47 @@ class QuotaGuard:
                     err.reason,
                 )
             else:
-                self._count_if_over(bucket, token, bound)  # what it wrote while it was counted
+                self._count_if_over(bucket, token, load.bound(token))  # what it wrote while it was counted
+            load.relieving = False
+            self._relieve_if_pressed(bucket)
 
     async def count(self, bus: Bus, bucket: Bucket, token: str) -> Footprint:
-        """Counts the node's keys in `bucket` and cuts it back if it is over its quota; what it held."""
-        bound = self._bounds.setdefault((bucket.name, token), Bound())
-        if not bound.counting:
-            bound.start_counting()
+        """Counts the node's keys in `bucket` and cuts it back if it is over its quota, or holds
+        more than its equal share of a bucket past the nodes' share; what it held."""
+        load = self._load(bucket)
+        if not load.bound(token).counting:
+            load.change(token, Bound.start_counting)
         items = await snapshot(bus, bucket, [owned_by(bucket, token)], include_deleted=True, headers_only=True)
-        held = Footprint(len(items), sum(max(item.size, 0) for item in items))
+        held = Footprint(len(items), sum(max(item.stored, 0) for item in items))
         upto = max((item.revision for item in items), default=0)
-        if not held.over(self.quota):
-            bound.counted(upto, held)
+        share = None if held.over(self.quota) else await self._share_passed(bus, bucket, held)
+        if share is None and not held.over(self.quota):
+            load.change(token, lambda bound: bound.counted(upto, held))
             return held
         purged = await purge_upto(bus, bucket, owned_by(bucket, token), upto)
         await record_purge(bus, bucket, token, upto)  # for the sites' mirrors (provisioner.seat.site_purges)
         self.on_purged(bucket, token, upto)
-        bound.counted(upto, Footprint(0, 0))
-        self._remember(_name_of(token), bucket, held, purged)
+        load.change(token, lambda bound: bound.counted(upto, Footprint(0, 0)))
+        self._remember(_name_of(token), bucket, held, purged, share)
         return held
 
-    def _remember(self, node: str, bucket: Bucket, held: Footprint, purged: int) -> None:
+    async def _share_passed(self, bus: Bus, bucket: Bucket, held: Footprint) -> int | None:
+        """The nodes' share of `bucket` if the stream holds more and `held` is more than an equal
+        part of it (the node is cut back for the bucket's sake), else None."""
+        load = self._load(bucket)
+        if load.share is None or not load.pressed() or held.bytes <= load.equal_share():
+            return None
+        state = (await bus.jetstream(bucket.info_api, operation=f"read the size of {bucket.name}"))["state"]
+        if int(state.get("bytes", 0)) > load.share:
+            return load.share
+        load.calm()
+        return None
+
+    def _remember(self, node: str, bucket: Bucket, held: Footprint, purged: int, share: int | None = None) -> None:
         before = self.over_quota(node) is not None
         times = self._cut[node].times + 1 if before else 1
-        cut = CutBack(bucket.name, held, self.quota, datetime.fromtimestamp(self._clock(), UTC), times)
+        at = datetime.fromtimestamp(self._clock(), UTC)
+        cut = CutBack(bucket.name, held, self.quota, at, times, share)
         self._cut[node] = cut
         if before:
             log.debug("node %s cut back again in %s: %d messages purged", node, bucket.name, purged)

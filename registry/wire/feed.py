@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 _OPERATION, _OPERATION_BYTES = "KV-Operation", b"KV-Operation"
 _REMOVED = ("DEL", "PURGE")
 _SIZE = "Nats-Msg-Size"  # a headers-only consumer's stand-in for the value
+# What a file store's `bytes` counts for a message beside its subject, headers and value: a record
+# header of 22 bytes and a hash of 8, and 4 more when it has headers (a memory store counts less).
+STORE_FRAMING, HEADERS_FRAMING = 30, 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,7 @@ class KvItem:
     deleted: bool = False
     stored_at: datetime | None = field(default=None, compare=False)
     size: int = field(default=-1, compare=False)  # of the value, as stored: read headers only, `value` is empty
+    stored: int = field(default=-1, compare=False)  # what the stream counts for it (`stored_size`), where read
 
 
 @dataclass(frozen=True)
@@ -164,9 +168,10 @@ class Feed:
             return
         self._consumer_sequence, self.stream_sequence = consumer_seq, stream_seq
         deleted = block is not None and is_delete_marker(block)
-        size = _stored_size(block) if self._headers_only else len(data)
+        size = _value_size(block) if self._headers_only else len(data)
         key = self.bucket.key_of(subject.decode("utf-8", "replace"))
-        self._on_item(KvItem(key, data, stream_seq, deleted, ack_time(ack), size), pending)
+        stored = stored_size(subject, _sent_headers(block, size) if self._headers_only else block, size)
+        self._on_item(KvItem(key, data, stream_seq, deleted, ack_time(ack), size, stored), pending)
 
     async def _on_status(self, reply: str, block: bytes) -> None:
         """Flow-control requests want an empty reply; a heartbeat may name a stalled flow control
@@ -184,7 +189,24 @@ class Feed:
             self.broken = f"heartbeat names consumer sequence {last}, last seen {self._consumer_sequence}"
 
 
-def _stored_size(block: bytes | None) -> int:
+def stored_size(subject: bytes, block: bytes | None, value_size: int) -> int:
+    """What a file store counts against its stream's `max_bytes` for one message: its subject, its
+    header block as it was sent, its value and the store's framing (checked against the stream's
+    `bytes` in tests/test_quotas.py)."""
+    headers = len(block) + HEADERS_FRAMING if block else 0
+    return STORE_FRAMING + len(subject) + headers + value_size
+
+
+def _sent_headers(block: bytes | None, value_size: int) -> bytes | None:
+    """The header block as its writer sent it, from a headers-only consumer's, to which the server
+    added the `Nats-Msg-Size` line; only its length is of use. A message sent without headers is
+    given a block of its own, taken as an empty one sent (16 bytes high, never low)."""
+    if block is None:
+        return None
+    return block[: len(block) - len(f"{_SIZE}: {value_size}\r\n")]
+
+
+def _value_size(block: bytes | None) -> int:
     """The value's size a headers-only consumer states in place of the value."""
     if block is None:
         return 0

@@ -47,7 +47,8 @@ async def test_a_value_over_the_limit_is_refused(server: LocalNats, bus: Bus, js
 async def test_each_configured_providers_bucket_is_made_like_the_seats_own(
     nats_server: LocalNats, js: JetStreamContext
 ) -> None:
-    async with serving(nats_server.url, providers=["postgres", "mysql"], bucket_max_bytes=8 * 1024 * 1024):
+    sizes = {"bucket_max_bytes": 8 * 1024 * 1024, "node_quota_bytes": 1024 * 1024}  # a quota inside the bucket
+    async with serving(nats_server.url, providers=["postgres", "mysql"], **sizes):  # type: ignore[arg-type]
         for stream in ("KV_postgres_bound", "KV_mysql_bound", buckets.NEEDS.stream):
             config = (await js.stream_info(stream)).config
             assert (config.allow_rollup_hdrs, config.max_msg_size, config.max_bytes) == (False, 64 * 1024, 8 << 20)

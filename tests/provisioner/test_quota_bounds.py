@@ -6,10 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import anyio
+import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from provisioner.seat.quotas import CutBack, Footprint, Quota, QuotaGuard
+from provisioner.seat.quotas import CutBack, Footprint, Quota, QuotaGuard, nodes_share
+from provisioner.settings import ServerSettings
 from registry.contract import Bucket, buckets
+from registry.errors import SettingsError
 from registry.wire import KvItem
 
 QUOTA = Quota(keys=3, bytes=100)
@@ -17,7 +20,7 @@ Queued = tuple[Bucket, str]
 
 
 def written(key: str, size: int, *, deleted: bool = False) -> KvItem:
-    return KvItem(key, b"", 1, deleted, size=size)
+    return KvItem(key, b"", 1, deleted, size=size, stored=size)
 
 
 async def test_a_node_is_counted_once_its_writes_pass_its_quota_and_not_twice_while_counted() -> None:
@@ -64,7 +67,7 @@ def test_footprints_are_over_by_keys_or_by_bytes() -> None:
 
 
 def at(key: str, revision: int, size: int = 10) -> KvItem:
-    return KvItem(key, b"", revision, False, size=size)
+    return KvItem(key, b"", revision, False, size=size, stored=size)
 
 
 def counting_n1() -> tuple[QuotaGuard, MemoryObjectSendStream[Queued], MemoryObjectReceiveStream[Queued]]:
@@ -86,7 +89,7 @@ async def test_writes_seen_while_a_node_is_counted_stay_in_its_bound_when_they_o
         guard.note(buckets.NEEDS, at("n1.m.config.v5", 5))  # while counted: read by the count
         guard.note(buckets.NEEDS, at("n1.m.config.v6", 6))  # after the count's read: not purged
         guard.note(buckets.NEEDS, at("n1.m.config.v7", 7))
-        bound = guard._bounds[(buckets.NEEDS.name, "n1")]
+        bound = guard._load(buckets.NEEDS).bound("n1")
         bound.counted(5, Footprint(0, 0))  # purged up to revision 5
         assert bound.footprint() == Footprint(2, 20)
         guard.note(buckets.NEEDS, at("n1.m.config.v3", 3))  # a lagging watch's write, counted already
@@ -100,7 +103,15 @@ async def test_a_failed_count_keeps_every_write_it_saw_in_the_bound() -> None:
     guard, send, receive = counting_n1()
     async with send, receive:
         guard.note(buckets.NEEDS, at("n1.m.config.v5", 5))
-        bound = guard._bounds[(buckets.NEEDS.name, "n1")]
+        bound = guard._load(buckets.NEEDS).bound("n1")
         bound.give_up()
         assert bound.footprint() == Footprint(5, 50)
         assert not bound.counting
+
+
+def test_a_node_quota_past_the_nodes_share_of_a_bucket_is_refused_at_start() -> None:
+    """One node allowed more than the nodes may hold together would leave the seat no reserve."""
+    assert nodes_share(1024 * 1024) == 768 * 1024
+    ServerSettings(bucket_max_bytes=1024 * 1024, node_quota_bytes=768 * 1024)
+    with pytest.raises(SettingsError, match="more than the nodes' share of a bucket"):
+        ServerSettings(bucket_max_bytes=1024 * 1024, node_quota_bytes=768 * 1024 + 1)
