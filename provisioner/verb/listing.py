@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from provisioner.verb.pages import Encoded, build_pages
+from provisioner.verb.pages import CursorOf, Encoded, build_pages
 from provisioner.verb.request import LISTABLE
 from registry.contract import MAX_VALUE_DEPTH, JsonRefused, node_token, read_json
 from registry.errors import KeyShapeError
@@ -33,12 +33,12 @@ FORGOTTEN_END = b',"forgotten":true}'
 
 
 def paginate_listing(
-    what: str, items: list[KvItem], *, budget: int, listing_id: str, forgotten: frozenset[str] = frozenset()
+    what: str, items: list[KvItem], *, budget: int, cursor_of: CursorOf, forgotten: frozenset[str] = frozenset()
 ) -> list[bytes]:
     """The pages of a listing sorted by key (consumes `items`); `forgotten`: the node tokens whose
     collect entries are marked forgotten."""
     encoded = encode_listing(what, items, max_item_bytes=budget, forgotten=forgotten)
-    return build_pages(what, encoded, budget=budget, listing_id=listing_id)
+    return build_pages(what, encoded, budget=budget, cursor_of=cursor_of)
 
 
 def encode_listing(

@@ -76,7 +76,9 @@ def _short_enough(name: str) -> str:
 
 
 Name = Annotated[str, Field(min_length=1), AfterValidator(_short_enough)]
-Cursor = Annotated[str, Field(min_length=1, max_length=MAX_NAME_BYTES)]
+# A cursor carries its listing's request (names included), sealed: a few times a name's bytes at most.
+MAX_CURSOR_CHARS = 32 * 1024
+Cursor = Annotated[str, Field(min_length=1, max_length=MAX_CURSOR_CHARS)]
 StaleAfter = Annotated[float, Field(gt=0, le=MAX_STALE_AFTER_SECONDS, allow_inf_nan=False)]
 
 

@@ -164,8 +164,8 @@ def test_the_last_error_is_capped() -> None:
 def test_the_page_cache_says_what_it_holds() -> None:
     now = [0.0]
     cache = PageCache(clock=lambda: now[0])
-    cache.keep("a", {}, [b"12345", b"678"])
-    cache.keep("b", {}, [b"9"])
+    cache.keep("a", [b"12345", b"678"])
+    cache.keep("b", [b"9"])
     assert cache.held() == (2, 0, 9)
     now[0] = 10_000.0  # expired: no longer held, though not dropped yet
     assert cache.held() == (0, 0, 0)
