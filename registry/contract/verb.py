@@ -19,6 +19,7 @@ revision a seat older than it does not answer) is left out again. Everything els
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -42,6 +43,10 @@ WHATS: tuple[What, ...] = ("registry", "needs", "applied", "collect", "nodes")
 Verdict = Literal["healthy", "stale", "gone", "over-quota"]
 
 MAX_NAME_BYTES = 1024
+# A request's id, named in every log line of its answer: the asker's, when it passes one in this
+# header (at most 32 of `A-Z a-z 0-9 - _`), else the seat's own; the answer carries it back.
+REQUEST_ID_HEADER = "Mesh-Request-Id"
+REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,32}", re.ASCII)
 MAX_STALE_AFTER_SECONDS = 366 * 86400
 MAX_VALUE_DEPTH = 256  # levels of arrays and objects in a value the seat answers as an entry
 PAGE_LEVELS = 8  # levels of a page around a value: the page, its entries, an entry, a lease
