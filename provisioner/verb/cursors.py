@@ -151,6 +151,11 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
+    """The bytes `text` encodes, if it is their one encoding (the decoder ignores a last character's
+    spare bits: another text would name the same bytes)."""
     if not text.isascii():
         raise ValueError(text)
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise ValueError(text)
+    return data
