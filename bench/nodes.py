@@ -93,7 +93,7 @@ async def measure(url: str, nodes: int, modules: int) -> dict[str, Any]:
                 ("answer_one_node_ms", Query(what="nodes", node="n0500")),
             ):
                 started = time.perf_counter()
-                pages = await answer_pages(view, query, budget=BUDGET, listing_id="x", now=now)
+                pages = await answer_pages(view, query, budget=BUDGET, cursor_of=str, now=now)
                 figures[name] = (time.perf_counter() - started) * 1000
                 figures[name.replace("_ms", "_bytes")] = sum(len(page) for page in pages)
             tg.cancel_scope.cancel()

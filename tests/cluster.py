@@ -79,19 +79,22 @@ class Peer:
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.client_port}"
 
-    def config(self, routes: list[int]) -> str:
+    def config(self, routes: list[int], extra: str = "") -> str:
         listed = ", ".join(f'"nats-route://127.0.0.1:{port}"' for port in routes)
         return (
             f'server_name: "{self.name}"\n'
             f'cluster {{ name: "{CLUSTER}", listen: "127.0.0.1:{self.route_port}", routes: [{listed}] }}\n'
+            f"{extra}"
         )
 
 
 class Cluster:
     """Three servers; `start(i)`, `stop(i)` and `kill(i)` one at a time, `urls` for clients."""
 
-    def __init__(self, root: Path, tasks: TaskGroup, size: int = 3) -> None:
+    def __init__(self, root: Path, tasks: TaskGroup, size: int = 3, extra: str = "") -> None:
+        """`extra`: configuration every server adds (an `include` of a file in its state dir)."""
         self.tasks = tasks
+        self.extra = extra
         self.peers = [Peer(f"n{i}", root / f"n{i}", free_port(), free_port()) for i in range(size)]
 
     @property
@@ -111,7 +114,7 @@ class Cluster:
         routes = [other.route_port for other in self.peers if other is not peer]
         peer.stopped, peer.exited = anyio.Event(), anyio.Event()
         try:
-            async with local_nats(peer.state_dir, peer.config(routes), port=peer.client_port) as running:
+            async with local_nats(peer.state_dir, peer.config(routes, self.extra), port=peer.client_port) as running:
                 peer.running = running
                 task_status.started()
                 await peer.stopped.wait()
@@ -135,10 +138,10 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster(root: Path) -> AsyncIterator[Cluster]:
+async def cluster(root: Path, extra: str = "") -> AsyncIterator[Cluster]:
     """A cluster whose servers are not started yet; every one still running is stopped on exit."""
     async with anyio.create_task_group() as tasks:
-        servers = Cluster(root, tasks)
+        servers = Cluster(root, tasks, extra=extra)
         try:
             yield servers
         finally:

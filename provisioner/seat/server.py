@@ -65,6 +65,7 @@ from provisioner.seat.site_purges import follow_purges
 from provisioner.seat.site_resets import resend_lost_resets
 from provisioner.settings import ServerSettings
 from provisioner.verb.budgets import AnswerRates
+from provisioner.verb.cursors import CursorSeal
 from provisioner.verb.handler import GRANTS_SETTING, Verb
 from provisioner.verb.nodes import FleetView
 from provisioner.verb.paging import PageCache
@@ -106,7 +107,7 @@ async def run_server(
         )
     site = site_of(settings)
     hub_of = sites_of_the_hub(settings)
-    work = SeatWork(RequestStats(), CompileCounts(), page_cache_of(settings))
+    work = SeatWork(RequestStats(), CompileCounts(), page_cache_of(settings, bus_options))
     async with AsyncExitStack() as resources, anyio.create_task_group() as tasks:
         tasks.start_soon(_give_up_if_stopped_before, ready, stop, tasks.cancel_scope)
         bus = await resources.enter_async_context(connect(bus_options))
@@ -240,8 +241,11 @@ def sites_of_the_hub(settings: ServerSettings) -> SitesFile | None:
     return read_sites_file(settings.sites_file, setting=setting_of(ServerSettings, "sites_file"))
 
 
-def page_cache_of(settings: ServerSettings) -> PageCache:
+def page_cache_of(settings: ServerSettings, bus_options: BusOptions) -> PageCache:
+    """The seat's listings in memory, their cursors sealed by the key every seat of the mesh
+    derives from the credentials they share."""
     return PageCache(
+        seal=CursorSeal.of_credentials(bus_options, settings.cursor_ttl),
         ttl=settings.cursor_ttl,
         max_listings=settings.max_cursors,
         max_bytes=settings.cursor_cache_bytes,

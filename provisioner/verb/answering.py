@@ -2,14 +2,15 @@
 
     at once, in the service's handler: memory holds the answer
         REGISTRY_VIEW   what=registry: the registry view's answer, when it fits one page
-        KEPT_PAGE       a cursor of a listing read whole: its page, kept
+        KEPT_PAGE       a cursor of a what=nodes listing: its page, kept by this seat
     queued under the service's concurrency limit, in the asking party's turn
         NODES_VIEW      what=nodes: the fleet view, once it is filled, its rows made a few
                         hundred at a time (the whole fleet's in one step held every other request)
-        STREAMED_PAGE   a cursor of a streamed listing: its next page, read from the stream
+        STREAMED_PAGE   a cursor of a streamed listing: its next page, read from the stream by
+                        the listing this seat holds, else resumed where the cursor says
         FLEET_LISTED    what=nodes without a filled view: the leases and applied buckets listed
-        NARROWED_READ   a narrowed listing: one batch read, its later pages kept; streamed when
-                        it has more keys than one batch read answers
+        NARROWED_READ   a narrowed listing: one batch read answering one page; streamed when
+                        it has more keys than one batch read answers, or more than a page
         STREAMED        anything else, a whole listing: read from the bucket's stream a page at
                         a time (`provisioner.verb.streamed`)
 
@@ -23,22 +24,24 @@ and listings need not take turns. The contract of requests and answers is in the
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import partial
+from typing import Protocol
 
 import anyio
 import anyio.to_thread
 
 from provisioner.errors import Unavailable
+from provisioner.verb.cursors import Continuation, party_of
 from provisioner.verb.listing import paginate_listing
 from provisioner.verb.nodes import FleetView, first_page, fleet_of
 from provisioner.verb.pages import page_budget
 from provisioner.verb.paging import PageCache
 from provisioner.verb.registry_view import RegistryView
 from provisioner.verb.request import LISTABLE, Asked, Query
-from provisioner.verb.streamed import StreamedListing
+from provisioner.verb.streamed import Seal, StreamedListing
 from registry.access import Party
 from registry.contract import SHARE_BYTES, encode_token, fleet
 from registry.errors import BusError, KeyShapeError, NoResponders
@@ -47,6 +50,24 @@ from registry.wire import Bus, KvItem, TooManyKeys, current_snapshot, get_last_m
 log = logging.getLogger(__name__)
 
 IN_THREAD_FROM = 2000  # items; below this a thread costs more than it spares the loop
+
+
+class StartWalk(Protocol):
+    """`StreamedListing.start` or `StreamedListing.resume`."""
+
+    def __call__(
+        self,
+        bus: Bus,
+        what: str,
+        filters: Sequence[str],
+        *,
+        begun: Continuation,
+        seal: Seal,
+        budget: int,
+        idle: float,
+        forgotten: frozenset[str] = ...,
+        share: int | None = ...,
+    ) -> Awaitable[StreamedListing]: ...
 
 
 class Way(Enum):
@@ -100,7 +121,6 @@ class Answering:
         # Listings need not take turns: a streamed one reads a pull at a time, bounded.
         self.whole_listings = anyio.CapacityLimiter(1)
         self._readers: dict[Way, Callable[[Asked], Awaitable[bytes]]] = {
-            Way.STREAMED_PAGE: self._continued,
             Way.NODES_VIEW: self._nodes_view,
             Way.FLEET_LISTED: self._fleet_listed,
             Way.NARROWED_READ: self._narrowed,
@@ -130,10 +150,13 @@ class Answering:
         return Way.NARROWED_READ if query.narrowing() else Way.STREAMED
 
     def _by_cursor(self, asked: Asked, cursor: str) -> Answer:
-        kept = self.cache.page(cursor, asked.query.given(), asked.party)
-        if isinstance(kept, bytes):
-            return AtOnce(Way.KEPT_PAGE, asked.query.what, kept, asked.party)
-        return self._reading(Way.STREAMED_PAGE, asked)
+        continuation = self.cache.seal.open(cursor, asked.query.given(), asked.party)
+        what = str(continuation.given.get("what", "registry"))
+        if continuation.streamed:
+            read = partial(self._closing_dropped, partial(self._continued, continuation), asked)
+            return Reading(Way.STREAMED_PAGE, what, read, asked.party)
+        page = self.cache.page(continuation.listing, continuation.page, asked.party)
+        return AtOnce(Way.KEPT_PAGE, what, page, asked.party)
 
     def _from_views(self, asked: Asked) -> AtOnce | None:
         what = asked.query.what
@@ -161,53 +184,56 @@ class Answering:
         return await first_page(fleet, asked, self.cache, self.budget)
 
     async def _narrowed(self, asked: Asked) -> bytes:
-        """The first page of a listing read whole, its later pages kept under a cursor for the
-        party that asked; streamed instead when one batch read does not answer it."""
+        """The one page of a listing one batch read answers, sorted by key; streamed instead when
+        one batch read does not answer it, or it takes more than a page (so that any seat
+        continues it)."""
         query = asked.query
         items = await read_narrowed(self.bus, query, max_bytes=self.budget)
         if items is None:
             return await self._streamed(asked)
-        listing_id = self.cache.new_listing_id()
         forgotten = await self.forgotten_tokens(query.what)
         paginate = partial(
             paginate_listing,
             query.what,
             items,
             budget=self.budget,
-            listing_id=listing_id,
+            cursor_of=str,
             forgotten=forgotten,
             share=self.share_of(query),
         )
         # A large listing is encoded in a worker thread so that the event loop keeps answering others.
         pages = await anyio.to_thread.run_sync(paginate) if len(items) > IN_THREAD_FROM else paginate()
-        log.debug("listed %s %s: %d pages", query.what, query.narrowing(), len(pages), extra={"what": query.what})
         if len(pages) > 1:
-            self.cache.keep(listing_id, query.given(), pages[1:], asked.party)
+            log.debug("%s %s takes %d pages: streamed", query.what, query.narrowing(), len(pages))
+            return await self._streamed(asked)
         return pages[0]
 
     async def _streamed(self, asked: Asked) -> bytes:
         """The first page of a streamed listing; kept under a cursor unless it was the last."""
-        query = asked.query
+        begun = Continuation(self.cache.new_listing_id(), 1, asked.query.given(), party_of(asked.party))
+        listing = await self._walking(StreamedListing.start, asked.query, begun)
+        page = await self._page_of(listing, 1)
+        if not listing.finished:
+            self.cache.keep_streamed(begun.listing, listing, asked.party)
+        return page
+
+    async def _walking(self, how: StartWalk, query: Query, begun: Continuation) -> StreamedListing:
+        """A streamed listing of `query` begun (or resumed) `how`, its walk open."""
         bucket = LISTABLE[query.what].bucket
-        filters = bucket.shape.filters(**query.narrowing())
-        listing_id = self.cache.new_listing_id()
         try:
-            listing = await StreamedListing.start(
+            return await how(
                 self.bus,
                 query.what,
-                filters,
-                listing_id=listing_id,
-                budget=self.budget,
+                bucket.shape.filters(**query.narrowing()),
+                begun=begun,
+                seal=self.cache.seal.seal,
+                budget=self.budget - self.cache.seal.room(begun),
                 idle=self.cache.ttl,
                 forgotten=await self.forgotten_tokens(query.what),
                 share=self.share_of(query),
             )
         except BusError as err:
             raise Unavailable(f"reading bucket {bucket.name} failed, retry: {err.reason}") from err
-        page = await self._page_of(listing, 1)
-        if not listing.finished:
-            self.cache.keep_streamed(listing_id, query.given(), listing, asked.party)
-        return page
 
     def share_of(self, query: Query) -> int | None:
         """Each node's share of a listing of a collection the registry shares, every node's; None
@@ -230,22 +256,24 @@ class Answering:
             return frozenset()
         return frozenset(encode_token(node) for node in _gone_nodes(marks))
 
-    async def _continued(self, asked: Asked) -> bytes:
-        """The page a streamed listing's cursor names. Looked up again now that its turn came: the
-        listing may have been dropped or have expired while the request waited."""
-        query = asked.query
-        assert query.cursor is not None
-        kept = self.cache.page(query.cursor, query.given(), asked.party)
-        if isinstance(kept, bytes):
-            return kept
-        listing, number = kept
-        page = await self._page_of(listing, number)
+    async def _continued(self, continuation: Continuation, asked: Asked) -> bytes:
+        """The page a streamed listing's cursor names: from the listing this seat holds when it
+        answered the page before (looked up now that its turn came: it may have been dropped or
+        have expired while the request waited), else resumed from the cursor (begun on another
+        seat, or before this one restarted)."""
+        listing = self.cache.streamed(continuation.listing, asked.party)
+        if listing is None or not listing.serves(continuation):
+            query = Query.model_validate(continuation.given)
+            listing = await self._walking(StreamedListing.resume, query, continuation)
+            self.cache.keep_streamed(continuation.listing, listing, asked.party)
+        page = await self._page_of(listing, continuation.page)
         if listing.finished:
-            self.cache.forget(listing.listing_id)
+            self.cache.forget(continuation.listing)
         return page
 
     async def _page_of(self, listing: StreamedListing, number: int) -> bytes:
-        """Page `number` of `listing`; a listing that fails is forgotten (its cursor then 410)."""
+        """Page `number` of `listing`; a listing that fails is forgotten (its cursor, asked again,
+        resumes it afresh)."""
         try:
             page = await listing.page(number)
         except BusError as err:

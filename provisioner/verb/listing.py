@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
-from provisioner.verb.pages import Encoded, build_pages
+from provisioner.verb.pages import CursorOf, Encoded, build_pages
 from provisioner.verb.request import LISTABLE
 from registry.contract import MAX_VALUE_DEPTH, JsonRefused, node_token, read_json
 from registry.errors import KeyShapeError
@@ -37,14 +37,14 @@ def paginate_listing(
     items: list[KvItem],
     *,
     budget: int,
-    listing_id: str,
+    cursor_of: CursorOf,
     forgotten: frozenset[str] = frozenset(),
     share: int | None = None,
 ) -> list[bytes]:
     """The pages of a listing sorted by key (consumes `items`); `forgotten`: the node tokens whose
     collect entries are marked forgotten; `share`: each node's bytes of entries (`Encoder`)."""
     encoded = encode_listing(what, items, max_item_bytes=budget, forgotten=forgotten, share=share)
-    return build_pages(what, encoded, budget=budget, listing_id=listing_id)
+    return build_pages(what, encoded, budget=budget, cursor_of=cursor_of)
 
 
 def encode_listing(

@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import anyio
 import anyio.lowlevel
@@ -47,7 +48,8 @@ from anyio.abc import TaskStatus
 from pydantic import ValidationError
 
 from provisioner.errors import Unavailable
-from provisioner.verb.pages import Encoded, build_pages
+from provisioner.verb.cursors import Continuation, CursorSeal, party_of
+from provisioner.verb.pages import CursorOf, Encoded, build_pages
 from provisioner.verb.paging import PageCache
 from provisioner.verb.request import Asked, Query
 from registry.contract import (
@@ -503,7 +505,7 @@ def stale_after_of(query: Query) -> timedelta:
     return timedelta(seconds=query.stale_after) if query.stale_after is not None else DEFAULT_STALE_AFTER
 
 
-async def answer_pages(fleet: Fleet, query: Query, *, budget: int, listing_id: str, now: datetime) -> list[bytes]:
+async def answer_pages(fleet: Fleet, query: Query, *, budget: int, cursor_of: CursorOf, now: datetime) -> list[bytes]:
     """The pages of the `what=nodes` answer (entries by node, then the keys out of shape), its rows
     made `ROWS_A_STEP` at a time, others answered in between: the whole fleet's rows in one step
     held every other request of the seat for tens of milliseconds, an operator's `what=registry`
@@ -520,16 +522,24 @@ async def answer_pages(fleet: Fleet, query: Query, *, budget: int, listing_id: s
             key = buckets.LEASES.shape.build(role=NODE_ROLE, name=node)
             encoded.malformed.append(_compact(MalformedKey(key=key, bucket=buckets.LEASES.name, reason=reason)))
     encoded.malformed.extend(fleet.malformed.under(query.node))
-    return build_pages("nodes", encoded, budget=budget, listing_id=listing_id)
+    return build_pages("nodes", encoded, budget=budget, cursor_of=cursor_of)
 
 
 async def first_page(fleet: Fleet, asked: Asked, cache: PageCache, budget: int) -> bytes:
-    """The first page of the answer; the pages after it are kept under a cursor for the asker."""
+    """The first page of the answer; the pages after it are kept by this seat under a cursor for
+    the asker (any other seat answers it 410: the listing is started again)."""
     listing_id = cache.new_listing_id()
-    pages = await answer_pages(fleet, asked.query, budget=budget, listing_id=listing_id, now=datetime.now(UTC))
+    begun = Continuation(listing_id, 1, asked.query.given(), party_of(asked.party))
+    cursor_of = partial(_kept_cursor, cache.seal, begun)
+    budget -= cache.seal.room(begun)
+    pages = await answer_pages(fleet, asked.query, budget=budget, cursor_of=cursor_of, now=datetime.now(UTC))
     if len(pages) > 1:
-        cache.keep(listing_id, asked.query.given(), pages[1:], asked.party)
+        cache.keep(listing_id, pages[1:], asked.party)
     return pages[0]
+
+
+def _kept_cursor(seal: CursorSeal, begun: Continuation, page: int) -> str:
+    return seal.seal(replace(begun, page=page))
 
 
 def _compact(row: NodeRow | MalformedKey) -> bytes:

@@ -3,18 +3,20 @@
 The page's shape, `total` and the cursor's rules are the verb's contract (README, "Paging"). A
 page fits the connection's `max_payload` with a margin (`page_budget`). The bottom of the seat's
 listing modules: `provisioner.verb.listing` encodes items into `Encoded` pieces, `build_pages` and
-`provisioner.verb.streamed` lay them out in pages, and `provisioner.verb.paging` keeps the pages after the
-first under their cursors.
+`provisioner.verb.streamed` lay them out in pages, `provisioner.verb.cursors` seals their cursors, and
+`provisioner.verb.paging` keeps what a seat holds of a listing in memory.
 """
 
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # Room in a page for everything besides its items: what, page numbers, totals and the cursor.
 ENVELOPE_BYTES = 512
+
+CursorOf = Callable[[int], str]  # the cursor of a listing's page n
 
 
 @dataclass
@@ -38,13 +40,14 @@ def page_budget(max_payload: int) -> int:
     return max_payload - max(max_payload // 32, 1024) - ENVELOPE_BYTES
 
 
-def build_pages(what: str, encoded: Encoded, *, budget: int, listing_id: str) -> list[bytes]:
-    """The pages of a listing, each under `budget` bytes of items. Consumes `encoded`."""
+def build_pages(what: str, encoded: Encoded, *, budget: int, cursor_of: CursorOf) -> list[bytes]:
+    """The pages of a listing, each under `budget` bytes of items, page n's `next` being
+    `cursor_of(n + 1)`. Consumes `encoded`."""
     bounds = _page_bounds([len(p) for p in encoded.entries], [len(p) for p in encoded.malformed], budget)
     total = totals(len(encoded.entries), len(encoded.malformed))
     pages: list[bytes] = []
     for number, (e0, e1, m0, m1) in enumerate(bounds, start=1):
-        following = cursor_for(listing_id, number + 1) if number < len(bounds) else None
+        following = cursor_of(number + 1) if number < len(bounds) else None
         items = Encoded(_take(encoded.entries, e0, e1), _take(encoded.malformed, m0, m1))
         pages.append(page_json(what, items, number=number, pages=len(bounds), total=total, following=following))
     return pages
@@ -71,27 +74,6 @@ def page_json(
     )
 
 
-def take_page(carried: Encoded, budget: int) -> Encoded:
-    """The first page's worth of `carried` (entries first, under `budget` bytes, at least one
-    piece), taken out of it."""
-    used = 0
-    counts = []
-    for pieces in (carried.entries, carried.malformed):
-        count = 0
-        for piece in pieces:
-            if used + len(piece) + 1 > budget and used > 0:
-                break
-            used, count = used + len(piece) + 1, count + 1
-        counts.append(count)
-        if count < len(pieces):
-            counts.append(0)
-            break
-    e, m = counts[0], counts[1]
-    page = Encoded(carried.entries[:e], carried.malformed[:m])
-    del carried.entries[:e], carried.malformed[:m]
-    return page
-
-
 def _take(pieces: list[bytes], start: int, end: int) -> list[bytes]:
     taken = pieces[start:end]
     pieces[start:end] = [b""] * (end - start)  # release each piece once it is in its page
@@ -115,11 +97,3 @@ def _page_bounds(entries: list[int], malformed: list[int], budget: int) -> list[
             m += 1
     bounds.append((e0, e, m0, m))
     return bounds
-
-
-# `<listing id>.<page>`: ASCII only, so that no digit Python's `int` reads differently slips through.
-CURSOR = re.compile(r"([A-Za-z0-9_-]{1,64})\.([1-9][0-9]{0,8})", re.ASCII)
-
-
-def cursor_for(listing_id: str, page: int) -> str:
-    return f"{listing_id}.{page}"

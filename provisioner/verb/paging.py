@@ -1,13 +1,13 @@
-"""The cursors that fetch the pages after the first, and what they fetch them from.
+"""What a seat holds in memory of the listings it answered, by listing id.
 
-A page's shape and its cursor are `provisioner.verb.pages`. A listing read whole (a narrowed one the
-batch read answers) is read once, on the first request, and its later pages are kept here; a
-streamed listing (`provisioner.verb.streamed`: one too large to hold) is kept here as the state it
-reads its next page from. Both are bounded in count (`max_cursors`) and bytes
-(`cursor_cache_bytes`: the pages kept, the most a streamed listing may hold), each for `cursor_ttl`
-after its last use. A listing is kept with the party that started it: a cursor is a bearer token,
-and another party holding it (a node that saw it go by) must not read a listing scoped to someone
-else.
+A page's shape is `provisioner.verb.pages`, its cursor `provisioner.verb.cursors` (sealed: it says
+which listing and page, for whom). A listing of `what=nodes` is read once, on the first request,
+and its later pages are kept here; a streamed listing (`provisioner.verb.streamed`) is kept here
+as the state it reads its next page from, read ahead, so that the cursor that follows a page is
+answered at once by the seat that answered it (any other seat resumes the listing from its cursor).
+Both are bounded in count (`max_cursors`) and bytes (`cursor_cache_bytes`: the pages kept, the most
+a streamed listing may hold), each for `cursor_ttl` after its last use. A listing is kept with the
+party that started it, and found for that party only.
 
 Room is shared fairly: each party may keep at most `max_cursors_per_party` listings and
 `cursor_cache_bytes_per_party` bytes, and a party over its share drops its own oldest listing,
@@ -20,12 +20,12 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from provisioner.errors import CursorGone, RequestError
-from provisioner.verb.pages import CURSOR
+from provisioner.errors import CursorGone
+from provisioner.verb.cursors import CursorSeal
 from provisioner.verb.streamed import StreamedListing
 from registry.access import Party
 
@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Kept:
-    given: Mapping[str, str]
     pages: list[bytes]  # pages[0] is page 2; none for a streamed listing
     size: int
     expires: float
@@ -55,7 +54,10 @@ class PageCache:
         party_listings: int = 8,
         party_bytes: int = 32 * 1024 * 1024,
         clock: Callable[[], float] = time.monotonic,
+        seal: CursorSeal | None = None,
     ) -> None:
+        """`seal`: how its cursors are sealed (default: a key of this process alone)."""
+        self.seal = seal if seal is not None else CursorSeal(secrets.token_bytes(32), ttl)
         self._ttl = ttl.total_seconds()
         self._max_listings = max_listings
         self._max_bytes = max_bytes
@@ -87,25 +89,24 @@ class PageCache:
         streamed = sum(1 for kept in live if kept.streamed is not None)
         return len(live) - streamed, streamed, sum(kept.size for kept in live)
 
-    def keep(
-        self, listing_id: str, given: Mapping[str, str], later_pages: list[bytes], owner: Party | None = None
-    ) -> None:
+    def keep(self, listing_id: str, later_pages: list[bytes], owner: Party | None = None) -> None:
         """Keeps pages 2.. of a listing whose first page is being sent to `owner`."""
         size = sum(len(p) for p in later_pages)
         self._make_room(size, owner)
         if size > self._max_bytes:
             log.warning("a listing of %d bytes is kept although the page cache holds %d", size, self._max_bytes)
-        self._kept[listing_id] = _Kept(dict(given), later_pages, size, self._clock() + self._ttl, owner)
+        self._kept[listing_id] = _Kept(later_pages, size, self._clock() + self._ttl, owner)
 
-    def keep_streamed(
-        self, listing_id: str, given: Mapping[str, str], streamed: StreamedListing, owner: Party | None = None
-    ) -> None:
-        """Keeps a streamed listing whose first page is being sent to `owner`, until its last page
-        is sent (`forget`), it expires or it is dropped for room (then closed by `close_dropped`).
-        It counts as the most bytes it may hold (`StreamedListing.most_bytes`)."""
+    def keep_streamed(self, listing_id: str, streamed: StreamedListing, owner: Party | None = None) -> None:
+        """Keeps a streamed listing whose page is being sent to `owner` (in place of one this seat
+        held under the same id), until its last page is sent (`forget`), it expires or it is
+        dropped for room (then closed by `close_dropped`). It counts as the most bytes it may hold
+        (`StreamedListing.most_bytes`)."""
+        if listing_id in self._kept:
+            self._drop(listing_id)
         size = streamed.most_bytes
         self._make_room(size, owner)
-        self._kept[listing_id] = _Kept(dict(given), [], size, self._clock() + self._ttl, owner, streamed)
+        self._kept[listing_id] = _Kept([], size, self._clock() + self._ttl, owner, streamed)
 
     def _make_room(self, size: int, owner: Party | None) -> None:
         """Drops the owner's oldest listings while it is over its share, then, while the whole
@@ -133,30 +134,32 @@ class PageCache:
             held[kept.owner] = (size + kept.size, count + 1)
         return max(held, key=held.__getitem__)
 
-    def page(
-        self, cursor: str, given: Mapping[str, str], asker: Party | None = None
-    ) -> bytes | tuple[StreamedListing, int]:
-        """The page `cursor` names, for the party that started its listing only (to any other it
-        is unknown); the fields given with it must be those of the first request. For a streamed
-        listing, the listing and the page number asked, for the caller to read it."""
-        self._expire()
-        parsed = CURSOR.fullmatch(cursor)
-        kept = self._kept.get(parsed.group(1)) if parsed else None
-        if parsed is None or kept is None or kept.owner != asker:
+    def page(self, listing_id: str, number: int, asker: Party | None = None) -> bytes:
+        """Page `number` of a listing whose pages are kept, for the party that started it only (to
+        any other it is unknown)."""
+        kept = self._found(listing_id, asker)
+        if kept.streamed is not None or not 2 <= number <= len(kept.pages) + 1:
             raise CursorGone()
-        listing_id, number = parsed.group(1), int(parsed.group(2))
-        if kept.streamed is None and not 2 <= number <= len(kept.pages) + 1:
-            raise CursorGone()
-        differing = sorted(f for f, v in given.items() if kept.given.get(f, _DEFAULTS.get(f)) != v)
-        if differing:
-            raise RequestError(f"{', '.join(differing)} differ from the listing the cursor continues; omit them")
-        kept.expires = self._clock() + self._ttl
-        if kept.streamed is not None:
-            return kept.streamed, number
         page = kept.pages[number - 2]
         if number == len(kept.pages) + 1:
             del self._kept[listing_id]
         return page
+
+    def streamed(self, listing_id: str, asker: Party | None = None) -> StreamedListing | None:
+        """The streamed listing this seat holds under `listing_id` for `asker`, if it does."""
+        try:
+            kept = self._found(listing_id, asker)
+        except CursorGone:
+            return None
+        return kept.streamed
+
+    def _found(self, listing_id: str, asker: Party | None) -> _Kept:
+        self._expire()
+        kept = self._kept.get(listing_id)
+        if kept is None or kept.owner != asker:
+            raise CursorGone()
+        kept.expires = self._clock() + self._ttl
+        return kept
 
     def forget(self, listing_id: str) -> None:
         """Forgets a streamed listing whose last page was sent (its caller closes it)."""
@@ -178,9 +181,6 @@ class PageCache:
         kept = self._kept.pop(listing_id)
         if kept.streamed is not None:
             self._dropped.append(kept.streamed)
-
-
-_DEFAULTS = {"what": "registry"}
 
 
 def _named(party: Party | None) -> str:

@@ -60,7 +60,7 @@ class RegistryView:
             return None
         if self._answer is None or self._answer[0] != budget:
             current = [item for item in self._items.values() if not item.deleted]
-            pages = paginate_listing("registry", current, budget=budget, listing_id="registry")
+            pages = paginate_listing("registry", current, budget=budget, cursor_of=_one_page)
             self._answer = (budget, pages[0] if len(pages) == 1 else None)
         return self._answer[1]
 
@@ -87,3 +87,8 @@ def _shared_by(item: KvItem) -> tuple[str, ...]:
     if not isinstance(answer, BucketAnswer) or answer.read != "items" or answer.bucket != buckets.COLLECT.name:
         return ()
     return answer.shared
+
+
+def _one_page(page: int) -> str:
+    """The cursor of a page after the first, which the view never answers."""
+    return str(page)

@@ -6,8 +6,8 @@ is a `RequestError` (answered 400) whose reason says what was wrong.
 
 Hostile input is bounded before it costs anything: a body over `MAX_REQUEST_BYTES` is refused
 unread, JSON nested deeper than `MAX_REQUEST_DEPTH` is refused before it is parsed, a name over
-`registry.contract.MAX_NAME_BYTES` (UTF-8) or a `null` field is refused (a cursor is read by
-`provisioner.verb.pages.CURSOR` alone). Whatever of the input a reason quotes is cut short (`_quoted`).
+`registry.contract.MAX_NAME_BYTES` (UTF-8) or a `null` field is refused (a cursor is opened by
+`provisioner.verb.cursors.CursorSeal` alone). Whatever of the input a reason quotes is cut short (`_quoted`).
 
 Who asks decides the scope (`scoped`), never the body: the bus tells the party
 (`registry.access.parties.PartyMap.who_asks`), and a node is answered about its own keys only.

@@ -16,8 +16,10 @@ Errors: a `RequestError` is answered with its code (400, 403, 410, 503) in the `
 header, its reason in `Nats-Service-Error` and `{"error": reason}` as the body. Anything else is
 logged with its traceback and answered 500 "internal error", never with its text.
 
-Logs join: every line said while a request is answered carries `request=<id>` (one per request),
-and once its party is known `party=<label>` and `what=` (`registry.runtime.log_context`).
+Logs join: every line said while a request is answered carries `request=<id>` (one per request:
+the asker's, when it passes one in the `Mesh-Request-Id` header, else the seat's own; every answer
+carries it back in that header), and once its party is known `party=<label>` and `what=`
+(`registry.runtime.log_context`).
 
 Shutdown, in this order: stop taking requests (the endpoint's subscription is drained, so a
 request already received is still handed over), wait for the requests in flight up to
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
@@ -44,7 +46,7 @@ from provisioner.verb.budgets import AnswerBudgets, AnswerRates
 from provisioner.verb.handler import Verb, asker_of
 from provisioner.verb.stats import UNREAD, RequestStats
 from registry.access import Party
-from registry.contract import buckets
+from registry.contract import REQUEST_ID, REQUEST_ID_HEADER, buckets
 from registry.runtime import log_context, new_log_id
 from registry.serving import EndpointFigures, EndpointSpec, RunningService, ServiceRequest, capped, serve
 from registry.wire import Bus
@@ -193,7 +195,9 @@ async def verb_service(
 
         async def on_request(served: ServiceRequest) -> None:
             request = Counted(served, stats)
-            with log_context(request=new_log_id()):  # its task, started inside, carries it too
+            request_id = request_id_of(served.headers)
+            served.reply_headers = {REQUEST_ID_HEADER: request_id}
+            with log_context(request=request_id):  # its task, started inside, carries it too
                 reading = await _answer_at_once(verb, request, refusals, budgets)
                 if reading is None:
                     return
@@ -313,6 +317,12 @@ async def _read_and_answer(reading: Reading, slots: Slots, request: Counted) -> 
     finally:
         turns.leave(reading.party)
         in_flight.leave()
+
+
+def request_id_of(headers: Mapping[str, str]) -> str:
+    """The id the asker gave its request (`REQUEST_ID_HEADER`), when it is one; else a new one."""
+    given = headers.get(REQUEST_ID_HEADER)
+    return given if given is not None and REQUEST_ID.fullmatch(given) else new_log_id()
 
 
 class RefusalLog:

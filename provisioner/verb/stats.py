@@ -81,19 +81,26 @@ class RequestStats:
 
     def as_data(self) -> dict[str, Any]:
         """The figures as `$SRV.STATS` carries them in the endpoint's `data`: answers by what and
-        code, and each what's answers, their total seconds and their average in milliseconds."""
+        code, and each what's answers, their total seconds, their average in milliseconds and
+        their histogram (`buckets`: answers at or under each bound, as Prometheus's `le`)."""
         answers: dict[str, dict[str, int]] = {}
         for (what, code), count in sorted(self.answers.items()):
             answers.setdefault(what, {})[code] = count
         return {"answers": answers, "latency": _latencies(self.latency)}
 
 
-def _latencies(latency: Mapping[str, Latency]) -> dict[str, dict[str, float | int]]:
+def _bound(bound: float) -> str:
+    """A bucket's upper bound as Prometheus writes it (`le`): `0.005`, `1.0`, `+Inf`."""
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+def _latencies(latency: Mapping[str, Latency]) -> dict[str, dict[str, Any]]:
     return {
         what: {
             "answers": figures.total,
             "seconds": round(figures.seconds, 6),
             "average_ms": round(figures.seconds / figures.total * 1000, 3),
+            "buckets": {_bound(bound): count for bound, count in figures.cumulative()},
         }
         for what, figures in latency.items()
         if figures.total

@@ -18,18 +18,27 @@ What a streamed listing answers (README, "Paging"):
   matched when the listing began (latest entries and delete markers), so at most N entries and
   malformed keys, besides keys written during the listing; the last page says `pages` and the
   exact `total` of what the listing answered.
+
+A page holds every piece read below one stream sequence and none above it, so its cursor
+(`provisioner.verb.cursors.Continuation`) says where the next page starts: any seat, or this one
+restarted, resumes the listing there (`StreamedListing.resume`), every key it has not answered met
+once, none it answered met again (unless written since). The seat that answered a page keeps the
+listing, read ahead, for the cursor that follows it (`serves`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import anyio
 
 from provisioner.errors import CursorGone
+from provisioner.verb.cursors import Continuation
 from provisioner.verb.listing import Encoder
-from provisioner.verb.pages import Encoded, cursor_for, page_json, take_page, totals
+from provisioner.verb.pages import Encoded, page_json, totals
 from provisioner.verb.request import LISTABLE
 from registry.wire import Bus, StreamWalk, leader_floor, replicated
 
@@ -38,6 +47,8 @@ log = logging.getLogger(__name__)
 READ_AHEAD_PAGES = 2  # encoded pages read ahead of the cursor, at most (plus the pull under way)
 CONSUMER_GRACE = 10.0  # seconds the walk's consumer outlives the cursor's ttl on the server
 
+Seal = Callable[[Continuation], str]
+
 
 class StreamedListing:
     """One streamed listing: its walk, the pieces read ahead of its next page, its last page.
@@ -45,7 +56,8 @@ class StreamedListing:
     Each message is encoded as it arrives (`Encoder`), and pulls follow one another while fewer
     than `READ_AHEAD_PAGES` pages are waiting, so reading goes on while a page travels and the
     asker reads it. `page(n)` answers page n once page n - 1 was answered (or n again); the
-    listing is `finished` once its last page is built. Not thread-safe; one event loop."""
+    listing is `finished` once its last page is built. Each page's `next` is `seal` of where the
+    page after it starts, `begun` filled in. Not thread-safe; one event loop."""
 
     def __init__(
         self,
@@ -53,16 +65,17 @@ class StreamedListing:
         what: str,
         filters: Sequence[str],
         *,
-        listing_id: str,
+        begun: Continuation,
+        seal: Seal,
         budget: int,
         idle: float,
         forgotten: frozenset[str] = frozenset(),
         share: int | None = None,
     ) -> None:
         self.what = what
-        self.listing_id = listing_id
+        self.listing_id = begun.listing
         self.budget = budget
-        self.at_most = 0
+        self.at_most = begun.at_most
         self.finished = False
         self.walk = StreamWalk(
             bus,
@@ -73,7 +86,10 @@ class StreamedListing:
             pull_bytes=budget,
             idle=idle + CONSUMER_GRACE,
         )
+        self._begun = begun
+        self._seal = seal
         self._encoder = Encoder(what, max_item_bytes=budget, forgotten=forgotten, share=share)
+        self._order: deque[tuple[int, bool, int]] = deque()  # each piece waiting: sequence, entry?, bytes
         self._waiting = 0  # bytes encoded and not yet in a page
         self.most_waiting = 0  # the most bytes it held at once, encoded and not yet in a page
         self._ahead = budget  # bytes to read ahead: one page until the first is sent
@@ -81,9 +97,11 @@ class StreamedListing:
         # that fits it by key: the pieces, never the items (a page of malformed keys may have read
         # the node's every 64 KiB value: holding them held tens of MB, encoding them again blocked
         # the seat's event loop for up to half a second).
-        self._first: tuple[list[str], list[str]] | None = ([], [])
-        self._answered = 0  # pages built
-        self._counts = [0, 0]  # entries, malformed answered
+        self._first: tuple[list[str], list[str]] | None = ([], []) if begun.page == 1 else None
+        self._answered = begun.page - 1  # pages built
+        self._counts = [begun.entries, begun.malformed]  # entries, malformed answered
+        self.position = max(begun.position, 1)  # the stream sequence the next page starts at
+        self._last_position = 0  # the one the last page built started at
         self._last: bytes | None = None
         self._lock = anyio.Lock()
 
@@ -105,7 +123,8 @@ class StreamedListing:
         what: str,
         filters: Sequence[str],
         *,
-        listing_id: str,
+        begun: Continuation,
+        seal: Seal,
         budget: int,
         idle: float,
         forgotten: frozenset[str] = frozenset(),
@@ -113,17 +132,51 @@ class StreamedListing:
     ) -> StreamedListing:
         """A listing of the keys of `what`'s bucket under `filters`, its walk open: never ending
         before the sequence the stream's leader held when it began; `forgotten` as `Encoder` takes it."""
-        listing = cls(
-            bus, what, filters, listing_id=listing_id, budget=budget, idle=idle, forgotten=forgotten, share=share
-        )
-        bucket = listing.walk.bucket
+        bucket = LISTABLE[what].bucket
         floor = await leader_floor(bus, bucket, filters) if await replicated(bus, bucket) else 0
-        try:
-            listing.at_most = await listing.walk.open(floor=floor)
-        except BaseException:
-            await listing.close()
-            raise
+        begun = replace(begun, page=1, position=1, floor=floor)
+        listing = cls(
+            bus, what, filters, begun=begun, seal=seal, budget=budget, idle=idle, forgotten=forgotten, share=share
+        )
+        listing.at_most = await listing._opened(begun)
+        listing._begun = replace(begun, at_most=listing.at_most)
         return listing
+
+    @classmethod
+    async def resume(
+        cls,
+        bus: Bus,
+        what: str,
+        filters: Sequence[str],
+        *,
+        begun: Continuation,
+        seal: Seal,
+        budget: int,
+        idle: float,
+        forgotten: frozenset[str] = frozenset(),
+        share: int | None = None,
+    ) -> StreamedListing:
+        """The listing `begun` continues (begun on this seat or another), its walk open at the
+        sequence its next page starts at."""
+        listing = cls(
+            bus, what, filters, begun=begun, seal=seal, budget=budget, idle=idle, forgotten=forgotten, share=share
+        )
+        await listing._opened(begun)
+        return listing
+
+    async def _opened(self, begun: Continuation) -> int:
+        try:
+            return await self.walk.open(floor=begun.floor, start=self.position)
+        except BaseException:
+            await self.close()
+            raise
+
+    def serves(self, continuation: Continuation) -> bool:
+        """Whether this listing, as it stands, answers the page `continuation` asks for: the next
+        page from where the last ended, or the last page again."""
+        if continuation.page == self._answered + 1:
+            return continuation.position == self.position and not self.finished
+        return continuation.page == self._answered and continuation.position == self._last_position
 
     async def page(self, number: int) -> bytes:
         """Page `number`: the next one, or the last one built again."""
@@ -132,6 +185,7 @@ class StreamedListing:
                 return self._last
             if number != self._answered + 1 or self.finished:
                 raise CursorGone()
+            self._last_position = self.position
             self._last = await self._next_page()
             self._answered = number
             return self._last
@@ -143,9 +197,12 @@ class StreamedListing:
         if deleted:
             return
         entries = len(self._encoder.encoded.entries)
-        self._waiting += self._encoder.add(key, value, revision)
+        size = self._encoder.add(key, value, revision)
+        entry = len(self._encoder.encoded.entries) > entries
+        self._waiting += size
+        self._order.append((revision, entry, size))
         if self._first is not None:
-            self._first[len(self._encoder.encoded.entries) == entries].append(key)
+            self._first[not entry].append(key)
 
     def _wanted(self) -> bool:
         return self._waiting < self._ahead
@@ -160,13 +217,15 @@ class StreamedListing:
         self.most_waiting = max(self.most_waiting, self._waiting)  # it only grows between pages
         first, self._first = self._first, None
         if first is not None and self.walk.finished and self._waiting <= self.budget:
-            self._encoder.encoded = by_key(self._encoder.encoded, *first)  # one page: by key
-        items = take_page(self._encoder.encoded, self.budget)
+            items = by_key(self._encoder.encoded, *first)  # one page: by key
+            self._encoder.encoded, self._order = Encoded([], []), deque()
+        else:
+            items = self._take_page()
         self._waiting -= items.size
         self._counts[0] += len(items.entries)
         self._counts[1] += len(items.malformed)
         number = self._answered + 1
-        if self.walk.finished and not self._encoder.encoded:
+        if self.walk.finished and not self._order:
             self.finished = True
             log.debug(
                 "streamed %s: %d pages, %d entries, %d malformed, at most %d bytes waiting",
@@ -180,8 +239,40 @@ class StreamedListing:
         self._ahead = READ_AHEAD_PAGES * self.budget
         await self.walk.read_ahead()
         total = b'{"at_most":%d}' % self.at_most
-        following = cursor_for(self.listing_id, number + 1)
+        following = self._seal(self._continuation(number + 1))
         return page_json(self.what, items, number=number, pages=None, total=total, following=following)
+
+    def _take_page(self) -> Encoded:
+        """The pieces read first, in stream order, under `budget` bytes (at least one), taken out;
+        `position` moves past them."""
+        used = entries = malformed = 0
+        last = None
+        while self._order:
+            sequence, entry, size = self._order[0]
+            if used + size > self.budget and used > 0:
+                break
+            self._order.popleft()
+            used, last = used + size, sequence
+            entries, malformed = entries + entry, malformed + (not entry)
+        encoded = self._encoder.encoded
+        page = Encoded(encoded.entries[:entries], encoded.malformed[:malformed])
+        del encoded.entries[:entries], encoded.malformed[:malformed]
+        if self._order and last is not None:
+            self.position = last + 1
+        else:  # every message read is answered or skipped (a delete marker)
+            self.position = max(self.position, self.walk.last_sequence + 1)
+        return page
+
+    def _continuation(self, number: int) -> Continuation:
+        return replace(
+            self._begun,
+            page=number,
+            position=self.position,
+            floor=self.walk.floor,
+            at_most=self.at_most,
+            entries=self._counts[0],
+            malformed=self._counts[1],
+        )
 
 
 def by_key(encoded: Encoded, entry_keys: list[str], malformed_keys: list[str]) -> Encoded:

@@ -19,6 +19,7 @@ revision a seat older than it does not answer) is left out again. Everything els
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -42,6 +43,10 @@ WHATS: tuple[What, ...] = ("registry", "needs", "applied", "collect", "nodes")
 Verdict = Literal["healthy", "stale", "gone", "over-quota"]
 
 MAX_NAME_BYTES = 1024
+# A request's id, named in every log line of its answer: the asker's, when it passes one in this
+# header (at most 32 of `A-Z a-z 0-9 - _`), else the seat's own; the answer carries it back.
+REQUEST_ID_HEADER = "Mesh-Request-Id"
+REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,32}", re.ASCII)
 MAX_STALE_AFTER_SECONDS = 366 * 86400
 # Bytes of entries a node's contributions take in a listing of a collection shared across the mesh
 # (`what=collect` narrowed to it, every node's): past them, its further entries are left out, said
@@ -80,7 +85,9 @@ def _short_enough(name: str) -> str:
 
 
 Name = Annotated[str, Field(min_length=1), AfterValidator(_short_enough)]
-Cursor = Annotated[str, Field(min_length=1, max_length=MAX_NAME_BYTES)]
+# A cursor carries its listing's request (names included), sealed: a few times a name's bytes at most.
+MAX_CURSOR_CHARS = 32 * 1024
+Cursor = Annotated[str, Field(min_length=1, max_length=MAX_CURSOR_CHARS)]
 StaleAfter = Annotated[float, Field(gt=0, le=MAX_STALE_AFTER_SECONDS, allow_inf_nan=False)]
 
 

@@ -44,11 +44,12 @@ STOP_AT_MOST = 5.0  # seconds an unordered stop (an error, a cancellation) may t
 class ServiceRequest:
     """One request to an endpoint, as our code sees it."""
 
-    __slots__ = ("_bus", "_request")
+    __slots__ = ("_bus", "_request", "reply_headers")
 
     def __init__(self, request: Request, bus: Bus) -> None:
         self._request = request
         self._bus = bus
+        self.reply_headers: dict[str, str] | None = None  # headers every answer to it carries
 
     @property
     def data(self) -> bytes:
@@ -62,7 +63,7 @@ class ServiceRequest:
         """`data` as the answer; a 500 service error instead when it is over `max_payload`. Returns
         the code answered: "200", or "500"."""
         limit = self._bus.max_payload
-        if len(data) > limit:
+        if len(data) + _header_bytes(self.reply_headers or {}) > limit:
             log.error(
                 "an answer of %d bytes is over the connection's max_payload (%d); answered 500 instead",
                 len(data),
@@ -71,7 +72,7 @@ class ServiceRequest:
             await self.respond_error("500", f"the answer is {len(data)} bytes, over max_payload ({limit}): not sent")
             return "500"
         try:
-            await self._request.respond(data)
+            await self._request.respond(data, headers=self.reply_headers)
         except Exception as err:  # a closed connection or a request without a reply subject
             log.warning("could not answer a request: %s", err)
         return "200"
@@ -83,13 +84,13 @@ class ServiceRequest:
         limit = self._bus.max_payload
         for cap in (MAX_REASON_CHARS, 64, 0):
             description, body = _error_message(code, reason, cap)
-            if len(body) + _header_bytes(code, description) <= limit:
+            if len(body) + _header_bytes(_error_headers(code, description, self.reply_headers)) <= limit:
                 break
         else:
             log.error("even a bare error %s is over max_payload (%d): the request is left unanswered", code, limit)
             return
         try:
-            await self._request.respond_error(code, description, data=body)
+            await self._request.respond_error(code, description, data=body, headers=self.reply_headers)
         except Exception as err:  # a closed connection or a request without a reply subject
             log.warning("could not answer a request with error %s: %s", code, err, extra={"code": code})
 
@@ -100,10 +101,16 @@ def _error_message(code: str, reason: str, cap: int) -> tuple[str, bytes]:
     return " ".join(reason.split()), json.dumps({"error": reason}).encode()
 
 
-def _header_bytes(code: str, description: str) -> int:
-    """The bytes of a service error's header block: `NATS/1.0`, one `name: value` line each, a blank line."""
-    lines = (f"Nats-Service-Error: {description}", f"Nats-Service-Error-Code: {code}")
-    return len(b"NATS/1.0\r\n\r\n") + sum(len(line.encode()) + 2 for line in lines)
+def _error_headers(code: str, description: str, given: Mapping[str, str] | None) -> dict[str, str]:
+    return {**(given or {}), "Nats-Service-Error": description, "Nats-Service-Error-Code": code}
+
+
+def _header_bytes(headers: Mapping[str, str]) -> int:
+    """The bytes of a header block: `NATS/1.0`, one `name: value` line each, a blank line (none
+    without headers)."""
+    if not headers:
+        return 0
+    return len(b"NATS/1.0\r\n\r\n") + sum(len(f"{name}: {value}".encode()) + 2 for name, value in headers.items())
 
 
 MAX_REASON_CHARS = 1024

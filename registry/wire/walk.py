@@ -70,6 +70,7 @@ class StreamWalk:
         self.last_sequence = 0  # the highest stream sequence received
         self.finished = False
         self.floor = 0  # the walk is not finished before this sequence (the leader's last at the start)
+        self.start = 1  # the stream sequence it reads from
         self._sink = sink
         self._prefix_length = len(bucket.subject_prefix.encode())
         self._wanted = wanted
@@ -92,13 +93,16 @@ class StreamWalk:
     def operation(self) -> str:
         return f"read {self.bucket.name} {' '.join(self.filters)} in stream order"
 
-    async def open(self, *, floor: int = 0) -> int:
-        """Creates the consumer; how many messages it has to deliver now (delete markers included).
+    async def open(self, *, floor: int = 0, start: int = 1) -> int:
+        """Creates the consumer, reading from stream sequence `start` on; how many messages it has
+        to deliver now (delete markers included).
 
         The walk does not finish before it has met stream sequence `floor` (the last the stream's
         leader held when the listing began): a replica that has just rejoined a cluster ends its
         stream earlier until it has caught up; past the bus's timeout, `BusError` (retry)."""
         self.floor = floor
+        self.start = start
+        self.last_sequence = start - 1  # met before this walk (another walk of the same listing)
         await self.bus.until_connected(self.bus.options.request_timeout, operation=self.operation)
         self._inbox = self.bus.new_inbox()
         self._sub = await self.bus.subscribe_raw(f"{self._inbox}.*", self._on_message)
@@ -114,7 +118,7 @@ class StreamWalk:
             {
                 "name": self.name,
                 "ack_policy": "none",
-                "deliver_policy": "all",
+                **({"deliver_policy": "all"} if self.start <= 1 else _from(self.start)),
                 "inactive_threshold": int(self._idle * 1_000_000_000),
                 "mem_storage": True,
                 "num_replicas": 1,
@@ -235,3 +239,7 @@ class StreamWalk:
     def _wake(self) -> None:
         progress, self._progress = self._progress, anyio.Event()
         progress.set()
+
+
+def _from(start: int) -> dict[str, object]:
+    return {"deliver_policy": "by_start_sequence", "opt_start_seq": start}

@@ -17,7 +17,7 @@ HOLDER = Holder(id="h", host="host", pid=1, since=NOW - timedelta(hours=1), ttl_
 
 
 async def answer(fleet: Fleet, node: str | None = None, *, now: datetime = NOW) -> dict[str, object]:
-    [page] = await answer_pages(fleet, Query(what="nodes", node=node), budget=1 << 20, listing_id="l", now=now)
+    [page] = await answer_pages(fleet, Query(what="nodes", node=node), budget=1 << 20, cursor_of=str, now=now)
     answer: dict[str, object] = json.loads(page)
     return answer
 

@@ -276,7 +276,7 @@ async def test_a_nodes_own_records_out_of_range_do_not_fail_the_fleets_answer(
     fleet.apply_lease(KvItem(node_key("n1"), json.dumps(holder).encode(), 1, stored_at=NOW))
     record = {"state": "applied"} | applied
     fleet.apply_applied(KvItem("n1.web", json.dumps(record).encode(), 2, stored_at=NOW))
-    [page] = await answer_pages(fleet, Query(what="nodes"), budget=1 << 16, listing_id="l", now=NOW)
+    [page] = await answer_pages(fleet, Query(what="nodes"), budget=1 << 16, cursor_of=str, now=NOW)
     [entry] = json.loads(page)["entries"]
     assert entry["verdict"] == "healthy" and entry["applied"] == 1
     assert ("ttl_seconds" in entry["lease"]) == (not lease)
@@ -455,8 +455,8 @@ async def test_the_listed_fleet_answers_as_the_kept_view_does(
         listed = await read_fleet(bus, node)
         tg.cancel_scope.cancel()
     query, now = Query(what="nodes", node=node), datetime.now(UTC)
-    pages = await answer_pages(view, query, budget=60_000, listing_id="x", now=now)
-    assert await answer_pages(listed, query, budget=60_000, listing_id="x", now=now) == pages
+    pages = await answer_pages(view, query, budget=60_000, cursor_of=str, now=now)
+    assert await answer_pages(listed, query, budget=60_000, cursor_of=str, now=now) == pages
     assert len(json.loads(pages[0])["malformed"]) == 1
 
 

@@ -13,7 +13,7 @@ from provisioner.verb.handler import Verb
 from provisioner.verb.paging import PageCache
 from provisioner.verb.service import verb_service
 from registry.access import Kind, Party, PartyMap
-from registry.contract import buckets
+from registry.contract import REQUEST_ID_HEADER, buckets
 from registry.runtime.logs import event_fields
 from registry.wire import BucketConfig, Bus
 from tests.helpers import put_many
@@ -37,8 +37,8 @@ async def test_a_requests_lines_carry_its_id_party_and_what(bus: Bus, caplog: py
     await put_many(bus, buckets.NEEDS, {f"n1.m{i}.config.x": b'{"placeholder":"x"}' for i in range(3)})
     caplog.set_level(logging.DEBUG, logger="provisioner")
     async with verb_service(bus, verb=Verb(bus, PageCache(), parties=EveryoneIsNodeOne())):
-        for _ in range(2):
-            await bus.request(buckets.VERB_SUBJECT, b'{"what": "needs"}')
+        await bus.request(buckets.VERB_SUBJECT, b'{"what": "needs"}')
+        await bus.request(buckets.VERB_SUBJECT, b'{"what": "needs"}', headers={REQUEST_ID_HEADER: "asked-by-me"})
         await bus.request(buckets.VERB_SUBJECT, b'{"what": "nope"}')
     answered = [event_fields(r) for r in caplog.records if r.getMessage().startswith("answered ")]
     assert len(answered) == 2
@@ -50,7 +50,8 @@ async def test_a_requests_lines_carry_its_id_party_and_what(bus: Bus, caplog: py
     assert refused[0]["party"] == "node-n1"
     assert refused[0]["code"] == "400"
     assert refused[0]["request"] not in {fields["request"] for fields in answered}
-    assert all(len(str(fields["request"])) == 8 for fields in [*answered, *refused])
+    assert answered[1]["request"] == "asked-by-me"  # the asker's own id
+    assert all(len(str(fields["request"])) == 8 for fields in [answered[0], *refused])
     outside = [r for r in caplog.records if r.getMessage().startswith("serving ")]
     assert outside
     assert "request" not in event_fields(outside[0])

@@ -13,7 +13,7 @@ from provisioner.seat.registry_sync import CompileCounts, Compiler
 from provisioner.verb.paging import PageCache
 from provisioner.verb.request import LISTABLE
 from provisioner.verb.stats import LATENCY_BUCKETS, UNREAD, WHATS, Latency, RequestStats
-from registry.contract import buckets
+from registry.contract import REQUEST_ID_HEADER, buckets
 from registry.errors import BusError
 from registry.wire import Bus, put
 from tests.helpers import put_many, serving
@@ -164,8 +164,44 @@ def test_the_last_error_is_capped() -> None:
 def test_the_page_cache_says_what_it_holds() -> None:
     now = [0.0]
     cache = PageCache(clock=lambda: now[0])
-    cache.keep("a", {}, [b"12345", b"678"])
-    cache.keep("b", {}, [b"9"])
+    cache.keep("a", [b"12345", b"678"])
+    cache.keep("b", [b"9"])
     assert cache.held() == (2, 0, 9)
     now[0] = 10_000.0  # expired: no longer held, though not dropped yet
     assert cache.held() == (0, 0, 0)
+
+
+async def test_the_latency_histogram_by_what_is_read_from_srv_stats_and_from_metrics(
+    nats_server: LocalNats, bus: Bus
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    async with serving(nats_server.url, metrics_listen=str(port)):
+        for body in (b'{"what": "registry"}', b'{"what": "needs", "node": "n1"}', b'{"what": "needs", "node": "n2"}'):
+            assert (await ask(bus, body))[0] == "200"
+        found, _ = await scrape_until(
+            url, lambda found: value(found, "mesh_seat_request_duration_seconds_count", what="needs") == 2, "3 counted"
+        )
+        stats = json.loads((await bus.request(f"$SRV.STATS.{buckets.SEAT}", b"")).data)
+    latency = stats["endpoints"][0]["data"]["latency"]
+    for what, count in (("registry", 1), ("needs", 2)):
+        histogram = latency[what]["buckets"]
+        assert list(histogram) == [repr(float(bound)) for bound in LATENCY_BUCKETS] + ["+Inf"]
+        assert histogram["+Inf"] == latency[what]["answers"] == count
+        assert list(histogram.values()) == sorted(histogram.values())  # cumulative
+        assert value(found, "mesh_seat_requests_total", what=what, code="200") == count
+        for le, below in histogram.items():
+            assert value(found, "mesh_seat_request_duration_seconds_bucket", what=what, le=le) == below
+
+
+async def test_a_request_id_the_asker_passes_is_answered_back_and_a_bad_one_replaced(
+    nats_server: LocalNats, bus: Bus
+) -> None:
+    async with serving(nats_server.url):
+        given = await bus.request(buckets.VERB_SUBJECT, b"{}", headers={REQUEST_ID_HEADER: "ask-42"})
+        refused = await bus.request(buckets.VERB_SUBJECT, b"[]", headers={REQUEST_ID_HEADER: "ask-43"})
+        hostile = await bus.request(buckets.VERB_SUBJECT, b"{}", headers={REQUEST_ID_HEADER: "x" * 33})
+        none = await bus.request(buckets.VERB_SUBJECT, b"{}")
+    assert given.headers[REQUEST_ID_HEADER] == "ask-42"
+    assert (refused.headers[REQUEST_ID_HEADER], refused.headers[ERROR_CODE]) == ("ask-43", "400")
+    assert len(hostile.headers[REQUEST_ID_HEADER]) == len(none.headers[REQUEST_ID_HEADER]) == 8

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from datetime import timedelta
 
 import pytest
@@ -11,6 +10,7 @@ from nats.aio.client import Client
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.seat.buckets import ensure_buckets
+from provisioner.verb.cursors import Continuation
 from provisioner.verb.handler import Verb
 from provisioner.verb.paging import PageCache
 from provisioner.verb.service import verb_service
@@ -100,15 +100,18 @@ async def test_the_service_api_answers(server: LocalNats, nc: Client, subject: s
 class BrokenCache(PageCache):
     """A page cache that fails unexpectedly: the seam through which a bug reaches a handler."""
 
-    def page(self, cursor: str, given: Mapping[str, str], asker: Party | None = None) -> bytes:
+    def page(self, listing_id: str, number: int, asker: Party | None = None) -> bytes:
         raise RuntimeError("password=hunter2 leaked in a repr")
 
 
 async def test_an_unexpected_error_is_answered_500_without_its_text(
     many_needs: Bus, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with verb_service(many_needs, verb=Verb(many_needs, BrokenCache())):
-        broken = await many_needs.request(buckets.VERB_SUBJECT, b'{"cursor":"x.2"}', reply_wait=timedelta(seconds=2))
+    cache = BrokenCache()
+    cursor = cache.seal.seal(Continuation("x", 2, {"what": "nodes"}, ""))
+    async with verb_service(many_needs, verb=Verb(many_needs, cache)):
+        body = json.dumps({"cursor": cursor}).encode()
+        broken = await many_needs.request(buckets.VERB_SUBJECT, body, reply_wait=timedelta(seconds=2))
         after = await many_needs.request(buckets.VERB_SUBJECT, b"{}", reply_wait=timedelta(seconds=2))
     assert (broken.headers[ERROR_CODE_HEADER], broken.headers[ERROR_HEADER]) == ("500", "internal error")
     assert json.loads(broken.data) == {"error": "internal error"}

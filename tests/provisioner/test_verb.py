@@ -14,6 +14,7 @@ from nats.js.kv import KeyValue
 
 from mesh_dev.local_nats import LocalNats
 from provisioner.verb.answering import Answering, AtOnce, Reading, Way
+from provisioner.verb.cursors import Continuation
 from provisioner.verb.nodes import FleetView
 from provisioner.verb.paging import PageCache
 from provisioner.verb.registry_view import RegistryView
@@ -350,20 +351,22 @@ async def test_one_place_decides_how_each_request_is_answered(
 async def test_a_cursor_is_answered_from_its_kept_page_or_read_from_its_listings_stream(seeded: Bus) -> None:
     cache = PageCache()
     answering = Answering(seeded, cache)
-    cache.keep("kept", {"what": "needs"}, [b"page two"])
-    assert answering.answer(asked_for({"what": "needs", "cursor": "kept.2"})) == AtOnce(
-        Way.KEPT_PAGE, "needs", b"page two"
+    cache.keep("kept", [b"page two"])
+    kept = cache.seal.seal(Continuation("kept", 2, {"what": "nodes"}, ""))
+    assert answering.answer(asked_for({"cursor": kept})) == AtOnce(Way.KEPT_PAGE, "nodes", b"page two")
+    begun = Continuation("streamed", 1, {"what": "needs"}, "")
+    listing = await StreamedListing.start(
+        seeded, "needs", [">"], begun=begun, seal=cache.seal.seal, budget=200, idle=10
     )
-    listing = await StreamedListing.start(seeded, "needs", [">"], listing_id="streamed", budget=200, idle=10)
     first = parse_page(await listing.page(1), "needs")
-    assert isinstance(first, NeedsPage)
-    cache.keep_streamed("streamed", {"what": "needs"}, listing)
-    answer = answering.answer(asked_for({"what": "needs", "cursor": "streamed.2"}))
+    assert isinstance(first, NeedsPage) and first.next is not None
+    cache.keep_streamed("streamed", listing)
+    answer = answering.answer(asked_for({"what": "needs", "cursor": first.next}))
     assert isinstance(answer, Reading)
     assert answer.way is Way.STREAMED_PAGE
     second = parse_page(await answer.read(), "needs")
     assert isinstance(second, NeedsPage)
-    assert (first.next, second.page) == ("streamed.2", 2)
+    assert second.page == 2
     assert {entry.key for entry in first.entries}.isdisjoint(entry.key for entry in second.entries)
     await listing.close()
 

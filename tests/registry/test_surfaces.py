@@ -51,6 +51,8 @@ SURFACES = {
         "PENDING_CAUSES",
         "Page",
         "Placeholder",
+        "REQUEST_ID",
+        "REQUEST_ID_HEADER",
         "RegistryEntry",
         "RegistryPage",
         "RegistryRow",
