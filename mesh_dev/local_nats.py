@@ -56,16 +56,24 @@ def nats_server_binary() -> str:
     return found
 
 
-def server_config(store_dir: Path, extra: str = "", *, host: str = "127.0.0.1", port: int = -1) -> str:
-    return f'listen: "{host}:{port}"\njetstream {{ store_dir: "{store_dir}" }}\n{extra}\n'
+def server_config(
+    store_dir: Path, extra: str = "", *, host: str = "127.0.0.1", port: int = -1, jetstream: str = ""
+) -> str:
+    """A server's configuration; `jetstream`, more of its `jetstream { }` block. JetStream's
+    `sync_interval` is left at its default (2 minutes): a development server loses nothing a
+    developer keeps, and `deploy/nats-server.conf` says what a power failure costs."""
+    more = f"\n  {jetstream}\n" if jetstream else " "
+    return f'listen: "{host}:{port}"\njetstream {{ store_dir: "{store_dir}"{more}}}\n{extra}\n'
 
 
 @asynccontextmanager
 async def local_nats(
-    state_dir: Path, extra_config: str = "", *, port: int = -1, ready_timeout: float = 20.0
+    state_dir: Path, extra_config: str = "", *, port: int = -1, ready_timeout: float = 20.0, jetstream: str = ""
 ) -> AsyncIterator[LocalNats]:
     """Runs nats-server with its data and config under `state_dir` until the block exits."""
-    config = _write_config(state_dir, server_config(state_dir / "jetstream", extra_config, port=port))
+    config = _write_config(
+        state_dir, server_config(state_dir / "jetstream", extra_config, port=port, jetstream=jetstream)
+    )
     command = [nats_server_binary(), "-c", str(config)]
     # its own session: a Ctrl-C at the terminal must not stop it before its clients have drained
     async with (

@@ -106,6 +106,12 @@ class ServerSettings(LogSettings):
         gt=timedelta(0),
         description="how long the compile lease outlives its holder's last renewal (renewed every third of it)",
     )
+    rollback_check: Duration = Field(
+        default=timedelta(seconds=30),
+        gt=timedelta(0),
+        description="how often the seat looks whether a stream it follows went back (a server restarted from a "
+        "store behind the writes it had acknowledged): the registry is then compiled again and its views re-read",
+    )
     bucket_replicas: int = Field(default=1, ge=1, le=5, description="replicas of the buckets the server creates")
     bucket_storage: Literal["file", "memory"] = Field(
         default="file", description="storage of the buckets the server creates"

@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import logging
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -226,6 +227,18 @@ class RestartableNats:
         if self._running is not None:
             self._running.process.send_signal(signal.SIGKILL)
         await self.stop()
+
+    def copy_store(self, to: Path) -> None:
+        """The store as the server has written it so far (not necessarily synced to disk), copied."""
+        shutil.copytree(self._state_dir / "jetstream", to)
+
+    async def kill_and_roll_back(self, copy: Path) -> None:
+        """As a power failure would leave it: killed, its store replaced by `copy` (every write
+        acknowledged since lost), and started again on the same port."""
+        await self.kill()
+        shutil.rmtree(self._state_dir / "jetstream")
+        shutil.copytree(copy, self._state_dir / "jetstream")
+        await self.start()
 
     async def _run(self, *, task_status: TaskStatus[LocalNats]) -> None:
         try:

@@ -14,6 +14,11 @@ the compile gave up), so it is this seat's own too. A holder that stops (or stop
 replaced within the lease's ttl, the clock skew allowed (`registry.wire.lease.SKEW`) and one more
 check (a third of the ttl); an outage is no stop (`registry.wire.lease.Lease.hold`).
 
+JetStream acknowledges a write before it reaches the disk, so a server restarted after a power
+failure may hold the registry as it was some compiles ago. The holder looks at the registry
+stream's last sequence every `check` (one request): found below where it stood at the last look,
+the stream went back, and the registry is compiled at once instead of at the next interval.
+
 The bus failing, at start (a fresh cluster's streams answer a moment after they are made) or
 later, never stops the seat: the lease is not taken yet, or the compile is tried again soon.
 
@@ -36,11 +41,12 @@ from anyio.abc import TaskStatus
 
 from registry.contract import buckets, load_catalogue, registry_values
 from registry.errors import BusError, RegistryError, sole_exception
-from registry.wire import Bus, Changes, KvItem, Lease, converge, current_snapshot, seat_key
+from registry.wire import Bus, Changes, KvItem, Lease, converge, current_snapshot, seat_key, stream_last_sequence
 
 log = logging.getLogger(__name__)
 
 COMPILE_LEASE_TTL = timedelta(seconds=15)
+ROLLBACK_CHECK = timedelta(seconds=30)  # how often the holder looks whether the registry's stream went back
 COMPILE_OUTCOMES = ("changed", "unchanged", "failed")
 RETRY_FIRST = 1.0  # seconds before a compile or comparison the bus failed is tried again, doubling
 
@@ -84,6 +90,7 @@ class Compiler:
         self._ours: Ours | None = None
         self._told: tuple[str, ...] = ()
         self._seen: int | None = None  # the bucket's last revision at the last comparison
+        self._stream_end = 0  # the registry stream's last sequence at the last look (`went_back`)
 
     def desired(self) -> dict[str, bytes]:
         return registry_values(load_catalogue(self.domains_file))
@@ -120,6 +127,23 @@ class Compiler:
         self._ours = {kind: frozenset({value}) for kind, value in desired.items()}
         _log_compiled(changes, len(desired))
         return changes
+
+    async def went_back(self) -> bool:
+        """Whether the registry's stream ends below where it ended at the last look: a server restarted
+        from a store behind the writes it had acknowledged, and what was compiled since may be gone
+        (what this seat wrote before is then no reference either)."""
+        end = await stream_last_sequence(self.bus, buckets.REGISTRY)
+        before, self._stream_end = self._stream_end, end
+        if end >= before:
+            return False
+        log.warning(
+            "the registry's stream went back to sequence %d from %d (a server restarted from a store behind "
+            "the writes it had acknowledged); compiling it again now",
+            end,
+            before,
+        )
+        self._ours = None
+        return True
 
     async def compare(self) -> tuple[str, ...] | None:
         """The kinds on which the bucket disagrees with this seat's catalogue, warning when they
@@ -186,6 +210,7 @@ async def keep_registry_compiled(
     domains_file: Path | None,
     interval: timedelta,
     lease_ttl: timedelta = COMPILE_LEASE_TTL,
+    check: timedelta = ROLLBACK_CHECK,
     counts: CompileCounts | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -202,7 +227,7 @@ async def keep_registry_compiled(
     task_status.started()
     while True:
         try:
-            await _hold_and_compile(lease, compiler, interval, compiled=compiled)
+            await _hold_and_compile(lease, compiler, interval, compiled=compiled, check=check)
         except* RegistryError as failed:  # the lease lost to another seat
             # One line, no traceback: the reason says it all, and the seat goes on.
             log.error(  # noqa: TRY400
@@ -224,16 +249,33 @@ async def _compiled_at_start(compiler: Compiler) -> bool:
     return True
 
 
-async def _hold_and_compile(lease: Lease, compiler: Compiler, interval: timedelta, *, compiled: bool) -> None:
+async def _hold_and_compile(
+    lease: Lease, compiler: Compiler, interval: timedelta, *, compiled: bool, check: timedelta
+) -> None:
     """Waits for the lease (comparing every interval), then compiles every interval until it is
-    lost: the first time at once, unless `compiled` at start."""
+    lost: the first time at once, unless `compiled` at start; and at once whenever the registry's
+    stream went back (looked at every `check`)."""
     whole = interval.total_seconds()
     async with anyio.create_task_group() as tasks:
         comparing = anyio.CancelScope()
         tasks.start_soon(partial(_every, interval, compiler.compare, scope=comparing, first=min(RETRY_FIRST, whole)))
         await tasks.start(lease.hold)
         comparing.cancel()
+        tasks.start_soon(_compile_when_gone_back, compiler, check)
         await _every(interval, compiler.compile, scope=anyio.CancelScope(), first=whole if compiled else 0.0)
+
+
+async def _compile_when_gone_back(compiler: Compiler, check: timedelta) -> None:
+    """Compiles whenever the registry's stream is found gone back, looked at every `check`; a bus
+    error is said by the next compile, and looked at again at the next check."""
+    while True:
+        await anyio.sleep(check.total_seconds())
+        try:
+            gone_back = await compiler.went_back()
+        except BusError:
+            continue
+        if gone_back:
+            await _again_soon(compiler.compile)
 
 
 async def _every(interval: timedelta, step: Step, *, scope: anyio.CancelScope, first: float) -> None:

@@ -119,8 +119,8 @@ async def run_server(
         else:
             served, nodes = await _start_site_work(tasks, bus, settings, site)
         registry = RegistryView()
-        await tasks.start(partial(registry.follow, bus))
-        await tasks.start(partial(nodes.follow, bus))
+        await tasks.start(partial(registry.follow, bus, check=settings.rollback_check))
+        await tasks.start(partial(nodes.follow, bus, check=settings.rollback_check))
         if settings.metrics_listen is not None:
             connections = {"data": bus, "verb": answering}
             metrics = partial(serve_seat_metrics, settings.metrics_listen, connections, nodes, served, work=work)
@@ -171,6 +171,7 @@ async def _start_hub_work(
         domains_file=settings.domains_file,
         interval=settings.compile_interval,
         lease_ttl=settings.compile_lease_ttl,
+        check=settings.rollback_check,
         counts=work.compiles,
     )
     await tasks.start(compile_registry)

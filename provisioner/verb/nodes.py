@@ -212,6 +212,20 @@ class Fleet:
             for cause in seen[3].split("+"):
                 self.pending_by_cause[cause] += step
 
+    def forget_bucket(self, bucket: Bucket) -> None:
+        """Forgets all the view held of `bucket`: its stream went back, and it is read again."""
+        if bucket.name == buckets.LEASES.name:
+            self.leases.clear()
+        elif bucket.name == buckets.APPLIED.name:
+            self.modules.clear()
+            self.pending_by_cause = dict.fromkeys(PENDING_CAUSES, 0)
+            self._tallies.clear()
+            self._purged_upto.clear()
+        else:
+            self.forgotten.clear()
+        self.malformed.drop_bucket(bucket)
+        self._rows.clear()
+
     def forget_purged(self, bucket: Bucket, token: str, upto: int) -> None:
         """Forgets what the view held of a node's keys in `bucket` up to revision `upto` once they
         were purged (`provisioner.seat.quotas`): a purge leaves no delete marker, so the watch never
@@ -304,6 +318,10 @@ class MalformedKeys:
             bisect.insort(self._order, at)
             bisect.insort(self._by_token.setdefault(_token_of(bucket, key), []), at)
         self._entries[at] = _compact(MalformedKey(key=key, bucket=bucket.name, reason=reason))
+
+    def drop_bucket(self, bucket: Bucket) -> None:
+        for _bucket, key in [at for at in self._order if at[0] == bucket.name]:
+            self.drop(bucket, key)
 
     def drop(self, bucket: Bucket, key: str) -> None:
         at = (bucket.name, key)
@@ -630,16 +648,25 @@ class FleetView(Fleet):
             fleet_bucket.FLEET.name: f"seat-gone-{seat}",
         }
         self._filled: set[str] = set()
-
+        self._check = timedelta(seconds=30)
+        self._refilling: dict[str, int] = {}  # a bucket whose stream went back: the sequence it is read up to
         self.filled = anyio.Event()
 
     @property
     def ready(self) -> bool:
-        return self.filled.is_set()
+        return self.filled.is_set() and not self._refilling
 
-    async def follow(self, bus: Bus, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def follow(
+        self,
+        bus: Bus,
+        *,
+        check: timedelta = timedelta(seconds=30),
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
         """Reports started at once (answers are listed until the view is filled), then follows
-        both buckets until cancelled."""
+        both buckets until cancelled; a stream that went back (looked at every `check`) is read
+        again, and answers are listed meanwhile."""
+        self._check = check
         task_status.started()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._follow, bus, buckets.LEASES, self.apply_lease)
@@ -659,7 +686,8 @@ class FleetView(Fleet):
     async def _watch(self, bus: Bus, bucket: Bucket, apply: Callable[[KvItem], None]) -> None:
         name = self.consumer_names[bucket.name]
         if bucket.name == fleet_bucket.FLEET.name:  # the marks alone, and the view's readiness not waiting for them
-            async with scoped_watch(bus, bucket, GONE_MARKS, name=name, on_item=apply):
+            gone = partial(scoped_watch, on_item=apply, on_reset=self._gone_reset, check=self._check)
+            async with gone(bus, bucket, GONE_MARKS, name=name):
                 await anyio.sleep_forever()
         floor = await _last_sequence(bus, bucket)
         if floor == 0:
@@ -670,12 +698,23 @@ class FleetView(Fleet):
             if item.revision >= floor and bucket.name not in self._filled:
                 self._mark_filled(bucket)
                 log.info("nodes view: %s read up to sequence %d", bucket.name, item.revision)
+            if item.revision >= self._refilling.get(bucket.name, item.revision + 1):
+                del self._refilling[bucket.name]
+                log.info("nodes view: %s read again up to sequence %d", bucket.name, item.revision)
+
+        def reset(last: int) -> None:
+            self.forget_bucket(bucket)
+            if last > 0:
+                self._refilling[bucket.name] = last  # answered by listing the buckets until then
 
         # Each entry is applied as the watch reads it, none held: a watch delivers a bucket's keys
         # in one burst, and a node flooding the applied bucket with 64 KiB values made held entries
         # hundreds of MB of the seat (a held 4,096 at a time filled the view in 28 s, not 4).
-        async with scoped_watch(bus, bucket, ">", name=name, on_item=applied):
+        async with scoped_watch(bus, bucket, ">", name=name, on_item=applied, on_reset=reset, check=self._check):
             await anyio.sleep_forever()
+
+    def _gone_reset(self, last: int) -> None:
+        self.forget_bucket(fleet_bucket.FLEET)
 
     def _mark_filled(self, bucket: Bucket) -> None:
         self._filled.add(bucket.name)

@@ -9,12 +9,18 @@ left to the ordinary listing, which pages it.
 The watch's consumer is named per seat and purpose (`seat-registry-<id of this seat>`): the seat,
 which holds the whole data account, deletes it by that name before re-creating it after a
 reconnect and when it stops, so outages leave no consumer behind.
+
+When the registry's stream went back (a server restarted from a store behind the writes it had
+acknowledged), the watch starts again from what the stream holds (`registry.wire.watch`): the view
+drops every entry and is not ready again until it has read up to the stream's end, and meanwhile
+`what=registry` is listed from the bucket, never answered with entries it no longer holds.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from datetime import timedelta
 
 import anyio
 from anyio.abc import TaskStatus
@@ -35,6 +41,7 @@ class RegistryView:
         self._items: dict[str, KvItem] = {}
         self._answer: tuple[int, bytes | None] | None = None
         self._shared: frozenset[str] | None = None
+        self._refill_to: int | None = None
         self.ready = False
 
     def apply(self, item: KvItem) -> None:
@@ -64,15 +71,43 @@ class RegistryView:
             self._answer = (budget, pages[0] if len(pages) == 1 else None)
         return self._answer[1]
 
-    async def follow(self, bus: Bus, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Fills the view, reports ready, then applies every change until cancelled."""
-        async with scoped_watch(bus, buckets.REGISTRY, ">", name=self.consumer_name) as watch:
+    def reset(self, last: int) -> None:
+        """Drops every entry: the stream went back to `last`, and the watch reads it again."""
+        self._items.clear()
+        self._answer = self._shared = None
+        self._refill_to = last
+        self.ready = last == 0
+
+    def _follow_item(self, item: KvItem) -> None:
+        self.apply(item)
+        if not self.ready and self._refill_to is not None and item.revision >= self._refill_to:
+            self._refill_to = None
+            self.ready = True
+            log.info("registry view: read again up to sequence %d", item.revision)
+
+    async def follow(
+        self,
+        bus: Bus,
+        *,
+        check: timedelta = timedelta(seconds=30),
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Fills the view, reports ready, then applies every change until cancelled; the stream is
+        checked for going back every `check` (`registry.wire.watch`)."""
+        async with scoped_watch(
+            bus,
+            buckets.REGISTRY,
+            ">",
+            name=self.consumer_name,
+            on_item=self._follow_item,
+            on_reset=self.reset,
+            check=check,
+        ):
             for item in await current_snapshot(bus, buckets.REGISTRY, include_deleted=True):
                 self.apply(item)
             self.ready = True
             task_status.started()
-            async for event in watch:
-                self.apply(event)
+            await anyio.sleep_forever()
 
 
 def _shared_by(item: KvItem) -> tuple[str, ...]:

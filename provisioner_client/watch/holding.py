@@ -74,7 +74,8 @@ def _lost(lease: Lease, lost: anyio.Event, err: LeaseLost) -> None:
 
 
 class Renewals:
-    """Watch mode's renewals of its lease: every third of the ttl, as `Lease.keep_renewed`, each
+    """Watch mode's renewals of its lease: every third of the ttl and at a reconnect, as
+    `Lease.keep_renewed`, each
     outcome told to `waits` (an answer saying the hub is out of reach starts or continues the
     lease's wait, a renewal stored ends it; any bus error is tried again at the next renewal, never
     ending the loop), and one at once when the watch asks (`now`): before it writes what waited for
@@ -98,8 +99,7 @@ class Renewals:
         """Renews until cancelled; sets `lost` and returns when another claimant took the lease."""
         try:
             while True:
-                with anyio.move_on_after(self.lease.ttl.total_seconds() / 3):
-                    await self._asked.wait()
+                await self.lease.renewal_due(self._asked)
                 self._asked = anyio.Event()
                 answered, self._answered = self._answered, anyio.Event()
                 try:

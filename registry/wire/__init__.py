@@ -34,6 +34,7 @@ from registry.wire.kv import (
     replicated,
     run_steps,
     snapshot,
+    stream_last_sequence,
     update,
 )
 from registry.wire.lease import SKEW, Holder, Lease, LeaseHeld, LeaseLost, node_key, seat_key
@@ -112,5 +113,6 @@ __all__ = [
     "scoped_watch",
     "seat_key",
     "snapshot",
+    "stream_last_sequence",
     "update",
 ]

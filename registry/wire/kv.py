@@ -540,6 +540,16 @@ class BucketConfig:
     max_bytes: int = 1024**3
 
 
+async def stream_last_sequence(bus: Bus, bucket: Bucket) -> int:
+    """The last sequence the bucket's stream holds now (0: none); it only grows, unless the stream
+    went back (a server restarted from a store behind the writes it had acknowledged)."""
+    try:
+        info = await bus.jetstream(bucket.info_api, operation=f"look up bucket {bucket.name}")
+    except NotFound:
+        return 0
+    return int(info.get("state", {}).get("last_seq", 0))
+
+
 async def bucket_config(bus: Bus, bucket: Bucket) -> dict[str, Any] | None:
     """The stream configuration of `bucket`, or None when it does not exist."""
     try:

@@ -8,6 +8,14 @@ stops renewing it: a claimant judges a lease by the time the server stored its l
 
 Leases live in a bucket of their own, so that an unchanged reconcile or compile still writes
 nothing to the registry, needs, applied or collect buckets; a renewal is the only write.
+
+JetStream acknowledges a write before it reaches the disk, so a server that restarts after a
+power failure may hold the lease's record as it was some renewals ago: older (it looks expired to
+a claimant), at a lower revision than its holder wrote last, or not at all. The holder renews at
+once when its connection is recovered, and a record found below its own last revision (or gone
+without a delete marker) is the stream gone back, never another claimant: it takes the lease back
+there. A claimant that took over a record its holder stopped renewing keeps the lease only once
+that holder had half a ttl to take it back (`confirm`): until then it has not taken it.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -101,23 +110,43 @@ class Lease:
         be this claimant's own, a take given up on and stored later: the lease is then taken
         from there."""
         try:
-            await self._take_as_found()
+            overtaken = await self._take_as_found()
         except WrongLastSequence:
             try:
-                await self._take_as_found()
+                overtaken = await self._take_as_found()
             except WrongLastSequence:
                 raise LeaseHeld(self.key, None, timedelta(0)) from None  # written again meanwhile
+        if overtaken:
+            await self._confirm()
         log.info("lease %s taken by %s", self.key, self.holder.describe(), extra={"key": self.key})
 
-    async def _take_as_found(self) -> None:
+    async def _take_as_found(self) -> bool:
+        """Writes this claimant's record over the one found; whether that was another holder's
+        that had stopped renewing (the take is then to be confirmed)."""
         current = await get_stamped(self.bus, buckets.LEASES, self.key)
+        overtaken = False
         if current is not None and not current.item.deleted:
             other = _holder_of(current)
             age = datetime.now(UTC) - current.stored_at
-            if (other is None or other.id != self.holder.id) and age <= _lifetime(other, self.ttl) + self.skew:
+            overtaken = other is None or other.id != self.holder.id
+            if overtaken and age <= _lifetime(other, self.ttl) + self.skew:
                 raise LeaseHeld(self.key, other, age)
         last = current.item.revision if current is not None else 0
         self._revision = await update(self.bus, buckets.LEASES, self.key, to_json(self.holder), last=last)
+        return overtaken
+
+    async def _confirm(self) -> None:
+        """Waits half a ttl, then checks the record is still the one this claimant wrote: a holder
+        still running after the bus went back renews within a third of its ttl and takes the lease
+        back (`renew`), and then this claimant never held it (`LeaseHeld` names that holder)."""
+        taken = self._revision
+        await anyio.sleep(self.ttl.total_seconds() / 2)
+        current = await get_stamped(self.bus, buckets.LEASES, self.key)
+        if current is not None and current.item.revision == taken and self._is_own(current):
+            return
+        self._revision = None
+        holder = _holder_of(current) if current is not None and not current.item.deleted else None
+        raise LeaseHeld(self.key, holder, timedelta(0))
 
     async def renew(self) -> None:
         """Writes the record again, conditional on the revision this holder last wrote.
@@ -136,7 +165,10 @@ class Lease:
 
     async def _renew_from_own_record(self, known: int) -> None:
         current = await get_stamped(self.bus, buckets.LEASES, self.key)
-        if current is None or current.item.deleted:
+        if current is None or current.item.revision < known:
+            await self._take_back(current, known)
+            return
+        if current.item.deleted:
             self._revision = None
             raise LeaseLost(self.key, "its record was deleted") from None
         if not self._is_own(current):
@@ -152,6 +184,22 @@ class Lease:
         )
         self._revision = current.item.revision
         self._revision = await update(self.bus, buckets.LEASES, self.key, to_json(self.holder), last=self._revision)
+
+    async def _take_back(self, current: Stamped | None, known: int) -> None:
+        """The record below the revision this holder wrote last (or gone, no delete marker left): the
+        stream went back, a server restarted from a store that had not reached the disk. Nobody
+        else wrote the lease meanwhile, or its revision would be past ours: it is taken back there,
+        conditionally (a replica behind a leader that holds more refuses it: tried again)."""
+        found = current.item.revision if current is not None else 0
+        self._revision = await update(self.bus, buckets.LEASES, self.key, to_json(self.holder), last=found)
+        log.warning(
+            "lease %s: the bus held it at revision %d, below the %d this holder wrote last (its stream went "
+            "back: a server restarted from a store behind the writes it had acknowledged); taken back",
+            self.key,
+            found,
+            known,
+            extra={"key": self.key},
+        )
 
     def _is_own(self, current: Stamped) -> bool:
         """Whether a record read back is this holder's own (a write of its stored after all)."""
@@ -198,8 +246,24 @@ class Lease:
         renewal finds it taken. A renewal the bus does not answer is tried again at the next."""
         unanswered = False
         while True:
-            await anyio.sleep(self.ttl.total_seconds() / 3)
+            await self.renewal_due()
             unanswered = await self._renewed_or_told(unanswered)
+
+    async def renewal_due(self, asked: anyio.Event | None = None) -> None:
+        """Returns a third of the ttl from now, or sooner: once the connection is recovered (a server
+        that restarted may hold the lease as it was some renewals ago, and it is taken back at once)
+        or when `asked` is set."""
+        seen = self.bus.reconnects
+        with anyio.move_on_after(self.ttl.total_seconds() / 3):
+            async with anyio.create_task_group() as first:
+
+                async def then_stop(event: Awaitable[object]) -> None:
+                    await event
+                    first.cancel_scope.cancel()
+
+                first.start_soon(then_stop, self.bus.reconnected(seen))
+                if asked is not None:
+                    first.start_soon(then_stop, asked.wait())
 
     async def _renewed_or_told(self, unanswered: bool) -> bool:
         """One renewal; whether the bus left it unanswered (told when it starts and when it ends)."""

@@ -12,6 +12,14 @@ lost or delivered twice. Nothing is created while the bus is away: a create sent
 on reconnect after the watch gave up on it, and leave a consumer behind for good (see
 `registry.wire.bus`); the watch waits for the connection and resumes on the reconnect.
 
+A stream can go back: JetStream acknowledges a write before it reaches the disk, and a server
+restarted after a power failure holds an earlier prefix of its stream. Resuming after the last
+sequence seen would then wait past the stream's end, blind to every write until the stream grows
+back there. So before each re-opening, and every `check` while open, the stream's last sequence is
+asked (its info, one request); found below the last one seen, the watch starts again from what the
+stream holds now (the latest entry of every key) and tells `on_reset` first, so that whoever keeps
+what it delivered drops it: some of it the stream no longer holds.
+
     async with scoped_watch(bus, Bucket("mesh-config_values", shape), "db-url") as watch:
         async for event in watch:
             ...
@@ -35,6 +43,7 @@ from registry.contract import Bucket
 from registry.errors import BusError, ConnectionClosed
 from registry.wire.bus import Bus
 from registry.wire.feed import Feed, FeedStart, KvItem
+from registry.wire.kv import stream_last_sequence
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +64,8 @@ class ScopedWatch:
         name: str | None = None,
         headers_only: bool = False,
         on_item: Callable[[KvItem], None] | None = None,
+        on_reset: Callable[[int], None] | None = None,
+        check: timedelta = timedelta(seconds=30),
     ) -> None:
         self.bus = bus
         self.bucket = bucket
@@ -70,6 +81,9 @@ class ScopedWatch:
         self._name = name
         self._headers_only = headers_only
         self._on_item = on_item
+        self._on_reset = on_reset
+        self._check = check.total_seconds()
+        self.went_back = 0  # times the stream was found shorter than seen
 
     @property
     def consumer_name(self) -> str | None:
@@ -141,6 +155,10 @@ class ScopedWatch:
             await self._close_feed()
 
     async def _open_feed(self) -> None:
+        if self._last_sequence > 0:
+            last = await self._stream_last()
+            if last < self._last_sequence:
+                self._restart_from_scratch(last)
         self.feed = Feed(
             self.bus,
             self.bucket,
@@ -153,6 +171,25 @@ class ScopedWatch:
             headers_only=self._headers_only,
         )
         await self.feed.open(replace=self._name is not None)
+
+    async def _stream_last(self) -> int:
+        return await stream_last_sequence(self.bus, self.bucket)
+
+    def _restart_from_scratch(self, last: int) -> None:
+        """The stream went back below what this watch saw: read again from what it holds now."""
+        log.warning(
+            "watch %s %s: the stream went back to sequence %d, below the %d this watch had seen (a server "
+            "restarted from a store behind the writes it had acknowledged); re-reading what it holds now",
+            self.bucket.name,
+            self.subject_filter,
+            last,
+            self._last_sequence,
+            extra={"bucket": self.bucket.name},
+        )
+        self.went_back += 1
+        self._last_sequence = 0
+        if self._on_reset is not None:
+            self._on_reset(last)
 
     def _deliver(self, item: KvItem, pending: int) -> None:
         if self._on_item is not None:
@@ -193,6 +230,7 @@ class ScopedWatch:
         connection is away, nothing is tried: the reconnect resumes the watch."""
         feed = self.feed
         assert feed is not None
+        checked = time.monotonic()
         while feed.broken is None:
             with anyio.move_on_after(self._heartbeat / 2):
                 await self.bus.reconnected(seen)
@@ -202,7 +240,18 @@ class ScopedWatch:
             silent = time.monotonic() - feed.heard_at
             if self.bus.connected and silent > 3 * self._heartbeat:
                 return f"no heartbeat for {silent:.1f} s"
+            if self.bus.connected and time.monotonic() - checked > self._check:
+                checked = time.monotonic()
+                if await self._went_back():
+                    return "the stream went back"
         return feed.broken
+
+    async def _went_back(self) -> bool:
+        """Whether the stream now ends below the last sequence seen; a bus error is no answer."""
+        try:
+            return await self._stream_last() < self._last_sequence
+        except BusError:
+            return False
 
 
 @asynccontextmanager
@@ -217,6 +266,8 @@ async def scoped_watch(
     name: str | None = None,
     headers_only: bool = False,
     on_item: Callable[[KvItem], None] | None = None,
+    on_reset: Callable[[int], None] | None = None,
+    check: timedelta = timedelta(seconds=30),
 ) -> AsyncIterator[ScopedWatch]:
     """Watches the keys of `bucket` matching `subject_filter` (relative to the bucket).
 
@@ -225,7 +276,10 @@ async def scoped_watch(
     without, each feed gets a new name and its consumer expires after nobody listens. With
     `headers_only` the values are not read, only their sizes (`KvItem.size`). With `on_item`, each
     event is handed to it as it is read, in the connection's reading task (it must not block),
-    instead of being held for the iterator: nothing is buffered, and the watch never falls behind."""
+    instead of being held for the iterator: nothing is buffered, and the watch never falls behind.
+    `on_reset` is told, with the stream's last sequence, when the stream went back and the watch
+    starts again from what it holds (see the module's docstring; checked every `check`): entries
+    delivered before may be gone. It is called in the watch's task, between two deliveries."""
     send, receive = anyio.create_memory_object_stream[KvItem](max_buffer_size=buffer)
     watch = ScopedWatch(
         bus,
@@ -238,6 +292,8 @@ async def scoped_watch(
         name=name,
         headers_only=headers_only,
         on_item=on_item,
+        on_reset=on_reset,
+        check=check,
     )
     async with send, receive, anyio.create_task_group() as tg:
         await tg.start(watch.run)

@@ -188,7 +188,17 @@ def _user_seed(path: Path, new: list[str]) -> tuple[bytes, str]:
 
 def render_domain(domain: str, source: str, whose: str) -> str:
     what = f"The JetStream domain of {whose}: include it inside its `jetstream {{ }}` block."
-    return header(source, what) + f"domain: {quoted(domain)}\n"
+    return header(source, what) + SYNC_INTERVAL + f"domain: {quoted(domain)}\n"
+
+
+# What a site's or the hub's server says of durability, as deploy/nats-server.conf does.
+SYNC_INTERVAL = """\
+# JetStream syncs its store every sync_interval (the default): a power failure loses up to that
+# long of acknowledged writes, which the mesh recovers (the registry compiled again, leases taken
+# back, each node's own keys written back). "always" loses none, at several times the write cost
+# (bench/durability.py measures both).
+sync_interval: "2m"
+"""
 
 
 def render_hub(given: _Rendering) -> str:

@@ -206,3 +206,47 @@ async def test_a_replica_behind_answering_after_a_conflict_is_a_bus_error_not_a_
         assert not isinstance(raised.value, LeaseLost) and holder.held
         await holder.renew()  # the next renewal reads the record as it is
         assert holder.held
+
+
+async def rolled_back_under(on_nats: OnNats, holder: Lease, tmp_path: Path, renewals: int) -> int:
+    """The store copied, `renewals` more renewals acknowledged, then the server killed and started
+    again from the copy: the record's revision the stream went back to."""
+    copy = tmp_path / "store-copy"
+    on_nats.server.copy_store(copy)
+    at_copy = await revision(on_nats.bus)
+    with anyio.fail_after(BOUND):
+        while await revision(on_nats.bus) < at_copy + renewals:
+            await anyio.sleep(0.05)  # polling the renewals, deadline above
+    await on_nats.server.kill_and_roll_back(copy)
+    return at_copy
+
+
+async def test_a_holder_takes_its_lease_back_at_once_after_the_stream_went_back_and_nobody_else_gets_it(
+    on_nats: OnNats, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A power failure rolls the store back past renewals the server had acknowledged: the record
+    is the holder's, older than its ttl, at a revision below the holder's last. A claimant trying
+    from the moment the server is back is refused every time; the holder takes the lease back."""
+    ttl = timedelta(seconds=1.5)
+    holder, other = claimant(on_nats.bus, "host-1", ttl), claimant(on_nats.bus, "host-2", ttl)
+    refused = 0
+    with caplog.at_level(logging.INFO, logger="registry.wire.lease"):
+        async with anyio.create_task_group() as tg:
+            await tg.start(holder.hold)
+            went_back_to = await rolled_back_under(on_nats, holder, tmp_path, renewals=4)
+            with anyio.fail_after(BOUND):
+                while True:
+                    try:
+                        await other.try_take()
+                    except LeaseHeld:
+                        refused += 1
+                    except BusError:
+                        continue  # the stream not answering yet after the restart
+                    else:
+                        pytest.fail("a second claimant took the lease while its holder runs")
+                    found = await get_stamped(on_nats.bus, buckets.LEASES, KEY)
+                    back = found is not None and found.item.revision > went_back_to and b"host-1" in found.item.value
+                    if back and holder.held and refused >= 3:
+                        break
+            tg.cancel_scope.cancel()
+    assert any("taken back" in r.getMessage() for r in caplog.records), "the premise: the stream went back"
