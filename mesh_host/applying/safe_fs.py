@@ -158,9 +158,12 @@ def set_attributes(dir_fd: int, name: str, mode: int, owner: tuple[int, int] | N
                 else IsADirectoryError(errno.EISDIR, f"{kind(now)} stands there now, not a file", name)
             )
         through = f"/proc/self/fd/{entry}"  # the inode the descriptor holds: chmod has no fchmod for O_PATH
-        if owner is not None:
-            os.chown(through, *owner)
-        os.chmod(through, mode)
+        try:
+            if owner is not None:
+                os.chown(through, *owner)
+            os.chmod(through, mode)
+        except OSError as err:  # said of the entry, not of the descriptor's path
+            raise type(err)(err.errno, err.strerror, name) from None
 
 
 def read_at(dir_fd: int, name: str, limit: int) -> bytes:
