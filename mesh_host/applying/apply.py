@@ -22,6 +22,8 @@ Applying twice changes nothing the second time: the report's changes are then em
 The host follows no link it did not make: not where a path goes, nor among its folders from the
 outermost directory it declares or owns down (a module writing in its folder could plant one);
 links above that (`/lib -> usr/lib`) are the machine's. Such a step fails; a removal releases.
+Each step finds its folder once, by descriptor (safe_fs), and judges and changes what is in it
+through that descriptor: a link swapped in while it works is refused, never followed.
 Services need the real machine: under --root they are skipped, saying so, and not recorded.
 A dry run judges every step the same way and changes nothing, the footprint included.
 """
@@ -38,11 +40,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path, PurePosixPath
 
+from mesh_host.applying import safe_fs
 from mesh_host.applying.footprint import Footprint, OwnedDirectory, OwnedFile, OwnedService, holding, load, save
 from mesh_host.applying.owners import Ids, NoSuchOwner, resolve
 from mesh_host.applying.roots import MOVED_IN_HOME, Root, RootError, moved_folder
+from mesh_host.applying.safe_fs import FOLLOWS_NO_LINK, closing, kind
 from mesh_host.applying.services import ServiceFailed, Systemctl, verbs_back, verbs_toward
-from mesh_host.applying.unknown import destination, move_out, strays
+from mesh_host.applying.unknown import Moved, destination, move_out, strays
 from mesh_host.declaration import MAX_CONTENT_BYTES, Declaration, Directory, File, PathResource, Resource, Service
 from mesh_host.errors import MeshHostError, StateError
 from mesh_host.runner import Runner, run
@@ -52,7 +56,6 @@ UNIT_FOLDERS = frozenset(
     for folder in ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
 )
 NO_LONGER_DECLARED = "no longer declared"
-FOLLOWS_NO_LINK = "the host follows no link it did not make"
 _DONE = {"enable": "enabled", "disable": "disabled", "start": "started", "stop": "stopped"}
 
 
@@ -246,30 +249,31 @@ class _Applying:
 
     def _directory(self, directory: Directory) -> None:
         self._no_link_among_folders(directory.at)
-        real = self.root.real(directory.at)
-        now = _lstat(real)
-        entry = self.footprint.entry(("directory", directory.path))
-        created = entry.created if isinstance(entry, OwnedDirectory) else now is None
-        ids = self._ids(directory)
-        if now is None:
-            self._create_directory(directory, real, ids)
-        else:
-            _must_be(directory.at, now, stat.S_ISDIR, "directory")
-            self._settle(directory.at, real, now, directory.mode, ids)
+        with self._folder_of(directory.at) as (folder, name):
+            now = _stat(folder, name)
+            entry = self.footprint.entry(("directory", directory.path))
+            created = entry.created if isinstance(entry, OwnedDirectory) else now is None
+            ids = self._ids(directory)
+            if now is None:
+                self._create_directory(directory, folder, ids)
+            else:
+                assert folder is not None  # something stands in it
+                _must_be(directory.at, now, stat.S_ISDIR, "directory")
+                self._settle(directory.at, folder, now, directory.mode, ids)
         self._record(_owned_directory(directory, created=created))
         if directory.unknown == "move-out" and not (self.dry_run and now is None):
             self._move_out(directory)
 
-    def _create_directory(self, directory: Directory, real: Path, ids: Ids | None) -> None:
+    def _create_directory(self, directory: Directory, folder: int | None, ids: Ids | None) -> None:
         self._folder_exists(directory.at)
         said = f"created ({directory.mode:04o} {ids or 'as the host'})"
-        if self.dry_run:
+        if self.dry_run or folder is None:
             self.appearing.add(directory.at)
         else:
-            real.mkdir(mode=0o700)
+            safe_fs.make_folder(folder, directory.at.name, 0o700)
             self._record(_owned_directory(directory, created=True))
             try:
-                self._attributes(real, directory.mode, ids)
+                self._attributes(folder, directory.at.name, directory.mode, ids, is_folder=True)
             except BaseException:
                 self._change(directory.at, "created (mode 0700: its owner and mode could not be set)")
                 raise
@@ -278,12 +282,16 @@ class _Applying:
     def _move_out(self, directory: Directory) -> None:
         assert directory.module is not None  # the declaration requires it with move-out
         folder = moved_folder(self.host.home, directory.module)
-        for stray in strays(self.root, directory.at, self._kept()):
-            if self.dry_run:
+        top = self._top(directory.at)
+        if self.dry_run:
+            for stray in strays(self.root, directory.at, self._kept(), top):
                 self._change(stray, f"moved out to {destination(self.root, stray, folder)}")
-                continue
-            moved = move_out(self.root, stray, folder)
-            self._change(stray, f"moved out to {moved.to}")
+            return
+
+        def said(moved: Moved) -> None:
+            self._change(moved.source, f"moved out to {moved.to}")
+
+        move_out(self.root, directory.at, self._kept(), top, folder, done=said)
 
     def _kept(self) -> set[PurePosixPath]:
         """What a folder's strays never include: what is declared, owned, known, or the host's own."""
@@ -302,29 +310,30 @@ class _Applying:
 
     def _file(self, file: File) -> None:
         self._no_link_among_folders(file.at)
-        real = self.root.real(file.at)
-        now = _lstat(real)
-        entry = self.footprint.entry(("file", file.path))
-        created = entry.created if isinstance(entry, OwnedFile) else now is None
-        ids = self._ids(file)
-        if now is None:
-            self._folder_exists(file.at)
-            self._write(file, real, ids or _host_ids())
-            self._change(file.at, f"created ({len(file.data)} bytes, {file.mode:04o} {ids or 'as the host'})")
-        else:
-            _must_be(file.at, now, stat.S_ISREG, "file")
-            if _content_differs(real, file.data):
-                self._write(file, real, ids or Ids(now.st_uid, now.st_gid))
-                self._change(file.at, f"rewritten ({len(file.data)} bytes declared)")
-                self._say(file.at, _differences(now, file.mode, ids))
+        with self._folder_of(file.at) as (folder, name):
+            now = _stat(folder, name)
+            entry = self.footprint.entry(("file", file.path))
+            created = entry.created if isinstance(entry, OwnedFile) else now is None
+            ids = self._ids(file)
+            if now is None:
+                self._folder_exists(file.at)
+                self._write(file, folder, ids or _host_ids())
+                self._change(file.at, f"created ({len(file.data)} bytes, {file.mode:04o} {ids or 'as the host'})")
             else:
-                self._settle(file.at, real, now, file.mode, ids)
+                assert folder is not None  # something stands in it
+                _must_be(file.at, now, stat.S_ISREG, "file")
+                if _content_differs(folder, name, file.data):
+                    self._write(file, folder, ids or Ids(now.st_uid, now.st_gid))
+                    self._change(file.at, f"rewritten ({len(file.data)} bytes declared)")
+                    self._say(file.at, _differences(now, file.mode, ids))
+                else:
+                    self._settle(file.at, folder, now, file.mode, ids)
         self._record(_owned_file(file, created=created))
 
-    def _write(self, file: File, real: Path, ids: Ids) -> None:
+    def _write(self, file: File, folder: int | None, ids: Ids) -> None:
         self._unit_file_changes(file.at)
-        if not self.dry_run:
-            _write_atomically(real, file.data, file.mode, ids)
+        if not self.dry_run and folder is not None:
+            _write_atomically(folder, file.at.name, file.data, file.mode, ids)
 
     # services
 
@@ -392,39 +401,41 @@ class _Applying:
         return None
 
     def _remove_file(self, path: PurePosixPath, sha256: str) -> None:
-        real = self.root.real(path)
-        now = _lstat(real)
-        if now is None:
-            self._note(path, "already gone: forgotten")
-        elif not stat.S_ISREG(now.st_mode):
-            self._note(path, f"released: {_kind(now)} stands there now, not the file the host wrote")
-        elif now.st_size > MAX_CONTENT_BYTES or _digest(real) != sha256:  # larger than any it writes: not read
-            # edited since, or reached through a link planted among its folders: not the host's to delete
-            self._note(path, "released: left in place, its content is no longer what the host wrote")
-        else:
-            self._change(path, "removed")
-            self._unit_file_changes(path)
-            self.vanishing.add(path)
-            if not self.dry_run:
-                real.unlink()
+        with self._folder_of(path) as (folder, name):
+            now = _stat(folder, name)
+            if folder is None or now is None:
+                self._note(path, "already gone: forgotten")
+            elif not stat.S_ISREG(now.st_mode):
+                self._note(path, f"released: {kind(now)} stands there now, not the file the host wrote")
+            elif now.st_size > MAX_CONTENT_BYTES or _digest(folder, name) != sha256:  # larger than any it writes
+                # edited since: not the host's to delete
+                self._note(path, "released: left in place, its content is no longer what the host wrote")
+            else:
+                self._change(path, "removed")
+                self._unit_file_changes(path)
+                self.vanishing.add(path)
+                if not self.dry_run:
+                    safe_fs.remove_file(folder, name)  # what was judged in the folder held: a link is unlinked
 
     def _remove_directory(self, owned: OwnedDirectory, path: PurePosixPath) -> None:
-        real = self.root.real(path)
-        now = _lstat(real)
-        if now is None or not stat.S_ISDIR(now.st_mode):
-            self._note(path, "already gone: forgotten" if now is None else f"released: {_kind(now)} stands there now")
-            self._forget(owned.key)
-            return
-        held = [name for name in sorted(os.listdir(real)) if path / name not in self.vanishing]
-        if held:
-            shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
-            self._note(path, f"kept: it holds what is not the host's ({shown}); removed once empty")
-            self._record(owned.model_copy(update={"declared": False}))
-            return
-        self._change(path, "removed")
-        self.vanishing.add(path)
-        if not self.dry_run:
-            real.rmdir()
+        with self._folder_of(path) as (folder, name):
+            now = _stat(folder, name)
+            if folder is None or now is None or not stat.S_ISDIR(now.st_mode):
+                said = "already gone: forgotten" if now is None else f"released: {kind(now)} stands there now"
+                self._note(path, said)
+                self._forget(owned.key)
+                return
+            with closing(safe_fs.open_child(folder, name)) as inner:
+                held = [entry for entry, _ in safe_fs.listing(inner) if path / entry not in self.vanishing]
+            if held:
+                shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+                self._note(path, f"kept: it holds what is not the host's ({shown}); removed once empty")
+                self._record(owned.model_copy(update={"declared": False}))
+                return
+            self._change(path, "removed")
+            self.vanishing.add(path)
+            if not self.dry_run:
+                safe_fs.remove_folder(folder, name)
         self._forget(owned.key)
 
     def _remove_service(self, owned: OwnedService) -> None:
@@ -452,6 +463,23 @@ class _Applying:
         if linked is not None:
             raise _StepFailed(f"a symbolic link stands at its folder {self.root.under(linked)}: {FOLLOWS_NO_LINK}")
 
+    def _top(self, path: PurePosixPath) -> PurePosixPath | None:
+        """The outermost directory the host declares or owns that holds `path` or is it: from there
+        down, no link is followed."""
+        tops = [folder for folder in (*reversed(path.parents), path) if folder in self.governed]
+        return tops[0] if tops else None
+
+    @contextlib.contextmanager
+    def _folder_of(self, path: PurePosixPath) -> Iterator[tuple[int | None, str]]:
+        """A descriptor of `path`'s folder (None when it does not exist) and `path`'s name in it."""
+        try:
+            folder = self.root.open_folder(path.parent, self._top(path.parent))
+        except FileNotFoundError:
+            yield None, path.name
+            return
+        with closing(folder):
+            yield folder, path.name
+
     def _linked_folder(self, path: PurePosixPath) -> PurePosixPath | None:
         """The first of `path`'s folders, from the outermost directory the host declares or owns down,
         that is a link: one planted there (by a module writing in its folder) would lead the host's
@@ -473,11 +501,11 @@ class _Applying:
             return
         raise _StepFailed(f"its folder {self.root.under(folder)} does not exist: declare it as a directory before")
 
-    def _settle(self, path: PurePosixPath, real: Path, now: os.stat_result, mode: int, ids: Ids | None) -> None:
-        """Returns the owner and mode of what is at `real` to what is declared, saying what differed."""
+    def _settle(self, path: PurePosixPath, folder: int, now: os.stat_result, mode: int, ids: Ids | None) -> None:
+        """Returns the owner and mode of `path` (in `folder`) to what is declared, saying what differed."""
         differences = _differences(now, mode, ids)
         if differences and not self.dry_run:
-            self._attributes(real, mode, ids)
+            self._attributes(folder, path.name, mode, ids, is_folder=stat.S_ISDIR(now.st_mode))
         self._say(path, differences)
 
     def _say(self, path: PurePosixPath, differences: list[str]) -> None:
@@ -485,32 +513,12 @@ class _Applying:
             self._change(path, difference)
 
     @staticmethod
-    def _attributes(real: Path, mode: int, ids: Ids | None) -> None:
-        """Sets them on what is at `real` through a descriptor opened without following a link: one
-        swapped in since it was looked at (by a module writing in the folder) is refused, never chmodded."""
-        try:
-            descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except PermissionError:  # the host's own, unreadable to it (0200): by path, as chmod alone can
-            _attributes_by_path(real, mode, ids)
-            return
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                raise _StepFailed(f"a symbolic link stands there now: {FOLLOWS_NO_LINK}") from None
-            raise
-        try:
-            if ids is not None:
-                with _giving(ids):
-                    os.fchown(descriptor, ids.uid, ids.gid)
-            os.fchmod(descriptor, mode)  # after chown, which may clear the set-id bits
-        finally:
-            os.close(descriptor)
-
-
-def _attributes_by_path(real: Path, mode: int, ids: Ids | None) -> None:
-    if ids is not None:
+    def _attributes(folder: int, name: str, mode: int, ids: Ids | None, *, is_folder: bool) -> None:
+        """Sets them on what is at `name` in `folder` through a descriptor opened without following a
+        link: one swapped in since it was looked at (by a module writing in the folder) is refused."""
+        owner = None if ids is None else (ids.uid, ids.gid)
         with _giving(ids):
-            os.chown(real, ids.uid, ids.gid, follow_symlinks=False)
-    os.chmod(real, mode)
+            safe_fs.set_attributes(folder, name, mode, owner, folder=is_folder)
 
 
 def _differences(now: os.stat_result, mode: int, ids: Ids | None) -> list[str]:
@@ -544,73 +552,47 @@ def _host_ids() -> Ids:
     return Ids(os.geteuid(), os.getegid())
 
 
-def _lstat(real: Path) -> os.stat_result | None:
-    try:
-        return real.lstat()
-    except FileNotFoundError:
-        return None
+def _stat(folder: int | None, name: str) -> os.stat_result | None:
+    return None if folder is None else safe_fs.stat_at(folder, name)
 
 
 def _is_link(real: Path) -> bool:
-    now = _lstat(real)
-    return now is not None and stat.S_ISLNK(now.st_mode)
+    try:
+        return stat.S_ISLNK(real.lstat().st_mode)
+    except FileNotFoundError:
+        return False
 
 
-def _kind(now: os.stat_result) -> str:
-    if stat.S_ISLNK(now.st_mode):
-        return "a symbolic link"
-    if stat.S_ISDIR(now.st_mode):
-        return "a directory"
-    if stat.S_ISREG(now.st_mode):
-        return "a file"
-    return "something other than a file or directory"
-
-
-def _must_be(path: PurePosixPath, now: os.stat_result, test: Callable[[int], bool], kind: str) -> None:
+def _must_be(path: PurePosixPath, now: os.stat_result, test: Callable[[int], bool], expected: str) -> None:
     if test(now.st_mode):
         return
     if stat.S_ISLNK(now.st_mode):
-        raise _StepFailed(f"a symbolic link stands where the {kind} goes: {FOLLOWS_NO_LINK}")
-    raise _StepFailed(f"{_kind(now)} stands where the {kind} goes")
+        raise _StepFailed(f"a symbolic link stands where the {expected} goes: {FOLLOWS_NO_LINK}")
+    raise _StepFailed(f"{kind(now)} stands where the {expected} goes")
 
 
-def _content_differs(real: Path, data: bytes) -> bool:
-    descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(descriptor, "rb") as stream:
-        return stream.read(len(data) + 1) != data
+def _content_differs(folder: int, name: str, data: bytes) -> bool:
+    return safe_fs.read_at(folder, name, len(data) + 1) != data
 
 
-def _digest(real: Path) -> str:
-    descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(descriptor, "rb") as stream:
-        return hashlib.file_digest(stream, "sha256").hexdigest()
+def _digest(folder: int, name: str) -> str:
+    return safe_fs.digest_at(folder, name)
 
 
-def _write_atomically(real: Path, data: bytes, mode: int, ids: Ids) -> None:
-    """Writes a new file beside `real` with its content, owner and mode, flushed, then renames it over."""
-    temporary = real.with_name(f".{real.name}.mesh-host-{os.getpid()}")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(descriptor, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            if (ids.uid, ids.gid) != (os.geteuid(), os.getegid()):
-                with _giving(ids):
-                    os.fchown(stream.fileno(), ids.uid, ids.gid)
-            os.fchmod(stream.fileno(), mode)
-            os.fsync(stream.fileno())
-        os.replace(temporary, real)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
+def _write_atomically(folder: int, name: str, data: bytes, mode: int, ids: Ids) -> None:
+    """Writes a new file beside `name` with its content, owner and mode, flushed, then renames it over."""
+    owner = None if (ids.uid, ids.gid) == (os.geteuid(), os.getegid()) else (ids.uid, ids.gid)
+    with _giving(ids):
+        safe_fs.write_at(folder, name, data, mode, owner)
 
 
 @contextlib.contextmanager
-def _giving(ids: Ids) -> Iterator[None]:
+def _giving(ids: Ids | None) -> Iterator[None]:
     """Says why a chown was refused: giving a file away takes root (or the group's member, for a group)."""
     try:
         yield
     except PermissionError as err:
+        if ids is None or err.errno != errno.EPERM:  # EACCES: the folder's, not the giving
+            raise
         who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}, not root"
         raise _StepFailed(f"cannot give it to {ids}: {err.strerror} (the host runs as {who})") from None

@@ -68,11 +68,14 @@ def owned(root: Root, state: Path) -> Holding:
     for entry in footprint.owned:
         if isinstance(entry, OwnedDirectory):
             kept.update(PurePosixPath(known) for known in entry.knows)
+    folders = {PurePosixPath(entry.path) for entry in footprint.owned if isinstance(entry, OwnedDirectory)}
     modules, unseen = {}, {}
     for entry in footprint.owned:
         if isinstance(entry, OwnedDirectory) and entry.unknown == "module":
+            folder = PurePosixPath(entry.path)
+            top = min((owner for owner in folders if folder.is_relative_to(owner)), key=lambda owner: len(owner.parts))
             try:
-                modules[entry.path] = tuple(str(path) for path in strays(root, PurePosixPath(entry.path), kept))
+                modules[entry.path] = tuple(str(path) for path in strays(root, folder, kept, top))
             except OSError as err:
                 unseen[entry.path] = err.strerror or str(err)
     return Holding(footprint, modules, unseen)

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from mesh_host.applying import safe_fs
 from mesh_host.errors import MeshHostError
 
 MACHINE = Path("/")
@@ -73,6 +74,15 @@ class Root:
     def folder(self, path: PurePosixPath) -> Path:
         """Where the machine path `path` is, a link there followed too (inside the root): a folder to go into."""
         return self.real(path / "_").parent
+
+    def open_folder(self, folder: PurePosixPath, top: PurePosixPath | None = None) -> int:
+        """A descriptor of the machine folder `folder`. Given `top` (`folder` or a folder of it: the
+        outermost the host declares or owns), the folders above `top` are found by path (the
+        machine's links followed, inside the root), `top` and each below opened without following a
+        link (safe_fs); without, `folder` is found by path."""
+        if top is None:
+            return safe_fs.open_trusted(self.folder(folder))
+        return safe_fs.open_folder(self.folder(top.parent), folder.relative_to(top.parent).parts)
 
     def makedirs(self, path: PurePosixPath, mode: int = 0o700) -> Path:
         """Makes the folders of the machine path `path` that are missing (inside the root) and returns it."""

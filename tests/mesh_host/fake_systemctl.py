@@ -1,4 +1,8 @@
-"""A systemctl that answers like systemd's for the units it holds, for the logic of service steps."""
+"""A systemctl that answers like systemd's for the units it holds, for the logic of service steps.
+
+It understands exactly the calls the host makes and refuses any other (an AssertionError, which no
+step catches): `show --property=A,B -- UNIT` answers only the properties asked, as systemd does, so
+a property the host stops asking for is missing from the answer, not made up."""
 
 from __future__ import annotations
 
@@ -6,6 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mesh_host.runner import DEFAULT_TIMEOUT, Ran
+
+PROPERTY = "--property="
+ACTS = ("start", "stop", "enable", "disable")
 
 
 @dataclass
@@ -36,22 +43,28 @@ class FakeSystemctl:
         assert call[:2] == ("systemctl", "--no-ask-password"), call
         if self.down:
             return Ran(call, 1, stderr=self.down)
-        verb, unit = call[2], call[-1]
-        if verb == "daemon-reload":
+        verb, args = call[2], call[3:]
+        if verb == "daemon-reload" and not args:
             for each in self.units.values():
                 each.need_reload = False
             return Ran(call, 0)
-        if verb == "show":
-            return Ran(call, 0, stdout=self._show(unit))
-        return self._act(call, verb, unit)
+        if verb == "show" and len(args) == 3 and args[0].startswith(PROPERTY) and args[1] == "--":
+            return Ran(call, 0, stdout=self._show(args[2], args[0].removeprefix(PROPERTY).split(",")))
+        if verb in ACTS and len(args) == 2 and args[0] == "--":
+            return self._act(call, verb, args[1])
+        raise AssertionError(f"the fake systemctl does not understand {call}")
 
-    def _show(self, unit: str) -> str:
+    def _show(self, unit: str, asked: list[str]) -> str:
         held = self.units.get(unit, FakeUnit(load="not-found", unit_file=""))
-        reload = "yes" if held.need_reload else "no"
-        return (
-            f"LoadState={held.load}\nActiveState={held.active}\nUnitFileState={held.unit_file}\n"
-            f"NeedDaemonReload={reload}\n"
-        )
+        said = {
+            "LoadState": held.load,
+            "ActiveState": held.active,
+            "UnitFileState": held.unit_file,
+            "NeedDaemonReload": "yes" if held.need_reload else "no",
+        }
+        unknown = [name for name in asked if name not in said]
+        assert not unknown, f"the fake systemctl holds no property {unknown}"
+        return "".join(f"{name}={said[name]}\n" for name in asked)
 
     def _act(self, call: tuple[str, ...], verb: str, unit: str) -> Ran:
         held = self.units.get(unit)

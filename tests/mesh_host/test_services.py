@@ -8,6 +8,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from mesh_host.applying import services as services_module
 from mesh_host.applying.apply import ApplyFailed, Host, Report, apply
 from mesh_host.applying.footprint import Before, OwnedService, load
 from mesh_host.applying.roots import Root
@@ -197,3 +198,29 @@ def test_a_unit_state_is_judged_by_what_systemd_says() -> None:
     assert state.running and state.enabled and state.exists
     missing = systemctl.state("b.service")
     assert not missing.exists and not missing.running and missing.said().startswith("LoadState=not-found")
+
+
+def test_a_property_the_host_stops_asking_for_is_missing_from_the_answer_and_the_step_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    systemctl = FakeSystemctl({"app.service": FakeUnit(active="active", unit_file="enabled")})
+    assert applied(declared(service()), tmp_path / "asked", systemctl).changes == ()
+    monkeypatch.setattr(services_module, "PROPERTIES", ("LoadState", "ActiveState", "NeedDaemonReload"))
+    with pytest.raises(ApplyFailed, match=r"systemctl did as asked, yet it is .* UnitFileState=\(none\)"):
+        applied(declared(service()), tmp_path / "dropped", systemctl)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("show", "-p", "LoadState", "--", "app.service"),
+        ("show", "--property=LoadState,Description", "--", "app.service"),
+        ("start", "app.service"),
+        ("restart", "--", "app.service"),
+        ("daemon-reload", "--now"),
+    ],
+    ids=["a short option", "a property it does not hold", "a unit without --", "a verb", "an option"],
+)
+def test_the_fake_systemctl_refuses_what_it_does_not_understand(argv: tuple[str, ...]) -> None:
+    with pytest.raises(AssertionError, match="the fake systemctl"):
+        FakeSystemctl({"app.service": FakeUnit()})(("systemctl", "--no-ask-password", *argv))
