@@ -29,9 +29,12 @@ MOVED_LIST = "moved.jsonl"
 MAX_SUFFIX = 1000
 
 
-def strays(root: Root, folder: PurePosixPath, kept: Collection[PurePosixPath]) -> list[PurePosixPath]:
-    """The entries under `folder` the host did not write and nobody knows, each taken whole, sorted."""
-    holding = {parent for path in kept for parent in path.parents}
+def strays(
+    root: Root, folder: PurePosixPath, kept: Collection[PurePosixPath], into: Collection[PurePosixPath] = ()
+) -> list[PurePosixPath]:
+    """The entries under `folder` the host did not write and nobody knows, each taken whole, sorted;
+    the folders `into` (an archive's) are the host's yet looked into."""
+    holding = {parent for path in kept for parent in path.parents} | set(into)
     return _strays(root, folder, frozenset(kept), holding)
 
 

@@ -197,3 +197,21 @@ def test_a_unit_state_is_judged_by_what_systemd_says() -> None:
     assert state.running and state.enabled and state.exists
     missing = systemctl.state("b.service")
     assert not missing.exists and not missing.running and missing.said().startswith("LoadState=not-found")
+
+
+def test_a_unit_declared_without_enabled_keeps_its_enablement_then_and_once_no_longer_declared(
+    tmp_path: Path,
+) -> None:
+    systemctl = FakeSystemctl({"app.service": FakeUnit(unit_file="enabled")})
+    running = {"id": "app", "type": "service", "unit": "app.service", "state": "running"}
+    report = applied(declared(running), tmp_path, systemctl)
+    assert [(event.where, event.what) for event in report.changes] == [("app", "started")]
+    assert systemctl.acts == [("start", "--", "app.service")]
+    (entry,) = load(tmp_path).owned
+    assert isinstance(entry, OwnedService) and entry.enabled is None and entry.id == "app"
+    systemctl.units["app.service"].unit_file = "disabled"  # the operator disables it: the host leaves it
+    systemctl.calls.clear()
+    assert applied(declared(running), tmp_path, systemctl).changes == ()
+    report = applied(declared(), tmp_path, systemctl)
+    assert [event.what for event in report.changes] == ["stopped (as the host found it)"]
+    assert systemctl.acts == [("stop", "--", "app.service")]
