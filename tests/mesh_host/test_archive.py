@@ -331,3 +331,34 @@ def test_the_footprint_names_each_member_as_json(machine: Machine) -> None:
     assert tool["members"][1] == {
         "name": "bin/tool", "kind": "file", "mode": 0o755, "sha256": digest, "target": None, "created": True
     }  # fmt: skip
+
+
+def test_a_member_folder_swapped_for_a_link_mid_unpack_leads_no_write_outside(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The module writing in the folder renames `bin` away and links `bin` to a folder outside
+    between the host's look and its write: the write goes where the descriptor was opened, never
+    through the link."""
+    declaration = declared(machine, tar(*TOOL))
+    machine.apply(declaration)
+    machine.real("/opt/tool/bin/tool").write_text("drifted\n")
+    outside = machine.folder("/srv/outside")
+    before = snapshot(outside)
+    writing = archive_module._write_file
+
+    def swapped(folder: int, base: str, data: object, member: object, ids: object) -> None:
+        top = machine.real("/opt/tool")
+        (top / "bin").rename(top / "bin.away")
+        (top / "bin").symlink_to(outside)
+        writing(folder, base, data, member, ids)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(archive_module, "_write_file", swapped)
+    machine.apply(declaration)
+    assert snapshot(outside) == before and sorted(p.name for p in outside.iterdir()) == []
+    assert machine.real("/opt/tool/bin.away/tool").read_bytes() == b"#!/bin/sh\necho tool\n"
+    monkeypatch.setattr(archive_module, "_write_file", writing)
+    report = machine.apply(declaration)  # the link is the archive's member drifted: put back, not followed
+    assert (report.changes[0].subject, report.changes[0].what) == ("/opt/tool/bin", "put back (a link stood there)")
+    unpacked = listing(machine.real("/opt/tool"))
+    assert {name: held for name, held in unpacked.items() if not name.startswith("bin.away")} == UNPACKED
+    assert snapshot(outside) == before
