@@ -7,7 +7,7 @@ refused unless its digest is the declared one, then decompressed (gzip, xz, zstd
 second unnamed file, bounded, and read with the standard library's `tarfile`. Every member passes
 its `data` extraction filter (no absolute name, no device or FIFO, no link leading out) and this
 module's own rules: no `..` in a name, nothing inside a link member, a link followed through the
-archive's own links staying inside, at most MAX_MEMBERS members and MAX_UNPACKED_BYTES bytes. One
+archive's own links staying inside, at most MAX_MEMBERS members, MAX_UNPACKED_BYTES bytes and MAX_NAMES_CHARS of names. One
 member refused refuses the declaration whole. The temporary files need room in $TMPDIR for the
 archive and its tar.
 
@@ -46,6 +46,7 @@ MAX_UNPACKED_BYTES = 1 << 30  # the tar it holds, decompressed, headers included
 MAX_MEMBERS = 10_000
 MAX_HEADER_BYTES = 1 << 20  # one read tarfile makes of a header (a long name, a pax header)
 MAX_NAME_CHARS = 4096
+MAX_NAMES_CHARS = 2 << 20  # all its names: the footprint lists each member (and holds 16 MiB)
 MAX_LINKS = 40  # followed through the archive's own links, as the kernel's own limit
 CHUNK = 1 << 16
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -198,6 +199,7 @@ class _Listing:
     infos: dict[str, tarfile.TarInfo] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)  # a link member's name -> its target
     size: int = 0
+    names: int = 0  # characters of its names and link targets
 
 
 def _members(tar: tarfile.TarFile, folder_mode: int) -> tuple[tuple[Member, ...], dict[str, tarfile.TarInfo], int]:
@@ -220,6 +222,9 @@ def _member(tar: tarfile.TarFile, info: tarfile.TarInfo, listing: _Listing, scra
     name = _plain_name(info.name)
     if not name:
         return  # "." or "./": the folder itself, whose mode is declared
+    listing.names += len(name) + len(info.linkname)
+    if listing.names > MAX_NAMES_CHARS:
+        raise ArchiveRefused(f"its names take more than the {MAX_NAMES_CHARS} characters an archive's may")
     # the extraction filter judges names lexically here: nothing exists in the empty scratch folder
     filtered = tarfile.data_filter(info, scratch)
     _outside_links(name, listing)
@@ -399,7 +404,8 @@ class _Unpacking:
         for difference in said:
             self.tree.change(member.name, difference)
         if not self.tree.dry_run and (said or now is None):
-            assert folder is not None  # not a dry run: each folder on the way was put in place before
+            if folder is None:  # each folder on the way was put in place before: one removed since
+                raise UnpackFailed(f"{member.name}: its folder went away while the host unpacked")
             self.write(member, folder, base, now)
         return before is None and now is None
 

@@ -180,9 +180,14 @@ def save(state: Path, footprint: Footprint) -> None:
     path = state / FILE
     temporary = state / f".{FILE}.{os.getpid()}"
     try:
+        data = footprint.model_dump_json(indent=2).encode() + b"\n"
+        if len(data) > MAX_FOOTPRINT_BYTES:  # written, it could not be read back
+            raise StateError(
+                str(path), f"would be larger than the {MAX_FOOTPRINT_BYTES} bytes it may hold: not written"
+            )
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(descriptor, "wb") as stream:
-            stream.write(footprint.model_dump_json(indent=2).encode() + b"\n")
+            stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)

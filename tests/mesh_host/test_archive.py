@@ -280,6 +280,9 @@ def test_more_bytes_or_members_than_the_bounds_refuse_the_declaration(
     many = declared(machine, tar(*TOOL))
     with pytest.raises(DeclarationRefused, match="more than the 3 members an archive may hold"):
         machine.apply(many)
+    monkeypatch.setattr(archive_module, "MAX_NAMES_CHARS", 20)
+    with pytest.raises(DeclarationRefused, match="its names take more than the 20 characters"):
+        machine.apply(declared(machine, tar(*TOOL)))
     assert not machine.real("/opt/tool").exists() and not machine.state.exists()
 
 
@@ -362,3 +365,17 @@ def test_a_member_folder_swapped_for_a_link_mid_unpack_leads_no_write_outside(
     unpacked = listing(machine.real("/opt/tool"))
     assert {name: held for name, held in unpacked.items() if not name.startswith("bin.away")} == UNPACKED
     assert snapshot(outside) == before
+
+
+def test_a_hard_link_member_is_unpacked_as_a_copy_of_its_file(machine: Machine) -> None:
+    hard = _info("bin/tool-again", tarfile.LNKTYPE, linkname="bin/tool")
+    declaration = declared(machine, tar(*TOOL, hard))
+    machine.apply(declaration)
+    again = machine.real("/opt/tool/bin/tool-again")
+    assert again.read_bytes() == machine.real("/opt/tool/bin/tool").read_bytes() == b"#!/bin/sh\necho tool\n"
+    again.write_text("drifted\n")  # the copy alone drifts: put back, the other untouched
+    report = machine.apply(declaration)
+    assert [(event.subject, event.what) for event in report.changes] == [
+        ("/opt/tool/bin/tool-again", "put back (its content differed)")
+    ]
+    assert again.read_bytes() == b"#!/bin/sh\necho tool\n"
