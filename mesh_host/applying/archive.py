@@ -7,9 +7,9 @@ refused unless its digest is the declared one, then decompressed (gzip, xz, zstd
 second unnamed file, bounded, and read with the standard library's `tarfile`. Every member passes
 its `data` extraction filter (no absolute name, no device or FIFO, no link leading out) and this
 module's own rules: no `..` in a name, nothing inside a link member, a link followed through the
-archive's own links staying inside, at most MAX_MEMBERS members, MAX_UNPACKED_BYTES bytes and MAX_NAMES_CHARS of names. One
-member refused refuses the declaration whole. The temporary files need room in $TMPDIR for the
-archive and its tar.
+archive's own links staying inside, at most MAX_MEMBERS members, MAX_UNPACKED_BYTES bytes and
+MAX_NAMES_CHARS characters of names. One member refused refuses the declaration whole. The
+temporary files need room in $TMPDIR for the archive and its tar.
 
 Unpacking (`unpack`) works from descriptors: the folder is opened without following a link, each
 member folder from its parent the same way, and every write, rename, chmod, chown and unlink names

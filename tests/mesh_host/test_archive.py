@@ -379,3 +379,29 @@ def test_a_hard_link_member_is_unpacked_as_a_copy_of_its_file(machine: Machine) 
         ("/opt/tool/bin/tool-again", "put back (its content differed)")
     ]
     assert again.read_bytes() == b"#!/bin/sh\necho tool\n"
+
+
+def test_an_archive_renamed_under_its_id_is_moved_whole_and_owned_names_it(machine: Machine) -> None:
+    machine.apply(declared(machine, tar(*TOOL)))
+    moved = declared(machine, tar(*TOOL))
+    moved["resources"][0]["path"] = "/opt/tool-1"  # type: ignore[index]
+    report = machine.apply(moved)
+    assert [(event.where, event.subject, event.what) for event in report.changes] == [
+        ("tool", "/opt/tool-1", "moved from /opt/tool")
+    ]
+    assert listing(machine.real("/opt/tool-1")) == UNPACKED and not machine.real("/opt/tool").exists()
+    holding = as_user(machine.user, lambda: owned(Root(machine.root), machine.state))
+    assert holding.render().startswith(f"archive    tool  /opt/tool-1  created 0755  9 members of {SOURCE} (sha256 ")
+
+
+def test_a_declared_owner_is_given_to_every_member(machine: Machine) -> None:
+    if not machine.privileged:
+        pytest.skip("only root gives files away")
+    machine.apply(declared(machine, tar(*TOOL), owner="nobody:nogroup"))
+    top = machine.real("/opt/tool")
+    assert {(path.lstat().st_uid, path.lstat().st_gid) for path in [top, *top.rglob("*")]} == {(65534, 65534)}
+    os.chown(top / "bin/tool", 0, 0)
+    report = machine.apply(declared(machine, tar(*TOOL), owner="nobody:nogroup"))
+    assert [(event.subject, event.what) for event in report.changes] == [
+        ("/opt/tool/bin/tool", "owner root:root -> nobody:nogroup")
+    ]
