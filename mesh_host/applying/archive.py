@@ -27,7 +27,6 @@ import gzip
 import hashlib
 import lzma
 import os
-import shutil
 import stat
 import sys
 import tarfile
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, BinaryIO, Protocol
 
+from mesh_host.applying import safe_fs
 from mesh_host.applying.footprint import Member
 from mesh_host.applying.owners import Ids
 from mesh_host.errors import MeshHostError
@@ -49,8 +49,6 @@ MAX_NAME_CHARS = 4096
 MAX_NAMES_CHARS = 2 << 20  # all its names: the footprint lists each member (and holds 16 MiB)
 MAX_LINKS = 40  # followed through the archive's own links, as the kernel's own limit
 CHUNK = 1 << 16
-_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _GZIP, _XZ, _ZSTD = b"\x1f\x8b", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd"
 
 
@@ -361,7 +359,7 @@ class Tree:
     def look(self, name: str) -> tuple[int | None, str, os.stat_result | None]:
         parent, base = _split(name)
         folder = self.folder(parent)
-        return folder, base, None if folder is None else _lstat(folder, base)
+        return folder, base, None if folder is None else safe_fs.stat_at(folder, base)
 
 
 def unpack(
@@ -497,26 +495,17 @@ def _still_held(folder: int, base: str, now: os.stat_result, member: Member) -> 
 
 def _open_folder(parent: int, base: str, name: str) -> int:
     try:
-        return os.open(base, _FOLDER, dir_fd=parent)
-    except OSError as err:
-        if err.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise UnpackFailed(
-                f"{name or 'its folder'}: a link or a file stands where a folder of the archive goes: "
-                "the host follows no link it did not make"
-            ) from None
-        raise
+        return safe_fs.open_child(parent, base)
+    except (safe_fs.LinkRefused, safe_fs.NotAFolder):
+        raise UnpackFailed(
+            f"{name or 'its folder'}: a link or a file stands where a folder of the archive goes: "
+            f"{safe_fs.FOLLOWS_NO_LINK}"
+        ) from None
 
 
 def _split(name: str) -> tuple[str, str]:
     parent, _, base = name.rpartition("/")
     return parent, base
-
-
-def _lstat(folder: int, base: str) -> os.stat_result | None:
-    try:
-        return os.stat(base, dir_fd=folder, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
 
 
 def _kind(now: os.stat_result) -> str:
@@ -540,13 +529,9 @@ def _digest_at(folder: int, base: str, now: os.stat_result) -> str | None:
     if now.st_size > MAX_UNPACKED_BYTES:
         return None  # larger than any member: not read
     try:
-        descriptor = os.open(base, _READ, dir_fd=folder)
+        return safe_fs.digest_at(folder, base)
     except OSError:
         return None  # swapped for a link, or unreadable: not what the host wrote
-    with os.fdopen(descriptor, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return None
-        return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
 def _attributes(descriptor: int, mode: int, ids: Ids | None) -> None:
@@ -556,7 +541,7 @@ def _attributes(descriptor: int, mode: int, ids: Ids | None) -> None:
 
 
 def _attributes_at(folder: int, base: str, member: Member, ids: Ids | None) -> None:
-    descriptor = os.open(base, _READ, dir_fd=folder)
+    descriptor = os.open(base, safe_fs.READ, dir_fd=folder)
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise UnpackFailed(f"{base}: swapped for something else while the host looked")
@@ -568,21 +553,8 @@ def _attributes_at(folder: int, base: str, member: Member, ids: Ids | None) -> N
 
 def _write_file(folder: int, base: str, data: IO[bytes], member: Member, ids: Ids | None) -> None:
     """Writes the member whole beside its place, then renames it over what stands there."""
-    temporary = f".{base}.mesh-host-{os.getpid()}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    descriptor = os.open(temporary, flags, 0o600, dir_fd=folder)
-    try:
-        with os.fdopen(descriptor, "wb") as stream:
-            shutil.copyfileobj(data, stream, CHUNK)
-            stream.flush()
-            assert member.mode is not None
-            _attributes(stream.fileno(), member.mode, ids)
-            os.fsync(stream.fileno())
-        os.rename(temporary, base, src_dir_fd=folder, dst_dir_fd=folder)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary, dir_fd=folder)
-        raise
+    assert member.mode is not None
+    safe_fs.write_at(folder, base, data, member.mode, None if ids is None else (ids.uid, ids.gid))
 
 
 def _write_link(folder: int, base: str, target: str, ids: Ids | None) -> None:
