@@ -1,4 +1,4 @@
-"""The cross-node oracle of issue 17, pinned on a real nats-server (static and JWT accounts): what it
+"""The cross-node oracle, pinned on a real nats-server (static and JWT accounts): what it
 tells a node about another node's keys, and what it never does.
 
 A node's put of its own key may carry `Nats-Expected-Last-Subject-Sequence: N` with

@@ -1,4 +1,4 @@
-"""Issue 23's fleet bucket under the generated grants (`registry.access.grants.node_fleet_imports`,
+"""The fleet bucket under the generated grants (`registry.access.grants.node_fleet_imports`,
 `operator_fleet_imports`), static and JWT, on a real nats-server: node n1, hostile, with its own
 credentials, against the fleet's keys (`registry.contract.fleet`).
 

@@ -1,8 +1,8 @@
-"""The seat is held once (issue 9, item 3): two seats with disagreeing catalogues on one bus, one
+"""The seat is held once: two seats with disagreeing catalogues on one bus, one
 compiles, the other says so and never writes, a watching client rewrites nothing; the other
 takes over once the compiling seat stops.
 
-Issue 9 asked for a minute of two seats at a 1 s compile interval: what counts is the compiles
+The first check asked for a minute of two seats at a 1 s compile interval: what counts is the compiles
 (and the client's refreshes) that go by, so the interval and the client's timers run at a fifth
 of that, and sixty compiles stand for the minute."""
 
