@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 SCALE = 5
 INTERVAL = timedelta(seconds=1) / SCALE
 TTL = timedelta(seconds=2)
-TAKEOVER_BOUND = TTL + SKEW + TTL / 3 + INTERVAL  # README, "The registry"
+TAKEOVER_BOUND = TTL + SKEW + TTL / 3 + INTERVAL  # docs/verb.md, "The registry"
 TIMING = WatchTiming(
     debounce=timedelta(seconds=0.1) / SCALE,
     refresh=timedelta(seconds=1) / SCALE,
