@@ -344,3 +344,31 @@ def test_the_readme_set_up_and_every_command_the_documentation_shows_work_as_pri
 
     assert run_blocks(SecondShell(clone, environment), blocks, AFTER_STOP) == []
     assert not (clone / "state").exists()
+
+
+# --- the README itself ---------------------------------------------------------------------------------
+
+README_MOST_LINES = 300  # a screen or three: the rest is the documentation site's (docs/)
+
+
+def test_the_readme_fits_in_300_lines() -> None:
+    assert len(README.read_text().splitlines()) <= README_MOST_LINES
+
+
+def test_each_word_of_the_glossary_is_defined_before_the_readme_uses_it() -> None:
+    """A glossary row names its words in bold in its first cell; none of them (or its plural) may
+    appear in the README above that row."""
+    text = README.read_text()
+    rows = [(row.start(), re.findall(r"\*\*([^*]+)\*\*", row.group(1))) for row in GLOSSARY_ROW.finditer(text)]
+    assert len(rows) >= 20, "the README's glossary is a table of bold words"
+    early = [
+        f"{word!r} used before its definition: ...{text[used.start() - 40 : used.end()]}"
+        for at, words in rows
+        for word in words
+        if (used := re.search(rf"(?<![\w-]){re.escape(word)}(?:e?s)?(?![\w-])", text, re.IGNORECASE)) is not None
+        and used.start() < at
+    ]
+    assert early == []
+
+
+GLOSSARY_ROW = re.compile(r"(?m)^\| (\*\*[^|]*) \|")
