@@ -51,7 +51,7 @@ def main() -> None:
         "--out", type=Path, help=f"where to write the JSON figures (default {RESULTS}, with --scale {SCALE_RESULTS})"
     )
     parser.add_argument(
-        "--scale", action="store_true", help="issue 10's figures at mesh scale instead (filling the keys takes minutes)"
+        "--scale", action="store_true", help="the figures at mesh scale instead (filling the keys takes minutes)"
     )
     parser.add_argument(
         "--keys",
@@ -116,11 +116,11 @@ async def run_parts(
 
 
 def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
-    """Issue 17's figures: `--fill` and `--soak`, and what they take."""
+    """A hostile node's figures: `--fill` and `--soak`, and what they take."""
     parser.add_argument(
         "--sites",
         action="store_true",
-        help="issue 22's figures across sites instead: a hub and 3 leaf-node sites, 20 ms each way between"
+        help="the figures across sites instead: a hub and 3 leaf-node sites, 20 ms each way between"
         " (an unchanged reconcile and what=registry at a site against at the hub; 3 x 300 nodes registering;"
         " --quick: tiny sizes)",
     )
@@ -133,20 +133,20 @@ def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rollout",
         action="store_true",
-        help="issue 23's figures instead: a shared config change reaching 50 watching clients (10 a process) with"
+        help="the rollout's figures instead: a shared config change reaching 50 watching clients (10 a process) with"
         " a rollout budget of 5 and without one: the most change actions at once and the total time (--quick: tiny)",
     )
     parser.add_argument(
         "--fill",
         action="store_true",
-        help="issue 17's fill instead: a node filling the needs bucket at its default size (static accounts)",
+        help="the fill instead: a node filling the needs bucket at its default size (static accounts)",
     )
     parser.add_argument("--seconds", type=float, default=60.0, help="with --fill, how long the node fills (default 60)")
     parser.add_argument("--in-headers", action="store_true", help="with --fill, the bytes in a header of each put")
     parser.add_argument(
         "--soak",
         action="store_true",
-        help="issue 17's multi-party soak instead: a hostile node's whole repertoire while honest nodes reconcile",
+        help="the multi-party soak instead: a hostile node's whole repertoire while honest nodes reconcile",
     )
     parser.add_argument("--minutes", type=float, default=5.0, help="with --soak, how long it lasts (default 5)")
     parser.add_argument(

@@ -1,4 +1,4 @@
-"""The measurements of issue 4, each beside its floor, and the report that prints them."""
+"""The measurements, each beside its floor, and the report that prints them."""
 
 from __future__ import annotations
 

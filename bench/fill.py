@@ -1,5 +1,4 @@
-"""`python -m bench --fill`: a node filling the needs bucket at its default size (issue 17, "What
-must be shown" 3).
+"""`python -m bench --fill`: a node filling the needs bucket at its default size.
 
 A mesh of static accounts (nodes n1 and n2, an operator) with the seat's defaults (buckets of
 1 GiB, quotas of 20,000 keys and 64 MiB a node and bucket). n1 (`bench.hostile`'s fill, a process

@@ -1,4 +1,4 @@
-"""`python -m bench --scale`: issue 10's targets at mesh scale, each figure beside its floor in one run.
+"""`python -m bench --scale`: the targets at mesh scale, each figure beside its floor in one run.
 
 The bucket is filled to 1,000 keys, measured, then 1,000 nodes register as node clients do
 (`bench.register`: a process of its own, a connection per node, about 20 nodes arriving a second)

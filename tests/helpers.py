@@ -56,7 +56,7 @@ async def in_own_task(context: AbstractAsyncContextManager[T]) -> AsyncIterator[
     """`context` entered and left by a task of its own, for an async fixture.
 
     pytest-asyncio sets a fixture up and tears it down in two different tasks, while an anyio task
-    group or cancel scope must be left by the task that entered it (pytest-asyncio issue 1191)."""
+    group or cancel scope must be left by the task that entered it (pytest-asyncio refuses it otherwise)."""
     loop = asyncio.get_running_loop()
     entered: asyncio.Future[T] = loop.create_future()
     leave = asyncio.Event()

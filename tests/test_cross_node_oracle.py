@@ -1,4 +1,4 @@
-"""The cross-node oracle of issue 17, pinned on a real nats-server (static and JWT accounts): what it
+"""The cross-node oracle, pinned on a real nats-server (static and JWT accounts): what it
 tells a node about another node's keys, and what it never does.
 
 A node's put of its own key may carry `Nats-Expected-Last-Subject-Sequence: N` with
@@ -8,8 +8,8 @@ put with `wrong last sequence: <that sequence>`; a service import passes every h
 learns, for any filter it can name in a bucket it writes, whether a key under it exists (or
 existed: a delete marker counts) and the stream sequence of its latest write, which moves with
 every write: when, never what. Nothing in nats-server 2.15 closes it without breaking the buckets
-(README, Security). Should nats-server narrow the header one day, these tests fail: then the
-README's paragraph goes too.
+(`docs/security.md`). Should nats-server narrow the header one day, these tests fail: then the
+documentation's paragraph goes too.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 23's fleet bucket under the generated grants (`registry.access.grants.node_fleet_imports`,
+"""The fleet bucket under the generated grants (`registry.access.grants.node_fleet_imports`,
 `operator_fleet_imports`), static and JWT, on a real nats-server: node n1, hostile, with its own
 credentials, against the fleet's keys (`registry.contract.fleet`).
 
@@ -220,7 +220,7 @@ async def n2_reads_the_fleet_as_stored(reader: Bus, stored: Everything) -> None:
     now = datetime.now(UTC)  # the server's stamp, which a claim's ttl runs from, is the server's alone
     assert all(i.stored_at is not None and abs(now - i.stored_at) < timedelta(minutes=5) for i in read), read
     for key, value, revision, deleted in stored[FLEET.name]:
-        if not shaped(key):  # n1's literal `claim.*.n1`: a get of it is a wildcard's (the strict xfail)
+        if not shaped(key):  # n1's literal `claim.*.n1`: a get of it is a wildcard's (the seat erases it)
             continue
         item = await get_direct(reader, FLEET, key)
         assert item is not None and (item.value, item.revision, item.deleted) == (value, revision, deleted), key
@@ -668,7 +668,7 @@ async def test_a_status_line_stored_with_its_own_claim_ends_no_readers_batch_nor
 
 
 async def test_a_literal_wildcard_module_of_its_own_counts_in_no_modules_claims(mesh: Mesh, attacker: Client) -> None:
-    """`claim.*.n1` and `claim.>.n1`, stored (the strict xfail above): a read of module `m`'s claims
+    """`claim.*.n1` and `claim.>.n1`, stored until the seat erases them: a read of module `m`'s claims
     is not widened by them, so they take no slot of any module."""
     for token in ("*", ">"):
         await attacker.request(FLEET.subject(f"claim.{token}.{ATTACKER}"), EVIL, timeout=2)

@@ -1,4 +1,4 @@
-"""The layering of issue 7, enforced: registry under both programs, the server and the node client
+"""The layering, enforced: registry under both programs, the server and the node client
 never importing each other, mesh_dev above both, and nats-py reached only through registry.wire.bus,
 registry.wire.nats_internals and registry.serving.service.
 

@@ -3,7 +3,7 @@ static and JWT (`registry.wire.no_responders`).
 
 nats-server answers "no responders" alike, at once and with the same headers, to a request its
 account has no import for and to one it imports from an account where nothing serves it; its
-trace of the request (2.11+, delivered to nobody) tells them apart. The issue's cases: a node
+trace of the request (2.11+, delivered to nobody) tells them apart. The cases: a node
 asking under a name its key does not cover, a node asking what it is not granted, a seat that is
 down; and the other side of an import: a granted bucket that does not exist.
 """
@@ -100,7 +100,7 @@ async def run(argv: list[str]) -> tuple[int, str]:
 async def test_a_node_name_its_key_does_not_cover_is_said_to_be_no_import_of_its_account(
     tmp_path: Path, mode: str
 ) -> None:
-    """The issue's `n1.x` asked with n1's key: its lease is not n1's, so the client exits 3."""
+    """A node's `n1.x` asked with n1's key: its lease is not n1's, so the client exits 3."""
     async with seatless(tmp_path, mode) as (mesh, grants_file), seat_serving(mesh, grants_file, PROVIDERS):
         argv = ["mesh-provisioner-client", "reconcile", "--node", "n1.x", "--manifests", str(tmp_path)]
         code, stderr = await run(

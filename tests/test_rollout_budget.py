@@ -1,4 +1,4 @@
-"""Rollouts end to end (issue 23): many watching clients, each on its own node's grants, one shared
+"""Rollouts end to end: many watching clients, each on its own node's grants, one shared
 config value changed; the change actions record their own start and end in one file.
 
 - With a budget of 3, at no moment do more than 3 change actions run, and every node finishes.

@@ -1,5 +1,5 @@
 """The seat pauses a module's rollout when a node running it fails its change, and only then
-(issue 23: `provisioner.seat.rollouts`), on a real nats-server with the generated grants, static
+(`provisioner.seat.rollouts`), on a real nats-server with the generated grants, static
 and JWT accounts: the nodes write their claims on their own accounts, the seat holds on its own.
 
 A failure that must pause nothing is judged after a later failure that does pause, written after

@@ -1,5 +1,4 @@
-"""The node client at a site while its leaf link is cut, then restored (issue 22, "partition
-behaviour that a person can predict"): a hub and site 1 on the generated configuration
+"""The node client at a site while its leaf link is cut, then restored: a hub and site 1 on the generated configuration
 (`tests.sites.generated_hub_and_site`, the site's link through a relay the test cuts), the seat
 at the hub, the site's copies of the hub's buckets made by hand, and node n1's watching client
 connected to its site's server on its own key.
@@ -50,7 +49,7 @@ T = TypeVar("T")
 
 NODE = "n1"
 CUT_SECONDS = 10.0
-CONVERGED_WITHIN = 5.0  # issue 22: after the link returns, converged within 5 s
+CONVERGED_WITHIN = 5.0  # after the link returns, converged within 5 s: what a person can predict
 LEASE_TTL = timedelta(seconds=3)  # renewed every second: the cut is told within about one
 TIMING = WatchTiming(debounce=timedelta(seconds=0.1), poll=timedelta(seconds=0.2))
 WATCHING = "provisioner_client.watch.watching"

@@ -1,4 +1,4 @@
-"""Issue 8's attack suite run by a node living at a site (issue 22), static and JWT, on exactly what
+"""The isolation attack suite run by a node living at a site, static and JWT, on exactly what
 `mesh-provisioner grants --mesh` writes: the hub and site 1 (node n1, the attacker, lives there;
 n2, the victim, at the hub), the hub's seat and the site's seat running (`serve --site`), so the
 site's copies exist and n1's verb is answered at its site.

@@ -1,4 +1,4 @@
-"""A site's data link credential in an attacker's hands (issue 22): whoever holds
+"""A site's data link credential in an attacker's hands: whoever holds
 `leaf-<site>-data.nk` (or `.creds`) runs a leaf server of their own that dials the hub with it,
 in place of the site's server, and sends from a client there every subject it likes: nats-server
 lets into the hub's data account only what the link's user may publish, and sends back only what

@@ -1,4 +1,4 @@
-"""A site's copies resume soon after a cut link (issue 22, must-show 1: converged within 5 s), on
+"""A site's copies resume soon after a cut link (converged within 5 s), on
 the generated configuration: the hub and site 1 with both seats, the link through the tests' relay
 (20 ms each way), cut while values change at the hub.
 

@@ -1,4 +1,4 @@
-"""How a node at a site writes its keys (issue 22): fail fast through the hub, or buffered at the
+"""How a node at a site writes its keys: fail fast through the hub, or buffered at the
 site and sourced by the hub. Each test runs a hub and a site on real nats-servers in their own
 JetStream domains, the site a leaf node of the hub through a relay adding 20 ms each way
 (`tests.sites`), and writes as the node client does (`registry.wire.kv`, `registry.wire.lease`).

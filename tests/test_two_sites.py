@@ -1,4 +1,4 @@
-"""Two sites, one cut for 60 s (issue 22, must-show 1): a hub and two sites on loopback from the
+"""Two sites, one cut for 60 s: a hub and two sites on loopback from the
 generated configuration (`tests.sites.generated_hub_and_two_sites`), each site's leaf link
 through a relay of its own, the hub's seat (the sites' consumers) and each site's seat
 (`serve --site`: its copies) running, and a watching client at each site: n1 at site 1, n2 at
@@ -42,7 +42,7 @@ from tests.sites import SITE, SITE2, GeneratedTwoSites, generated_hub_and_two_si
 from tests.test_site_client import LEASE_TTL, TIMING, eventually, last_sequences, manifest, runs_of
 
 CUT_SECONDS = 60.0
-CONVERGED_WITHIN = 5.0  # issue 22: after the link returns, converged within 5 s
+CONVERGED_WITHIN = 5.0  # after the link returns, converged within 5 s: what a person can predict
 NODES = {SITE: "n1", SITE2: "n2"}
 KEPT: tuple[Bucket, ...] = (buckets.NEEDS, buckets.APPLIED)  # a node's keys at the hub, none to be lost
 FIRST, SECOND, DURING = "Hello", "changed at the hub", "changed during the cut"

@@ -1,4 +1,4 @@
-"""`bench --fill` (issue 17) runs end to end at tiny sizes, so that CI runs its code: a node filling
+"""`bench --fill` runs end to end at tiny sizes, so that CI runs its code: a node filling
 a bucket past its quota while another node and the seat write."""
 
 from __future__ import annotations

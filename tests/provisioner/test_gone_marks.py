@@ -1,4 +1,4 @@
-"""The seat's gone marks (issue 23, `provisioner.seat.gone_marks`) on a real nats-server and seat:
+"""The seat's gone marks on a real nats-server and seat:
 a node whose lease was last renewed or released longer than `forget_after` ago is marked
 `gone.<node>` in the fleet bucket, its mark deleted once it is back, an unchanged fleet written
 nothing; the seat's clock is injected (`Clock`) so that time passes without waiting for it."""

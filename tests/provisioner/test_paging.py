@@ -1,4 +1,4 @@
-"""Answers too large for one message are paged, never cut (issue 2, item 5)."""
+"""Answers too large for one message are paged, never cut."""
 
 from __future__ import annotations
 
@@ -251,7 +251,7 @@ class CountsListings(PageCache):
 
 
 async def test_a_patient_query_starts_a_listing_the_seat_forgot_again(tmp_path: Path) -> None:
-    """Issue 9, item 15: `mesh-provisioner query` restarts a listing on 410."""
+    """`mesh-provisioner query` restarts a listing on 410."""
     async with (
         local_nats(tmp_path / "nats", "max_payload: 16384") as server,
         connect(BusOptions(servers=(server.url,), name="test")) as bus,
@@ -268,7 +268,7 @@ async def test_a_patient_query_starts_a_listing_the_seat_forgot_again(tmp_path: 
 
 @pytest.mark.slow
 async def test_three_whole_listings_at_once_of_200000_keys_are_each_answered_whole(server: LocalNats, bus: Bus) -> None:
-    """Issue 10: pushed at once over the seat's one connection, three such listings outran it
+    """Pushed at once over the seat's one connection, three such listings outran it
     (nats-server cut it as a slow consumer; each answered 503). They took turns; streamed, each
     reads one pull at a time, and they run at once."""
     await put_many(bus, buckets.NEEDS, needs(200_000))

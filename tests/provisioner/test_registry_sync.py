@@ -1,4 +1,4 @@
-"""The registry bucket after start and restart (issue 2, items 3 and 4)."""
+"""The registry bucket after start and restart."""
 
 from __future__ import annotations
 

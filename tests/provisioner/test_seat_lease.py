@@ -1,8 +1,8 @@
-"""The seat is held once (issue 9, item 3): two seats with disagreeing catalogues on one bus, one
+"""The seat is held once: two seats with disagreeing catalogues on one bus, one
 compiles, the other says so and never writes, a watching client rewrites nothing; the other
 takes over once the compiling seat stops.
 
-Issue 9 asked for a minute of two seats at a 1 s compile interval: what counts is the compiles
+The first check asked for a minute of two seats at a 1 s compile interval: what counts is the compiles
 (and the client's refreshes) that go by, so the interval and the client's timers run at a fifth
 of that, and sixty compiles stand for the minute."""
 
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 SCALE = 5
 INTERVAL = timedelta(seconds=1) / SCALE
 TTL = timedelta(seconds=2)
-TAKEOVER_BOUND = TTL + SKEW + TTL / 3 + INTERVAL  # README, "The registry"
+TAKEOVER_BOUND = TTL + SKEW + TTL / 3 + INTERVAL  # docs/verb.md, "The registry"
 TIMING = WatchTiming(
     debounce=timedelta(seconds=0.1) / SCALE,
     refresh=timedelta(seconds=1) / SCALE,

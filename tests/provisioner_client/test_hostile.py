@@ -1,4 +1,4 @@
-"""Issue 9, the node client: hostile or corrupted input is a reason or an error, never a crash, a
+"""The node client: hostile or corrupted input is a reason or an error, never a crash, a
 leak or a file touched outside the materialize folder."""
 
 from __future__ import annotations

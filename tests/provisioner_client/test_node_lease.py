@@ -1,4 +1,4 @@
-"""One client per node (issue 9 item 13): a second client is refused, naming the first, and writes
+"""One client per node: a second client is refused, naming the first, and writes
 nothing to needs, applied or collect while the first holds the node's lease."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The client's own files (issue 17, "files of the client's own, second round"; issue 18, item 4).
+"""The client's own files.
 
 Every file the node client writes (the env files, the ledger, the digest key, the state file) is
 written one way: an exclusive temporary file of a random name beside it, mode 0600 set on the

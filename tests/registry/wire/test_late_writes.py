@@ -1,4 +1,4 @@
-"""Writes that could land after their caller gave up (issue 18, the review), on a real nats-server.
+"""Writes that could land after their caller gave up, on a real nats-server.
 
 nats-py keeps what is published while it reconnects and sends it once the connection is back,
 however long ago its caller gave up: a conditional write stored that way moved a revision under
