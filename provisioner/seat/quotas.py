@@ -18,7 +18,9 @@ way to strip a header at an import.)
               was last counted, an upper bound (an overwrite or a delete is not subtracted: the old
               size is not known)
     count     when that bound passes the node's quota, the node's keys there are counted exactly
-              (a headers-only read of `<node>.>`, delete markers included: the bucket keeps them)
+              (a headers-only read of `<node>.>`, delete markers included: the bucket keeps them),
+              as they stood when the count began: a node writing faster than the seat reads would
+              otherwise keep its count going while the bucket filled
     cut back  when the count is over the quota, every key of the node in that bucket is purged
               (up to the last revision counted), and the node is over quota: `what=nodes` says so
               and why for `SHOWN_FOR`, the seat logs it once per episode; a record of the purge in
@@ -331,7 +333,9 @@ class QuotaGuard:
         load = self._load(bucket)
         if not load.bound(token).counting:
             load.change(token, Bound.start_counting)
-        items = await snapshot(bus, bucket, [owned_by(bucket, token)], include_deleted=True, headers_only=True)
+        items = await snapshot(
+            bus, bucket, [owned_by(bucket, token)], include_deleted=True, headers_only=True, as_it_began=True
+        )
         held = Footprint(len(items), sum(max(item.stored, 0) for item in items))
         upto = max((item.revision for item in items), default=0)
         share = None if held.over(self.quota) else await self._share_passed(bus, bucket, held)
