@@ -22,8 +22,9 @@ from typing import Any
 import anyio
 
 from bench.cases import Report
+from bench.harness import ROOT
 from bench.hostile import VALUE_SIZE
-from bench.mesh import OPERATOR, SEAT, bench_mesh, node
+from bench.mesh import OPERATOR, SEAT, Access, bench_mesh, child_command, child_environment, node
 from bench.observe import (
     SEAT_MARKS,
     SLOW_CONSUMER,
@@ -75,6 +76,7 @@ class Filled:
     bound: int
     held: dict[str, tuple[int, int]]  # by filler: keys, bytes
     shown: dict[str, tuple[str, str]]  # by filler: verdict, why
+    commands: dict[str, list[str]]  # by operator command: the fillers it shows on an over-quota line
     seat_log: dict[str, int]
     slow_consumers: int
 
@@ -115,6 +117,7 @@ async def run_fill(state: Path, sizes: FillSizes) -> tuple[Report, dict[str, Any
             end = int((await stream_state(seat, buckets.NEEDS))["state"]["bytes"])
             async with connect(access.options(OPERATOR)) as ops:
                 shown = await nodes_shown(ops, patiently=True)
+            commands = {" ".join(command): await over_quota_in(access, command) for command in OPERATOR_COMMANDS}
         seen = poll.seen[buckets.NEEDS.name]
         filled = Filled(
             hostile=hostile,
@@ -125,6 +128,7 @@ async def run_fill(state: Path, sizes: FillSizes) -> tuple[Report, dict[str, Any
             bound=seen.bound,
             held=held,
             shown={name: (shown[name].verdict, shown[name].because) for name in sizes.filling},
+            commands={command: sorted(set(sizes.filling) & found) for command, found in commands.items()},
             seat_log=log_lines(mesh.seat_log, *SEAT_MARKS),
             slow_consumers=log_lines(mesh.server_log, SLOW_CONSUMER)[SLOW_CONSUMER],
         )
@@ -135,6 +139,17 @@ async def held_by(seat: Bus, name: str) -> tuple[int, int]:
     """The keys `name` holds in the needs bucket and their bytes as the stream counts them (headers too)."""
     held = await snapshot(seat, buckets.NEEDS, [f"{name}.>"], headers_only=True)
     return len(held), sum(max(item.stored, 0) for item in held)
+
+
+OPERATOR_COMMANDS = (("query", "nodes"), ("top", "--once"))
+
+
+async def over_quota_in(access: Access, command: tuple[str, ...]) -> set[str]:
+    """The nodes `mesh-provisioner <command>`, run as the operator, prints on a line saying over-quota."""
+    argv = child_command("provisioner.commands.cli", *command, "--nats-url", access.url, *access.flags(OPERATOR))
+    done = await anyio.run_process(argv, cwd=ROOT, env=child_environment(), check=False)
+    lines = done.stdout.decode(errors="replace").splitlines()
+    return {line.split()[0] for line in lines if "over-quota" in line.split()[1:2]}
 
 
 async def keys_of(seat: Bus, key_of: str) -> int:
@@ -183,6 +198,11 @@ def report_of(filled: Filled, sizes: FillSizes) -> Report:
     for mark, what in SEAT_MARKS.items():
         report.add(f"seat log: {what}", filled.seat_log[mark], "lines")
     report.add("seat's connection closed by nats-server as a slow consumer", filled.slow_consumers, "times")
+    for command, named in filled.commands.items():
+        met = len(named) == len(filled.shown)
+        report.add(
+            f"fillers on an over-quota line of {command}", len(named), "nodes", target=f"= {len(filled.shown)}", met=met
+        )
     for name, (verdict, because) in filled.shown.items():
         print(f"  {name} is shown {verdict}: {because}")
     return report
@@ -195,6 +215,7 @@ def details_of(filled: Filled) -> dict[str, Any]:
         "shown": {name: {"verdict": verdict, "because": because} for name, (verdict, because) in filled.shown.items()},
         "bucket": {"peak": filled.peak, "end": filled.end, "bound": filled.bound},
         "held": {name: {"keys": keys, "bytes": size} for name, (keys, size) in filled.held.items()},
+        "commands": filled.commands,
         "seat_log": filled.seat_log,
         "slow_consumers": filled.slow_consumers,
     }

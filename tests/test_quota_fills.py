@@ -1,7 +1,8 @@
 """Nodes filling the needs bucket as fast as they can, each a process of its own beside the seat's
 (`bench.fill`, as `python -m bench --fill` runs it at the defaults for 60 s, here at sizes a test
 waits for), while n2 and the seat put their own keys every 0.1 s: every one of those writes is
-acknowledged and its key is in the bucket at the end, and each filler is shown over quota.
+acknowledged and its key is in the bucket at the end, and each filler is shown over quota by
+`what=nodes`, on its line of `query nodes` and of `top --once`, and once in the seat's log.
 
 By headers (a put of `{}` under 60 KB of them): the seat used to read each block whole, twice (its
 watch, then a count that followed the node's writes for as long as they came), on the connection
@@ -45,7 +46,8 @@ async def test_every_write_of_the_others_is_stored_while_nodes_fill_the_bucket(
     assert all(writes["made"] >= 10 * SECONDS * 0.5 for writes in others.values()), others
     assert [writes["refused"] for writes in others.values()] == [{}, {}]
     assert [writes["kept"] for writes in others.values()] == [writes["made"] for writes in others.values()]
-    assert {node: shown["verdict"] for node, shown in details["shown"].items()} == dict.fromkeys(
-        details["shown"], "over-quota"
-    )
+    fillers = sorted(details["hostile"])
+    assert {node: shown["verdict"] for node, shown in details["shown"].items()} == dict.fromkeys(fillers, "over-quota")
+    assert details["commands"] == {"query nodes": fillers, "top --once": fillers}
+    assert details["seat_log"]["over quota"] == len(fillers)  # once each
     assert sum(filler["fill"]["stored_bytes"] for filler in details["hostile"].values()) > 0

@@ -24,4 +24,5 @@ async def test_the_fill_counts_the_others_writes_and_shows_the_filler_over_quota
         writes["kept"] == writes["made"] - sum(writes["refused"].values()) for writes in details["others"].values()
     )
     assert details["shown"]["n1"]["verdict"] == "over-quota"
+    assert details["commands"] == {"query nodes": ["n1"], "top --once": ["n1"]}
     assert details["bucket"]["end"] < details["bucket"]["bound"]
