@@ -71,14 +71,14 @@ def main() -> None:
     add_fill_and_soak_arguments(parser)
     args = parser.parse_args()
     if args.fill:
-        sizes = FillSizes(
+        filling = FillSizes(
             seconds=args.seconds,
             in_headers=args.in_headers,
             fillers=args.fillers,
             value_bytes=args.value_bytes,
             jwt=args.jwt,
         )
-        fill(args.out or FILL_RESULTS, sizes)
+        fill(args.out or FILL_RESULTS, filling)
         return
     if args.rollout:
         rollout(args.out or ROLLOUT_RESULTS, RolloutSizes.quick() if args.quick else RolloutSizes())
