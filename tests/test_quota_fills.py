@@ -45,7 +45,8 @@ async def test_every_write_of_the_others_is_stored_while_nodes_fill_the_bucket(
     others: dict[str, dict[str, Any]] = details["others"]
     assert all(writes["made"] >= 10 * SECONDS * 0.5 for writes in others.values()), others
     assert [writes["refused"] for writes in others.values()] == [{}, {}]
-    assert [writes["kept"] for writes in others.values()] == [writes["made"] for writes in others.values()]
+    # Every acknowledged write's key is in the bucket (and one more, a put in flight when the writer stopped).
+    assert all(writes["kept"] >= writes["made"] for writes in others.values()), others
     fillers = sorted(details["hostile"])
     assert {node: shown["verdict"] for node, shown in details["shown"].items()} == dict.fromkeys(fillers, "over-quota")
     assert details["commands"] == {"query nodes": fillers, "top --once": fillers}
