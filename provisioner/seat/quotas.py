@@ -48,6 +48,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -247,14 +248,24 @@ class QuotaGuard:
         """Every node shown over quota now, with why."""
         return {node: reason for node in list(self._cut) if (reason := self.over_quota(node)) is not None}
 
-    async def guard(self, bus: Bus, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Watches every guarded bucket and counts what passes the bound, until cancelled."""
+    async def guard(
+        self,
+        bus: Bus,
+        *,
+        watching: Callable[[Bucket], AbstractAsyncContextManager[Bus]] | None = None,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Watches every guarded bucket and counts what passes the bound, until cancelled; each
+        bucket's watch on a connection of its own from `watching`, if given, else on `bus`. A
+        watch's consumer may have 32 MiB on the way to the seat, and nats-server closes a connection
+        holding more than 64 MiB as a slow consumer: three buckets filled by headers at once, watched
+        on one connection, had it closed 4 times in a minute."""
         send, receive = anyio.create_memory_object_stream[tuple[Bucket, str]](COUNTS_WAITING)
         async with send, receive, anyio.create_task_group() as tasks:
             self._to_count = send
             for bucket in self.guarded:
                 await self.learn_size(bus, bucket)
-                tasks.start_soon(self._watch, bus, bucket)
+                tasks.start_soon(self._watch_on, watching, bus, bucket)
             tasks.start_soon(self._count_each, bus, receive)
             task_status.started()
 
@@ -266,6 +277,15 @@ class QuotaGuard:
 
     def _load(self, bucket: Bucket) -> Load:
         return self._loads.setdefault(bucket.name, Load())
+
+    async def _watch_on(
+        self, watching: Callable[[Bucket], AbstractAsyncContextManager[Bus]] | None, bus: Bus, bucket: Bucket
+    ) -> None:
+        if watching is None:
+            await self._watch(bus, bucket)
+            return
+        async with watching(bucket) as own:
+            await self._watch(own, bucket)
 
     async def _watch(self, bus: Bus, bucket: Bucket) -> None:
         name = f"{self._name}-{bucket.name}"

@@ -3,7 +3,7 @@
     read the grants file              who is who on the bus, for the verb's scope
     async with connect(...)            reconnects forever; drained last: the data connection
     async with connect(...)            the verb's own connection: requests in, answers out
-    async with connect(...)            the quota guard's own (the hub's seat alone)
+    async with connect(...)            the quota guard's own, and one per bucket it watches (the hub's seat alone)
       ensure the seat's buckets         its own, each provider's `_bound`, each writing domain's
                                         (at a site: the site's copies of them, and no compile)
       compile the registry              at start (a failure here is fatal) ...
@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -183,7 +183,8 @@ async def _start_hub_work(
     guard = QuotaGuard(Quota(settings.node_quota_keys, settings.node_quota_bytes))
     nodes = FleetView(over_quota=guard.cut_back)
     guard.on_purged = nodes.forget_purged
-    await tasks.start(partial(guard.guard, connections["guard"]))
+    watching = partial(_guard_watch_connection, connections["guard"].options)
+    await tasks.start(partial(guard.guard, connections["guard"], watching=watching))
     marks = partial(keep_gone_marks, bus, forget_after=settings.forget_after, every=settings.gone_marks_interval)
     await tasks.start(marks)
     placement = Placement.of_catalogue(settings.domains_file, declared=settings.pause_on_failure == "declared")
@@ -265,12 +266,18 @@ def verb_connection(options: BusOptions) -> BusOptions:
     return options.model_copy(update={"name": f"{options.name} (verb)"})
 
 
+def _guard_watch_connection(options: BusOptions, bucket: Bucket) -> AbstractAsyncContextManager[Bus]:
+    """A connection of the quota guard's watch of `bucket` (see `QuotaGuard.guard`)."""
+    return connect(options.model_copy(update={"name": f"{options.name}: {bucket.name}"}))
+
+
 def guard_connection(options: BusOptions) -> BusOptions:
     """The options of the quota guard's connection: the seat's, under a name of its own. The guard
     reads every write of the nodes' buckets (a node's headers with it: 60 KB a put, as fast as the
     node can write), and each consumer may have 32 MiB on the way; on the data connection, with
     the views' and the listings' reads, that passed the 64 MiB nats-server allows a connection
-    pending, the data connection was closed as a slow consumer, and every watch of it read again."""
+    pending, the data connection was closed as a slow consumer, and every watch of it read again.
+    The counts and purges go on this one, each guarded bucket's watch on one more."""
     return options.model_copy(update={"name": f"{options.name} (quota guard)"})
 
 
