@@ -53,6 +53,27 @@ async def test_snapshot_keeps_only_the_filtered_keys_and_latest_values(bus: Bus,
     assert sorted((i.key, i.value) for i in items) == [("n1", b"4"), ("n1.a", b"2")]
 
 
+async def test_a_snapshot_as_it_began_ends_while_its_keys_are_still_written(bus: Bus, js: JetStreamContext) -> None:
+    """A writer keeps adding keys under the filter while the snapshot reads: read as it began, the
+    snapshot ends, with every key written before it began."""
+    kv = await js.create_key_value(bucket="d", direct=True)
+    for index in range(50):
+        await kv.put(f"n1.before{index}", b"x" * 1000)
+
+    async def keep_writing() -> None:
+        index = 0
+        while True:
+            await kv.put(f"n1.during{index}", b"x" * 1000)
+            index += 1
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(keep_writing)
+        with anyio.fail_after(10):
+            items = await snapshot(bus, bucket("d"), ["n1.>"], as_it_began=True)
+        tasks.cancel_scope.cancel()
+    assert {item.key for item in items} >= {f"n1.before{index}" for index in range(50)}
+
+
 async def test_converge_writes_only_differences_and_deletes_the_rest(bus: Bus, js: JetStreamContext) -> None:
     kv = await js.create_key_value(bucket="c", direct=True)
     first = await converge(bus, bucket("c"), [], {"n1.a": b"1", "n1.b": b"2"})
