@@ -58,9 +58,8 @@ from pydantic import ValidationError
 
 from provisioner_client.concurrently import all_of
 from provisioner_client.errors import ManifestError, MaterializeError, capped
-from provisioner_client.materializing import files
 from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, action_environment, run_action
-from provisioner_client.materializing.envfile import MAX_FILE_BYTES, EnvFolder, FileObserver, render
+from provisioner_client.materializing.envfile import EnvFolder, FileObserver, render
 from provisioner_client.resolving import inputs, refusals, waiting
 from provisioner_client.resolving.inputs import World
 from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
@@ -579,7 +578,7 @@ async def _apply(
         admission = await gate.admit(module, manifest, digest, first=on_disk is None)
         if not admission.go:
             return _pending(folder, module, list(admission.reasons), previous)
-    replaced = _content_on_disk(folder, module) if admission.claimed else None
+    replaced = folder.content_on_disk(module) if admission.claimed else None  # the last good one to keep
     try:
         done = folder.materialize(module, content)
     except MaterializeError as err:
@@ -616,14 +615,6 @@ async def _run_health(plan: ClientPlan, loaded: LoadedManifest, path: Path, dige
         return None
     env = action_environment(plan.action_env, node=plan.node, module=loaded.module, env_file=path)
     return await healthy(loaded.module, on_change.health, digest, env=env)
-
-
-def _content_on_disk(folder: EnvFolder, module: str) -> bytes | None:
-    """What the module's env file holds now, if the client wrote it: the last good one to keep."""
-    if folder.digest_on_disk(module) is None:
-        return None
-    found = files.read_regular(folder.path_of(module), limit=MAX_FILE_BYTES, what="env file")
-    return found.content if found is not None else None
 
 
 async def _roll_back(
