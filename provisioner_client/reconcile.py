@@ -282,42 +282,83 @@ async def _register(own: OwnKeys, report: Report, wanted: _Wanted, waits: Waitin
     module whose keys a bucket refused is pending, saying why (`refusals`); writes that wait for
     the hub (`waiting`) leave the modules to be resolved from what the site has."""
     await all_of(
-        partial(_converge_or_refused, own, report, buckets.NEEDS, wanted.needs, "module", waits=waits),
-        partial(_converge_or_refused, own, report, buckets.COLLECT, wanted.collect, "contributor", waits=waits),
+        partial(_write_own, own, report, buckets.NEEDS, wanted.needs, waits, owner="module"),
+        partial(_write_own, own, report, buckets.COLLECT, wanted.collect, waits, owner="contributor"),
     )
 
 
-async def _converge_or_refused(
-    own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes], owner: str, *, waits: WaitingWrites
+async def _write_own(
+    own: OwnKeys,
+    report: Report,
+    bucket: Bucket,
+    desired: Mapping[str, bytes],
+    waits: WaitingWrites,
+    *,
+    owner: str | None,
 ) -> None:
+    """`desired` converged in the node's keys of `bucket`, and its outcome noted, the one place it
+    is: written (nothing of it waits any more); answered as the link being down (its keys wait,
+    and applied's records with them, `waiting`); refused by the bus (in the report, for `refusals`;
+    each module whose keys it refused pending, by the key's field `owner`). Applied has no module
+    to leave pending (`owner` None): its refusal, like any other failure, fails the reconcile."""
     try:
         await _converge(own, report, bucket, desired)
     except ConvergeError as err:
-        how = waiting.link_down(err)
-        if how is not None:
-            report.waiting[bucket.name] = _waiting_how(bucket, how, err)
-            unwritten = own.unwritten(bucket, desired)
-            waits.failed(bucket.name, report.waiting[bucket.name], detail=err.reason, keys=unwritten)
-            return
-        refusal = refusals.refusal_of(err)
-        if refusal is None:
+        if not (
+            _left_waiting(own, report, bucket, desired, waits, err=err)
+            or _left_pending(own, report, bucket, desired, err=err, owner=owner)
+        ):
             raise
-        report.refused[bucket.name] = refusal
-        modules = {bucket.shape.parse(key)[owner] for key in own.unwritten(bucket, desired)}
-        for module in modules:
-            report.refused_modules.setdefault(module, f"its {bucket.name} keys were refused: {refusal}")
-        node = own.scope.node
-        log.warning(
-            "node %s: %s refused the writes (%s): %s; pending: %s",
-            node,
-            bucket.name,
-            err.done,
-            refusal,
-            ", ".join(sorted(modules)) or "no module",
-            extra={"node": node, "bucket": bucket.name},
-        )
     else:
         waits.done(bucket.name)
+
+
+def _left_waiting(
+    own: OwnKeys,
+    report: Report,
+    bucket: Bucket,
+    desired: Mapping[str, bytes],
+    waits: WaitingWrites,
+    *,
+    err: ConvergeError,
+) -> bool:
+    """Whether `err` says the link to the hub is down: then what was not written waits (applied's
+    records themselves, to be written as they are and taken as the previous ones meanwhile)."""
+    how = waiting.link_down(err)
+    if how is None:
+        return False
+    report.waiting[bucket.name] = _waiting_how(bucket, how, err)
+    unwritten = own.unwritten(bucket, desired)
+    records = {key: desired[key] for key in unwritten} if bucket == buckets.APPLIED else None
+    waits.failed(bucket.name, report.waiting[bucket.name], detail=err.reason, keys=unwritten, records=records)
+    return True
+
+
+def _left_pending(
+    own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes], *, err: ConvergeError, owner: str | None
+) -> bool:
+    """Whether `err` is the bus refusing the writes (kept in the report) and the modules whose keys
+    it refused were left pending, saying why."""
+    refusal = refusals.refusal_of(err)
+    if refusal is None:
+        return False
+    report.refused[bucket.name] = refusal
+    if owner is None:
+        return False
+    modules = {bucket.shape.parse(key)[owner] for key in own.unwritten(bucket, desired)}
+    for module in modules:
+        report.refused_modules.setdefault(module, f"its {bucket.name} keys were refused: {refusal}")
+    node = own.scope.node
+    log.warning(
+        "node %s: %s refused the writes (%s): %s; pending: %s",
+        node,
+        bucket.name,
+        err.done,
+        refusal,
+        ", ".join(sorted(modules)) or "no module",
+        extra={"node": node, "bucket": bucket.name},
+    )
+    return True
 
 
 # An entry's bytes in the seat's listing besides its key, parts and value: the field names, a
@@ -452,29 +493,13 @@ async def _materialize(
 async def _record_applied(
     own: OwnKeys, report: Report, previous: Mapping[str, AppliedValue], plan: ClientPlan, waits: WaitingWrites
 ) -> None:
-    """Each module's applied record converged, after its env file; then what was refused, if
-    anything, kept for `status` (`refusals`), also when applied refused the records. Records the
-    hub cannot be reached for wait in the env folder (`waiting`), as they are, for the next reconcile."""
+    """Each module's applied record converged, after its env file; then what this reconcile found
+    refused, if anything, kept for `status` (`refusals`), also when applied refused the records."""
     desired = _applied(own.scope.node, report, previous, _as_applied(own, waits))
-    name = buckets.APPLIED.name
     try:
-        await _converge(own, report, buckets.APPLIED, desired)
-    except ConvergeError as err:
-        how = waiting.link_down(err)
-        if how is not None:
-            report.waiting[name] = _waiting_how(buckets.APPLIED, how, err)
-            unwritten = own.unwritten(buckets.APPLIED, desired)
-            records = {key: desired[key] for key in unwritten}
-            waits.failed(name, report.waiting[name], detail=err.reason, keys=unwritten, records=records)
-            refusals.record(plan.materialize, plan.node, report.refused)
-            return
-        refusal = refusals.refusal_of(err)
-        if refusal is not None:
-            report.refused[name] = refusal
-            refusals.record(plan.materialize, plan.node, report.refused)
-        raise
-    waits.done(name)
-    refusals.record(plan.materialize, plan.node, report.refused)
+        await _write_own(own, report, buckets.APPLIED, desired, waits, owner=None)
+    finally:
+        refusals.record(plan.materialize, plan.node, report.refused)
 
 
 def _remember(memory: Memory, world: World, manifests: Manifests, folder: EnvFolder, report: Report) -> None:
