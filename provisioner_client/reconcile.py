@@ -37,6 +37,10 @@ and quiet period over; else it is pending, `rollout: ...`, its file as it was. A
 under a claim runs its action at most once, remembered in the materialize folder, then its
 health command; the slot is freed only when both succeeded.
 
+Whether a module's change action is due is judged by the node's own record of the action last run
+on its file (`EnvFolder.acted_on`, kept before the bus is told), not by the applied record alone:
+a nats-server that lost its last acknowledged writes serves an older one.
+
 Every line logged during one reconcile, in its tasks too, carries `reconcile=<id>`, a new id each
 time (`registry.runtime.log_context`), also in its report: a reconcile's lines join on it.
 
@@ -59,7 +63,7 @@ from pydantic import ValidationError
 from provisioner_client.concurrently import all_of
 from provisioner_client.errors import ManifestError, MaterializeError, capped
 from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, action_environment, run_action
-from provisioner_client.materializing.envfile import EnvFolder, FileObserver, render
+from provisioner_client.materializing.envfile import EnvFolder, FileObserver, Materialized, render
 from provisioner_client.resolving import inputs, refusals, waiting
 from provisioner_client.resolving.inputs import World
 from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
@@ -586,7 +590,7 @@ async def _apply(
     (`provisioner_client.rollout`); else pending with why, its file as it was."""
     module, manifest = loaded.module, loaded.manifest
     content = await rendered(resolver, loaded)
-    old_action = previous.action if previous else None
+    old_action = _last_action(folder, module, previous)
     if isinstance(content, list):
         return _pending(folder, module, content, previous)
     last_good = gate.rollback_due(module, manifest)
@@ -609,7 +613,7 @@ async def _apply(
     except MaterializeError as err:
         return _pending(folder, module, [str(err)], previous)
     action, problem = ran or old_action, None
-    run = partial(_run_change, plan, loaded, done.path, done.digest, report) if action_due else None
+    run = partial(_run_change, plan, folder, loaded, done, report) if action_due else None
     check = partial(_run_health, plan, loaded, done.path, done.digest)
     if admission.claimed:  # the claim freed or failed, whether an action is due or not
         ran_now, problem = await gate.run_under_claim(module, done.digest, replaced=replaced, action=run, health=check)
@@ -625,13 +629,23 @@ async def _apply(
 GO = Admission(go=True)
 
 
+def _last_action(folder: EnvFolder, module: str, previous: AppliedValue | None) -> ActionRecord | None:
+    """The change action last run on the module's file: the node's own record of it, the judge of
+    whether it is due; the bus's applied record only where the node has none (a client before it
+    kept one). A bus rolled back to an earlier prefix holds an older record: taken as the truth it
+    would run an action again, or skip one its content needs."""
+    return folder.acted_on(module) or (previous.action if previous else None)
+
+
 async def _run_change(
-    plan: ClientPlan, loaded: LoadedManifest, path: Path, digest: str, report: Report
+    plan: ClientPlan, folder: EnvFolder, loaded: LoadedManifest, done: Materialized, report: Report
 ) -> ActionRecord:
     assert loaded.manifest.on_change is not None
-    env = action_environment(plan.action_env, node=plan.node, module=loaded.module, env_file=path)
+    env = action_environment(plan.action_env, node=plan.node, module=loaded.module, env_file=done.path)
     report.actions_run.append(loaded.module)
-    return await run_action(loaded.module, loaded.manifest.on_change, digest, env=env)
+    action = await run_action(loaded.module, loaded.manifest.on_change, done.digest, env=env)
+    folder.ran(loaded.module, action)
+    return action
 
 
 async def _run_health(plan: ClientPlan, loaded: LoadedManifest, path: Path, digest: str) -> str | None:
@@ -660,7 +674,7 @@ async def _roll_back(
         return _pending(folder, module, [str(err)], previous)
     action = None
     if loaded.manifest.on_change is not None:
-        action = await _run_change(plan, loaded, done.path, done.digest, report)
+        action = await _run_change(plan, folder, loaded, done, report)
     pending = _pending(folder, module, [gate.rolled_back(module)], previous)
     if action is None:
         return pending
@@ -695,7 +709,7 @@ def _pending(folder: EnvFolder, module: str, reasons: list[str], previous: Appli
     unchanged = previous is not None and previous.reasons == tuple(reasons)
     level = logging.DEBUG if unchanged else logging.WARNING
     log.log(level, "module %s is pending: %s", module, capped("; ".join(reasons), 2000))
-    action = previous.action if previous else None
+    action = _last_action(folder, module, previous)
     on_disk = folder.digest_on_disk(module)
     file = str(folder.path_of(module)) if on_disk else None
     applied = AppliedValue(state="pending", digest=on_disk, file=file, reasons=tuple(reasons), action=action)

@@ -28,6 +28,9 @@ first write, in the same folder): an unsalted hash of a file holding a secret co
 offline. Losing or replacing that key costs little and loses nothing: the env
 files are compared by their bytes, so none is rewritten, but every module's digest changes once,
 so each module's `applied` record is rewritten once and each change action runs once.
+
+The change action last run on each module's file is kept here too (`acted_on`, `ran`:
+`state.records.ACTIONS`), the node's own word of what it acted on.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ from provisioner_client.resolving.manifest import MODULE_PATTERN
 from provisioner_client.state import files, records
 from provisioner_client.state.files import MODE
 from provisioner_client.state.key import create_key, digest, read_key
-from provisioner_client.state.records import LedgerDocument
+from provisioner_client.state.records import ActionsDocument, LedgerDocument
+from registry.contract import ActionRecord
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +144,7 @@ class EnvFolder:
         self._observer = observer
         self._key: bytes | None = None
         self._ledger: Ledger | None = None  # read once per reconcile (an EnvFolder lives for one), kept on writes
+        self._actions: ActionsDocument | None = None  # likewise
 
     def path_of(self, module: str) -> Path:
         if not is_module(module):  # a module name always names a file inside the folder
@@ -223,6 +228,19 @@ class EnvFolder:
             self._observer.wrote(module, path, wanted)
         return Materialized(path, wanted, written=written)
 
+    def acted_on(self, module: str) -> ActionRecord | None:
+        """The change action last run on the module's file, as this node recorded it; None when it
+        recorded none (or the record cannot be read: said)."""
+        return self._read_actions().modules.get(module)
+
+    def ran(self, module: str, action: ActionRecord) -> None:
+        """Keeps, on disk before the bus is told, that the module's change action ran: a bus that
+        loses its last writes never makes it run again, or be skipped, for that. A failure to keep
+        it is said: the applied record still tells."""
+        actions = self._read_actions()
+        actions.modules[module] = action
+        self._write_actions(actions)
+
     def remove_except(self, keep: set[str]) -> list[Path]:
         """Removes the files the client wrote for modules not in `keep`; returns their paths."""
         ledger = self.read_ledger()
@@ -238,7 +256,31 @@ class EnvFolder:
         if gone:
             files.fsync_folder(self.folder)
             self._write_ledger({n: m for n, m in ledger.files.items() if n not in gone}, ledger.manifests)
+        self._forget_actions(keep)
         return removed
+
+    def _read_actions(self) -> ActionsDocument:
+        if self._actions is None:
+            try:
+                self._actions = records.ACTIONS.read(self.folder) or ActionsDocument()
+            except MaterializeError as err:
+                log.warning("%s; the change actions are judged by the applied records", err)
+                self._actions = ActionsDocument()
+        return self._actions
+
+    def _write_actions(self, actions: ActionsDocument) -> None:
+        try:
+            records.ACTIONS.write(self.folder, actions)
+        except MaterializeError as err:
+            log.warning("%s; the change actions are judged by the applied records", err)
+
+    def _forget_actions(self, keep: set[str]) -> None:
+        """The actions of modules no longer declared forgotten: declared again, a module acts anew."""
+        actions = self._read_actions()
+        kept = {module: action for module, action in actions.modules.items() if module in keep}
+        if kept != actions.modules:
+            actions.modules = kept
+            self._write_actions(actions)
 
     def _write_ledger(self, entries: Mapping[str, str], manifests: Mapping[str, str]) -> None:
         records.LEDGER.write(self.folder, LedgerDocument(files=dict(entries), manifests=dict(manifests)))

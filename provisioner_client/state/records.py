@@ -8,6 +8,8 @@
   (`resolving.waiting`);
 - `REFUSALS` (`.mesh-provisioner-client.refused.json`): writes the bus refused
   (`resolving.refusals`);
+- `ACTIONS` (`.mesh-provisioner-client.actions.json`): the change action each module's env file
+  last had run on it (`materializing.envfile`);
 - `ROLLOUT` (`.mesh-provisioner-client.rollout.json`): the node's rollouts by module
   (`rollout.state`);
 - the digest key (`key.KEY`) and the last good env files (`LAST_GOOD` + module name).
@@ -128,6 +130,25 @@ REFUSALS = Record(
 )
 
 
+# -- change actions -----------------------------------------------------------------------------
+
+
+class ActionsDocument(_Document):
+    """The change action each module's env file last had run on it, by module: the node's own word
+    of what it acted on, whatever a bus rolled back to an earlier prefix says."""
+
+    modules: dict[str, ActionRecord] = Field(default_factory=dict)
+
+
+ACTIONS = Record(
+    ".mesh-provisioner-client.actions.json",
+    ActionsDocument,
+    4 * 1024 * 1024,
+    "record of change actions",
+    "change actions",
+)
+
+
 # -- rollouts -----------------------------------------------------------------------------------
 
 Stage = Literal["waiting", "running", "done", "failed", "resumed", "withdrawn"]
@@ -197,7 +218,7 @@ def _last_good_path(folder: Path, module: str) -> Path:
 
 # -- leftovers ----------------------------------------------------------------------------------
 
-_NAMES = frozenset(record.name for record in (LEDGER, MEMORY, WAITING, REFUSALS, ROLLOUT)) | {KEY}
+_NAMES = frozenset(record.name for record in (LEDGER, MEMORY, WAITING, REFUSALS, ACTIONS, ROLLOUT)) | {KEY}
 
 # The names temporary files had before `files`: mkstemp's (`.<name>.<8>.tmp`, the key's
 # `<name>.<8>.tmp`) and the state file's writer's pid (`<name>.<pid>.tmp`).

@@ -59,12 +59,22 @@ PREVIOUS_VERSION = {
 }
 
 
+# What this version keeps besides.
+SINCE = {
+    records.ACTIONS.name: (
+        b'{"modules":{"web":{"command":["true"],"digest":"hmac-sha256:aa","exit_code":0,'
+        b'"finished_at":"2026-12-05T12:00:00+00:00","outcome":"succeeded"}}}'
+    ),
+}
+WRITTEN = PREVIOUS_VERSION | SINCE
+
+
 @pytest.fixture
 def upgraded(tmp_path: Path) -> Path:
-    """An env folder as the previous version of the client left it."""
+    """An env folder as the previous version of the client left it, with the records kept since."""
     folder = tmp_path / "env"
     folder.mkdir(mode=0o700)
-    for name, content in PREVIOUS_VERSION.items():
+    for name, content in WRITTEN.items():
         (folder / name).write_bytes(content)
         (folder / name).chmod(0o600)
     return folder
@@ -108,6 +118,7 @@ RECORDS = [
     pytest.param(records.WAITING, id="the waiting writes"),
     pytest.param(records.REFUSALS, id="the refused writes"),
     pytest.param(records.ROLLOUT, id="the rollouts"),
+    pytest.param(records.ACTIONS, id="the change actions"),
 ]
 
 
@@ -134,7 +145,7 @@ def test_a_link_or_a_folder_planted_in_a_records_place_is_never_followed(
     tmp_path: Path,
 ) -> None:
     victim = tmp_path / "victim"
-    victim.write_bytes(PREVIOUS_VERSION[record.name])
+    victim.write_bytes(WRITTEN[record.name])
     (upgraded / record.name).unlink()
     (upgraded / record.name).symlink_to(victim)
     with pytest.raises(MaterializeError, match="is a symbolic link, not a regular file"):
@@ -143,7 +154,7 @@ def test_a_link_or_a_folder_planted_in_a_records_place_is_never_followed(
     (upgraded / record.name).mkdir()
     with pytest.raises(MaterializeError, match="is a folder, not a regular file"):
         record.read(upgraded)
-    assert victim.read_bytes() == PREVIOUS_VERSION[record.name]
+    assert victim.read_bytes() == WRITTEN[record.name]
 
 
 @pytest.mark.parametrize("record", RECORDS)
@@ -151,7 +162,7 @@ def test_a_torn_record_is_refused_and_a_killed_writes_leftover_removed(
     record: Record[Any],
     upgraded: Path,
 ) -> None:
-    whole = PREVIOUS_VERSION[record.name]
+    whole = WRITTEN[record.name]
     leftover = upgraded / files.temporary_name(record.name)
     leftover.write_bytes(whole[: len(whole) // 2])  # killed while writing its temporary file
     assert records.remove_leftovers(upgraded, is_env_file=lambda _: False) == [leftover]
