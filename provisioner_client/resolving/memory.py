@@ -159,6 +159,12 @@ class Memory:
             return _again(f"the {name} wanted differ from those remembered")
         return Verdict(as_before=True, reason=f"stamp of {name} and what is wanted there as remembered")
 
+    def went_back(self, bucket: str, stamp: int) -> int | None:
+        """The remembered stamp of the node's keys of `bucket`, when `stamp` (read now) is below it:
+        the bus lost writes it had acknowledged. None otherwise (or `stamp` not read)."""
+        known = self.buckets.get(bucket)
+        return known.stamp if known is not None and 0 <= stamp < known.stamp else None
+
     def items_of(self, bucket: str) -> list[KvItem] | None:
         """The remembered entries of a bucket that keeps them (applied); None for the others."""
         known = self.buckets.get(bucket)
@@ -294,7 +300,9 @@ def _stamp_moved(known: BucketState, stamp: int, name: str) -> str | None:
         return _too_old(known.listed_at)
     if stamp == known.stamp:
         return None
-    return f"stamp of {name} not read" if stamp < 0 else f"stamp of {name} moved"
+    if stamp < 0:
+        return f"stamp of {name} not read"
+    return f"stamp of {name} went back: the bus lost writes" if stamp < known.stamp else f"stamp of {name} moved"
 
 
 def _file_moved(loaded: LoadedManifest, applied: AppliedValue, digest: str, folder: EnvFiles) -> str | None:
