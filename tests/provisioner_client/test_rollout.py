@@ -21,8 +21,9 @@ from provisioner_client.rollout.admission import live_claims, verdict
 from provisioner_client.rollout.budget import Unreachable
 from provisioner_client.rollout.claims import Claims
 from provisioner_client.rollout.pacing import due_at, paced
-from provisioner_client.rollout.state import RECORD, ModuleRollout
+from provisioner_client.rollout.state import RECORD
 from provisioner_client.settings import ClientSettings
+from provisioner_client.state.records import ModuleRollout
 from provisioner_client.watch.fleet import FleetInterest
 from registry.access import Kind
 from registry.contract import ActionRecord, fleet, to_json
