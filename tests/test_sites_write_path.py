@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -37,6 +38,7 @@ from registry.wire import (
     purge,
     update,
 )
+from tests.helpers import NEVER, last_sequence, wait_for
 from tests.sites import NODE, SITE, Sites, WritePath, hub_and_site, make_streams, site_mirror
 
 DELAY = 0.02  # seconds each way across the relay: a WAN link
@@ -76,6 +78,17 @@ async def _until_the_link_carries(p: Parties) -> None:
         await eventually(holds(p.seat, NEEDS, probe, b"probe"), within=10)
 
 
+async def _link_is_away(node: Bus) -> bool:
+    """Whether a node's write (one the hub would refuse, storing nothing) finds nobody to take it."""
+    try:
+        await update(node, NEEDS, f"{NODE}.probe", b"", last=NEVER)
+    except NoResponders:
+        return True
+    except (WrongLastSequence, BusTimeout):
+        return False
+    raise AssertionError("a write expecting a revision never reached was stored")
+
+
 async def _written(bus: Bus, bucket: Bucket, key: str) -> bool:
     try:
         await update(bus, bucket, key, b"probe", last=0)
@@ -106,11 +119,6 @@ def holds(bus: Bus, bucket: Bucket, key: str, value: bytes | None) -> Callable[[
         return item is not None and not item.deleted and item.value == value
 
     return check
-
-
-async def last_sequence(bus: Bus, bucket: Bucket) -> int:
-    info = await bus.jetstream(bucket.info_api, operation=f"info {bucket.name}")
-    return int(info["state"]["last_seq"])
 
 
 async def stored_headers(bus: Bus, bucket: Bucket, key: str) -> str:
@@ -226,7 +234,7 @@ async def test_fail_fast_during_a_cut_the_write_fails_at_once_and_a_stall_times_
         key = f"{NODE}.app"
         revision = await update(p.node, NEEDS, key, b"before", last=0)
         p.sites.relay.cut()
-        await anyio.sleep(0.2)  # the site's server has seen its leaf connection close
+        await wait_for(partial(_link_is_away, p.node), "the site's server saw its leaf connection close")
         failures = []
         for _ in range(5):
             started = time.perf_counter()
@@ -366,10 +374,11 @@ async def test_buffered_cut_writes_are_acknowledged_at_the_site_and_follow_in_or
         assert (await must_get(p.seat, NEEDS, key)).value == b"20", "the latest value, nothing lost"
         order = [(await must_get(p.seat, NEEDS, f"{NODE}.{name}")).revision for name in ("counter", "k1", "k3", "k2")]
         assert order == sorted(order), "in the site's order"
-        await anyio.sleep(1.0)
+        await update(p.node, NEEDS, f"{NODE}.barrier", b"1", last=0)  # follows in the site's order
+        await eventually(holds(p.seat, NEEDS, f"{NODE}.barrier", b"1"), within=20)
         # One message per key touched: the site's bucket keeps one per key, so the 20 values in
-        # between were gone before the link returned; none arrived twice.
-        assert await last_sequence(p.seat, NEEDS) == hub_before + 4
+        # between were gone before the link returned; none arrived twice (the barrier's one more).
+        assert await last_sequence(p.seat, NEEDS) == hub_before + 5
 
 
 async def test_buffered_hub_writes_to_node_keys_stay_at_the_hub(tmp_path: Path) -> None:
@@ -443,8 +452,9 @@ async def test_buffered_hub_restart_brings_the_writes_once_but_late(tmp_path: Pa
             reached = await eventually(holds(seat, NEEDS, f"{NODE}.k1", b"1"), within=90)
             figure("buffered, hub restarted: until the writes made meanwhile are at the hub", reached, "s")
             assert (await must_get(seat, NEEDS, key)).value == b"10"
-            await anyio.sleep(1.0)
-            assert await last_sequence(seat, NEEDS) == hub_before + 2, "one message per key, none twice"
+            await update(p.node, NEEDS, f"{NODE}.barrier", b"1", last=0)  # follows in the site's order
+            await eventually(holds(seat, NEEDS, f"{NODE}.barrier", b"1"), within=20)
+            assert await last_sequence(seat, NEEDS) == hub_before + 3, "one message per key, none twice"
 
 
 async def test_buffered_a_site_bucket_and_a_mirror_of_the_hub_bucket_both_answer_its_direct_gets(

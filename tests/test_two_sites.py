@@ -37,9 +37,9 @@ from provisioner_client.watch.watching import watch
 from registry.contract import AppliedValue, Bucket, buckets, read_json
 from registry.errors import BusError
 from registry.wire import Bus, connect, get_direct, get_last_many, put
-from tests.helpers import serving, sh_env
+from tests.helpers import eventually, serving, sh_env
 from tests.sites import SITE, SITE2, GeneratedTwoSites, generated_hub_and_two_sites
-from tests.test_site_client import LEASE_TTL, TIMING, eventually, last_sequences, manifest, runs_of
+from tests.test_site_client import LEASE_TTL, TIMING, last_sequences, manifest, runs_of
 
 CUT_SECONDS = 60.0
 CONVERGED_WITHIN = 5.0  # issue 22: after the link returns, converged within 5 s
