@@ -24,7 +24,7 @@ from nats.aio.client import Client
 from registry.access import Kind
 from registry.contract import Bucket, buckets
 from registry.wire import Bus, delete, put, snapshot
-from tests.helpers import in_own_task
+from tests.helpers import in_own_task, last_sequence
 from tests.isolation import Mesh, party
 
 N1, SEAT = party(Kind.NODE, "n1"), party(Kind.SEAT)
@@ -88,7 +88,7 @@ async def nodes_keys(seat: Bus) -> list[tuple[str, str, bytes, int, bool]]:
 
 
 async def last_sequences(seat: Bus) -> list[int]:
-    return [(await seat.jetstream(b.info_api, {}, operation="info"))["state"]["last_seq"] for b in (NEEDS, LEASES)]
+    return [await last_sequence(seat, bucket) for bucket in (NEEDS, LEASES)]
 
 
 async def subjects_stored_since(seat: Bus, sequences: list[int]) -> list[str]:

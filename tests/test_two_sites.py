@@ -45,9 +45,9 @@ from provisioner_client.watch.watching import watch
 from registry.contract import AppliedValue, Bucket, buckets, read_json
 from registry.errors import BusError
 from registry.wire import Bus, Message, connect, get_direct, get_last_many, put
-from tests.helpers import serving, sh_env
+from tests.helpers import eventually, serving, sh_env
 from tests.sites import SITE, SITE2, GeneratedTwoSites, generated_hub_and_two_sites
-from tests.test_site_client import LEASE_TTL, TIMING, eventually, last_sequences, manifest, runs_of
+from tests.test_site_client import LEASE_TTL, TIMING, last_sequences, manifest, runs_of
 
 CUT_SECONDS = 30.0  # past the copies' stall (10 s) and their lost reset's wait (5 s): see above
 CONVERGED_WITHIN = 5.0  # after the link returns, converged within 5 s
