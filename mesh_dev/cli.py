@@ -4,6 +4,7 @@ Exit codes:
     0  stopped cleanly on SIGTERM or SIGINT
     1  a runtime failure, or a second SIGTERM/SIGINT that stopped it at once
     2  a usage or settings error (a flag, a MESH_PROVISIONER_* variable, the config or domains file)
+  5  the state folder is in use by another process (named, with its pid): nothing was changed
   141  stdout's reader went away (`mesh-provisioner-dev | head`): stopped quietly, as a Unix tool
 """
 
@@ -21,6 +22,7 @@ import anyio
 
 from mesh_dev.demo import run_demo
 from mesh_dev.loop import Participant, run_dev
+from mesh_dev.ownership import StateInUse
 from provisioner.settings import ServerSettings
 from registry.edge import NatsContexts, add_settings_arguments, given_flags, load_settings
 from registry.errors import CatalogueError, RegistryError, SettingsError
@@ -28,12 +30,15 @@ from registry.runtime import configure_logging, quiet_on_closed_pipe, until_sign
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_IN_USE = 0, 1, 2, 5
+# The server's settings flags are many: a usage line naming them all would bury the one error.
+USAGE = "mesh-provisioner-dev [--state-dir PATH] [--no-demo] [--no-postgres] [--config PATH] [server settings]"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mesh-provisioner-dev",
+        usage=USAGE,
         description="Start a local nats-server with JetStream on loopback (data under --state-dir), then the "
         "server against it, then the demo: stand-ins for the other domains (a config bucket, a vault verb, a "
         "postgres provider's bound bucket, the controller's placement mirror) and a node client that "
@@ -74,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("neither XDG_CONFIG_HOME nor HOME is set: no nats context can name the dev bus")
         body = partial(_run, state_dir=args.state_dir, settings=settings, participants=participants, contexts=contexts)
         return EXIT_OK if anyio.run(until_signalled, body) else EXIT_FAILURE
+    except StateInUse as err:
+        print(f"mesh-provisioner-dev: {err}", file=sys.stderr)
+        return EXIT_IN_USE
     except RegistryError as err:
         print(f"mesh-provisioner-dev: {err}", file=sys.stderr)
         return EXIT_USAGE if isinstance(err, SettingsError | CatalogueError) else EXIT_FAILURE

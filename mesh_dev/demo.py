@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shlex
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -31,6 +32,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from mesh_dev.database import PROVIDER, Database, ProviderLoop, binding, connects, local_database, provisioner_watching
+from mesh_dev.shell import new_terminal
 from mesh_dev.standins import Vault, stand_ins
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.watch.watching import WatchTiming, watch
@@ -222,7 +224,9 @@ async def describe(bus: Bus, plan: ClientPlan, report: Report) -> str:
     lines += ["", "applied (mesh-provisioner_applied) and env files:", report.summary(), ""]
     lines.append(f"env files are in {plan.materialize} (mode 0600); watching for changes, Ctrl-C stops")
     lines.append(f"edit a manifest in {plan.manifests} and the env files follow; from another terminal:")
-    lines.append(f"  mesh-provisioner-client status --config {plan.manifests.parent / CLIENT_SETTINGS}")
+    lines.append(f"  {new_terminal()}")
+    settings = shlex.quote(str(plan.manifests.parent / CLIENT_SETTINGS))
+    lines.append(f"  mesh-provisioner-client status --config {settings}")
     return "\n".join(lines)
 
 
