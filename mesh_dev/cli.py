@@ -45,10 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
         "materializes deploy/examples/ into --state-dir/demo/env and keeps watching. When the machine has "
         "PostgreSQL (initdb on PATH or in /usr/lib/postgresql/*/bin), the provider side is real: a PostgreSQL "
         "under --state-dir/demo/postgres, postgres_bound written from the needs and the postgres provisioner "
-        "watching, so module app's DATABASE_URL logs in. While it runs, the nats CLI context mesh-provisioner-dev "
-        "($XDG_CONFIG_HOME/nats/context/, else ~/.config/nats/context/) names its NATS, so mesh-provisioner query and "
+        "watching, so module app's DATABASE_URL logs in. A manifest of your own in --state-dir/demo/manifests whose "
+        "${port:...}, ${dir:...}, ${access:...}, ${seat:...} or ${machine:...} is pending is placed by adding its "
+        'plan to --state-dir/demo/placement.json, e.g. "web": {"port": {"http": 8081}} (the controller\'s mirror '
+        "mesh-controller_assignments follows the file within a second). While it runs, the nats CLI context "
+        "mesh-provisioner-dev ($XDG_CONFIG_HOME/nats/context/, else ~/.config/nats/context/) names its NATS, so "
+        "mesh-provisioner query and "
         "mesh-provisioner-client status in another shell find it without flags (nats --context mesh-provisioner-dev "
-        "too); it is removed at stop. Prints how to query it. Ctrl-C stops everything.",
+        "too); it is removed at stop. Prints how to query it. Ctrl-C stops everything. One loop at a time runs on a "
+        "--state-dir: a second is refused, naming the first and its pid, and changes nothing.",
         epilog="examples:\n  mesh-provisioner-dev --state-dir ./state\n  mesh-provisioner-dev --no-demo\n\n"
         + (__doc__ or "").split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
