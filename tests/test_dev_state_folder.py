@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,6 +59,12 @@ def test_a_second_loop_on_the_same_folder_is_refused_and_the_first_still_answers
         assert second.stdout == ""
         assert _kept(state, config) == before, "the refused loop rewrote or removed a file"
         assert len(_servers_on(state)) == 1, "a second nats-server on the same store"
+        reset = Path(__file__).resolve().parents[1] / "scripts" / "run"
+        refused = subprocess.run(
+            [str(reset), "--reset", "--state-dir", str(state)], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert (refused.returncode, "nothing was removed" in refused.stderr) == (5, True), refused.stderr
+        assert _kept(state, config) == before, "--reset touched the folder of a running loop"
         shells = _second_shell_blocks(banner)
         assert any("mesh-provisioner query needs --node node-1" in block for block in shells), banner
         assert any("mesh-provisioner-client status --config" in block for block in shells), banner
@@ -121,3 +128,49 @@ def _in_a_fresh_shell(block: str, home: Path, config: Path) -> subprocess.Comple
         timeout=120,
         check=False,
     )
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """scripts/run and pyproject.toml in a folder of their own, its .venv's programs stand-ins that
+    say how they were called (pip's network and a real start are not what is judged here)."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "scripts").mkdir()
+    shutil.copy2(root / "scripts" / "run", tmp_path / "scripts" / "run")
+    shutil.copy2(root / "pyproject.toml", tmp_path / "pyproject.toml")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("python", "mesh-provisioner-dev"):
+        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{tmp_path}/calls"\n')
+        (bin_dir / name).chmod(0o755)
+    return tmp_path
+
+
+def test_scripts_run_installs_once_says_what_and_again_only_when_pyproject_changes(checkout: Path) -> None:
+    def run() -> tuple[str, list[str]]:
+        (checkout / "calls").unlink(missing_ok=True)
+        done = subprocess.run(
+            [str(checkout / "scripts" / "run"), "--nope"], capture_output=True, text=True, timeout=60, check=True
+        )
+        return done.stdout, (checkout / "calls").read_text().splitlines()
+
+    first, calls = run()
+    assert "== installing mesh-provisioner (editable, extras local,postgres" in first
+    assert calls[-2:] == ["python -m pip install --quiet -e .[local,postgres]", "mesh-provisioner-dev --nope"]
+    again, calls = run()
+    assert (again, calls) == ("", ["mesh-provisioner-dev --nope"]), "nothing changed: straight to the program"
+    with (checkout / "pyproject.toml").open("a") as pyproject:
+        pyproject.write("\n# a change\n")
+    changed, calls = run()
+    assert "== installing" in changed
+    assert calls[-1] == "mesh-provisioner-dev --nope"
+
+
+def test_a_mistyped_flag_is_answered_with_a_short_usage() -> None:
+    program = Path(sys.executable).parent / "mesh-provisioner-dev"
+    done = subprocess.run([str(program), "--nope"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "usage: mesh-provisioner-dev [--state-dir PATH] [--no-demo] [--no-postgres] [--config PATH] [server settings]",
+        "mesh-provisioner-dev: error: unrecognized arguments: --nope",
+    ]
