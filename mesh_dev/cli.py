@@ -4,6 +4,7 @@ Exit codes:
     0  stopped cleanly on SIGTERM or SIGINT
     1  a runtime failure, or a second SIGTERM/SIGINT that stopped it at once
     2  a usage or settings error (a flag, a MESH_PROVISIONER_* variable, the config or domains file)
+  5  the state folder is in use by another process (named, with its pid): nothing was changed
   141  stdout's reader went away (`mesh-provisioner-dev | head`): stopped quietly, as a Unix tool
 """
 
@@ -21,6 +22,7 @@ import anyio
 
 from mesh_dev.demo import run_demo
 from mesh_dev.loop import Participant, run_dev
+from mesh_dev.ownership import StateInUse
 from provisioner.settings import ServerSettings
 from registry.edge import NatsContexts, add_settings_arguments, given_flags, load_settings
 from registry.errors import CatalogueError, RegistryError, SettingsError
@@ -28,22 +30,30 @@ from registry.runtime import configure_logging, quiet_on_closed_pipe, until_sign
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_IN_USE = 0, 1, 2, 5
+# The server's settings flags are many: a usage line naming them all would bury the one error.
+USAGE = "mesh-provisioner-dev [--state-dir PATH] [--no-demo] [--no-postgres] [--config PATH] [server settings]"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mesh-provisioner-dev",
+        usage=USAGE,
         description="Start a local nats-server with JetStream on loopback (data under --state-dir), then the "
         "server against it, then the demo: stand-ins for the other domains (a config bucket, a vault verb, a "
         "postgres provider's bound bucket, the controller's placement mirror) and a node client that "
         "materializes deploy/examples/ into --state-dir/demo/env and keeps watching. When the machine has "
         "PostgreSQL (initdb on PATH or in /usr/lib/postgresql/*/bin), the provider side is real: a PostgreSQL "
         "under --state-dir/demo/postgres, postgres_bound written from the needs and the postgres provisioner "
-        "watching, so module app's DATABASE_URL logs in. While it runs, the nats CLI context mesh-provisioner-dev "
-        "($XDG_CONFIG_HOME/nats/context/, else ~/.config/nats/context/) names its NATS, so mesh-provisioner query and "
+        "watching, so module app's DATABASE_URL logs in. A manifest of your own in --state-dir/demo/manifests whose "
+        "${port:...}, ${dir:...}, ${access:...}, ${seat:...} or ${machine:...} is pending is placed by adding its "
+        'plan to --state-dir/demo/placement.json, e.g. "web": {"port": {"http": 8081}} (the controller\'s mirror '
+        "mesh-controller_assignments follows the file within a second). While it runs, the nats CLI context "
+        "mesh-provisioner-dev ($XDG_CONFIG_HOME/nats/context/, else ~/.config/nats/context/) names its NATS, so "
+        "mesh-provisioner query and "
         "mesh-provisioner-client status in another shell find it without flags (nats --context mesh-provisioner-dev "
-        "too); it is removed at stop. Prints how to query it. Ctrl-C stops everything.",
+        "too); it is removed at stop. Prints how to query it. Ctrl-C stops everything. One loop at a time runs on a "
+        "--state-dir: a second is refused, naming the first and its pid, and changes nothing.",
         epilog="examples:\n  mesh-provisioner-dev --state-dir ./state\n  mesh-provisioner-dev --no-demo\n\n"
         + (__doc__ or "").split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -74,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("neither XDG_CONFIG_HOME nor HOME is set: no nats context can name the dev bus")
         body = partial(_run, state_dir=args.state_dir, settings=settings, participants=participants, contexts=contexts)
         return EXIT_OK if anyio.run(until_signalled, body) else EXIT_FAILURE
+    except StateInUse as err:
+        print(f"mesh-provisioner-dev: {err}", file=sys.stderr)
+        return EXIT_IN_USE
     except RegistryError as err:
         print(f"mesh-provisioner-dev: {err}", file=sys.stderr)
         return EXIT_USAGE if isinstance(err, SettingsError | CatalogueError) else EXIT_FAILURE

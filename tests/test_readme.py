@@ -372,3 +372,54 @@ def test_each_word_of_the_glossary_is_defined_before_the_readme_uses_it() -> Non
 
 
 GLOSSARY_ROW = re.compile(r"(?m)^\| (\*\*[^|]*) \|")
+
+
+# --- a second ./scripts/run on the same clone, then the banner's commands in a new terminal --------
+
+BANNER_BLOCK = re.compile(r"^(?:Ask it from another terminal:|.*from another terminal:)\n((?:  \S.*\n)+)", re.M)
+
+
+@pytest.mark.timeout(READY_TIMEOUT + 240)
+@pytest.mark.slow
+def test_a_second_run_on_the_same_clone_is_refused_and_the_banners_commands_work_in_a_new_terminal(
+    tmp_path: Path,
+) -> None:
+    clone = fresh_clone(tmp_path)
+    reuse_packages(clone)
+    home = tmp_path / "home"
+    home.mkdir()
+    environment = shell_environment(home)
+    context = home / ".config" / "nats" / "context" / "mesh-provisioner-dev.json"
+    first = FirstShell(clone, environment)
+    try:
+        first.wait_for(("...", "env files are in state/demo/env (mode 0600); watching for changes, Ctrl-C stops"), 300)
+        kept = [clone / "state" / "mesh-provisioner-dev.lock", clone / "state" / "demo" / "client.toml"]
+        kept += [clone / "state" / "nats" / "nats-server.conf", context]
+        before = {path: (path.stat().st_mtime_ns, path.read_bytes()) for path in kept}
+        second = subprocess.run(
+            ["./scripts/run"], cwd=clone, env=environment, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert second.returncode == 5, second.stdout + second.stderr
+        assert f"(pid {first.process.pid})" in second.stderr, "names the running loop and its pid"
+        assert "== installing" not in second.stdout, "nothing changed since the first run's install"
+        assert {path: (path.stat().st_mtime_ns, path.read_bytes()) for path in kept} == before
+        banner = "".join(first.output)
+        blocks = BANNER_BLOCK.findall(banner)
+        assert len(blocks) == 2, banner  # the loop's queries, the demo's client status
+        for block in blocks:  # each as printed, in a terminal just opened: in the home folder
+            script = "set -e\n" + "".join(line.strip() + "\n" for line in block.splitlines())
+            done = subprocess.run(
+                ["bash", "-c", script],
+                cwd=home,
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, f"{block}\n{done.stdout}{done.stderr}"
+            assert "node-1" in done.stdout, block
+        assert first.interrupt() == 0, "".join(first.output)[-3000:]
+    finally:
+        first.kill()
+    assert not context.exists()
