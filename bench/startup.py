@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 PROGRAMS = (
@@ -76,9 +77,9 @@ def cases(env: dict[str, str]) -> list[Case]:
     found = [Case("python -c pass", lambda: timed([sys.executable, "-c", "pass"], env))]
     for program in PROGRAMS:
         for flag in ("--help", "--version"):
-            found.append(Case(f"{program} {flag}", lambda p=program, f=flag: timed([script(p), f], env)))
+            found.append(Case(f"{program} {flag}", partial(timed, [script(program), flag], env)))
     for name, (program, *rest) in QUERIES.items():
-        found.append(Case(f"{name} (to its connect)", lambda p=program, r=rest: until_connect([script(p), *r], env)))
+        found.append(Case(f"{name} (to its connect)", partial(until_connect, [script(program), *rest], env)))
     return found
 
 

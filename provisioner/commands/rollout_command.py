@@ -35,6 +35,15 @@ from pydantic import Field, ValidationError
 
 from provisioner.seat.rollouts import CLAIM_STATES, HOLD_STATES, ClaimSeen, write_hold_unless
 from provisioner.settings import CommandArguments
+from registry.command_line import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_ROLLOUT_HELD,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    exit_codes_help,
+)
 from registry.contract import Name, fleet
 from registry.edge import CommandLine, Duration, add_settings_arguments, given_flags, load_settings
 from registry.errors import BusError, KeyShapeError, WrongLastSequence
@@ -51,7 +60,6 @@ from registry.wire import (
     get_latest_paged,
 )
 
-EXIT_OK, EXIT_FAILURE, EXIT_HELD = 0, 1, 7
 ATTEMPTS = 3  # writes tried while another party writes the same hold
 _WAIT = timedelta(seconds=10)
 _SHOWN_REASON = 80
@@ -66,8 +74,8 @@ node running the module fails its change action or health check; you decide: res
 Connect as `query` does, with the operator's credentials (--nats-nkey operator-NAME.nk, or
 --nats-creds operator-NAME.creds).
 
-exit codes: 0 done (also: nothing to do, said); 1 NATS unreachable or a write refused; 2 usage;
-7 `status`: a rollout shown is held; `pause`: the rollout is aborted (left aborted)
+`status` exits 11 when a rollout shown is held; `pause` when the rollout is aborted (left aborted);
+0 also when there is nothing to do (said).
 
 examples:
   mesh-provisioner rollout status                  every module with a hold or a claim
@@ -75,7 +83,8 @@ examples:
   mesh-provisioner rollout pause web --reason "checking the new db url"
   mesh-provisioner rollout resume web              nodes go on changing web
   mesh-provisioner rollout abort web --reason "bad value"    nodes that changed web roll back
-"""
+
+""" + exit_codes_help((EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_REFUSED, EXIT_ROLLOUT_HELD))
 
 
 def _operator_name() -> str:
@@ -143,7 +152,6 @@ def add_rollout_command(
         help="see, pause, resume or abort a module's rollout across the fleet",
         description="See and decide a module's rollout: the hold rollout.<module> of the fleet bucket.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = rollout.add_subparsers(dest="rollout_action", required=True, metavar="{" + ",".join(ACTIONS) + "}")
     for action in ACTIONS:
@@ -152,7 +160,6 @@ def add_rollout_command(
             help=_HELP[action],
             description=_HELP[action][0].upper() + _HELP[action][1:] + ".",
             epilog=_EPILOG,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         add_settings_arguments(parser, _ARGUMENTS[action], "what to do")
         add_client_settings(parser)
@@ -269,7 +276,7 @@ async def _status(options: BusOptions, arguments: RolloutStatusArguments, out: T
         print(json_text({"rollouts": documents}, indent=2, to_terminal=out.isatty()), file=out)
     else:
         print_status(rollouts, out, with_nodes=arguments.module is not None)
-    return EXIT_HELD if any(r.hold is not None for r in rollouts) else EXIT_OK
+    return EXIT_ROLLOUT_HELD if any(r.hold is not None for r in rollouts) else EXIT_OK
 
 
 STATUS_COLUMNS = ("module", "hold", "by", "since", "waiting", "running", "failed", "expired", "why")
@@ -346,7 +353,7 @@ async def _hold(options: BusOptions, arguments: RolloutHoldArguments, state: Lit
             f"`mesh-provisioner rollout resume {_safe(module)}` first",
             file=sys.stderr,
         )
-        return EXIT_HELD
+        return EXIT_ROLLOUT_HELD
     was = f" (it was {before.state}: {_held(before)})" if before is not None else ""
     print(f"rollout of {_safe(module)} {state} by {_safe(arguments.by)}{was}: {_what_it_does(state, module)}")
     return EXIT_OK

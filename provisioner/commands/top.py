@@ -33,7 +33,7 @@ from provisioner.settings import TopArguments
 from registry.contract import MergedAnswer
 from registry.contract.fleet import Hold
 from registry.errors import BusError, ServiceError
-from registry.runtime import terminal_safe
+from registry.runtime import json_text, terminal_safe
 from registry.wire import Bus, BusOptions, OnPage, answer_of, connect_within
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,7 @@ class TopOptions:
     node: str | None = None
     once: bool = False
     reply_wait: timedelta = timedelta(seconds=10)
+    as_json: bool = False
 
     @classmethod
     def of(cls, arguments: TopArguments) -> TopOptions:
@@ -56,6 +57,7 @@ class TopOptions:
             node=arguments.node,
             once=arguments.once,
             reply_wait=arguments.wait,
+            as_json=arguments.as_json,
         )
 
     def request(self) -> dict[str, Any]:
@@ -118,6 +120,8 @@ async def holds_or_none(bus: Bus) -> list[tuple[str, Hold]]:
 
 async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event) -> MergedAnswer | None:
     """Shows frames until `stop` is set (or one, with `options.once`); the last answer, if any."""
+    if options.once and options.as_json:
+        return await print_json_frame(bus, options, out)
     console = tables.console_for(out)
     screen = Screen(console)
     last: MergedAnswer | None = None
@@ -138,6 +142,15 @@ async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event)
                 await stop.wait()
             if stop.is_set():
                 return last
+
+
+async def print_json_frame(bus: Bus, options: TopOptions, out: TextIO) -> MergedAnswer:
+    """One frame as JSON: the answer as `query nodes --json` prints it, and the rollouts held."""
+    answer = await fleet(bus, options, lambda read, pages: None)
+    held = await holds_or_none(bus)
+    document = {**answer.document(), "held": {module: hold.model_dump(mode="json") for module, hold in held}}
+    print(json_text(document, indent=2, to_terminal=out.isatty()), file=out)
+    return answer
 
 
 async def watch_fleet(bus_options: BusOptions, options: TopOptions, stop: anyio.Event) -> MergedAnswer | None:

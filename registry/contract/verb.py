@@ -91,6 +91,9 @@ Cursor = Annotated[str, Field(min_length=1, max_length=MAX_CURSOR_CHARS)]
 StaleAfter = Annotated[float, Field(gt=0, le=MAX_STALE_AFTER_SECONDS, allow_inf_nan=False)]
 
 
+FILTERS = ("node", "module", "collection")  # a request's fields that narrow a listing
+
+
 class VerbRequest(BaseModel):
     """A request: every field optional, an empty body is `{}`; which fields apply to which `what`
     is the seat's to check (`provisioner.verb.request`). Sent with the fields given only."""

@@ -26,6 +26,7 @@ SURFACES = {
         "CollectValue",
         "Domain",
         "Entry",
+        "FILTERS",
         "HeldLease",
         "JsonRefused",
         "KINDS",
@@ -244,7 +245,6 @@ SURFACES = {
         "setting_of",
     ],
     "registry.runtime": [
-        "EXIT_CLOSED_PIPE",
         "LogFormat",
         "LogLevel",
         "MetricsListen",
@@ -254,7 +254,6 @@ SURFACES = {
         "log_context",
         "missing_extra",
         "new_log_id",
-        "quiet_on_closed_pipe",
         "serve_metrics",
         "terminal_safe",
         "until_signalled",
