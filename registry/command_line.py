@@ -273,3 +273,13 @@ def _reader_gone(stream: object) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLOUT)
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def timestamp_of(text: str) -> str:
+    """A time as stored (ISO 8601 with an offset, `2026-01-01T12:00:00+00:00`) as every program
+    prints one; `text` as it is when it is no time with an offset."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    return timestamp(moment) if moment.tzinfo is not None else text

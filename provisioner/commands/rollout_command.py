@@ -43,6 +43,7 @@ from registry.command_line import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     exit_codes_help,
+    timestamp,
 )
 from registry.contract import Name, fleet
 from registry.edge import CommandLine, Duration, add_settings_arguments, given_flags, load_settings
@@ -318,7 +319,7 @@ def _short(text: str) -> str:
 
 
 def _moment(moment: datetime | None) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if moment is not None else ""
+    return timestamp(moment) if moment is not None else ""
 
 
 def _summary(rollouts: Sequence[ModuleRollout]) -> str:

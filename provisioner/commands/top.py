@@ -30,6 +30,7 @@ from rich.text import Text
 from provisioner.commands import tables
 from provisioner.commands.rollout_command import held_rollouts
 from provisioner.settings import TopArguments
+from registry.command_line import timestamp
 from registry.contract import MergedAnswer
 from registry.contract.fleet import Hold
 from registry.errors import BusError, ServiceError
@@ -87,7 +88,7 @@ def frame(
     """One frame: the time, the summary, the rollouts `held`, the nodes; the problem when the seat
     did not answer."""
     parts: list[RenderableType] = []
-    when = taken.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    when = timestamp(taken)
     if answer is not None:
         malformed = len(answer.malformed)
         summary = tables.fleet_summary(answer) + (f"; {malformed} malformed" if malformed else "")
@@ -103,8 +104,8 @@ def frame(
 
 
 def held_line(module: str, hold: Hold) -> str:
-    """`rollout of web paused by seat since 12:00:00Z (node n1: change c1 failed: exit 3)`."""
-    since = hold.since.astimezone(UTC).strftime("%H:%M:%SZ")
+    """`rollout of web paused by seat since 2026-01-01T12:00:00Z (node n1: change c1 failed: exit 3)`."""
+    since = timestamp(hold.since)
     why = f"node {hold.node}: {hold.reason}" if hold.node else hold.reason
     return f"rollout of {module} {hold.state} by {hold.by} since {since}" + (f" ({why})" if why else "")
 

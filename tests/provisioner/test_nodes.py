@@ -99,9 +99,9 @@ def aged(text: str) -> str:
 
 TABLE = (
     "NODE  VERDICT  LEASE                   APPLIED  PENDING  CHANGED               WHY\n"
-    "n1    healthy  held by host-1 pid 101  1        1        2026-01-02 03:04:05Z  lease renewed N s ago (ttl 30 s)\n"
-    "n2    healthy  released                1        0        2026-01-01 00:00:00Z  lease released N s ago\n"
-    f"n3    gone     none                    0        1        2026-01-03 00:00:00Z  {GONE}\n"
+    "n1    healthy  held by host-1 pid 101  1        1        2026-01-02T03:04:05Z  lease renewed N s ago (ttl 30 s)\n"
+    "n2    healthy  released                1        0        2026-01-01T00:00:00Z  lease released N s ago\n"
+    f"n3    gone     none                    0        1        2026-01-03T00:00:00Z  {GONE}\n"
 )
 MALFORMED = (
     "           MALFORMED KEY                        REASON\n"
@@ -109,7 +109,7 @@ MALFORMED = (
 )
 
 
-async def test_query_nodes_prints_each_nodes_verdict_and_exits_5_for_a_gone_node(fleet_server: LocalNats) -> None:
+async def test_query_nodes_prints_each_nodes_verdict_and_exits_9_for_a_gone_node(fleet_server: LocalNats) -> None:
     code, out, _ = await run_cli(fleet_server.url, "query", "nodes")
     assert code == 9
     assert aged(out) == (
@@ -349,11 +349,11 @@ async def test_the_verb_refuses_what_does_not_apply(
     assert (refused.value.code, refused.value.description) == ("400", says)
 
 
-async def test_top_once_prints_one_frame_and_exits_5_for_a_gone_node(fleet_server: LocalNats) -> None:
+async def test_top_once_prints_one_frame_and_exits_9_for_a_gone_node(fleet_server: LocalNats) -> None:
     code, out, _ = await run_cli(fleet_server.url, "top", "--once")
     first, *table = aged(out).splitlines(keepends=True)
     assert code == 9
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ  ", first[:22])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ  ", first[:22])
     assert first[22:] == "3 nodes: 2 healthy, 0 stale, 1 gone; modules: 2 applied, 2 pending; 1 malformed\n"
     header, n1, n2, n3 = TABLE.splitlines(keepends=True)
     assert "".join(table) == f"{header}{n3}{n1}{n2}\n"  # gone and stale first
@@ -439,7 +439,7 @@ def test_on_a_terminal_top_redraws_in_place_with_a_progress_bar_while_pages_are_
         screen.show(frame(answer, None, console, NOW))
     assert "reading the fleet" in drawn_while_reading and "1/3" in drawn_while_reading
     last = out.getvalue().rsplit("\x1b[2K", 1)[-1]  # what the last redraw left on the screen
-    assert "2026-06-01 12:00:00Z  1 node: 0 healthy, 1 stale, 0 gone; modules: 3 applied, 1 pending" in out.getvalue()
+    assert "2026-06-01T12:00:00Z  1 node: 0 healthy, 1 stale, 0 gone; modules: 3 applied, 1 pending" in out.getvalue()
     assert "n1" in last and "stale" in last and "reading the fleet" not in last
 
 

@@ -79,7 +79,7 @@ async def query(url: str, *args: str) -> tuple[int, str, str]:
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
-async def test_needs_prints_a_plain_table_marks_the_malformed_key_and_exits_4(seeded: LocalNats) -> None:
+async def test_needs_prints_a_plain_table_marks_the_malformed_key_and_exits_10(seeded: LocalNats) -> None:
     code, out, _ = await query(seeded.url, "needs", "--node", "n1")
     assert code == 10
     assert out == (

@@ -20,7 +20,7 @@ from registry.wire import Bus
 from tests.helpers import NODE
 from tests.provisioner_client.test_cli import client, client_env, slow_action
 
-TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00")
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 ACTION = "sh -c echo 'module app: env file changed': succeeded, exit code 0, finished <time>"
 
 
@@ -60,7 +60,7 @@ async def test_all_applied_and_in_place_reads_like_systemctl_status_and_exits_0(
     )
 
 
-async def test_pending_drifted_and_missing_are_shown_with_the_running_client_and_exit_1(
+async def test_pending_drifted_and_missing_are_shown_with_the_running_client_and_exit_7(
     domains: StandIns, bus: Bus, nats_server: LocalNats, plan: ClientPlan
 ) -> None:
     (plan.manifests / "extra.json").write_text(json.dumps({"module": "extra", "env": {"X": "${config:nope}"}}))
@@ -166,7 +166,7 @@ async def test_an_asked_log_level_is_kept_by_status(
     assert "INFO" in err, "status is quiet by default only"
 
 
-async def test_a_failed_change_action_is_shown_and_exits_1_until_one_succeeds(
+async def test_a_failed_change_action_is_shown_and_exits_7_until_one_succeeds(
     domains: StandIns, nats_server: LocalNats, plan: ClientPlan
 ) -> None:
     slow_action(plan, ["sh", "-c", "exit 3"])
@@ -187,7 +187,7 @@ async def test_a_failed_change_action_is_shown_and_exits_1_until_one_succeeds(
 """)
 
 
-async def test_files_that_cannot_be_judged_are_said_so_and_exit_1(
+async def test_files_that_cannot_be_judged_are_said_so_and_exit_7(
     domains: StandIns, nats_server: LocalNats, plan: ClientPlan
 ) -> None:
     """As another user than the client's would find them: the digest key unreadable."""
