@@ -34,8 +34,9 @@ exit codes:
   1    a step failed (--dry-run: would fail): no later step ran; what was done before it is printed and
        recorded in the footprint, the failure said on stderr
   2    usage: unknown command or option, a --root that is not a directory
-  3    the declaration is refused whole (outside the vocabulary, not JSON, too large, unreadable):
-       nothing was changed; every problem is named where it is (resources[3].type: ...)
+  3    the declaration is refused whole (outside the vocabulary, not JSON, too large, unreadable, an
+       archive whose digest differs or holding a hostile member): nothing was changed; every problem
+       is named where it is (resources[3].type: ...)
   4    reconcile: this host carries no declaration (a default build), or its bundle is broken
   5    the state: the footprint in --state cannot be read or written, or another mesh-host holds it
   6    --dry-run: the machine does not match; what would change is printed
@@ -43,7 +44,7 @@ exit codes:
 """
 DESCRIPTION = """\
 The one program installed by hand on a machine: it applies a declaration (directories, files,
-services) and owns exactly its footprint. It decides nothing and connects to nothing."""
+archives, services) and owns exactly its footprint. It decides nothing and connects to nothing."""
 EPILOG = f"""\
 examples:
   mesh-host profile
@@ -58,15 +59,22 @@ tests and image building: services are skipped under it (they need the real mach
 
 a declaration (JSON; resources applied in the order stated; anything else refuses it whole):
   {{"declaration": 1, "resources": [
-    {{"type": "directory", "path": "/etc/app", "mode": "0755", "owner": "root:root",
+    {{"id": "app-etc", "type": "directory", "path": "/etc/app", "mode": "0755", "owner": "root:root",
      "unknown": "module", "module": "app", "knows": ["/etc/app/local.toml"]}},
-    {{"type": "file", "path": "/etc/app/app.toml", "content": "port = 1\\n", "mode": "0640"}},
-    {{"type": "service", "unit": "app.service", "state": "running", "enabled": true}}]}}
-  owner ("user" or "user:group") is optional: left out, not maintained. unknown, what a directory
-  does with what the host did not write: program (the program's, nothing declared inside), module
-  (kept; owned lists it as the module's), move-out (moved to ~/.local/state/mesh-moved/<module>/,
-  listed in moved.jsonl there); knows: kept whatever the policy. What the host created and no
-  longer declares it removes (a directory once empty); what it found there it never removes.
+    {{"id": "app-conf", "type": "file", "path": "/etc/app/app.toml", "content": "port = 1\\n", "mode": "0640"}},
+    {{"id": "tool", "type": "archive", "path": "/opt/tool", "source": "/var/lib/mesh/tool.tar.gz",
+     "sha256": "<64 hex digits>", "mode": "0755"}},
+    {{"id": "app", "type": "service", "unit": "app.service", "state": "running", "enabled": true}}]}}
+  id (optional): the resource's stable name in messages and the footprint; a path changed under
+  the same id moves it. owner ("user" or "user:group") is optional: left out, not maintained.
+  unknown (optional), what a directory or archive does with what the host did not write: program
+  (the program's, nothing declared inside), module (kept; owned lists it as the module's),
+  move-out (moved to ~/.local/state/mesh-moved/<module>/, listed in moved.jsonl there); left out,
+  it is left alone. knows: kept whatever the policy. An archive (tar: gzip, xz, zstd or none) is
+  checked against its sha256 and every member before any change, then unpacked; its members are
+  put back when they drift. enabled (optional): left out, the unit's enablement is left as it is.
+  What the host created and no longer declares it removes (a directory once empty); what it found
+  there it never removes.
 
 {EXIT_CODES}"""
 

@@ -1,23 +1,31 @@
 """The declaration: what a machine should hold, as a versioned, ordered list of resources.
 
     {"declaration": 1, "resources": [
-      {"type": "directory", "path": "/etc/app", "mode": "0755", "owner": "root:root",
+      {"id": "app-etc", "type": "directory", "path": "/etc/app", "mode": "0755", "owner": "root:root",
        "unknown": "module", "module": "app", "knows": ["/etc/app/local.toml"]},
-      {"type": "file", "path": "/etc/app/app.toml", "content": "...", "mode": "0640", "owner": "root"},
-      {"type": "service", "unit": "app.service", "state": "running", "enabled": true}]}
+      {"id": "app-conf", "type": "file", "path": "/etc/app/app.toml", "content": "...", "mode": "0640"},
+      {"id": "tool", "type": "archive", "path": "/opt/tool", "source": "/var/lib/mesh/tool.tar.gz",
+       "sha256": "<64 hex digits>", "mode": "0755", "unknown": "move-out", "module": "app"},
+      {"id": "app", "type": "service", "unit": "app.service", "state": "running", "enabled": true}]}
 
 The order is stated, never derived: a file's folder, when declared, comes before it. Anything
 outside this vocabulary refuses the whole declaration before anything is changed, each problem
 named where it is (`resources[3].type: 'package' is not a resource type ...`).
 
 Decided here:
+- `id`, optional on every resource, is its stable name, unique in the declaration: messages and
+  the footprint name the resource by it, and a path changed under the same id is that resource
+  moved, not one removed and another made.
 - `mode` is an octal string ("0644", "755"), 0000 to 7777; `owner` ("user", "user:group", names or
   numeric ids) is optional: left out, the owner is whoever runs the host and is not maintained.
-- Every directory carries `unknown` (program, module or move-out); `module` names the module the
-  folder belongs to, required for `module` and `move-out` (strays go to mesh-moved/<module>/).
+- A directory (or an archive's folder) may say `unknown` (program, module or move-out); `module`
+  names the module the folder belongs to, required for `module` and `move-out` (strays go to
+  mesh-moved/<module>/). Without `unknown`, what the host did not write there is left as it is,
+  never looked at nor moved (as declarations written before the policies expect).
 - `knows` are absolute paths strictly inside their directory.
 - Nothing is declared inside a `program` directory: everything in it is the program's, so the host
   writing there would fight the program over it.
+- A service without `enabled` leaves the unit's enablement as it finds it.
 - A path or unit is declared once; a declared path's folders are not declared as files.
 """
 
@@ -41,9 +49,12 @@ MAX_KNOWS = 256
 MAX_PATH_CHARS = 4096
 
 UNKNOWN_POLICIES = ("program", "module", "move-out")
+Policy = Literal["program", "module", "move-out"]
 UNIT_TYPES = ("service", "socket", "timer", "path", "target", "mount")
 _UNIT = re.compile(rf"^[A-Za-z0-9_:.\\@][A-Za-z0-9_:.\\@-]*\.({'|'.join(UNIT_TYPES)})$")
 _MODULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ID = _MODULE
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = r"([A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|[0-9]{1,10})"
 _OWNER = re.compile(rf"^{_NAME}(:{_NAME})?$")
 
@@ -85,6 +96,18 @@ def _module(value: object) -> str:
     return value
 
 
+def _id(value: object) -> str:
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise ValueError(f"{value!r} is not an id (letters, digits, '_', '.', '-'; 64 at most)")
+    return value
+
+
+def _sha256(value: object) -> str:
+    if not isinstance(value, str) or not _SHA256.fullmatch(value):
+        raise ValueError(f"{value!r} is not a sha256 digest (64 lowercase hex digits)")
+    return value
+
+
 def _unit(value: object) -> str:
     if not isinstance(value, str) or len(value) > 255 or not _UNIT.fullmatch(value):
         raise ValueError(f"{value!r} is not a unit name ending in .{', .'.join(UNIT_TYPES)}")
@@ -108,10 +131,14 @@ Owner = Annotated[str, PlainValidator(_owner)]
 Module = Annotated[str, PlainValidator(_module)]
 Unit = Annotated[str, PlainValidator(_unit)]
 Content = Annotated[str, PlainValidator(_content)]
+Id = Annotated[str, PlainValidator(_id)]
+Sha256 = Annotated[str, PlainValidator(_sha256)]
 
 
 class _Resource(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    id: Id | None = None
 
 
 class Directory(_Resource):
@@ -121,7 +148,7 @@ class Directory(_Resource):
     path: AbsolutePath
     mode: Mode
     owner: Owner | None = None
-    unknown: Literal["program", "module", "move-out"]
+    unknown: Policy | None = None  # None: what the host did not write is left as it is, never looked at
     module: Module | None = None
     knows: list[AbsolutePath] = []
 
@@ -152,31 +179,62 @@ class File(_Resource):
         return self.content.encode("utf-8")
 
 
+class Archive(_Resource):
+    """A tar on the machine (`source`, verified by its `sha256`) unpacked into the folder `path`: its
+    members are the host's, put back when they drift; the rest follows `unknown` as a directory's."""
+
+    type: Literal["archive"]
+    path: AbsolutePath
+    source: AbsolutePath
+    sha256: Sha256
+    mode: Mode  # the folder's and the member folders'; member files keep the archive's (filtered)
+    owner: Owner | None = None
+    unknown: Policy | None = None
+    module: Module | None = None
+    knows: list[AbsolutePath] = []
+
+    @property
+    def at(self) -> PurePosixPath:
+        return PurePosixPath(self.path)
+
+    @property
+    def known(self) -> tuple[PurePosixPath, ...]:
+        return tuple(PurePosixPath(path) for path in self.knows)
+
+
 class Service(_Resource):
-    """A systemd unit: running or stopped, enabled or not."""
+    """A systemd unit: running or stopped, enabled or not (left as it is when not said)."""
 
     type: Literal["service"]
     unit: Unit
     state: Literal["running", "stopped"]
-    enabled: bool
+    enabled: bool | None = None
 
 
-Resource = Directory | File | Service
-PathResource = Directory | File
-_MODELS: dict[str, type[Directory] | type[File] | type[Service]] = {
+Resource = Directory | File | Archive | Service
+PathResource = Directory | File | Archive
+Folder = Directory | Archive  # what holds files the host did not write, and says what it does with them
+_MODELS: dict[str, type[Directory] | type[File] | type[Archive] | type[Service]] = {
     "directory": Directory,
     "file": File,
+    "archive": Archive,
     "service": Service,
 }
 _HINTS = {
-    "unknown": "every directory says how it treats files it did not write: program, module or move-out",
     "mode": 'an octal string such as "0644"',
     "state": "running or stopped",
     "enabled": "true or false",
     "path": "an absolute path",
     "content": "the file's text",
     "unit": "a unit name such as app.service",
+    "source": "the archive's absolute path on the machine",
+    "sha256": "the archive's sha256, 64 hex digits",
 }
+
+
+def label(index: int, resource: Resource) -> str:
+    """How messages name a resource: its id, else its place in the declaration (`resources[3]`)."""
+    return resource.id or f"resources[{index}]"
 
 
 @dataclass(frozen=True)
@@ -193,6 +251,10 @@ class Declaration:
     @property
     def units(self) -> dict[str, Service]:
         return {resource.unit: resource for resource in self.resources if isinstance(resource, Service)}
+
+    @property
+    def folders(self) -> tuple[Folder, ...]:
+        return tuple(resource for resource in self.resources if isinstance(resource, Directory | Archive))
 
 
 def read_declaration(path: Path) -> Declaration:
@@ -291,6 +353,8 @@ def _resource(where: str, raw: object) -> tuple[Resource | None, list[str]]:
     if model is None or not isinstance(kind, str):
         said = "missing" if "type" not in raw else f"{kind!r} is not a resource type"
         return None, [f"{where}.type: {said} ({', '.join(_MODELS)})"]
+    if isinstance(raw.get("id"), str) and _ID.fullmatch(raw["id"]):
+        where = f"{where} ({raw['id']})"
     try:
         resource: Resource = model.model_validate(raw)
     except ValidationError as err:
@@ -313,11 +377,11 @@ def _problem(where: str, kind: str, model: type[_Resource], error: Any) -> str:
 
 
 def _own(where: str, resource: Resource) -> list[str]:
-    """What a resource says against itself: a directory's module and knows."""
-    if not isinstance(resource, Directory):
+    """What a resource says against itself: a directory's (or an archive's) module and knows."""
+    if not isinstance(resource, Directory | Archive):
         return []
     problems = []
-    if resource.module is None and resource.unknown != "program":
+    if resource.module is None and resource.unknown in ("module", "move-out"):
         problems.append(
             f"{where}.module: missing: a directory with unknown {resource.unknown} names its module "
             "(what it holds is the module's; strays move out to mesh-moved/<module>/)"
@@ -331,16 +395,22 @@ def _own(where: str, resource: Resource) -> list[str]:
 
 
 def _across(resources: list[Resource]) -> list[str]:
-    """What resources say against each other: twice declared, folders declared late, or as files, or programs'."""
+    """What resources say against each other: twice declared or named, folders declared late, or as
+    files, or programs'."""
     first: dict[object, int] = {}
+    named: dict[str, int] = {}
     for index, resource in enumerate(resources):
         first.setdefault(_key(resource), index)
+        if resource.id is not None:
+            named.setdefault(resource.id, index)
     problems = []
     for index, resource in enumerate(resources):
         key = _key(resource)
         if first[key] != index:
             what = "unit" if isinstance(resource, Service) else "path"
             problems.append(f"resources[{index}].{what}: {key} is already declared by resources[{first[key]}]")
+        if resource.id is not None and named[resource.id] != index:
+            problems.append(f"resources[{index}].id: {resource.id} already names resources[{named[resource.id]}]")
         if not isinstance(resource, Service):
             problems.extend(_folders(f"resources[{index}].path", index, resource.at, resources, first))
     return problems
@@ -366,7 +436,7 @@ def _folders(
                 f"{where}: its folder {folder} is declared later, by resources[{at}]: the order is stated, "
                 "declare the folder first"
             )
-        elif isinstance(holder, Directory) and holder.unknown == "program":
+        elif isinstance(holder, Directory | Archive) and holder.unknown == "program":
             problems.append(
                 f"{where}: {path} is inside {folder}, which resources[{at}] declares unknown: program "
                 "(everything in it is the program's, the host writes nothing there)"

@@ -2,6 +2,7 @@
 
 An apply, in order:
 1. Every declared owner is looked up: one this machine lacks fails the apply before any change.
+   Every archive is read and checked whole (archive.py): one refused refuses the declaration.
 2. What the footprint holds and the declaration no longer declares is removed, last applied
    first: a file the host created is deleted; a directory it created is removed when empty (one
    still holding what is not the host's is kept, marked no longer declared, and removed by a later
@@ -13,8 +14,10 @@ An apply, in order:
    differs: a directory is created (its folder must exist) or its mode and owner returned; a file
    is written whole when its content differs (atomically: a new file renamed over it), else its
    mode and owner returned in place; a service is enabled or disabled, started or stopped, after
-   `systemctl daemon-reload` when a unit file changed in this apply. A directory with `unknown:
-   move-out` then moves out its strays (see unknown.py).
+   `systemctl daemon-reload` when a unit file changed in this apply; an archive's members are put
+   in place (see archive.py). A directory or archive with `unknown: move-out` then moves out its
+   strays (see unknown.py). A resource whose id the footprint holds at another path is moved
+   there first, whole (renamed), unless something stands at both paths: that step fails.
 Each step is recorded in the footprint once it worked (a directory or file as soon as it is
 created). A step that fails stops the apply: ApplyFailed carries what was done before it.
 Applying twice changes nothing the second time: the report's changes are then empty.
@@ -41,14 +44,37 @@ from functools import partial
 from pathlib import Path, PurePosixPath
 
 from mesh_host.applying import safe_fs
-from mesh_host.applying.footprint import Footprint, OwnedDirectory, OwnedFile, OwnedService, holding, load, save
+from mesh_host.applying.archive import ArchiveRefused, Tree, UnpackFailed, Verified, remove, unpack, verified
+from mesh_host.applying.footprint import (
+    AnyOwned,
+    Footprint,
+    Member,
+    OwnedArchive,
+    OwnedDirectory,
+    OwnedFile,
+    OwnedService,
+    holding,
+    load,
+    save,
+)
 from mesh_host.applying.owners import Ids, NoSuchOwner, resolve
 from mesh_host.applying.roots import MOVED_IN_HOME, Root, RootError, moved_folder
 from mesh_host.applying.safe_fs import FOLLOWS_NO_LINK, closing, kind
 from mesh_host.applying.services import ServiceFailed, Systemctl, verbs_back, verbs_toward
 from mesh_host.applying.unknown import Moved, destination, move_out, strays
-from mesh_host.declaration import MAX_CONTENT_BYTES, Declaration, Directory, File, PathResource, Resource, Service
-from mesh_host.errors import MeshHostError, StateError
+from mesh_host.declaration import (
+    MAX_CONTENT_BYTES,
+    Archive,
+    Declaration,
+    Directory,
+    File,
+    Folder,
+    PathResource,
+    Resource,
+    Service,
+    label,
+)
+from mesh_host.errors import DeclarationRefused, MeshHostError, StateError
 from mesh_host.runner import Runner, run
 
 UNIT_FOLDERS = frozenset(
@@ -63,7 +89,7 @@ _DONE = {"enable": "enabled", "disable": "disabled", "start": "started", "stop":
 class Event:
     """One thing an apply did (a change) or has to say (a note), about one resource."""
 
-    where: str  # resources[3], or "no longer declared"
+    where: str  # the resource's id, else resources[3]; or "no longer declared"
     subject: str  # a machine path or a unit
     what: str
 
@@ -137,10 +163,44 @@ class Host:
 def apply(declaration: Declaration, host: Host, *, dry_run: bool = False) -> Report:
     """Makes the machine match `declaration` (a dry run: says what that would change)."""
     owners = _owners(declaration, dry_run=dry_run)
-    if dry_run:
-        return _Applying(declaration, host, load(host.state), owners, dry_run=True).run()
-    with holding(host.state):
-        return _Applying(declaration, host, load(host.state), owners, dry_run=False).run()
+    with contextlib.ExitStack() as opened:
+        archives = _archives(declaration, host.root, opened)
+        if dry_run:
+            return _Applying(declaration, host, load(host.state), owners, archives, dry_run=True).run()
+        with holding(host.state):
+            return _Applying(declaration, host, load(host.state), owners, archives, dry_run=False).run()
+
+
+def _archives(declaration: Declaration, root: Root, opened: contextlib.ExitStack) -> dict[str, Verified]:
+    """Every declared archive read and checked whole, by its path; DeclarationRefused naming each
+    one refused (a digest that differs, a hostile member), before anything changes."""
+    archives, problems = {}, []
+    for index, resource in enumerate(declaration.resources):
+        if not isinstance(resource, Archive):
+            continue
+        where = f"resources[{index}]" + (f" ({resource.id})" if resource.id else "")
+        try:
+            source = root.real(PurePosixPath(resource.source))
+            archives[resource.path] = opened.enter_context(verified(source, resource.sha256, resource.mode))
+        except (ArchiveRefused, RootError) as err:
+            problems.append(f"{where}.source: {err}")
+            continue
+        problems.extend(_members_declared(declaration, where, resource, archives[resource.path]))
+    if problems:
+        raise DeclarationRefused(declaration.source, tuple(problems))
+    return archives
+
+
+def _members_declared(declaration: Declaration, where: str, archive: Archive, unpacked: Verified) -> list[str]:
+    """A path declared where a member of the archive goes: the two would fight over it."""
+    names = {member.name for member in unpacked.members}
+    return [
+        f"{where}: {resource.path} is declared by {label(index, resource)} and is a member of this archive"
+        for index, resource in enumerate(declaration.resources)
+        if not isinstance(resource, Service)
+        and resource.at.is_relative_to(archive.at)
+        and str(resource.at.relative_to(archive.at)) in names
+    ]
 
 
 def _owners(declaration: Declaration, *, dry_run: bool) -> dict[str, Ids]:
@@ -153,7 +213,8 @@ def _owners(declaration: Declaration, *, dry_run: bool) -> dict[str, Ids]:
             owners[owner] = resolve(owner)
         except NoSuchOwner as err:
             why = f"{err}; nothing was changed (every owner is looked up before the first step)"
-            raise ApplyFailed(f"resources[{index}].owner", _subject(resource), why, Report(dry_run=dry_run)) from None
+            where = f"{label(index, resource)}.owner"
+            raise ApplyFailed(where, _subject(resource), why, Report(dry_run=dry_run)) from None
     return owners
 
 
@@ -167,6 +228,7 @@ class _Applying:
     host: Host
     footprint: Footprint
     owners: dict[str, Ids]
+    archives: dict[str, Verified]  # by path
     dry_run: bool
     changes: list[Event] = field(default_factory=list)
     notes: list[Event] = field(default_factory=list)
@@ -175,11 +237,12 @@ class _Applying:
     _where: str = ""
     appearing: set[PurePosixPath] = field(default_factory=set)  # a dry run: folders it would create
     vanishing: set[PurePosixPath] = field(default_factory=set)  # a dry run: what it would remove
-    governed: frozenset[PurePosixPath] = frozenset()  # directories declared or owned as it began (see _linked_folder)
+    governed: frozenset[PurePosixPath] = frozenset()  # folders declared or owned as it began (see _linked_folder)
+    moving: dict[PurePosixPath, PurePosixPath] = field(default_factory=dict)  # a dry run: moved, new -> old path
 
     def __post_init__(self) -> None:
-        declared = {path for path, resource in self.declaration.paths.items() if isinstance(resource, Directory)}
-        owned = {PurePosixPath(o.path) for o in self.footprint.owned if isinstance(o, OwnedDirectory)}
+        declared = {folder.at for folder in self.declaration.folders}
+        owned = {PurePosixPath(o.path) for o in self.footprint.owned if isinstance(o, OwnedDirectory | OwnedArchive)}
         self.governed = frozenset(declared | owned)
 
     @property
@@ -191,15 +254,14 @@ class _Applying:
         return Systemctl(self.host.runner)
 
     def run(self) -> Report:
-        declared = {
-            ("directory" if isinstance(r, Directory) else "file", r.path) for r in self.declaration.paths.values()
-        }
+        declared: set[tuple[str, str]] = {(r.type, r.path) for r in self.declaration.paths.values()}
         declared |= {("service", unit) for unit in self.declaration.units}
+        named = {(r.type, r.id) for r in self.declaration.paths.values() if r.id is not None}
         for owned in reversed(self.footprint.owned):
-            if owned.key not in declared:
+            if owned.key not in declared and (owned.key[0], owned.id) not in named:  # named: moved, not removed
                 self._step(NO_LONGER_DECLARED, owned.key[1], partial(self._remove, owned))
         for index, resource in enumerate(self.declaration.resources):
-            self._step(f"resources[{index}]", _subject(resource), partial(self._converge, resource))
+            self._step(label(index, resource), _subject(resource), partial(self._converge, resource))
         return self._report()
 
     def _report(self) -> Report:
@@ -209,7 +271,7 @@ class _Applying:
         self._where = where
         try:
             step()
-        except (_StepFailed, ServiceFailed, RootError, NoSuchOwner) as err:
+        except (_StepFailed, ServiceFailed, RootError, NoSuchOwner, UnpackFailed) as err:
             raise ApplyFailed(where, subject, str(err), self._report()) from None
         except StateError as err:
             raise ApplyFailed(where, subject, f"recording it failed: {err}", self._report()) from None
@@ -225,7 +287,7 @@ class _Applying:
     def _note(self, subject: object, what: str) -> None:
         self.notes.append(Event(self._where, str(subject), what))
 
-    def _record(self, owned: OwnedDirectory | OwnedFile | OwnedService) -> None:
+    def _record(self, owned: AnyOwned) -> None:
         self._keep(self.footprint.keeping(owned))
 
     def _forget(self, key: tuple[str, str]) -> None:
@@ -242,6 +304,8 @@ class _Applying:
             self._directory(resource)
         elif isinstance(resource, File):
             self._file(resource)
+        elif isinstance(resource, Archive):
+            self._archive(resource)
         else:
             self._service(resource)
 
@@ -249,29 +313,34 @@ class _Applying:
 
     def _directory(self, directory: Directory) -> None:
         self._no_link_among_folders(directory.at)
-        with self._folder_of(directory.at) as (folder, name):
+        self._moved(directory)
+        with self._folder_of(self._found(directory.at)) as (folder, name):
             now = _stat(folder, name)
             entry = self.footprint.entry(("directory", directory.path))
             created = entry.created if isinstance(entry, OwnedDirectory) else now is None
-            ids = self._ids(directory)
-            if now is None:
-                self._create_directory(directory, folder, ids)
-            else:
-                assert folder is not None  # something stands in it
-                _must_be(directory.at, now, stat.S_ISDIR, "directory")
-                self._settle(directory.at, folder, now, directory.mode, ids)
+            self._folder(directory, folder, now)
         self._record(_owned_directory(directory, created=created))
-        if directory.unknown == "move-out" and not (self.dry_run and now is None):
+        if directory.unknown == "move-out" and not (self.dry_run and (now is None or directory.at in self.moving)):
             self._move_out(directory)
 
-    def _create_directory(self, directory: Directory, folder: int | None, ids: Ids | None) -> None:
+    def _folder(self, folder: Folder, parent: int | None, now: os.stat_result | None) -> None:
+        """A directory, or an archive's folder, in `parent`: made, or its mode and owner returned."""
+        ids = self._ids(folder)
+        if now is None:
+            self._create_directory(folder, parent, ids)
+        else:
+            assert parent is not None  # something stands in it
+            _must_be(folder.at, now, stat.S_ISDIR, "directory")
+            self._settle(folder.at, parent, now, folder.mode, ids)
+
+    def _create_directory(self, directory: Folder, folder: int | None, ids: Ids | None) -> None:
         self._folder_exists(directory.at)
         said = f"created ({directory.mode:04o} {ids or 'as the host'})"
         if self.dry_run or folder is None:
             self.appearing.add(directory.at)
         else:
             safe_fs.make_folder(folder, directory.at.name, 0o700)
-            self._record(_owned_directory(directory, created=True))
+            self._record(_owned_folder(directory, created=True))
             try:
                 self._attributes(folder, directory.at.name, directory.mode, ids, is_folder=True)
             except BaseException:
@@ -279,38 +348,53 @@ class _Applying:
                 raise
         self._change(directory.at, said)
 
-    def _move_out(self, directory: Directory) -> None:
+    def _move_out(self, directory: Folder) -> None:
         assert directory.module is not None  # the declaration requires it with move-out
         folder = moved_folder(self.host.home, directory.module)
         top = self._top(directory.at)
         if self.dry_run:
-            for stray in strays(self.root, directory.at, self._kept(), top):
+            for stray in strays(self.root, directory.at, self._kept(), top, self._member_folders()):
                 self._change(stray, f"moved out to {destination(self.root, stray, folder)}")
             return
 
         def said(moved: Moved) -> None:
             self._change(moved.source, f"moved out to {moved.to}")
 
-        move_out(self.root, directory.at, self._kept(), top, folder, done=said)
+        move_out(self.root, directory.at, self._kept(), top, folder, into=self._member_folders(), done=said)
 
     def _kept(self) -> set[PurePosixPath]:
         """What a folder's strays never include: what is declared, owned, known, or the host's own."""
         kept = set(self.declaration.paths) | {
             PurePosixPath(o.key[1]) for o in self.footprint.owned if o.key[0] != "service"
         }
-        for resource in self.declaration.paths.values():
-            if isinstance(resource, Directory):
-                kept.update(resource.known)
+        for resource in self.declaration.folders:
+            kept.update(resource.known)
+        kept.update(self._members(folders=False))
         kept.add(self.host.home / MOVED_IN_HOME)
         with contextlib.suppress(ValueError):
             kept.add(PurePosixPath("/") / self.host.state.relative_to(self.root.base))
         return kept
 
+    def _members(self, *, folders: bool) -> set[PurePosixPath]:
+        """The archives' members (as unpacked now, and as recorded), their folders or the rest."""
+        listed = [(o.path, o.members) for o in self.footprint.owned if isinstance(o, OwnedArchive)]
+        listed += [(path, archive.members) for path, archive in self.archives.items()]
+        return {
+            PurePosixPath(path) / member.name
+            for path, members in listed
+            for member in members
+            if (member.kind == "directory") == folders
+        }
+
+    def _member_folders(self) -> set[PurePosixPath]:
+        return self._members(folders=True)
+
     # files
 
     def _file(self, file: File) -> None:
         self._no_link_among_folders(file.at)
-        with self._folder_of(file.at) as (folder, name):
+        self._moved(file)
+        with self._folder_of(self._found(file.at)) as (folder, name):
             now = _stat(folder, name)
             entry = self.footprint.entry(("file", file.path))
             created = entry.created if isinstance(entry, OwnedFile) else now is None
@@ -334,6 +418,107 @@ class _Applying:
         self._unit_file_changes(file.at)
         if not self.dry_run and folder is not None:
             _write_atomically(folder, file.at.name, file.data, file.mode, ids)
+
+    # archives
+
+    def _archive(self, archive: Archive) -> None:
+        self._no_link_among_folders(archive.at)
+        self._moved(archive)
+        with self._folder_of(self._found(archive.at)) as (folder, name):
+            now = _stat(folder, name)
+            entry = self.footprint.entry(("archive", archive.path))
+            created = entry.created if isinstance(entry, OwnedArchive) else now is None
+            before = entry.members if isinstance(entry, OwnedArchive) else ()
+            self._folder(archive, folder, now)
+            unpacked = self.archives[archive.path]
+            if self.dry_run and now is None:
+                said = f"unpacked ({len(unpacked.members)} members, {unpacked.size} bytes of files)"
+                self._change(archive.at, said)
+            else:
+                record = partial(self._record_archive, archive, created)
+                unpack(self._tree(archive.at, folder, name), unpacked, before, self._ids(archive), record)
+        if archive.unknown == "move-out" and not (self.dry_run and (now is None or archive.at in self.moving)):
+            self._move_out(archive)
+
+    def _record_archive(self, archive: Archive, created: bool, members: tuple[Member, ...]) -> None:
+        self._record(_owned_archive(archive, created=created, members=members))
+
+    def _tree(self, at: PurePosixPath, folder: int | None, name: str) -> Tree:
+        def change(member: str, what: str) -> None:
+            self._change(at / member if member else at, what)
+
+        def note(member: str, what: str) -> None:
+            self._note(at / member if member else at, what)
+
+        return Tree(folder, name, self.dry_run, change, note)
+
+    def _remove_archive(self, owned: OwnedArchive, path: PurePosixPath) -> None:
+        with self._folder_of(path) as (folder, name):
+            now = _stat(folder, name)
+            if folder is None or now is None or not stat.S_ISDIR(now.st_mode):
+                said = "already gone: forgotten" if now is None else f"released: {kind(now)} stands there now"
+                self._note(path, said)
+                self._forget(owned.key)
+                return
+            tree = self._tree(path, folder, name)
+            kept = remove(tree, owned.members)
+        self.vanishing.update(path / member for member in tree.vanishing)
+        if not owned.created:
+            self._note(path, "released: left as it is, it was there before the host")
+            self._forget(owned.key)
+            return
+        self._remove_directory(owned.model_copy(update={"members": kept}), path)
+
+    # a resource moved: its id declared at another path
+
+    def _moved(self, resource: PathResource) -> None:
+        """Moves the resource, whole, from where the footprint has it under the same id."""
+        entry = None if resource.id is None else self.footprint.named(resource.type, resource.id)
+        if entry is None or entry.key == (resource.type, resource.path):
+            return
+        old = PurePosixPath(entry.key[1])
+        self._no_link_among_folders(old)
+        with (
+            self._folder_of(self._found(old)) as (old_folder, old_name),
+            self._folder_of(self._found(resource.at)) as (new_folder, new_name),
+        ):
+            there = None if self._vanished(old) else _stat(old_folder, old_name)
+            if there is not None and _stat(new_folder, new_name) is not None:
+                raise _StepFailed(
+                    f"{resource.id} was at {self.root.under(old)}, and something stands at both paths: "
+                    "the host does not choose between them (remove one)"
+                )
+            if there is not None:
+                self._move(resource.at, old, (old_folder, old_name), (new_folder, new_name))
+        moved = entry.model_copy(update={"path": resource.path})
+        key = (resource.type, resource.path)
+        found = self.footprint.entry(key)
+        self._keep(self.footprint.forgetting(entry.key) if found else self.footprint.replacing(entry.key, moved))
+
+    def _move(
+        self, at: PurePosixPath, old: PurePosixPath, source: tuple[int | None, str], target: tuple[int | None, str]
+    ) -> None:
+        """Renames what stands at `old` to `at`, each named in the folder held (a link as a link)."""
+        self._folder_exists(at)
+        self._change(at, f"moved from {old}")
+        self.vanishing.add(old)
+        if self.dry_run:
+            self.moving[at] = old
+            self.appearing.add(at)
+            return
+        (old_folder, old_name), (new_folder, new_name) = source, target
+        assert old_folder is not None and new_folder is not None  # something stands at old; at's folder exists
+        safe_fs.rename(old_folder, old_name, new_folder, new_name)
+
+    def _found(self, path: PurePosixPath) -> PurePosixPath:
+        """Where `path` is found now: in a dry run, a path moved (or inside one) is still at its old place."""
+        for new in (path, *path.parents):
+            if new in self.moving:
+                return self.moving[new] / path.relative_to(new)
+        return path
+
+    def _vanished(self, path: PurePosixPath) -> bool:
+        return any(gone in self.vanishing for gone in (path, *path.parents))
 
     # services
 
@@ -365,7 +550,12 @@ class _Applying:
             self._verify(service)
         entry = self.footprint.entry(("service", service.unit))
         before = entry.before if isinstance(entry, OwnedService) else state.before
-        self._record(OwnedService(unit=service.unit, state=service.state, enabled=service.enabled, before=before))
+        enabled = service.enabled
+        if enabled is None and isinstance(entry, OwnedService):
+            enabled = entry.enabled  # declared before: what the host changed is still returned once undeclared
+        self._record(
+            OwnedService(id=service.id, unit=service.unit, state=service.state, enabled=enabled, before=before)
+        )
 
     def _verify(self, service: Service) -> None:
         state = self.systemctl.state(service.unit)
@@ -374,7 +564,7 @@ class _Applying:
 
     # what is no longer declared
 
-    def _remove(self, owned: OwnedDirectory | OwnedFile | OwnedService) -> None:
+    def _remove(self, owned: AnyOwned) -> None:
         if isinstance(owned, OwnedService):
             self._remove_service(owned)
             return
@@ -389,6 +579,9 @@ class _Applying:
             self._note(path, "released: left as it is, it was there before the host")
         elif isinstance(owned, OwnedFile):
             self._remove_file(path, owned.sha256)
+        elif isinstance(owned, OwnedArchive):
+            self._remove_archive(owned, path)
+            return
         else:
             self._remove_directory(owned, path)
             return
@@ -396,8 +589,10 @@ class _Applying:
 
     def _knower(self, path: PurePosixPath) -> str | None:
         for index, resource in enumerate(self.declaration.resources):
-            if isinstance(resource, Directory) and any(path.is_relative_to(known) for known in resource.known):
-                return f"resources[{index}] ({resource.path})"
+            if isinstance(resource, Directory | Archive) and any(
+                path.is_relative_to(known) for known in resource.known
+            ):
+                return f"{label(index, resource)} ({resource.path})"
         return None
 
     def _remove_file(self, path: PurePosixPath, sha256: str) -> None:
@@ -417,7 +612,7 @@ class _Applying:
                 if not self.dry_run:
                     safe_fs.remove_file(folder, name)  # what was judged in the folder held: a link is unlinked
 
-    def _remove_directory(self, owned: OwnedDirectory, path: PurePosixPath) -> None:
+    def _remove_directory(self, owned: OwnedDirectory | OwnedArchive, path: PurePosixPath) -> None:
         with self._folder_of(path) as (folder, name):
             now = _stat(folder, name)
             if folder is None or now is None or not stat.S_ISDIR(now.st_mode):
@@ -444,7 +639,7 @@ class _Applying:
             self._record(owned.model_copy(update={"declared": False}))
             return
         state = self.systemctl.state(owned.unit)
-        for verb in verbs_back(state, owned.before):
+        for verb in verbs_back(state, owned.before, enablement=owned.enabled is not None):
             self._change(owned.unit, f"{_DONE[verb]} (as the host found it)")
             if not self.dry_run:
                 self.systemctl.act(verb, owned.unit)
@@ -531,8 +726,31 @@ def _differences(now: os.stat_result, mode: int, ids: Ids | None) -> list[str]:
     return said
 
 
+def _owned_folder(folder: Folder, *, created: bool) -> OwnedDirectory | OwnedArchive:
+    if isinstance(folder, Directory):
+        return _owned_directory(folder, created=created)
+    return _owned_archive(folder, created=created, members=())
+
+
+def _owned_archive(archive: Archive, *, created: bool, members: tuple[Member, ...]) -> OwnedArchive:
+    return OwnedArchive(
+        id=archive.id,
+        path=archive.path,
+        created=created,
+        mode=archive.mode,
+        owner=archive.owner,
+        unknown=archive.unknown,
+        module=archive.module,
+        knows=tuple(archive.knows),
+        source=archive.source,
+        sha256=archive.sha256,
+        members=members,
+    )
+
+
 def _owned_directory(directory: Directory, *, created: bool) -> OwnedDirectory:
     return OwnedDirectory(
+        id=directory.id,
         path=directory.path,
         created=created,
         mode=directory.mode,
@@ -545,7 +763,7 @@ def _owned_directory(directory: Directory, *, created: bool) -> OwnedDirectory:
 
 def _owned_file(file: File, *, created: bool) -> OwnedFile:
     digest = hashlib.sha256(file.data).hexdigest()
-    return OwnedFile(path=file.path, created=created, mode=file.mode, owner=file.owner, sha256=digest)
+    return OwnedFile(id=file.id, path=file.path, created=created, mode=file.mode, owner=file.owner, sha256=digest)
 
 
 def _host_ids() -> Ids:

@@ -4,7 +4,8 @@ It is written after each step that changed it, atomically (a temporary file besi
 disk, renamed over it, the folder flushed), so that a host stopped at any point finds what it did.
 Each entry says whether the host created the thing (`created`) or found it there and adopted it:
 only what it created is removed once no longer declared. The order is the order of application;
-what is no longer declared is removed in the reverse order.
+what is no longer declared is removed in the reverse order. An entry keeps the resource's `id`:
+the same id declared at another path is the same resource, moved.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mesh_host.declaration import AbsolutePath, Module, Owner, Unit
+from mesh_host.declaration import AbsolutePath, Id, Module, Owner, Policy, Sha256, Unit
 from mesh_host.errors import StateError
 
 VERSION = 1
@@ -31,6 +32,7 @@ class _Owned(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     declared: bool = True  # False: no longer declared, kept for now (a folder holding what is not the host's)
+    id: Id | None = None
 
 
 class OwnedDirectory(_Owned):
@@ -39,7 +41,7 @@ class OwnedDirectory(_Owned):
     created: bool
     mode: int
     owner: Owner | None = None
-    unknown: Literal["program", "module", "move-out"]
+    unknown: Policy | None = None
     module: Module | None = None
     knows: tuple[AbsolutePath, ...] = ()
 
@@ -61,6 +63,37 @@ class OwnedFile(_Owned):
         return ("file", self.path)
 
 
+class Member(BaseModel):
+    """One member an archive unpacked: its path inside the archive's folder, and what it is there."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str  # relative, plain: "bin/tool"
+    kind: Literal["file", "directory", "link"]
+    mode: int | None = None  # a link has none
+    sha256: Sha256 | None = None  # a file's content
+    target: str | None = None  # a link's
+    created: bool = True  # False: something stood there before the host unpacked it, not removed with it
+
+
+class OwnedArchive(_Owned):
+    type: Literal["archive"] = "archive"
+    path: AbsolutePath
+    created: bool  # the folder
+    mode: int
+    owner: Owner | None = None
+    unknown: Policy | None = None
+    module: Module | None = None
+    knows: tuple[AbsolutePath, ...] = ()
+    source: AbsolutePath
+    sha256: Sha256
+    members: tuple[Member, ...] = ()  # in the order unpacked: folders before what they hold
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return ("archive", self.path)
+
+
 class Before(BaseModel):
     """How a unit was before the host first applied it, to be returned to once no longer declared."""
 
@@ -74,7 +107,7 @@ class OwnedService(_Owned):
     type: Literal["service"] = "service"
     unit: Unit
     state: Literal["running", "stopped"]
-    enabled: bool
+    enabled: bool | None  # None: never declared, so never changed, never returned
     before: Before
 
     @property
@@ -82,7 +115,8 @@ class OwnedService(_Owned):
         return ("service", self.unit)
 
 
-Owned = Annotated[OwnedDirectory | OwnedFile | OwnedService, Field(discriminator="type")]
+Owned = Annotated[OwnedDirectory | OwnedFile | OwnedArchive | OwnedService, Field(discriminator="type")]
+AnyOwned = OwnedDirectory | OwnedFile | OwnedArchive | OwnedService
 
 
 class Footprint(BaseModel):
@@ -91,10 +125,18 @@ class Footprint(BaseModel):
     footprint: Literal[1] = 1
     owned: tuple[Owned, ...] = ()
 
-    def entry(self, key: tuple[str, str]) -> OwnedDirectory | OwnedFile | OwnedService | None:
+    def entry(self, key: tuple[str, str]) -> AnyOwned | None:
         return next((owned for owned in self.owned if owned.key == key), None)
 
-    def keeping(self, owned: OwnedDirectory | OwnedFile | OwnedService) -> Footprint:
+    def named(self, kind: str, id_: str) -> AnyOwned | None:
+        """The entry of the `kind` whose resource had the id `id_`."""
+        return next((owned for owned in self.owned if owned.key[0] == kind and owned.id == id_), None)
+
+    def replacing(self, key: tuple[str, str], owned: AnyOwned) -> Footprint:
+        """This footprint with the entry at `key` replaced by `owned`, in its place (a resource moved)."""
+        return Footprint(owned=tuple(owned if entry.key == key else entry for entry in self.owned))
+
+    def keeping(self, owned: AnyOwned) -> Footprint:
         """This footprint with `owned` recorded: in its place when it was there, else last (itself,
         not a copy, when it holds `owned` already: the common case, each step of an apply that changed nothing)."""
         found = self.entry(owned.key)
@@ -138,9 +180,14 @@ def save(state: Path, footprint: Footprint) -> None:
     path = state / FILE
     temporary = state / f".{FILE}.{os.getpid()}"
     try:
+        data = footprint.model_dump_json(indent=2).encode() + b"\n"
+        if len(data) > MAX_FOOTPRINT_BYTES:  # written, it could not be read back
+            raise StateError(
+                str(path), f"would be larger than the {MAX_FOOTPRINT_BYTES} bytes it may hold: not written"
+            )
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(descriptor, "wb") as stream:
-            stream.write(footprint.model_dump_json(indent=2).encode() + b"\n")
+            stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)

@@ -20,6 +20,7 @@ import shutil
 import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -191,14 +192,17 @@ def _open_file(dir_fd: int, name: str) -> int:
     return descriptor
 
 
-def write_at(dir_fd: int, name: str, data: bytes, mode: int, owner: tuple[int, int] | None) -> None:
-    """Writes a new file beside `name` with its content, owner and mode, flushed, then renames it over
-    (a link at `name` is replaced, never followed)."""
+def write_at(dir_fd: int, name: str, data: bytes | IO[bytes], mode: int, owner: tuple[int, int] | None) -> None:
+    """Writes a new file beside `name` with its content (bytes, or a stream copied), owner and mode,
+    flushed, then renames it over (a link at `name` is replaced, never followed)."""
     temporary = f".{name}.mesh-host-{os.getpid()}"
     descriptor = os.open(temporary, CREATE, 0o600, dir_fd=dir_fd)
     try:
         with os.fdopen(descriptor, "wb") as stream:
-            stream.write(data)
+            if isinstance(data, bytes):
+                stream.write(data)
+            else:
+                shutil.copyfileobj(data, stream, COPY_CHUNK)
             stream.flush()
             if owner is not None:
                 os.fchown(stream.fileno(), *owner)

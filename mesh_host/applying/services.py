@@ -97,11 +97,12 @@ class Systemctl:
         return ran
 
 
-def verbs_toward(unit: str, state: UnitState, *, running: bool, enabled: bool) -> tuple[str, ...]:
-    """The systemctl verbs that bring a unit from `state` to what is declared, enabling before starting."""
+def verbs_toward(unit: str, state: UnitState, *, running: bool, enabled: bool | None) -> tuple[str, ...]:
+    """The systemctl verbs that bring a unit from `state` to what is declared, enabling before starting
+    (`enabled` None: its enablement is left as it is)."""
     _can_be_declared(unit, state, enabled=enabled)
     verbs = []
-    if enabled != state.enabled and state.unit_file not in UNINSTALLABLE:
+    if enabled is not None and enabled != state.enabled and state.unit_file not in UNINSTALLABLE:
         verbs.append("enable" if enabled else "disable")
     if running and not state.running:
         verbs.append("start")
@@ -110,7 +111,7 @@ def verbs_toward(unit: str, state: UnitState, *, running: bool, enabled: bool) -
     return tuple(verbs)
 
 
-def _can_be_declared(unit: str, state: UnitState, *, enabled: bool) -> None:
+def _can_be_declared(unit: str, state: UnitState, *, enabled: bool | None) -> None:
     if not state.exists:
         raise ServiceFailed(
             unit, f"no such unit here ({state.said()}): install its unit file, or declare it as a file before"
@@ -125,14 +126,16 @@ def _can_be_declared(unit: str, state: UnitState, *, enabled: bool) -> None:
         )
 
 
-def verbs_back(state: UnitState, before: Before) -> tuple[str, ...]:
-    """The verbs that return a unit no longer declared to how the host first found it.
+def verbs_back(state: UnitState, before: Before, *, enablement: bool = True) -> tuple[str, ...]:
+    """The verbs that return a unit no longer declared to how the host first found it (its enablement
+    only when the host ever declared it: `enablement`).
 
     A unit whose file is gone is stopped if the host had started it, and nothing more: there is no
     unit file left to disable, which is not a failure.
     """
     verbs = []
-    if state.exists and state.unit_file in ENABLED | {"disabled"} and state.enabled != before.enabled:
+    returnable = state.exists and state.unit_file in ENABLED | {"disabled"}
+    if enablement and returnable and state.enabled != before.enabled:
         verbs.append("enable" if before.enabled else "disable")
     if state.running and not before.running:
         verbs.append("stop")

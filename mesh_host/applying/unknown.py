@@ -38,19 +38,30 @@ Visit = Callable[[PurePosixPath, int, str], None]  # a stray's path, the descrip
 
 
 def strays(
-    root: Root, folder: PurePosixPath, kept: Collection[PurePosixPath], top: PurePosixPath | None = None
+    root: Root,
+    folder: PurePosixPath,
+    kept: Collection[PurePosixPath],
+    top: PurePosixPath | None = None,
+    into: Collection[PurePosixPath] = (),
 ) -> list[PurePosixPath]:
     """The entries under `folder` the host did not write and nobody knows, each taken whole, sorted.
-    `top`: the outermost folder the host governs over `folder` (itself when not given)."""
+    `top`: the outermost folder the host governs over `folder` (itself when not given); the folders
+    `into` (an archive's) are the host's yet looked into."""
     found: list[PurePosixPath] = []
-    _walk_strays(root, folder, kept, top, lambda path, _fd, _name: found.append(path))
+    _walk_strays(root, folder, kept, top, lambda path, _fd, _name: found.append(path), into=into)
     return found
 
 
 def _walk_strays(
-    root: Root, folder: PurePosixPath, kept: Collection[PurePosixPath], top: PurePosixPath | None, visit: Visit
+    root: Root,
+    folder: PurePosixPath,
+    kept: Collection[PurePosixPath],
+    top: PurePosixPath | None,
+    visit: Visit,
+    *,
+    into: Collection[PurePosixPath],
 ) -> None:
-    holding = {parent for path in kept for parent in path.parents}
+    holding = {parent for path in kept for parent in path.parents} | set(into)
     with closing(root.open_folder(folder, top or folder)) as descriptor:
         _strays(descriptor, folder, frozenset(kept), holding, visit)
 
@@ -134,6 +145,7 @@ def move_out(
     top: PurePosixPath | None,
     to: PurePosixPath,
     *,
+    into: Collection[PurePosixPath] = (),
     done: Callable[[Moved], None],
 ) -> None:
     """Moves each stray of `folder` whole into `to` and lists it there, telling `done` of each once moved."""
@@ -141,14 +153,14 @@ def move_out(
     with closing(root.open_folder(to)) as landing:
 
         def one(path: PurePosixPath, descriptor: int, name: str) -> None:
-            with _landing(landing, path, to, make=True) as (into, target):
-                assert into is not None  # its folders were made
-                if _move(descriptor, name, into, target.name):
+            with _landing(landing, path, to, make=True) as (landed, target):
+                assert landed is not None  # its folders were made
+                if _move(descriptor, name, landed, target.name):
                     moved = Moved(path, target)
                     _list(landing, moved)
                     done(moved)
 
-        _walk_strays(root, folder, kept, top, one)
+        _walk_strays(root, folder, kept, top, one, into=into)
 
 
 def _move(descriptor: int, name: str, into: int, to_name: str) -> bool:

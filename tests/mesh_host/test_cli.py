@@ -123,13 +123,13 @@ def test_a_refused_declaration_changes_nothing_and_says_where(machine: Machine) 
     assert said.code == EXIT_REFUSED and said.out == ""
     assert said.err.endswith(
         "node.json: declaration refused whole, nothing was changed:\n"
-        "  resources[3].type: 'package' is not a resource type (directory, file, service)\n"
+        "  resources[3].type: 'package' is not a resource type (directory, file, archive, service)\n"
     )
     assert snapshot(machine.base) == before
     said = host(machine, "apply", path, "--json")
     assert said.code == EXIT_REFUSED
     assert said.json["refused"] == {"source": path, "problems": [
-        "resources[3].type: 'package' is not a resource type (directory, file, service)"
+        "resources[3].type: 'package' is not a resource type (directory, file, archive, service)"
     ]}  # fmt: skip
 
 

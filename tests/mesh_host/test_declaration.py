@@ -32,6 +32,11 @@ def service(unit: str = "app.service", **more: object) -> dict[str, object]:
     return {"type": "service", "unit": unit, "state": "running", "enabled": True} | more
 
 
+def archive(path: str = "/opt/tool", **more: object) -> dict[str, object]:
+    given = {"type": "archive", "path": path, "source": "/var/lib/mesh/tool.tar.gz", "sha256": "0" * 64, "mode": "0755"}
+    return {key: value for key, value in (given | more).items() if value is not None}
+
+
 def declared(*resources: object, version: object = 1) -> str:
     return json.dumps({"declaration": version, "resources": list(resources)})
 
@@ -62,12 +67,21 @@ def test_a_declaration_keeps_its_stated_order_and_each_field() -> None:
 
 REFUSED = {
     "an unknown resource type": (declared(folder(), {"type": "package", "name": "nginx"}),
-                                 "resources[1].type: 'package' is not a resource type (directory, file, service)"),
+                                 "resources[1].type: 'package' is not a resource type (directory, file, archive, "
+                                 "service)"),
     "a resource without a type": (declared({"path": "/etc/x"}), "resources[0].type: missing"),
     "an unknown field": (declared(file(colour="blue")),
-                         "resources[0].colour: not a field of a file (its fields: path, content, mode, owner)"),
-    "a directory without unknown": (declared({"type": "directory", "path": "/etc/app", "mode": "0755"}),
-                                    "resources[0].unknown: missing: every directory says how it treats files"),
+                         "resources[0].colour: not a field of a file (its fields: id, path, content, mode, owner)"),
+    "an id given twice": (declared(folder(id="app"), file(id="app")),
+                          "resources[1].id: app already names resources[0]"),
+    "an id not a name": (declared(folder(id="a b")), "resources[0].id: 'a b' is not an id"),
+    "a problem named by its id": (declared(file(id="conf", mode="9")),
+                                  "resources[0] (conf).mode: '9' is not an octal"),
+    "an archive without its digest": (declared(archive(sha256=None)),
+                                      "resources[0].sha256: missing: the archive's sha256"),
+    "an archive's digest not hex": (declared(archive(sha256="x" * 64)), "resources[0].sha256: 'xxxx"),
+    "a file inside a program archive": (declared(archive(unknown="program"), file("/opt/tool/x")),
+                                        "resources[1].path: /opt/tool/x is inside /opt/tool, which resources[0]"),
     "an unknown policy": (declared(folder(unknown="delete")), "resources[0].unknown: should be 'program', 'module'"),
     "a relative path": (declared(file("etc/app.toml")), "resources[0].path: 'etc/app.toml' is relative"),
     "a path with ..": (declared(file("/etc/../root/x")), "resources[0].path: '/etc/../root/x' is not a plain"),

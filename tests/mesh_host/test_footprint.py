@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mesh_host.applying import footprint as footprint_module
 from mesh_host.applying.footprint import (
     FILE,
     Before,
@@ -95,3 +96,12 @@ def test_keeping_what_it_holds_already_is_itself_not_a_copy() -> None:
     assert all(OWNED.keeping(owned) is OWNED for owned in OWNED.owned)
     changed = OWNED.owned[1].model_copy(update={"mode": 0o600})
     assert OWNED.keeping(changed) is not OWNED and OWNED.keeping(changed).entry(changed.key) == changed
+
+
+def test_a_footprint_too_large_to_be_read_back_is_not_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    save(tmp_path, Footprint())
+    monkeypatch.setattr(footprint_module, "MAX_FOOTPRINT_BYTES", 100)
+    with pytest.raises(StateError, match="would be larger than the 100 bytes it may hold: not written"):
+        save(tmp_path, OWNED)
+    monkeypatch.undo()
+    assert load(tmp_path) == Footprint()  # the one written before stands

@@ -224,3 +224,21 @@ def test_a_property_the_host_stops_asking_for_is_missing_from_the_answer_and_the
 def test_the_fake_systemctl_refuses_what_it_does_not_understand(argv: tuple[str, ...]) -> None:
     with pytest.raises(AssertionError, match="the fake systemctl"):
         FakeSystemctl({"app.service": FakeUnit()})(("systemctl", "--no-ask-password", *argv))
+
+
+def test_a_unit_declared_without_enabled_keeps_its_enablement_then_and_once_no_longer_declared(
+    tmp_path: Path,
+) -> None:
+    systemctl = FakeSystemctl({"app.service": FakeUnit(unit_file="enabled")})
+    running = {"id": "app", "type": "service", "unit": "app.service", "state": "running"}
+    report = applied(declared(running), tmp_path, systemctl)
+    assert [(event.where, event.what) for event in report.changes] == [("app", "started")]
+    assert systemctl.acts == [("start", "--", "app.service")]
+    (entry,) = load(tmp_path).owned
+    assert isinstance(entry, OwnedService) and entry.enabled is None and entry.id == "app"
+    systemctl.units["app.service"].unit_file = "disabled"  # the operator disables it: the host leaves it
+    systemctl.calls.clear()
+    assert applied(declared(running), tmp_path, systemctl).changes == ()
+    report = applied(declared(), tmp_path, systemctl)
+    assert [event.what for event in report.changes] == ["stopped (as the host found it)"]
+    assert systemctl.acts == [("stop", "--", "app.service")]

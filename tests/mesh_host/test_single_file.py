@@ -10,6 +10,7 @@ another on one worker, not beside each other.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import platform
@@ -17,12 +18,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from backports import zstd
 
 from tests.helpers import clean_environment
 from tests.mesh_host.deployed import DECLARATIONS, bare_machine, content
@@ -129,6 +132,27 @@ def test_inventory_and_help_run_too(copied: Path) -> None:
     assert inventory.returncode == 0 and json.loads(inventory.stdout), inventory.stderr
     helped = run(copied, "--help")
     assert helped.returncode == 0 and "--root" in helped.stdout, helped.stderr
+
+
+def test_the_file_holds_the_archive_resource_and_reads_zstd(copied: Path, tmp_path: Path) -> None:
+    """zstd is read by a library the build must carry (backports.zstd before Python 3.14)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as written:
+        info = tarfile.TarInfo("bin/tool")
+        info.size, info.mode = 5, 0o755
+        written.addfile(info, io.BytesIO(b"tool\n"))
+    root = tmp_path / "root"
+    (root / "opt").mkdir(parents=True)
+    source = root / "tool.tar.zst"
+    source.write_bytes(zstd.compress(buffer.getvalue()))
+    resource = {"id": "tool", "type": "archive", "path": "/opt/tool", "source": "/tool.tar.zst",
+                "sha256": hashlib.sha256(source.read_bytes()).hexdigest(), "mode": "0755"}  # fmt: skip
+    declared = tmp_path / "tool.json"
+    declared.write_text(json.dumps({"declaration": 1, "resources": [resource]}))
+    done = run(copied, "apply", str(declared), "--root", str(root), "--state", str(tmp_path / "state"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1] == "tool  /opt/tool  unpacked 2 members (5 bytes of files)"
+    assert (root / "opt/tool/bin/tool").read_bytes() == b"tool\n"
 
 
 def _children(pid: int) -> Iterator[int]:
