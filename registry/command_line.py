@@ -144,8 +144,16 @@ class Parser(argparse.ArgumentParser):
         if unknown is not None:
             flags = [word.split("=", 1)[0] for word in unknown[1].split() if word.startswith("--")]
             options = [name for name in self._option_string_actions if name.startswith("--")]
+            later = [flag for flag in flags[:1] if flag in self._commands_options()]
+            if later:
+                return f"; {later[0]} goes after the command ({self.prog} COMMAND {later[0]})"
             return "".join(did_you_mean(flag, options) for flag in flags[:1])
         return ""
+
+    def _commands_options(self) -> set[str]:
+        """The options of this parser's commands: given before the command, they are said to go after it."""
+        commands = [action for action in self._actions if isinstance(action, argparse._SubParsersAction)]
+        return {name for action in commands for sub in action.choices.values() for name in sub._option_string_actions}
 
 
 def did_you_mean(given: str, known: Iterable[str]) -> str:
