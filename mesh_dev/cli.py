@@ -25,6 +25,7 @@ from registry.command_line import (
     Parser,
     exit_code_of,
     exit_codes_help,
+    exit_if_version,
     quiet_on_closed_pipe,
 )
 
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
+    exit_if_version("mesh-provisioner-dev", sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     import anyio  # noqa: PLC0415 (after parsing: --help and --version load none of the loop)
 

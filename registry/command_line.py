@@ -98,6 +98,15 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+def exit_if_version(prog: str, argv: Sequence[str]) -> None:
+    """`--version` answered before a parser is built: a program whose one parser is made of settings
+    models (loading pydantic) says its version without loading them."""
+    words = list(argv)
+    if "--version" in words[: words.index("--") if "--" in words else None]:
+        print(f"{prog} {version()}")
+        sys.exit(EXIT_OK)
+
+
 class _Version(argparse.Action):
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and exit")

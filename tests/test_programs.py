@@ -127,8 +127,8 @@ def test_every_program_s_exit_codes_are_rows_of_the_shared_table() -> None:
 def test_mesh_host_s_copy_of_the_rows_is_the_shared_table_s() -> None:
     shared = command_line.EXIT_CODES
     assert {code: shared[code] for code in mesh_host.cli.EXIT_CODES} == mesh_host.cli.EXIT_CODES
-    copied = ("EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_HELD", "EXIT_WOULD_CHANGE", "EXIT_LOCAL")
-    copied += ("EXIT_DECLARATION_REFUSED", "EXIT_NOTHING_CARRIED", "EXIT_CLOSED_PIPE")
+    copied = [*("EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_HELD", "EXIT_WOULD_CHANGE", "EXIT_LOCAL")]
+    copied += ["EXIT_DECLARATION_REFUSED", "EXIT_NOTHING_CARRIED", "EXIT_CLOSED_PIPE"]
     for name in copied:
         assert getattr(mesh_host.cli, name) == getattr(command_line, name), name
 

@@ -32,6 +32,7 @@ from registry.command_line import (
     EXIT_USAGE,
     Parser,
     exit_codes_help,
+    exit_if_version,
     quiet_on_closed_pipe,
 )
 
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
+    exit_if_version(PROG, sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     from examples.postgres_provisioner.settings import PostgresProvisionerSettings  # noqa: PLC0415
     from registry.edge import given_flags, load_settings  # noqa: PLC0415
