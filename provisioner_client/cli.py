@@ -46,10 +46,11 @@ The first SIGTERM or SIGINT lets the reconcile in progress finish, its change ac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -271,7 +272,8 @@ async def _command(
     async with connect_within(options, options.request_timeout) as bus, holding(bus, plan.node, plan.lease_ttl):
         metrics = _metrics(settings, plan.node, bus)
         started = time.monotonic()
-        report = await reconcile(bus, plan)
+        with _stdout_to_stderr(when=args.json):
+            report = await reconcile(bus, plan)
         if metrics is not None:
             metrics.reconciled(report, time.monotonic() - started)
     if args.json:
@@ -281,6 +283,23 @@ async def _command(
     else:
         print(report.summary())
     return EXIT_OK if report.ok else EXIT_PENDING
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(*, when: bool) -> Iterator[None]:
+    """With `--json`, what change actions print goes to stderr: stdout is the report alone."""
+    if not when:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, sys.stdout.fileno())
+        os.close(saved)
 
 
 def _metrics(settings: ClientSettings, node: str, bus: Bus) -> NodeMetrics | None:

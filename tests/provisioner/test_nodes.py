@@ -359,6 +359,17 @@ async def test_top_once_prints_one_frame_and_exits_9_for_a_gone_node(fleet_serve
     assert "".join(table) == f"{header}{n3}{n1}{n2}\n"  # gone and stale first
 
 
+async def test_top_once_prints_its_frame_as_json_as_query_nodes_does(fleet_server: LocalNats) -> None:
+    code, out, _ = await run_cli(fleet_server.url, "top", "--once", "--json")
+    _, queried, _ = await run_cli(fleet_server.url, "query", "nodes", "--json")
+    shown = json.loads(out)
+    assert code == 9
+    assert shown.pop("held") == {}
+    assert [e["node"] for e in shown["entries"]] == [e["node"] for e in json.loads(queried)["entries"]]
+    code, out, err = await run_cli(fleet_server.url, "top", "--json")
+    assert (code, out) == (2, "") and "--json: applies only with --once" in err
+
+
 async def test_top_prints_a_frame_every_interval_until_sigint_then_exits_0(fleet_server: LocalNats) -> None:
     command = [
         sys.executable,

@@ -74,6 +74,25 @@ async def test_reconcile_then_status_say_everything_is_applied(
     assert code == 0, out
 
 
+async def test_reconcile_says_its_report_as_json(domains: StandIns, nats_server: LocalNats, plan: ClientPlan) -> None:
+    (plan.manifests / "extra.json").write_text(json.dumps({"module": "extra", "env": {"X": "${config:nope}"}}))
+    env = client_env(nats_server.url, plan)
+    code, out, _ = await client("reconcile", "--json", env=env)
+    report = json.loads(out)
+    assert (code, report["node"], report["ok"]) == (7, NODE, False)
+    assert report["modules"]["app"] | {"change_action": None} == {
+        "state": "applied",
+        "file": str(plan.materialize / "app.env"),
+        "written": True,
+        "reasons": [],
+        "change_action": None,
+    }
+    assert report["modules"]["extra"]["state"] == "pending"
+    assert report["modules"]["extra"]["reasons"] == ["${config:nope}: no value at mesh-config_values key 'nope'"]
+    code, _, err = await client("reconcile", "--watch", "--json", env=env)
+    assert code == 2 and "not with --watch" in err
+
+
 async def test_a_pending_module_exits_7_and_status_shows_why(
     domains: StandIns, nats_server: LocalNats, plan: ClientPlan
 ) -> None:

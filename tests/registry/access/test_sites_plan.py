@@ -3,6 +3,7 @@ line from sites.json before and after, with exit 8 when something would change."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,17 @@ def test_a_hub_change_and_a_link_narrowed_are_told(tmp_path: Path, capsys: pytes
     assert "~ site home: - node n2" in changes
     assert any("publish narrowed: - $JS.hub.API.$KV.mesh-provisioner_needs.n2.>" in line for line in changes)
     assert plan_sites(after, after).unchanged
+
+
+def test_check_says_the_same_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    issue(tmp_path, NODES + HOME, capsys)
+    code, lines = check(tmp_path, NODES + '[sites.office]\nnodes = ["n3"]\n', capsys)
+    mesh = tmp_path / "mesh.toml"
+    as_json = main(["grants", "--mesh", str(mesh), "--out", str(tmp_path / "out"), "--check", "--json"])
+    said = json.loads(capsys.readouterr().out)
+    assert as_json == code == 8
+    assert [*said["grants"]["changes"], *said["sites"]["changes"]] == lines[:-2]
+    assert f"{said['grants']['summary']} (against {said['grants']['against']})" == lines[-2]
+    assert said["sites"]["against"] == str(sites_json(tmp_path / "out"))
+    assert main(["grants", "--mesh", str(mesh), "--out", str(tmp_path / "out"), "--json"]) == 2
+    assert "--json: applies only with --check" in capsys.readouterr().err
