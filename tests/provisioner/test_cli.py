@@ -245,3 +245,21 @@ async def test_query_with_no_seat_says_so_and_exits_4(nats_server: LocalNats) ->
         "trace of the request): the grants do not give it to this party (a node name its key does not cover, or "
         "grants not yet loaded), or the seat (mesh-provisioner serve) is not running)"
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "refused"),
+    [
+        (["serve", "--compile-interval", "ten minutes"], "--compile-interval"),
+        (["query", "--wait", "1x"], "--wait"),
+        (["top", "--interval", "5 s"], "--interval"),
+    ],
+    ids=" ".join,
+)
+def test_a_duration_without_its_unit_is_refused_saying_what_is_taken(
+    given: list[str], refused: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*given, "--nats-url", "nats://127.0.0.1:1"]) == 2
+    said = capsys.readouterr().err
+    assert "not a duration: expected a duration with its unit: 500ms, 90s, 10m, 1h" in said and refused in said
+    assert "Input should be" not in said  # pydantic's own words
