@@ -21,16 +21,14 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from mesh_host.applying.apply import ApplyFailed, Host, apply
-from mesh_host.applying.owned import owned
-from mesh_host.applying.roots import Root, default_state
-from mesh_host.bundle import BundleBroken, carried
-from mesh_host.declaration import Declaration, parse_declaration, read_declaration, read_text
-from mesh_host.describing.inventory import take
-from mesh_host.describing.profile import detect
 from mesh_host.errors import DeclarationRefused, MeshHostError, StateError, StateHeld
+
+if TYPE_CHECKING:
+    from mesh_host.applying.apply import ApplyFailed
+    from mesh_host.applying.roots import Root
+    from mesh_host.declaration import Declaration
 
 VERSION = "0.1.0"  # the distribution's (a one-file build has no metadata): checked by tests/test_programs.py
 
@@ -124,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from mesh_host.applying.roots import Root  # noqa: PLC0415 (each command loads what it uses, after parsing)
+    from mesh_host.bundle import BundleBroken  # noqa: PLC0415
+
     root = Root(Path(args.root).absolute()) if args.root else Root()
     if not root.base.is_dir():
         parser.error(f"--root {args.root}: not a directory")
@@ -231,18 +232,24 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def _profile(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.describing.profile import detect  # noqa: PLC0415
+
     profile = detect()
     _print(args, profile.render().rstrip("\n"), profile.as_json())
     return EXIT_OK
 
 
 def _inventory(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.describing.inventory import take  # noqa: PLC0415
+
     inventory = take(root=root.base)
     _print(args, inventory.render().rstrip("\n"), inventory.as_json())
     return EXIT_OK
 
 
 def _apply(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.declaration import parse_declaration, read_declaration, read_text  # noqa: PLC0415
+
     if args.file == "-":
         declaration = parse_declaration(read_text(sys.stdin.buffer, "standard input"), "standard input")
     else:
@@ -251,6 +258,9 @@ def _apply(args: argparse.Namespace, root: Root) -> int:
 
 
 def _reconcile(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.bundle import carried  # noqa: PLC0415
+    from mesh_host.declaration import parse_declaration  # noqa: PLC0415
+
     bundle = carried()
     if bundle is None:
         why = (
@@ -262,6 +272,8 @@ def _reconcile(args: argparse.Namespace, root: Root) -> int:
 
 
 def _applying(args: argparse.Namespace, root: Root, declaration: Declaration) -> int:
+    from mesh_host.applying.apply import ApplyFailed, Host, apply  # noqa: PLC0415
+
     host = Host(root, _state(args, root), _home())
     try:
         report = apply(declaration, host, dry_run=args.dry_run)
@@ -284,6 +296,9 @@ def _failure(failed: ApplyFailed) -> dict[str, str]:
 
 
 def _bundle(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.bundle import carried  # noqa: PLC0415
+    from mesh_host.declaration import parse_declaration  # noqa: PLC0415
+
     bundle = carried()
     if bundle is None:
         _print(args, "this host carries no declaration: a default build (reconcile refuses)", {"carried": None})
@@ -296,12 +311,16 @@ def _bundle(args: argparse.Namespace, root: Root) -> int:
 
 
 def _owned(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.applying.owned import owned  # noqa: PLC0415
+
     holding = owned(root, _state(args, root))
     _print(args, holding.render(), holding.as_json())
     return EXIT_OK
 
 
 def _state(args: argparse.Namespace, root: Root) -> Path:
+    from mesh_host.applying.roots import default_state  # noqa: PLC0415
+
     if args.state:
         return Path(args.state)
     return root.folder(default_state(_home(), privileged=os.geteuid() == 0))

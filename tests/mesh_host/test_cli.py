@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import mesh_host.bundle
 import mesh_host.cli
 from mesh_host.bundle import Carried
 from mesh_host.cli import (
@@ -215,7 +216,7 @@ def test_reconcile_in_a_default_build_refuses_saying_so(machine: Machine) -> Non
 
 
 def test_reconcile_applies_what_the_host_carries(machine: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mesh_host.cli, "carried", lambda: Carried(json.dumps(NODE), "deploy/host/node.json"))
+    monkeypatch.setattr(mesh_host.bundle, "carried", lambda: Carried(json.dumps(NODE), "deploy/host/node.json"))
     said = host(machine, "reconcile")
     assert said.code == EXIT_OK and machine.real("/etc/app/app.toml").read_text() == "port = 1\n"
     said = host(machine, "bundle")
@@ -227,7 +228,7 @@ def test_reconcile_applies_what_the_host_carries(machine: Machine, monkeypatch: 
 def test_a_carried_declaration_the_host_refuses_is_said_by_bundle_and_reconcile(
     machine: Machine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mesh_host.cli, "carried", lambda: Carried('{"declaration": 2}', "old.json"))
+    monkeypatch.setattr(mesh_host.bundle, "carried", lambda: Carried('{"declaration": 2}', "old.json"))
     said = host(machine, "bundle")
     assert (
         said.code == EXIT_DECLARATION_REFUSED
