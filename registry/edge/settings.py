@@ -89,7 +89,7 @@ class EdgeSettings(BaseSettings):
     `env_prefix` that belong to someone else and are not refused as misspellings, and
     `command_line_only` a command's arguments: read from its flags alone, never a variable or file."""
 
-    model_config = SettingsConfigDict(extra="forbid")
+    model_config = SettingsConfigDict(extra="forbid", defer_build=True)
 
     flag_prefix: ClassVar[str] = ""
     flag_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {}
