@@ -118,6 +118,7 @@ class RolloutHoldArguments(CommandArguments):
         default_factory=_operator_name, min_length=1, max_length=200, description="who holds it: you, USER@HOST"
     )
     wait: Duration = Field(default=_WAIT, gt=timedelta(0), description="how long to wait to connect")
+    as_json: Annotated[bool, CommandLine(flag="--json")] = Field(default=False, description="print JSON")
 
 
 class RolloutResumeArguments(CommandArguments):
@@ -127,6 +128,7 @@ class RolloutResumeArguments(CommandArguments):
         description="the module's name (never escaped)"
     )
     wait: Duration = Field(default=_WAIT, gt=timedelta(0), description="how long to wait to connect")
+    as_json: Annotated[bool, CommandLine(flag="--json")] = Field(default=False, description="print JSON")
 
 
 _ARGUMENTS: dict[str, type[CommandArguments]] = {
@@ -345,8 +347,13 @@ async def _hold(options: BusOptions, arguments: RolloutHoldArguments, state: Lit
     module = arguments.module
     async with connect_within(options, arguments.wait) as bus:
         before = await write_hold(bus, module, state, by=arguments.by, reason=arguments.reason or "")
+    document = {"module": module, "state": state, "before": _hold_document(before)}
     if before is not None and before.state == state:
-        print(f"rollout of {_safe(module)} is {state} already ({_held(before)}); left as it is")
+        _said(
+            arguments.as_json,
+            f"rollout of {_safe(module)} is {state} already ({_held(before)}); left as it is",
+            document | {"changed": False},
+        )
         return EXIT_OK
     if before is not None and before.state == "aborted":
         print(
@@ -354,10 +361,22 @@ async def _hold(options: BusOptions, arguments: RolloutHoldArguments, state: Lit
             f"`mesh-provisioner rollout resume {_safe(module)}` first",
             file=sys.stderr,
         )
+        if arguments.as_json:
+            _said(True, "", document | {"state": "aborted", "changed": False})
         return EXIT_ROLLOUT_HELD
     was = f" (it was {before.state}: {_held(before)})" if before is not None else ""
-    print(f"rollout of {_safe(module)} {state} by {_safe(arguments.by)}{was}: {_what_it_does(state, module)}")
+    said = f"rollout of {_safe(module)} {state} by {_safe(arguments.by)}{was}: {_what_it_does(state, module)}"
+    _said(arguments.as_json, said, document | {"changed": True})
     return EXIT_OK
+
+
+def _hold_document(hold: fleet.Hold | None) -> object:
+    return hold.model_dump(mode="json") if hold is not None else None
+
+
+def _said(as_json: bool, text: str, document: dict[str, object]) -> None:
+    """What an action did: its sentence, or with --json the same as a JSON document."""
+    print(json_text(document, indent=2, to_terminal=sys.stdout.isatty()) if as_json else text)
 
 
 async def write_hold(
@@ -384,6 +403,10 @@ async def _resume(options: BusOptions, arguments: RolloutResumeArguments) -> int
     async with connect_within(options, arguments.wait) as bus:
         released = await release(bus, module)
         failed = await _failed_nodes(bus, module) if released is None else []
+    document = {"module": module, "state": "resumed", "before": _hold_document(released), "failed_nodes": failed}
+    if arguments.as_json:
+        _said(True, "", document | {"changed": released is not None})
+        return EXIT_OK
     if released is None:
         print(f"rollout of {_safe(module)} is not held: nothing to resume")
         if failed:  # a failure nobody paused for (not placed there, pause_on_failure off, no seat) uses its slot up

@@ -122,6 +122,20 @@ async def test_resume_with_no_hold_names_the_failed_changes_that_hold_slots(mesh
     assert "`rollout pause web`, then `rollout resume web`" in lines[1]
 
 
+async def test_pause_abort_and_resume_say_what_they_did_as_json(mesh: Mesh, seat: Bus) -> None:
+    await put(seat, fleet.FLEET, fleet.claim_key("web", "n1"), claim("failed", "exit 3"))
+    code, out, _ = await rollout(mesh, "resume", "web", "--json")
+    said = {"module": "web", "state": "resumed", "before": None, "failed_nodes": ["n1"], "changed": False}
+    assert (code, json.loads(out)) == (0, said)
+    code, out, _ = await rollout(mesh, "pause", "web", "--by", "alice", "--json")
+    assert (code, json.loads(out)) == (0, {"module": "web", "state": "paused", "before": None, "changed": True})
+    code, out, _ = await rollout(mesh, "abort", "web", "--json")
+    aborted = json.loads(out)
+    assert (code, aborted["changed"], aborted["before"]["by"]) == (0, True, "alice")
+    code, out, _ = await rollout(mesh, "pause", "web", "--json")
+    assert (code, json.loads(out)["state"], json.loads(out)["changed"]) == (11, "aborted", False)
+
+
 @pytest.mark.slow
 async def test_status_shows_each_modules_hold_and_claims_by_state(mesh: Mesh, seat: Bus) -> None:
     code, out, _ = await rollout(mesh, "status")
