@@ -268,6 +268,7 @@ async def _command(
     )
     if args.watch:
         return await _watch(options, settings, plan, stop)
+    _manifests_found(settings)
     _no_endpoint_without_watch(settings)
     async with connect_within(options, options.request_timeout) as bus, holding(bus, plan.node, plan.lease_ttl):
         metrics = _metrics(settings, plan.node, bus)
@@ -308,6 +309,17 @@ def _metrics(settings: ClientSettings, node: str, bus: Bus) -> NodeMetrics | Non
 
     folder = settings.metrics_folder
     return None if folder is None else NodeMetrics(node, folder, connected=lambda: bus.connected)
+
+
+def _manifests_found(settings: ClientSettings) -> None:
+    """A one-shot reconcile's folder of manifests, looked at before it connects: one that is not
+    there is a setting to correct, said at once (never read as "no modules")."""
+    from registry.edge import flag_of  # noqa: PLC0415
+    from registry.errors import SettingsError  # noqa: PLC0415
+
+    if not settings.manifests.is_dir():
+        flag = flag_of(type(settings), "manifests")
+        raise SettingsError(f"manifests ({flag})", f"{settings.manifests}: no such folder")
 
 
 def _no_endpoint_without_watch(settings: ClientSettings) -> None:

@@ -123,6 +123,13 @@ async def test_a_pending_module_exits_7_and_status_shows_why(
         pytest.param(["reconcile", "--backoff-max", "-1"], {}, 2, "backoff_max", id="a bad flag"),
         pytest.param(["status"], {"MESH_PROVISIONER_CLIENT_POLL": "often"}, 2, "--poll", id="a bad variable"),
         pytest.param(["reconcile"], {"NATS_URL": "nats://127.0.0.1:1"}, 3, "127.0.0.1:1", id="no bus is exit 3"),
+        pytest.param(
+            ["reconcile", "--manifests", "/nonexistent"],
+            {"NATS_URL": "nats://127.0.0.1:1"},
+            2,
+            "/nonexistent: no such folder",
+            id="a manifests folder not there is said before connecting",
+        ),
     ],
 )
 async def test_failures_have_their_exit_code_and_one_line(
