@@ -1,1 +1,1 @@
-"""Benchmarks of mesh-provisioner, run on demand: `python -m bench` (see README, Performance)."""
+"""Benchmarks of mesh-provisioner, run on demand: `python -m bench` (see docs/performance.md)."""

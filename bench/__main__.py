@@ -19,7 +19,7 @@ from bench import cases
 from bench.cases import Report
 from bench.fill import FillSizes, run_fill
 from bench.harness import write_json
-from bench.hostile import ACTS
+from bench.hostile import ACTS, VALUE_SIZE
 from bench.metrics import PART as METRICS
 from bench.metrics import MetricsSizes, scrape_cost
 from bench.rollout import RolloutSizes, run_rollout
@@ -51,7 +51,7 @@ def main() -> None:
         "--out", type=Path, help=f"where to write the JSON figures (default {RESULTS}, with --scale {SCALE_RESULTS})"
     )
     parser.add_argument(
-        "--scale", action="store_true", help="issue 10's figures at mesh scale instead (filling the keys takes minutes)"
+        "--scale", action="store_true", help="the figures at mesh scale instead (filling the keys takes minutes)"
     )
     parser.add_argument(
         "--keys",
@@ -71,7 +71,14 @@ def main() -> None:
     add_fill_and_soak_arguments(parser)
     args = parser.parse_args()
     if args.fill:
-        fill(args.out or FILL_RESULTS, FillSizes(seconds=args.seconds, in_headers=args.in_headers))
+        filling = FillSizes(
+            seconds=args.seconds,
+            in_headers=args.in_headers,
+            fillers=args.fillers,
+            value_bytes=args.value_bytes,
+            jwt=args.jwt,
+        )
+        fill(args.out or FILL_RESULTS, filling)
         return
     if args.rollout:
         rollout(args.out or ROLLOUT_RESULTS, RolloutSizes.quick() if args.quick else RolloutSizes())
@@ -116,11 +123,11 @@ async def run_parts(
 
 
 def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
-    """Issue 17's figures: `--fill` and `--soak`, and what they take."""
+    """A hostile node's figures: `--fill` and `--soak`, and what they take."""
     parser.add_argument(
         "--sites",
         action="store_true",
-        help="issue 22's figures across sites instead: a hub and 3 leaf-node sites, 20 ms each way between"
+        help="the figures across sites instead: a hub and 3 leaf-node sites, 20 ms each way between"
         " (an unchanged reconcile and what=registry at a site against at the hub; 3 x 300 nodes registering;"
         " --quick: tiny sizes)",
     )
@@ -133,20 +140,27 @@ def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rollout",
         action="store_true",
-        help="issue 23's figures instead: a shared config change reaching 50 watching clients (10 a process) with"
+        help="the rollout's figures instead: a shared config change reaching 50 watching clients (10 a process) with"
         " a rollout budget of 5 and without one: the most change actions at once and the total time (--quick: tiny)",
     )
     parser.add_argument(
         "--fill",
         action="store_true",
-        help="issue 17's fill instead: a node filling the needs bucket at its default size (static accounts)",
+        help="the fill instead: nodes filling the needs bucket at its default size",
     )
     parser.add_argument("--seconds", type=float, default=60.0, help="with --fill, how long the node fills (default 60)")
     parser.add_argument("--in-headers", action="store_true", help="with --fill, the bytes in a header of each put")
+    parser.add_argument("--fillers", type=int, default=1, help="with --fill, how many nodes fill at once (1 to 5)")
+    parser.add_argument(
+        "--value-bytes",
+        type=int,
+        default=VALUE_SIZE,
+        help=f"with --fill, the bytes of each put (default {VALUE_SIZE:,}; small: many keys)",
+    )
     parser.add_argument(
         "--soak",
         action="store_true",
-        help="issue 17's multi-party soak instead: a hostile node's whole repertoire while honest nodes reconcile",
+        help="the multi-party soak instead: a hostile node's whole repertoire while honest nodes reconcile",
     )
     parser.add_argument("--minutes", type=float, default=5.0, help="with --soak, how long it lasts (default 5)")
     parser.add_argument(
@@ -155,7 +169,7 @@ def add_fill_and_soak_arguments(parser: argparse.ArgumentParser) -> None:
         default=1000,
         help="with --soak, the honest nodes; in the metrics part, the fleet each scrape counts (default 1,000)",
     )
-    parser.add_argument("--jwt", action="store_true", help="with --soak, JWT accounts instead of static ones")
+    parser.add_argument("--jwt", action="store_true", help="with --soak or --fill, JWT accounts instead of static ones")
     rate, every = SoakSizes.rate, SoakSizes.every
     parser.add_argument(
         "--rate", type=float, default=rate, help=f"with --soak, honest nodes arriving a second (default {rate:g})"

@@ -69,6 +69,13 @@ def peak_rss_mb(pid: int | str) -> float:
     return _status_mb(pid, "VmHWM")
 
 
+def cpu_seconds(pid: int | str) -> float:
+    """The CPU time the process has used (user and system), in seconds: what it costs, whatever
+    else the shared machine runs meanwhile."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int | str) -> float:
     """The process's resident set now (VmRSS), in MB."""
     return _status_mb(pid, "VmRSS")

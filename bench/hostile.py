@@ -102,12 +102,19 @@ def fill_key(bucket: Bucket, name: str, writer: int, index: int) -> str:
 
 
 async def fill(
-    access: Access, name: str, filled: list[Bucket], seconds: float, writers: int, *, in_headers: bool = False
+    access: Access,
+    name: str,
+    filled: list[Bucket],
+    seconds: float,
+    writers: int,
+    *,
+    in_headers: bool = False,
+    value_bytes: int = VALUE_SIZE,
 ) -> Fill:
-    """`in_headers`: each put is `{}` under a header of the value's size instead (what the stream
-    stores alike)."""
-    done = Fill()
-    value = b"x" * VALUE_SIZE
+    """Puts of `value_bytes` (halved when refused, doubled back when stored); `in_headers`: each
+    put is `{}` under a header of the value's size instead (what the stream stores alike)."""
+    done = Fill(smallest_stored=value_bytes)
+    value = b"x" * value_bytes
 
     async def put_one(bus: Bus, bucket: Bucket, key: str, size: int) -> None:
         if not in_headers:
@@ -117,20 +124,20 @@ async def fill(
 
     async def writer(bus: Bus, number: int) -> None:
         bucket = filled[number % len(filled)]
-        index, size = 0, VALUE_SIZE
+        index, size = 0, value_bytes
         while True:
             index += 1
             try:
                 await put_one(bus, bucket, fill_key(bucket, name, number, index), size)
             except BusError as err:
                 done.refused.add("timed out" if isinstance(err, BusTimeout) else err.reason)
-                size = max(size // 2, SMALLEST)
+                size = max(size // 2, min(SMALLEST, value_bytes))
                 await anyio.lowlevel.checkpoint()
                 continue
             done.stored += 1
             done.stored_bytes += size
             done.smallest_stored = min(done.smallest_stored, size)
-            size = min(size * 2, VALUE_SIZE)
+            size = min(size * 2, value_bytes)
 
     options = access.options(node(name))
     started = time.perf_counter()
@@ -342,7 +349,9 @@ async def run(args: argparse.Namespace) -> None:
     access, name, seconds = Access.of(args), args.node, args.seconds
     filled = [FILLED[bucket] for bucket in args.buckets]
     acts: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
-        "fill": lambda: figures_of(fill(access, name, filled, seconds, args.writers, in_headers=args.in_headers)),
+        "fill": lambda: figures_of(
+            fill(access, name, filled, seconds, args.writers, in_headers=args.in_headers, value_bytes=args.value_bytes)
+        ),
         "listings": lambda: listings(access, name, seconds, LISTINGS_AT_ONCE),
         "churn": lambda: figures_of(churn(access, name, seconds)),
         "requests": lambda: requests(access, name, seconds, REQUESTERS),
@@ -373,6 +382,9 @@ def main() -> None:
     parser.add_argument("--buckets", nargs="+", choices=sorted(FILLED), default=sorted(FILLED))
     parser.add_argument("--writers", type=int, default=8, help="concurrent writers of the fill (default 8)")
     parser.add_argument("--in-headers", action="store_true", help="the fill's bytes in a header of each put")
+    parser.add_argument(
+        "--value-bytes", type=int, default=VALUE_SIZE, help=f"of each put of the fill (default {VALUE_SIZE:,})"
+    )
     parser.add_argument("--out", type=Path, required=True)
     anyio.run(run, parser.parse_args())
 

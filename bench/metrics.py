@@ -1,6 +1,5 @@
-"""What scraping the seat's Prometheus endpoint costs it under verb load (issue 21, "What must be
-shown" 3): the `metrics` part of `python -m bench` ("scrape cost"); `python -m bench.metrics` runs
-it alone, with its sizes as options.
+"""What scraping the seat's Prometheus endpoint costs it under verb load: the `metrics` part of
+`python -m bench` ("scrape cost"); `python -m bench.metrics` runs it alone, with its sizes as options.
 
 The seat runs in its own process with `--metrics-listen`, on a nats-server of its own (the other
 parts' seat would share the requests). Its fleet: `nodes` nodes (1,000 by default), each holding

@@ -1,4 +1,4 @@
-"""`python -m bench.nodes`: what `what=nodes` costs at mesh scale (issue 11).
+"""`python -m bench.nodes`: what `what=nodes` costs at mesh scale.
 
 Fills a fresh nats-server with `--nodes` leases and `--nodes` x `--modules` applied records, then
 times, in this process: the one-shot listing the verb falls back to (`read_fleet`, whole and for

@@ -1,5 +1,5 @@
 """`python -m bench --rollout`: a shared config change rolled out to a fleet of watching clients with
-a budget, against the same change without one (issue 23, "What must be shown" 1).
+a budget, against the same change without one.
 
 A mesh of static accounts for `nodes` nodes (50), the seat a process of its own. Every node
 declares two modules reading a config value each (`mesh-config_values`): `free` (no budget) and

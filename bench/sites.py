@@ -1,4 +1,4 @@
-"""`python -m bench --sites`: issue 22's figures across sites, on loopback, a relay playing the WAN.
+"""`python -m bench --sites`: the figures across sites, on loopback, a relay playing the WAN.
 
 A hub and `sites` leaf-node sites run on exactly what `mesh-provisioner grants --mesh` writes
 (static accounts), each site's leaf links dialling the hub through one relay (`mesh_dev.relay`)

@@ -1,4 +1,4 @@
-"""`python -m bench --soak`: the multi-party soak (issue 17): a hostile node running its whole
+"""`python -m bench --soak`: the multi-party soak: a hostile node running its whole
 repertoire while honest nodes register and reconcile and an honest operator asks the seat.
 
 A mesh of `nodes` honest nodes (`n00000`, ...), the hostile node `n-hostile` and an operator

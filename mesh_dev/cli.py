@@ -3,7 +3,8 @@
 Exit codes are the shared table's (`registry.command_line`): 0 stopped cleanly on SIGTERM or
 SIGINT; 1 a runtime failure, or a second SIGTERM/SIGINT that stopped it at once; 2 a usage or
 settings error (a flag, a MESH_PROVISIONER_* variable, the config or domains file, read before
-anything starts); 141 stdout's reader went away (`mesh-provisioner-dev | head`): stopped quietly.
+anything starts); 6 the state folder is in use by another process (named, with its pid): nothing
+was changed; 141 stdout's reader went away (`mesh-provisioner-dev | head`): stopped quietly.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from registry.command_line import (
     EXIT_CLOSED_PIPE,
     EXIT_FAILED,
+    EXIT_HELD,
     EXIT_OK,
     EXIT_USAGE,
     Parser,
@@ -38,7 +40,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EXIT_CODES = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CLOSED_PIPE)
+EXIT_CODES = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HELD, EXIT_CLOSED_PIPE)
+# The server's settings flags are many: a usage line naming them all would bury the one error.
+USAGE = "mesh-provisioner-dev [--state-dir PATH] [--no-demo] [--no-postgres] [--config PATH] [server settings]"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,16 +52,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="mesh-provisioner-dev",
         version=True,
+        usage=USAGE,
         description="Start a local nats-server with JetStream on loopback (data under --state-dir), then the "
         "server against it, then the demo: stand-ins for the other domains (a config bucket, a vault verb, a "
         "postgres provider's bound bucket, the controller's placement mirror) and a node client that "
         "materializes deploy/examples/ into --state-dir/demo/env and keeps watching. When the machine has "
         "PostgreSQL (initdb on PATH or in /usr/lib/postgresql/*/bin), the provider side is real: a PostgreSQL "
         "under --state-dir/demo/postgres, postgres_bound written from the needs and the postgres provisioner "
-        "watching, so module app's DATABASE_URL logs in. While it runs, the nats CLI context mesh-provisioner-dev "
-        "($XDG_CONFIG_HOME/nats/context/, else ~/.config/nats/context/) names its NATS, so mesh-provisioner query and "
+        "watching, so module app's DATABASE_URL logs in. A manifest of your own in --state-dir/demo/manifests whose "
+        "${port:...}, ${dir:...}, ${access:...}, ${seat:...} or ${machine:...} is pending is placed by adding its "
+        'plan to --state-dir/demo/placement.json, e.g. "web": {"port": {"http": 8081}} (the controller\'s mirror '
+        "mesh-controller_assignments follows the file within a second). While it runs, the nats CLI context "
+        "mesh-provisioner-dev ($XDG_CONFIG_HOME/nats/context/, else ~/.config/nats/context/) names its NATS, so "
+        "mesh-provisioner query and "
         "mesh-provisioner-client status in another shell find it without flags (nats --context mesh-provisioner-dev "
-        "too); it is removed at stop. Prints how to query it. Ctrl-C stops everything.",
+        "too); it is removed at stop. Prints how to query it. Ctrl-C stops everything. One loop at a time runs on a "
+        "--state-dir: a second is refused, naming the first and its pid, and changes nothing.",
         epilog="examples:\n  mesh-provisioner-dev --state-dir ./state\n  mesh-provisioner-dev --no-demo\n\n"
         + exit_codes_help(EXIT_CODES),
     )
@@ -81,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     import anyio  # noqa: PLC0415 (after parsing: --help and --version load none of the loop)
 
+    from mesh_dev.ownership import StateInUse  # noqa: PLC0415
     from provisioner.settings import ServerSettings  # noqa: PLC0415
     from registry.contract import load_catalogue  # noqa: PLC0415
     from registry.edge import NatsContexts, given_flags, load_settings  # noqa: PLC0415
@@ -97,6 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("neither XDG_CONFIG_HOME nor HOME is set: no nats context can name the dev bus")
         body = partial(_run, state_dir=args.state_dir, settings=settings, participants=participants, contexts=contexts)
         return EXIT_OK if anyio.run(until_signalled, body) else EXIT_FAILED
+    except StateInUse as err:
+        print(f"mesh-provisioner-dev: {err}", file=sys.stderr)
+        return EXIT_HELD
     except RegistryError as err:
         print(f"mesh-provisioner-dev: {err}", file=sys.stderr)
         return exit_code_of(err)

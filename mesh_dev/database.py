@@ -32,7 +32,7 @@ from anyio.streams.text import TextReceiveStream
 from examples.postgres_provisioner.consumers import read_env_variable
 from examples.postgres_provisioner.errors import DeliveryError
 from mesh_dev import local_postgres
-from mesh_dev.local_postgres import INSTALL, LocalPostgres, give_away, owner_can_write
+from mesh_dev.local_postgres import INSTALL, LocalPostgres, LocalPostgresError, give_away, owner_can_write
 from mesh_dev.standins import Vault
 from registry.errors import BusError
 from registry.provider import Bind, BoundNeed, provide
@@ -74,11 +74,19 @@ async def local_database(folder: Path, *, wanted: bool = True) -> AsyncIterator[
     if why_not:
         yield Database(why_not=why_not)
         return
-    root, temporary = await anyio.to_thread.run_sync(_cluster_root, folder)
+    try:
+        root, temporary = await anyio.to_thread.run_sync(_cluster_root, folder)
+    except LocalPostgresError as err:
+        yield _without(err, folder / "data")
+        return
     sockets = Path(tempfile.mkdtemp(prefix="mesh-pg-"))
     try:
         give_away(sockets)
-        server = await anyio.to_thread.run_sync(local_postgres.start, root, sockets)
+        try:
+            server = await anyio.to_thread.run_sync(_started, root, sockets)
+        except LocalPostgresError as err:
+            yield _without(err, root / "postgres.log")
+            return
         log.info("PostgreSQL listening on %s:%d", HOST, server.port, extra=event(path=str(server.data)))
         try:
             yield Database(server, temporary=temporary)
@@ -89,6 +97,22 @@ async def local_database(folder: Path, *, wanted: bool = True) -> AsyncIterator[
         shutil.rmtree(sockets, ignore_errors=True)
         if temporary:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _without(err: LocalPostgresError, where: Path) -> Database:
+    """No PostgreSQL, and why in a line: its own output, which may run to pages, stays in `where`."""
+    reason = next((line.strip() for line in err.reason.splitlines() if line.strip()), "no reason given")
+    log.warning("PostgreSQL did not start, the demo goes on without it: %s (see %s)", reason[:300], where)
+    return Database(why_not=f"did not start: {reason[:300]} (see {where})")
+
+
+def _started(root: Path, sockets: Path) -> LocalPostgres:
+    """The cluster's server started; one still running from a loop that was killed (the state folder
+    is this loop's alone, `mesh_dev.ownership`) is stopped first, as its socket folder is gone."""
+    if local_postgres.running(root / "data"):
+        log.info("stopping the PostgreSQL a killed dev loop left running on %s", root / "data")
+        local_postgres.stop_cluster(root / "data")
+    return local_postgres.start(root, sockets)
 
 
 def _cluster_root(folder: Path) -> tuple[Path, bool]:

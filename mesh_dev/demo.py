@@ -6,7 +6,8 @@ registry); `mesh-provisioner-dev` starts both and hands it the URL. It starts th
 each example once, so edits and deletions survive a restart), reconciles node `node-1` into
 `<state_dir>/env`, prints what was needed and applied, then keeps
 watching until cancelled: edit a manifest there, or a value in `mesh-config_values`, and watch
-the env file follow.
+the env file follow. The placements (`${port:...}`, `${dir:...}`, ...) come from
+`<state_dir>/placement.json` (`mesh_dev.placement`): add a module of one's own there to place it.
 
 When the machine has PostgreSQL, the provider side is real (`mesh_dev.database`): a PostgreSQL
 under `<state_dir>/postgres`, `postgres_bound` written by the provider helper from the needs, and
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shlex
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -31,6 +33,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from mesh_dev.database import PROVIDER, Database, ProviderLoop, binding, connects, local_database, provisioner_watching
+from mesh_dev.placement import PLACEMENT_FILE, PlacementRefused, follow_placement, place, seed_placement
+from mesh_dev.shell import new_terminal
 from mesh_dev.standins import Vault, stand_ins
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.watch.watching import WatchTiming, watch
@@ -64,12 +68,24 @@ async def run_demo(
             # Absolute: PostgreSQL's user may not reach the folder the way this process does (a
             # repository under root's 0700 home): the check must see the whole path, initdb too.
             local_database((state_dir / "postgres").absolute(), wanted=postgres) as database,
-            stand_ins(bus, NODE, fixed_bound=database.server is None) as parts,
-            provider_side(bus, plan, database, parts.vault) as side,
+            stand_ins(bus, NODE, fixed_bound=database.server is None, plans={}) as parts,
         ):
-            print(await describe(bus, plan, side.report), side.summary, sep="\n", flush=True)
-            task_status.started()
-            await watch(bus, plan, _TIMING, on_report=side.after_report)
+            await _placed(bus, state_dir / PLACEMENT_FILE)
+            async with provider_side(bus, plan, database, parts.vault) as side, anyio.create_task_group() as tg:
+                print(await describe(bus, plan, side.report), side.summary, sep="\n", flush=True)
+                task_status.started()
+                tg.start_soon(follow_placement, bus, NODE, state_dir / PLACEMENT_FILE)
+                await watch(bus, plan, _TIMING, on_report=side.after_report)
+
+
+async def _placed(bus: Bus, path: Path) -> None:
+    """The placements of `path` (the examples' when it is new) in the controller's mirror; a file
+    that cannot be used is said, and the mirror keeps what it held."""
+    seed_placement(path, NODE)
+    try:
+        await place(bus, NODE, path)
+    except PlacementRefused as err:
+        log.warning("%s; the placements stay as they were", err)
 
 
 @dataclass
@@ -221,8 +237,14 @@ async def describe(bus: Bus, plan: ClientPlan, report: Report) -> str:
     lines.extend(f"  {item.key}  {json.loads(item.value)['placeholder']}" for item in needs)
     lines += ["", "applied (mesh-provisioner_applied) and env files:", report.summary(), ""]
     lines.append(f"env files are in {plan.materialize} (mode 0600); watching for changes, Ctrl-C stops")
-    lines.append(f"edit a manifest in {plan.manifests} and the env files follow; from another terminal:")
-    lines.append(f"  mesh-provisioner-client status --config {plan.manifests.parent / CLIENT_SETTINGS}")
+    lines.append(f"edit a manifest in {plan.manifests} and the env files follow; a module of your own is placed")
+    lines.append(
+        f"(its ${{port:...}}, ${{dir:...}}, ${{access:...}}, ${{seat:...}}, ${{machine:...}}) by adding it to "
+        f'{plan.manifests.parent / PLACEMENT_FILE}, e.g. "web": {{"port": {{"http": 8081}}}}; from another terminal:'
+    )
+    lines.append(f"  {new_terminal()}")
+    settings = shlex.quote(str(plan.manifests.parent / CLIENT_SETTINGS))
+    lines.append(f"  mesh-provisioner-client status --config {settings}")
     return "\n".join(lines)
 
 

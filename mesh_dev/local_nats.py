@@ -10,7 +10,7 @@ import logging
 import re
 import shutil
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,16 +68,23 @@ def server_config(
 
 @asynccontextmanager
 async def local_nats(
-    state_dir: Path, extra_config: str = "", *, port: int = -1, ready_timeout: float = 20.0, jetstream: str = ""
+    state_dir: Path,
+    extra_config: str = "",
+    *,
+    port: int = -1,
+    ready_timeout: float = 20.0,
+    jetstream: str = "",
+    keep_fds: Sequence[int] = (),
 ) -> AsyncIterator[LocalNats]:
-    """Runs nats-server with its data and config under `state_dir` until the block exits."""
+    """Runs nats-server with its data and config under `state_dir` until the block exits; it
+    inherits `keep_fds` (a lock on the folder it outlives its parent with)."""
     config = _write_config(
         state_dir, server_config(state_dir / "jetstream", extra_config, port=port, jetstream=jetstream)
     )
     command = [nats_server_binary(), "-c", str(config)]
     # its own session: a Ctrl-C at the terminal must not stop it before its clients have drained
     async with (
-        await anyio.open_process(command, stdin=None, start_new_session=True) as process,
+        await anyio.open_process(command, stdin=None, start_new_session=True, pass_fds=keep_fds) as process,
         anyio.create_task_group() as tg,
     ):
         assert process.stderr is not None

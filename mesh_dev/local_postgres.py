@@ -167,7 +167,17 @@ def start(root: Path, socket_dir: Path, settings: Mapping[str, str] | None = Non
 
 def stop(server: LocalPostgres) -> None:
     """Stopped, its sessions ended (`-m fast`), once `pg_ctl -w` says it is gone."""
-    _run([str(binaries() / "pg_ctl"), "-D", str(server.data), "-m", "fast", "-w", "stop"])
+    stop_cluster(server.data)
+
+
+def stop_cluster(data: Path) -> None:
+    """The server of the cluster in `data` stopped, its sessions ended, once `pg_ctl -w` says so."""
+    _run([str(binaries() / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"])
+
+
+def running(data: Path) -> bool:
+    """Whether a server of the cluster in `data` runs (`pg_ctl status`: its postmaster.pid names a live one)."""
+    return _call([str(binaries() / "pg_ctl"), "-D", str(data), "status"]).returncode == 0
 
 
 def _free_port() -> int:

@@ -25,6 +25,8 @@ from typing import Any, TextIO
 import anyio
 
 from mesh_dev.local_nats import local_nats
+from mesh_dev.ownership import owned
+from mesh_dev.shell import new_terminal
 from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
 from registry.access import PartyMap
@@ -48,23 +50,46 @@ async def run_dev(
     contexts: NatsContexts | None = None,
 ) -> None:
     """Runs nats-server and the server until `stop` is set; participants start once the server is
-    ready. With `contexts`, the context `mesh-provisioner-dev` names the server while it runs."""
-    async with local_nats(state_dir / "nats") as nats_server:
-        bus_options = BusOptions(servers=(nats_server.url,), name=buckets.SEAT)
-        with advertised(contexts, nats_server.url, state_dir):
-            async with anyio.create_task_group() as tasks:
-                serve = partial(
-                    run_server, bus_options=bus_options, settings=settings, stop=stop, parties=_parties(settings)
-                )
-                await tasks.start(serve)
-                if out is not None:
-                    out.write(welcome(nats_server.url, state_dir, contexts))
-                    out.flush()
-                async with anyio.create_task_group() as others:
-                    for participant in participants:
-                        others.start_soon(participant, nats_server.url)
-                    await stop.wait()
-                    others.cancel_scope.cancel()
+    ready. With `contexts`, the context `mesh-provisioner-dev` names the server while it runs.
+    Raises `StateInUse`, having changed nothing, when another loop runs on `state_dir`."""
+    with owned(state_dir) as lock:
+        async with local_nats(state_dir / "nats", keep_fds=(lock,)) as nats_server:
+            await _serve(
+                nats_server.url,
+                state_dir=state_dir,
+                settings=settings,
+                stop=stop,
+                participants=participants,
+                out=out,
+                contexts=contexts,
+            )
+
+
+async def _serve(
+    url: str,
+    *,
+    state_dir: Path,
+    settings: ServerSettings,
+    stop: anyio.Event,
+    participants: Sequence[Participant],
+    out: TextIO | None,
+    contexts: NatsContexts | None,
+) -> None:
+    bus_options = BusOptions(servers=(url,), name=buckets.SEAT)
+    with advertised(contexts, url, state_dir):
+        async with anyio.create_task_group() as tasks:
+            serve = partial(
+                run_server, bus_options=bus_options, settings=settings, stop=stop, parties=_parties(settings)
+            )
+            await tasks.start(serve)
+            if out is not None:
+                out.write(welcome(url, state_dir, contexts))
+                out.flush()
+            async with anyio.create_task_group() as others:
+                for participant in participants:
+                    others.start_soon(participant, url)
+                await stop.wait()
+                others.cancel_scope.cancel()
 
 
 def _parties(settings: ServerSettings) -> PartyMap | None:
@@ -97,6 +122,7 @@ mesh-provisioner-dev is running.
   verb:   {buckets.VERB_SUBJECT}
 {_found_by(url, contexts)}
 Ask it from another terminal:
+  {new_terminal()}
   mesh-provisioner query{_flag(url, contexts)}
   mesh-provisioner query needs --node node-1{_flag(url, contexts)}
   mesh-provisioner query collect --collection shell:zsh:normal{_flag(url, contexts)}

@@ -253,17 +253,23 @@ class StandIns:
 
 @asynccontextmanager
 async def stand_ins(
-    bus: Bus, node: str, *, with_vault: bool = True, fixed_bound: bool = True
+    bus: Bus,
+    node: str,
+    *,
+    with_vault: bool = True,
+    fixed_bound: bool = True,
+    plans: Mapping[str, Mapping[str, Mapping[str, object]]] | None = None,
 ) -> AsyncIterator[StandIns]:
-    """The config, bound and placement buckets filled for `node` (bound only with `fixed_bound`),
-    and the vault serving. Each bucket as the seat makes it, whichever of the two comes first."""
+    """The config, bound and placement buckets filled for `node` (bound only with `fixed_bound`;
+    placed, `plans`, the examples' by default), and the vault serving. Each bucket as the seat
+    makes it, whichever of the two comes first."""
     for bucket in (CONFIG, BOUND_BUCKET, ASSIGNMENTS):
         await ensure_bucket(bus, bucket, BucketConfig())
     for name, value in DEV_CONFIG.items():
         await put(bus, CONFIG, name, json.dumps(value).encode())
     for key, value in (dev_bound(node) if fixed_bound else {}).items():
         await put(bus, BOUND_BUCKET, key, json.dumps(value).encode())
-    for module, plan in dev_plans(node).items():
+    for module, plan in (dev_plans(node) if plans is None else plans).items():
         await put(bus, ASSIGNMENTS, ASSIGNMENT.build(node=node, module=module), json.dumps({"plan": plan}).encode())
     vault = Vault()
     parts = StandIns(CONFIG, BOUND_BUCKET, ASSIGNMENTS, vault)

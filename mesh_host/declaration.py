@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, BinaryIO, Literal
@@ -84,28 +85,21 @@ def _mode(given: object) -> int:
     return int(value, 8)
 
 
-def _owner(value: object) -> str:
-    if not isinstance(value, str) or not _OWNER.fullmatch(value):
-        raise ValueError(f'{value!r} is not an owner: give "user" or "user:group" (names or numeric ids)')
-    return value
+def _matching(pattern: re.Pattern[str], expected: str) -> Callable[[object], str]:
+    """A validator of a string `pattern` matches whole, refusing any other value as not `expected`."""
+
+    def check(value: object) -> str:
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise ValueError(f"{value!r} is not {expected}")
+        return value
+
+    return check
 
 
-def _module(value: object) -> str:
-    if not isinstance(value, str) or not _MODULE.fullmatch(value):
-        raise ValueError(f"{value!r} is not a module name (letters, digits, '_', '.', '-'; 64 at most)")
-    return value
-
-
-def _id(value: object) -> str:
-    if not isinstance(value, str) or not _ID.fullmatch(value):
-        raise ValueError(f"{value!r} is not an id (letters, digits, '_', '.', '-'; 64 at most)")
-    return value
-
-
-def _sha256(value: object) -> str:
-    if not isinstance(value, str) or not _SHA256.fullmatch(value):
-        raise ValueError(f"{value!r} is not a sha256 digest (64 lowercase hex digits)")
-    return value
+_owner = _matching(_OWNER, 'an owner: give "user" or "user:group" (names or numeric ids)')
+_module = _matching(_MODULE, "a module name (letters, digits, '_', '.', '-'; 64 at most)")
+_id = _matching(_ID, "an id (letters, digits, '_', '.', '-'; 64 at most)")
+_sha256 = _matching(_SHA256, "a sha256 digest (64 lowercase hex digits)")
 
 
 def _unit(value: object) -> str:

@@ -37,6 +37,10 @@ and quiet period over; else it is pending, `rollout: ...`, its file as it was. A
 under a claim runs its action at most once, remembered in the materialize folder, then its
 health command; the slot is freed only when both succeeded.
 
+Whether a module's change action is due is judged by the node's own record of the action last run
+on its file (`EnvFolder.acted_on`, kept before the bus is told), not by the applied record alone:
+a nats-server that lost its last acknowledged writes serves an older one.
+
 Every line logged during one reconcile, in its tasks too, carries `reconcile=<id>`, a new id each
 time (`registry.runtime.log_context`), also in its report: a reconcile's lines join on it.
 
@@ -58,9 +62,8 @@ from pydantic import ValidationError
 
 from provisioner_client.concurrently import all_of
 from provisioner_client.errors import ManifestError, MaterializeError, capped
-from provisioner_client.materializing import files
 from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, action_environment, run_action
-from provisioner_client.materializing.envfile import MAX_FILE_BYTES, EnvFolder, FileObserver, render
+from provisioner_client.materializing.envfile import EnvFolder, FileObserver, Materialized, render
 from provisioner_client.resolving import inputs, refusals, waiting
 from provisioner_client.resolving.inputs import World
 from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
@@ -309,42 +312,83 @@ async def _register(own: OwnKeys, report: Report, wanted: _Wanted, waits: Waitin
     module whose keys a bucket refused is pending, saying why (`refusals`); writes that wait for
     the hub (`waiting`) leave the modules to be resolved from what the site has."""
     await all_of(
-        partial(_converge_or_refused, own, report, buckets.NEEDS, wanted.needs, "module", waits=waits),
-        partial(_converge_or_refused, own, report, buckets.COLLECT, wanted.collect, "contributor", waits=waits),
+        partial(_write_own, own, report, buckets.NEEDS, wanted.needs, waits, owner="module"),
+        partial(_write_own, own, report, buckets.COLLECT, wanted.collect, waits, owner="contributor"),
     )
 
 
-async def _converge_or_refused(
-    own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes], owner: str, *, waits: WaitingWrites
+async def _write_own(
+    own: OwnKeys,
+    report: Report,
+    bucket: Bucket,
+    desired: Mapping[str, bytes],
+    waits: WaitingWrites,
+    *,
+    owner: str | None,
 ) -> None:
+    """`desired` converged in the node's keys of `bucket`, and its outcome noted, the one place it
+    is: written (nothing of it waits any more); answered as the link being down (its keys wait,
+    and applied's records with them, `waiting`); refused by the bus (in the report, for `refusals`;
+    each module whose keys it refused pending, by the key's field `owner`). Applied has no module
+    to leave pending (`owner` None): its refusal, like any other failure, fails the reconcile."""
     try:
         await _converge(own, report, bucket, desired)
     except ConvergeError as err:
-        how = waiting.link_down(err)
-        if how is not None:
-            report.waiting[bucket.name] = _waiting_how(bucket, how, err)
-            unwritten = own.unwritten(bucket, desired)
-            waits.failed(bucket.name, report.waiting[bucket.name], detail=err.reason, keys=unwritten)
-            return
-        refusal = refusals.refusal_of(err)
-        if refusal is None:
+        if not (
+            _left_waiting(own, report, bucket, desired, waits, err=err)
+            or _left_pending(own, report, bucket, desired, err=err, owner=owner)
+        ):
             raise
-        report.refused[bucket.name] = refusal
-        modules = {bucket.shape.parse(key)[owner] for key in own.unwritten(bucket, desired)}
-        for module in modules:
-            report.refused_modules.setdefault(module, f"its {bucket.name} keys were refused: {refusal}")
-        node = own.scope.node
-        log.warning(
-            "node %s: %s refused the writes (%s): %s; pending: %s",
-            node,
-            bucket.name,
-            err.done,
-            refusal,
-            ", ".join(sorted(modules)) or "no module",
-            extra={"node": node, "bucket": bucket.name},
-        )
     else:
         waits.done(bucket.name)
+
+
+def _left_waiting(
+    own: OwnKeys,
+    report: Report,
+    bucket: Bucket,
+    desired: Mapping[str, bytes],
+    waits: WaitingWrites,
+    *,
+    err: ConvergeError,
+) -> bool:
+    """Whether `err` says the link to the hub is down: then what was not written waits (applied's
+    records themselves, to be written as they are and taken as the previous ones meanwhile)."""
+    how = waiting.link_down(err)
+    if how is None:
+        return False
+    report.waiting[bucket.name] = _waiting_how(bucket, how, err)
+    unwritten = own.unwritten(bucket, desired)
+    records = {key: desired[key] for key in unwritten} if bucket == buckets.APPLIED else None
+    waits.failed(bucket.name, report.waiting[bucket.name], detail=err.reason, keys=unwritten, records=records)
+    return True
+
+
+def _left_pending(
+    own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes], *, err: ConvergeError, owner: str | None
+) -> bool:
+    """Whether `err` is the bus refusing the writes (kept in the report) and the modules whose keys
+    it refused were left pending, saying why."""
+    refusal = refusals.refusal_of(err)
+    if refusal is None:
+        return False
+    report.refused[bucket.name] = refusal
+    if owner is None:
+        return False
+    modules = {bucket.shape.parse(key)[owner] for key in own.unwritten(bucket, desired)}
+    for module in modules:
+        report.refused_modules.setdefault(module, f"its {bucket.name} keys were refused: {refusal}")
+    node = own.scope.node
+    log.warning(
+        "node %s: %s refused the writes (%s): %s; pending: %s",
+        node,
+        bucket.name,
+        err.done,
+        refusal,
+        ", ".join(sorted(modules)) or "no module",
+        extra={"node": node, "bucket": bucket.name},
+    )
+    return True
 
 
 # An entry's bytes in the seat's listing besides its key, parts and value: the field names, a
@@ -479,29 +523,13 @@ async def _materialize(
 async def _record_applied(
     own: OwnKeys, report: Report, previous: Mapping[str, AppliedValue], plan: ClientPlan, waits: WaitingWrites
 ) -> None:
-    """Each module's applied record converged, after its env file; then what was refused, if
-    anything, kept for `status` (`refusals`), also when applied refused the records. Records the
-    hub cannot be reached for wait in the env folder (`waiting`), as they are, for the next reconcile."""
+    """Each module's applied record converged, after its env file; then what this reconcile found
+    refused, if anything, kept for `status` (`refusals`), also when applied refused the records."""
     desired = _applied(own.scope.node, report, previous, _as_applied(own, waits))
-    name = buckets.APPLIED.name
     try:
-        await _converge(own, report, buckets.APPLIED, desired)
-    except ConvergeError as err:
-        how = waiting.link_down(err)
-        if how is not None:
-            report.waiting[name] = _waiting_how(buckets.APPLIED, how, err)
-            unwritten = own.unwritten(buckets.APPLIED, desired)
-            records = {key: desired[key] for key in unwritten}
-            waits.failed(name, report.waiting[name], detail=err.reason, keys=unwritten, records=records)
-            refusals.record(plan.materialize, plan.node, report.refused)
-            return
-        refusal = refusals.refusal_of(err)
-        if refusal is not None:
-            report.refused[name] = refusal
-            refusals.record(plan.materialize, plan.node, report.refused)
-        raise
-    waits.done(name)
-    refusals.record(plan.materialize, plan.node, report.refused)
+        await _write_own(own, report, buckets.APPLIED, desired, waits, owner=None)
+    finally:
+        refusals.record(plan.materialize, plan.node, report.refused)
 
 
 def _remember(memory: Memory, world: World, manifests: Manifests, folder: EnvFolder, report: Report) -> None:
@@ -588,7 +616,7 @@ async def _apply(
     (`provisioner_client.rollout`); else pending with why, its file as it was."""
     module, manifest = loaded.module, loaded.manifest
     content = await rendered(resolver, loaded)
-    old_action = previous.action if previous else None
+    old_action = _last_action(folder, module, previous)
     if isinstance(content, list):
         return _pending(folder, module, content, previous)
     last_good = gate.rollback_due(module, manifest)
@@ -605,13 +633,13 @@ async def _apply(
         admission = await gate.admit(module, manifest, digest, first=on_disk is None)
         if not admission.go:
             return _pending(folder, module, list(admission.reasons), previous)
-    replaced = _content_on_disk(folder, module) if admission.claimed else None
+    replaced = folder.content_on_disk(module) if admission.claimed else None  # the last good one to keep
     try:
         done = folder.materialize(module, content)
     except MaterializeError as err:
         return _pending(folder, module, [str(err)], previous)
     action, problem = ran or old_action, None
-    run = partial(_run_change, plan, loaded, done.path, done.digest, report) if action_due else None
+    run = partial(_run_change, plan, folder, loaded, done, report) if action_due else None
     check = partial(_run_health, plan, loaded, done.path, done.digest)
     if admission.claimed:  # the claim freed or failed, whether an action is due or not
         ran_now, problem = await gate.run_under_claim(module, done.digest, replaced=replaced, action=run, health=check)
@@ -627,13 +655,23 @@ async def _apply(
 GO = Admission(go=True)
 
 
+def _last_action(folder: EnvFolder, module: str, previous: AppliedValue | None) -> ActionRecord | None:
+    """The change action last run on the module's file: the node's own record of it, the judge of
+    whether it is due; the bus's applied record only where the node has none (a client before it
+    kept one). A bus rolled back to an earlier prefix holds an older record: taken as the truth it
+    would run an action again, or skip one its content needs."""
+    return folder.acted_on(module) or (previous.action if previous else None)
+
+
 async def _run_change(
-    plan: ClientPlan, loaded: LoadedManifest, path: Path, digest: str, report: Report
+    plan: ClientPlan, folder: EnvFolder, loaded: LoadedManifest, done: Materialized, report: Report
 ) -> ActionRecord:
     assert loaded.manifest.on_change is not None
-    env = action_environment(plan.action_env, node=plan.node, module=loaded.module, env_file=path)
+    env = action_environment(plan.action_env, node=plan.node, module=loaded.module, env_file=done.path)
     report.actions_run.append(loaded.module)
-    return await run_action(loaded.module, loaded.manifest.on_change, digest, env=env)
+    action = await run_action(loaded.module, loaded.manifest.on_change, done.digest, env=env)
+    folder.ran(loaded.module, action)
+    return action
 
 
 async def _run_health(plan: ClientPlan, loaded: LoadedManifest, path: Path, digest: str) -> str | None:
@@ -642,14 +680,6 @@ async def _run_health(plan: ClientPlan, loaded: LoadedManifest, path: Path, dige
         return None
     env = action_environment(plan.action_env, node=plan.node, module=loaded.module, env_file=path)
     return await healthy(loaded.module, on_change.health, digest, env=env)
-
-
-def _content_on_disk(folder: EnvFolder, module: str) -> bytes | None:
-    """What the module's env file holds now, if the client wrote it: the last good one to keep."""
-    if folder.digest_on_disk(module) is None:
-        return None
-    found = files.read_regular(folder.path_of(module), limit=MAX_FILE_BYTES, what="env file")
-    return found.content if found is not None else None
 
 
 async def _roll_back(
@@ -670,7 +700,7 @@ async def _roll_back(
         return _pending(folder, module, [str(err)], previous)
     action = None
     if loaded.manifest.on_change is not None:
-        action = await _run_change(plan, loaded, done.path, done.digest, report)
+        action = await _run_change(plan, folder, loaded, done, report)
     pending = _pending(folder, module, [gate.rolled_back(module)], previous)
     if action is None:
         return pending
@@ -705,7 +735,7 @@ def _pending(folder: EnvFolder, module: str, reasons: list[str], previous: Appli
     unchanged = previous is not None and previous.reasons == tuple(reasons)
     level = logging.DEBUG if unchanged else logging.WARNING
     log.log(level, "module %s is pending: %s", module, capped("; ".join(reasons), 2000))
-    action = previous.action if previous else None
+    action = _last_action(folder, module, previous)
     on_disk = folder.digest_on_disk(module)
     file = str(folder.path_of(module)) if on_disk else None
     applied = AppliedValue(state="pending", digest=on_disk, file=file, reasons=tuple(reasons), action=action)

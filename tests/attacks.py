@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from registry.contract import Bucket, KeyShape, buckets
 from registry.errors import BusError
 from registry.wire import Bus, put, snapshot
+from tests.helpers import NEVER, stream_barrier
 
 Attack = Callable[[], Awaitable[None]]
 Everything = dict[str, list[tuple[str, bytes, int, bool]]]
@@ -32,6 +33,7 @@ Everything = dict[str, list[tuple[str, bytes, int, bool]]]
 BUS_ERRORS = (nats.errors.Error, BusError)
 # A no-responders status echoes the subject asked; nothing else may come with it.
 NO_RESPONDERS_HEADERS = {"Status", "Description", "Nats-Subject"}
+EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 
 
 # The seat renews its own lease when it likes: of the leases, the nodes' are what an attack could touch.
@@ -67,13 +69,22 @@ async def data_buckets(seat: Bus) -> list[Bucket]:
 
 async def unchanged_after(seat: Bus, attack: Attack, among: Sequence[Bucket] = buckets.OWN) -> None:
     """Runs `attack` (a refusal by the bus is its expected end) and asserts that no key of `among`
-    (the four buckets unless told) changed."""
+    (the four buckets unless told) changed, judged after a barrier: the attack must have flushed
+    its connection or been answered."""
     before = await everything(seat, among)
     with contextlib.suppress(*BUS_ERRORS):
         await attack()
-    # Nothing can be awaited for an answer that must never land: give it the time it would take.
-    await anyio.sleep(0.2)
+    await stream_barrier(seat, among)  # what the attack sent is stored or refused by now
     assert await everything(seat, among) == before
+
+
+async def barrier_through(client: Client, subject: str) -> None:
+    """Returns once everything `client` sent before has reached the stream storing `subject` (its
+    own key, where its grants let it write), and been stored or refused there: a write expecting a
+    revision never reached, sent on the same connection and path (a site's leaf link keeps its
+    order), which the stream refuses after what came before it. Nothing is stored."""
+    reply = await client.request(subject, b"", headers={EXPECTED_LAST: str(NEVER)}, timeout=10)
+    assert b"10071" in reply.data, f"a barrier to {subject} was answered {reply.data!r}"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import timedelta
 from functools import partial
@@ -26,7 +26,8 @@ from provisioner.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import Bucket, buckets
-from registry.wire import Bus, BusOptions, Message, connect, put
+from registry.errors import WrongLastSequence
+from registry.wire import Bus, BusOptions, Message, connect, get_direct, put, update
 
 T = TypeVar("T")
 
@@ -35,10 +36,19 @@ DEPLOY = Path(__file__).parents[1] / "deploy"
 EXAMPLES = DEPLOY / "examples"
 
 
-async def until(holds: Callable[[], bool | Awaitable[bool]], within: float, *, every: float = 0.01) -> bool:
-    """Whether `holds` came true within `within` seconds, asked every `every`: for what follows a
-    write on its own time (a view's watch, a mirror, a stream's store, a listener's copy), where
-    no event says so. Never a speed asserted: the caller asserts the result, saying what."""
+# The bounded waits, for what follows a write on its own time (a view's watch, a mirror, a stream's
+# store, a listener's copy) where no event says so. Three meanings, three names: `until` answers
+# whether it came, `eventually` the first value that came, `wait_for` fails the test if it did not.
+# `within` only bounds a failure: no speed is ever asserted by them.
+
+WITHIN = 20.0
+"""How long a wait lasts before it counts as a failure, unless told: far past any state's own time
+on a loaded machine."""
+
+
+async def until(holds: Callable[[], bool | Awaitable[bool]], within: float = WITHIN, *, every: float = 0.01) -> bool:
+    """Whether `holds` came true within `within` seconds, asked every `every`; the caller asserts
+    the result, saying what."""
     with anyio.move_on_after(within):
         while not await _answer_of(holds):
             await anyio.sleep(every)
@@ -46,9 +56,61 @@ async def until(holds: Callable[[], bool | Awaitable[bool]], within: float, *, e
     return False
 
 
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]], what: str, within: float = WITHIN, *, every: float = 0.02
+) -> T:
+    """`probe`'s first answer that is not None, asked every `every`; fails the test, saying `what`
+    was awaited, if none came within `within` seconds."""
+    with anyio.move_on_after(within):
+        while (found := await probe()) is None:
+            await anyio.sleep(every)
+        return found
+    pytest.fail(f"not within {within} s: {what}")
+
+
+async def wait_for(
+    holds: Callable[[], bool | Awaitable[bool]], what: str, within: float = WITHIN, *, every: float = 0.02
+) -> None:
+    """Returns once `holds` came true, asked every `every`; fails the test, saying `what` was
+    awaited, if it did not within `within` seconds."""
+    if not await until(holds, within, every=every):
+        pytest.fail(f"not within {within} s: {what}")
+
+
 async def _answer_of(holds: Callable[[], bool | Awaitable[bool]]) -> bool:
     answer = holds()
     return await answer if inspect.isawaitable(answer) else answer
+
+
+async def last_sequence(bus: Bus, bucket: Bucket) -> int:
+    """The last sequence of `bucket`'s stream: it grows by one per message stored (a write, a
+    delete marker), whoever wrote it."""
+    info = await bus.jetstream(bucket.info_api, operation=f"info {bucket.name}")
+    return int(info["state"]["last_seq"])
+
+
+BARRIER_KEY = "barrier.never.written"
+NEVER = 1 << 62
+"""A revision no key reaches: a write expecting it is refused by the stream, storing nothing."""
+
+
+async def stream_barrier(bus: Bus, among: Iterable[Bucket]) -> None:
+    """Returns once every message routed into the streams of `among` before it was called has been
+    stored or refused: the barrier after which "nothing happened" is judged, once the attack's own
+    connection was flushed or answered, never after a fixed time.
+
+    nats-server takes a stream's incoming messages in the order they were routed: the answer to a
+    write the stream refuses (its expected last revision never reached) comes after every message
+    routed to it before, an attack's write or an answer sent into the stream on an attack's behalf
+    (a direct get first: its answers go out in the order asked). The refused write stores nothing
+    and wakes no watcher."""
+    for bucket in among:
+        await get_direct(bus, bucket, BARRIER_KEY)
+        try:
+            await update(bus, bucket, BARRIER_KEY, b"", last=NEVER)
+        except WrongLastSequence:
+            continue
+        raise AssertionError(f"a write to {bucket.name} expecting revision {NEVER} was stored")
 
 
 @asynccontextmanager
@@ -56,7 +118,7 @@ async def in_own_task(context: AbstractAsyncContextManager[T]) -> AsyncIterator[
     """`context` entered and left by a task of its own, for an async fixture.
 
     pytest-asyncio sets a fixture up and tears it down in two different tasks, while an anyio task
-    group or cancel scope must be left by the task that entered it (pytest-asyncio issue 1191)."""
+    group or cancel scope must be left by the task that entered it (pytest-asyncio refuses it otherwise)."""
     loop = asyncio.get_running_loop()
     entered: asyncio.Future[T] = loop.create_future()
     leave = asyncio.Event()

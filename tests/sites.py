@@ -7,7 +7,7 @@ holds every byte without closing anything (a link that stops carrying packets: n
 `restore()` ends either. The leaf link is bound to the data account on both sides (`DATA`); each
 node has an account of its own at its site, and what it may write is what it imports.
 
-The node's imports depend on the write path (issue 22, `docs/sites-write-path.md`):
+The node's imports depend on the write path (`docs/sites-write-path.md`):
 
     fail fast   `$KV.<bucket>.<node>.>` is `$JS.hub.API.$KV.<bucket>.<node>.>` of the site's data
                 account: the write crosses the link and the hub's bucket acknowledges it

@@ -1,4 +1,4 @@
-"""On a three-node JetStream cluster the test starts on loopback (issue 9, items 5 and 16): the
+"""On a three-node JetStream cluster the test starts on loopback: the
 seat waits for enough peers instead of exiting, and a listing is never older than the stream's
 leader after a server rejoins."""
 
@@ -160,7 +160,7 @@ def seats_said() -> Iterator[SeatLog]:
 async def test_two_seats_started_at_once_on_a_fresh_cluster_both_stay_up_and_one_compiles(
     servers: Cluster, race: int
 ) -> None:
-    """Issue 18, item 1: the seat that lost the race for the compile lease asked for it before the
+    """The seat that lost the race for the compile lease asked for it before the
     leases bucket's replicated stream answered direct gets, and exited 1 ("nobody answers")."""
     await servers.start()
     stops = [anyio.Event(), anyio.Event()]
@@ -181,7 +181,7 @@ async def test_two_seats_started_at_once_on_a_fresh_cluster_both_stay_up_and_one
 
 
 async def test_a_write_while_its_stream_elects_a_leader_is_not_said_to_be_a_missing_stream(servers: Cluster) -> None:
-    """Issue 18, the review: nobody stores a write while the stream's leader is being elected (about
+    """Nobody stores a write while the stream's leader is being elected (about
     7 s after the leader is killed); that is no proof that no stream stores its subject."""
     await servers.start()
     async with connect(options(servers.urls)) as writer:

@@ -1,4 +1,4 @@
-"""Collections forget gone nodes, end to end (issue 23, must-show 4) on the generated grants, static
+"""Collections forget gone nodes, end to end on the generated grants, static
 and JWT: the seat (its gone marks run beside it here, as `provisioner.seat.server` will run them),
 two node clients on their own accounts, an operator asking the verb.
 

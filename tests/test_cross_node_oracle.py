@@ -1,4 +1,4 @@
-"""The cross-node oracle of issue 17, pinned on a real nats-server (static and JWT accounts): what it
+"""The cross-node oracle, pinned on a real nats-server (static and JWT accounts): what it
 tells a node about another node's keys, and what it never does.
 
 A node's put of its own key may carry `Nats-Expected-Last-Subject-Sequence: N` with
@@ -8,8 +8,8 @@ put with `wrong last sequence: <that sequence>`; a service import passes every h
 learns, for any filter it can name in a bucket it writes, whether a key under it exists (or
 existed: a delete marker counts) and the stream sequence of its latest write, which moves with
 every write: when, never what. Nothing in nats-server 2.15 closes it without breaking the buckets
-(README, Security). Should nats-server narrow the header one day, these tests fail: then the
-README's paragraph goes too.
+(`docs/security.md`). Should nats-server narrow the header one day, these tests fail: then the
+documentation's paragraph goes too.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from nats.aio.client import Client
 from registry.access import Kind
 from registry.contract import Bucket, buckets
 from registry.wire import Bus, delete, put, snapshot
-from tests.helpers import in_own_task
+from tests.helpers import in_own_task, last_sequence
 from tests.isolation import Mesh, party
 
 N1, SEAT = party(Kind.NODE, "n1"), party(Kind.SEAT)
@@ -88,7 +88,7 @@ async def nodes_keys(seat: Bus) -> list[tuple[str, str, bytes, int, bool]]:
 
 
 async def last_sequences(seat: Bus) -> list[int]:
-    return [(await seat.jetstream(b.info_api, {}, operation="info"))["state"]["last_seq"] for b in (NEEDS, LEASES)]
+    return [await last_sequence(seat, bucket) for bucket in (NEEDS, LEASES)]
 
 
 async def subjects_stored_since(seat: Bus, sequences: list[int]) -> list[str]:

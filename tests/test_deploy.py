@@ -20,7 +20,7 @@ from registry.edge import load_settings
 from registry.wire import BusOptions, ask, connect, get_latest, put
 from tests import test_units
 from tests.helpers import DEPLOY, clean_environment
-from tests.test_units import APT_GET, UNITS, unit_settings, verify
+from tests.test_units import UNITS, unit_settings, verify
 
 GENERATE = ["--node", "n1", "--node", "n2", "--provider", "postgres", "--operator", "ops"]
 
@@ -97,7 +97,6 @@ def test_the_metrics_drop_in_opens_to_the_client_the_folder_its_variable_names()
     )
 
 
-@APT_GET
 def test_systemd_analyze_verify_accepts_the_client_unit_with_the_metrics_drop_in(
     analyze: str, system_root: Path, root_with_drop_in: Path
 ) -> None:
@@ -109,7 +108,6 @@ def test_systemd_analyze_verify_accepts_the_client_unit_with_the_metrics_drop_in
     assert rated.returncode == 0, rated.stdout[-2000:] + rated.stderr
 
 
-@APT_GET
 def test_verify_reads_the_drop_in(analyze: str, system_root: Path, root_with_drop_in: Path) -> None:
     """The check above could pass without reading the drop-in: the same harness sees its faults."""
     root_with_drop_in.write_text(root_with_drop_in.read_text().replace("ReadWritePaths=", "ReadWritePath="))

@@ -8,6 +8,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
@@ -17,7 +20,10 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from examples.postgres_provisioner.consumers import read_env_variable
+from mesh_dev import local_postgres
+from mesh_dev.database import local_database
 from mesh_dev.demo import run_demo
+from mesh_dev.local_postgres import give_away
 from mesh_dev.loop import run_dev
 from mesh_dev.standins import BOUND_BUCKET, DEV_SECRETS
 from provisioner.settings import ServerSettings
@@ -71,3 +77,58 @@ def _select_one(url: str) -> tuple[object, ...]:
         row = conn.execute("SELECT 1, current_user, current_database()").fetchone()
     assert row is not None
     return row
+
+
+@pytest.fixture
+def reachable() -> Iterator[Path]:
+    """A folder PostgreSQL's user reaches (pytest's are root's alone when run as root), so the
+    cluster is kept there between starts, as under the demo's state folder."""
+    folder = Path(tempfile.mkdtemp(prefix="mesh-dev-pg-test-"))
+    folder.chmod(0o755)
+    try:
+        yield folder / "postgres"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_a_postgresql_left_running_by_a_killed_loop_is_stopped_and_started_again(reachable: Path) -> None:
+    binaries()
+    async with local_database(reachable) as made:  # the cluster, made once
+        assert (made.server is not None, made.temporary) == (True, False), made.why_not
+    sockets = Path(tempfile.mkdtemp(prefix="mesh-pg-"))
+    give_away(sockets)
+    leftover = local_postgres.start(reachable, sockets)  # as a killed loop leaves it: running
+    try:
+        async with local_database(reachable) as again:
+            assert again.server is not None, again.why_not
+            assert not _answers(leftover.admin_dsn), "the leftover server still runs"
+            assert _answers(again.server.admin_dsn)
+    finally:
+        if local_postgres.running(leftover.data):
+            local_postgres.stop(leftover)
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+async def test_a_postgresql_that_does_not_start_leaves_the_demo_running_without_it(
+    reachable: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    binaries()
+    folder = reachable
+    async with local_database(folder) as made:
+        assert (made.server is not None, made.temporary) == (True, False), made.why_not
+    (folder / "data" / "postgresql.conf").write_text("shared_buffers = nonsense\n")
+    async with local_database(folder) as broken:
+        assert broken.server is None
+    assert broken.why_not.startswith("did not start: "), broken.why_not
+    assert f"(see {folder / 'postgres.log'})" in broken.why_not
+    assert "\n" not in broken.why_not, "one line, not pg_ctl's whole log"
+    assert "the demo goes on without it" in caplog.text
+
+
+def _answers(dsn: str) -> bool:
+    try:
+        with psycopg.connect(dsn, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.OperationalError:
+        return False
+    return True

@@ -1,4 +1,4 @@
-"""No import cycle in any package (issue 16): the import graph of the six packages, imports under
+"""No import cycle in any package: the import graph of the six packages, imports under
 `TYPE_CHECKING` and inside functions included, has no strongly connected component of more than
 one module and no module importing itself.
 
@@ -149,7 +149,7 @@ CLOSED_CYCLES = [
                 "provisioner.verb.listing",
             ),
         ),
-        id="a page importing the streamed listing for its type only (issue 16's circle)",
+        id="a page importing the streamed listing for its type only (the circle that was)",
     ),
     pytest.param(
         ClosedCycle(

@@ -1,10 +1,10 @@
-"""Issue 8's attacks, each on a real nats-server running the configuration `mesh-provisioner grants`
+"""A hostile node's attacks, each on a real nats-server running the configuration `mesh-provisioner grants`
 writes (static and JWT accounts), each judged by the data: the target's keys, revisions and
 contents are unchanged after; a request attack also by what came back to it: a refusal only, no key
 name, no value, no count (`tests/attacks.py`; `tests/test_isolation_sees_a_leak.py` shows that
 these judges fail on grants widened on purpose).
 
-On the single-account configuration these attacks succeeded (issue 8 lists how); across accounts
+On the single-account configuration these attacks succeeded; across accounts
 a reply subject names the requester's own namespace, and a party holds no JetStream API in the
 data account.
 """
@@ -12,10 +12,9 @@ data account.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from functools import partial
 
-import anyio
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -34,12 +33,18 @@ from tests.attacks import (
     nothing_comes_back,
     unchanged_after,
 )
-from tests.helpers import in_own_task
+from tests.helpers import in_own_task, stream_barrier, wait_for
 from tests.isolation import Mesh, party
 
 N1, N2 = party(Kind.NODE, "n1"), party(Kind.NODE, "n2")
 POSTGRES, OPS, SEAT = party(Kind.PROVIDER, "postgres"), party(Kind.OPERATOR, "ops"), party(Kind.SEAT)
 A_NEED = b'{"placeholder":"${config:x}","used_in":["X"]}'
+
+
+@pytest.fixture
+def answering_seat(seat: Bus) -> Bus:
+    """A connection to the server whose seat answers the attacker's verb requests: the hub's."""
+    return seat
 
 
 @pytest.fixture
@@ -113,7 +118,7 @@ async def test_a_put_acknowledged_to_a_chosen_reply_subject_lands_nowhere(
 
     before = await everything(seat)
     await attack()
-    await anyio.sleep(0.2)
+    await stream_barrier(seat, buckets.OWN)
     after = await everything(seat)
     own = buckets.COLLECT.name
     assert {k: v for k, v in after.items() if k != own} == {k: v for k, v in before.items() if k != own}
@@ -124,13 +129,27 @@ async def test_a_put_acknowledged_to_a_chosen_reply_subject_lands_nowhere(
 
 @pytest.mark.parametrize("target", REPLY_TARGETS, ids=REPLY_IDS)
 async def test_the_verbs_answer_to_a_chosen_reply_subject_lands_nowhere(
-    seat: Bus, attacker: Client, target: str
+    seat: Bus, answering_seat: Bus, attacker: Client, target: str
 ) -> None:
     async def attack() -> None:
+        answered = await verb_answers_sent(answering_seat)
         await attacker.publish(buckets.VERB_SUBJECT, b"{}", reply=target)
-        await attacker.flush()
+        sent = partial(verb_answers_sent, answering_seat)
+        await wait_for(lambda: _more_than(answered, sent()), "the seat's answer to the attack")
 
     await unchanged_after(seat, attack)
+
+
+async def verb_answers_sent(bus: Bus) -> int:
+    """How many answers the seat has sent to the verb's requests (`$SRV.STATS`): each counted once
+    published."""
+    reply = await bus.request(f"$SRV.STATS.{buckets.SEAT}", b"", operation="stats")
+    endpoints = json.loads(reply.data)["endpoints"]
+    return sum(n for e in endpoints for codes in e["data"]["answers"].values() for n in codes.values())
+
+
+async def _more_than(count: int, now: Awaitable[int]) -> bool:
+    return await now > count
 
 
 @pytest.mark.parametrize("rollup", ["all", "sub"])
@@ -195,10 +214,10 @@ async def test_the_check_bites_on_one_account_the_same_attack_writes_into_the_re
     await put(bus, buckets.NEEDS, "n1.web.config.x", b'{"planted":"by n1"}')
     own_get = f"$JS.API.DIRECT.GET.{buckets.NEEDS.stream}.{buckets.NEEDS.subject('n1.web.config.x')}"
     await nc.publish(own_get, b"", reply="$KV.mesh-provisioner_registry.secret")
-    with anyio.fail_after(5):
-        while (landed := await get_latest(bus, buckets.REGISTRY, "secret")) is None:
-            await anyio.sleep(0.05)
-    assert landed.value == b'{"planted":"by n1"}'
+    await nc.flush()
+    await stream_barrier(bus, buckets.OWN)  # the barrier `unchanged_after` judges after: the landing is seen by then
+    landed = await get_latest(bus, buckets.REGISTRY, "secret")
+    assert landed is not None and landed.value == b'{"planted":"by n1"}'
 
 
 async def test_the_vault_cannot_answer_the_seats_service_api_in_its_place(mesh: Mesh, seat: Bus) -> None:

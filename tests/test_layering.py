@@ -1,4 +1,4 @@
-"""The layering of issue 7, enforced: registry under both programs, the server and the node client
+"""The layering, enforced: registry under both programs, the server and the node client
 never importing each other, mesh_dev above both, and nats-py reached only through registry.wire.bus,
 registry.wire.nats_internals and registry.serving.service.
 
@@ -80,6 +80,7 @@ LAYERS = "layers"
 NATS = "nats-through-bus"
 SERVES_NOTHING = "client-serves-nothing"
 CONCERNS = "registry-concerns"
+CLIENT_FOLDERS = "client-folders"
 
 
 def surface(package: str) -> str:
@@ -114,8 +115,11 @@ VIOLATIONS = [
         id="the server importing the node client inside a function",
     ),
     pytest.param(
-        # The node client reaches the wire layer, so the contract would reach it through the client.
-        Violation("registry/contract/keys.py", "import provisioner_client", frozenset({LAYERS, CONCERNS})),
+        # The node client reaches the wire layer, so the contract would reach it through the client
+        # (and each of the client's folders would reach the ones above it).
+        Violation(
+            "registry/contract/keys.py", "import provisioner_client", frozenset({LAYERS, CONCERNS, CLIENT_FOLDERS})
+        ),
         id="registry importing the node client",
     ),
     pytest.param(
@@ -125,6 +129,20 @@ VIOLATIONS = [
     pytest.param(
         Violation("registry/contract/templates.py", "import mesh_dev.local_nats", frozenset({LAYERS})),
         id="registry importing the development tooling",
+    ),
+    pytest.param(
+        Violation(
+            "provisioner_client/resolving/memory.py",
+            "from provisioner_client.materializing import envfile",
+            frozenset({CLIENT_FOLDERS}),
+        ),
+        id="the node client's resolving importing the env files it is resolved into",
+    ),
+    pytest.param(
+        Violation(
+            "provisioner_client/state/records.py", "import provisioner_client.rollout.gate", frozenset({CLIENT_FOLDERS})
+        ),
+        id="the node's state importing a folder that keeps records in it",
     ),
     pytest.param(
         Violation("provisioner_client/reconcile.py", "import nats", frozenset({NATS})),

@@ -4,8 +4,8 @@ before, no key is lost, and both programs follow changes again.
 
 What an outage does to the programs is counted in their own timers: reconnect attempts, watch
 polls and retries, lease renewals, and whether the leases expired meanwhile (ttl and clock skew).
-So every timer of both programs runs here at a fifth of its length in issue 9's measurement, and
-an outage as long as the lease ttl (3 s) stands for the 15 s one, four ttls (12 s) for the 60 s
+So every timer of both programs runs here at a fifth of its length when 15 s and 60 s outages were
+first measured, and an outage as long as the lease ttl (3 s) stands for the 15 s one, four ttls (12 s) for the 60 s
 one: the same attempts, the same renewals missed, the leases expired after the long one and not
 after the short one (`registry.wire.lease.SKEW`, 5 s, is not scaled: neither outage is near it).
 
@@ -33,7 +33,7 @@ from registry.errors import BusError
 from registry.wire import Bus, BusOptions, connect, put, snapshot
 from tests.helpers import EXAMPLES, NODE, Reports, restartable_nats, serving, sh_env
 
-SCALE = 5  # every timer below is a fifth of what it was when issue 9 measured 15 s and 60 s outages
+SCALE = 5  # every timer below is a fifth of what it was when 15 s and 60 s outages were first measured
 TIMING = WatchTiming(
     debounce=timedelta(seconds=0.1) / SCALE,
     refresh=timedelta(seconds=5) / SCALE,
@@ -119,7 +119,7 @@ class Figures:
 
     def __str__(self) -> str:
         streams = sorted(set(self.consumers_before) | set(self.consumers_after))
-        scaled = f"every timer at 1/{SCALE}: {self.outage * SCALE:.0f} s at issue 9's"
+        scaled = f"every timer at 1/{SCALE}: {self.outage * SCALE:.0f} s at full length"
         lines = [f"NATS outage of {self.outage:.0f} s ({scaled}) under a seat and a watching client:"]
         lines += [
             f"  {s}: consumers before {self.consumers_before.get(s, 0)}, after {self.consumers_after.get(s, 0)}"

@@ -63,4 +63,6 @@ async def test_prometheus_finds_a_stopped_node_stale_within_the_thresholds(
         took = time.monotonic() - stopped
         assert api.value('mesh_seat_nodes{job="mesh-seat", verdict="healthy"}') == 0
     thresholds = (NODE_TTL + SKEW).total_seconds()
-    assert thresholds - 0.5 < took < thresholds + 3 * SCRAPE + 2  # the lease's ttl, the skew allowed, a few scrapes
+    # never before the lease's ttl and the skew allowed; after them, within a few scrapes (and a
+    # loaded machine's delays)
+    assert thresholds - 0.5 < took < thresholds + 3 * SCRAPE + 10

@@ -1,18 +1,19 @@
-"""The README's set-up and every command it shows, run as printed on a fresh clone.
+"""The README's set-up and every command the documentation shows, run as printed on a fresh clone.
 
 The repository is cloned into a temporary folder (with this work tree's tracked and new files over
 the clone, so what is tested is what would be committed), `./scripts/run` is started there as the
-README says, from a shell whose PATH has no `.venv`, and each command of the README's second-shell
-blocks is run by `bash` in a clean environment (a "second shell": only HOME, PATH, LANG and TERM),
-one process per command after the block's `source` lines. Where the README shows what a command
-prints (a ```text block right after it), the output is compared with it: `...` alone on a line
-stands for any lines, `...` in a line for any text. Every other command must exit 0.
+README says, from a shell whose PATH has no `.venv`, and each command of the second-shell blocks
+(in the README or a page of `docs/`) is run by `bash` in a clean environment (a "second shell":
+only HOME, PATH, LANG and TERM), one process per command after the block's `source` lines. Where
+a document shows what a command prints (a ```text block right after it), the output is compared
+with it: `...` alone on a line stands for any lines, `...` in a line for any text. Every other
+command must exit 0.
 
 The clone's `.venv` reuses this one's packages (a `.pth` line naming its site-packages, and its
 nats-server binary) so `./scripts/run` installs only the project itself, in seconds, and never
-touches this virtualenv. Every shell block of the README is either run here or listed in
-NOT_RUNNABLE with the reason: a block added to the README without either fails
-`test_every_shell_block_of_the_readme_is_run_or_said_why_not`.
+touches this virtualenv. Every shell block of the README and of `docs/*.md` is either run here or
+listed in NOT_RUNNABLE with the reason: a block added to either without it fails
+`test_every_shell_block_of_the_documentation_is_run_or_said_why_not`.
 """
 
 from __future__ import annotations
@@ -34,12 +35,14 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 README = ROOT / "README.md"
+DOCUMENTS = (README, *sorted((ROOT / "docs").glob("*.md")))
 SHELL_LANGUAGES = {"sh", "shell", "bash", "console"}
 
 SET_UP = "./scripts/run"
 SECOND_SHELL = (
     "source .venv/bin/activate",
     "mesh-provisioner query needs --node node-1",
+    "mesh-provisioner query applied --module app",
     "mesh-provisioner-client status --config state/demo/client.toml",
     "echo 'EDITED=by hand' >> state/demo/env/app.env && sleep 5",
     "mesh-provisioner query",
@@ -73,11 +76,12 @@ COMMAND_TIMEOUT = 120  # seconds a second-shell command may take
 
 @dataclass(frozen=True)
 class Block:
-    """A code block of the README: indented (language "", a shell block) or fenced."""
+    """A code block of a document: indented (language "", a shell block) or fenced."""
 
     line: int
     language: str
     lines: tuple[str, ...]
+    document: str = "README.md"
 
     @property
     def is_shell(self) -> bool:
@@ -101,7 +105,12 @@ class Block:
             pending = ""
 
 
-def readme_blocks(text: str) -> list[Block]:
+def documented_blocks() -> list[Block]:
+    """Every code block of the README, then of each page of `docs/`, in that order."""
+    return [block for path in DOCUMENTS for block in readme_blocks(path.read_text(), str(path.relative_to(ROOT)))]
+
+
+def readme_blocks(text: str, document: str = "README.md") -> list[Block]:
     lines = text.splitlines()
     blocks: list[Block] = []
     i = 0
@@ -109,13 +118,13 @@ def readme_blocks(text: str) -> list[Block]:
         line = lines[i]
         if line.startswith("```"):
             end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-            blocks.append(Block(i + 1, line[3:].strip() or "plain", tuple(lines[i + 1 : end])))
+            blocks.append(Block(i + 1, line[3:].strip() or "plain", tuple(lines[i + 1 : end]), document))
             i = end + 1
         elif line.startswith("    ") and (i == 0 or not lines[i - 1].strip()):
             end = i
             while end < len(lines) and (lines[end].startswith("    ") or _blank_inside(lines, end)):
                 end += 1
-            blocks.append(Block(i + 1, "", tuple(x[4:] for x in lines[i:end])))
+            blocks.append(Block(i + 1, "", tuple(x[4:] for x in lines[i:end]), document))
             i = end
         else:
             i += 1
@@ -127,9 +136,9 @@ def _blank_inside(lines: list[str], at: int) -> bool:
 
 
 def shown_output(blocks: list[Block], block: Block) -> Block | None:
-    """The ```text block right after `block`, if any: what the README says its last command prints."""
+    """The ```text block right after `block` in its document, if any: what it says its last command prints."""
     after = blocks[blocks.index(block) + 1 :]
-    return after[0] if after and after[0].language == "text" else None
+    return after[0] if after and after[0].language == "text" and after[0].document == block.document else None
 
 
 def excerpt(expected: tuple[str, ...]) -> re.Pattern[str]:
@@ -146,8 +155,8 @@ def printed_as_said(expected: tuple[str, ...], printed: str) -> bool:
     return excerpt(expected).search(printed if printed.endswith("\n") else printed + "\n") is not None
 
 
-def test_every_shell_block_of_the_readme_is_run_or_said_why_not() -> None:
-    firsts = [block.first for block in readme_blocks(README.read_text()) if block.is_shell]
+def test_every_shell_block_of_the_documentation_is_run_or_said_why_not() -> None:
+    firsts = [block.first for block in documented_blocks() if block.is_shell]
     covered = {SET_UP, *SECOND_SHELL, *AFTER_STOP, *NOT_RUNNABLE}
     assert sorted(set(firsts)) == sorted(covered)
     assert len(firsts) == len(set(firsts)), "two shell blocks begin alike: tell them apart"
@@ -294,20 +303,24 @@ def run_blocks(shell: SecondShell, blocks: list[Block], firsts: tuple[str, ...])
             done = shell.run(command)
             said = shown_output(blocks, block) if command == commands[-1] else None
             if done.returncode != 0:
-                wrong.append(f"README line {block.line}: {command!r} exited {done.returncode}:\n{done.stderr[-2000:]}")
+                wrong.append(f"{where(block)}: {command!r} exited {done.returncode}:\n{done.stderr[-2000:]}")
             elif said is not None and not printed_as_said(said.lines, done.stdout):
-                wrong.append(
-                    f"README line {block.line}: {command!r} printed, not as README line {said.line} says:\n"
-                    f"{done.stdout[-3000:]}"
-                )
+                wrong.append(f"{where(block)}: {command!r} printed, not as {where(said)} says:\n{done.stdout[-3000:]}")
     return wrong
+
+
+def where(block: Block) -> str:
+    return f"{block.document} line {block.line}"
 
 
 @pytest.mark.timeout(READY_TIMEOUT + 240)
 @pytest.mark.slow
-def test_the_readme_set_up_and_every_command_it_shows_work_as_printed_on_a_fresh_clone(tmp_path: Path) -> None:
-    blocks = readme_blocks(README.read_text())
+def test_the_readme_set_up_and_every_command_the_documentation_shows_work_as_printed_on_a_fresh_clone(
+    tmp_path: Path,
+) -> None:
+    blocks = documented_blocks()
     (set_up,) = [b for b in blocks if b.is_shell and b.first == SET_UP]
+    assert set_up.document == "README.md", "the set-up is the README's"
     ready = shown_output(blocks, set_up)
     assert ready is not None, "the README says what ./scripts/run prints once it is ready"
     clone = fresh_clone(tmp_path)
@@ -331,3 +344,82 @@ def test_the_readme_set_up_and_every_command_it_shows_work_as_printed_on_a_fresh
 
     assert run_blocks(SecondShell(clone, environment), blocks, AFTER_STOP) == []
     assert not (clone / "state").exists()
+
+
+# --- the README itself ---------------------------------------------------------------------------------
+
+README_MOST_LINES = 300  # a screen or three: the rest is the documentation site's (docs/)
+
+
+def test_the_readme_fits_in_300_lines() -> None:
+    assert len(README.read_text().splitlines()) <= README_MOST_LINES
+
+
+def test_each_word_of_the_glossary_is_defined_before_the_readme_uses_it() -> None:
+    """A glossary row names its words in bold in its first cell; none of them (or its plural) may
+    appear in the README above that row."""
+    text = README.read_text()
+    rows = [(row.start(), re.findall(r"\*\*([^*]+)\*\*", row.group(1))) for row in GLOSSARY_ROW.finditer(text)]
+    assert len(rows) >= 20, "the README's glossary is a table of bold words"
+    early = [
+        f"{word!r} used before its definition: ...{text[used.start() - 40 : used.end()]}"
+        for at, words in rows
+        for word in words
+        if (used := re.search(rf"(?<![\w-]){re.escape(word)}(?:e?s)?(?![\w-])", text, re.IGNORECASE)) is not None
+        and used.start() < at
+    ]
+    assert early == []
+
+
+GLOSSARY_ROW = re.compile(r"(?m)^\| (\*\*[^|]*) \|")
+
+
+# --- a second ./scripts/run on the same clone, then the banner's commands in a new terminal --------
+
+BANNER_BLOCK = re.compile(r"^(?:Ask it from another terminal:|.*from another terminal:)\n((?:  \S.*\n)+)", re.M)
+
+
+@pytest.mark.timeout(READY_TIMEOUT + 240)
+@pytest.mark.slow
+def test_a_second_run_on_the_same_clone_is_refused_and_the_banners_commands_work_in_a_new_terminal(
+    tmp_path: Path,
+) -> None:
+    clone = fresh_clone(tmp_path)
+    reuse_packages(clone)
+    home = tmp_path / "home"
+    home.mkdir()
+    environment = shell_environment(home)
+    context = home / ".config" / "nats" / "context" / "mesh-provisioner-dev.json"
+    first = FirstShell(clone, environment)
+    try:
+        first.wait_for(("...", "env files are in state/demo/env (mode 0600); watching for changes, Ctrl-C stops"), 300)
+        kept = [clone / "state" / "mesh-provisioner-dev.lock", clone / "state" / "demo" / "client.toml"]
+        kept += [clone / "state" / "nats" / "nats-server.conf", context]
+        before = {path: (path.stat().st_mtime_ns, path.read_bytes()) for path in kept}
+        second = subprocess.run(
+            ["./scripts/run"], cwd=clone, env=environment, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert second.returncode == 6, second.stdout + second.stderr
+        assert f"(pid {first.process.pid})" in second.stderr, "names the running loop and its pid"
+        assert "== installing" not in second.stdout, "nothing changed since the first run's install"
+        assert {path: (path.stat().st_mtime_ns, path.read_bytes()) for path in kept} == before
+        banner = "".join(first.output)
+        blocks = BANNER_BLOCK.findall(banner)
+        assert len(blocks) == 2, banner  # the loop's queries, the demo's client status
+        for block in blocks:  # each as printed, in a terminal just opened: in the home folder
+            script = "set -e\n" + "".join(line.strip() + "\n" for line in block.splitlines())
+            done = subprocess.run(
+                ["bash", "-c", script],
+                cwd=home,
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, f"{block}\n{done.stdout}{done.stderr}"
+            assert "node-1" in done.stdout, block
+        assert first.interrupt() == 0, "".join(first.output)[-3000:]
+    finally:
+        first.kill()
+    assert not context.exists()

@@ -1,4 +1,4 @@
-"""The restart test (issue 18, "What must be shown" 2): 30 watching clients under a seat, NATS
+"""The restart test: 30 watching clients under a seat, NATS
 killed (SIGKILL: no goodbye, its store as the kill left it) and started again after 10 s on the
 same port and store.
 

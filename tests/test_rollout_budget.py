@@ -1,4 +1,4 @@
-"""Rollouts end to end (issue 23): many watching clients, each on its own node's grants, one shared
+"""Rollouts end to end: many watching clients, each on its own node's grants, one shared
 config value changed; the change actions record their own start and end in one file.
 
 - With a budget of 3, at no moment do more than 3 change actions run, and every node finishes.
@@ -33,7 +33,7 @@ from registry.access import Kind
 from registry.contract import fleet, to_json
 from registry.errors import BusError
 from registry.wire import BucketConfig, Bus, BusOptions, KvItem, connect, delete, get_direct, get_last_many, put
-from tests.helpers import Reports, in_own_task, restartable_nats, serving, sh_env
+from tests.helpers import Reports, in_own_task, restartable_nats, serving, sh_env, wait_for
 from tests.isolation import Mesh, mesh_server, party
 
 TIMING = WatchTiming(debounce=timedelta(seconds=0.1), poll=timedelta(seconds=1), backoff_max=timedelta(seconds=1))
@@ -108,10 +108,14 @@ class Fleet:
         return any(reason.startswith(prefix) for reason in reasons)
 
     async def until(self, check: Callable[[], bool], what: str, bound: float = BOUND) -> None:
-        with anyio.fail_after(bound):
-            while not check():
-                await anyio.sleep(0.1)
-        assert check(), what
+        await wait_for(check, what, bound, every=0.1)
+
+    async def each_reconciled_again(self, nodes: Sequence[str], what: str) -> None:
+        """Returns once each of `nodes` has finished a reconcile begun after the call: the barrier
+        before "nothing more happened" is judged (an action starts within a reconcile, and a node
+        let through changes in one)."""
+        counts = {node: len(self.reports[node].all) for node in nodes}
+        await self.until(lambda: all(len(self.reports[n].all) > counts[n] + 1 for n in nodes), what)
 
 
 def plans_of(
@@ -228,7 +232,7 @@ async def test_failed_changes_keep_their_slots_and_the_seats_hold_stops_the_node
                 lambda: all(nodes.said(n, "rollout: paused") for n in nodes_ if nodes.level(n) == "info"),
                 "the nodes not changed say the rollout is paused",
             )
-            await anyio.sleep(2)  # time for another node to change, were it let through
+            await nodes.each_reconciled_again(nodes_, "each node reconciled again while held")
             failed = claims_in(await get_last_many(seat, fleet.FLEET, fleet.claims_of("web")), "failed")
             changed = sorted(n for n in nodes_ if nodes.level(n) == "debug")
         tg.cancel_scope.cancel()

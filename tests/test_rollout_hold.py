@@ -1,5 +1,5 @@
 """The seat pauses a module's rollout when a node running it fails its change, and only then
-(issue 23: `provisioner.seat.rollouts`), on a real nats-server with the generated grants, static
+(`provisioner.seat.rollouts`), on a real nats-server with the generated grants, static
 and JWT accounts: the nodes write their claims on their own accounts, the seat holds on its own.
 
 A failure that must pause nothing is judged after a later failure that does pause, written after
@@ -25,7 +25,8 @@ from provisioner.seat.rollouts import FailedClaim, FailuresWaiting, Placement, R
 from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.wire import SKEW, Bus, KvItem, delete, get_last_many, get_latest, put
-from tests.helpers import in_own_task, until
+from tests.attacks import barrier_through
+from tests.helpers import eventually, in_own_task, stream_barrier, until, wait_for
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
 N1, N2, SEAT = party(Kind.NODE, "n1"), party(Kind.NODE, "n2"), party(Kind.SEAT)
@@ -80,12 +81,14 @@ async def seen(seat: Bus) -> AsyncIterator[RolloutsSeen]:
 
 async def hold_of(seat: Bus, module: str) -> tuple[fleet.Hold, int]:
     """`module`'s hold once there (and its revision); fails after `WITHIN` seconds without."""
-    with anyio.fail_after(WITHIN):
-        while True:
-            found = await get_latest(seat, fleet.FLEET, fleet.hold_key(module))
-            if found is not None and not found.deleted:
-                return fleet.Hold.model_validate_json(found.value), found.revision
-            await anyio.sleep(0.05)
+
+    async def standing() -> tuple[fleet.Hold, int] | None:
+        found = await get_latest(seat, fleet.FLEET, fleet.hold_key(module))
+        if found is None or found.deleted:
+            return None
+        return fleet.Hold.model_validate_json(found.value), found.revision
+
+    return await eventually(standing, f"a hold of {module}", WITHIN)
 
 
 async def judged(seen: RolloutsSeen, failures: int, *, held: str | None = None) -> None:
@@ -93,9 +96,11 @@ async def judged(seen: RolloutsSeen, failures: int, *, held: str | None = None) 
     its watch brought that module's hold paused; fails after `WITHIN` seconds without. `hold_of`
     alone does not say so: its read of a hold can come back before the write's acknowledgement,
     after which the task counts the pause, and before the watch's push of the same message."""
-    with anyio.fail_after(WITHIN):
-        while seen.pauses.total() < failures or (held is not None and seen.holds.get(held) != "paused"):
-            await anyio.sleep(0.05)
+    await wait_for(
+        lambda: seen.pauses.total() >= failures and (held is None or seen.holds.get(held) == "paused"),
+        f"{failures} failures judged" + (f", {held} held" if held else ""),
+        WITHIN,
+    )
 
 
 async def holds(seat: Bus) -> list[tuple[str, bytes, int, bool]]:
@@ -244,9 +249,10 @@ async def test_attack_a_node_cannot_write_change_or_free_a_hold(mesh: Mesh, seat
         await _send(hostile, fleet.FLEET.subject(fleet.hold_key("db")), aborted)
         purge = f'{{"filter":"{fleet.FLEET.subject("rollout.>")}"}}'.encode()
         await _send(hostile, f"$JS.API.{fleet.FLEET.purge_api}", purge)
-        await anyio.sleep(0.2)  # what must never land: the time it would take
+        await barrier_through(hostile, fleet.FLEET.subject(fleet.claim_key("web", "n2")))  # behind the attack
     finally:
         await hostile.close()
+    await stream_barrier(seat, [fleet.FLEET])
     assert await holds(seat) == before
 
 

@@ -1,4 +1,4 @@
-"""Issue 8's attack suite run by a node living at a site (issue 22), static and JWT, on exactly what
+"""The isolation attack suite run by a node living at a site, static and JWT, on exactly what
 `mesh-provisioner grants --mesh` writes: the hub and site 1 (node n1, the attacker, lives there;
 n2, the victim, at the hub), the hub's seat and the site's seat running (`serve --site`), so the
 site's copies exist and n1's verb is answered at its site.
@@ -43,15 +43,16 @@ from registry.contract import buckets
 from registry.wire import Bus, BusOptions, ask, connect, put
 from tests import test_isolation as at_the_hub
 from tests.attacks import (
+    barrier_through,
     data_buckets,
     everything,
     outside_own_keys,
 )
 from tests.cluster import free_port
-from tests.helpers import in_own_task
+from tests.helpers import eventually, in_own_task, stream_barrier
 from tests.isolation import party
 from tests.sites import Relay
-from tests.test_site_seat import Seat, connecting, eventually, requests_answered, seat_settings
+from tests.test_site_seat import Seat, connecting, requests_answered, seat_settings
 from tests.test_sites_topology import leafz, server
 
 SITE = "site1"
@@ -141,7 +142,7 @@ async def site_mesh(root: Path, *, jwt: bool, with_site: bool = True) -> AsyncIt
             Seat(connecting(hub, "seat", keys, jwt=jwt, name=buckets.SEAT), seat_settings(out, sites_file=sites_file))
         ]
         if site is not None:
-            await eventually(partial(_linked, monitor, mesh.link_account()))
+            await eventually(partial(_linked, monitor, mesh.link_account()), "the site's link up")
             site_settings = seat_settings(out, site=SITE, sites_file=sites_file)
             seats.append(Seat(connecting(site, f"seat-{SITE}", keys, jwt=jwt, name=buckets.SEAT), site_settings))
         for seat in seats:
@@ -221,7 +222,7 @@ class Ends:
 
     async def outside(self, node: str) -> dict[str, Any]:
         """Everything outside `node`'s own keys, at the hub and at the site (once caught up)."""
-        await eventually(self.caught_up)
+        await eventually(self.caught_up, "every mirror at the site at the hub's last sequence")
         found: dict[str, Any] = {
             "hub": outside_own_keys(await everything(self.hub, await data_buckets(self.hub)), node)
         }
@@ -241,20 +242,38 @@ async def ends(mesh: SiteMesh, seat: Bus) -> AsyncIterator[Ends]:
 
 
 @pytest.fixture
+def answering_seat(ends: Ends) -> Bus:
+    """A connection to the server whose seat answers n1's verb requests: its site's."""
+    assert ends.site is not None
+    return ends.site
+
+
+@pytest.fixture
 def judges_itself() -> None:
     """Asked by a test that judges the data itself (it changes some on purpose)."""
 
 
 @pytest.fixture(autouse=True)
-async def judged_at_both_ends(request: pytest.FixtureRequest, ends: Ends) -> AsyncIterator[None]:
+async def judged_at_both_ends(request: pytest.FixtureRequest, mesh: SiteMesh, ends: Ends) -> AsyncIterator[None]:
     """Every test here: nothing outside the attacker's own keys changed, at the hub or at the site."""
     if "judges_itself" in request.fixturenames:
         yield
         return
     before = await ends.outside(ATTACKER)
     yield
-    await anyio.sleep(0.2)  # what an attack would leave lands within it, as in `unchanged_after`
+    await after_the_attack(mesh, ends.hub)
     assert await ends.outside(ATTACKER) == before
+
+
+async def after_the_attack(mesh: SiteMesh, hub: Bus) -> None:
+    """The barrier before the judgement: n1's refused write on its path (across the link, in order
+    behind whatever it sent before), then every bucket at the hub past what was routed to it."""
+    n1 = await mesh.raw(party(Kind.NODE, ATTACKER))
+    try:
+        await barrier_through(n1, buckets.NEEDS.subject(f"{ATTACKER}.web.config.x"))
+    finally:
+        await n1.close()
+    await stream_barrier(hub, await data_buckets(hub))
 
 
 async def test_the_judges_see_a_change_at_both_ends_and_none_of_the_attackers_own_keys(

@@ -1,4 +1,4 @@
-"""A site's data link credential in an attacker's hands (issue 22): whoever holds
+"""A site's data link credential in an attacker's hands: whoever holds
 `leaf-<site>-data.nk` (or `.creds`) runs a leaf server of their own that dials the hub with it,
 in place of the site's server, and sends from a client there every subject it likes: nats-server
 lets into the hub's data account only what the link's user may publish, and sends back only what
@@ -49,16 +49,17 @@ from tests.attacks import (
     API_ATTACKS,
     READ_ATTACKS,
     RequestAttack,
+    barrier_through,
     data_buckets,
     everything,
     named,
     nothing_comes_back,
     outside_own_keys,
 )
-from tests.helpers import in_own_task
+from tests.helpers import eventually, in_own_task, stream_barrier
 from tests.isolation import party
 from tests.test_site_isolation import SITE, SiteMesh, site_mesh
-from tests.test_site_seat import eventually, requests_answered
+from tests.test_site_seat import requests_answered
 
 HUB_API = "$JS.hub.API."
 LINK = f"leaf-{SITE}-data"
@@ -216,7 +217,7 @@ async def rogue_server(mesh: SiteMesh, seat: Bus, tmp_path: Path) -> AsyncIterat
     async with in_own_task(rogue_leaf(mesh, tmp_path / "rogue")) as server:
         client = await server.client()
         try:
-            await eventually(partial(_written_through, client, seat))
+            await eventually(partial(_written_through, client, seat), "n1's need written through the link")
         finally:
             await client.close()
         yield server
@@ -264,7 +265,8 @@ async def test_a_rogue_leaf_on_the_sites_link_changes_nothing_at_the_hub(
 ) -> None:
     before, made = await outside_the_sites_keys(seat), await consumers(seat)
     await nothing_comes_back(seat, rogue, attack, await data_buckets(seat))
-    await anyio.sleep(0.2)
+    await barrier_through(rogue, f"{HUB_API}{NEEDS.subject('n1.web.config.x')}")  # on the attack's path, behind it
+    await stream_barrier(seat, await data_buckets(seat))
     assert await outside_the_sites_keys(seat) == before
     assert await consumers(seat) == made
 
@@ -295,7 +297,9 @@ async def test_a_rogue_leaf_asking_the_verb_is_never_answered_at_the_hub(
     async with rogue_leaf(mesh, tmp_path / "rogue", client_account) as server:
         client = await server.client()
         try:
-            await eventually(partial(_written_through, client, seat))  # the link is up and carries
+            await eventually(
+                partial(_written_through, client, seat), "n1's need written through the link"
+            )  # up, carrying
             answers = [await _verb_answer(client) for _ in range(5)]
         finally:
             await client.close()
@@ -347,7 +351,7 @@ async def test_a_rogue_leaf_on_the_vault_link_is_not_taken_for_another_node(
         async with rogue_leaf(mesh, tmp_path / "rogue", account_of(mesh, "node-n2"), VAULT_LINK) as server:
             client = await server.client()
             try:
-                asked_as = await eventually(partial(_asked_as, client))
+                asked_as = await eventually(partial(_asked_as, client), "the hub's answer naming who asked")
             finally:
                 await client.close()
     finally:
@@ -393,7 +397,7 @@ async def test_a_rogue_leaf_on_the_vault_link_gets_the_secrets_of_its_sites_node
             async with rogue_leaf(mesh, tmp_path / "rogue", client_account, VAULT_LINK) as server:
                 client = await server.client()
                 try:
-                    own = await eventually(partial(_secret_asked, client, SITE_NODE))
+                    own = await eventually(partial(_secret_asked, client, SITE_NODE), "the site node's secret asked")
                     other = await _secret_asked(client, "n2")
                 finally:
                     await client.close()

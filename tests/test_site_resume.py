@@ -1,4 +1,4 @@
-"""A site's copies resume soon after a cut link (issue 22, must-show 1: converged within 5 s), on
+"""A site's copies resume soon after a cut link (converged within 5 s), on
 the generated configuration: the hub and site 1 with both seats, the link through the tests' relay
 (20 ms each way), cut while values change at the hub.
 
@@ -35,11 +35,17 @@ from registry.access import read_sites_file
 from registry.contract import Bucket, buckets
 from registry.errors import BusError
 from registry.wire import BucketConfig, Bus, Message, connect, get_direct, put
+from tests.helpers import eventually
 from tests.sites import generated_hub_and_site
-from tests.test_site_seat import CONFIG, DELAY, MODES, NEED, eventually, hub_and_site
+from tests.test_site_seat import CONFIG, DELAY, MODES, NEED, hub_and_site
 
 BOUND = Bucket("postgres_bound", buckets.NEEDS.shape)
 RESUMED_WITHIN = 15.0  # seconds: the bound asserted (5 s is the aim, measured and said in FIGURE lines)
+# A long cut: the copies stall (no heartbeat for 10 s: 10 to 20 s in), nats-server's reset of their
+# consumer is sent into the cut and lost (it waits 5 s for the answer), and the next waits on its
+# backoff, as after 60 s; a longer cut only deepens that backoff, which the durable consumer's reset
+# on its heartbeat does not wait for. The test checks a reset was lost in it.
+LONG_CUT = 30.0
 
 
 async def value_at(bus: Bus, bucket: Bucket, key: str) -> bytes | None:
@@ -47,7 +53,7 @@ async def value_at(bus: Bus, bucket: Bucket, key: str) -> bytes | None:
     return None if got is None else got.value
 
 
-async def until(probe: Callable[[], Awaitable[bool]], within: float) -> float:
+async def seconds_until(probe: Callable[[], Awaitable[bool]], within: float) -> float:
     """Seconds until `probe()` holds, asked every 20 ms."""
     start = time.monotonic()
     with anyio.fail_after(within):
@@ -69,8 +75,10 @@ async def resumed_after_a_cut(
         hub = await stack.enter_async_context(connect(mesh.options(mesh.hub, "seat")))
         await put(hub, CONFIG, "db=3Aurl", b'"before"')
         await put(hub, BOUND, "n1.db.postgres", b'"before"')
-        await eventually(lambda: _holds(value_at(n1, CONFIG, "db=3Aurl"), b'"before"'))
-        await eventually(lambda: _holds(value_at(n1, BOUND, "n1.db.postgres"), b'"before"'))
+        await eventually(lambda: _holds(value_at(n1, CONFIG, "db=3Aurl"), b'"before"'), "the config value at the site")
+        await eventually(
+            lambda: _holds(value_at(n1, BOUND, "n1.db.postgres"), b'"before"'), "the bound value at the site"
+        )
 
         site_data = await stack.enter_async_context(connect(mesh.options(mesh.site, "seat-site1")))
         resets = anyio.Event()
@@ -81,11 +89,14 @@ async def resumed_after_a_cut(
 
         await site_data.subscribe(f"$JS.hub.API.CONSUMER.RESET.{CONFIG.stream}.>", reset_sent)
         mesh.relay.cut()
+        resets = anyio.Event()
         for index in range(3):  # changes all through the cut
             await anyio.sleep(seconds / 3)
             await put(hub, CONFIG, "db=3Aurl", f'"during {index}"'.encode())
             await put(hub, BOUND, "n1.db.postgres", f'"during {index}"'.encode())
         assert await value_at(n1, CONFIG, "db=3Aurl") == b'"before"'  # the site's copy, stale
+        if seconds >= LONG_CUT:
+            assert resets.is_set(), "the config mirror sent no reset of its consumer into the cut: too short a cut"
         if with_a_lost_reset:  # the link back just after the mirror's reset went nowhere
             resets = anyio.Event()
             with anyio.fail_after(60):
@@ -98,13 +109,13 @@ async def resumed_after_a_cut(
                 await value_at(n1, BOUND, "n1.db.postgres") == b'"during 2"'
             )
 
-        took = await until(current, RESUMED_WITHIN + 30)
+        took = await seconds_until(current, RESUMED_WITHIN + 30)
         hub_info = await hub.jetstream(CONFIG.info_api, operation="hub's config")
         site_info = await site_data.jetstream(CONFIG.info_api, operation="site's config")
         assert site_info["state"]["messages"] == hub_info["state"]["messages"]
         # n1's writes go through again (fail fast, the link is back)
-        await eventually(lambda: _written(n1))
-        await eventually(lambda: _holds(value_at(n1, buckets.NEEDS, "n1.app.secret.db"), NEED))
+        await eventually(lambda: _written(n1), "n1's write through the link")
+        await eventually(lambda: _holds(value_at(n1, buckets.NEEDS, "n1.app.secret.db"), NEED), "n1's need at the site")
     return took
 
 
@@ -122,9 +133,9 @@ async def _written(n1: Bus) -> bool | None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("jwt", MODES)
-async def test_the_site_copies_are_current_soon_after_a_60s_cut(tmp_path: Path, jwt: bool) -> None:
-    took = await resumed_after_a_cut(tmp_path, 60, jwt=jwt)
-    print(f"FIGURE site copies current {took:.2f} s after a 60 s cut ({'JWT' if jwt else 'static'})")
+async def test_the_site_copies_are_current_soon_after_a_cut_that_lost_their_reset(tmp_path: Path, jwt: bool) -> None:
+    took = await resumed_after_a_cut(tmp_path, LONG_CUT, jwt=jwt)
+    print(f"FIGURE site copies current {took:.2f} s after a {LONG_CUT:.0f} s cut ({'JWT' if jwt else 'static'})")
     assert took < RESUMED_WITHIN
 
 
@@ -159,11 +170,15 @@ async def test_the_site_copies_are_current_soon_after_a_hub_restart(tmp_path: Pa
         async with connect(sites.options(sites.site, "seat-site1")) as site, anyio.create_task_group() as tasks:
             await ensure_site_copies(site, entry, hub_domain="hub", config=BucketConfig())
             await tasks.start(partial(resend_lost_resets, site, "hub"))
-            await eventually(lambda: _holds(value_at(site, CONFIG, "db=3Aurl"), b'"before"'), within=30)
+            await eventually(
+                lambda: _holds(value_at(site, CONFIG, "db=3Aurl"), b'"before"'),
+                "the config value at the site",
+                within=30,
+            )
             await sites.restart_hub()
             async with connect(sites.options(sites.hub, "seat")) as hub:
                 await put(hub, CONFIG, "db=3Aurl", b'"after"')
-            took = await until(lambda: _is(value_at(site, CONFIG, "db=3Aurl"), b'"after"'), 120)
+            took = await seconds_until(lambda: _is(value_at(site, CONFIG, "db=3Aurl"), b'"after"'), 120)
             tasks.cancel_scope.cancel()
     print(f"FIGURE site copy current {took:.2f} s after a value changed as the hub came back from a restart")
 

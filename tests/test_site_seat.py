@@ -42,6 +42,7 @@ from registry.contract import Bucket, NodeRow, buckets
 from registry.errors import NoResponders, SettingsError
 from registry.wire import Bus, BusOptions, answer_of, connect, get_direct, put
 from tests.cluster import free_port
+from tests.helpers import eventually
 from tests.prometheus import sample, samples
 from tests.sites import Relay
 from tests.test_sites_topology import leafz, server
@@ -163,7 +164,9 @@ async def hub_and_site(
             def data_link(up: list[dict[str, Any]]) -> bool:
                 return any(link["account"] == data for link in up)
 
-            await eventually(lambda: _with(anyio.to_thread.run_sync(leafz, monitor), data_link))
+            await eventually(
+                lambda: _with(anyio.to_thread.run_sync(leafz, monitor), data_link), "the site's data link up"
+            )
             site_file = out / "sites" / "sites.json"
             hub_seat = Seat(  # the hub of the sites of sites.json: it makes the consumers their copies take
                 connecting(hub, "seat", keys, jwt=jwt, name=buckets.SEAT),
@@ -183,17 +186,6 @@ async def hub_and_site(
                 await site_seat.stop()
                 await hub_seat.stop()
         tasks.cancel_scope.cancel()  # the relay
-
-
-async def eventually(probe: Callable[[], Awaitable[T | None]], within: float = 20.0) -> T:
-    """`probe`'s first answer that is not None (a copy catches up on its own time; no speed is
-    asserted, `within` only bounds a failure)."""
-    with anyio.fail_after(within):
-        while True:
-            found = await probe()
-            if found is not None:
-                return found
-            await anyio.sleep(0.05)
 
 
 async def registry_kinds(node: Bus) -> set[str]:
@@ -244,7 +236,7 @@ async def test_the_site_seat_answers_the_site_node_from_the_copies_even_with_the
             kinds = await registry_kinds(n1)
             return kinds if kinds == at_the_hub else None
 
-        await eventually(site_registry)
+        await eventually(site_registry, "the site's copy of the registry")
         scraped = samples(await anyio.to_thread.run_sync(scrape, metrics))  # the site's figures: its copies
         assert sample(scraped, "mesh_seat_bucket_keys", bucket=buckets.REGISTRY.name) == len(at_the_hub)
         site_before, hub_before = await requests_answered(site_data), await requests_answered(hub_data)
@@ -262,7 +254,9 @@ async def test_the_site_seat_answers_the_site_node_from_the_copies_even_with_the
             entries: list[dict[str, Any]] = answer["entries"]
             return entries or None
 
-        assert [(e["node"], e["module"]) for e in await eventually(n1_needs)] == [("n1", "app")]
+        assert [(e["node"], e["module"]) for e in await eventually(n1_needs, "n1's needs answered at its site")] == [
+            ("n1", "app")
+        ]
         assert await requests_answered(hub_data) == hub_before
 
         figures = {"site": await timed(n1), "hub": await timed(n3)}
@@ -273,12 +267,14 @@ async def test_the_site_seat_answers_the_site_node_from_the_copies_even_with_the
         mesh.relay.cut()  # the link cut: still answered, from the copies
         await anyio.sleep(0.5)
         assert await registry_kinds(n1) == at_the_hub
-        assert [e["module"] for e in await eventually(n1_needs)] == ["app"]
+        assert [e["module"] for e in await eventually(n1_needs, "n1's needs answered at its site")] == ["app"]
         figures["site, link cut"] = await timed(n1, 10)
 
         await mesh.site_seat.stop()  # the site's seat restarted during the cut: its copies are checked here
         await mesh.tasks.start(mesh.site_seat.run)
-        assert await eventually(lambda: _answered(registry_kinds(n1))) == at_the_hub
+        assert (
+            await eventually(lambda: _answered(registry_kinds(n1)), "the registry answered at the site") == at_the_hub
+        )
 
     print(f"FIGURE what=registry median over {ASKED}, relay {DELAY * 1000:.0f} ms each way: ", end="")
     print(", ".join(f"{where} {ms:.2f} ms" for where, ms in figures.items()))
@@ -304,7 +300,9 @@ async def test_a_change_at_the_hub_reaches_the_site_copies_and_live_updates(tmp_
     async with hub_and_site(tmp_path) as mesh, AsyncExitStack() as stack:
         n1 = await stack.enter_async_context(connect(mesh.options(mesh.site, "node-n1")))
         hub_data = await stack.enter_async_context(connect(mesh.options(mesh.hub, "seat")))
-        await eventually(lambda: _with(registry_kinds(n1), lambda kinds: "consumers" in kinds))
+        await eventually(
+            lambda: _with(registry_kinds(n1), lambda kinds: "consumers" in kinds), "the consumers kind at the site"
+        )
         watcher = await nats.connect(mesh.site.url, nkeys_seed=str(mesh.keys / "node-n1.nk"))
         stack.push_async_callback(watcher.close)
         live = await watcher.subscribe(buckets.REGISTRY.subject(">"))
@@ -323,7 +321,10 @@ async def test_a_change_at_the_hub_reaches_the_site_copies_and_live_updates(tmp_
             async for msg in live.messages:
                 if msg.subject == buckets.REGISTRY.subject("consumers"):
                     break
-        await eventually(lambda: _with(registry_kinds(n1), lambda kinds: "consumers" not in kinds))
+        await eventually(
+            lambda: _with(registry_kinds(n1), lambda kinds: "consumers" not in kinds),
+            "the consumers kind gone at the site",
+        )
 
         # a shared config write at the hub: at the site's mirror and on n1's live updates
         await put(hub_data, CONFIG, "db=3Aurl", b'"postgres://db"')
@@ -358,7 +359,7 @@ async def test_a_shared_collection_is_read_and_followed_at_the_site(tmp_path: Pa
             answer = await answer_of(n1, {"what": "collect", "collection": shared})
             return {row.key for row in answer.entries if not isinstance(row, NodeRow)} or None
 
-        assert await eventually(contributors) == {f"n3.{shared}.tools"}
+        assert await eventually(contributors, "the contributors listed at the site") == {f"n3.{shared}.tools"}
         assert not (await answer_of(n1, {"what": "collect", "collection": "other"})).entries
 
         manifests = tmp_path / "manifests"
@@ -386,8 +387,10 @@ async def test_the_hubs_quota_purge_is_followed_by_the_sites_mirror(tmp_path: Pa
         async def purged_at(bus: Bus) -> bool | None:
             return True if await get_direct(bus, buckets.NEEDS, "n1.m0.secret.db") is None else None
 
-        await eventually(lambda: purged_at(hub_data))
-        await eventually(lambda: purged_at(n1))  # n1 reads at its site: its keys are gone there too
+        await eventually(lambda: purged_at(hub_data), "the purge at the hub")
+        await eventually(
+            lambda: purged_at(n1), "the purge at the site"
+        )  # n1 reads at its site: its keys are gone there too
 
         async def alike() -> bool | None:
             """Both streams hold as many messages, once the mirror has the hub's last (writes after the
@@ -398,7 +401,7 @@ async def test_the_hubs_quota_purge_is_followed_by_the_sites_mirror(tmp_path: Pa
                 return None
             return site["messages"] == hub["messages"] or None
 
-        assert await eventually(alike)
+        assert await eventually(alike, "both ends alike")
 
 
 async def test_a_copy_deleted_at_the_site_is_made_again_whole(tmp_path: Path) -> None:
@@ -414,18 +417,18 @@ async def test_a_copy_deleted_at_the_site_is_made_again_whole(tmp_path: Path) ->
             info = await site_data.jetstream(CONFIG.info_api, operation="site's config")
             return True if info["state"]["messages"] == count else None
 
-        await eventually(lambda: site_holds(5))
+        await eventually(lambda: site_holds(5), "the site's copy holding 5")
 
         async def acknowledged() -> bool | None:  # by the copy's flow control, at the hub
             api = f"CONSUMER.INFO.{CONFIG.stream}.site-site1"
             info = await hub_data.jetstream(api, operation="the hub's consumer of site1's copy")
             return True if info["ack_floor"]["stream_seq"] == 5 else None
 
-        await eventually(acknowledged)
+        await eventually(acknowledged, "the write acknowledged")
         await mesh.site_seat.stop()
         await site_data.jetstream(f"STREAM.DELETE.{CONFIG.stream}", operation="an operator deletes the copy")
         await mesh.tasks.start(mesh.site_seat.run)
-        await eventually(lambda: site_holds(5))
+        await eventually(lambda: site_holds(5), "the site's copy holding 5")
         first = await get_direct(site_data, CONFIG, "key0")
         assert first is not None and first.value == b'"value"'
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -58,6 +58,7 @@ from registry.contract import Bucket, buckets
 from registry.errors import AuthorizationRefused
 from registry.wire import BucketConfig, BusOptions, connect, connect_within
 from tests.cluster import free_port
+from tests.helpers import eventually
 
 T = TypeVar("T")
 
@@ -176,17 +177,6 @@ async def party(stack: AsyncExitStack, servers: Servers, running: LocalNats, lab
     return client
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], within: float = 15.0) -> T:
-    """`probe`'s first answer that is not `None`, asked again until then (a mirror or a source
-    catches up on its own time; no speed is asserted, `within` only bounds a failure)."""
-    with anyio.fail_after(within):
-        while True:
-            found = await probe()
-            if found is not None:
-                return found
-            await anyio.sleep(0.05)
-
-
 def leafz(monitor: int) -> list[dict[str, Any]]:
     with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/leafz", timeout=5) as answer:  # loopback
         leafs: list[dict[str, Any]] = json.load(answer).get("leafs") or []
@@ -200,7 +190,7 @@ async def linked(servers: Servers, count: int) -> list[tuple[str, str]]:
         )
         return found if len(found) == count else None
 
-    return await eventually(probe)
+    return await eventually(probe, f"{count} leaf links at the hub")
 
 
 async def kv(js: JetStreamContext, bucket: str) -> None:
@@ -294,18 +284,18 @@ async def test_a_hub_and_two_sites_run_on_the_generated_configuration(tmp_path: 
         assert json.loads(put.data) == {"stream": buckets.NEEDS.stream, "domain": "hub", "seq": 1}
         hub_need = await direct_get(seat, buckets.NEEDS, "n1.app.secret.db")
         assert hub_need is not None and hub_need.data == b'{"placeholder": "x"}'
-        own = await eventually(lambda: direct_get(n1, buckets.NEEDS, "n1.app.secret.db"))
+        own = await eventually(lambda: direct_get(n1, buckets.NEEDS, "n1.app.secret.db"), "n1's need read at its site")
         assert (own.data, own.header) == (hub_need.data, hub_need.header)  # the hub's revision and time stamp
-        registry = await eventually(lambda: direct_get(n1, buckets.REGISTRY, "secret"))
+        registry = await eventually(lambda: direct_get(n1, buckets.REGISTRY, "secret"), "the registry read at the site")
         assert registry.data == b'{"kind": "secret"}' and registry.header is not None
-        bound = await eventually(lambda: direct_get(n1, BOUND, "n1.db.postgres"))
+        bound = await eventually(lambda: direct_get(n1, BOUND, "n1.db.postgres"), "n1's bound value read at its site")
         assert bound.data == b"n1's"
 
         # ... and the vault at the hub through the link, which the hub's server says site 1 asks
         # (whatever site 1's server wrote); the verb never crosses: the site's seat answers it
         await answering(seat, buckets.VERB_SUBJECT)
         await answering(vault, SECRET_VERB)
-        asked = await eventually(lambda: once_heard(n1, SECRET_VERB))
+        asked = await eventually(lambda: once_heard(n1, SECRET_VERB), "the secret verb heard")
         assert json.loads(asked.data) == {"acc": site1}
         assert await refused(n1, buckets.VERB_SUBJECT, b"{}")
 

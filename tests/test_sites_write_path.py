@@ -1,4 +1,4 @@
-"""How a node at a site writes its keys (issue 22): fail fast through the hub, or buffered at the
+"""How a node at a site writes its keys: fail fast through the hub, or buffered at the
 site and sourced by the hub. Each test runs a hub and a site on real nats-servers in their own
 JetStream domains, the site a leaf node of the hub through a relay adding 20 ms each way
 (`tests.sites`), and writes as the node client does (`registry.wire.kv`, `registry.wire.lease`).
@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -37,6 +38,7 @@ from registry.wire import (
     purge,
     update,
 )
+from tests.helpers import NEVER, last_sequence, wait_for
 from tests.sites import NODE, SITE, Sites, WritePath, hub_and_site, make_streams, site_mirror
 
 DELAY = 0.02  # seconds each way across the relay: a WAN link
@@ -70,10 +72,21 @@ async def _until_the_link_carries(p: Parties) -> None:
     or into the hub's bucket from the site's (buffered)."""
     probe = f"{NODE}.probe"
     if p.sites.path == "fail fast":
-        await eventually(lambda: _written(p.node, NEEDS, probe), within=10)
+        await seconds_until(lambda: _written(p.node, NEEDS, probe), within=10)
     else:
         await update(p.node, NEEDS, probe, b"probe", last=0)
-        await eventually(holds(p.seat, NEEDS, probe, b"probe"), within=10)
+        await seconds_until(holds(p.seat, NEEDS, probe, b"probe"), within=10)
+
+
+async def _link_is_away(node: Bus) -> bool:
+    """Whether a node's write (one the hub would refuse, storing nothing) finds nobody to take it."""
+    try:
+        await update(node, NEEDS, f"{NODE}.probe", b"", last=NEVER)
+    except NoResponders:
+        return True
+    except (WrongLastSequence, BusTimeout):
+        return False
+    raise AssertionError("a write expecting a revision never reached was stored")
 
 
 async def _written(bus: Bus, bucket: Bucket, key: str) -> bool:
@@ -86,7 +99,7 @@ async def _written(bus: Bus, bucket: Bucket, key: str) -> bool:
     return True
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], within: float) -> float:
+async def seconds_until(check: Callable[[], Awaitable[bool]], within: float) -> float:
     """Seconds until `check()` holds, asked every 20 ms; fails the test past `within`."""
     started = time.monotonic()
     while not await check():
@@ -106,11 +119,6 @@ def holds(bus: Bus, bucket: Bucket, key: str, value: bytes | None) -> Callable[[
         return item is not None and not item.deleted and item.value == value
 
     return check
-
-
-async def last_sequence(bus: Bus, bucket: Bucket) -> int:
-    info = await bus.jetstream(bucket.info_api, operation=f"info {bucket.name}")
-    return int(info["state"]["last_seq"])
 
 
 async def stored_headers(bus: Bus, bucket: Bucket, key: str) -> str:
@@ -152,7 +160,7 @@ async def test_fail_fast_writes_are_decided_at_the_hub_and_read_back_at_the_site
 
         at_hub = await must_get(p.seat, NEEDS, f"{NODE}.app")
         assert at_hub.revision == second, "the revision the writer is told is the hub's"
-        lag = await eventually(holds(p.node, NEEDS, f"{NODE}.gone", None), within=5)
+        lag = await seconds_until(holds(p.node, NEEDS, f"{NODE}.gone", None), within=5)
         figure("fail fast: a write seen in the site's mirror after its ack", lag)
         mirrored = await get_stamped(p.node, NEEDS, f"{NODE}.app")
         hub_stamped = await get_stamped(p.seat, NEEDS, f"{NODE}.app")
@@ -187,7 +195,7 @@ async def test_fail_fast_lease_and_removal_are_decided_in_one_place(tmp_path: Pa
                 return False
             pytest.fail("a renewal after remove-node was stored")
 
-        await eventually(renewal_finds_it_lost, within=5)
+        await seconds_until(renewal_finds_it_lost, within=5)
         removed = await must_get(p.seat, LEASES, LEASE_KEY)
         assert removed.deleted and removed.value == REMOVED_LEASE, "the removal stands: nothing resurrected it"
 
@@ -206,11 +214,11 @@ async def test_fail_fast_a_purge_at_the_hub_is_not_mirrored(tmp_path: Path) -> N
     async with running(tmp_path, "fail fast") as p:
         for name in ("a", "b"):
             await update(p.node, NEEDS, f"{NODE}.{name}", b"1", last=0)
-        await eventually(holds(p.node, NEEDS, f"{NODE}.b", b"1"), within=5)
+        await seconds_until(holds(p.node, NEEDS, f"{NODE}.b", b"1"), within=5)
         stamp = (await must_get(p.node, NEEDS, f"{NODE}.>")).revision
         assert await purge(p.seat, NEEDS, f"{NODE}.>") == 3  # a, b and the link probe
         await update(p.seat, NEEDS, "other.key", b"1", last=0)  # the mirror has moved past the purge
-        await eventually(holds(p.site, NEEDS, "other.key", b"1"), within=5)
+        await seconds_until(holds(p.site, NEEDS, "other.key", b"1"), within=5)
         assert await get_direct(p.seat, NEEDS, f"{NODE}.a") is None
         assert (await must_get(p.node, NEEDS, f"{NODE}.a")).value == b"1", "the mirror still holds it"
         assert (await must_get(p.node, NEEDS, f"{NODE}.>")).revision == stamp, "the node's stamp did not move"
@@ -226,7 +234,7 @@ async def test_fail_fast_during_a_cut_the_write_fails_at_once_and_a_stall_times_
         key = f"{NODE}.app"
         revision = await update(p.node, NEEDS, key, b"before", last=0)
         p.sites.relay.cut()
-        await anyio.sleep(0.2)  # the site's server has seen its leaf connection close
+        await wait_for(partial(_link_is_away, p.node), "the site's server saw its leaf connection close")
         failures = []
         for _ in range(5):
             started = time.perf_counter()
@@ -237,7 +245,7 @@ async def test_fail_fast_during_a_cut_the_write_fails_at_once_and_a_stall_times_
         assert (await must_get(p.seat, NEEDS, key)).value == b"before"
 
         p.sites.relay.restore()
-        back = await eventually(lambda: _written_over(p.node, key, b"after", revision), within=10)
+        back = await seconds_until(lambda: _written_over(p.node, key, b"after", revision), within=10)
         figure("fail fast, link restored: until a write is stored again", back, "s")
         revision = (await must_get(p.seat, NEEDS, key)).revision
 
@@ -247,7 +255,7 @@ async def test_fail_fast_during_a_cut_the_write_fails_at_once_and_a_stall_times_
             await update(p.node, NEEDS, key, b"stalled", last=revision)
         figure("fail fast, link stalled: a write gives up after the bus timeout", time.perf_counter() - started)
         p.sites.relay.restore()
-        late = await eventually(holds(p.seat, NEEDS, key, b"stalled"), within=10)
+        late = await seconds_until(holds(p.seat, NEEDS, key, b"stalled"), within=10)
         figure("fail fast, link unstalled: the write given up on is stored at the hub after", late)
         with pytest.raises(WrongLastSequence):  # its writer retrying from what it knew learns so
             await update(p.node, NEEDS, key, b"stalled", last=revision)
@@ -280,7 +288,7 @@ async def test_fail_fast_a_stalled_link_fails_fast_once_the_site_pings_it_dead(t
             "s",
         )
         p.sites.relay.restore()
-        await eventually(lambda: _written_over(p.node, key, b"after", revision), within=10)
+        await seconds_until(lambda: _written_over(p.node, key, b"after", revision), within=10)
         assert (await must_get(p.seat, NEEDS, key)).revision == revision + 1, "the stalled writes were never stored"
 
 
@@ -300,7 +308,7 @@ async def test_fail_fast_hub_restart(tmp_path: Path) -> None:
         with pytest.raises((NoResponders, BusTimeout)):
             await update(p.node, NEEDS, key, b"during", last=revision)
         await p.sites.tasks.start(p.sites.hub.run)
-        back = await eventually(lambda: _written_over(p.node, key, b"after", revision), within=20)
+        back = await seconds_until(lambda: _written_over(p.node, key, b"after", revision), within=20)
         figure("fail fast, hub restarted: until a write is stored again", back, "s")
         async with p.sites.seat() as seat:
             assert (await must_get(seat, NEEDS, key)).revision == revision + 1, "stored once"
@@ -324,7 +332,7 @@ async def test_buffered_writes_reach_the_hub_unconditionally_with_other_revision
         gone = await update(p.node, NEEDS, f"{NODE}.gone", b"x", last=0)
         await delete(p.node, NEEDS, f"{NODE}.gone", last=gone)
 
-        reached = await eventually(holds(p.seat, NEEDS, f"{NODE}.gone", None), within=5)
+        reached = await seconds_until(holds(p.seat, NEEDS, f"{NODE}.gone", None), within=5)
         figure("buffered: the last write seen at the hub after its site ack", reached)
         at_site = await get_stamped(p.node, NEEDS, key)
         at_hub = await get_stamped(p.seat, NEEDS, key)
@@ -344,7 +352,7 @@ async def test_buffered_cut_writes_are_acknowledged_at_the_site_and_follow_in_or
     async with running(tmp_path, "buffered") as p:
         key = f"{NODE}.counter"
         revision = await update(p.node, NEEDS, key, b"0", last=0)
-        await eventually(holds(p.seat, NEEDS, key, b"0"), within=5)
+        await seconds_until(holds(p.seat, NEEDS, key, b"0"), within=5)
         hub_before = await last_sequence(p.seat, NEEDS)
         p.sites.relay.cut()
         await anyio.sleep(0.2)
@@ -361,15 +369,16 @@ async def test_buffered_cut_writes_are_acknowledged_at_the_site_and_follow_in_or
         assert (await must_get(p.seat, NEEDS, key)).value == b"0", "nothing crosses while cut"
 
         p.sites.relay.restore()
-        reached = await eventually(holds(p.seat, NEEDS, f"{NODE}.k2", None), within=20)
+        reached = await seconds_until(holds(p.seat, NEEDS, f"{NODE}.k2", None), within=20)
         figure("buffered, link restored: until the last write is at the hub", reached, "s")
         assert (await must_get(p.seat, NEEDS, key)).value == b"20", "the latest value, nothing lost"
         order = [(await must_get(p.seat, NEEDS, f"{NODE}.{name}")).revision for name in ("counter", "k1", "k3", "k2")]
         assert order == sorted(order), "in the site's order"
-        await anyio.sleep(1.0)
+        await update(p.node, NEEDS, f"{NODE}.barrier", b"1", last=0)  # follows in the site's order
+        await seconds_until(holds(p.seat, NEEDS, f"{NODE}.barrier", b"1"), within=20)
         # One message per key touched: the site's bucket keeps one per key, so the 20 values in
-        # between were gone before the link returned; none arrived twice.
-        assert await last_sequence(p.seat, NEEDS) == hub_before + 4
+        # between were gone before the link returned; none arrived twice (the barrier's one more).
+        assert await last_sequence(p.seat, NEEDS) == hub_before + 5
 
 
 async def test_buffered_hub_writes_to_node_keys_stay_at_the_hub(tmp_path: Path) -> None:
@@ -378,26 +387,26 @@ async def test_buffered_hub_writes_to_node_keys_stay_at_the_hub(tmp_path: Path) 
         await update(p.node, NEEDS, key, b"1", last=0)
         lease = Lease(p.node, LEASE_KEY, ttl=timedelta(seconds=30))
         await lease.try_take()
-        await eventually(holds(p.seat, LEASES, LEASE_KEY, (await must_get(p.node, LEASES, LEASE_KEY)).value), 5)
-        await eventually(holds(p.seat, NEEDS, key, b"1"), within=5)
+        await seconds_until(holds(p.seat, LEASES, LEASE_KEY, (await must_get(p.node, LEASES, LEASE_KEY)).value), 5)
+        await seconds_until(holds(p.seat, NEEDS, key, b"1"), within=5)
 
         # remove-node at the hub: a delete marker there, conditional on the hub's revisions
         await delete(p.seat, NEEDS, key, last=(await must_get(p.seat, NEEDS, key)).revision)
         hub_lease = await must_get(p.seat, LEASES, LEASE_KEY)
         await delete(p.seat, LEASES, LEASE_KEY, last=hub_lease.revision, note=REMOVED_LEASE)
         await update(p.node, NEEDS, f"{NODE}.other", b"1", last=0)
-        await eventually(holds(p.seat, NEEDS, f"{NODE}.other", b"1"), within=5)
+        await seconds_until(holds(p.seat, NEEDS, f"{NODE}.other", b"1"), within=5)
         assert (await must_get(p.node, NEEDS, key)).value == b"1", "the site never hears of the removal"
         assert (await must_get(p.seat, NEEDS, key)).deleted, "another key's write does not resurrect it"
         await lease.renew()  # decided at the site, where nothing was removed
-        renewed = await eventually(lambda: _live(p.seat, LEASES, LEASE_KEY), within=5)
+        renewed = await seconds_until(lambda: _live(p.seat, LEASES, LEASE_KEY), within=5)
         figure("buffered: a renewal at the site overwrote remove-node's marker at the hub after", renewed)
 
         # the quota guard's purge at the hub
         stamp = (await must_get(p.node, NEEDS, f"{NODE}.>")).revision
         await purge(p.seat, NEEDS, f"{NODE}.>")
         await update(p.node, NEEDS, f"{NODE}.next", b"1", last=0)
-        await eventually(holds(p.seat, NEEDS, f"{NODE}.next", b"1"), within=5)
+        await seconds_until(holds(p.seat, NEEDS, f"{NODE}.next", b"1"), within=5)
         assert await get_direct(p.seat, NEEDS, f"{NODE}.other") is None, "purged at the hub for good"
         assert (await must_get(p.node, NEEDS, f"{NODE}.other")).value == b"1", "still at the site"
         assert (await must_get(p.node, NEEDS, f"{NODE}.>")).revision > stamp, "(moved by the node's own write)"
@@ -418,10 +427,10 @@ async def test_buffered_rollup_from_a_weak_site_bucket_is_stored_at_the_hub_with
         await update(p.seat, COLLECT, "other.a", b"1", last=0)
         await update(p.node, COLLECT, f"{NODE}.x", b"1", last=0)
         await update(p.node, COLLECT, f"{NODE}.y", b"1", last=0)
-        await eventually(holds(p.seat, COLLECT, f"{NODE}.y", b"1"), within=5)
+        await seconds_until(holds(p.seat, COLLECT, f"{NODE}.y", b"1"), within=5)
         await p.node.store(COLLECT.subject(f"{NODE}.x"), b"wipe", headers={"Nats-Rollup": "all"}, operation="rollup")
         assert await get_direct(p.node, COLLECT, f"{NODE}.y") is None, "the weak site bucket wiped itself"
-        await eventually(holds(p.seat, COLLECT, f"{NODE}.x", b"wipe"), within=5)
+        await seconds_until(holds(p.seat, COLLECT, f"{NODE}.x", b"wipe"), within=5)
         assert "Nats-Rollup: all" in await stored_headers(p.seat, COLLECT, f"{NODE}.x")
         assert (await must_get(p.seat, COLLECT, "other.a")).value == b"1", "the hub wiped nothing"
         assert (await must_get(p.seat, COLLECT, f"{NODE}.y")).value == b"1"
@@ -432,7 +441,7 @@ async def test_buffered_hub_restart_brings_the_writes_once_but_late(tmp_path: Pa
     async with running(tmp_path, "buffered") as p:
         key = f"{NODE}.counter"
         revision = await update(p.node, NEEDS, key, b"0", last=0)
-        await eventually(holds(p.seat, NEEDS, key, b"0"), within=5)
+        await seconds_until(holds(p.seat, NEEDS, key, b"0"), within=5)
         hub_before = await last_sequence(p.seat, NEEDS)
         await p.sites.hub.stop()
         for count in range(1, 11):
@@ -440,11 +449,12 @@ async def test_buffered_hub_restart_brings_the_writes_once_but_late(tmp_path: Pa
         await update(p.node, NEEDS, f"{NODE}.k1", b"1", last=0)
         await p.sites.tasks.start(p.sites.hub.run)
         async with p.sites.seat() as seat:
-            reached = await eventually(holds(seat, NEEDS, f"{NODE}.k1", b"1"), within=90)
+            reached = await seconds_until(holds(seat, NEEDS, f"{NODE}.k1", b"1"), within=90)
             figure("buffered, hub restarted: until the writes made meanwhile are at the hub", reached, "s")
             assert (await must_get(seat, NEEDS, key)).value == b"10"
-            await anyio.sleep(1.0)
-            assert await last_sequence(seat, NEEDS) == hub_before + 2, "one message per key, none twice"
+            await update(p.node, NEEDS, f"{NODE}.barrier", b"1", last=0)  # follows in the site's order
+            await seconds_until(holds(seat, NEEDS, f"{NODE}.barrier", b"1"), within=20)
+            assert await last_sequence(seat, NEEDS) == hub_before + 3, "one message per key, none twice"
 
 
 async def test_buffered_a_site_bucket_and_a_mirror_of_the_hub_bucket_both_answer_its_direct_gets(
@@ -458,7 +468,7 @@ async def test_buffered_a_site_bucket_and_a_mirror_of_the_hub_bucket_both_answer
         await p.site.jetstream(f"STREAM.CREATE.{hub_copy['name']}", hub_copy, operation="mirror the hub's bucket")
         await update(p.seat, NEEDS, "other.x", b"hub", last=0)
         await update(p.site, NEEDS, "other.x", b"site", last=0)
-        await eventually(lambda: _answered_by_both(p.site, NEEDS, "other.x"), within=10)
+        await seconds_until(lambda: _answered_by_both(p.site, NEEDS, "other.x"), within=10)
 
 
 async def _answered_by_both(bus: Bus, bucket: Bucket, key: str) -> bool:

@@ -1,4 +1,4 @@
-"""Issue 17: a party's account is bounded alike in both configurations `mesh-provisioner grants`
+"""A party's account is bounded alike in both configurations `mesh-provisioner grants`
 writes. On a real nats-server, static accounts and JWT accounts: a node's next connection past its
 limit is refused, a connection's next subscription past its limit is refused, a message over its
 payload limit closes the connection and lands nowhere; an honest client, watching, stays well under.

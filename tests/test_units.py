@@ -239,6 +239,7 @@ def _decided_paths() -> set[Path]:
 MESH_PATH = re.compile(r"/(?:etc|run|var/lib|var/run|opt)/mesh[\w.-]*(?:/[\w.<>%-]+)*")
 DOCUMENTS = [
     ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
     DEPLOY / "README.md",
     *UNITS.values(),
     INSTALLED_BY["provider"],
@@ -262,7 +263,7 @@ def test_every_path_in_the_readmes_units_and_images_is_one_of_the_decided_ones(d
 
 
 def test_the_readmes_name_every_decided_path() -> None:
-    readmes = (ROOT / "README.md").read_text() + (DEPLOY / "README.md").read_text()
+    readmes = "".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), DEPLOY / "README.md"])
     assert [str(p) for p in sorted(_decided_paths()) if str(p) not in readmes] == []
 
 

@@ -1,10 +1,10 @@
-"""Issue 17: the vault's contract, on a real nats-server running the accounts `mesh-provisioner grants`
+"""The vault's contract, on a real nats-server running the accounts `mesh-provisioner grants`
 writes (static and JWT). A secret is answered only to a node running a module that declares it (a
 need `<node>.<module>.secret.<name>` in the needs bucket, read by the vault; the node told by the
 bus, never the body); consumers' credentials only to the provider's machine, for its own module's
 consumers; and the grants give each party only the vault verbs it may ask.
 
-The three leaks of the issue, each refused: n1 asking as itself for a secret only n2's module
+The three leaks found, each refused: n1 asking as itself for a secret only n2's module
 declares; n1, running no postgres module, asking for postgres's consumers; the provider asking for
 a secret. The honest paths still work, through the node client itself.
 """

@@ -1,4 +1,4 @@
-"""`mesh-provisioner rollout`: an operator sees, pauses, resumes and aborts a module's rollout (issue 23).
+"""`mesh-provisioner rollout`: an operator sees, pauses, resumes and aborts a module's rollout.
 
 A module's rollout is held by one key of the fleet bucket (`registry.contract.fleet`),
 `rollout.<module>`: `paused` (no node takes a new slot; those changing finish) or `aborted` (the

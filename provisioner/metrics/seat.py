@@ -17,7 +17,8 @@
   record names this host and process, renewed within its ttl); `mesh_seat_compile_lease_since_
   timestamp_seconds` gauge: since when it holds it, 0 when it does not.
 - `mesh_seat_nats_connected{connection}` gauge and `mesh_seat_nats_reconnects_total{connection}`
-  counter: the `data` connection (buckets, watches) and the `verb` connection (requests).
+  counter: the `data` connection (buckets, watches), the `verb` connection (requests) and, at the
+  hub, the `guard` connection (the quota guard's reads and purges).
 
 And what the seat counts as it works (`SeatWork`), when it is given:
 

@@ -1,4 +1,4 @@
-"""Gone marks: which nodes every collection forgets, kept by the seat in the fleet bucket (issue 23).
+"""Gone marks: which nodes every collection forgets, kept by the seat in the fleet bucket.
 
 A node's client takes its lease (`node.<node>` of the leases bucket) and renews it while it runs;
 a one-shot or a stopped client releases it (a delete marker). The server stamps both, so the seat

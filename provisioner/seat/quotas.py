@@ -18,7 +18,9 @@ way to strip a header at an import.)
               was last counted, an upper bound (an overwrite or a delete is not subtracted: the old
               size is not known)
     count     when that bound passes the node's quota, the node's keys there are counted exactly
-              (a headers-only read of `<node>.>`, delete markers included: the bucket keeps them)
+              (a headers-only read of `<node>.>`, delete markers included: the bucket keeps them),
+              as they stood when the count began: a node writing faster than the seat reads would
+              otherwise keep its count going while the bucket filled
     cut back  when the count is over the quota, every key of the node in that bucket is purged
               (up to the last revision counted), and the node is over quota: `what=nodes` says so
               and why for `SHOWN_FOR`, the seat logs it once per episode; a record of the purge in
@@ -46,6 +48,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -246,14 +249,24 @@ class QuotaGuard:
         """Every node shown over quota now, with why."""
         return {node: reason for node in list(self._cut) if (reason := self.over_quota(node)) is not None}
 
-    async def guard(self, bus: Bus, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Watches every guarded bucket and counts what passes the bound, until cancelled."""
+    async def guard(
+        self,
+        bus: Bus,
+        *,
+        watching: Callable[[Bucket], AbstractAsyncContextManager[Bus]] | None = None,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Watches every guarded bucket and counts what passes the bound, until cancelled; each
+        bucket's watch on a connection of its own from `watching`, if given, else on `bus`. A
+        watch's consumer may have 32 MiB on the way to the seat, and nats-server closes a connection
+        holding more than 64 MiB as a slow consumer: three buckets filled by headers at once, watched
+        on one connection, had it closed 4 times in a minute."""
         send, receive = anyio.create_memory_object_stream[tuple[Bucket, str]](COUNTS_WAITING)
         async with send, receive, anyio.create_task_group() as tasks:
             self._to_count = send
             for bucket in self.guarded:
                 await self.learn_size(bus, bucket)
-                tasks.start_soon(self._watch, bus, bucket)
+                tasks.start_soon(self._watch_on, watching, bus, bucket)
             tasks.start_soon(self._count_each, bus, receive)
             task_status.started()
 
@@ -265,6 +278,15 @@ class QuotaGuard:
 
     def _load(self, bucket: Bucket) -> Load:
         return self._loads.setdefault(bucket.name, Load())
+
+    async def _watch_on(
+        self, watching: Callable[[Bucket], AbstractAsyncContextManager[Bus]] | None, bus: Bus, bucket: Bucket
+    ) -> None:
+        if watching is None:
+            await self._watch(bus, bucket)
+            return
+        async with watching(bucket) as own:
+            await self._watch(own, bucket)
 
     async def _watch(self, bus: Bus, bucket: Bucket) -> None:
         name = f"{self._name}-{bucket.name}"
@@ -332,7 +354,9 @@ class QuotaGuard:
         load = self._load(bucket)
         if not load.bound(token).counting:
             load.change(token, Bound.start_counting)
-        items = await snapshot(bus, bucket, [owned_by(bucket, token)], include_deleted=True, headers_only=True)
+        items = await snapshot(
+            bus, bucket, [owned_by(bucket, token)], include_deleted=True, headers_only=True, as_it_began=True
+        )
         held = Footprint(len(items), sum(max(item.stored, 0) for item in items))
         upto = max((item.revision for item in items), default=0)
         share = None if held.over(self.quota) else await self._share_passed(bus, bucket, held)

@@ -1,4 +1,4 @@
-"""A module's rollout paused across the fleet when one node's change fails (issue 23).
+"""A module's rollout paused across the fleet when one node's change fails.
 
 Each node changing a module holds a claim of one of its rollout slots in the fleet bucket
 (`registry.contract.fleet`): `claim.<module>.<node>`, `waiting`, `running`, then deleted once its

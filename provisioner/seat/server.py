@@ -3,6 +3,7 @@
     read the grants file              who is who on the bus, for the verb's scope
     async with connect(...)            reconnects forever; drained last: the data connection
     async with connect(...)            the verb's own connection: requests in, answers out
+    async with connect(...)            the quota guard's own, and one per bucket it watches (the hub's seat alone)
       ensure the seat's buckets         its own, each provider's `_bound`, each writing domain's
                                         (at a site: the site's copies of them, and no compile)
       compile the registry              at start (a failure here is fatal) ...
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -114,15 +115,18 @@ async def run_server(
         tasks.start_soon(_give_up_if_closed, bus, stop, lost, tasks.cancel_scope)
         answering = await resources.enter_async_context(connect(verb_connection(bus_options)))
         tasks.start_soon(_give_up_if_closed, answering, stop, lost, tasks.cancel_scope)
+        connections = {"data": bus, "verb": answering}
         if site is None:
-            served, nodes = await _start_hub_work(tasks, bus, settings, work, hub_of)
+            guarding = await resources.enter_async_context(connect(guard_connection(bus_options)))
+            tasks.start_soon(_give_up_if_closed, guarding, stop, lost, tasks.cancel_scope)
+            connections["guard"] = guarding
+            served, nodes = await _start_hub_work(tasks, connections, settings, work, hub_of)
         else:
             served, nodes = await _start_site_work(tasks, bus, settings, site)
         registry = RegistryView()
         await tasks.start(partial(registry.follow, bus, check=settings.rollback_check))
         await tasks.start(partial(nodes.follow, bus, check=settings.rollback_check))
         if settings.metrics_listen is not None:
-            connections = {"data": bus, "verb": answering}
             metrics = partial(serve_seat_metrics, settings.metrics_listen, connections, nodes, served, work=work)
             await tasks.start(metrics)
         async with verb_service(
@@ -148,11 +152,12 @@ async def run_server(
 
 
 async def _start_hub_work(
-    tasks: TaskGroup, bus: Bus, settings: ServerSettings, work: SeatWork, sites: SitesFile | None
+    tasks: TaskGroup, connections: dict[str, Bus], settings: ServerSettings, work: SeatWork, sites: SitesFile | None
 ) -> tuple[list[Bucket], FleetView]:
     """The hub's seat: its buckets (and, the hub of `sites`, the consumers their copies take), the
-    registry compiled (under the compile lease), the quota guard; the buckets it serves and its
-    view of the fleet."""
+    registry compiled (under the compile lease), the quota guard (on its connection: see
+    `guard_connection`); the buckets it serves and its view of the fleet."""
+    bus = connections["data"]
     await ensure_buckets(bus, bucket_config_of(settings, bus), settings.providers, settings.domains_file)
     if sites is not None and settings.sites_file is not None:
         await ensure_site_consumers(bus, sites, providers=settings.providers, domains_file=settings.domains_file)
@@ -178,7 +183,8 @@ async def _start_hub_work(
     guard = QuotaGuard(Quota(settings.node_quota_keys, settings.node_quota_bytes))
     nodes = FleetView(over_quota=guard.cut_back)
     guard.on_purged = nodes.forget_purged
-    await tasks.start(partial(guard.guard, bus))
+    watching = partial(_guard_watch_connection, connections["guard"].options)
+    await tasks.start(partial(guard.guard, connections["guard"], watching=watching))
     marks = partial(keep_gone_marks, bus, forget_after=settings.forget_after, every=settings.gone_marks_interval)
     await tasks.start(marks)
     placement = Placement.of_catalogue(settings.domains_file, declared=settings.pause_on_failure == "declared")
@@ -258,6 +264,21 @@ def page_cache_of(settings: ServerSettings, bus_options: BusOptions) -> PageCach
 def verb_connection(options: BusOptions) -> BusOptions:
     """The options of the verb's connection: the seat's, under a name of its own."""
     return options.model_copy(update={"name": f"{options.name} (verb)"})
+
+
+def _guard_watch_connection(options: BusOptions, bucket: Bucket) -> AbstractAsyncContextManager[Bus]:
+    """A connection of the quota guard's watch of `bucket` (see `QuotaGuard.guard`)."""
+    return connect(options.model_copy(update={"name": f"{options.name}: {bucket.name}"}))
+
+
+def guard_connection(options: BusOptions) -> BusOptions:
+    """The options of the quota guard's connection: the seat's, under a name of its own. The guard
+    reads every write of the nodes' buckets (a node's headers with it: 60 KB a put, as fast as the
+    node can write), and each consumer may have 32 MiB on the way; on the data connection, with
+    the views' and the listings' reads, that passed the 64 MiB nats-server allows a connection
+    pending, the data connection was closed as a slow consumer, and every watch of it read again.
+    The counts and purges go on this one, each guarded bucket's watch on one more."""
+    return options.model_copy(update={"name": f"{options.name} (quota guard)"})
 
 
 def freeze_start_up_heap() -> None:

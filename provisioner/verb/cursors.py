@@ -85,7 +85,7 @@ class CursorSeal:
         same); without credentials, a key of this process alone: its cursors continue on it only."""
         secret = _secret_of(options)
         if secret is None:
-            log.warning("the seat connects without credentials: its cursors continue on this seat only")
+            log.info("the seat connects without credentials: its cursors continue on this seat only")
             secret = secrets.token_bytes(32)
         return cls(hmac.new(secret, PURPOSE, hashlib.sha256).digest(), ttl)
 

@@ -6,58 +6,55 @@ every other character, newline, `#`, `'`, spaces and Unicode included, is writte
 the quoting POSIX `sh` (`. file`) and systemd's `EnvironmentFile=` read the same way: inside
 double quotes both take exactly those four escapes and keep a literal newline.
 
-A file is replaced through a temporary file in the same folder (`files.write_atomically`: an
+A file is replaced through a temporary file in the same folder (`state.files.write_atomically`: an
 exclusive temporary file of a random name, mode 0600 set on it, fsync, rename, fsync of the
 folder), and only when its bytes or its mode differ from what is wanted, so an edited file or a
 changed mode is put back while an unchanged one is never rewritten. The ledger and the digest
-key are written the same way, and read as the env files are: only a regular file, never through
-a link. A folder where one of them goes is an error naming it; the client never removes it.
+key are the node's state (`provisioner_client.state`), written and read the same way: only a
+regular file, never through a link. A folder where one of them goes is an error naming it; the
+client never removes it.
 
-The files the client wrote are listed in a ledger (`.mesh-provisioner-client.json` in the same
-folder). Only files in the ledger are ever replaced or removed: a file the client did not write
-is never touched, even where a module's file would go. The ledger is not trusted either: an entry
+The files the client wrote are listed in a ledger (`state.records.LEDGER`, in the same folder).
+Only files in the ledger are ever replaced or removed: a file the client did not write is never
+touched, even where a module's file would go. The ledger is not trusted either: an entry
 is taken only if it is a plain `<module>.env` name of that module, so a file inside the folder;
 anything else (`../x`, an absolute path, another module's name) is reported and ignored, never
 touched. The ledger also remembers which module each manifest file declared (`manifests`), so
 that a manifest corrupted later still holds the module it declared.
 
 The digest of a file (recorded in `applied`, which operators read through the verb) is an
-HMAC-SHA-256 keyed with a node-local secret, `.mesh-provisioner-client.key` in the same folder
-(32 random bytes, mode 0600, created on first write): an unsalted hash of a file holding a secret
-could be searched offline. Losing or replacing that key costs little and loses nothing: the env
+HMAC-SHA-256 keyed with a node-local secret (`state.key`: 32 random bytes, mode 0600, created on
+first write, in the same folder): an unsalted hash of a file holding a secret could be searched
+offline. Losing or replacing that key costs little and loses nothing: the env
 files are compared by their bytes, so none is rewritten, but every module's digest changes once,
 so each module's `applied` record is rewritten once and each change action runs once.
+
+The change action last run on each module's file is kept here too (`acted_on`, `ran`:
+`state.records.ACTIONS`), the node's own word of what it acted on.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import json
 import logging
 import os
 import re
-import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from provisioner_client.errors import MaterializeError
-from provisioner_client.materializing import files
-from provisioner_client.materializing.files import MODE
-from provisioner_client.resolving import refusals, waiting
 from provisioner_client.resolving.manifest import MODULE_PATTERN
-from provisioner_client.rollout import state as rollout_state
-from registry.contract import JsonRefused, read_json
+from provisioner_client.state import files, records
+from provisioner_client.state.files import MODE
+from provisioner_client.state.key import create_key, digest, read_key
+from provisioner_client.state.records import ActionsDocument, LedgerDocument
+from registry.contract import ActionRecord
 
 log = logging.getLogger(__name__)
 
-LEDGER = ".mesh-provisioner-client.json"
-LEDGER_BYTES = 1024 * 1024
-KEY = ".mesh-provisioner-client.key"
-KEY_BYTES = 32
-_KEY_READ = 4096  # a key file longer than a key is refused with advice, not read whole
+LEDGER = records.LEDGER.name
 _ESCAPED = str.maketrans({"\\": "\\\\", '"': '\\"', "$": "\\$", "`": "\\`"})
 
 
@@ -72,11 +69,6 @@ def render(module: str, env: Mapping[str, str]) -> bytes:
     return (header + "".join(lines)).encode("utf-8")
 
 
-def digest(content: bytes, key: bytes) -> str:
-    """The keyed digest of an env file: without the node's key it tells nothing of the content."""
-    return "hmac-sha256:" + hmac.new(key, content, hashlib.sha256).hexdigest()
-
-
 @dataclass(frozen=True)
 class Ledger:
     """What the ledger says: env file name to module, manifest file name to the module it
@@ -88,24 +80,22 @@ class Ledger:
 
 
 def read_ledger(path: Path) -> Ledger:
-    found = files.read_regular(path, limit=LEDGER_BYTES, what="ledger")
-    if found is None:
+    """The ledger of the env folder `path` is in, each entry judged (`problems`: those ignored)."""
+    document = records.LEDGER.read(path.parent)
+    if document is None:
         return Ledger()
-    try:
-        data = read_json(found.content, max_bytes=LEDGER_BYTES)
-    except JsonRefused as err:
-        raise MaterializeError(path, f"cannot be read: {err.reason}", what="ledger") from None
-    document = data if isinstance(data, dict) else {}
     problems: list[str] = []
-    entries = _entries(document.get("files"), _plain_env_file, problems, "files")
-    manifests = _entries(document.get("manifests"), _plain_manifest, problems, "manifests")
+    entries = _entries(document.files, _plain_env_file, problems, "files")
+    manifests = _entries(document.manifests, _plain_manifest, problems, "manifests")
     return Ledger(entries, manifests, tuple(problems))
 
 
-def _entries(found: object, check: Callable[[str, str], bool], problems: list[str], section: str) -> dict[str, str]:
+def _entries(
+    found: Mapping[str, object], check: Callable[[str, str], bool], problems: list[str], section: str
+) -> dict[str, str]:
     entries: dict[str, str] = {}
-    for name, module in found.items() if isinstance(found, dict) else ():
-        if isinstance(name, str) and isinstance(module, str) and check(name, module):
+    for name, module in found.items():
+        if isinstance(module, str) and check(name, module):
             entries[name] = module
         else:
             problems.append(
@@ -154,6 +144,7 @@ class EnvFolder:
         self._observer = observer
         self._key: bytes | None = None
         self._ledger: Ledger | None = None  # read once per reconcile (an EnvFolder lives for one), kept on writes
+        self._actions: ActionsDocument | None = None  # likewise
 
     def path_of(self, module: str) -> Path:
         if not is_module(module):  # a module name always names a file inside the folder
@@ -163,7 +154,7 @@ class EnvFolder:
     def remove_leftovers(self) -> list[Path]:
         """Removes the temporary files of the env files, the ledger and the key that a killed client
         left (only while holding the node's lease: no write of another client is under way)."""
-        removed = files.remove_leftovers(self.folder, _is_leftover)
+        removed = records.remove_leftovers(self.folder, is_env_file=_is_env_file)
         for path in removed:
             log.info("removed %s: a temporary file a stopped client left", path)
         return removed
@@ -186,9 +177,9 @@ class EnvFolder:
     def key(self, *, create: bool = False) -> bytes | None:
         """The node-local digest key; made on first use when `create`."""
         if self._key is None:
-            self._key = _read_key(self.folder / KEY)
+            self._key = read_key(self.folder)
         if self._key is None and create:
-            self._key = _create_key(self.folder / KEY)
+            self._key = create_key(self.folder)
         return self._key
 
     def digest(self, content: bytes) -> str:
@@ -206,6 +197,12 @@ class EnvFolder:
             return None
         content = _read_regular(path, mode=None)
         return digest(content, key) if content is not None else None
+
+    def content_on_disk(self, module: str) -> bytes | None:
+        """What the module's file holds now, if the client wrote it and it is still there."""
+        if not is_module(module) or f"{module}.env" not in self.ledger():
+            return None
+        return _read_regular(self.path_of(module), mode=None)
 
     def intact(self, module: str, wanted: str) -> bool:
         """Whether the module's file is still the one of digest `wanted`, mode 0600, as written."""
@@ -231,6 +228,19 @@ class EnvFolder:
             self._observer.wrote(module, path, wanted)
         return Materialized(path, wanted, written=written)
 
+    def acted_on(self, module: str) -> ActionRecord | None:
+        """The change action last run on the module's file, as this node recorded it; None when it
+        recorded none (or the record cannot be read: said)."""
+        return self._read_actions().modules.get(module)
+
+    def ran(self, module: str, action: ActionRecord) -> None:
+        """Keeps, on disk before the bus is told, that the module's change action ran: a bus that
+        loses its last writes never makes it run again, or be skipped, for that. A failure to keep
+        it is said: the applied record still tells."""
+        actions = self._read_actions()
+        actions.modules[module] = action
+        self._write_actions(actions)
+
     def remove_except(self, keep: set[str]) -> list[Path]:
         """Removes the files the client wrote for modules not in `keep`; returns their paths."""
         ledger = self.read_ledger()
@@ -246,56 +256,39 @@ class EnvFolder:
         if gone:
             files.fsync_folder(self.folder)
             self._write_ledger({n: m for n, m in ledger.files.items() if n not in gone}, ledger.manifests)
+        self._forget_actions(keep)
         return removed
 
+    def _read_actions(self) -> ActionsDocument:
+        if self._actions is None:
+            try:
+                self._actions = records.ACTIONS.read(self.folder) or ActionsDocument()
+            except MaterializeError as err:
+                log.warning("%s; the change actions are judged by the applied records", err)
+                self._actions = ActionsDocument()
+        return self._actions
+
+    def _write_actions(self, actions: ActionsDocument) -> None:
+        try:
+            records.ACTIONS.write(self.folder, actions)
+        except MaterializeError as err:
+            log.warning("%s; the change actions are judged by the applied records", err)
+
+    def _forget_actions(self, keep: set[str]) -> None:
+        """The actions of modules no longer declared forgotten: declared again, a module acts anew."""
+        actions = self._read_actions()
+        kept = {module: action for module, action in actions.modules.items() if module in keep}
+        if kept != actions.modules:
+            actions.modules = kept
+            self._write_actions(actions)
+
     def _write_ledger(self, entries: Mapping[str, str], manifests: Mapping[str, str]) -> None:
-        document = {"files": dict(sorted(entries.items())), "manifests": dict(sorted(manifests.items()))}
-        files.write_atomically(self.folder / LEDGER, (json.dumps(document, indent=2) + "\n").encode(), what="ledger")
+        records.LEDGER.write(self.folder, LedgerDocument(files=dict(entries), manifests=dict(manifests)))
         self._ledger = Ledger(dict(entries), dict(manifests))
 
 
-def _is_own(name: str) -> bool:
-    """A file the client keeps in the env folder: the ledger, the key, the records of refused and
-    of waiting writes, the rollout record and last good env files, or a module's env file."""
-    own = (LEDGER, KEY, refusals.RECORD, waiting.RECORD)
-    if name in own or rollout_state.is_own(name):
-        return True
+def _is_env_file(name: str) -> bool:
     return name.endswith(".env") and is_module(name.removesuffix(".env"))
-
-
-# The names mkstemp gave the temporary files of env files and the ledger (`.<name>.<8>.tmp`) and
-# of the key (`<name>.<8>.tmp`) before `files`: a crash before an upgrade left them too.
-_BEFORE = (re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp"), re.compile(rf"({re.escape(KEY)})\.[a-z0-9_]{{8}}\.tmp"))
-
-
-def _is_leftover(name: str) -> bool:
-    """A temporary file of an env file, the ledger or the key."""
-    target = files.target_of(name)
-    if target is not None:
-        return _is_own(target)
-    return any((found := before.fullmatch(name)) is not None and _is_own(found[1]) for before in _BEFORE)
-
-
-def _read_key(path: Path) -> bytes | None:
-    found = files.read_regular(path, limit=_KEY_READ, what="digest key")
-    if found is None:
-        return None
-    if len(found.content) != KEY_BYTES:
-        raise MaterializeError(
-            path,
-            f"is not {KEY_BYTES} bytes long; remove it and a new one is made (every module's digest changes once)",
-            what="digest key",
-        )
-    return found.content
-
-
-def _create_key(path: Path) -> bytes:
-    """A new random key, linked into place only if none is there yet (never overwrites one)."""
-    files.write_new(path, secrets.token_bytes(KEY_BYTES), what="digest key")
-    key = _read_key(path)
-    if key is None:  # linked above, or by another writer first, then removed at once
-        raise MaterializeError(path, "vanished as soon as it was made", what="digest key")
-    return key
 
 
 def as_written(path: Path, wanted: str, key: bytes) -> bool:

@@ -1,4 +1,4 @@
-"""Forgotten nodes: whose contributions a collection leaves out (issue 23).
+"""Forgotten nodes: whose contributions a collection leaves out.
 
 The seat marks a node gone for good as `gone.<node>` in the fleet bucket
 (`registry.contract.fleet`, `provisioner.seat.gone_marks`) and deletes the mark once the node is

@@ -5,7 +5,7 @@ applied record kept.
 The *world* a reconcile resolves in is one digest of: the registry's entries; the stamp of every
 bucket the modules read values from (one direct get each: of `<node>.>` for a node-keyed bucket,
 of `>` for a mesh-wide one, the latest revision under it, which moves with any write there); the
-node's collect keys as converged; and the keyed digest (`envfile.digest`, the node's own key) of
+node's collect keys as converged; and the keyed digest (`state.key.digest`, the node's own key) of
 every value a verb answers (and of every collection shared across the mesh, which the verb lists),
 asked anyway once per name, digested and dropped: a secret is compared by digest, never kept. A
 module's inputs are the world, its manifest file's bytes and its env file's path. The stamps are
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from provisioner_client.materializing import envfile
 from provisioner_client.resolving.resolve import Pending, Registry, Resolver, Source
+from provisioner_client.state import key as node_key
 from registry.contract import Bucket, Placeholder, VerbAnswer, buckets, to_json, under
 from registry.errors import BusError, NoResponders
 from registry.wire import Bus, get_direct
@@ -174,4 +174,4 @@ def _digest(document: object) -> str:
 
 
 def _keyed(key: bytes, text: str) -> str:
-    return envfile.digest(text.encode(), key)
+    return node_key.digest(text.encode(), key)

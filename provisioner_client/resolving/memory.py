@@ -15,9 +15,9 @@ moved", "manifest digest changed", "memory older than 10 min", "first run"), tel
 converged and applied (`keep_keys`, `record_applied`), and saves it once (`save`), only when what is
 remembered changed: an unchanged reconcile writes nothing. Nothing else reads or writes the file.
 
-It is kept in the materialize folder (`FILE`, mode 0600, written and read as the env files are:
-`provisioner_client.materializing.files`; a temporary file a killed client left is removed at the
-next load; something other than a regular file in its place is said and ignored) and holds stamps,
+It is kept in the materialize folder (`FILE`, the node's record `state.records.MEMORY`, mode 0600,
+written, read and validated by the node's state; a temporary file a killed client left is removed
+at the next load; something other than a regular file in its place is said and ignored) and holds stamps,
 digests and applied records, never a value. It is trusted only as far as the stamps agree, and for
 at most `TRUSTED_FOR` (then the keys are listed and the modules resolved again whatever the stamps
 say: a key removed without a new entry, by an administrator's purge of the stream, leaves the stamp
@@ -27,29 +27,28 @@ alone). It relies on the node's keys having one writer at a time, the holder of 
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from provisioner_client.errors import MaterializeError
-from provisioner_client.materializing import files
-from provisioner_client.materializing.envfile import EnvFolder
 from provisioner_client.resolving.inputs import World, digest_of
 from provisioner_client.resolving.manifest import LoadedManifest
 from provisioner_client.resolving.resolve import Source
 from provisioner_client.resolving.scope import LISTED_AS
-from registry.contract import MAX_PAGE_BYTES, AppliedValue, Bucket, JsonRefused, buckets, read_json, shape_of
+from provisioner_client.state import records
+from provisioner_client.state.record import NotARecord
+from provisioner_client.state.records import BucketDocument, MemoryDocument
+from registry.contract import AppliedValue, Bucket, buckets, shape_of
 from registry.errors import RegistryError
 from registry.wire import KvItem
 
 log = logging.getLogger(__name__)
 
-FILE = ".mesh-provisioner-client.state.json"
+FILE = records.MEMORY.name
 TRUSTED_FOR = 600.0  # seconds a remembered state is used before the keys are listed again whatever it says
 _VERSION = 1
 _KEEPS_ITEMS = buckets.APPLIED.name  # its records say what was applied before: kept, not only their digest
@@ -58,6 +57,15 @@ _PARTS = {
     "collect": "the node's collections changed",
     "verbs": "a verb's answer changed",
 }
+
+
+class EnvFiles(Protocol):
+    """Where a module's env file is, and whether it is still the one of a digest
+    (`materializing.envfile.EnvFolder`)."""
+
+    def path_of(self, module: str) -> Path: ...
+
+    def intact(self, module: str, wanted: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,7 @@ class Memory:
     sources: list[list[str]] = field(default_factory=list)
     modules: dict[str, ModuleState] = field(default_factory=dict)
     missing: str = "first run"
-    _as_loaded: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _as_loaded: MemoryDocument | None = field(default=None, init=False, repr=False, compare=False)
     _sources_read: frozenset[Source] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
@@ -150,6 +158,12 @@ class Memory:
         if digest_of(wanted) != known.digest:
             return _again(f"the {name} wanted differ from those remembered")
         return Verdict(as_before=True, reason=f"stamp of {name} and what is wanted there as remembered")
+
+    def went_back(self, bucket: str, stamp: int) -> int | None:
+        """The remembered stamp of the node's keys of `bucket`, when `stamp` (read now) is below it:
+        the bus lost writes it had acknowledged. None otherwise (or `stamp` not read)."""
+        known = self.buckets.get(bucket)
+        return known.stamp if known is not None and 0 <= stamp < known.stamp else None
 
     def items_of(self, bucket: str) -> list[KvItem] | None:
         """The remembered entries of a bucket that keeps them (applied); None for the others."""
@@ -196,7 +210,7 @@ class Memory:
             self._sources_read = frozenset(source for source in map(_source_of, self.sources) if source is not None)
         return self._sources_read
 
-    def verdict(self, loaded: LoadedManifest, world: World, applied: AppliedValue | None, folder: EnvFolder) -> Verdict:
+    def verdict(self, loaded: LoadedManifest, world: World, applied: AppliedValue | None, folder: EnvFiles) -> Verdict:
         """Whether a module may be left unresolved: it was applied (`applied`) from the inputs it has
         now, less than `TRUSTED_FOR` ago, and its env file is still that one."""
         if applied is None or applied.state != "applied" or applied.digest is None:
@@ -214,7 +228,7 @@ class Memory:
         sources: set[Source],
         applied: Mapping[str, LoadedManifest],
         spared: set[str],
-        folder: EnvFolder,
+        folder: EnvFiles,
     ) -> None:
         """Remembers the world, the places read and each module `applied` now with its inputs (when
         it was last resolved from them: now, unless it was `spared`), when the world's stamps cover
@@ -237,7 +251,7 @@ class Memory:
         self._sources_read = None
         self.modules = modules
 
-    def _inputs_moved(self, loaded: LoadedManifest, world: World, folder: EnvFolder) -> str | None:
+    def _inputs_moved(self, loaded: LoadedManifest, world: World, folder: EnvFiles) -> str | None:
         """Why the module's inputs are not the remembered ones, if they are not."""
         module = loaded.module
         known = self.modules.get(module)
@@ -267,16 +281,18 @@ class Memory:
         moved.extend(says for part, says in _PARTS.items() if part in before and before[part] != world.parts.get(part))
         return "; ".join(moved) or "inputs changed"
 
-    def _document(self) -> dict[str, object]:
-        return {
-            "version": _VERSION,
-            "node": self.node,
-            "buckets": {name: _bucket_document(state) for name, state in sorted(self.buckets.items())},
-            "world": self.world,
-            "world_parts": self.world_parts,
-            "sources": sorted(self.sources),
-            "modules": {module: _module_document(state) for module, state in sorted(self.modules.items())},
-        }
+    def _document(self) -> MemoryDocument:
+        return MemoryDocument.model_validate(
+            {
+                "version": _VERSION,
+                "node": self.node,
+                "buckets": {name: _bucket_document(state) for name, state in sorted(self.buckets.items())},
+                "world": self.world,
+                "world_parts": self.world_parts,
+                "sources": sorted(self.sources),
+                "modules": {module: _module_document(state) for module, state in sorted(self.modules.items())},
+            }
+        )
 
 
 def _stamp_moved(known: BucketState, stamp: int, name: str) -> str | None:
@@ -284,10 +300,12 @@ def _stamp_moved(known: BucketState, stamp: int, name: str) -> str | None:
         return _too_old(known.listed_at)
     if stamp == known.stamp:
         return None
-    return f"stamp of {name} not read" if stamp < 0 else f"stamp of {name} moved"
+    if stamp < 0:
+        return f"stamp of {name} not read"
+    return f"stamp of {name} went back: the bus lost writes" if stamp < known.stamp else f"stamp of {name} moved"
 
 
-def _file_moved(loaded: LoadedManifest, applied: AppliedValue, digest: str, folder: EnvFolder) -> str | None:
+def _file_moved(loaded: LoadedManifest, applied: AppliedValue, digest: str, folder: EnvFiles) -> str | None:
     """Why the module's env file or change action is not as applied, if it is not."""
     if not folder.intact(loaded.module, digest):
         return "env file on disk is not the one applied"
@@ -323,51 +341,42 @@ def _items_after(
 
 def _read(folder: Path, node: str) -> Memory:
     try:
-        found = files.read_regular(folder / FILE, limit=MAX_PAGE_BYTES, what="state file")
-        if found is None:
-            return Memory(node, folder)
-        document = read_json(found.content, max_bytes=MAX_PAGE_BYTES)
-    except MaterializeError as err:
-        log.warning("%s; ignored: the node's keys are listed", err, extra={"node": node})
-        return Memory(node, folder, missing=f"memory unreadable ({err.reason})")
-    except JsonRefused as err:
-        log.warning("%s: ignored (%s); the node's keys are listed", folder / FILE, err, extra={"node": node})
-        return Memory(node, folder, missing=f"memory unreadable ({err})")
-    try:
-        return _parsed(document, folder, node)
-    except (AttributeError, KeyError, TypeError, ValueError):  # any JSON of the wrong shape
+        found = records.MEMORY.read(folder)
+    except NotARecord:
         log.warning(
             "%s: ignored, not a remembered state; the node's keys are listed", folder / FILE, extra={"node": node}
         )
         return Memory(node, folder, missing="memory unreadable (not a remembered state)")
+    except MaterializeError as err:
+        log.warning("%s; ignored: the node's keys are listed", err, extra={"node": node})
+        return Memory(node, folder, missing=f"memory unreadable ({err.reason})")
+    return Memory(node, folder) if found is None else _parsed(found, folder, node)
 
 
-def _parsed(document: object, folder: Path, node: str) -> Memory:
-    if not isinstance(document, dict) or document.get("version") != _VERSION:
+def _parsed(document: MemoryDocument, folder: Path, node: str) -> Memory:
+    if document.version != _VERSION:
         return Memory(node, folder, missing="memory of another version")
-    if document.get("node") != node:
+    if document.node != node:
         return Memory(node, folder, missing="memory of another node")
-    world = document.get("world")
-    parts = document.get("world_parts")
     return Memory(
         node,
         folder,
-        buckets={str(name): _bucket_state(state) for name, state in dict(document["buckets"]).items()},
-        world=world if isinstance(world, str) else None,
-        world_parts=parts if isinstance(parts, dict) else {},
-        sources=[[str(part) for part in source] for source in document.get("sources", [])],
-        modules={str(m): _module_state(state) for m, state in dict(document.get("modules", {})).items()},
+        buckets={name: _bucket_state(state) for name, state in document.buckets.items()},
+        world=document.world,
+        world_parts=dict(document.world_parts),
+        sources=[list(source) for source in document.sources],
+        modules={module: ModuleState(*state) for module, state in document.modules.items()},
         missing="",
     )
 
 
-def _bucket_state(state: dict[str, Any]) -> BucketState:
-    items = state.get("items")
+def _bucket_state(state: BucketDocument) -> BucketState:
+    items = state.items
     return BucketState(
-        int(state["stamp"]),
-        str(state["digest"]),
-        float(state["listed_at"]),
-        None if items is None else tuple(KvItem(str(k), str(v).encode(), int(r)) for k, r, v in items),
+        state.stamp,
+        state.digest,
+        state.listed_at,
+        None if items is None else tuple(KvItem(key, value.encode(), revision) for key, revision, value in items),
     )
 
 
@@ -376,20 +385,14 @@ def _bucket_document(state: BucketState) -> dict[str, object]:
     return {"stamp": state.stamp, "digest": state.digest, "listed_at": state.listed_at, "items": items}
 
 
-def _module_state(state: list[Any]) -> ModuleState:
-    inputs, at, *manifest = state
-    return ModuleState(str(inputs), float(at), str(manifest[0]) if manifest else None)
-
-
 def _module_document(state: ModuleState) -> list[object]:
     return [state.inputs, state.at] if state.manifest is None else [state.inputs, state.at, state.manifest]
 
 
-def _write(folder: Path, node: str, document: Mapping[str, object]) -> bool:
+def _write(folder: Path, node: str, document: MemoryDocument) -> bool:
     """Writes `document` atomically, mode 0600; on failure removes the file (the next reconcile lists)."""
-    content = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
     try:
-        files.write_atomically(folder / FILE, content, what="state file")
+        records.MEMORY.write(folder, document)
     except MaterializeError as err:
         log.warning("%s; the next reconcile lists the node's keys", err, extra={"node": node})
         _forget(folder)
@@ -400,22 +403,16 @@ def _write(folder: Path, node: str, document: Mapping[str, object]) -> bool:
 def _forget(folder: Path) -> None:
     """The state file removed, so that the memory it held is not trusted after a failed write."""
     try:
-        files.remove(folder / FILE, what="state file")
+        records.MEMORY.remove(folder)
     except MaterializeError as err:  # a folder in its place: said by the failed write, never read as a memory
         log.debug("%s", err)
 
 
-_NAMED_BEFORE = re.compile(rf"{re.escape(FILE)}\.[0-9]+\.tmp")  # by the writer's pid, before `files`
-
-
-def _is_leftover(name: str) -> bool:
-    return files.target_of(name) == FILE or _NAMED_BEFORE.fullmatch(name) is not None
-
-
 def _remove_leftovers(folder: Path, node: str) -> None:
-    """The state file's temporary files a killed client left (the node's lease is held: none is being written)."""
+    """The temporary files a killed client left of the node's records (the node's lease is held:
+    none is being written); the env files' are the env folder's to remove."""
     try:
-        removed = files.remove_leftovers(folder, _is_leftover)
+        removed = records.remove_leftovers(folder, is_env_file=lambda _: False)
     except MaterializeError as err:
         log.warning("%s", err, extra={"node": node})
         return

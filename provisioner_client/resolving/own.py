@@ -5,6 +5,10 @@ Each bucket's keys are taken as the memory has them when it says they are as rem
 content is the remembered one), else listed through the verb (`NodeScope.read`); a bucket found as
 remembered with the same wanted content is not converged at all. After its converge, the memory is
 told what the bucket now holds, or that it cannot be vouched for.
+
+A stamp found below the remembered one says the bus lost writes it had acknowledged (a server's
+store rolled back to an earlier prefix by a power failure before its sync): the keys are listed,
+what the node wants of them written again, and one line says what was lost and restored.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Found:
     items: list[KvItem] | None
     verdict: Verdict
     unlisted: BusError | None = None  # the listing the hub did not answer: the keys are not known
+    lost_after: int | None = None  # the remembered stamp, when the one found is below it: writes lost
 
     @property
     def listed(self) -> bool:
@@ -59,13 +64,16 @@ class OwnKeys:
             log.debug("stamp of %s not read (%s): listing", bucket.name, err.reason)
             stamp = -1
         verdict = self.memory.keys(bucket.name, stamp, desired)
+        lost_after = self.memory.went_back(bucket.name, stamp)
         how = "as remembered" if verdict.as_before else "listed"
         log.debug("node %s: %s %s: %s", self.scope.node, bucket.name, how, verdict, extra={"bucket": bucket.name})
         if verdict.as_before:
             self.found[bucket.name] = Found(stamp, self.memory.items_of(bucket.name), verdict)
             return
         try:
-            self.found[bucket.name] = Found(stamp, await self.scope.read(self.bus, bucket), verdict)
+            self.found[bucket.name] = Found(
+                stamp, await self.scope.read(self.bus, bucket), verdict, lost_after=lost_after
+            )
         except BusError as err:
             if link_down(err) is None:
                 raise
@@ -110,7 +118,23 @@ class OwnKeys:
         if state is not None and written and await self._stamp_or_none(bucket) != state.stamp:
             state = None  # someone else wrote meanwhile
         self.memory.keep_keys(bucket.name, state)
+        if found.lost_after is not None:
+            self._say_lost(bucket, found, changes)
         return changes
+
+    def _say_lost(self, bucket: Bucket, found: Found, changes: Changes) -> None:
+        """One line: the bus lost writes of the node's keys of `bucket`, and what was written again."""
+        node = self.scope.node
+        restored = changes.summary() if changes else "nothing of the node's was missing"
+        log.warning(
+            "node %s: the bus lost writes of its %s keys (their stamp went back from %d to %d); restored: %s",
+            node,
+            bucket.name,
+            found.lost_after,
+            found.stamp,
+            restored,
+            extra={"node": node, "bucket": bucket.name},
+        )
 
     def _remember_unchanged(self, bucket: Bucket, found: Found, err: ConvergeError) -> None:
         """After a converge that failed: with nothing written and the hub out of reach, the keys

@@ -8,8 +8,8 @@ the client's log is not where an operator looks. So a reconcile that met one:
 - leaves each module whose needs or contributions were refused pending, its reason naming the
   bucket and the server's answer, and writes that record to applied if applied takes it
   (`status` and `query applied` show it);
-- keeps the refusals in the env folder (`RECORD`, mode 0600, written as the env files are, its
-  temporary files a killed client left removed with theirs) with the node and when, and removes
+- keeps the refusals in the env folder (`RECORD`, the node's record `state.records.REFUSALS`,
+  mode 0600, its temporary files a killed client left removed with the others) with the node and when, and removes
   that file at the first reconcile that met none: `status` says from it which bucket refused and
   why, and exits 1, even when applied refused the records too;
 - in watch mode, is followed by another reconcile after a backoff: nothing the client follows
@@ -21,35 +21,22 @@ moment (10008, 10009) are not refusals: the reconcile fails and is retried, as w
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from provisioner_client.errors import MaterializeError, capped
-from provisioner_client.materializing import files
+from provisioner_client.state import records
+from provisioner_client.state.records import RefusalsDocument
 from registry.errors import BusError, JetStreamError, PermissionDenied, WrongLastSequence
 
 log = logging.getLogger(__name__)
 
-RECORD = ".mesh-provisioner-client.refused.json"
-_MAX_BYTES = 64 * 1024
+RECORD = records.REFUSALS.name
 _FOR_THE_MOMENT = frozenset({10008, 10009})  # JetStream temporarily unavailable; not the leader
-WHAT = "refusals file"
 
-
-@dataclass(frozen=True)
-class Refusals:
-    """What the last reconcile of `node` found refused: bucket name to the server's answer, and when."""
-
-    node: str
-    at: str
-    buckets: dict[str, str]
-
-    def as_json(self) -> dict[str, object]:
-        return {"at": self.at, "buckets": dict(sorted(self.buckets.items()))}
+Refusals = RefusalsDocument  # what the last reconcile of a node found refused, as it is kept
 
 
 def refusal_of(err: BusError) -> str | None:
@@ -65,15 +52,13 @@ def refusal_of(err: BusError) -> str | None:
 def record(folder: Path, node: str, refused: Mapping[str, str]) -> None:
     """Keeps what the reconcile found refused, or removes the record when nothing was. A failure
     to keep it is logged: the reconcile's own outcome does not depend on it."""
-    path = folder / RECORD
     try:
         if not refused:
-            files.remove(path, what=WHAT)
+            records.REFUSALS.remove(folder)
             return
-        files.make_folder(folder)
         at = datetime.now(UTC).isoformat(timespec="seconds")
-        document = {"node": node, "at": at, "buckets": {b: capped(r) for b, r in sorted(refused.items())}}
-        files.write_atomically(path, json.dumps(document, ensure_ascii=False).encode(), what=WHAT)
+        buckets = {bucket: capped(reason) for bucket, reason in sorted(refused.items())}
+        records.REFUSALS.write(folder, Refusals(node=node, at=at, buckets=buckets))
     except MaterializeError as err:
         log.warning("%s; status cannot say which writes were refused", err, extra={"node": node})
 
@@ -81,18 +66,5 @@ def record(folder: Path, node: str, refused: Mapping[str, str]) -> None:
 def read(folder: Path, node: str) -> Refusals | None:
     """What the last reconcile of `node` found refused; None when it found nothing refused (or the
     record is another node's). Raises `MaterializeError` when the record cannot be read."""
-    refusals = files.read_record(folder / RECORD, _parsed, limit=_MAX_BYTES, what=WHAT, shape="refused writes")
-    if refusals is None:
-        return None
-    return refusals if refusals.node == node else None
-
-
-def _parsed(document: object) -> Refusals | None:
-    if not isinstance(document, dict):
-        return None
-    node, at, refused = document.get("node"), document.get("at"), document.get("buckets")
-    if not (isinstance(node, str) and isinstance(at, str) and isinstance(refused, dict)):
-        return None
-    if not all(isinstance(b, str) and isinstance(r, str) for b, r in refused.items()):
-        return None
-    return Refusals(node, at, dict(refused))
+    refusals = records.REFUSALS.read(folder)
+    return refusals if refusals is not None and refusals.node == node else None

@@ -18,7 +18,7 @@ message from the hub); what waits is
   action that ran during the cut is not run again for the same file;
 - the lease (`lease`): its renewals fail, so the hub sees it expire after its ttl.
 
-Each part is kept in the env folder (`RECORD`, mode 0600, written as the env files are) with
+Each part is kept in the env folder (`RECORD`, the node's record `state.records.WAITING`) with
 `since` (the first write refused in this outage, kept while it keeps failing) and `how` (the
 write and the answer); a part is removed by the next write of its own that succeeds, and the file
 with the last part. `status` reads it.
@@ -29,24 +29,24 @@ subject: grants, not a link) and JetStream errors (refusals, `refusals`) are not
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from provisioner_client.errors import MaterializeError, capped
-from provisioner_client.materializing import files
+from provisioner_client.state import records
+from provisioner_client.state.records import WaitingDocument, WaitingPart
 from registry.errors import BusError, BusTimeout, NoResponders, NoRoute
 
 log = logging.getLogger(__name__)
 
-RECORD = ".mesh-provisioner-client.waiting.json"
-WHAT = "record of waiting writes"
+RECORD = records.WAITING.name
 LEASE = "lease"
 MAX_KEYS = 50  # keys named per part; then "... and N more"
-_MAX_BYTES = 1024 * 1024  # applied records are bounded by the bucket's value size each
+
+Part = WaitingPart  # one kind of write that waits, as it is kept
 
 
 def now() -> str:
@@ -64,23 +64,6 @@ def link_down(err: BaseException) -> str | None:
     if isinstance(cause, BusTimeout):
         return "timed out"
     return None
-
-
-@dataclass(frozen=True)
-class Part:
-    """One kind of write that waits: since when, how the client knows, which keys (and for applied
-    the records themselves, key to stored JSON)."""
-
-    since: str
-    how: str
-    keys: tuple[str, ...] = ()
-    records: dict[str, str] = field(default_factory=dict)
-
-    def as_json(self) -> dict[str, object]:
-        document: dict[str, object] = {"since": self.since, "how": self.how, "keys": list(self.keys)}
-        if self.records:
-            document["records"] = dict(sorted(self.records.items()))
-        return document
 
 
 @dataclass(frozen=True)
@@ -136,7 +119,9 @@ class WaitingWrites:
         named = sorted(keys)
         shown = tuple(named[:MAX_KEYS]) + ((f"... and {len(named) - MAX_KEYS} more",) if len(named) > MAX_KEYS else ())
         kept = {key: value.decode() for key, value in (records or {}).items()}
-        parts[part] = Part(before.since if before is not None else now(), capped(how), shown, kept)
+        parts[part] = Part(
+            since=before.since if before is not None else now(), how=capped(how), keys=shown, records=kept
+        )
         if parts[part] != before:
             if before is None:
                 said = f"{how}: {detail}" if detail else how
@@ -159,14 +144,11 @@ class WaitingWrites:
         self._write(parts)
 
     def _write(self, parts: Mapping[str, Part]) -> None:
-        path = self.folder / RECORD
         try:
             if not parts:
-                files.remove(path, what=WHAT)
+                records.WAITING.remove(self.folder)
                 return
-            files.make_folder(self.folder)
-            document = {"node": self.node, "parts": {name: part.as_json() for name, part in sorted(parts.items())}}
-            files.write_atomically(path, json.dumps(document, ensure_ascii=False).encode(), what=WHAT)
+            records.WAITING.write(self.folder, WaitingDocument(node=self.node, parts=dict(parts)))
         except MaterializeError as err:
             log.warning("%s; status cannot say which writes wait", err, extra={"node": self.node})
 
@@ -174,36 +156,7 @@ class WaitingWrites:
 def read(folder: Path, node: str) -> Waiting | None:
     """What waits for the hub; None when nothing does (or the record is another node's). Raises
     `MaterializeError` when the record cannot be read."""
-    waiting = files.read_record(folder / RECORD, _parsed, limit=_MAX_BYTES, what=WHAT, shape="waiting writes")
-    if waiting is None:
+    found = records.WAITING.read(folder)
+    if found is None or found.node != node or not found.parts:
         return None
-    return waiting if waiting.node == node and waiting.parts else None
-
-
-def _parsed(document: object) -> Waiting | None:
-    if not isinstance(document, dict):
-        return None
-    node, parts = document.get("node"), document.get("parts")
-    if not (isinstance(node, str) and isinstance(parts, dict)):
-        return None
-    found = {}
-    for name, part in parts.items():
-        parsed = _part(part)
-        if not isinstance(name, str) or parsed is None:
-            return None
-        found[name] = parsed
-    return Waiting(node, found)
-
-
-def _part(document: object) -> Part | None:
-    if not isinstance(document, dict):
-        return None
-    since, how, keys = document.get("since"), document.get("how"), document.get("keys", [])
-    records = document.get("records", {})
-    if not (isinstance(since, str) and isinstance(how, str) and isinstance(keys, list) and isinstance(records, dict)):
-        return None
-    if not all(isinstance(k, str) for k in keys) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in records.items()
-    ):
-        return None
-    return Part(since, how, tuple(keys), dict(records))
+    return Waiting(found.node, dict(found.parts))

@@ -1,4 +1,4 @@
-"""Rollouts (issue 23): a change of a module's env file reaches the fleet in waves.
+"""Rollouts: a change of a module's env file reaches the fleet in waves.
 
 A module with a budget (its manifest's `"rollout": {"budget": N | "P%"}`, else the client setting
 `rollout_budget`) changes on at most that many nodes at once. Coordination goes through the fleet

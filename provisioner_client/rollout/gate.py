@@ -39,7 +39,8 @@ from provisioner_client.resolving.manifest import LoadedManifest, Manifest
 from provisioner_client.rollout import admission, pacing
 from provisioner_client.rollout.budget import Budget, RolloutPlan
 from provisioner_client.rollout.claims import Claims, ClaimState
-from provisioner_client.rollout.state import ModuleRollout, RolloutState
+from provisioner_client.rollout.state import RolloutState
+from provisioner_client.state.records import ModuleRollout
 from registry.contract import ActionRecord, fleet
 from registry.errors import BusError, sole_exception
 from registry.runtime import event

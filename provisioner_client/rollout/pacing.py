@@ -16,7 +16,7 @@ import random
 from datetime import datetime, timedelta
 
 from provisioner_client.resolving.manifest import Rollout
-from provisioner_client.rollout.state import ModuleRollout
+from provisioner_client.state.records import ModuleRollout
 
 
 def paced(record: ModuleRollout, rollout: Rollout, change: str, now: datetime) -> ModuleRollout:

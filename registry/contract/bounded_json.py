@@ -3,7 +3,7 @@
 Everything either program parses comes from somewhere it does not control: verb requests, values
 of any bucket (a provider's `_bound`, the placement mirror, the registry), the verb's and the
 vault's answers, manifests, the ledger and the client's remembered state (each file read no further
-than its bound: `registry.contract.bounded_file`, `provisioner_client.materializing.files`).
+than its bound: `registry.contract.bounded_file`, `provisioner_client.state.files`).
 `read_json` refuses, before parsing:
 
 - a text longer than `max_bytes` (by default `MAX_BYTES`, 1 MiB; a verb page is allowed

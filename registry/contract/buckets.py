@@ -73,7 +73,12 @@ class Bucket:
 
     def consumer_request(self, filters: Sequence[str], config: Mapping[str, object]) -> dict[str, object]:
         """The body creating a consumer of this bucket's keys under `filters` (relative to the
-        bucket): `config` with the filters as the one `filter_subject` or as `filter_subjects`."""
+        bucket): `config` with the filters as the one `filter_subject` or as `filter_subjects`; no
+        filters: every key, with no filter, as the bucket's stream holds its keys alone (nats-server
+        counts the messages pending under a wildcard filter subject by subject: 0.3 s at
+        10,000,000 keys before a consumer of `>` exists, 2 ms without a filter)."""
+        if not filters:
+            return {"stream_name": self.stream, "config": dict(config)}
         subjects = [self.subject(f) for f in filters]
         filtered = {"filter_subject": subjects[0]} if len(subjects) == 1 else {"filter_subjects": subjects}
         return {"stream_name": self.stream, "config": {**config, **filtered}}

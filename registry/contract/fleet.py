@@ -1,5 +1,5 @@
 """The fleet bucket, `mesh-provisioner_fleet`: what every node reads about the fleet as a whole, so
-that a change reaches the fleet in waves and collections forget nodes gone for good (issue 23).
+that a change reaches the fleet in waves and collections forget nodes gone for good.
 Every key of it is built and parsed here:
 
     claim.<module>.<node>   node `node`'s claim of one of `module`'s rollout slots (`Claim`): the node

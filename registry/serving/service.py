@@ -110,7 +110,17 @@ def _header_bytes(headers: Mapping[str, str]) -> int:
     without headers)."""
     if not headers:
         return 0
-    return len(b"NATS/1.0\r\n\r\n") + sum(len(f"{name}: {value}".encode()) + 2 for name, value in headers.items())
+    if len(headers) == 1:  # an answer's request id: counted without a generator (once per answer)
+        ((name, value),) = headers.items()
+        return _HEADER_FRAME + _utf8_len(name) + _utf8_len(value) + 4
+    return _HEADER_FRAME + sum(_utf8_len(name) + _utf8_len(value) + 4 for name, value in headers.items())
+
+
+_HEADER_FRAME = len(b"NATS/1.0\r\n\r\n")
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
 
 
 MAX_REASON_CHARS = 1024

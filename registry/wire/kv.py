@@ -48,21 +48,29 @@ async def snapshot(
     *,
     include_deleted: bool = False,
     headers_only: bool = False,
+    as_it_began: bool = False,
 ) -> list[KvItem]:
     """The latest entry of every key matching `filters` (relative to the bucket), in stream order.
     Deleted keys are left out unless `include_deleted` (a converge needs their revision). With
-    `headers_only` the values are not read, only their sizes (`KvItem.size`)."""
+    `headers_only` the values are not read, only their sizes (`KvItem.size`). With `as_it_began`,
+    only entries up to the stream's last sequence when the read began: a read follows the keys'
+    writes while it lasts, so one slower than their writer never ended (the quota guard counting a
+    node that wrote 60 KB headers faster than the seat read them)."""
     items: list[KvItem] = []
     done = anyio.Event()
+    last = await stream_last_sequence(bus, bucket) if as_it_began else None
 
     def on_item(item: KvItem, pending: int) -> None:
+        if last is not None and (done.is_set() or item.revision > last):
+            done.set()
+            return
         items.append(item)
-        if pending == 0:
+        if pending == 0 or item.revision == last:
             done.set()
 
     feed = Feed(bus, bucket, filters, on_item, heartbeat=1.0, inactive_threshold=1.0, headers_only=headers_only)
     try:
-        if await feed.open():
+        if await feed.open() or last == 0:
             done.set()
         await _until_read(bus, feed, done, items)
     finally:

@@ -113,8 +113,9 @@ class StreamWalk:
         return int(info.get("num_pending", 0))
 
     def _config(self) -> dict[str, object]:
+        every_key = list(self.filters) == [">"]
         return self.bucket.consumer_request(
-            self.filters,
+            () if every_key else self.filters,
             {
                 "name": self.name,
                 "ack_policy": "none",

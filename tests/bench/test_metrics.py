@@ -1,4 +1,4 @@
-"""The `metrics` part of `python -m bench` (issue 21's scrape cost) runs end to end at tiny sizes,
+"""The `metrics` part of `python -m bench` (what a scrape costs the seat) runs end to end at tiny sizes,
 so that CI runs its code: the seat with its endpoint, the fleet counted at a scrape, rounds with and
 without the scraper, the figures in the report and its JSON."""
 

@@ -1,4 +1,4 @@
-"""`bench --rollout` (issue 23) runs end to end at tiny sizes, so that CI runs its code: watching
+"""`bench --rollout` runs end to end at tiny sizes, so that CI runs its code: watching
 clients in child processes, a shared config change with a budget and without."""
 
 from __future__ import annotations

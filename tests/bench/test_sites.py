@@ -1,4 +1,4 @@
-"""`python -m bench --sites` at tiny sizes: the wiring of issue 22's figures across sites (a hub and
+"""`python -m bench --sites` at tiny sizes: the wiring of the figures across sites (a hub and
 two sites on their generated files, the relay in between, a seat at each) cannot rot. Speed is not
 asserted here; what is asserted holds at any size: nothing written by an unchanged reconcile,
 nothing of a site's asked by the hub's seat, every registered node healthy at the hub."""

@@ -1,4 +1,4 @@
-"""`bench --soak` (issue 17) runs end to end at tiny sizes, so that CI runs its code: a hostile node's
+"""`bench --soak` runs end to end at tiny sizes, so that CI runs its code: a hostile node's
 whole repertoire, honest nodes, an operator; and the soak's check of the honest keys sees a change."""
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ def test_owned_lists_the_footprint_and_the_modules_files(machine: Machine) -> No
 def test_the_state_defaults_inside_the_root(machine: Machine) -> None:
     assert host(machine, "apply", declaration(machine), state=False).code == EXIT_OK
     home = pwd.getpwnam(machine.user).pw_dir.lstrip("/") if machine.user != "root" else ""
-    inside = "var/lib/mesh-host" if machine.privileged else f"{home}/.local/state/mesh-host"
+    inside = "var/lib/mesh-host" if machine.privileged else os.path.join(home, ".local/state/mesh-host")  # home "": /
     assert (machine.root / inside / "footprint.json").is_file() and not machine.state.exists()
     assert "/etc/app/app.toml" in host(machine, "owned", state=False).out
 

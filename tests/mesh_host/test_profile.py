@@ -638,8 +638,8 @@ def test_tools_that_hang_are_cut_at_the_injected_time_all_at_once(tmp_path: Path
         return run(argv, timeout=timeout, env=environment)
 
     started = time.monotonic()
-    verdicts = {capability.name: capability for capability in detect(hanging, environ={}, timeout=0.4).capabilities}
-    assert time.monotonic() - started < 1.2  # one after the other: 1.6 s at least
+    verdicts = {capability.name: capability for capability in detect(hanging, environ={}, timeout=1.0).capabilities}
+    assert time.monotonic() - started < 3.0  # each cut at 1 s, at once; one after the other: 4 s at least
     assert verdicts["container-runtime"].how.startswith(
         "docker CLI present, daemon not answering: docker did not answer"
     )

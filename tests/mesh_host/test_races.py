@@ -1,13 +1,16 @@
 """A module swapping a folder for a link while the host works in it, thousands of times, on real
 files: a concurrent process renames `sub` away, links `sub` to a victim folder outside the declared
-one, and back, while the host lists, moves out, sets modes and owners, and removes. Judged by the
+one, and back, while the host lists, moves out, sets modes and owners, unpacks an archive and removes. Judged by the
 victim's entries, contents, modes and owners, compared before and after."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import subprocess
 import sys
+import tarfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from mesh_host.applying.safe_fs import closing
 from tests.mesh_host.sandbox import Machine, machine_for, snapshot
 
 SWAPS = 5000  # the attacker's renames to a link and back
+MIN_STEPS = 20  # the host's steps racing them, at least
 SWAPPER = """
 import os, sys
 sub, victim, swaps = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -64,20 +68,23 @@ def declared(*resources: Mapping[str, object]) -> dict[str, object]:
     return {"declaration": 1, "resources": [app, *resources]}
 
 
-def racing(machine: Machine, step: Callable[[], None]) -> int:
-    """Runs `step` (an apply, failing or not) until the swapper has swapped SWAPS times; how many ran."""
-    swapper = subprocess.Popen(
-        [sys.executable, "-c", SWAPPER, str(machine.real("/srv/app/sub")), "/etc", str(SWAPS)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+def racing(
+    machine: Machine, step: Callable[[], None], swapped: str = "/srv/app/sub", at_least: int = MIN_STEPS
+) -> None:
+    """Runs `step` (an apply, failing or not) while the swapper swaps SWAPS times, and again until
+    `step` ran `at_least` times. The link leads to the victim, in the root."""
     steps = 0
-    while swapper.poll() is None or steps == 0:
-        with contextlib.suppress(ApplyFailed):  # a step refused mid-race is an outcome: what changed counts
-            step()
-        steps += 1
-    assert swapper.communicate()[0].strip() == str(SWAPS)
-    return steps
+    while steps < at_least:
+        swapper = subprocess.Popen(
+            [sys.executable, "-c", SWAPPER, str(machine.real(swapped)), str(machine.real("/etc")), str(SWAPS)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        while swapper.poll() is None:
+            with contextlib.suppress(ApplyFailed):  # a step refused mid-race is an outcome: what changed counts
+                step()
+            steps += 1
+        assert swapper.communicate()[0].strip() == str(SWAPS)
 
 
 def strays_in(machine: Machine) -> None:
@@ -107,9 +114,8 @@ def test_move_out_moves_nothing_through_a_link_swapped_in(machine: Machine) -> N
         strays_in(machine)
         machine.apply(declared())
 
-    steps = racing(machine, move_out)
+    racing(machine, move_out)
     assert seen_from(folder) == before
-    assert steps > 10
 
 
 def test_strays_never_lists_through_a_link_swapped_in(machine: Machine) -> None:
@@ -126,8 +132,8 @@ def test_strays_never_lists_through_a_link_swapped_in(machine: Machine) -> None:
             return
         seen.update(holding.modules.get("/srv/app", ()))
 
-    steps = racing(machine, listing)
-    assert steps > 10 and not any(path.endswith("x.conf") for path in seen)
+    racing(machine, listing)
+    assert not any(path.endswith("x.conf") for path in seen)
 
 
 @pytest.mark.parametrize(
@@ -147,9 +153,8 @@ def test_a_mode_or_owner_is_never_set_through_a_link_swapped_in(machine: Machine
         drift(machine, "/srv/app/sub/x.conf")
         machine.apply(declared(sub, conf))
 
-    steps = racing(machine, drift_then_apply)
+    racing(machine, drift_then_apply)
     assert seen_from(folder) == before
-    assert steps > 10
 
 
 def test_a_file_no_longer_declared_is_never_removed_through_a_link_swapped_in(machine: Machine) -> None:
@@ -164,6 +169,42 @@ def test_a_file_no_longer_declared_is_never_removed_through_a_link_swapped_in(ma
         finally:
             machine.apply(declared())
 
-    steps = racing(machine, write_then_remove)
+    racing(machine, write_then_remove)
     assert seen_from(folder) == before
-    assert steps > 10
+
+
+def archive_of(machine: Machine, *files: str) -> dict[str, object]:
+    """An archive unpacked into /srv/app/tool, its files in its folder `bin`, named as the victim's
+    (x.conf holding what the victim's holds: a digest alone would not tell them apart)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as written:
+        folder = tarfile.TarInfo("bin")
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o755
+        written.addfile(folder)
+        for name in files:
+            data = b"x\n" if name == "x.conf" else b"the archive's\n"  # x.conf: the victim's content
+            info = tarfile.TarInfo(f"bin/{name}")
+            info.size, info.mode = len(data), 0o644
+            written.addfile(info, io.BytesIO(data))
+    source = machine.real("/var/lib/mesh/tool.tar")
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_bytes(buffer.getvalue())
+    digest = hashlib.sha256(buffer.getvalue()).hexdigest()
+    return {"type": "archive", "path": "/srv/app/tool", "source": "/var/lib/mesh/tool.tar", "sha256": digest,
+            "mode": "0755"}  # fmt: skip
+
+
+def test_an_archive_is_never_unpacked_nor_removed_through_a_link_swapped_in(machine: Machine) -> None:
+    folder = victim(machine)
+    machine.folder("/srv/app")
+    tool = archive_of(machine, "passwd", "shadow", "x.conf")
+    before = seen_from(folder)
+
+    def unpack_then_remove() -> None:
+        try:
+            machine.apply(declared(tool))
+        finally:
+            machine.apply(declared())
+
+    racing(machine, unpack_then_remove, swapped="/srv/app/tool/bin", at_least=150)
+    assert seen_from(folder) == before

@@ -1,5 +1,7 @@
-"""The built host: one file, the interpreter inside, carrying deploy/host/node.json. Built once for
-this module (`python -m mesh_host.build`, tens of seconds of one core), copied into an empty folder
+"""The built host: one file, the interpreter inside, carrying deploy/host/node.json. Built once per
+machine for what it is built from (`python -m mesh_host.build`, tens of seconds of one core: the
+file and what the build said are kept in the user's cache, keyed by a hash of the host's sources,
+the declaration, the interpreter and the installed distributions), copied into an empty folder
 and run there with nothing but PATH=/usr/bin:/bin: no virtualenv, no PYTHONPATH, no project on any
 path. /proc shows the running process is the file itself, its interpreter the one it unpacked.
 
@@ -9,7 +11,9 @@ another on one worker, not beside each other.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
@@ -27,6 +31,7 @@ from pathlib import Path
 import pytest
 from backports import zstd
 
+from mesh_host.build import SOURCE_ROOT
 from tests.helpers import clean_environment
 from tests.mesh_host.deployed import DECLARATIONS, bare_machine, content
 
@@ -53,15 +58,41 @@ class FirstRun:
     seconds: float
 
 
+def build_inputs() -> str:
+    """A hash of everything the file is built from: the host's sources, the declaration it carries
+    and its path (the file says where it came from), the interpreter, and every installed
+    distribution's version (PyInstaller and the dependencies it packs)."""
+    digest = hashlib.sha256(f"{sys.version}\n{NODE}\n".encode())
+    for path in sorted((SOURCE_ROOT / "mesh_host").rglob("*.py")):
+        digest.update(f"{path.relative_to(SOURCE_ROOT)}\n".encode() + path.read_bytes())
+    digest.update(NODE.read_bytes())
+    versions = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
+    digest.update("\n".join(versions).encode())
+    return digest.hexdigest()[:32]
+
+
+def build_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mesh-provisioner-tests"
+
+
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    out = tmp_path_factory.mktemp("dist") / "mesh-host"
-    command = [sys.executable, "-m", "mesh_host.build", "--bundle", str(NODE), "--out", str(out)]
-    done = subprocess.run(
-        command, capture_output=True, text=True, check=False, env=clean_environment(), timeout=BUILD_TIMEOUT
-    )
-    assert done.returncode == 0, done.stderr
-    return Built(out, done.stdout)
+def built() -> Built:
+    """The file built from these inputs, once per machine: a run (or a concurrent one, waiting on
+    the lock) that finds it built takes it and what the build said; a failed build keeps nothing."""
+    folder = build_cache() / f"mesh-host-{build_inputs()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    out, said = folder / "mesh-host", folder / "said"
+    with (folder / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not said.exists():
+            command = [sys.executable, "-m", "mesh_host.build", "--bundle", str(NODE), "--out", str(out)]
+            done = subprocess.run(
+                command, capture_output=True, text=True, check=False, env=clean_environment(), timeout=BUILD_TIMEOUT
+            )
+            assert done.returncode == 0, done.stderr
+            (folder / "said.partial").write_text(done.stdout)
+            (folder / "said.partial").replace(said)
+    return Built(out, said.read_text())
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Buckets that cannot be wiped or bent (issue 8): the seat creates its buckets and each
+"""Buckets that cannot be wiped or bent: the seat creates its buckets and each
 provider's `_bound` bucket refusing rollups, with value and bucket limits, and reports an
 existing weaker bucket loudly. Attacks are judged by the data: revision and content unchanged."""
 

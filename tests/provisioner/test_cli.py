@@ -177,7 +177,7 @@ async def serve_process(url: str, *args: str, **environ: str) -> AsyncIterator[S
 
 
 async def test_plain_seconds_and_a_toml_string_are_durations_for_serve(nats_server: LocalNats, tmp_path: Path) -> None:
-    """Issue 9, item 4: these made `serve` exit 2."""
+    """These made `serve` exit 2."""
     config = tmp_path / "server.toml"
     config.write_text('compile_interval = "5"\n')
     environ = {"MESH_PROVISIONER_SHUTDOWN_TIMEOUT": "2", "MESH_PROVISIONER_CURSOR_TTL": "0.5"}
@@ -212,7 +212,7 @@ async def test_serve_exits_4_when_nats_closes_its_connection_for_good(nats_with_
 
 
 async def test_query_waits_for_a_seat_that_answers_within_the_wait(nats_server: LocalNats, nc: Client) -> None:
-    """Issue 9, item 15: a query asked while no seat answers is asked again until one does."""
+    """A query asked while no seat answers is asked again until one does."""
     asked = anyio.Event()
 
     async def silent(msg: Msg) -> None:  # a seat that hangs: the query's first attempt times out

@@ -1,4 +1,4 @@
-"""The seat's gone marks (issue 23, `provisioner.seat.gone_marks`) on a real nats-server and seat:
+"""The seat's gone marks on a real nats-server and seat:
 a node whose lease was last renewed or released longer than `forget_after` ago is marked
 `gone.<node>` in the fleet bucket, its mark deleted once it is back, an unchanged fleet written
 nothing; the seat's clock is injected (`Clock`) so that time passes without waiting for it."""
@@ -19,7 +19,7 @@ from provisioner.verb.nodes import REMOVED_LEASE, read_fleet
 from provisioner.verb.paging import PageCache
 from registry.contract import buckets, fleet, to_json
 from registry.wire import Bus, Holder, KvItem, Lease, ask, delete, get_direct, get_last_many, node_key, put
-from tests.helpers import in_own_task, serving
+from tests.helpers import in_own_task, last_sequence, serving
 
 FORGET_AFTER = timedelta(seconds=60)
 ITEMS = b'{"items":["x"]}'
@@ -50,11 +50,6 @@ async def marks(bus: Bus) -> dict[str, fleet.Gone]:
 
 def live(items: list[KvItem]) -> list[KvItem]:
     return [item for item in items if not item.deleted]
-
-
-async def fleet_last_sequence(bus: Bus) -> int:
-    info = await bus.jetstream(fleet.FLEET.info_api, operation="fleet info")
-    return int(info["state"]["last_seq"])
 
 
 async def contribute(bus: Bus, *nodes: str) -> None:
@@ -90,9 +85,9 @@ async def test_gone_nodes_are_marked_and_unmarked_as_their_leases_say(bus: Bus) 
     assert found["released"].last_seen is not None
     assert datetime.now(UTC) - found["released"].last_seen < timedelta(seconds=30)
 
-    before = await fleet_last_sequence(bus)
+    before = await last_sequence(bus, fleet.FLEET)
     assert not await seat.converge(bus)
-    assert await fleet_last_sequence(bus) == before  # an unchanged fleet costs no write
+    assert await last_sequence(bus, fleet.FLEET) == before  # an unchanged fleet costs no write
 
 
 @pytest.mark.usefixtures("server")
@@ -137,10 +132,10 @@ async def test_a_seat_started_later_keeps_the_mark_of_a_node_without_a_lease(bus
     clock.ahead += timedelta(seconds=61)
     assert (await first.converge(bus)).written == ["gone.orphan"]
     later = GoneMarks(forget_after=FORGET_AFTER, clock=clock)
-    before = await fleet_last_sequence(bus)
+    before = await last_sequence(bus, fleet.FLEET)
     assert not await later.converge(bus)
     assert not await first.converge(bus)
-    assert await fleet_last_sequence(bus) == before
+    assert await last_sequence(bus, fleet.FLEET) == before
     assert set(await marks(bus)) == {"orphan"}
 
 

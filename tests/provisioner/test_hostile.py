@@ -1,4 +1,4 @@
-"""The seat under hostile input (issue 9, items 1, 2 and 6): nothing a request or a stored value
+"""The seat under hostile input: nothing a request or a stored value
 holds makes an answer or a log line large, crashes a request, or costs the seat its connection."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ async def test_a_request_within_the_bounds_is_answered(seeded: Bus, body: bytes)
 
 @pytest.mark.parametrize("cursor", ["L.²", "L.٣", "L.2x", "L.02", "L.0", "L." + "9" * 40, "é.x", "..", "a.b.c"])
 async def test_a_cursor_is_read_by_one_rule(seeded: Bus, cursor: str) -> None:
-    """`isdigit()` holds for `²`, which `int()` refuses: that was a 500 (issue 9, item 6)."""
+    """`isdigit()` holds for `²`, which `int()` refuses: that was a 500."""
     with pytest.raises(CursorGone):
         PageCache().seal.open(cursor, {}, None)
     code, _, _ = error_of(await seeded.request(buckets.VERB_SUBJECT, json.dumps({"cursor": cursor}).encode()))

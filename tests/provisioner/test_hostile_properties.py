@@ -1,5 +1,5 @@
 """Property-based: whatever a party sends the verb or writes into a bucket, the seat answers well
-and stays up and connected (issue 9, "What must be shown" 2). Runs on a real nats-server and seat;
+and stays up and connected. Runs on a real nats-server and seat;
 the number of examples is bounded so that the module takes seconds. Each test prints its figures
 (`pytest -s` shows them): requests tried, crashes (a 500 or no answer), disconnects of the seat."""
 

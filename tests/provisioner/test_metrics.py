@@ -99,7 +99,7 @@ async def test_the_seat_serves_the_fleet_its_buckets_lease_and_connections(nats_
         assert value("mesh_seat_bucket_keys", bucket=buckets.LEASES.name) == 2  # the compile lease, n1's
         assert value("mesh_seat_compile_lease_held") == 1
         assert before - 1 <= value("mesh_seat_compile_lease_since_timestamp_seconds") <= time.time()
-        for connection in ("data", "verb"):
+        for connection in ("data", "verb", "guard"):
             assert value("mesh_seat_nats_connected", connection=connection) == 1
             assert value("mesh_seat_nats_reconnects_total", connection=connection) == 0
         assert "n1" not in text and "n2" not in text  # no series names a node

@@ -1,4 +1,4 @@
-"""`what=nodes`, `mesh-provisioner query nodes` and `top` (issue 11): each node's sign of life (its
+"""`what=nodes`, `mesh-provisioner query nodes` and `top`: each node's sign of life (its
 client's lease), its applied counts and a verdict saying how it is known, against a real
 nats-server and seat. Ages in the answers are the server's stored times against the seat's clock:
 the tests write them as `N s ago` before comparing."""

@@ -1,5 +1,5 @@
 """`mesh-provisioner query` as operators read it: tables, JSON, JSON lines, filters, malformed
-keys and their exit code (issue 11), against a real nats-server and seat."""
+keys and their exit code, against a real nats-server and seat."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The registry bucket after start and restart (issue 2, items 3 and 4)."""
+"""The registry bucket after start and restart."""
 
 from __future__ import annotations
 
@@ -12,15 +12,11 @@ from provisioner.seat.buckets import ensure_bucket, ensure_buckets
 from provisioner.seat.registry_sync import sync_registry
 from registry.contract import KINDS, RegistryEntry, buckets
 from registry.wire import BucketConfig, Bus, get_latest, snapshot
-from tests.helpers import serving
+from tests.helpers import last_sequence, serving
 
 
 async def registry_revisions(bus: Bus) -> dict[str, int]:
     return {item.key: item.revision for item in await snapshot(bus, buckets.REGISTRY)}
-
-
-async def last_sequence(js: JetStreamContext) -> int:
-    return (await js.stream_info(buckets.REGISTRY.stream)).state.last_seq
 
 
 async def test_start_on_an_empty_server_writes_every_kind(server: LocalNats, bus: Bus) -> None:
@@ -45,13 +41,13 @@ async def test_start_makes_the_four_buckets_with_direct_get(server: LocalNats, j
         assert info.config.allow_direct, own.name
 
 
-async def test_restart_with_nothing_changed_writes_nothing(nats_server: LocalNats, js: JetStreamContext) -> None:
+async def test_restart_with_nothing_changed_writes_nothing(nats_server: LocalNats, bus: Bus) -> None:
     async with serving(nats_server.url):
         pass
-    before = await last_sequence(js)
+    before = await last_sequence(bus, buckets.REGISTRY)
     async with serving(nats_server.url):
         pass
-    assert await last_sequence(js) == before
+    assert await last_sequence(bus, buckets.REGISTRY) == before
 
 
 async def test_restart_deletes_a_bogus_kind_and_keeps_the_other_revisions(
@@ -82,13 +78,13 @@ async def test_a_domains_file_that_drops_a_kind_deletes_it(nats_server: LocalNat
     assert sorted(await registry_revisions(bus)) == sorted(set(KINDS) - {"consumers"})
 
 
-async def test_a_second_compile_of_an_unchanged_catalogue_changes_nothing(bus: Bus, js: JetStreamContext) -> None:
+async def test_a_second_compile_of_an_unchanged_catalogue_changes_nothing(bus: Bus) -> None:
     await ensure_buckets(bus, BucketConfig())
     first = await sync_registry(bus, domains_file=None)
     assert sorted(first.written) == sorted(KINDS)
-    before = await last_sequence(js)
+    before = await last_sequence(bus, buckets.REGISTRY)
     assert not await sync_registry(bus, domains_file=None)
-    assert await last_sequence(js) == before
+    assert await last_sequence(bus, buckets.REGISTRY) == before
 
 
 async def test_an_existing_bucket_is_bound_not_recreated(bus: Bus, js: JetStreamContext) -> None:

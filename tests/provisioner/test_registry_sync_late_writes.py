@@ -1,5 +1,4 @@
-"""A registry compile that gave up on its write (issue 18, the review of writes that land after
-their caller gave up), on a real nats-server paused and resumed.
+"""A registry compile that gave up on its write, on a real nats-server paused and resumed.
 
 A compile whose write the server is slow to acknowledge gives up on it (a timeout), and the write
 is stored all the same once the server answers again, as one sent from nats-py's reconnect buffer

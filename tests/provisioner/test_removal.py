@@ -1,4 +1,4 @@
-"""Removing a node (issue 8): every key of that node, and nothing of any other node, judged by
+"""Removing a node: every key of that node, and nothing of any other node, judged by
 the data (revision and content of what stays), through the function and the command."""
 
 from __future__ import annotations

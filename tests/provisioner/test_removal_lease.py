@@ -1,4 +1,4 @@
-"""Removing a node's lease (issue 19): refused while its client holds it, naming the holder;
+"""Removing a node's lease: refused while its client holds it, naming the holder;
 forced, written over; released or expired, replaced by the `removed` marker, which the seat's
 nodes view forgets; and what `remove-node --jwt` needs, checked before anything is removed.
 The whole path, both account modes, is tests/test_node_lifecycle.py."""

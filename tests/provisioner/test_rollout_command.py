@@ -1,5 +1,5 @@
 """`mesh-provisioner rollout status|pause|resume|abort` end to end, as the operator on its own
-account (static and JWT), against a real nats-server running the generated grants (issue 23):
+account (static and JWT), against a real nats-server running the generated grants:
 what each command prints, its exit code, and what it left in the fleet bucket."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The seat's rollout series (issue 23): held rollouts and claims by state, failed claims judged by
+"""The seat's rollout series: held rollouts and claims by state, failed claims judged by
 outcome, as the rollout task read the fleet bucket on a real nats-server, in the endpoint's text."""
 
 from __future__ import annotations

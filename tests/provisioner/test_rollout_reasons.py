@@ -1,4 +1,4 @@
-"""A rollout's reasons for a pending module (issue 23), as the node client words them, read in
+"""A rollout's reasons for a pending module, as the node client words them, read in
 their classes (`registry.contract.pending`, `registry.contract.fleet`): `query applied --by-reason`
 shows one line per class however each node goes on (its place in the queue, who paused), against a
 real seat."""

@@ -1,4 +1,4 @@
-"""`mesh-provisioner top` shows the rollouts held (issue 23): a line per held module under the
+"""`mesh-provisioner top` shows the rollouts held: a line per held module under the
 summary, its reason escaped (a seat's hold carries words a node wrote), against a real seat."""
 
 from __future__ import annotations

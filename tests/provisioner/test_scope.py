@@ -1,4 +1,4 @@
-"""The seat and the vault answer by who asks (issue 8): the party comes from `Nats-Request-Info`,
+"""The seat and the vault answer by who asks: the party comes from `Nats-Request-Info`,
 set by nats-server on a `share: true` import, never from the request body.
 
 Each test runs a real multi-account nats-server: the data and the seat in account `MESH`

@@ -1,4 +1,4 @@
-"""`mesh-provisioner serve` as an operator runs it: SIGTERM during load (issue 2, item 7); a second forces."""
+"""`mesh-provisioner serve` as an operator runs it: SIGTERM during load; a second forces."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from registry.access import SiteFileEntry, SitesFile
 from registry.access.sites.file import HubFileEntry
 from registry.contract import buckets
 from registry.wire import BucketConfig, Bus
+from tests.helpers import WITHIN, logged, wait_for
 
 BOUND = "KV_postgres_bound"
 
@@ -82,16 +83,18 @@ async def test_a_site_added_to_the_file_gets_its_consumers_without_a_restart(bus
         follow = partial(follow_sites_file, bus, path, every=timedelta(milliseconds=50), providers=["postgres"])
         await tasks.start(follow)
         path.write_text(sites(a=("n1",), b=("n2",)).model_dump_json())
-        await until(lambda: names(bus, BOUND), ["site-a-n1", "site-b-n2"])
-        path.write_text("{not json")
-        await anyio.sleep(0.3)
+        await until_named(lambda: names(bus, BOUND), ["site-a-n1", "site-b-n2"])
+        with logged("the sites' consumers are left as they were") as refused:
+            path.write_text("{not json")
+            await refused.wait(WITHIN)  # the barrier: the follower has read it, and done what it does
         assert await names(bus, BOUND) == ["site-a-n1", "site-b-n2"]  # left as they were
         path.write_text(sites(b=("n2",)).model_dump_json())
-        await until(lambda: names(bus, BOUND), ["site-b-n2"])
+        await until_named(lambda: names(bus, BOUND), ["site-b-n2"])
         tasks.cancel_scope.cancel()
 
 
-async def until(read: Callable[[], Awaitable[list[str]]], wanted: list[str]) -> None:
-    with anyio.fail_after(10):
-        while await read() != wanted:
-            await anyio.sleep(0.05)
+async def until_named(read: Callable[[], Awaitable[list[str]]], wanted: list[str]) -> None:
+    async def named() -> bool:
+        return await read() == wanted
+
+    await wait_for(named, f"the consumers {wanted}")

@@ -21,8 +21,9 @@ from provisioner.seat.site_copies import consumer_resets, ensure_site_copies, si
 from provisioner.seat.site_purges import follow_purges, record_key, record_purge
 from registry.access import SiteFileEntry
 from registry.access.sites.file import LinkEntry, PermitEntry
-from registry.contract import buckets, fleet
+from registry.contract import Bucket, buckets, fleet
 from registry.wire import BucketConfig, Bus, Message, bucket_config, create_bucket, get_direct, put
+from tests.helpers import wait_for
 
 HUB = "hub"
 BOUND = "postgres_bound"
@@ -158,9 +159,7 @@ async def test_a_purge_record_purges_exactly_up_to_its_revision(bus: Bus) -> Non
     await record_purge(bus, buckets.NEEDS, "n1", upto)
     async with anyio.create_task_group() as tasks:
         await tasks.start(partial(follow_purges, bus, (buckets.NEEDS,)))
-        with anyio.fail_after(10):
-            while await get_direct(bus, buckets.NEEDS, "n1.b.secret.x") is not None:
-                await anyio.sleep(0.05)
+        await wait_for(partial(_gone, bus, buckets.NEEDS, "n1.b.secret.x"), "n1's keys purged up to the record")
         tasks.cancel_scope.cancel()
     assert await get_direct(bus, buckets.NEEDS, "n1.a.secret.x") is None
     assert await get_direct(bus, buckets.NEEDS, "n1.c.secret.x") is not None
@@ -183,17 +182,21 @@ async def test_a_purge_record_is_applied_again_for_what_was_in_flight(bus: Bus, 
     await record_purge(bus, buckets.NEEDS, "n1", 7)
     async with anyio.create_task_group() as tasks:
         await tasks.start(partial(follow_purges, bus, (buckets.NEEDS,), again_after=0.2))
-        with anyio.fail_after(10):
-            while len(asked) < 2:
-                await anyio.sleep(0.02)
-        await anyio.sleep(0.5)  # no third time
+        await wait_for(lambda: len(asked) >= 2, "the record applied twice")
+        # the barrier: n3's record, read after n1's second time, is applied again after any third
+        # time of n1's would be (each once more after the same delay, on the same clock)
+        await record_purge(bus, buckets.NEEDS, "n3", 7)
+        await wait_for(lambda: [json.loads(b) for b in asked].count(_purge_of("n3")) >= 2, "n3's applied twice")
         tasks.cancel_scope.cancel()
-    await nc.flush()
-    wanted = {"filter": buckets.NEEDS.subject("n1.>"), "seq": 8}
-    assert [json.loads(body) for body in asked] == [wanted, wanted]
+    assert [json.loads(body) for body in asked] == [_purge_of("n1")] * 2 + [_purge_of("n3")] * 2
 
 
-async def test_a_purge_record_purges_only_the_node_its_key_names(bus: Bus) -> None:
+def _purge_of(node: str, upto: int = 7) -> dict[str, Any]:
+    """The purge asked of the needs for `node`'s keys up to `upto`."""
+    return {"filter": buckets.NEEDS.subject(f"{node}.>"), "seq": upto + 1}
+
+
+async def test_a_purge_record_purges_only_the_node_its_key_names(bus: Bus, nc: Client) -> None:
     """What a record purges is the node its key names: a value that says a wider filter is not
     one the hub writes, and is ignored; every key stays."""
     config = BucketConfig()
@@ -203,10 +206,19 @@ async def test_a_purge_record_purges_only_the_node_its_key_names(bus: Bus) -> No
     await put(bus, buckets.NEEDS, "n2.a.secret.x", b"{}")
     wider = json.dumps({"bucket": buckets.NEEDS.name, "filter": ">", "upto": upto + 1}).encode()
     await put(bus, buckets.LEASES, record_key(buckets.NEEDS, "n1"), wider)
+    asked: list[bytes] = []
+
+    async def heard(msg: Msg) -> None:
+        asked.append(msg.data)
+
+    await nc.subscribe(f"$JS.API.{buckets.NEEDS.purge_api}", cb=heard)
+    await nc.flush()
     async with anyio.create_task_group() as tasks:
         await tasks.start(partial(follow_purges, bus, (buckets.NEEDS,)))
-        await anyio.sleep(0.5)  # the record is read and refused; nothing to wait for
+        await record_purge(bus, buckets.NEEDS, "n3", 7)  # the barrier: records are applied in order
+        await wait_for(lambda: bool(asked), "n3's record applied")
         tasks.cancel_scope.cancel()
+    assert [json.loads(body)["filter"] for body in asked] == [buckets.NEEDS.subject("n3.>")], "the wider one ignored"
     assert await get_direct(bus, buckets.NEEDS, "n1.a.secret.x") is not None
     assert await get_direct(bus, buckets.NEEDS, "n2.a.secret.x") is not None
 
@@ -224,10 +236,12 @@ async def test_a_purge_record_of_the_fleet_purges_the_nodes_claims_alone(bus: Bu
     await record_purge(bus, fleet.FLEET, "n1", upto)
     async with anyio.create_task_group() as tasks:
         await tasks.start(partial(follow_purges, bus, (fleet.FLEET,)))
-        with anyio.fail_after(10):
-            while await get_direct(bus, fleet.FLEET, fleet.claim_key("b", "n1")) is not None:
-                await anyio.sleep(0.05)
+        await wait_for(partial(_gone, bus, fleet.FLEET, fleet.claim_key("b", "n1")), "n1's claims purged")
         tasks.cancel_scope.cancel()
     assert await get_direct(bus, fleet.FLEET, fleet.claim_key("a", "n1")) is None
     assert await get_direct(bus, fleet.FLEET, fleet.claim_key("a", "n2")) is not None
     assert await get_direct(bus, fleet.FLEET, fleet.hold_key("a")) is not None
+
+
+async def _gone(bus: Bus, bucket: Bucket, key: str) -> bool:
+    return await get_direct(bus, bucket, key) is None

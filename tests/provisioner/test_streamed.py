@@ -1,4 +1,4 @@
-"""Whole listings streamed (issue 10): each page read from the bucket's stream when its cursor
+"""Whole listings streamed: each page read from the bucket's stream when its cursor
 comes, in bounded memory, on a real nats-server with the seat serving (16 KiB pages)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a node wrote reaches the operator's terminal as text, never as something the terminal acts
-on (issue 17): `query` and `top` escape controls, bidirectional and other format characters and line
+on: `query` and `top` escape controls, bidirectional and other format characters and line
 separators in every cell; JSON to a terminal is ASCII, to a pipe as it always was. Against a real
 nats-server and seat; the commands run as child processes, their stdout a pipe or a pseudo-terminal."""
 

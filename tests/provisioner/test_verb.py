@@ -1,4 +1,4 @@
-"""The provisioning verb: each `what` and filter, malformed keys, bad requests (issue 2, item 5)."""
+"""The provisioning verb: each `what` and filter, malformed keys, bad requests."""
 
 from __future__ import annotations
 
@@ -297,7 +297,7 @@ async def test_query_raises_the_verb_error(seeded: Bus) -> None:
     ids=["a 600 KB unknown what", "a 600 KB unknown field name"],
 )
 async def test_a_refusal_never_echoes_a_huge_input_and_the_seat_keeps_serving(seeded: Bus, body: bytes) -> None:
-    """An echoed reason over max_payload would get the seat's connection closed for good (issue 9, item 1)."""
+    """An echoed reason over max_payload would get the seat's connection closed for good."""
     reply = await seeded.request(buckets.VERB_SUBJECT, body)
     code, description, document = error_of(reply)
     assert code == "400"

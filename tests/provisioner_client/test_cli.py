@@ -247,7 +247,7 @@ async def nats_with_a_password(tmp_path: Path) -> AsyncIterator[LocalNats]:
 async def test_watch_mode_exits_4_when_nats_closes_its_connection_for_good(
     nats_with_a_password: LocalNats, plan: ClientPlan
 ) -> None:
-    """Issue 9: nats-py never reconnects a connection it closed (here an authorization violation
+    """nats-py never reconnects a connection it closed (here an authorization violation
     after the node's password changed and the server reloaded): the client exits for its
     supervisor to restart it, instead of waiting for ever."""
     server = nats_with_a_password

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -14,10 +15,12 @@ import pytest
 from mesh_dev import local_postgres
 from mesh_dev.demo import EXAMPLES, run_demo, seed_examples
 from mesh_dev.local_nats import LocalNats
+from mesh_dev.placement import PLACEMENT_FILE, PlacementRefused, place, seed_placement
+from mesh_dev.standins import ASSIGNMENTS
 from provisioner_client.settings import ClientSettings
 from registry.edge import BusSettings, load_settings
-from registry.wire import Bus
-from tests.helpers import sh_env
+from registry.wire import Bus, Changes, snapshot
+from tests.helpers import sh_env, until
 
 
 async def test_the_demo_applies_every_example_and_says_where_the_files_are(
@@ -150,3 +153,38 @@ def test_scripts_run_reset_deletes_the_dev_state_and_exits_without_starting(tmp_
     assert not (tmp_path / ".venv").exists()  # it never installed anything
     again = subprocess.run([script, "--reset", *where], capture_output=True, text=True, check=False, timeout=30)
     assert (again.returncode, again.stdout) == (0, f"nothing to remove: {state.name} does not exist\n")
+
+
+@pytest.mark.usefixtures("provisioned")
+async def test_a_module_of_ones_own_is_placed_by_adding_it_to_the_placement_file(
+    nats_server: LocalNats, tmp_path: Path
+) -> None:
+    placement = tmp_path / PLACEMENT_FILE
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(60):
+            await tg.start(partial(run_demo, nats_server.url, tmp_path, postgres=False))
+        (tmp_path / "manifests" / "web.json").write_text('{"module": "web", "env": {"HTTP_PORT": "${port:http}"}}')
+        plans = json.loads(placement.read_text())
+        assert set(plans) == {"app", "postgres"}, "the examples' placements, written at the first start"
+        placement.write_text("{not json")  # refused with a warning, the demo goes on
+        placement.write_text(json.dumps(plans | {"web": {"port": {"http": 8081}}}))
+        assert await until((tmp_path / "env" / "web.env").exists, 30), "web never placed"
+        tg.cancel_scope.cancel()
+    assert sh_env(tmp_path / "env" / "web.env")["HTTP_PORT"] == "8081"
+
+
+@pytest.mark.usefixtures("provisioned")
+async def test_a_placement_file_that_is_not_one_is_refused_and_the_placements_stay(
+    nats_server: LocalNats, provisioned: Bus, tmp_path: Path
+) -> None:
+    path = tmp_path / PLACEMENT_FILE
+    seed_placement(path, "node-1")
+    assert (await place(provisioned, "node-1", path)).written == ["node-1.app", "node-1.postgres"]
+    before = await snapshot(provisioned, ASSIGNMENTS)
+    for broken in ('{"web": 3}', "[1]", '{"web": {"port": 8081}}', '{"": {}}', "x" * 300_000):
+        path.write_text(broken)
+        with pytest.raises(PlacementRefused):
+            await place(provisioned, "node-1", path)
+    assert await snapshot(provisioned, ASSIGNMENTS) == before
+    path.write_text('{"app": {"port": {"http": 9090}}}')
+    assert await place(provisioned, "node-1", path) == Changes(written=["node-1.app"], deleted=["node-1.postgres"])

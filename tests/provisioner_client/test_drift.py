@@ -30,7 +30,7 @@ def _timers(timing: WatchTiming) -> float:
     return (timing.drift_poll + timing.debounce).total_seconds()
 
 
-PROMISE = 5.0  # the promise, with the default timing (a 1 s poll, a 0.5 s debounce)
+PROMISE = 5.0  # the promise: a hand edit put back within 5 s, with the default timing (a 1 s poll, a 0.5 s debounce)
 TIMING = WatchTiming(drift_poll=timedelta(seconds=0.2), debounce=timedelta(seconds=0.1))
 # The same promise on shorter timers: what the put-back itself may take is unchanged.
 PUT_BACK_WITHIN = PROMISE - _timers(WatchTiming()) + _timers(TIMING)

@@ -1,5 +1,5 @@
 """A node's client leaves out of its collections the contributions of nodes the seat marked gone
-(issue 23, `provisioner_client.resolving.forgotten`), on a real nats-server: the marks read under
+(`provisioner_client.resolving.forgotten`), on a real nats-server: the marks read under
 the node's own grants (static and JWT), another node's contributions left out while marked, its
 own never, and nothing left out while the marks cannot be read."""
 

@@ -20,10 +20,10 @@ from nats.js import JetStreamContext
 from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import StandIns
 from provisioner_client.errors import MaterializeError
-from provisioner_client.materializing import files
 from provisioner_client.materializing.envfile import EnvFolder
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.resolving import refusals
+from provisioner_client.state import files
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import Bucket, buckets
 from registry.errors import BusError, BusTimeout, ConvergeError, JetStreamError, PermissionDenied, WrongLastSequence

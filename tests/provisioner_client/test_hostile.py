@@ -1,4 +1,4 @@
-"""Issue 9, the node client: hostile or corrupted input is a reason or an error, never a crash, a
+"""The node client: hostile or corrupted input is a reason or an error, never a crash, a
 leak or a file touched outside the materialize folder."""
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import pytest
 from mesh_dev.standins import StandIns
 from provisioner_client.errors import MaterializeError
 from provisioner_client.materializing.action import inherited
-from provisioner_client.materializing.envfile import KEY, LEDGER, read_ledger
+from provisioner_client.materializing.envfile import LEDGER, read_ledger
 from provisioner_client.reconcile import MAX_REASONS, ClientPlan, Report, reconcile
 from provisioner_client.resolving.manifest import MAX_MANIFEST_BYTES, load_manifests
 from provisioner_client.resolving.memory import FILE, Memory
 from provisioner_client.resolving.scope import NodeScope
+from provisioner_client.state.key import KEY
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import MAX_DEPTH, JsonRefused, buckets, read_json
 from registry.wire import Bus, get_direct, put

@@ -1,4 +1,4 @@
-"""Issue 9, a permanent property-based suite for the node client: random manifests (random JSON,
+"""A permanent property-based suite for the node client: random manifests (random JSON,
 random bytes, deep and huge ones) and random ledgers get clear errors, and no file outside the
 materialize folder is touched."""
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from nats.js import JetStreamContext
 
 from mesh_dev.standins import StandIns
 from provisioner_client.materializing.envfile import EnvFolder
@@ -24,6 +25,7 @@ from provisioner_client.resolving.inputs import UNREAD, World, digest_of, world_
 from provisioner_client.resolving.manifest import LoadedManifest, load_manifest
 from provisioner_client.resolving.memory import BucketState, Memory
 from provisioner_client.resolving.resolve import Registry
+from provisioner_client.resolving.scope import NodeScope
 from registry.contract import ActionRecord, AppliedValue, buckets
 from registry.wire import Bus, KvItem, delete, get_direct, put
 from tests.helpers import NODE
@@ -188,6 +190,7 @@ def remembered_keys(at: float = 0.0) -> Memory:
     ("bucket", "stamp", "wanted", "reason"),
     [
         pytest.param(NEEDS, 11, {"k": b"v"}, "stamp of needs moved", id="the stamp moved"),
+        pytest.param(NEEDS, 9, {"k": b"v"}, "stamp of needs went back: the bus lost writes", id="the stamp went back"),
         pytest.param(NEEDS, -1, {"k": b"v"}, "stamp of needs not read", id="the stamp was not read"),
         pytest.param(NEEDS, 10, {"k": b"w"}, "the needs wanted differ from those remembered", id="other needs"),
         pytest.param(NEEDS, 10, None, "modules held: the needs keys are listed to keep theirs", id="modules held"),
@@ -229,11 +232,11 @@ def test_the_memory_is_saved_only_when_it_changed(tmp_path: Path) -> None:
     assert kept.modules["web"].manifest == web.loaded.digest
 
 
-def test_nothing_but_the_memory_names_the_state_file() -> None:
-    """So nothing else reads or writes it."""
+def test_nothing_but_the_memory_and_the_store_name_the_state_file() -> None:
+    """So nothing else reads or writes it: the memory, through the node's store that keeps it."""
     package = Path(memory.__file__).parent.parent  # the whole client, not only its resolving
     naming = [p.name for p in package.rglob("*.py") if re.search(rf"{re.escape(memory.FILE)}|\bFILE\b", p.read_text())]
-    assert naming == ["memory.py"]
+    assert sorted(naming) == ["memory.py", "records.py"]
 
 
 def test_a_memory_kept_nowhere_is_never_written(tmp_path: Path) -> None:
@@ -265,6 +268,29 @@ async def test_a_key_deleted_behind_the_clients_back_moves_the_stamp_of_needs(
     assert again.key_verdicts[NEEDS] == memory.Verdict(as_before=False, reason="stamp of needs moved")
     assert again.key_verdicts[APPLIED].as_before
     assert f"node {NODE}: {NEEDS} listed: stamp of needs moved" in caplog.messages
+
+
+async def test_writes_the_bus_lost_are_written_again_and_said_in_one_line(
+    domains: StandIns, bus: Bus, js: JetStreamContext, plan: ClientPlan, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As a server whose store rolled back to an earlier prefix: the node's last need is gone, and the
+    stamp of its needs is below the one the client remembers."""
+    await reconcile(bus, plan)
+    last = max(await NodeScope(NODE).read(bus, buckets.NEEDS), key=lambda item: item.revision)
+    await js.purge_stream(buckets.NEEDS.stream, subject=buckets.NEEDS.subject(last.key))
+    with caplog.at_level(logging.WARNING, logger="provisioner_client.resolving.own"):
+        again = await reconcile(bus, plan)
+    assert again.key_verdicts[NEEDS] == memory.Verdict(
+        as_before=False, reason="stamp of needs went back: the bus lost writes"
+    )
+    restored = await get_direct(bus, buckets.NEEDS, last.key)
+    assert restored is not None and restored.value == last.value
+    said = [m for m in caplog.messages if "the bus lost writes" in m]
+    assert len(said) == 1 and f"its {NEEDS} keys (their stamp went back from {last.revision} to " in said[0], said
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="provisioner_client.resolving.own"):
+        await reconcile(bus, plan)
+    assert not [m for m in caplog.messages if "the bus lost writes" in m]
 
 
 async def test_a_value_changed_in_a_bucket_read_moves_its_stamp_for_every_module(

@@ -1,4 +1,4 @@
-"""One client per node (issue 9 item 13): a second client is refused, naming the first, and writes
+"""One client per node: a second client is refused, naming the first, and writes
 nothing to needs, applied or collect while the first holds the node's lease."""
 
 from __future__ import annotations
@@ -17,17 +17,15 @@ from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import buckets
 from registry.wire import Bus, Holder, Message, get_direct, node_key
-from tests.helpers import NODE, logged
+from tests.helpers import NODE, last_sequence, logged
 
 TIMING = WatchTiming(debounce=timedelta(0))
 
 
 async def last_sequences(bus: Bus) -> dict[str, int]:
-    found = {}
-    for bucket in (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT):
-        info = await bus.jetstream(bucket.info_api, operation="info")
-        found[bucket.name] = int(info["state"]["last_seq"])
-    return found
+    return {
+        bucket.name: await last_sequence(bus, bucket) for bucket in (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT)
+    }
 
 
 async def holder_of_lease(bus: Bus) -> Holder:

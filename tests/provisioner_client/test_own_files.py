@@ -1,4 +1,4 @@
-"""The client's own files (issue 17, "files of the client's own, second round"; issue 18, item 4).
+"""The client's own files.
 
 Every file the node client writes (the env files, the ledger, the digest key, the state file) is
 written one way: an exclusive temporary file of a random name beside it, mode 0600 set on the
@@ -26,10 +26,11 @@ import pytest
 
 from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import StandIns
-from provisioner_client.materializing import files
-from provisioner_client.materializing.envfile import KEY, LEDGER, EnvFolder
+from provisioner_client.materializing.envfile import LEDGER, EnvFolder
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.resolving.memory import FILE, Memory
+from provisioner_client.state import files
+from provisioner_client.state.key import KEY
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import buckets
 from registry.wire import Bus, delete, get_direct, node_key, put

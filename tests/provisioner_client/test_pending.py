@@ -16,7 +16,7 @@ from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.resolving.scope import NodeScope
 from registry.contract import AppliedValue, BucketAnswer, RegistryEntry, buckets, to_json
 from registry.wire import Bus, get_latest, put, snapshot
-from tests.helpers import NODE
+from tests.helpers import NODE, last_sequence
 
 
 async def applied_of(bus: Bus, module: str) -> AppliedValue:
@@ -162,17 +162,13 @@ async def test_a_vault_that_hangs_leaves_the_module_pending_after_the_timeout(
     )
 
 
-async def last_sequence(js: JetStreamContext) -> int:
-    return (await js.stream_info(buckets.NEEDS.stream)).state.last_seq
-
-
-async def test_the_client_refuses_another_nodes_key_before_the_bus(provisioned: Bus, js: JetStreamContext) -> None:
+async def test_the_client_refuses_another_nodes_key_before_the_bus(provisioned: Bus) -> None:
     scope = NodeScope("node-1")
-    sequence = await last_sequence(js)
+    sequence = await last_sequence(provisioned, buckets.NEEDS)
     for key in ["node-2.app.config.x", "node-10.app", "node-1", "node-1x.app"]:
         with pytest.raises(ForeignKeyError, match=f"refused to write mesh-provisioner_needs key '{key}'"):
             await scope.converge(provisioned, buckets.NEEDS, [], {"node-1.app.config.x": b"{}", key: b"{}"})
-    assert await last_sequence(js) == sequence
+    assert await last_sequence(provisioned, buckets.NEEDS) == sequence
 
 
 def test_a_node_name_that_needs_escaping_owns_only_its_escaped_keys() -> None:

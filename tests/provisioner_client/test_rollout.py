@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,9 @@ from provisioner_client.rollout.admission import live_claims, verdict
 from provisioner_client.rollout.budget import Unreachable
 from provisioner_client.rollout.claims import Claims
 from provisioner_client.rollout.pacing import due_at, paced
-from provisioner_client.rollout.state import RECORD, ModuleRollout
+from provisioner_client.rollout.state import RECORD
 from provisioner_client.settings import ClientSettings
+from provisioner_client.state.records import ModuleRollout
 from provisioner_client.watch.fleet import FleetInterest
 from registry.access import Kind
 from registry.contract import ActionRecord, fleet, to_json
@@ -268,8 +270,8 @@ async def test_a_hold_leaves_the_change_pending_saying_by_whom(fleet_bus: Bus, t
 async def test_a_hold_under_a_key_of_no_shape_is_skipped_and_the_others_still_read(
     fleet_bus: Bus, tmp_path: Path
 ) -> None:
-    """An operator's grant (`rollout.*`) takes a non-canonical escape in its token (a strict xfail of
-    tests/test_fleet_isolation.py): such a key is no module's hold, and reading it must not end the
+    """An operator's grant (`rollout.*`) takes a non-canonical escape in its token (the seat erases it,
+    tests/test_fleet_isolation.py; until then): such a key is no module's hold, and reading it must not end the
     node's reconcile."""
     hold = fleet.Hold(state="paused", since=NOW, by="ops", reason="looking into it")
     await put(fleet_bus, fleet.FLEET, "rollout.w=65b", to_json(hold))  # `web` escaped as no one escapes it
@@ -467,3 +469,142 @@ async def test_a_node_reads_a_modules_claims_past_one_batch_under_its_own_grants
         await put_many(seat, fleet.FLEET, {fleet.claim_key("web", f"n{number:04d}"): value for number in range(1100)})
         items = await Claims(n1, "n1", timedelta(seconds=30)).of_module("web")
     assert len({item.key for item in items}) == 1100
+
+
+# --- the slot's invariants, one test each: held while the action and its health check run, and
+# left on every exit path (freed on success, kept failed on a failure, the gate's renewals ended) --
+
+
+async def _claim_state(bus: Bus, node: str) -> str | None:
+    """`node`'s claim of `web` as stored: its state, "deleted", or None if never written."""
+    item = await get_direct(bus, fleet.FLEET, fleet.claim_key("web", node))
+    if item is None:
+        return None
+    if item.deleted:
+        return "deleted"
+    claim = fleet.read_claim(item.value)
+    return claim.state if claim is not None else "unreadable"
+
+
+async def _admitted_gate(bus: Bus, folder: Path) -> RolloutGate:
+    gate = _gate(bus, "a", folder)
+    assert (await gate.admit("web", _manifest({"budget": 1}), DIGEST_1, first=False)).claimed
+    return gate
+
+
+async def _slot_seen_by_b(bus: Bus, folder: Path) -> bool:
+    """Whether node b, asking now under the same budget of 1, is admitted (its claim withdrawn after)."""
+    other = _gate(bus, "b", folder)
+    admitted = (await other.admit("web", _manifest({"budget": 1}), DIGEST_1, first=False)).go
+    await other.claims.remove("web")
+    other.state.forget("web")
+    return admitted
+
+
+def _outcome(ok: bool) -> ActionRecord:
+    return ActionRecord(
+        command=("x",),
+        digest=DIGEST_1,
+        outcome="succeeded" if ok else "failed",
+        exit_code=0 if ok else 1,
+        finished_at="x",
+    )
+
+
+async def _healthy() -> None:
+    return None
+
+
+async def test_the_slot_is_held_while_the_action_runs(fleet_bus: Bus, tmp_path: Path) -> None:
+    gate = await _admitted_gate(fleet_bus, tmp_path)
+    during: list[tuple[str | None, bool]] = []
+
+    async def action() -> ActionRecord:
+        during.append((await _claim_state(fleet_bus, "a"), await _slot_seen_by_b(fleet_bus, tmp_path)))
+        return _outcome(ok=True)
+
+    await gate.run_under_claim("web", DIGEST_1, replaced=b"old", action=action, health=_healthy)
+    assert during == [("running", False)], "the claim stands running, b kept out, while the action runs"
+
+
+async def test_the_slot_is_held_while_the_health_check_runs(fleet_bus: Bus, tmp_path: Path) -> None:
+    gate = await _admitted_gate(fleet_bus, tmp_path)
+    during: list[tuple[str | None, bool]] = []
+
+    async def health() -> None:
+        during.append((await _claim_state(fleet_bus, "a"), await _slot_seen_by_b(fleet_bus, tmp_path)))
+
+    async def action() -> ActionRecord:
+        return _outcome(ok=True)
+
+    await gate.run_under_claim("web", DIGEST_1, replaced=b"old", action=action, health=health)
+    assert during == [("running", False)], "the claim stands running, b kept out, while the health check runs"
+
+
+async def test_the_slot_is_freed_once_the_action_and_its_health_check_succeeded(fleet_bus: Bus, tmp_path: Path) -> None:
+    gate = await _admitted_gate(fleet_bus, tmp_path)
+
+    async def action() -> ActionRecord:
+        return _outcome(ok=True)
+
+    await gate.run_under_claim("web", DIGEST_1, replaced=b"old", action=action, health=_healthy)
+    assert await _claim_state(fleet_bus, "a") == "deleted"
+    assert await _slot_seen_by_b(fleet_bus, tmp_path)
+
+
+async def test_a_failed_action_keeps_its_slot_failed_and_skips_the_health_check(fleet_bus: Bus, tmp_path: Path) -> None:
+    gate = await _admitted_gate(fleet_bus, tmp_path)
+    checked: list[bool] = []
+
+    async def action() -> ActionRecord:
+        return _outcome(ok=False)
+
+    async def health() -> None:
+        checked.append(True)
+
+    done, problem = await gate.run_under_claim("web", DIGEST_1, replaced=b"old", action=action, health=health)
+    assert done is not None and not done.ok and problem is None and not checked
+    assert await _claim_state(fleet_bus, "a") == "failed"
+    assert not await _slot_seen_by_b(fleet_bus, tmp_path), "a failure uses its slot up until a resume"
+
+
+async def test_a_failed_health_check_keeps_its_slot_failed(fleet_bus: Bus, tmp_path: Path) -> None:
+    gate = await _admitted_gate(fleet_bus, tmp_path)
+
+    async def action() -> ActionRecord:
+        return _outcome(ok=True)
+
+    async def unhealthy() -> str:
+        return "the health check said no"
+
+    _, problem = await gate.run_under_claim("web", DIGEST_1, replaced=b"old", action=action, health=unhealthy)
+    assert problem == "the health check said no"
+    assert await _claim_state(fleet_bus, "a") == "failed"
+    assert not await _slot_seen_by_b(fleet_bus, tmp_path)
+
+
+async def test_a_change_cancelled_mid_action_keeps_its_slot_until_the_next_start_fails_it(
+    fleet_bus: Bus, tmp_path: Path
+) -> None:
+    """The client stopped while the action ran: the claim is not freed (the action may have done
+    half its work), and the next start writes it failed, "interrupted": it stays in its slot."""
+    gate = await _admitted_gate(fleet_bus, tmp_path)
+    started = anyio.Event()
+
+    async def action() -> ActionRecord:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("never ends")
+
+    async with anyio.create_task_group() as tasks:
+        run = partial(gate.run_under_claim, "web", DIGEST_1, replaced=b"old", action=action, health=_healthy)
+        tasks.start_soon(run)
+        await started.wait()
+        tasks.cancel_scope.cancel()
+    assert await _claim_state(fleet_bus, "a") == "running", "a cancelled change keeps its slot"
+    assert not await _slot_seen_by_b(fleet_bus, tmp_path)
+    await _gate(fleet_bus, "a", tmp_path).prepare(_loaded(tmp_path, _manifest({"budget": 1})))
+    stored = await get_direct(fleet_bus, fleet.FLEET, fleet.claim_key("web", "a"))
+    assert stored is not None and (claim := fleet.read_claim(stored.value)) is not None
+    assert (claim.state, claim.reason) == ("failed", "interrupted")
+    assert not await _slot_seen_by_b(fleet_bus, tmp_path)

@@ -1,4 +1,4 @@
-"""A node's own key that moved between its listing and the node's write (issue 22's cut link: a
+"""A node's own key that moved between its listing and the node's write (a site's cut link: a
 write given up on, stored after all) is written over, not a failed reconcile: a failed one had run
 its change actions already, and the next ran them again (tests/test_site_client.py saw it twice)."""
 

@@ -1,4 +1,4 @@
-"""Values an env file cannot carry (issue 17): a NUL, which sh reads as the value's end (`a\\0b` as
+"""Values an env file cannot carry: a NUL, which sh reads as the value's end (`a\\0b` as
 `ab`), and a lone surrogate, which is no UTF-8 text (it crashed the reconcile). From the bus they
 leave their module pending with a reason naming the key or the placeholder, never written; in a
 manifest they make the file a manifest error."""

@@ -1,5 +1,5 @@
 """The verb's models against the wire: a real seat's pages parse into them and are written back
-as the same bytes; the README's documented answer is the same JSON document; what is not the
+as the same bytes; the documented answer (docs/verb.md) is the same JSON document; what is not the
 contract is refused."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Text a node or a file wrote, made safe for the operator's terminal (issue 17): every character a
+"""Text a node or a file wrote, made safe for the operator's terminal: every character a
 terminal acts on is written as a visible escape, a backslash is doubled so that an escape cannot be
 forged, and printable text (`café`, CJK) is left as it is."""
 

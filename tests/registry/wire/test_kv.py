@@ -33,7 +33,7 @@ from registry.wire import (
     snapshot,
     update,
 )
-from tests.helpers import put_many, until
+from tests.helpers import put_many, until, wait_for
 
 
 def bucket(name: str) -> Bucket:
@@ -51,6 +51,27 @@ async def test_snapshot_keeps_only_the_filtered_keys_and_latest_values(bus: Bus,
         await kv.put(key, value)
     items = await snapshot(bus, bucket("b"), ["n1", "n1.>"])
     assert sorted((i.key, i.value) for i in items) == [("n1", b"4"), ("n1.a", b"2")]
+
+
+async def test_a_snapshot_as_it_began_ends_while_its_keys_are_still_written(bus: Bus, js: JetStreamContext) -> None:
+    """A writer keeps adding keys under the filter while the snapshot reads: read as it began, the
+    snapshot ends, with every key written before it began."""
+    kv = await js.create_key_value(bucket="d", direct=True)
+    for index in range(50):
+        await kv.put(f"n1.before{index}", b"x" * 1000)
+
+    async def keep_writing() -> None:
+        index = 0
+        while True:
+            await kv.put(f"n1.during{index}", b"x" * 1000)
+            index += 1
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(keep_writing)
+        with anyio.fail_after(10):
+            items = await snapshot(bus, bucket("d"), ["n1.>"], as_it_began=True)
+        tasks.cancel_scope.cancel()
+    assert {item.key for item in items} >= {f"n1.before{index}" for index in range(50)}
 
 
 async def test_converge_writes_only_differences_and_deletes_the_rest(bus: Bus, js: JetStreamContext) -> None:
@@ -132,9 +153,12 @@ async def test_a_listing_leaves_no_consumer_behind_for_long(bus: Bus, js: JetStr
     await kv.put("n1.a", b"1")
     for _ in range(20):
         await snapshot(bus, bucket("short"), ["n1.>"])
-    with anyio.fail_after(10):  # a server answering many queries must not pile up consumers
-        while (await js.stream_info("KV_short")).state.consumer_count:
-            await anyio.sleep(0.2)
+
+    async def none_left() -> bool:
+        return not (await js.stream_info("KV_short")).state.consumer_count
+
+    # a server answering many queries must not pile up consumers
+    await wait_for(none_left, "the listings' consumers gone", every=0.2)
 
 
 async def test_a_conditional_write_loses_to_another_writer_with_a_typed_error(bus: Bus, js: JetStreamContext) -> None:

@@ -1,4 +1,4 @@
-"""Leases across a NATS restart (issue 18, item 2), on a real nats-server stopped and started again
+"""Leases across a NATS restart, on a real nats-server stopped and started again
 on the same port and store, or paused.
 
 A renewal sent while NATS was away waited in nats-py's reconnect buffer and timed out; it was

@@ -20,7 +20,7 @@ from nats.aio.client import Client
 from registry.contract import APPLIED, Bucket
 from registry.errors import BusTimeout
 from registry.wire import Bus, BusOptions, KvItem, Message, Outage, ScopedWatch, connect, put, scoped_watch, snapshot
-from tests.helpers import RestartableNats, restartable_nats
+from tests.helpers import RestartableNats, restartable_nats, wait_for
 
 W = Bucket("w", APPLIED)
 FAST = timedelta(seconds=0.5)
@@ -82,15 +82,6 @@ async def bus_and_party(tmp_path: Path) -> AsyncIterator[OnNats]:
 
 async def consumers(party: Client, stream: str) -> list[str]:
     return sorted(info.name for info in await party.jetstream().consumers_info(stream))
-
-
-async def until(check: Callable[[], object], what: str) -> None:
-    try:
-        with anyio.fail_after(BOUND):
-            while not check():
-                await anyio.sleep(0.05)
-    except TimeoutError:
-        pytest.fail(f"not within {BOUND} s: {what}")
 
 
 async def until_consumers(party: Client, stream: str, wanted: Callable[[list[str]], bool], what: str) -> list[str]:
@@ -199,10 +190,10 @@ async def test_a_named_watch_resumes_on_the_reconnect_under_its_own_name_and_alo
             assert await next_items(watch, 1) == [("n1.a", b"1")]
             async with outage(on.server, on.bus):  # long enough for many heartbeats to be missed
                 before = on.party_errors.count
-                await until(lambda: on.party_errors.count >= before + 20, "twenty failed reconnect attempts")
+                await wait_for(lambda: on.party_errors.count >= before + 20, "twenty failed reconnect attempts")
                 assert watch.resets == 0, "nothing is tried while the connection is away"
                 assert "retrying in" not in caplog.text
-            await until(lambda: watch.feed is not None and watch.resets >= 1, "the watch resumed")
+            await wait_for(lambda: watch.feed is not None and watch.resets >= 1, "the watch resumed")
             await kv.put("n1.a", b"2")
             assert await next_items(watch, 1) == [("n1.a", b"2")]
             assert await consumers(on.party, "KV_w") == ["test-w-watch"]
@@ -221,9 +212,9 @@ async def test_a_long_outage_logs_a_few_warnings_not_one_per_attempt(tmp_path: P
     async with bus_and_party(tmp_path) as on:
         with bus_log() as lines:
             async with outage(on.server, on.bus):
-                await until(lambda: lines.told() or len(lines.warnings) > 3, "a count of the attempts")
-                await until(lambda: on.party_errors.count >= 30, "thirty failed reconnect attempts")
-            await until(lambda: lines.recovered, "the recovery")
+                await wait_for(lambda: bool(lines.told()) or len(lines.warnings) > 3, "a count of the attempts")
+                await wait_for(lambda: on.party_errors.count >= 30, "thirty failed reconnect attempts")
+            await wait_for(lambda: bool(lines.recovered), "the recovery")
     print(f"\n{lines.attempts} failed attempts, {len(lines.warnings)} warning lines: {lines.warnings}")
     assert len(lines.warnings) <= 3, lines.warnings
     assert lines.warnings[0].startswith("nats connection lost")

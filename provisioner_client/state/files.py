@@ -1,5 +1,5 @@
-"""The client's own files, every one opened the same way: env files, the ledger, the digest key
-and the state file are written and read here and nowhere else.
+"""The client's own files, every one opened the same way: env files, the node's records, the
+digest key and the last good env files are written and read here and nowhere else.
 
 - **Written** through a temporary file beside the target (`write_atomically`, or `write_new`
   where an existing file must never be replaced): created with `O_CREAT | O_EXCL | O_NOFOLLOW`
@@ -14,7 +14,7 @@ and the state file are written and read here and nowhere else.
   and what is there ("is a folder, not a regular file"), never an `OSError` escaping.
 - A client killed between writing a temporary file and renaming it leaves it behind (an env
   file's holds secrets): `remove_leftovers` removes, at the next start, the regular files of the
-  folder itself that their owner (`envfile`, `memory`) takes for its leftovers, by `target_of`
+  folder itself that the store (`records.is_leftover`) takes for its leftovers, by `target_of`
   (the file a temporary name is for) or by the names it gave them before; never anything else.
 """
 
@@ -29,12 +29,9 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from provisioner_client.errors import MaterializeError
-from registry.contract import JsonRefused, kind_of, read_at_most, read_json
-
-T = TypeVar("T")
+from registry.contract import kind_of, read_at_most
 
 MODE = 0o600
 FOLDER_MODE = 0o700
@@ -235,20 +232,3 @@ def _kind_at(path: Path) -> str | None:
         return kind_of(os.lstat(path).st_mode)
     except OSError:
         return None
-
-
-def read_record(path: Path, parse: Callable[[object], T | None], *, limit: int, what: str, shape: str) -> T | None:
-    """A record of the client's own, as JSON (at most `limit` bytes) parsed by `parse`; None when
-    there is none. `MaterializeError` when it cannot be read, or `parse` finds no record of `shape`
-    in it (`parse` answers None)."""
-    found = read_regular(path, limit=limit, what=what)
-    if found is None:
-        return None
-    try:
-        document = read_json(found.content, max_bytes=limit)
-    except JsonRefused as err:
-        raise MaterializeError(path, f"cannot be read: {err.reason}", what=what) from None
-    parsed = parse(document)
-    if parsed is None:
-        raise MaterializeError(path, f"is not a record of {shape}", what=what)
-    return parsed
