@@ -49,7 +49,6 @@ bounded per node and in all (`FailuresWaiting`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from collections import Counter
@@ -376,7 +375,7 @@ async def refuse_if_not_counted(
 
 async def _refuse_once(bus: Bus, judged: FailedClaim, placement: Placement, refused: _Refusals) -> str | None:
     if judged.unshaped:
-        await _erase(bus, judged.module, judged.revision)
+        await _erase(bus, judged.module)
         if refused.first("", judged.module):
             log.warning(
                 "fleet key %r is of no shape the contract builds (a literal wildcard, a non-canonical "
@@ -426,11 +425,12 @@ async def _delete_claim(bus: Bus, judged: FailedClaim, *, at: int | None) -> Non
     raise BusError(f"delete {key}", f"written again {ATTEMPTS} times while it was deleted")
 
 
-async def _erase(bus: Bus, key: str, revision: int) -> None:
-    """Deletes `key`, of no shape, as it stood at `revision` (the fleet's stream denies erasing a
-    message: a delete marker stays, which every reader skips); a later write is judged on its own."""
-    with contextlib.suppress(WrongLastSequence):
-        await delete(bus, fleet.FLEET, key, last=revision)
+async def _erase(bus: Bus, key: str) -> None:
+    """Deletes `key`, of no shape (the fleet's stream denies erasing a message: a delete marker
+    stays, which every reader skips). Whatever it holds: no revision of such a key is valid, and a
+    key holding `*` cannot be deleted at a revision, nats-server judging the expected last sequence
+    of every subject the token matches (a later claim of the same node would refuse the delete)."""
+    await delete(bus, fleet.FLEET, key, last=None)
 
 
 class FailuresWaiting:

@@ -445,9 +445,10 @@ async def put(bus: Bus, bucket: Bucket, key: str, value: bytes) -> int:
     return await bus.store(bucket.subject(key), value, headers={}, operation=f"write {bucket.name} {key}")
 
 
-async def delete(bus: Bus, bucket: Bucket, key: str, *, last: int, note: bytes = b"") -> int:
-    """Deletes `key` (a delete marker, carrying `note` as its body) if it is still at revision `last`."""
-    headers = {"KV-Operation": "DEL", _EXPECTED_LAST: str(last)}
+async def delete(bus: Bus, bucket: Bucket, key: str, *, last: int | None, note: bytes = b"") -> int:
+    """Deletes `key` (a delete marker, carrying `note` as its body) if it is still at revision `last`;
+    whatever it holds with None (for a key no revision of which is valid)."""
+    headers = {"KV-Operation": "DEL"} | ({} if last is None else {_EXPECTED_LAST: str(last)})
     return await bus.store(bucket.subject(key), note, headers=headers, operation=f"delete {bucket.name} {key}")
 
 
