@@ -4,44 +4,76 @@ exactly its footprint. It decides nothing and connects to nothing.
     mesh-host profile | inventory | apply FILE | reconcile | bundle | owned  [--json] [--state DIR]
                                                                            [--root DIR] [--dry-run]
 
-Exit codes are in EXIT_CODES (and --help).
+Every option comes after the command, as in every program of this repository.
+
+Exit codes are in EXIT_CODES (and --help): the shared table's rows, the same in every program.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import pwd
+import re
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from mesh_host.applying.apply import ApplyFailed, Host, apply
-from mesh_host.applying.owned import owned
-from mesh_host.applying.roots import Root, default_state
-from mesh_host.bundle import BundleBroken, carried
-from mesh_host.declaration import Declaration, parse_declaration, read_declaration, read_text
-from mesh_host.describing.inventory import take
-from mesh_host.describing.profile import detect
-from mesh_host.errors import DeclarationRefused, MeshHostError, StateError
+from mesh_host.errors import DeclarationRefused, MeshHostError, StateError, StateHeld
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_NOTHING_CARRIED, EXIT_STATE, EXIT_WOULD_CHANGE = range(7)
+if TYPE_CHECKING:
+    from mesh_host.applying.apply import ApplyFailed
+    from mesh_host.applying.roots import Root
+    from mesh_host.declaration import Declaration
+
+VERSION = "0.1.0"  # the distribution's (a one-file build has no metadata): checked by tests/test_programs.py
+
+# The shared exit-code table's rows this program uses, copied from registry.command_line (mesh_host
+# imports nothing of the rest) and checked against it by tests/test_programs.py: a cause has the
+# same number in every program.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_HELD = 6
+EXIT_WOULD_CHANGE = 8
+EXIT_LOCAL = 12
+EXIT_DECLARATION_REFUSED = 13
+EXIT_NOTHING_CARRIED = 14
 EXIT_CLOSED_PIPE = 141
-EXIT_CODES = """\
-exit codes:
-  0    done: the machine matches the declaration (--dry-run: it already does); other commands: printed
-  1    a step failed (--dry-run: would fail): no later step ran; what was done before it is printed and
-       recorded in the footprint, the failure said on stderr
-  2    usage: unknown command or option, a --root that is not a directory
-  3    the declaration is refused whole (outside the vocabulary, not JSON, too large, unreadable, an
-       archive whose digest differs or holding a hostile member): nothing was changed; every problem
-       is named where it is (resources[3].type: ...)
-  4    reconcile: this host carries no declaration (a default build), or its bundle is broken
-  5    the state: the footprint in --state cannot be read or written, or another mesh-host holds it
-  6    --dry-run: the machine does not match; what would change is printed
-  141  stdout was closed (mesh-host owned | head -1)
-"""
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "done",
+    EXIT_FAILED: "failed: a runtime failure no other code names (said on stderr)",
+    EXIT_USAGE: "usage: a command, flag, variable, settings or input file refused; nothing was done",
+    EXIT_HELD: "held elsewhere: another process holds what this one needs (a node's lease, mesh-host's state)",
+    EXIT_WOULD_CHANGE: "would change: a check found what to change (printed)",
+    EXIT_LOCAL: "local failure: a file or folder of this machine cannot be read or written (named)",
+    EXIT_DECLARATION_REFUSED: "declaration refused whole: nothing was changed",
+    EXIT_NOTHING_CARRIED: "nothing carried: this mesh-host carries no declaration, or its bundle is broken",
+    EXIT_CLOSED_PIPE: "stdout closed: its reader went away (| head), ended quietly",
+}
+# What each code means for mesh-host in particular.
+_IN_PARTICULAR = {
+    EXIT_OK: "the machine matches the declaration (--dry-run: it already does); other commands: printed",
+    EXIT_FAILED: "a step failed (--dry-run: would fail): no later step ran; what was done before it is "
+    "printed and recorded in the footprint",
+    EXIT_USAGE: "unknown command or option, a --root that is not a directory",
+    EXIT_HELD: "another mesh-host holds the footprint in --state",
+    EXIT_WOULD_CHANGE: "--dry-run: the machine does not match; what would change is printed",
+    EXIT_LOCAL: "the footprint in --state cannot be read or written",
+    EXIT_DECLARATION_REFUSED: "outside the vocabulary, not JSON, too large, unreadable; every problem is "
+    "named where it is (resources[3].type: ...)",
+    EXIT_NOTHING_CARRIED: "reconcile: a default build, or a broken bundle",
+    EXIT_CLOSED_PIPE: "mesh-host owned | head -1",
+}
+EXIT_CODES_HELP = "exit codes (the same cause has the same number in every mesh-provisioner program):\n" + "\n".join(
+    f"  {code:<4} {meaning}\n"
+    + textwrap.fill(_IN_PARTICULAR[code], 100, initial_indent=" " * 7, subsequent_indent=" " * 7)
+    for code, meaning in EXIT_CODES.items()
+)
 DESCRIPTION = """\
 The one program installed by hand on a machine: it applies a declaration (directories, files,
 archives, services) and owns exactly its footprint. It decides nothing and connects to nothing."""
@@ -76,7 +108,7 @@ a declaration (JSON; resources applied in the order stated; anything else refuse
   What the host created and no longer declares it removes (a directory once empty); what it found
   there it never removes.
 
-{EXIT_CODES}"""
+{EXIT_CODES_HELP}"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,8 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for option, default in (("json", False), ("state", None), ("root", None)):
-        setattr(args, option, getattr(args, option, default))  # given before the command, after it, or not
+    from mesh_host.applying.roots import Root  # noqa: PLC0415 (each command loads what it uses, after parsing)
+    from mesh_host.bundle import BundleBroken  # noqa: PLC0415
+
     root = Root(Path(args.root).absolute()) if args.root else Root()
     if not root.base.is_dir():
         parser.error(f"--root {args.root}: not a directory")
@@ -99,20 +132,70 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return command(args, root)
     except DeclarationRefused as err:
-        return _fail(args, EXIT_REFUSED, str(err), {"refused": {"source": err.source, "problems": list(err.problems)}})
+        return _fail(
+            args,
+            EXIT_DECLARATION_REFUSED,
+            str(err),
+            {"refused": {"source": err.source, "problems": list(err.problems)}},
+        )
     except StateError as err:
-        return _fail(args, EXIT_STATE, str(err), {"state": {"path": err.path, "why": err.why}})
+        code = EXIT_HELD if isinstance(err, StateHeld) else EXIT_LOCAL
+        return _fail(args, code, str(err), {"state": {"path": err.path, "why": err.why}})
     except BundleBroken as err:
         return _fail(args, EXIT_NOTHING_CARRIED, str(err), {"carried": None, "broken": str(err)})
     except MeshHostError as err:
         return _fail(args, EXIT_FAILED, str(err), {})
 
 
+class Parser(argparse.ArgumentParser):
+    """registry.command_line.Parser's conventions, in the copy this standalone program keeps: no
+    abbreviated option, an unknown one refused by the command it was given to, "did you mean"."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, rest = super().parse_known_args(args, namespace)
+        if rest:
+            self.error(f"unrecognized arguments: {' '.join(rest)}")
+        return parsed, rest
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{self._did_you_mean(message)}\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        choice = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+        if choice is not None:
+            return _close(choice[1], re.findall(r"'([^']*)'", choice[2]))
+        unknown = re.search(r"unrecognized arguments: (.*)$", message)
+        if unknown is not None:
+            flags = [word.split("=", 1)[0] for word in unknown[1].split() if word.startswith("--")]
+            options = [name for name in self._option_string_actions if name.startswith("--")]
+            later = [flag for flag in flags[:1] if flag in self._commands_options()]
+            if later:
+                return f"; {later[0]} goes after the command ({self.prog} COMMAND {later[0]})"
+            return "".join(_close(flag, options) for flag in flags[:1])
+        return ""
+
+    def _commands_options(self) -> set[str]:
+        """The options of this parser's commands: given before the command, they are said to go after it."""
+        commands = [action for action in self._actions if isinstance(action, argparse._SubParsersAction)]
+        return {name for action in commands for sub in action.choices.values() for name in sub._option_string_actions}
+
+
+def _close(given: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mesh-host", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    _add_common(parser)
+    parser = Parser(prog="mesh-host", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"mesh-host {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, run, said in (
         ("profile", _profile, "what this machine can be asked to do"),
@@ -122,9 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("bundle", _bundle, "show what this host carries"),
         ("owned", _owned, "what this host has applied and still owns"),
     ):
-        sub = commands.add_parser(
-            name, help=said, description=said, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
-        )
+        sub = commands.add_parser(name, help=said, description=said, epilog=EPILOG)
         sub.set_defaults(run=run)
         if name == "apply":
             sub.add_argument("file", metavar="FILE", help="the declaration (JSON); - reads standard input")
@@ -135,37 +216,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    """The options every command takes, before or after it: no default here, or the command's would hide
-    what was given before it (argparse sets a subcommand's defaults over the top level's values)."""
-    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable")
+    """The options every command takes, after it."""
+    parser.add_argument("--json", action="store_true", help="machine-readable")
     parser.add_argument(
         "--state",
         metavar="DIR",
-        default=argparse.SUPPRESS,
         help="where this node keeps what it knows, its footprint (default: /var/lib/mesh-host as root, "
         "else ~/.local/state/mesh-host; inside --root when given)",
     )
     parser.add_argument(
         "--root",
         metavar="DIR",
-        default=argparse.SUPPRESS,
         help="prefix every path with DIR, for tests and image building (services are skipped under it)",
     )
 
 
 def _profile(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.describing.profile import detect  # noqa: PLC0415
+
     profile = detect()
     _print(args, profile.render().rstrip("\n"), profile.as_json())
     return EXIT_OK
 
 
 def _inventory(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.describing.inventory import take  # noqa: PLC0415
+
     inventory = take(root=root.base)
     _print(args, inventory.render().rstrip("\n"), inventory.as_json())
     return EXIT_OK
 
 
 def _apply(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.declaration import parse_declaration, read_declaration, read_text  # noqa: PLC0415
+
     if args.file == "-":
         declaration = parse_declaration(read_text(sys.stdin.buffer, "standard input"), "standard input")
     else:
@@ -174,6 +258,9 @@ def _apply(args: argparse.Namespace, root: Root) -> int:
 
 
 def _reconcile(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.bundle import carried  # noqa: PLC0415
+    from mesh_host.declaration import parse_declaration  # noqa: PLC0415
+
     bundle = carried()
     if bundle is None:
         why = (
@@ -185,6 +272,8 @@ def _reconcile(args: argparse.Namespace, root: Root) -> int:
 
 
 def _applying(args: argparse.Namespace, root: Root, declaration: Declaration) -> int:
+    from mesh_host.applying.apply import ApplyFailed, Host, apply  # noqa: PLC0415
+
     host = Host(root, _state(args, root), _home())
     try:
         report = apply(declaration, host, dry_run=args.dry_run)
@@ -207,6 +296,9 @@ def _failure(failed: ApplyFailed) -> dict[str, str]:
 
 
 def _bundle(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.bundle import carried  # noqa: PLC0415
+    from mesh_host.declaration import parse_declaration  # noqa: PLC0415
+
     bundle = carried()
     if bundle is None:
         _print(args, "this host carries no declaration: a default build (reconcile refuses)", {"carried": None})
@@ -214,17 +306,21 @@ def _bundle(args: argparse.Namespace, root: Root) -> int:
     heading = f"carries the declaration from {bundle.source} (sha256 {bundle.sha256})"
     said = {"source": bundle.source, "sha256": bundle.sha256, "text": bundle.text}
     _print(args, f"{heading}\n\n{bundle.text.rstrip()}", {"carried": said})
-    parse_declaration(bundle.text, f"the declaration carried from {bundle.source}")  # refused: exit 3, saying why
+    parse_declaration(bundle.text, f"the declaration carried from {bundle.source}")  # refused: exit 13, saying why
     return EXIT_OK
 
 
 def _owned(args: argparse.Namespace, root: Root) -> int:
+    from mesh_host.applying.owned import owned  # noqa: PLC0415
+
     holding = owned(root, _state(args, root))
     _print(args, holding.render(), holding.as_json())
     return EXIT_OK
 
 
 def _state(args: argparse.Namespace, root: Root) -> Path:
+    from mesh_host.applying.roots import default_state  # noqa: PLC0415
+
     if args.state:
         return Path(args.state)
     return root.folder(default_state(_home(), privileged=os.geteuid() == 0))

@@ -45,3 +45,7 @@ class StateError(MeshHostError):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.why}"
+
+
+class StateHeld(StateError):
+    """Another mesh-host holds the footprint at `path` (its lock)."""

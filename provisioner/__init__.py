@@ -11,16 +11,22 @@ in `registry`, and so is everything that touches NATS (`registry.wire.bus`); run
 machine is `mesh_dev`, above this package.
 """
 
-from provisioner.commands.removal import remove_node
-from provisioner.errors import (
-    CursorGone,
-    Forbidden,
-    ProvisionerError,
-    RequestError,
-    Unavailable,
-)
-from provisioner.seat.server import run_server
-from provisioner.settings import ServerSettings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from provisioner.commands.removal import remove_node
+    from provisioner.errors import (
+        CursorGone,
+        Forbidden,
+        ProvisionerError,
+        RequestError,
+        Unavailable,
+    )
+    from provisioner.seat.server import run_server
+    from provisioner.settings import ServerSettings
 
 __all__ = [
     "CursorGone",
@@ -32,3 +38,22 @@ __all__ = [
     "remove_node",
     "run_server",
 ]
+
+# Where each name lives, imported on first use: a command that needs none of them (`--help`,
+# `--version`, `query`) never loads the seat.
+_HOMES = {
+    "CursorGone": "provisioner.errors",
+    "Forbidden": "provisioner.errors",
+    "ProvisionerError": "provisioner.errors",
+    "RequestError": "provisioner.errors",
+    "Unavailable": "provisioner.errors",
+    "ServerSettings": "provisioner.settings",
+    "remove_node": "provisioner.commands.removal",
+    "run_server": "provisioner.seat.server",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -3,7 +3,7 @@
 The server's (`ServerSettings`): command-line flags, then environment variables
 `MESH_PROVISIONER_<FIELD>`, then the TOML config file given by `--config` (top-level keys named as
 the fields; NATS options in its `[nats]` table), then the defaults. Unknown names are errors.
-Durations are seconds or ISO 8601 (`PT1H`). NATS connection options are
+Durations take a unit (`90s`, `10m`, `1h`). NATS connection options are
 `registry.edge.BusSettings` (`--nats-*`, `NATS_*`).
 
 `query`, `top` and `remove-node` log as `CommandLogSettings` say (`MESH_PROVISIONER_LOG_*`), and
@@ -34,15 +34,15 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from pydantic import AfterValidator, BeforeValidator, Field, JsonValue, StringConstraints, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from provisioner.seat.quotas import nodes_share
-from provisioner.verb.nodes import DEFAULT_STALE_AFTER
-from provisioner.verb.request import FILTERS
-from registry.contract import MAX_STALE_AFTER_SECONDS, Name, Verdict, What
+from registry.command_line import duration_text
+from registry.contract import FILTERS, MAX_STALE_AFTER_SECONDS, Name, Verdict, What
 from registry.edge import CommandLine, Duration, EdgeSettings, LogSettings, flag_of
 from registry.errors import SettingsError
 from registry.runtime import LogLevel, MetricsListen
 
 ENV_PREFIX = "MESH_PROVISIONER_"
+# When the seat judges a node stale unless a request says otherwise (`provisioner.verb.nodes`).
+DEFAULT_STALE_AFTER = timedelta(minutes=5)
 
 
 def _comma_separated(value: Any) -> Any:
@@ -211,6 +211,8 @@ class ServerSettings(LogSettings):
 
     @model_validator(mode="after")
     def _quota_within_the_nodes_share(self) -> Self:
+        from provisioner.seat.quotas import nodes_share  # noqa: PLC0415 (the seat's: a query never loads it)
+
         share = nodes_share(self.bucket_max_bytes)
         if self.node_quota_bytes > share:
             reason = (
@@ -264,7 +266,7 @@ StaleAfter = Annotated[Duration, AfterValidator(_as_the_verb_takes)]
 State = Literal["applied", "pending", Verdict]  # a module's state (applied) or a node's verdict (nodes)
 
 _WAIT = timedelta(seconds=30)
-_THE_SEATS: dict[str, JsonValue] = {"shown_default": f"{DEFAULT_STALE_AFTER.total_seconds():g} s, the seat's"}
+_THE_SEATS: dict[str, JsonValue] = {"shown_default": f"{duration_text(DEFAULT_STALE_AFTER)}, the seat's"}
 _STALE = "a node is stale after this long without a sign of life"
 # The `what`s each argument read here applies to; the verb says which of its own filters apply.
 _APPLIES: Mapping[str, tuple[str, ...]] = {
@@ -345,10 +347,19 @@ class TopArguments(CommandArguments):
     interval: Duration = Field(
         default=timedelta(seconds=2), gt=timedelta(0), le=timedelta(days=1), description="how often to ask"
     )
-    once: bool = Field(default=False, description="print one frame and exit (5 if a node is stale, gone or over quota)")
+    once: bool = Field(default=False, description="print one frame and exit (9 if a node is stale, gone or over quota)")
+    as_json: Annotated[bool, CommandLine(flag="--json")] = Field(
+        default=False, description="with --once, print the frame's answer as JSON (as query nodes --json)"
+    )
     wait: Duration = Field(
         default=_WAIT, gt=timedelta(0), description="how long to wait to connect, and with --once for the answer"
     )
+
+    @model_validator(mode="after")
+    def _json_once(self) -> Self:
+        if self.as_json and not self.once:
+            raise SettingsError(flag_of(type(self), "as_json"), f"applies only with {flag_of(type(self), 'once')}")
+        return self
 
 
 class RemoveNodeArguments(CommandArguments):
@@ -371,6 +382,9 @@ class RemoveNodeArguments(CommandArguments):
         description="with --jwt: the seeds `grants --jwt` kept (operator.nk, sys.creds, account-node-NODE.nk)",
     )
     wait: Duration = Field(default=_WAIT, gt=timedelta(0), description="how long to wait to connect")
+    as_json: Annotated[bool, CommandLine(flag="--json")] = Field(
+        default=False, description="print what was removed as JSON"
+    )
 
     @model_validator(mode="after")
     def _keys_with_jwt(self) -> Self:
@@ -412,7 +426,7 @@ class GrantsArguments(CommandArguments):
     jwt: bool = Field(default=False, description="also decentralized auth: JWTs and .creds files")
     check: Annotated[bool, CommandLine(exclusive="mode")] = Field(
         default=False,
-        description="write nothing: print what would change against what is in --out; exit 6 if anything would",
+        description="write nothing: print what would change against what is in --out; exit 8 if anything would",
     )
     push: Annotated[bool, CommandLine(exclusive="mode")] = Field(
         default=False,
@@ -420,8 +434,14 @@ class GrantsArguments(CommandArguments):
         "system account's user (KEYS/sys.creds)",
     )
 
+    as_json: Annotated[bool, CommandLine(flag="--json")] = Field(
+        default=False, description="with --check, print what would change as JSON"
+    )
+
     @model_validator(mode="after")
     def _pushes_jwts(self) -> Self:
         if self.push and not self.jwt:
             raise SettingsError(flag_of(type(self), "push"), "pushes account JWTs: give --jwt too")
+        if self.as_json and not self.check:
+            raise SettingsError(flag_of(type(self), "as_json"), f"applies only with {flag_of(type(self), 'check')}")
         return self

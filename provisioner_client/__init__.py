@@ -4,11 +4,17 @@ the registry, materializes env files, records what was applied and contributes c
 The command line is `provisioner_client.cli`.
 """
 
-from provisioner_client.errors import ClientError, ForeignKeyError, ManifestError, MaterializeError
-from provisioner_client.reconcile import ClientPlan, ModuleReport, Report, reconcile
-from provisioner_client.settings import ClientSettings
-from provisioner_client.status import NodeStatus, read_status
-from provisioner_client.watch.watching import WatchTiming, watch
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from provisioner_client.errors import ClientError, ForeignKeyError, ManifestError, MaterializeError
+    from provisioner_client.reconcile import ClientPlan, ModuleReport, Report, reconcile
+    from provisioner_client.settings import ClientSettings
+    from provisioner_client.status import NodeStatus, read_status
+    from provisioner_client.watch.watching import WatchTiming, watch
 
 __all__ = [
     "ClientError",
@@ -25,3 +31,27 @@ __all__ = [
     "reconcile",
     "watch",
 ]
+
+# Where each name lives, imported on first use: `--help`, `--version` and `status` load only
+# what they use.
+_HOMES = {
+    "ClientError": "provisioner_client.errors",
+    "ForeignKeyError": "provisioner_client.errors",
+    "ManifestError": "provisioner_client.errors",
+    "MaterializeError": "provisioner_client.errors",
+    "ClientPlan": "provisioner_client.reconcile",
+    "ModuleReport": "provisioner_client.reconcile",
+    "Report": "provisioner_client.reconcile",
+    "reconcile": "provisioner_client.reconcile",
+    "ClientSettings": "provisioner_client.settings",
+    "NodeStatus": "provisioner_client.status",
+    "read_status": "provisioner_client.status",
+    "WatchTiming": "provisioner_client.watch.watching",
+    "watch": "provisioner_client.watch.watching",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

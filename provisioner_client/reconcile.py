@@ -180,6 +180,32 @@ class Report:
         lines.extend(f"removed {path}" for path in self.removed)
         return "\n".join(terminal_safe(line) for line in lines)
 
+    def document(self) -> dict[str, object]:
+        """What `summary` says, as JSON data (`reconcile --json`)."""
+        return {
+            "node": self.node,
+            "ok": self.ok,
+            "reconcile_id": self.reconcile_id,
+            "modules": {name: _module_document(name, module, self) for name, module in sorted(self.modules.items())},
+            "manifest_errors": [str(error) for error in self.manifest_errors],
+            "ledger_problems": list(self.ledger_problems),
+            "refused": dict(sorted(self.refused.items())),
+            "waiting": dict(sorted(self.waiting.items())),
+            "removed": [str(path) for path in self.removed],
+        }
+
+
+def _module_document(name: str, module: ModuleReport, report: Report) -> dict[str, object]:
+    applied, action = module.applied, module.action
+    ran = action is not None and name in report.actions_run
+    return {
+        "state": applied.state,
+        "file": applied.file or None,
+        "written": module.written,
+        "reasons": list(applied.reasons),
+        "change_action": action.model_dump(mode="json") if ran and action is not None else None,
+    }
+
 
 async def reconcile(bus: Bus, plan: ClientPlan, *, observer: FileObserver | None = None) -> Report:
     """One reconcile of the plan's node, its log lines joined by a new reconcile id; `observer` is

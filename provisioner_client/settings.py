@@ -5,7 +5,8 @@ Precedence: command-line flags, then environment variables `MESH_PROVISIONER_CLI
 table), then defaults. The settings file is the one the systemd unit uses: `--config`, else
 `MESH_PROVISIONER_CLIENT_CONFIG` (empty: none), else `/etc/mesh-provisioner/client.toml` when it
 exists (`settings_file`). An unknown setting in any of them is an error, never ignored.
-Durations are seconds (`verb_timeout = 5`, `"5"`) or ISO 8601 (`PT5M`). The NATS connection is
+Durations take a unit (`verb_timeout = "5s"`, `"10m"`, `"1h"`; a number is seconds). The NATS
+connection is
 `registry.edge.settings.BusSettings` (`--nats-*` flags, `NATS_*` environment).
 
 Example TOML file:

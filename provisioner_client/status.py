@@ -37,6 +37,7 @@ from provisioner_client.resolving import refusals, waiting
 from provisioner_client.resolving.refusals import Refusals
 from provisioner_client.resolving.scope import NodeScope
 from provisioner_client.resolving.waiting import LEASE, Waiting
+from registry.command_line import timestamp_of
 from registry.contract import AppliedValue, JsonRefused, buckets, read_json
 from registry.errors import BusError, RegistryError
 from registry.runtime import json_text
@@ -71,7 +72,7 @@ class ClientLease:
             wait = self.waiting
             return (
                 f"held by {self.holder.describe()}, its lease last renewed {ago} at the hub; "
-                f"its renewals have waited for the hub since {wait.since} (see Stale)"
+                f"its renewals have waited for the hub since {timestamp_of(wait.since)} (see Stale)"
             )
         if self.running:
             return f"running on {self.holder.describe()} (lease renewed {ago})"
@@ -217,7 +218,7 @@ class NodeStatus:
         said += [f"{failed} change actions failed"] if failed else []
         said += [f"{len(self.unreadable)} records unreadable"] if self.unreadable else []
         said += [f"writes refused by {', '.join(sorted(self.refused.buckets))}"] if self.refused else []
-        said += [f"writes to the hub waiting since {self.waiting.since}"] if self.waiting else []
+        said += [f"writes to the hub waiting since {timestamp_of(self.waiting.since)}"] if self.waiting else []
         return ", ".join(said)
 
 

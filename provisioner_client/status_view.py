@@ -15,6 +15,7 @@ from rich.text import Text
 
 from provisioner_client.resolving.waiting import LEASE
 from provisioner_client.status import Mark, ModuleStatus, NodeStatus
+from registry.command_line import timestamp_of
 from registry.contract import ActionRecord, buckets
 from registry.runtime import terminal_safe
 
@@ -76,7 +77,9 @@ def _waiting_lines(status: NodeStatus) -> list[Text]:
         for name, part in sorted(status.waiting.parts.items()):
             what = "the lease" if name == LEASE else name
             keys = f"; not yet written there: {', '.join(part.keys)}" if part.keys else ""
-            said.append(f"writes of {what} to the hub waiting since {part.since} (link down: {part.how}){keys}")
+            said.append(
+                f"writes of {what} to the hub waiting since {timestamp_of(part.since)} (link down: {part.how}){keys}"
+            )
     if status.read_at_site is not None:
         said.append(f"applied records read at the site: {status.read_at_site}")
     if not said:
@@ -86,7 +89,7 @@ def _waiting_lines(status: NodeStatus) -> list[Text]:
 
 def _module_lines(name: str, status: ModuleStatus) -> list[Text]:
     applied = status.applied
-    since = f" since {status.since}" if status.since else ""
+    since = f" since {timestamp_of(status.since)}" if status.since else ""
     lines = [_marked(status.mark, f"{name}: {applied.state}{since}")]
     lines.extend(_labelled("File", _file_line(status)))
     if applied.action is not None:
@@ -114,7 +117,7 @@ def _file_line(status: ModuleStatus) -> str:
 
 def _action_line(action: ActionRecord) -> str:
     exit_code = f", exit code {action.exit_code}" if action.exit_code is not None else ""
-    return f"{' '.join(action.command)}: {action.outcome}{exit_code}, finished {action.finished_at}"
+    return f"{' '.join(action.command)}: {action.outcome}{exit_code}, finished {timestamp_of(action.finished_at)}"
 
 
 def _marked(mark: Mark, text: str) -> Text:

@@ -29,7 +29,7 @@ finds the error a task group's exception group stands for, so that a caller rais
 
 from __future__ import annotations
 
-import asyncio
+import sys
 
 
 class RegistryError(Exception):
@@ -95,6 +95,10 @@ class BusError(RegistryError):
         self.operation = operation
         self.reason = reason
         super().__init__(f"{operation}: {reason}")
+
+
+class Unreachable(BusError):
+    """No NATS server answered a one-shot command's connection in time."""
 
 
 class NotFound(BusError):
@@ -202,9 +206,15 @@ def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
     such as every write in flight when the connection closes), the first of them: a caller that
     raises it keeps its class, hence its exit code, and the others are the same story told again.
     When it holds nothing but cancellations, the group itself."""
-    # nats-py runs on asyncio alone, so anyio's cancellation is asyncio's, known outside a loop too.
-    failures = [err for err in _leaves(group) if not isinstance(err, asyncio.CancelledError)]
+    failures = [err for err in _leaves(group) if not _cancelled(err)]
     return failures[0] if failures else group
+
+
+def _cancelled(err: BaseException) -> bool:
+    """nats-py runs on asyncio alone, so anyio's cancellation is asyncio's, known outside a loop
+    too; asyncio not loaded, nothing was cancelled by it (a command's `--help` never loads it)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(err, asyncio.CancelledError)
 
 
 def _leaves(err: BaseException) -> list[BaseException]:

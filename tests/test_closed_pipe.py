@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from mesh_dev.local_nats import LocalNats
-from registry.runtime import EXIT_CLOSED_PIPE
+from registry.command_line import EXIT_CLOSED_PIPE
 from tests.helpers import clean_environment, in_own_task, serving
 
 BIN = Path(sys.executable).parent

@@ -78,10 +78,10 @@ async def test_static_accounts_refusing_an_nkey_name_the_seed_and_where_it_came_
             stderr.strip()
             == f"mesh-provisioner query: {refused(mesh.server.url, f'the nkey seed {seed} (from the command line)')}"
         )
-        assert code == 1
+        assert code == 4
         code, stderr, _ = await run(["mesh-provisioner-client", "status", "--node", "n1", "-s", mesh.server.url])
         assert f"accepted a connection without credentials: nats: 'Authorization Violation'; {HINT}" in stderr
-        assert code == 3
+        assert code == 4
 
 
 async def test_a_context_s_credentials_refused_name_the_context(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ async def test_a_context_s_credentials_refused_name_the_context(tmp_path: Path) 
         environ = clean_environment() | {"XDG_CONFIG_HOME": str(tmp_path / "config")}
         code, stderr, _ = await run(["mesh-provisioner", "query", "--context", "lab"], environ)
     assert f"accepted the nkey seed {seed} (from nats context 'lab' at {contexts / 'lab.json'})" in stderr
-    assert code == 1
+    assert code == 4
 
 
 async def test_a_user_and_password_refused_name_the_user_never_the_password(tmp_path: Path) -> None:
@@ -108,7 +108,7 @@ async def test_a_user_and_password_refused_name_the_user_never_the_password(tmp_
         in stderr
     )
     assert "hunter2" not in stderr and "the-right-one" not in stderr
-    assert code == 1
+    assert code == 4
 
 
 async def test_jwt_accounts_refusing_a_creds_file_name_it(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ async def test_jwt_accounts_refusing_a_creds_file_name_it(tmp_path: Path) -> Non
             ["mesh-provisioner-client", "status", "--node", "n1", "-s", mesh.server.url], environ
         )
     assert f"accepted the credentials file {creds} (from NATS_CREDS): nats: 'Authorization Violation'; {HINT}" in stderr
-    assert code == 3
+    assert code == 4
 
 
 async def test_a_daemon_refused_says_the_same_while_it_keeps_trying(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ def test_a_second_loop_on_the_same_folder_is_refused_and_the_first_still_answers
         second = subprocess.run(
             command, capture_output=True, text=True, env=environ, cwd=tmp_path, timeout=60, check=False
         )
-        assert second.returncode == 5, second.stderr
+        assert second.returncode == 6, second.stderr
         assert f"mesh-provisioner-dev --state-dir state --no-postgres (pid {first.pid})" in second.stderr
         assert "nothing was changed" in second.stderr
         assert second.stdout == ""
@@ -63,7 +63,7 @@ def test_a_second_loop_on_the_same_folder_is_refused_and_the_first_still_answers
         refused = subprocess.run(
             [str(reset), "--reset", "--state-dir", str(state)], capture_output=True, text=True, timeout=60, check=False
         )
-        assert (refused.returncode, "nothing was removed" in refused.stderr) == (5, True), refused.stderr
+        assert (refused.returncode, "nothing was removed" in refused.stderr) == (6, True), refused.stderr
         assert _kept(state, config) == before, "--reset touched the folder of a running loop"
         shells = _second_shell_blocks(banner)
         assert any("mesh-provisioner query needs --node node-1" in block for block in shells), banner
@@ -172,5 +172,5 @@ def test_a_mistyped_flag_is_answered_with_a_short_usage() -> None:
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "usage: mesh-provisioner-dev [--state-dir PATH] [--no-demo] [--no-postgres] [--config PATH] [server settings]",
-        "mesh-provisioner-dev: error: unrecognized arguments: --nope",
+        "mesh-provisioner-dev: error: unrecognized arguments: --nope; did you mean --no-demo?",
     ]

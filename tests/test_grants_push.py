@@ -115,6 +115,6 @@ async def test_a_push_to_a_server_that_takes_none_says_why(tmp_path: Path, capsy
     async with local_nats(tmp_path / "nats") as server:
         argv = ["grants", "--jwt", "--push", "--out", str(tmp_path / "out"), "--node", "n1"]
         code = await anyio.to_thread.run_sync(main, [*argv, "--nats-url", server.url])
-    assert code == 1
+    assert code == 4
     said = capsys.readouterr().err
     assert "list the resolver's accounts" in said and "full resolver" in said, said

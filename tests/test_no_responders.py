@@ -100,7 +100,7 @@ async def run(argv: list[str]) -> tuple[int, str]:
 async def test_a_node_name_its_key_does_not_cover_is_said_to_be_no_import_of_its_account(
     tmp_path: Path, mode: str
 ) -> None:
-    """A node's `n1.x` asked with n1's key: its lease is not n1's, so the client exits 3."""
+    """A node's `n1.x` asked with n1's key: its lease is not n1's, so the client exits 4."""
     async with seatless(tmp_path, mode) as (mesh, grants_file), seat_serving(mesh, grants_file, PROVIDERS):
         argv = ["mesh-provisioner-client", "reconcile", "--node", "n1.x", "--manifests", str(tmp_path)]
         code, stderr = await run(
@@ -113,7 +113,7 @@ async def test_a_node_name_its_key_does_not_cover_is_said_to_be_no_import_of_its
         "exist here, has no direct get, or its stream has no leader yet$"
     )
     assert re.match(said, stderr.strip().splitlines()[-1]), stderr
-    assert code == 3
+    assert code == 4
 
 
 @MODES
@@ -121,12 +121,12 @@ async def test_a_seat_that_is_down_is_named_behind_the_import(tmp_path: Path, mo
     async with once_seated(tmp_path, mode) as mesh:
         status = ["mesh-provisioner-client", "status", "--node", "n1", "-s", mesh.server.url]
         code, stderr = await run([*status, *credential(mesh, N1)])
-        assert code == 3
+        assert code == 4
         said = f"mesh-provisioner-client: ask mesh-provisioner.provisioning: {seat_down(account('node-n1', mesh))}$"
         assert re.match(said, stderr.strip().splitlines()[-1]), stderr
         query = ["mesh-provisioner", "query", "--wait", "1", "-s", mesh.server.url]
         code, stderr = await run([*query, *credential(mesh, OPS)])
-    assert code == 1
+    assert code == 4
     said = (
         r"mesh-provisioner query: ask mesh-provisioner.provisioning: no answer from the seat within 1 s "
         rf"\(last: {seat_down(account('operator-ops', mesh))}\)$"

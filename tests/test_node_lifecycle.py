@@ -361,7 +361,7 @@ async def test_a_node_is_added_and_another_removed_as_documented_leaving_the_res
         await config_change_reaches(mesh, ["n1", "n2", "n3"])
 
         code, out, err = await mesh.remove_node("n2", "--yes")
-        assert code == 5, (out, err)
+        assert code == 6, (out, err)
         assert "held by its client" in err and "pid" in err and "--force" in err
         assert await mesh.keys_of("n2"), "nothing removed"
 

@@ -399,7 +399,7 @@ def test_a_second_run_on_the_same_clone_is_refused_and_the_banners_commands_work
         second = subprocess.run(
             ["./scripts/run"], cwd=clone, env=environment, capture_output=True, text=True, timeout=120, check=False
         )
-        assert second.returncode == 5, second.stdout + second.stderr
+        assert second.returncode == 6, second.stdout + second.stderr
         assert f"(pid {first.process.pid})" in second.stderr, "names the running loop and its pid"
         assert "== installing" not in second.stdout, "nothing changed since the first run's install"
         assert {path: (path.stat().st_mtime_ns, path.read_bytes()) for path in kept} == before

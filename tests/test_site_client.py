@@ -39,6 +39,7 @@ from provisioner_client.resolving import waiting
 from provisioner_client.status import NodeStatus, read_status
 from provisioner_client.status_view import status_text
 from provisioner_client.watch.watching import WatchTiming, watch
+from registry.command_line import timestamp_of
 from registry.contract import AppliedValue, buckets, read_json
 from registry.errors import BusError
 from registry.wire import SKEW, Bus, KvItem, Message, connect, get_direct, get_last_many, node_key, put
@@ -164,7 +165,9 @@ async def test_a_cut_link_keeps_the_env_files_says_what_is_stale_and_converges_o
         assert status.waiting is not None
         text = status_text(status)
         print(f"FIGURE status during the cut:\n{text}")
-        assert f"writes of the lease to the hub waiting since {status.waiting.parts['lease'].since}" in text
+        assert (
+            f"writes of the lease to the hub waiting since {timestamp_of(status.waiting.parts['lease'].since)}" in text
+        )
         assert "NoResponders" in status.waiting.parts["lease"].how
         # local's record waits; app's may too, rewritten as it was when its listing was out of reach
         assert set(status.waiting.parts[buckets.APPLIED.name].keys) <= {f"{NODE}.local", f"{NODE}.app"}

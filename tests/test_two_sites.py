@@ -42,6 +42,7 @@ from provisioner_client.resolving import waiting
 from provisioner_client.status import NodeStatus, read_status
 from provisioner_client.status_view import status_text
 from provisioner_client.watch.watching import watch
+from registry.command_line import timestamp_of
 from registry.contract import AppliedValue, Bucket, buckets, read_json
 from registry.errors import BusError
 from registry.wire import Bus, Message, connect, get_direct, get_last_many, put
@@ -201,7 +202,9 @@ async def test_a_site_cut_for_30s_keeps_its_env_files_the_other_goes_on_and_it_c
         assert status.waiting is not None and not status.ok
         text = status_text(status)
         print(f"FIGURE site 1's status during the cut:\n{text}")
-        assert f"writes of the lease to the hub waiting since {status.waiting.parts['lease'].since}" in text
+        assert (
+            f"writes of the lease to the hub waiting since {timestamp_of(status.waiting.parts['lease'].since)}" in text
+        )
         while time.monotonic() - cut_at < CUT_SECONDS:
             assert site1.greeting() == SECOND, "site 1's env file changed during the cut"
             await anyio.sleep(0.2)

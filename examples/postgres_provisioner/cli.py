@@ -4,15 +4,18 @@
                               [--dsn 'host=/run/postgresql dbname=postgres'] [--watch]
 
 PostgreSQL is reached with libpq's settings: `--dsn`, then the `PG*` variables (`PGHOST`,
-`PGUSER`, `PGPASSFILE`, ...). Exit codes: 0 applied, 1 something refused, 2 usage, a delivery
-that cannot be used (nothing changed) or psycopg missing (the `postgres` extra), 3 PostgreSQL
-unreachable. With `--watch` it runs until SIGTERM or SIGINT (exit 0; a second signal exits 1 at once).
+`PGUSER`, `PGPASSFILE`, ...). The program's own settings follow every program's conventions
+(`examples.postgres_provisioner.settings`). Exit codes are the shared table's
+(`registry.command_line`): 0 applied, 1 something refused, 2 usage, a delivery that cannot be
+used (nothing changed) or psycopg missing (the `postgres` extra), 3 PostgreSQL unreachable. With
+`--watch` it runs until SIGTERM or SIGINT (exit 0; a second signal exits 1 at once).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -21,65 +24,96 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from examples.postgres_provisioner.consumers import Digests
-from examples.postgres_provisioner.errors import DeliveryError, PostgresUnavailable
-from registry.runtime import configure_logging, missing_extra, quiet_on_closed_pipe
+from registry.command_line import (
+    EXIT_CLOSED_PIPE,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    Parser,
+    exit_codes_help,
+    exit_if_version,
+    quiet_on_closed_pipe,
+)
 
 if TYPE_CHECKING:  # psycopg's: imported once `main` knows the extra is installed
+    from examples.postgres_provisioner.settings import PostgresProvisionerSettings
     from examples.postgres_provisioner.watching import Plan
 
 log = logging.getLogger(__name__)
 
+PROG = "mesh-postgres-provisioner"
+EXIT_CODES = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CLOSED_PIPE)
+_EPILOG = """\
+settings: flags over MESH_POSTGRES_PROVISIONER_<SETTING> environment variables over the --config
+TOML file (keys named as the settings: env_file = "...") over defaults. Durations take a unit:
+2s, 5m, 1h.
+
+examples:
+  mesh-postgres-provisioner --env-file /run/mesh-provisioner/env/postgres.env --watch
+  mesh-postgres-provisioner --env-file postgres.env --dsn "host=db1 dbname=postgres" --resync 10m
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mesh-postgres-provisioner", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--env-file", type=Path, required=True, help="the provider module's env file the node client writes"
+    from examples.postgres_provisioner.settings import PostgresProvisionerSettings  # noqa: PLC0415
+    from registry.edge import add_settings_arguments  # noqa: PLC0415
+
+    parser = Parser(
+        prog=PROG,
+        version=True,
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog=_EPILOG + "\n" + exit_codes_help(EXIT_CODES),
     )
-    parser.add_argument(
-        "--variable", default="PG_CONSUMERS", help="the variable holding the consumers (default %(default)s)"
-    )
-    parser.add_argument("--dsn", default="", help="libpq connection string (default: the PG* variables)")
-    parser.add_argument("--watch", action="store_true", help="poll the file and apply every change, until SIGTERM")
-    parser.add_argument("--poll", type=_seconds, default=2.0, help="seconds between polls (default %(default)s)")
-    parser.add_argument(
-        "--resync",
-        type=_seconds,
-        default=300.0,
-        help="seconds between applying an unchanged file (default %(default)s)",
-    )
-    parser.add_argument("--log-format", choices=("text", "json"), default="text")
-    parser.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), default="INFO")
+    parser.add_argument("--config", type=Path, metavar="PATH", help="a TOML file of settings")
+    add_settings_arguments(parser, PostgresProvisionerSettings, "settings")
     return parser
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not 0 < value < 86_400:
-        raise argparse.ArgumentTypeError("expected seconds between 0 and 86400")
-    return value
 
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
+    exit_if_version(PROG, sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    configure_logging(log_format=args.log_format, level=args.log_level)
+    from examples.postgres_provisioner.settings import PostgresProvisionerSettings  # noqa: PLC0415
+    from registry.edge import given_flags, load_settings  # noqa: PLC0415
+    from registry.errors import SettingsError  # noqa: PLC0415
+    from registry.runtime import configure_logging, missing_extra  # noqa: PLC0415
+
+    try:
+        flags = given_flags(args, PostgresProvisionerSettings)
+        settings = load_settings(PostgresProvisionerSettings, flags, args.config, os.environ)
+    except SettingsError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(log_format=settings.log_format, level=settings.log_level)
     missing = missing_extra("postgres", "psycopg")
     if missing is not None:
-        return _fail(2, f"mesh-postgres-provisioner cannot run: {missing}")
+        return _fail(EXIT_USAGE, f"{PROG} cannot run: {missing}")
+    return _run(settings)
+
+
+def _run(settings: PostgresProvisionerSettings) -> int:
+    from examples.postgres_provisioner.consumers import Digests  # noqa: PLC0415
+    from examples.postgres_provisioner.errors import DeliveryError, PostgresUnavailable  # noqa: PLC0415
     from examples.postgres_provisioner.watching import Plan, apply_once  # noqa: PLC0415 (psycopg's, found)
 
-    plan = Plan(env_file=args.env_file, variable=args.variable, dsn=args.dsn, poll=args.poll, resync=args.resync)
-    if args.watch:
+    plan = Plan(
+        env_file=settings.env_file,
+        variable=settings.variable,
+        dsn=settings.dsn,
+        poll=settings.poll.total_seconds(),
+        resync=settings.resync.total_seconds(),
+    )
+    if settings.watch:
         _watch(plan)
-        return 0
+        return EXIT_OK
     try:
         outcome = apply_once(plan, Digests())
     except DeliveryError as err:
-        return _fail(2, f"delivery not applied: {err}")
+        return _fail(EXIT_USAGE, f"delivery not applied: {err}")
     except PostgresUnavailable as err:
-        return _fail(3, str(err))
-    return 0 if outcome.ok else 1
+        return _fail(EXIT_UNREACHABLE, str(err))
+    return EXIT_OK if outcome.ok else EXIT_FAILED
 
 
 def _fail(code: int, message: str) -> int:
@@ -94,7 +128,7 @@ def _watch(plan: Plan) -> None:
 
     def on_signal(number: int, frame: FrameType | None) -> None:
         if stop.is_set():
-            sys.exit(1)
+            sys.exit(EXIT_FAILED)
         log.info("stopping on %s", signal.Signals(number).name)
         stop.set()
 

@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mesh_host.declaration import AbsolutePath, Id, Module, Owner, Policy, Sha256, Unit
-from mesh_host.errors import StateError
+from mesh_host.errors import StateError, StateHeld
 
 VERSION = 1
 FILE = "footprint.json"
@@ -218,7 +218,7 @@ def holding(state: Path) -> Iterator[None]:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise StateError(str(state), "another mesh-host is applying with this state (its lock is held)") from None
+            raise StateHeld(str(state), "another mesh-host is applying with this state (its lock is held)") from None
         yield
     finally:
         os.close(descriptor)

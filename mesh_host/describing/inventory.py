@@ -205,8 +205,9 @@ def _booted(where: Where) -> Reading:
         raise Unread("/proc/stat", "it has no btime line")
     uptime = float(where.read_system("/proc/uptime").split()[0])
     booted = datetime.fromtimestamp(int(btime), UTC)
-    text = f"{booted:%Y-%m-%d %H:%M:%S} UTC, up {_lasted(uptime)}"
-    return {"boot_time": booted.isoformat(), "uptime_seconds": uptime}, text, "/proc/stat btime, /proc/uptime"
+    moment = f"{booted:%Y-%m-%dT%H:%M:%SZ}"  # RFC 3339 in UTC, as every program prints a time
+    text = f"{moment}, up {_lasted(uptime)}"
+    return {"boot_time": moment, "uptime_seconds": uptime}, text, "/proc/stat btime, /proc/uptime"
 
 
 def _lasted(seconds: float) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,13 +42,13 @@ from registry.access import (
     read_sites_file,
     sites_json,
 )
+from registry.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXIT_WOULD_CHANGE, exit_codes_help
 from registry.contract import JsonRefused, buckets, load_catalogue
 from registry.edge import BusSettings, add_settings_arguments, flag_of, given_flags, load_settings
 from registry.errors import SettingsError
+from registry.runtime import json_text
 from registry.wire import BusOptions
 
-EXIT_OK = 0
-EXIT_CHANGES = 6  # `--check`: something would change (printed)
 # The credentials other than a `.creds` file: `--push` is the system account's user, which has one.
 _NOT_THE_SYSTEM_USER = ("nkey", "user", "password", "token")
 
@@ -129,7 +130,8 @@ value: `limits changed: connections 16 -> 32`), `+ note` / `- note`
 (what is granted wide, or not granted), then a summary. With sites, against OUT/sites/sites.json
 too: `+ site NAME` / `- site NAME`, `~ site NAME: + node n3` (its domain and seat key likewise),
 `~ site NAME link LABEL: publish widened: + SUBJECT` or `narrowed: - SUBJECT` (subscribe alike),
-`~ hub: ...`, then its own summary. Exit 0: nothing would change; exit 6: something would.
+`~ hub: ...`, then its own summary. Exit 0: nothing would change; exit 8: something would. With
+--json, the same as one JSON document: {"grants": {"changes", "summary", "against"}, "sites": ...}.
 
 --jwt --push issues, then connects to nats-server as the system account's user (KEYS/sys.creds,
 or --nats-creds; the server from --nats-url, NATS_URL or a nats context) and makes its resolver
@@ -137,7 +139,7 @@ hold exactly the issued accounts: each account JWT it lacks or holds otherwise i
 exporting accounts first), each account it holds that the grants issued (its seed is in KEYS) and
 no longer name is deleted (its connections are closed, its credentials refused); an account the
 operator signed for anything else is left alone, and said. It compares against the resolver, not against
-what was written before: run it again after a failure and it finishes the job. Exit 1 when the
+what was written before: run it again after a failure and it finishes the job. Exit 3 when the
 server cannot be reached or refuses a push. The NATS connection flags apply to --push alone, and
 of the credentials only --nats-creds (the system account's user holds no other)."""
 
@@ -148,8 +150,6 @@ examples:
   mesh-provisioner grants --out grants --keys /srv/secrets/mesh-keys --mesh deploy/mesh.toml --node n3 --check
   mesh-provisioner grants --jwt --push --out grants --keys /srv/secrets/mesh-keys --mesh deploy/mesh.toml \\
       --nats-url nats://nats-1:4222
-exit codes: 0 done (--check: nothing would change), 1 --push failed, 2 a usage, settings or
-mesh file error, 6 --check: something would change
 """
 
 
@@ -158,8 +158,7 @@ def add_grants_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "grants",
         help="write every party's NATS account, imports and key (for the controller); --check, --push",
         description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG + "\n" + exit_codes_help((EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_WOULD_CHANGE)),
     )
     add_settings_arguments(parser, GrantsArguments, "what to write, for whom")
     add_settings_arguments(parser, BusSettings, "NATS connection (--push only)")
@@ -174,15 +173,33 @@ def grants_main(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     mesh = wanted_mesh(asked)
     if asked.check:
         plan, sites = check_grants(asked, mesh)
-        against = asked.out / "grants.json"
-        print("\n".join([*plan.lines(), *sites.changes, f"{plan.summary()} (against {against})"]))
-        if mesh.topology.sites or not sites.unchanged:
-            print(f"{sites.summary()} (against {sites_json(asked.out)})")
-        return EXIT_OK if plan.unchanged and sites.unchanged else EXIT_CHANGES
+        print_check(plan, sites, asked, shows_sites=bool(mesh.topology.sites))
+        return EXIT_OK if plan.unchanged and sites.unchanged else EXIT_WOULD_CHANGE
     print(run_grants(asked, mesh))
     if options is not None:
         print(anyio.run(partial(push_grants, options, out=asked.out, keys=keys)).summary())
     return EXIT_OK
+
+
+def print_check(plan: GrantsPlan, sites: SitesPlan, asked: GrantsArguments, *, shows_sites: bool) -> None:
+    """What `--check` found, one change a line then the summaries, or as one JSON document."""
+    against, sites_against = asked.out / "grants.json", sites_json(asked.out)
+    shows_sites = shows_sites or not sites.unchanged
+    if asked.as_json:
+        document: dict[str, object] = {
+            "grants": {"changes": plan.lines(), "summary": plan.summary(), "against": str(against)}
+        }
+        if shows_sites:
+            document["sites"] = {
+                "changes": list(sites.changes),
+                "summary": sites.summary(),
+                "against": str(sites_against),
+            }
+        print(json_text(document, indent=2, to_terminal=sys.stdout.isatty()))
+        return
+    print("\n".join([*plan.lines(), *sites.changes, f"{plan.summary()} (against {against})"]))
+    if shows_sites:
+        print(f"{sites.summary()} (against {sites_against})")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,16 @@ from pydantic import Field, ValidationError
 
 from provisioner.seat.rollouts import CLAIM_STATES, HOLD_STATES, ClaimSeen, write_hold_unless
 from provisioner.settings import CommandArguments
+from registry.command_line import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_ROLLOUT_HELD,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    exit_codes_help,
+    timestamp,
+)
 from registry.contract import Name, fleet
 from registry.edge import CommandLine, Duration, add_settings_arguments, given_flags, load_settings
 from registry.errors import BusError, KeyShapeError, WrongLastSequence
@@ -51,7 +61,6 @@ from registry.wire import (
     get_latest_paged,
 )
 
-EXIT_OK, EXIT_FAILURE, EXIT_HELD = 0, 1, 7
 ATTEMPTS = 3  # writes tried while another party writes the same hold
 _WAIT = timedelta(seconds=10)
 _SHOWN_REASON = 80
@@ -66,8 +75,8 @@ node running the module fails its change action or health check; you decide: res
 Connect as `query` does, with the operator's credentials (--nats-nkey operator-NAME.nk, or
 --nats-creds operator-NAME.creds).
 
-exit codes: 0 done (also: nothing to do, said); 1 NATS unreachable or a write refused; 2 usage;
-7 `status`: a rollout shown is held; `pause`: the rollout is aborted (left aborted)
+`status` exits 11 when a rollout shown is held; `pause` when the rollout is aborted (left aborted);
+0 also when there is nothing to do (said).
 
 examples:
   mesh-provisioner rollout status                  every module with a hold or a claim
@@ -75,7 +84,8 @@ examples:
   mesh-provisioner rollout pause web --reason "checking the new db url"
   mesh-provisioner rollout resume web              nodes go on changing web
   mesh-provisioner rollout abort web --reason "bad value"    nodes that changed web roll back
-"""
+
+""" + exit_codes_help((EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_REFUSED, EXIT_ROLLOUT_HELD))
 
 
 def _operator_name() -> str:
@@ -108,6 +118,7 @@ class RolloutHoldArguments(CommandArguments):
         default_factory=_operator_name, min_length=1, max_length=200, description="who holds it: you, USER@HOST"
     )
     wait: Duration = Field(default=_WAIT, gt=timedelta(0), description="how long to wait to connect")
+    as_json: Annotated[bool, CommandLine(flag="--json")] = Field(default=False, description="print JSON")
 
 
 class RolloutResumeArguments(CommandArguments):
@@ -117,6 +128,7 @@ class RolloutResumeArguments(CommandArguments):
         description="the module's name (never escaped)"
     )
     wait: Duration = Field(default=_WAIT, gt=timedelta(0), description="how long to wait to connect")
+    as_json: Annotated[bool, CommandLine(flag="--json")] = Field(default=False, description="print JSON")
 
 
 _ARGUMENTS: dict[str, type[CommandArguments]] = {
@@ -143,7 +155,6 @@ def add_rollout_command(
         help="see, pause, resume or abort a module's rollout across the fleet",
         description="See and decide a module's rollout: the hold rollout.<module> of the fleet bucket.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = rollout.add_subparsers(dest="rollout_action", required=True, metavar="{" + ",".join(ACTIONS) + "}")
     for action in ACTIONS:
@@ -152,7 +163,6 @@ def add_rollout_command(
             help=_HELP[action],
             description=_HELP[action][0].upper() + _HELP[action][1:] + ".",
             epilog=_EPILOG,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         add_settings_arguments(parser, _ARGUMENTS[action], "what to do")
         add_client_settings(parser)
@@ -269,7 +279,7 @@ async def _status(options: BusOptions, arguments: RolloutStatusArguments, out: T
         print(json_text({"rollouts": documents}, indent=2, to_terminal=out.isatty()), file=out)
     else:
         print_status(rollouts, out, with_nodes=arguments.module is not None)
-    return EXIT_HELD if any(r.hold is not None for r in rollouts) else EXIT_OK
+    return EXIT_ROLLOUT_HELD if any(r.hold is not None for r in rollouts) else EXIT_OK
 
 
 STATUS_COLUMNS = ("module", "hold", "by", "since", "waiting", "running", "failed", "expired", "why")
@@ -311,7 +321,7 @@ def _short(text: str) -> str:
 
 
 def _moment(moment: datetime | None) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if moment is not None else ""
+    return timestamp(moment) if moment is not None else ""
 
 
 def _summary(rollouts: Sequence[ModuleRollout]) -> str:
@@ -337,8 +347,13 @@ async def _hold(options: BusOptions, arguments: RolloutHoldArguments, state: Lit
     module = arguments.module
     async with connect_within(options, arguments.wait) as bus:
         before = await write_hold(bus, module, state, by=arguments.by, reason=arguments.reason or "")
+    document = {"module": module, "state": state, "before": _hold_document(before)}
     if before is not None and before.state == state:
-        print(f"rollout of {_safe(module)} is {state} already ({_held(before)}); left as it is")
+        _said(
+            arguments.as_json,
+            f"rollout of {_safe(module)} is {state} already ({_held(before)}); left as it is",
+            document | {"changed": False},
+        )
         return EXIT_OK
     if before is not None and before.state == "aborted":
         print(
@@ -346,10 +361,22 @@ async def _hold(options: BusOptions, arguments: RolloutHoldArguments, state: Lit
             f"`mesh-provisioner rollout resume {_safe(module)}` first",
             file=sys.stderr,
         )
-        return EXIT_HELD
+        if arguments.as_json:
+            _said(True, "", document | {"state": "aborted", "changed": False})
+        return EXIT_ROLLOUT_HELD
     was = f" (it was {before.state}: {_held(before)})" if before is not None else ""
-    print(f"rollout of {_safe(module)} {state} by {_safe(arguments.by)}{was}: {_what_it_does(state, module)}")
+    said = f"rollout of {_safe(module)} {state} by {_safe(arguments.by)}{was}: {_what_it_does(state, module)}"
+    _said(arguments.as_json, said, document | {"changed": True})
     return EXIT_OK
+
+
+def _hold_document(hold: fleet.Hold | None) -> object:
+    return hold.model_dump(mode="json") if hold is not None else None
+
+
+def _said(as_json: bool, text: str, document: dict[str, object]) -> None:
+    """What an action did: its sentence, or with --json the same as a JSON document."""
+    print(json_text(document, indent=2, to_terminal=sys.stdout.isatty()) if as_json else text)
 
 
 async def write_hold(
@@ -376,6 +403,10 @@ async def _resume(options: BusOptions, arguments: RolloutResumeArguments) -> int
     async with connect_within(options, arguments.wait) as bus:
         released = await release(bus, module)
         failed = await _failed_nodes(bus, module) if released is None else []
+    document = {"module": module, "state": "resumed", "before": _hold_document(released), "failed_nodes": failed}
+    if arguments.as_json:
+        _said(True, "", document | {"changed": released is not None})
+        return EXIT_OK
     if released is None:
         print(f"rollout of {_safe(module)} is not held: nothing to resume")
         if failed:  # a failure nobody paused for (not placed there, pause_on_failure off, no seat) uses its slot up

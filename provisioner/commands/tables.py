@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TextIO, TypedDict
 
 from pydantic import JsonValue
@@ -24,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from provisioner.settings import STATES
+from registry.command_line import timestamp_of
 from registry.contract import (
     AppliedRow,
     CollectRow,
@@ -136,14 +136,8 @@ def _nodes_row(entry: NodeRow) -> tuple[str, ...]:
 
 
 def _moment(text: str | None) -> str:
-    """A time of the answer to the second, `2026-01-01 12:00:00Z`; as it is if it is not a time."""
-    if text is None:
-        return ""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return text
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if moment.tzinfo else text
+    """A time of the answer to the second, `2026-01-01T12:00:00Z`; as it is if it is not a time."""
+    return "" if text is None else timestamp_of(text)
 
 
 def _lease(lease: HeldLease | ReleasedLease | NoLease) -> str:

@@ -30,10 +30,11 @@ from rich.text import Text
 from provisioner.commands import tables
 from provisioner.commands.rollout_command import held_rollouts
 from provisioner.settings import TopArguments
+from registry.command_line import timestamp
 from registry.contract import MergedAnswer
 from registry.contract.fleet import Hold
 from registry.errors import BusError, ServiceError
-from registry.runtime import terminal_safe
+from registry.runtime import json_text, terminal_safe
 from registry.wire import Bus, BusOptions, OnPage, answer_of, connect_within
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class TopOptions:
     node: str | None = None
     once: bool = False
     reply_wait: timedelta = timedelta(seconds=10)
+    as_json: bool = False
 
     @classmethod
     def of(cls, arguments: TopArguments) -> TopOptions:
@@ -56,6 +58,7 @@ class TopOptions:
             node=arguments.node,
             once=arguments.once,
             reply_wait=arguments.wait,
+            as_json=arguments.as_json,
         )
 
     def request(self) -> dict[str, Any]:
@@ -85,7 +88,7 @@ def frame(
     """One frame: the time, the summary, the rollouts `held`, the nodes; the problem when the seat
     did not answer."""
     parts: list[RenderableType] = []
-    when = taken.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    when = timestamp(taken)
     if answer is not None:
         malformed = len(answer.malformed)
         summary = tables.fleet_summary(answer) + (f"; {malformed} malformed" if malformed else "")
@@ -101,8 +104,8 @@ def frame(
 
 
 def held_line(module: str, hold: Hold) -> str:
-    """`rollout of web paused by seat since 12:00:00Z (node n1: change c1 failed: exit 3)`."""
-    since = hold.since.astimezone(UTC).strftime("%H:%M:%SZ")
+    """`rollout of web paused by seat since 2026-01-01T12:00:00Z (node n1: change c1 failed: exit 3)`."""
+    since = timestamp(hold.since)
     why = f"node {hold.node}: {hold.reason}" if hold.node else hold.reason
     return f"rollout of {module} {hold.state} by {hold.by} since {since}" + (f" ({why})" if why else "")
 
@@ -118,6 +121,8 @@ async def holds_or_none(bus: Bus) -> list[tuple[str, Hold]]:
 
 async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event) -> MergedAnswer | None:
     """Shows frames until `stop` is set (or one, with `options.once`); the last answer, if any."""
+    if options.once and options.as_json:
+        return await print_json_frame(bus, options, out)
     console = tables.console_for(out)
     screen = Screen(console)
     last: MergedAnswer | None = None
@@ -138,6 +143,15 @@ async def run_top(bus: Bus, options: TopOptions, out: TextIO, stop: anyio.Event)
                 await stop.wait()
             if stop.is_set():
                 return last
+
+
+async def print_json_frame(bus: Bus, options: TopOptions, out: TextIO) -> MergedAnswer:
+    """One frame as JSON: the answer as `query nodes --json` prints it, and the rollouts held."""
+    answer = await fleet(bus, options, lambda read, pages: None)
+    held = await holds_or_none(bus)
+    document = {**answer.document(), "held": {module: hold.model_dump(mode="json") for module, hold in held}}
+    print(json_text(document, indent=2, to_terminal=out.isatty()), file=out)
+    return answer
 
 
 async def watch_fleet(bus_options: BusOptions, options: TopOptions, stop: anyio.Event) -> MergedAnswer | None:

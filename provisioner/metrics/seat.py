@@ -66,7 +66,8 @@ from prometheus_client.registry import Collector
 
 from provisioner.seat.registry_sync import CompileCounts
 from provisioner.seat.rollouts import PAUSE_OUTCOMES, RolloutsSeen
-from provisioner.verb.nodes import DEFAULT_STALE_AFTER, Fleet, FleetView, LeaseSeen
+from provisioner.settings import DEFAULT_STALE_AFTER
+from provisioner.verb.nodes import Fleet, FleetView, LeaseSeen
 from provisioner.verb.paging import PageCache
 from provisioner.verb.stats import RequestStats
 from registry.contract import PENDING_CAUSES, Bucket, buckets

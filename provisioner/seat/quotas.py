@@ -58,6 +58,7 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from provisioner.seat.site_purges import purge_upto, record_purge
+from registry.command_line import timestamp
 from registry.contract import Bucket, buckets, decode_token, fleet, node_token
 from registry.errors import BusError, RegistryError
 from registry.wire import Bus, KvItem, scoped_watch, snapshot
@@ -106,7 +107,7 @@ class CutBack:
     share: int | None = None
 
     def reason(self) -> str:
-        when = self.at.astimezone(UTC).strftime("%H:%M:%S UTC")
+        when = timestamp(self.at)
         again = f" ({self.times} times)" if self.times > 1 else ""
         held = f"held {self.held.keys:,} keys, {_size(self.held.bytes)} in {self.bucket} at {when}"
         if self.share is None:

@@ -48,6 +48,7 @@ from anyio.abc import TaskStatus
 from pydantic import ValidationError
 
 from provisioner.errors import Unavailable
+from provisioner.settings import DEFAULT_STALE_AFTER
 from provisioner.verb.cursors import Continuation, CursorSeal, party_of
 from provisioner.verb.pages import CursorOf, Encoded, build_pages
 from provisioner.verb.paging import PageCache
@@ -74,7 +75,6 @@ from registry.wire import SKEW, Bus, Holder, KvItem, current_snapshot, get_last_
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STALE_AFTER = timedelta(minutes=5)
 NODE_ROLE = "node"
 # The body of the delete marker `remove-node` leaves on a removed node's lease
 # (`provisioner.commands.removal`): not released but gone from the fleet, so no longer listed.

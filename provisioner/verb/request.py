@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from provisioner.errors import Forbidden, RequestError
 from registry.access import Kind, Party
-from registry.contract import Bucket, JsonRefused, VerbRequest, buckets, read_json
+from registry.contract import FILTERS, Bucket, JsonRefused, VerbRequest, buckets, read_json
 from registry.serving import capped
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "scoped",
 ]
 
-FILTERS = ("node", "module", "collection")
 
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_REQUEST_DEPTH = 64  # levels of arrays and objects; a request needs 1

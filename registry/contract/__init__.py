@@ -33,6 +33,7 @@ from registry.contract.pending import PENDING_CAUSES, pending_causes
 from registry.contract.placeholders import Placeholder, find_placeholders, parse_placeholder, substitute
 from registry.contract.templates import NamePattern, fields_of, pattern_of, render
 from registry.contract.verb import (
+    FILTERS,
     MAX_NAME_BYTES,
     MAX_PAGE_DEPTH,
     MAX_STALE_AFTER_SECONDS,
@@ -76,6 +77,7 @@ __all__ = [
     "APPLIED",
     "BOUND",
     "BUILT_IN",
+    "FILTERS",
     "KINDS",
     "MAX_DEPTH",
     "MAX_NAME_BYTES",

@@ -54,7 +54,7 @@ KINDS = (
 class Domain(BaseModel):
     """One domain: the module that owns it, the kinds it answers, and where values are found."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     module: str = Field(min_length=1)
     kinds: tuple[str, ...]
@@ -146,7 +146,7 @@ def _sharing(domain: Domain, shared: tuple[str, ...]) -> Domain:
 
 
 class _Collections(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     shared: tuple[Annotated[str, Field(min_length=1)], ...] = ()
 

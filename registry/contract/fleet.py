@@ -92,7 +92,7 @@ def parse_fleet_key(key: str) -> FleetKey:
 
 
 class _Value(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Claim(_Value):

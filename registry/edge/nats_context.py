@@ -26,7 +26,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
-from registry.access import write_secret
 from registry.contract import JsonRefused, read_bounded, read_bounded_text, read_json
 from registry.errors import SettingsError
 
@@ -144,6 +143,9 @@ class NatsContexts:
         path = self.path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.{os.getpid()}")
+        # The grants' writer, loaded by the dev loop alone: a program reading a context never needs it.
+        from registry.access import write_secret  # noqa: PLC0415
+
         write_secret(partial, context.as_file())
         partial.replace(path)
         return path

@@ -22,7 +22,7 @@ checks against the field's `Literal`, one of flags given at most one at a time, 
 
 Example config file of the server:
 
-    compile_interval = "PT10M"
+    compile_interval = "10m"
     bucket_replicas = 3
 
     [nats]
@@ -37,36 +37,35 @@ import importlib.util
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Self, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, NamedTuple, Self, TypeVar
 
 from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from registry.command_line import did_you_mean, duration_text, parse_duration
 from registry.contract import TomlRefused, read_toml
 from registry.edge.nats_context import DEV_CONTEXT, NatsContext, NatsContexts
 from registry.errors import SettingsError
 from registry.runtime import LogFormat, LogLevel
-from registry.wire import BusOptions
+
+if TYPE_CHECKING:
+    from registry.wire import BusOptions
 
 
-def _seconds_or_iso(value: object) -> object:
-    """A numeric string is seconds ("2", "0.5"); anything else is left to pydantic (a number of
-    seconds, ISO 8601 "PT1H"). Environment variables and flags are always text."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
+def _with_unit(value: object) -> object:
+    """Text is a duration with its unit (`90s`, `10m`, `1h`; bare seconds and ISO 8601 `PT1H` are
+    still read), refused with what is taken; anything else (a TOML number: seconds) is pydantic's.
+    Environment variables and flags are always text."""
+    return parse_duration(value) if isinstance(value, str) else value
 
 
-Duration = Annotated[timedelta, BeforeValidator(_seconds_or_iso)]
-"""A duration setting: seconds as a number or numeric text, or ISO 8601 (`PT1H`)."""
+Duration = Annotated[timedelta, BeforeValidator(_with_unit)]
+"""A duration setting: `90s`, `10m`, `1h`, `1h30m`, `500ms` (a bare number: seconds)."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ class EdgeSettings(BaseSettings):
     `env_prefix` that belong to someone else and are not refused as misspellings, and
     `command_line_only` a command's arguments: read from its flags alone, never a variable or file."""
 
-    model_config = SettingsConfigDict(extra="forbid")
+    model_config = SettingsConfigDict(extra="forbid", defer_build=True)
 
     flag_prefix: ClassVar[str] = ""
     flag_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {}
@@ -259,6 +258,8 @@ class BusSettings(EdgeSettings):
         return tuple(u.strip() for u in (self.url or DEFAULT_URL).split(",") if u.strip())
 
     def options(self, name: str) -> BusOptions:
+        from registry.wire import BusOptions  # noqa: PLC0415 (nats-py's, loaded by a program that connects)
+
         return BusOptions(
             servers=self.servers,
             servers_from=self.url_from,
@@ -416,13 +417,18 @@ def _given_as(model_cls: type[EdgeSettings], name: str) -> str:
 # -- flags -------------------------------------------------------------------------------------
 
 
-def add_settings_arguments(parser: argparse.ArgumentParser, model_cls: type[EdgeSettings], title: str) -> None:
-    """An argument for every field of `model_cls`: a `--flag` in a help group `title`, or a
+def add_settings_arguments(
+    parser: argparse.ArgumentParser, model_cls: type[EdgeSettings], title: str, *, leave_out: Collection[str] = ()
+) -> None:
+    """An argument for every field of `model_cls` but those of `leave_out` (settings a command does
+    not use: a variable or the file may still hold them): a `--flag` in a help group `title`, or a
     positional one. Values stay text for pydantic to validate; read the given ones back with
     `given_flags`."""
     group = parser.add_argument_group(title)
     exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
     for name, field in model_cls.model_fields.items():
+        if name in leave_out:
+            continue
         said = _command_line(field)
         if said.positional:
             parser.add_argument(_dest_of(model_cls, name), **_positional(model_cls, name, field))
@@ -503,7 +509,7 @@ def _shown(value: object) -> str:
     if value is None or value == ():
         return "none"
     if isinstance(value, timedelta):
-        return f"{value.total_seconds():g} s"
+        return duration_text(value)
     return str(value)
 
 
@@ -514,7 +520,7 @@ def _metavar(name: str, field: FieldInfo) -> str:
     annotation = _without_none(field.annotation)
     if typing.get_origin(annotation) is Literal:
         return "{" + ",".join(str(choice) for choice in typing.get_args(annotation)) + "}"
-    known = {timedelta: "SECONDS", Path: "PATH", int: "N"}
+    known = {timedelta: "DURATION", Path: "PATH", int: "N"}
     return known.get(annotation, name.upper()) if isinstance(annotation, type) else name.upper()
 
 
@@ -564,7 +570,8 @@ def _refuse_unknown_variables(model_cls: type[EdgeSettings], environ: Mapping[st
     unknown = sorted(n for n in ours if n not in known and not n.startswith(model_cls.foreign_env_prefixes))
     if unknown:
         names = ", ".join(sorted(known))
-        raise SettingsError("settings", f"unknown environment variable {unknown[0]}; known: {names}")
+        hint = did_you_mean(unknown[0], known)
+        raise SettingsError("settings", f"unknown environment variable {unknown[0]}{hint}; known: {names}")
 
 
 def _file_values(model_cls: type[EdgeSettings], config_file: Path | None) -> dict[str, Any]:
@@ -612,7 +619,8 @@ def _describe_one(error: Any, model_cls: type[EdgeSettings] | None) -> str:
     if model_cls is None:
         return f"{field}: {complaint}"
     if error["type"] == "extra_forbidden":
-        return f"{field}: unknown setting; known: {', '.join(model_cls.model_fields)}"
+        hint = did_you_mean(field, model_cls.model_fields)
+        return f"{field}: unknown setting{hint}; known: {', '.join(model_cls.model_fields)}"
     top = str(error["loc"][0]) if error["loc"] else ""
     if top not in model_cls.model_fields:
         return f"{field}: {complaint}"

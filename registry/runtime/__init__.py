@@ -1,9 +1,9 @@
 """How a program runs: logging set up once (readable on a terminal, JSON with a flag, never a
 secret, the ids of a request or a reconcile carried by context onto each of its lines), signals
-turned into cancellation, what a node wrote made safe to show on a terminal, a closed pipe ending a
-command quietly, a `/metrics` endpoint for Prometheus, and an optional extra's package looked for
-before it is needed. It needs no connection, so a program that never touches the bus (the postgres
-provisioner) stands on it alone.
+turned into cancellation, what a node wrote made safe to show on a terminal, a `/metrics`
+endpoint for Prometheus, and an optional extra's package looked for before it is needed (a
+command line's conventions, a closed pipe included, are `registry.command_line`). It needs no
+connection, so a program that never touches the bus (the postgres provisioner) stands on it alone.
 """
 
 from __future__ import annotations
@@ -11,12 +11,10 @@ from __future__ import annotations
 from registry.runtime.extras import missing_extra
 from registry.runtime.logs import LogFormat, LogLevel, configure_logging, event, log_context, new_log_id
 from registry.runtime.metrics_endpoint import MetricsListen, listen_address, serve_metrics
-from registry.runtime.pipes import EXIT_CLOSED_PIPE, quiet_on_closed_pipe
 from registry.runtime.signals import until_signalled
 from registry.runtime.terminal import json_text, terminal_safe
 
 __all__ = [
-    "EXIT_CLOSED_PIPE",
     "LogFormat",
     "LogLevel",
     "MetricsListen",
@@ -27,7 +25,6 @@ __all__ = [
     "log_context",
     "missing_extra",
     "new_log_id",
-    "quiet_on_closed_pipe",
     "serve_metrics",
     "terminal_safe",
     "until_signalled",

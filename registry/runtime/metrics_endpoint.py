@@ -24,7 +24,6 @@ from typing import Annotated
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
-from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AfterValidator
 
 from registry.errors import SettingsError
@@ -183,6 +182,8 @@ async def _response(request_line: str, render: Render, scrapes: anyio.CapacityLi
 
 
 def _http(status: str, body: bytes) -> bytes:
+    from prometheus_client import CONTENT_TYPE_LATEST  # noqa: PLC0415 (a scrape's, never a command's start)
+
     content_type = CONTENT_TYPE_LATEST if status.startswith("200") else "text/plain; charset=utf-8"
     head = (
         f"HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"

@@ -54,6 +54,7 @@ from registry.errors import (
     NoRoute,
     NotFound,
     PermissionDenied,
+    Unreachable,
     WrongLastSequence,
 )
 from registry.wire import nats_internals
@@ -506,7 +507,8 @@ class _Callbacks:
         if self._refusals >= self._servers and self.refusal_ends_it:
             if _is_unauthorized(self.last_failure):
                 raise self.unauthorized()
-            raise BusError("connect", f"no NATS server at {self.target} accepted the connection: {self.last_failure}")
+            accepted = f"no NATS server at {self.target} accepted the connection"
+            raise Unreachable("connect", f"{accepted}: {self.last_failure}")
 
     def unauthorized(self) -> AuthorizationRefused:
         return AuthorizationRefused(
@@ -559,7 +561,7 @@ async def connect_within(options: BusOptions, within: timedelta) -> AsyncIterato
         except TimeoutError:
             if _is_unauthorized(callbacks.last_failure):  # refused by one, the others silent
                 raise callbacks.unauthorized() from None
-            raise BusError(
+            raise Unreachable(
                 "connect", f"{_no_server(options)} answered within {deadline:g} s{_last(callbacks)}"
             ) from None
         callbacks.refusal_ends_it = False

@@ -31,6 +31,7 @@ import anyio
 from anyio.abc import TaskStatus
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from registry.command_line import timestamp
 from registry.contract import buckets, to_json
 from registry.errors import BusError, RegistryError, WrongLastSequence
 from registry.wire.bus import Bus
@@ -65,7 +66,7 @@ class Holder(BaseModel):
         )
 
     def describe(self) -> str:
-        return f"host {self.host} pid {self.pid} since {self.since.isoformat(timespec='seconds')}"
+        return f"host {self.host} pid {self.pid} since {timestamp(self.since)}"
 
 
 class LeaseHeld(RegistryError):

@@ -17,15 +17,16 @@ from typing import Any
 
 import pytest
 
+import mesh_host.bundle
 import mesh_host.cli
 from mesh_host.bundle import Carried
 from mesh_host.cli import (
     EXIT_CLOSED_PIPE,
+    EXIT_DECLARATION_REFUSED,
     EXIT_FAILED,
+    EXIT_LOCAL,
     EXIT_NOTHING_CARRIED,
     EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_STATE,
     EXIT_USAGE,
     EXIT_WOULD_CHANGE,
     main,
@@ -89,11 +90,16 @@ def test_help_says_what_root_is_for_and_every_exit_code(capsys: pytest.CaptureFi
         main(["--help"])
     said = " ".join(capsys.readouterr().out.split())
     assert ended.value.code == 0
-    assert "--root DIR prefix every path with DIR, for tests and image building" in said
     assert "--root DIR prefixes every path with DIR: the declaration's, the default --state and the moved-out" in said
-    for code in ("0 done", "1 a step failed", "2 usage", "3 the declaration is refused whole", "4 reconcile",
-                 "5 the state", "6 --dry-run", "141 stdout was closed"):  # fmt: skip
-        assert code in said
+    for code, meaning in mesh_host.cli.EXIT_CODES.items():
+        assert f"{code} {meaning}" in said
+    for particular in ("a step failed", "another mesh-host holds", "--dry-run: the machine does not match"):
+        assert particular in said
+    with pytest.raises(SystemExit):
+        main(["owned", "--help"])
+    assert "--root DIR prefix every path with DIR, for tests and image building" in " ".join(
+        capsys.readouterr().out.split()
+    )
     for command in ("profile", "inventory", "apply", "reconcile", "bundle", "owned"):
         assert f" {command} " in said
 
@@ -120,14 +126,14 @@ def test_a_refused_declaration_changes_nothing_and_says_where(machine: Machine) 
     path = declaration(machine, wrong)
     before = snapshot(machine.base)
     said = host(machine, "apply", path)
-    assert said.code == EXIT_REFUSED and said.out == ""
+    assert said.code == EXIT_DECLARATION_REFUSED and said.out == ""
     assert said.err.endswith(
         "node.json: declaration refused whole, nothing was changed:\n"
         "  resources[3].type: 'package' is not a resource type (directory, file, archive, service)\n"
     )
     assert snapshot(machine.base) == before
     said = host(machine, "apply", path, "--json")
-    assert said.code == EXIT_REFUSED
+    assert said.code == EXIT_DECLARATION_REFUSED
     assert said.json["refused"] == {"source": path, "problems": [
         "resources[3].type: 'package' is not a resource type (directory, file, archive, service)"
     ]}  # fmt: skip
@@ -145,7 +151,7 @@ def test_a_failed_step_exits_1_printing_what_was_done_before_it(machine: Machine
     assert said.json["ok"] is False and said.json["failed"]["where"] == "resources[1]"
 
 
-def test_a_dry_run_exits_6_while_something_would_change_and_0_once_it_matches(machine: Machine) -> None:
+def test_a_dry_run_exits_8_while_something_would_change_and_0_once_it_matches(machine: Machine) -> None:
     path = declaration(machine)
     before = snapshot(machine.base)
     said = host(machine, "apply", path, "--dry-run")
@@ -159,9 +165,11 @@ def test_apply_reads_standard_input(machine: Machine) -> None:
     said = host(machine, "apply", "-", stdin=json.dumps(NODE))
     assert said.code == EXIT_OK and machine.real("/etc/app/app.toml").read_text() == "port = 1\n"
     said = host(machine, "apply", "-", stdin="{")
-    assert said.code == EXIT_REFUSED and said.err.startswith("mesh-host: standard input: declaration refused")
+    assert said.code == EXIT_DECLARATION_REFUSED and said.err.startswith(
+        "mesh-host: standard input: declaration refused"
+    )
     said = host(machine, "apply", "-", stdin=" " * (8 * 1024 * 1024 + 1))  # read no further than the bound
-    assert said.code == EXIT_REFUSED and "larger than the 8388608 bytes a declaration may be" in said.err
+    assert said.code == EXIT_DECLARATION_REFUSED and "larger than the 8388608 bytes a declaration may be" in said.err
 
 
 def test_owned_lists_the_footprint_and_the_modules_files(machine: Machine) -> None:
@@ -189,12 +197,12 @@ def test_the_state_defaults_inside_the_root(machine: Machine) -> None:
     assert "/etc/app/app.toml" in host(machine, "owned", state=False).out
 
 
-def test_a_footprint_that_is_not_ours_exits_5(machine: Machine) -> None:
+def test_a_footprint_that_is_not_ours_exits_12(machine: Machine) -> None:
     machine.state.mkdir()
     (machine.state / "footprint.json").write_text("{")
     machine.give(machine.state / "footprint.json")
     said = host(machine, "apply", declaration(machine))
-    assert said.code == EXIT_STATE and "not a footprint this host reads" in said.err
+    assert said.code == EXIT_LOCAL and "not a footprint this host reads" in said.err
     assert not machine.real("/etc/app").exists()
 
 
@@ -208,7 +216,7 @@ def test_reconcile_in_a_default_build_refuses_saying_so(machine: Machine) -> Non
 
 
 def test_reconcile_applies_what_the_host_carries(machine: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mesh_host.cli, "carried", lambda: Carried(json.dumps(NODE), "deploy/host/node.json"))
+    monkeypatch.setattr(mesh_host.bundle, "carried", lambda: Carried(json.dumps(NODE), "deploy/host/node.json"))
     said = host(machine, "reconcile")
     assert said.code == EXIT_OK and machine.real("/etc/app/app.toml").read_text() == "port = 1\n"
     said = host(machine, "bundle")
@@ -220,18 +228,26 @@ def test_reconcile_applies_what_the_host_carries(machine: Machine, monkeypatch: 
 def test_a_carried_declaration_the_host_refuses_is_said_by_bundle_and_reconcile(
     machine: Machine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mesh_host.cli, "carried", lambda: Carried('{"declaration": 2}', "old.json"))
+    monkeypatch.setattr(mesh_host.bundle, "carried", lambda: Carried('{"declaration": 2}', "old.json"))
     said = host(machine, "bundle")
-    assert said.code == EXIT_REFUSED and "the declaration carried from old.json: declaration refused" in said.err
-    assert host(machine, "reconcile").code == EXIT_REFUSED
+    assert (
+        said.code == EXIT_DECLARATION_REFUSED
+        and "the declaration carried from old.json: declaration refused" in said.err
+    )
+    assert host(machine, "reconcile").code == EXIT_DECLARATION_REFUSED
 
 
-def test_options_may_come_before_the_command(machine: Machine) -> None:
+def test_options_come_after_the_command_as_in_every_program(machine: Machine) -> None:
     host(machine, "apply", declaration(machine))
     out = io.StringIO()
     with redirect_stdout(out):
-        code = main(["--json", "--root", str(machine.root), "--state", str(machine.state), "owned"])
+        code = main(["owned", "--json", "--root", str(machine.root), "--state", str(machine.state)])
     assert code == EXIT_OK and len(json.loads(out.getvalue())["owned"]) == 2
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as ended, redirect_stderr(err):
+        main(["--json", "owned", "--root", str(machine.root), "--state", str(machine.state)])
+    assert ended.value.code == EXIT_USAGE
+    assert "--json goes after the command (mesh-host COMMAND --json)" in err.getvalue()
 
 
 def test_a_root_that_is_not_a_folder_is_a_usage_error(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ def test_help_exits_0_and_shows_examples(argv: list[str], capsys: pytest.Capture
     assert raised.value.code == 0
     out = capsys.readouterr().out
     assert "usage: mesh-provisioner" in out
-    assert "example" in out or "Exit codes" in out
+    assert "example" in out or "exit codes" in out
 
 
 @pytest.mark.parametrize(
@@ -123,17 +123,17 @@ async def test_query_prints_the_merged_answer_as_json(server: LocalNats) -> None
     assert answer["total"]["entries"] == len(answer["entries"]) == 13
 
 
-async def test_query_a_filter_that_does_not_apply_exits_3_with_one_line(server: LocalNats) -> None:
+async def test_query_a_filter_that_does_not_apply_exits_5_with_one_line(server: LocalNats) -> None:
     code, out, err = await query(server.url, "registry", "--node", "n1")
-    assert (code, out) == (3, "")
+    assert (code, out) == (5, "")
     [line] = err.strip().splitlines()
     assert line.startswith("mesh-provisioner query: ")
     assert line.endswith("answered 400: 'node' does not apply to what='registry'; it takes no filter")
 
 
-async def test_query_without_a_reachable_nats_exits_1_with_one_line() -> None:
-    code, out, err = await query("nats://127.0.0.1:1", "--wait", "0.5")
-    assert (code, out) == (1, "")
+async def test_query_without_a_reachable_nats_exits_3_with_one_line() -> None:
+    code, out, err = await query("nats://127.0.0.1:1", "--wait", "0.5s")
+    assert (code, out) == (3, "")
     last = err.strip().splitlines()[-1]
     assert last.startswith(
         "mesh-provisioner query: connect: no NATS server at nats://127.0.0.1:1 (from the command line)"
@@ -198,7 +198,7 @@ async def nats_with_a_password(tmp_path: Path) -> AsyncIterator[LocalNats]:
         yield server
 
 
-async def test_serve_exits_1_when_nats_closes_its_connection_for_good(nats_with_a_password: LocalNats) -> None:
+async def test_serve_exits_4_when_nats_closes_its_connection_for_good(nats_with_a_password: LocalNats) -> None:
     """An authorization violation (here: the seat's password changed, the server reloaded) makes
     nats-py close the connection and never reconnect; the seat exits for its supervisor to restart it."""
     server = nats_with_a_password
@@ -206,7 +206,7 @@ async def test_serve_exits_1_when_nats_closes_its_connection_for_good(nats_with_
         await seat.until_logged(f"serving {buckets.VERB_SUBJECT}")
         server.config.write_text(server.config.read_text().replace("password: first", "password: second"))
         server.process.send_signal(signal.SIGHUP)
-        assert await seat.exit_code() == 1
+        assert await seat.exit_code() == 4
     last = [line for line in seat.lines if line.strip()][-1]
     assert last == "mesh-provisioner serve: serve: nats closed the connection for good; restart the server"
 
@@ -234,10 +234,10 @@ async def test_query_waits_for_a_seat_that_answers_within_the_wait(nats_server: 
     assert len(json.loads(out)["entries"]) == 13
 
 
-async def test_query_with_no_seat_says_so_and_exits_1(nats_server: LocalNats) -> None:
+async def test_query_with_no_seat_says_so_and_exits_4(nats_server: LocalNats) -> None:
     """One account (no accounts configured): nothing in it serves the verb, the seat included."""
     code, out, err = await query(nats_server.url, "--wait", "1")
-    assert (code, out) == (1, "")
+    assert (code, out) == (4, "")
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"mesh-provisioner query: ask {buckets.VERB_SUBJECT}: no answer from the seat within 1 s")
     assert last.endswith(
@@ -245,3 +245,21 @@ async def test_query_with_no_seat_says_so_and_exits_1(nats_server: LocalNats) ->
         "trace of the request): the grants do not give it to this party (a node name its key does not cover, or "
         "grants not yet loaded), or the seat (mesh-provisioner serve) is not running)"
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "refused"),
+    [
+        (["serve", "--compile-interval", "ten minutes"], "--compile-interval"),
+        (["query", "--wait", "1x"], "--wait"),
+        (["top", "--interval", "5 s"], "--interval"),
+    ],
+    ids=" ".join,
+)
+def test_a_duration_without_its_unit_is_refused_saying_what_is_taken(
+    given: list[str], refused: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*given, "--nats-url", "nats://127.0.0.1:1"]) == 2
+    said = capsys.readouterr().err
+    assert "not a duration: expected a duration with its unit: 500ms, 90s, 10m, 1h" in said and refused in said
+    assert "Input should be" not in said  # pydantic's own words

@@ -20,7 +20,8 @@ from mesh_dev.local_nats import LocalNats
 from provisioner import ServerSettings
 from provisioner.metrics.seat import NODES_AT_ONCE, VERDICTS, FleetCount
 from provisioner.seat.buckets import seat_buckets
-from provisioner.verb.nodes import DEFAULT_STALE_AFTER, Fleet, LeaseSeen
+from provisioner.settings import DEFAULT_STALE_AFTER
+from provisioner.verb.nodes import Fleet, LeaseSeen
 from provisioner_client.watch.holding import holding
 from registry.contract import PENDING_CAUSES, AppliedValue, buckets, to_json
 from registry.errors import SettingsError

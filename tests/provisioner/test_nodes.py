@@ -99,9 +99,9 @@ def aged(text: str) -> str:
 
 TABLE = (
     "NODE  VERDICT  LEASE                   APPLIED  PENDING  CHANGED               WHY\n"
-    "n1    healthy  held by host-1 pid 101  1        1        2026-01-02 03:04:05Z  lease renewed N s ago (ttl 30 s)\n"
-    "n2    healthy  released                1        0        2026-01-01 00:00:00Z  lease released N s ago\n"
-    f"n3    gone     none                    0        1        2026-01-03 00:00:00Z  {GONE}\n"
+    "n1    healthy  held by host-1 pid 101  1        1        2026-01-02T03:04:05Z  lease renewed N s ago (ttl 30 s)\n"
+    "n2    healthy  released                1        0        2026-01-01T00:00:00Z  lease released N s ago\n"
+    f"n3    gone     none                    0        1        2026-01-03T00:00:00Z  {GONE}\n"
 )
 MALFORMED = (
     "           MALFORMED KEY                        REASON\n"
@@ -109,9 +109,9 @@ MALFORMED = (
 )
 
 
-async def test_query_nodes_prints_each_nodes_verdict_and_exits_5_for_a_gone_node(fleet_server: LocalNats) -> None:
+async def test_query_nodes_prints_each_nodes_verdict_and_exits_9_for_a_gone_node(fleet_server: LocalNats) -> None:
     code, out, _ = await run_cli(fleet_server.url, "query", "nodes")
-    assert code == 5
+    assert code == 9
     assert aged(out) == (
         f"{TABLE}\n{MALFORMED}\n3 nodes: 2 healthy, 0 stale, 1 gone; modules: 2 applied, 2 pending, 1 malformed\n"
     )
@@ -120,10 +120,10 @@ async def test_query_nodes_prints_each_nodes_verdict_and_exits_5_for_a_gone_node
 @pytest.mark.parametrize(
     ("args", "code", "nodes"),
     [
-        pytest.param(["--state", "healthy"], 4, ["n1", "n2"], id="healthy ones only: the malformed key still says 4"),
+        pytest.param(["--state", "healthy"], 10, ["n1", "n2"], id="healthy ones only: the malformed key still says 10"),
         pytest.param(["--node", "n2"], 0, ["n2"], id="one healthy node: nothing out of shape under it"),
-        pytest.param(["--state", "gone"], 5, ["n3"], id="the gone one"),
-        pytest.param(["--stale-after", "0.001"], 5, ["n1", "n2", "n3"], id="a threshold every lease is past"),
+        pytest.param(["--state", "gone"], 9, ["n3"], id="the gone one"),
+        pytest.param(["--stale-after", "0.001"], 9, ["n1", "n2", "n3"], id="a threshold every lease is past"),
     ],
 )
 async def test_query_nodes_exit_codes(fleet_server: LocalNats, args: list[str], code: int, nodes: list[str]) -> None:
@@ -140,7 +140,7 @@ async def test_query_nodes_json_has_the_lease_the_counts_and_how_the_verdict_is_
     answer = json.loads(out)
     renewed_at = answer["entries"][0]["lease"].pop("renewed_at")
     released_at = answer["entries"][1]["lease"].pop("released_at")
-    assert code == 5
+    assert code == 9
     assert datetime.now(UTC) - _parsed(renewed_at) < timedelta(seconds=30) > datetime.now(UTC) - _parsed(released_at)
     assert json.loads(aged(json.dumps(answer))) == {
         "what": "nodes",
@@ -349,14 +349,25 @@ async def test_the_verb_refuses_what_does_not_apply(
     assert (refused.value.code, refused.value.description) == ("400", says)
 
 
-async def test_top_once_prints_one_frame_and_exits_5_for_a_gone_node(fleet_server: LocalNats) -> None:
+async def test_top_once_prints_one_frame_and_exits_9_for_a_gone_node(fleet_server: LocalNats) -> None:
     code, out, _ = await run_cli(fleet_server.url, "top", "--once")
     first, *table = aged(out).splitlines(keepends=True)
-    assert code == 5
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ  ", first[:22])
+    assert code == 9
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ  ", first[:22])
     assert first[22:] == "3 nodes: 2 healthy, 0 stale, 1 gone; modules: 2 applied, 2 pending; 1 malformed\n"
     header, n1, n2, n3 = TABLE.splitlines(keepends=True)
     assert "".join(table) == f"{header}{n3}{n1}{n2}\n"  # gone and stale first
+
+
+async def test_top_once_prints_its_frame_as_json_as_query_nodes_does(fleet_server: LocalNats) -> None:
+    code, out, _ = await run_cli(fleet_server.url, "top", "--once", "--json")
+    _, queried, _ = await run_cli(fleet_server.url, "query", "nodes", "--json")
+    shown = json.loads(out)
+    assert code == 9
+    assert shown.pop("held") == {}
+    assert [e["node"] for e in shown["entries"]] == [e["node"] for e in json.loads(queried)["entries"]]
+    code, out, err = await run_cli(fleet_server.url, "top", "--json")
+    assert (code, out) == (2, "") and "--json: applies only with --once" in err
 
 
 async def test_top_prints_a_frame_every_interval_until_sigint_then_exits_0(fleet_server: LocalNats) -> None:
@@ -407,7 +418,7 @@ async def test_a_paged_fleet_is_one_table_and_its_pages_are_counted(small_payloa
     assert pages is not None and pages > 1
     assert pages_read == [(page, pages) for page in range(1, pages + 1)]
     assert [entry["node"] for entry in answer.document()["entries"]] == [f"n{i:03}" for i in range(300)]
-    assert code == 5
+    assert code == 9
     assert out.splitlines()[-1] == "300 nodes: 0 healthy, 0 stale, 300 gone; modules: 300 applied, 0 pending"
 
 
@@ -439,7 +450,7 @@ def test_on_a_terminal_top_redraws_in_place_with_a_progress_bar_while_pages_are_
         screen.show(frame(answer, None, console, NOW))
     assert "reading the fleet" in drawn_while_reading and "1/3" in drawn_while_reading
     last = out.getvalue().rsplit("\x1b[2K", 1)[-1]  # what the last redraw left on the screen
-    assert "2026-06-01 12:00:00Z  1 node: 0 healthy, 1 stale, 0 gone; modules: 3 applied, 1 pending" in out.getvalue()
+    assert "2026-06-01T12:00:00Z  1 node: 0 healthy, 1 stale, 0 gone; modules: 3 applied, 1 pending" in out.getvalue()
     assert "n1" in last and "stale" in last and "reading the fleet" not in last
 
 

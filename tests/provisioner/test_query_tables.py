@@ -79,9 +79,9 @@ async def query(url: str, *args: str) -> tuple[int, str, str]:
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
-async def test_needs_prints_a_plain_table_marks_the_malformed_key_and_exits_4(seeded: LocalNats) -> None:
+async def test_needs_prints_a_plain_table_marks_the_malformed_key_and_exits_10(seeded: LocalNats) -> None:
     code, out, _ = await query(seeded.url, "needs", "--node", "n1")
-    assert code == 4
+    assert code == 10
     assert out == (
         "NODE  MODULE  KIND    NAME         USED IN\n"
         "n1    web     config  db:url       DB_URL, DSN\n"
@@ -133,7 +133,7 @@ async def test_the_registry_table_has_one_row_per_kind_with_where_values_are_fou
 
 async def test_json_is_the_merged_answer_unchanged(seeded: LocalNats, bus: Bus) -> None:
     code, out, _ = await query(seeded.url, "needs", "--json")
-    assert code == 4
+    assert code == 10
     assert json.loads(out) == await ask(bus, {"what": "needs"})
     assert out.startswith('{\n  "what": "needs"')
 
@@ -142,7 +142,7 @@ async def test_jsonl_prints_one_object_per_entry_then_each_malformed_key_marked(
     code, out, _ = await query(seeded.url, "needs", "--jsonl")
     answer = await ask(bus, {"what": "needs"})
     lines = [json.loads(line) for line in out.splitlines()]
-    assert code == 4
+    assert code == 10
     marked = {"key": "n1.bad", "reason": "it has 2 tokens, the shape has 4", "malformed": True}
     assert lines == [*answer["entries"], marked]
 
@@ -150,7 +150,7 @@ async def test_jsonl_prints_one_object_per_entry_then_each_malformed_key_marked(
 async def test_who_needs_a_kind_and_name_across_the_mesh(seeded: LocalNats) -> None:
     code, out, _ = await query(seeded.url, "needs", "--kind", "secret", "--name", "db-password", "--jsonl")
     found = [json.loads(line) for line in out.splitlines()]
-    assert code == 4  # n1.bad lies under the listing: its kind cannot be read, so it is kept
+    assert code == 10  # n1.bad lies under the listing: its kind cannot be read, so it is kept
     assert [(e["node"], e["module"]) for e in found if "node" in e] == [("n1", "web"), ("n2", "api")]
 
 
@@ -250,7 +250,7 @@ async def test_a_paged_answer_is_one_table(small_payload_server: LocalNats) -> N
         assert (await ask(bus, {"what": "needs"}))["pages"] > 1
     code, out, _ = await query(small_payload_server.url, "needs")
     lines = out.splitlines()
-    assert code == 4
+    assert code == 10
     assert [line.split()[0] for line in lines[1:301]] == [f"n{i:03}" for i in range(300)]
     assert lines[-1] == "300 entries, 1 malformed"
 

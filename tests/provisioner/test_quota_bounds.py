@@ -63,7 +63,7 @@ def test_footprints_are_over_by_keys_or_by_bytes() -> None:
     assert Footprint(4, 0).over(QUOTA)
     assert Footprint(0, 101).over(QUOTA)
     cut = CutBack("b", Footprint(4, 1500), QUOTA, datetime(2026, 12, 1, 18, 0, tzinfo=UTC))
-    assert cut.reason().startswith("over quota: held 4 keys, 1.5 KiB in b at 18:00:00 UTC")
+    assert cut.reason().startswith("over quota: held 4 keys, 1.5 KiB in b at 2026-12-01T18:00:00Z")
 
 
 def at(key: str, revision: int, size: int = 10) -> KvItem:

@@ -3,6 +3,7 @@ the data (revision and content of what stays), through the function and the comm
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,22 @@ async def test_the_command_removes_with_yes_and_says_what_it_removed(seeded: Bus
         "removed 3 keys of node 'n2'",
     ]
     assert all(not key.startswith("n2.") for items in (await contents(seeded)).values() for key in items)
+
+
+async def test_the_command_says_what_it_removed_as_json(seeded: Bus, server: LocalNats) -> None:
+    code, out, err = await remove_command(server.url, "n2", "--yes", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {
+        "node": "n2",
+        "removed": {
+            buckets.NEEDS.name: ["n2.web.config.a"],
+            buckets.APPLIED.name: ["n2.web"],
+            buckets.COLLECT.name: ["n2.shell=3Azsh.web"],
+        },
+        "account_deleted": None,
+    }
+    code, out, _ = await remove_command(server.url, "n2", "--yes", "--json")
+    assert (code, json.loads(out)) == (0, {"node": "n2", "removed": {}, "account_deleted": None})
 
 
 async def test_the_command_without_yes_off_a_terminal_removes_nothing(seeded: Bus, server: LocalNats) -> None:

@@ -86,7 +86,7 @@ async def test_pause_resume_and_abort_write_the_hold_and_say_what_they_did(mesh:
     assert (aborted[0].state, aborted[0].by, aborted[0].reason) == ("aborted", "bob", "checking the db url")
 
     code, out, err = await rollout(mesh, "pause", "web")
-    assert (code, out) == (7, "")
+    assert (code, out) == (11, "")
     assert "rollout of web is aborted (by bob since " in err and "left aborted" in err
     assert await hold_of(seat, "web") == aborted, "a pause over an abort wrote"
 
@@ -122,6 +122,20 @@ async def test_resume_with_no_hold_names_the_failed_changes_that_hold_slots(mesh
     assert "`rollout pause web`, then `rollout resume web`" in lines[1]
 
 
+async def test_pause_abort_and_resume_say_what_they_did_as_json(mesh: Mesh, seat: Bus) -> None:
+    await put(seat, fleet.FLEET, fleet.claim_key("web", "n1"), claim("failed", "exit 3"))
+    code, out, _ = await rollout(mesh, "resume", "web", "--json")
+    said = {"module": "web", "state": "resumed", "before": None, "failed_nodes": ["n1"], "changed": False}
+    assert (code, json.loads(out)) == (0, said)
+    code, out, _ = await rollout(mesh, "pause", "web", "--by", "alice", "--json")
+    assert (code, json.loads(out)) == (0, {"module": "web", "state": "paused", "before": None, "changed": True})
+    code, out, _ = await rollout(mesh, "abort", "web", "--json")
+    aborted = json.loads(out)
+    assert (code, aborted["changed"], aborted["before"]["by"]) == (0, True, "alice")
+    code, out, _ = await rollout(mesh, "pause", "web", "--json")
+    assert (code, json.loads(out)["state"], json.loads(out)["changed"]) == (11, "aborted", False)
+
+
 @pytest.mark.slow
 async def test_status_shows_each_modules_hold_and_claims_by_state(mesh: Mesh, seat: Bus) -> None:
     code, out, _ = await rollout(mesh, "status")
@@ -137,7 +151,7 @@ async def test_status_shows_each_modules_hold_and_claims_by_state(mesh: Mesh, se
 
     code, out, _ = await rollout(mesh, "status")
     lines = out.splitlines()
-    assert code == 7
+    assert code == 11
     assert cells(lines[0]) == ["MODULE", "HOLD", "BY", "SINCE", "WAITING", "RUNNING", "FAILED", "EXPIRED", "WHY"]
     assert cells(lines[1]) == ["api", "none", "0", "1", "0", "0"]
     web = cells(lines[2])
@@ -145,7 +159,7 @@ async def test_status_shows_each_modules_hold_and_claims_by_state(mesh: Mesh, se
     assert lines[-1] == "2 modules: 1 paused, 0 aborted; claims: 1 waiting, 1 running, 1 failed, 0 expired"
 
     code, out, _ = await rollout(mesh, "status", "web")
-    assert code == 7
+    assert code == 11
     nodes = out.split("\n\n")[2].splitlines()
     assert cells(nodes[0]) == ["NODE", "STATE", "CHANGE", "SINCE", "WHY"]
     assert [cells(line)[:3] + cells(line)[4:] for line in nodes[1:]] == [
@@ -155,7 +169,7 @@ async def test_status_shows_each_modules_hold_and_claims_by_state(mesh: Mesh, se
 
     code, out, _ = await rollout(mesh, "status", "web", "--json")
     shown = json.loads(out)["rollouts"]
-    assert code == 7
+    assert code == 11
     assert [(r["module"], r["hold"]["state"], r["claims"]["failed"]) for r in shown] == [("web", "paused", 1)]
     assert [n["node"] for n in shown[0]["nodes"]] == ["n1", "n2"]
 
@@ -171,7 +185,7 @@ async def test_help_says_what_a_hold_does_and_the_exit_codes() -> None:
     assert result.returncode == 0
     assert "usage: mesh-provisioner rollout abort" in shown
     assert '"rollout": {"rollback": true}' in shown
-    assert "7 `status`: a rollout shown is held" in shown
+    assert "`status` exits 11 when a rollout shown is held" in shown
 
 
 async def test_status_counts_the_claims_past_one_batch_read(server: LocalNats, bus: Bus) -> None:
@@ -184,5 +198,5 @@ async def test_status_counts_the_claims_past_one_batch_read(server: LocalNats, b
     command = [sys.executable, "-m", "provisioner.commands.cli", "rollout", "status", "--nats-url", server.url]
     result = await anyio.run_process(command, env=clean_environment(), check=False)
     lines = result.stdout.decode().splitlines()
-    assert result.returncode == 7
+    assert result.returncode == 11
     assert cells(lines[1])[:3] + cells(lines[1])[4:] == ["web", "paused", "seat", "1025", "0", "0", "0"]

@@ -33,6 +33,6 @@ async def test_top_shows_each_held_rollout_under_the_summary(server: LocalNats, 
     lines = [line[22:] for line in out.splitlines()[1:3]]
     assert code == 0
     assert lines == [
-        "rollout of a.b aborted by ops@host since 12:00:00Z (bad value)",
-        "rollout of web paused by seat since 12:00:00Z (node n1: change c1 failed: \\x1b]0;x\\x07)",
+        "rollout of a.b aborted by ops@host since 2026-06-01T12:00:00Z (bad value)",
+        "rollout of web paused by seat since 2026-06-01T12:00:00Z (node n1: change c1 failed: \\x1b]0;x\\x07)",
     ]

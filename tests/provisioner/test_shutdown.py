@@ -111,6 +111,19 @@ async def test_a_bad_domains_file_stops_serve_with_one_line_and_exit_2(nats_serv
     assert "domain 'config'" in errors[-1]
 
 
+async def test_a_bad_domains_file_is_said_before_serve_connects(tmp_path: Path) -> None:
+    """No NATS at all: the file is read first, so serve stops on it rather than 'still connecting'."""
+    domains = tmp_path / "domains.toml"
+    domains.write_text("[domains.config\n")
+    serve = [sys.executable, "-m", "provisioner.commands.cli", "serve", "--nats-url", "nats://127.0.0.1:1"]
+    with anyio.fail_after(60):  # a failure guard only: connecting would retry for ever
+        result = await anyio.run_process([*serve, "--domains-file", str(domains)], env=clean_environment(), check=False)
+    errors = result.stderr.decode().strip().splitlines()
+    assert result.returncode == 2
+    assert errors[-1].startswith(f"mesh-provisioner serve: {domains}: ")
+    assert "connect" not in result.stderr.decode().lower()
+
+
 async def test_sigterm_before_nats_is_reachable_exits_0_at_once() -> None:
     """Signalled at its first failed attempt, logged at debug level (the first warning waits 5 s)."""
     serve = [sys.executable, "-m", "provisioner.commands.cli", "serve"]

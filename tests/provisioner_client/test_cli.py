@@ -62,11 +62,11 @@ async def test_reconcile_then_status_say_everything_is_applied(
     assert status["modules"]["app"]["action"]["outcome"] == "succeeded"
     (plan.materialize / "app.env").write_text("EDITED=1\n")
     code, out, _ = await client("status", env=env)
-    assert code == 1, "a drifted file is not ok"
+    assert code == 7, "a drifted file is not ok"
     assert "(drifted: not what was applied; put back by watch mode or the next reconcile)" in out
     elsewhere = client_env(nats_server.url, plan, MESH_PROVISIONER_CLIENT_MATERIALIZE=str(plan.materialize.parent))
     code, out, _ = await client("status", env=elsewhere)
-    assert code == 1, "files not where they were written (a wrong --materialize) are not ok"
+    assert code == 7, "files not where they were written (a wrong --materialize) are not ok"
     assert f"(not in the env folder used, {plan.materialize.parent / 'app.env'}; wrong --materialize?)" in out
     code, _, _ = await client("reconcile", env=env)
     assert code == 0
@@ -74,16 +74,35 @@ async def test_reconcile_then_status_say_everything_is_applied(
     assert code == 0, out
 
 
-async def test_a_pending_module_exits_1_and_status_shows_why(
+async def test_reconcile_says_its_report_as_json(domains: StandIns, nats_server: LocalNats, plan: ClientPlan) -> None:
+    (plan.manifests / "extra.json").write_text(json.dumps({"module": "extra", "env": {"X": "${config:nope}"}}))
+    env = client_env(nats_server.url, plan)
+    code, out, _ = await client("reconcile", "--json", env=env)
+    report = json.loads(out)
+    assert (code, report["node"], report["ok"]) == (7, NODE, False)
+    assert report["modules"]["app"] | {"change_action": None} == {
+        "state": "applied",
+        "file": str(plan.materialize / "app.env"),
+        "written": True,
+        "reasons": [],
+        "change_action": None,
+    }
+    assert report["modules"]["extra"]["state"] == "pending"
+    assert report["modules"]["extra"]["reasons"] == ["${config:nope}: no value at mesh-config_values key 'nope'"]
+    code, _, err = await client("reconcile", "--watch", "--json", env=env)
+    assert code == 2 and "not with --watch" in err
+
+
+async def test_a_pending_module_exits_7_and_status_shows_why(
     domains: StandIns, nats_server: LocalNats, plan: ClientPlan
 ) -> None:
     (plan.manifests / "extra.json").write_text(json.dumps({"module": "extra", "env": {"X": "${config:nope}"}}))
     env = client_env(nats_server.url, plan)
     code, out, _ = await client("reconcile", env=env)
-    assert code == 1
+    assert code == 7
     assert "extra: pending" in out
     code, out, _ = await client("status", env=env)
-    assert code == 1
+    assert code == 7
     assert "extra: pending since " in out
     assert (
         "       File: none written yet\n     Reason: ${config:nope}: no value at mesh-config_values key 'nope'" in out
@@ -101,9 +120,16 @@ async def test_a_pending_module_exits_1_and_status_shows_why(
             id="a mistyped variable is a usage error",
         ),
         pytest.param(["status", "--config", "/nonexistent.toml"], {}, 2, "not found", id="a missing config"),
-        pytest.param(["status", "--backoff-max", "-1"], {}, 2, "backoff_max", id="a bad flag"),
+        pytest.param(["reconcile", "--backoff-max", "-1"], {}, 2, "backoff_max", id="a bad flag"),
         pytest.param(["status"], {"MESH_PROVISIONER_CLIENT_POLL": "often"}, 2, "--poll", id="a bad variable"),
         pytest.param(["reconcile"], {"NATS_URL": "nats://127.0.0.1:1"}, 3, "127.0.0.1:1", id="no bus is exit 3"),
+        pytest.param(
+            ["reconcile", "--manifests", "/nonexistent"],
+            {"NATS_URL": "nats://127.0.0.1:1"},
+            2,
+            "/nonexistent: no such folder",
+            id="a manifests folder not there is said before connecting",
+        ),
     ],
 )
 async def test_failures_have_their_exit_code_and_one_line(
@@ -192,7 +218,7 @@ async def test_a_second_sigterm_stops_the_client_at_once(
     assert code == 1, logged
 
 
-async def test_a_one_shot_reconcile_is_refused_with_exit_5_naming_the_holder_and_status_needs_no_lease(
+async def test_a_one_shot_reconcile_is_refused_with_exit_6_naming_the_holder_and_status_needs_no_lease(
     domains: StandIns, bus: Bus, nats_server: LocalNats, plan: ClientPlan
 ) -> None:
     env = client_env(nats_server.url, plan)
@@ -204,7 +230,7 @@ async def test_a_one_shot_reconcile_is_refused_with_exit_5_naming_the_holder_and
         code, _, err = await client("reconcile", env=env)
         status_code, status_out, _ = await client("status", env=env)
         tg.cancel_scope.cancel()
-    assert code == 5
+    assert code == 6
     assert f"is held by another client: host {holder.host} pid {os.getpid()} since" in err.splitlines()[-1]
     assert status_code == 0, status_out
     code, out, _ = await client("reconcile", env=env)  # the watch released its lease when it stopped
@@ -218,7 +244,7 @@ async def nats_with_a_password(tmp_path: Path) -> AsyncIterator[LocalNats]:
         yield server
 
 
-async def test_watch_mode_exits_3_when_nats_closes_its_connection_for_good(
+async def test_watch_mode_exits_4_when_nats_closes_its_connection_for_good(
     nats_with_a_password: LocalNats, plan: ClientPlan
 ) -> None:
     """nats-py never reconnects a connection it closed (here an authorization violation
@@ -233,4 +259,4 @@ async def test_watch_mode_exits_3_when_nats_closes_its_connection_for_good(
         server.process.send_signal(signal.SIGHUP)
         with anyio.fail_after(30):  # a failure guard only: without the fix it waits for ever
             code = await process.wait()
-    assert code == 3
+    assert code == 4

@@ -2,7 +2,7 @@
 outside the client's log, on a real nats-server whose buckets the test shrinks and fills: the
 modules whose keys were refused are recorded pending, saying why, where the applied bucket still
 takes them (`status` and `query applied` show them); where it does not, `status` says from the
-client's own state which write was refused and why; either way `status` exits 1."""
+client's own state which write was refused and why; either way `status` exits 7."""
 
 from __future__ import annotations
 
@@ -69,9 +69,9 @@ async def test_needs_refused_leave_pending_records_that_status_and_query_applied
     await fill(bus, js, buckets.NEEDS)
     env = client_env(nats_server.url, plan)
     code, out, err = await client("reconcile", env=env)
-    assert code == 1, (out, err)  # pending, not "the bus refused": the records were written
+    assert code == 7, (out, err)  # pending, not "the bus refused": the records were written
     code, out, err = await client("status", env=env)
-    assert code == 1, out
+    assert code == 7, out
     assert f"{buckets.NEEDS.name} refused" in out and REFUSED in out, out
     code, answer = await query_applied(nats_server.url)
     assert code == 0, answer
@@ -92,14 +92,14 @@ async def test_needs_and_applied_refused_make_status_say_so_from_the_clients_own
     await fill(bus, js, buckets.APPLIED)
     env = client_env(nats_server.url, plan)
     code, out, err = await client("reconcile", env=env)
-    assert code == 3, (out, err)
+    assert code == 4, (out, err)
     code, out, err = await client("status", env=env)
-    assert code == 1, out
+    assert code == 7, out
     assert f"the last reconcile could not record what it did: {buckets.APPLIED.name} refused" in out, out
     assert f"{buckets.NEEDS.name} refused" in out and REFUSED in out, out
     code, out, _ = await client("status", "--json", env=env)
     document = json.loads(out)
-    assert code == 1
+    assert code == 7
     assert set(document["refused"]["buckets"]) == {buckets.NEEDS.name, buckets.APPLIED.name}
 
 
@@ -115,7 +115,7 @@ async def test_once_the_bucket_has_room_the_next_reconcile_applies_and_status_no
     await fill(bus, js, buckets.NEEDS)
     env = client_env(nats_server.url, plan)
     code, _, _ = await client("reconcile", env=env)
-    assert code == 1
+    assert code == 7
     await room_again(js, buckets.NEEDS)
     code, out, err = await client("reconcile", env=env)
     assert code == 0, (out, err)

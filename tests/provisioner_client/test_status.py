@@ -20,7 +20,7 @@ from registry.wire import Bus
 from tests.helpers import NODE
 from tests.provisioner_client.test_cli import client, client_env, slow_action
 
-TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00")
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 ACTION = "sh -c echo 'module app: env file changed': succeeded, exit code 0, finished <time>"
 
 
@@ -60,13 +60,13 @@ async def test_all_applied_and_in_place_reads_like_systemctl_status_and_exits_0(
     )
 
 
-async def test_pending_drifted_and_missing_are_shown_with_the_running_client_and_exit_1(
+async def test_pending_drifted_and_missing_are_shown_with_the_running_client_and_exit_7(
     domains: StandIns, bus: Bus, nats_server: LocalNats, plan: ClientPlan
 ) -> None:
     (plan.manifests / "extra.json").write_text(json.dumps({"module": "extra", "env": {"X": "${config:nope}"}}))
     env = client_env(nats_server.url, plan)
     code, _, _ = await client("reconcile", env=env)
-    assert code == 1
+    assert code == 7
     (plan.materialize / "app.env").write_text("EDITED=1\n")
     (plan.materialize / "postgres.env").unlink()
     lease = node_lease(bus, NODE, timedelta(seconds=15))
@@ -76,7 +76,7 @@ async def test_pending_drifted_and_missing_are_shown_with_the_running_client_and
         json_code, as_json, _ = await client("status", "--json", env=env)
     finally:
         await lease.release()
-    assert (code, err) == (1, "")
+    assert (code, err) == (7, "")
     assert (
         shown(out, plan)
         == f"""\
@@ -102,7 +102,7 @@ async def test_pending_drifted_and_missing_are_shown_with_the_running_client_and
     )
     assert f"running on host {socket.gethostname()} pid " in out
     document = json.loads(as_json)
-    assert json_code == 1
+    assert json_code == 7
     assert document["client"]["running"] is True
     assert {m: s["file_state"] for m, s in document["modules"].items()} == {
         "app": "drifted",
@@ -166,15 +166,15 @@ async def test_an_asked_log_level_is_kept_by_status(
     assert "INFO" in err, "status is quiet by default only"
 
 
-async def test_a_failed_change_action_is_shown_and_exits_1_until_one_succeeds(
+async def test_a_failed_change_action_is_shown_and_exits_7_until_one_succeeds(
     domains: StandIns, nats_server: LocalNats, plan: ClientPlan
 ) -> None:
     slow_action(plan, ["sh", "-c", "exit 3"])
     env = client_env(nats_server.url, plan)
     code, _, _ = await client("reconcile", env=env)
-    assert code == 1
+    assert code == 7
     code, out, _ = await client("status", env=env)
-    assert code == 1, "the service may not run what the file holds"
+    assert code == 7, "the service may not run what the file holds"
     assert shown(out, plan).endswith(f"""\
 × node {NODE}: 1 modules, 1 applied, 1 change actions failed
      Client: not running (no client holds the lease of node {NODE})
@@ -187,7 +187,7 @@ async def test_a_failed_change_action_is_shown_and_exits_1_until_one_succeeds(
 """)
 
 
-async def test_files_that_cannot_be_judged_are_said_so_and_exit_1(
+async def test_files_that_cannot_be_judged_are_said_so_and_exit_7(
     domains: StandIns, nats_server: LocalNats, plan: ClientPlan
 ) -> None:
     """As another user than the client's would find them: the digest key unreadable."""
@@ -196,7 +196,7 @@ async def test_files_that_cannot_be_judged_are_said_so_and_exit_1(
     assert code == 0
     (plan.materialize / ".mesh-provisioner-client.key").write_bytes(b"short")
     code, out, _ = await client("status", env=env)
-    assert code == 1, "never in place unless judged so"
+    assert code == 7, "never in place unless judged so"
     unknown = (
         f"(unknown: digest key {plan.materialize / '.mesh-provisioner-client.key'}: is not 32 bytes long; remove "
         "it and a new one is made (every module's digest changes once); run status as the client's user)"
@@ -214,7 +214,7 @@ async def test_a_file_whose_mode_changed_is_drifted_as_the_drift_watch_and_recon
     assert code == 0
     (plan.materialize / "app.env").chmod(0o644)
     code, as_json, _ = await client("status", "--json", env=env)
-    assert code == 1
+    assert code == 7
     assert json.loads(as_json)["modules"]["app"]["file_state"] == "drifted"
 
 

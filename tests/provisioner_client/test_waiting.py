@@ -10,6 +10,7 @@ from provisioner_client.resolving import waiting
 from provisioner_client.resolving.waiting import LEASE, WaitingWrites, link_down
 from provisioner_client.status import ClientLease, NodeStatus
 from provisioner_client.status_view import status_text
+from registry.command_line import timestamp_of
 from registry.contract import buckets
 from registry.errors import (
     BusError,
@@ -67,8 +68,8 @@ def test_status_says_what_waits_since_when_and_how_it_is_known(tmp_path: Path) -
     status = NodeStatus("n1", {}, {}, ClientLease(), waiting=found)
     text = status_text(status)
     assert not status.ok
-    assert f"writes to the hub waiting since {found.since}" in text
+    assert f"writes to the hub waiting since {timestamp_of(found.since)}" in text
     lease = found.parts[LEASE]
-    said = f"writes of the lease to the hub waiting since {lease.since} (link down: {lease.how})"
+    said = f"writes of the lease to the hub waiting since {timestamp_of(lease.since)} (link down: {lease.how})"
     assert said in text
     assert "not yet written there: n1.app" in text

@@ -136,7 +136,7 @@ def test_check_reports_exactly_the_difference_of_two_mesh_files_and_writes_nothi
     assert grants("--out", out, "--keys", keys, "--mesh", a, "--check") == 0
     assert capsys.readouterr().out == f"nothing would change (against {out / 'grants.json'})\n"
 
-    assert grants("--out", out, "--keys", keys, "--mesh", b, "--check") == 6
+    assert grants("--out", out, "--keys", keys, "--mesh", b, "--check") == 8
     said = capsys.readouterr().out.splitlines()
     assert {**files_of(out), **files_of(keys)} == before  # no file written, no seed issued
 
@@ -189,7 +189,7 @@ def test_a_writer_that_writes_no_bucket_is_refused(tmp_path: Path, capsys: pytes
 
 
 def test_check_with_nothing_issued_yet_adds_every_account(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert grants("--out", tmp_path / "out", "--node", "n1", "--check") == 6
+    assert grants("--out", tmp_path / "out", "--node", "n1", "--check") == 8
     said = capsys.readouterr().out
     assert "+ account node-n1: " in said and "+ account MESH (seat): 0 imports" in said
     assert not (tmp_path / "out").exists()

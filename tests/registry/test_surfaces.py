@@ -26,6 +26,7 @@ SURFACES = {
         "CollectValue",
         "Domain",
         "Entry",
+        "FILTERS",
         "HeldLease",
         "JsonRefused",
         "KINDS",
@@ -246,7 +247,6 @@ SURFACES = {
         "setting_of",
     ],
     "registry.runtime": [
-        "EXIT_CLOSED_PIPE",
         "LogFormat",
         "LogLevel",
         "MetricsListen",
@@ -257,7 +257,6 @@ SURFACES = {
         "log_context",
         "missing_extra",
         "new_log_id",
-        "quiet_on_closed_pipe",
         "serve_metrics",
         "terminal_safe",
         "until_signalled",

@@ -139,7 +139,7 @@ def test_grants_check_says_the_limits_a_mesh_file_changes(tmp_path: Path, capsys
     limited.write_text('nodes = ["n1"]\n[limits.node]\nsubscriptions = 500\n')
     assert main(["grants", "--out", str(out), "--mesh", str(plain)]) == 0
     capsys.readouterr()
-    assert main(["grants", "--out", str(out), "--mesh", str(limited), "--check"]) == 6
+    assert main(["grants", "--out", str(out), "--mesh", str(limited), "--check"]) == 8
     assert capsys.readouterr().out.splitlines() == [
         "~ account node-n1: limits changed: subscriptions 1000 -> 500",
         f"accounts: 0 added, 0 removed, 1 changed (against {out / 'grants.json'})",

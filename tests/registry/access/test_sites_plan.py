@@ -1,8 +1,9 @@
 """`grants --check` compares the sites too: what issuing the sites again would change, said line by
-line from sites.json before and after, with exit 6 when something would change."""
+line from sites.json before and after, with exit 8 when something would change."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def test_a_node_moved_to_a_site_widens_its_link_and_narrows_nothing(
 ) -> None:
     issue(tmp_path, NODES + HOME, capsys)
     code, lines = check(tmp_path, NODES + '[sites.home]\nnodes = ["n1", "n2"]\n', capsys)
-    assert code == 6
+    assert code == 8
     assert "~ site home: + node n2" in lines
     link = next(line for line in lines if line.startswith("~ site home link leaf-home-data: "))
     assert "publish widened: + $JS.hub.API.$KV.mesh-provisioner_needs.n2.>" in link
@@ -57,7 +58,7 @@ def test_a_node_moved_to_a_site_widens_its_link_and_narrows_nothing(
 def test_a_site_added_and_one_removed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     issue(tmp_path, NODES + HOME, capsys)
     code, lines = check(tmp_path, NODES + '[sites.office]\nnodes = ["n3"]\n', capsys)
-    assert code == 6
+    assert code == 8
     assert "+ site office: 1 node (n3)" in lines
     assert "- site home" in lines
 
@@ -65,7 +66,7 @@ def test_a_site_added_and_one_removed(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_sites_dropped_from_the_mesh_are_said_removed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     issue(tmp_path, NODES + HOME, capsys)
     code, lines = check(tmp_path, NODES, capsys)
-    assert code == 6
+    assert code == 8
     assert "- site home" in lines
 
 
@@ -86,3 +87,17 @@ def test_a_hub_change_and_a_link_narrowed_are_told(tmp_path: Path, capsys: pytes
     assert "~ site home: - node n2" in changes
     assert any("publish narrowed: - $JS.hub.API.$KV.mesh-provisioner_needs.n2.>" in line for line in changes)
     assert plan_sites(after, after).unchanged
+
+
+def test_check_says_the_same_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    issue(tmp_path, NODES + HOME, capsys)
+    code, lines = check(tmp_path, NODES + '[sites.office]\nnodes = ["n3"]\n', capsys)
+    mesh = tmp_path / "mesh.toml"
+    as_json = main(["grants", "--mesh", str(mesh), "--out", str(tmp_path / "out"), "--check", "--json"])
+    said = json.loads(capsys.readouterr().out)
+    assert as_json == code == 8
+    assert [*said["grants"]["changes"], *said["sites"]["changes"]] == lines[:-2]
+    assert f"{said['grants']['summary']} (against {said['grants']['against']})" == lines[-2]
+    assert said["sites"]["against"] == str(sites_json(tmp_path / "out"))
+    assert main(["grants", "--mesh", str(mesh), "--out", str(tmp_path / "out"), "--json"]) == 2
+    assert "--json: applies only with --check" in capsys.readouterr().err

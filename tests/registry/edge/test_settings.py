@@ -26,6 +26,7 @@ from provisioner.settings import (
     ServerSettings,
     TopArguments,
 )
+from provisioner_client.cli import WATCH_AND_ROLLOUT
 from provisioner_client.cli import build_parser as client_parser
 from provisioner_client.settings import ClientSettings
 from registry.edge import (
@@ -130,6 +131,12 @@ def test_only_the_flags_given_are_read_back_as_the_text_given() -> None:
     assert given_flags(args, BusSettings) == {"url": "nats://a:4222"}
 
 
+class StatusSettings(ClientSettings):
+    """The client's settings as `status` takes them: none of how a watch paces itself or a rollout goes."""
+
+    left_out: ClassVar[tuple[str, ...]] = WATCH_AND_ROLLOUT
+
+
 COMMANDS = [
     pytest.param(server_parser, ["serve"], [ServerSettings, BusSettings], id="mesh-provisioner serve"),
     pytest.param(server_parser, ["query"], [CommandLogSettings, BusSettings], id="mesh-provisioner query"),
@@ -138,7 +145,7 @@ COMMANDS = [
         server_parser, ["remove-node", "n1"], [CommandLogSettings, BusSettings], id="mesh-provisioner remove-node"
     ),
     pytest.param(client_parser, ["reconcile"], [ClientSettings, BusSettings], id="client reconcile"),
-    pytest.param(client_parser, ["status"], [ClientSettings, BusSettings], id="client status"),
+    pytest.param(client_parser, ["status"], [StatusSettings, BusSettings], id="client status"),
     pytest.param(dev_parser, [], [ServerSettings], id="mesh-provisioner-dev"),
 ]
 
@@ -157,6 +164,7 @@ def test_help_lists_every_field_of_every_settings_model_the_command_takes(
         f"{flag_of(model, field)} ({env_of(model, field)})"
         for model in models
         for field in model.model_fields
+        if field not in getattr(model, "left_out", ())
         if flag_of(model, field) not in shown or env_of(model, field) not in shown.replace("\n", "").replace(" ", "")
     ]
     aliases = [alias for model in models for names in model.flag_aliases.values() for alias in names]
@@ -237,6 +245,13 @@ def test_a_wrong_argument_is_named_as_given_and_never_as_a_variable(flags: dict[
     assert names in str(raised.value) and "env" not in str(raised.value)
 
 
+@pytest.mark.parametrize("field", WATCH_AND_ROLLOUT)
+def test_client_status_takes_no_flag_of_watch_mode_or_rollouts(field: str) -> None:
+    with pytest.raises(SystemExit) as raised:
+        client_parser().parse_args(["status", flag_of(ClientSettings, field), "1"])
+    assert raised.value.code == 2
+
+
 def _even(n: int) -> int:
     if n % 2:
         raise ValueError("an even number of pairs")
@@ -257,7 +272,7 @@ def test_a_validators_own_complaint_is_said_as_it_is() -> None:
 
 def test_the_help_of_arguments_says_only_the_defaults_worth_saying() -> None:
     shown = " ".join(arguments_parser().format_help().split())
-    assert "TARGET" in shown and "--out PATH where it goes --pause SECONDS how long it waits (default 2 s)" in shown
+    assert "TARGET" in shown and "--out PATH where it goes --pause DURATION how long it waits (default 2s)" in shown
     assert "{one,two} what (default one)" in shown and "[--json | --jsonl]" in shown and "--tag TAG tag --out" in shown
     assert "env" not in shown and "file" not in shown and "default none" not in shown and "False" not in shown
 

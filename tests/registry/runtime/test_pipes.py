@@ -1,4 +1,4 @@
-"""A closed pipe ends a command quietly (`registry.runtime.quiet_on_closed_pipe`), in a process of
+"""A closed pipe ends a command quietly (`registry.command_line.quiet_on_closed_pipe`), in a process of
 its own whose stdout's reading end is closed before it writes."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from registry.runtime import EXIT_CLOSED_PIPE
+from registry.command_line import EXIT_CLOSED_PIPE
 
 _PROGRAM = """
 import sys
-from registry.runtime import quiet_on_closed_pipe
+from registry.command_line import quiet_on_closed_pipe
 
 @quiet_on_closed_pipe
 def main(argv):

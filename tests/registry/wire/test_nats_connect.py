@@ -295,11 +295,11 @@ async def _say_nothing(stream: SocketStream) -> None:
         await anyio.sleep_forever()
 
 
-async def test_query_without_a_server_exits_1_with_one_line_naming_where_the_url_came_from(tmp_path: Path) -> None:
+async def test_query_without_a_server_exits_3_with_one_line_naming_where_the_url_came_from(tmp_path: Path) -> None:
     url = f"nats://127.0.0.1:{free_port()}"
     environ = clean_environment() | with_contexts(tmp_path, {"lab": {"url": url}}, selected="lab")
     command = [str(Path(sys.executable).parent / "mesh-provisioner"), "query", "needs", "--node", "node-1"]
     result = await anyio.run_process(command, env=environ, check=False)
-    assert (result.returncode, result.stdout) == (1, b"")
+    assert (result.returncode, result.stdout) == (3, b"")
     [line] = result.stderr.decode().splitlines()
     assert line.startswith(f"mesh-provisioner query: connect: no NATS server at {url} (from the nats CLI's selected ")
