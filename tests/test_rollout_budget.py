@@ -156,17 +156,18 @@ async def watching(
         stop.set()
 
 
-async def seeded(seat: Bus, level: str = "info") -> None:
-    """The config value the nodes' env files read, and placement saying every node runs `web`: a
-    node's failure pauses only a module placement says it runs."""
+NODES = tuple(f"n{i:02d}" for i in range(20))
+
+
+async def seeded(seat: Bus, level: str = "info", nodes: Sequence[str] = (*NODES, "n1", "n2")) -> None:
+    """The config value the nodes' env files read, and placement saying each of `nodes` runs `web`:
+    a node's failure pauses only a module placement says it runs, and a claim of a placed module
+    counts only for a node placed on it."""
     await ensure_bucket(seat, CONFIG, BucketConfig())
     await ensure_bucket(seat, ASSIGNMENTS, BucketConfig())
     await put(seat, CONFIG, "log-level", json.dumps(level).encode())
-    for node in (*NODES, "n1", "n2"):
+    for node in nodes:
         await put(seat, ASSIGNMENTS, ASSIGNMENT.build(node=node, module="web"), b'{"plan":{}}')
-
-
-NODES = tuple(f"n{i:02d}" for i in range(20))
 
 
 @pytest.fixture
@@ -263,7 +264,7 @@ async def test_nats_server_killed_mid_rollout_no_action_runs_twice_and_the_rollo
         tg.start_soon(_serve_seat, server.url)
         async with connect(options) as seat:
             await _until_fleet_bucket(seat)
-            await seeded(seat)
+            await seeded(seat, nodes=nodes_)
 
             def as_plain(node: str) -> AbstractAsyncContextManager[Bus]:
                 return connect(BusOptions(servers=(server.url,), name=node, reconnect_wait=timedelta(seconds=0.2)))
