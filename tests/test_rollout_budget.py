@@ -31,10 +31,11 @@ from provisioner_client.rollout import RolloutPlan
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.access import Kind
 from registry.contract import fleet, to_json
+from registry.contract.buckets import NEEDS
 from registry.errors import BusError
 from registry.wire import BucketConfig, Bus, BusOptions, KvItem, connect, delete, get_direct, get_last_many, put
 from tests.helpers import Reports, in_own_task, restartable_nats, serving, sh_env, wait_for
-from tests.isolation import Mesh, mesh_server, party
+from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
 
 TIMING = WatchTiming(debounce=timedelta(seconds=0.1), poll=timedelta(seconds=1), backoff_max=timedelta(seconds=1))
 CLAIM_TTL = timedelta(seconds=6)
@@ -156,17 +157,18 @@ async def watching(
         stop.set()
 
 
-async def seeded(seat: Bus, level: str = "info") -> None:
-    """The config value the nodes' env files read, and placement saying every node runs `web`: a
-    node's failure pauses only a module placement says it runs."""
+NODES = tuple(f"n{i:02d}" for i in range(20))
+
+
+async def seeded(seat: Bus, level: str = "info", nodes: Sequence[str] = (*NODES, "n1", "n2")) -> None:
+    """The config value the nodes' env files read, and placement saying each of `nodes` runs `web`:
+    a node's failure pauses only a module placement says it runs, and a claim of a placed module
+    counts only for a node placed on it."""
     await ensure_bucket(seat, CONFIG, BucketConfig())
     await ensure_bucket(seat, ASSIGNMENTS, BucketConfig())
     await put(seat, CONFIG, "log-level", json.dumps(level).encode())
-    for node in (*NODES, "n1", "n2"):
+    for node in nodes:
         await put(seat, ASSIGNMENTS, ASSIGNMENT.build(node=node, module="web"), b'{"plan":{}}')
-
-
-NODES = tuple(f"n{i:02d}" for i in range(20))
 
 
 @pytest.fixture
@@ -202,6 +204,56 @@ async def test_twenty_nodes_with_a_budget_of_three_never_run_more_than_three_act
     assert most_at_once(changed) <= 3, f"{most_at_once(changed)} actions ran at once"
     assert most_at_once(runs(log, "info")) > 3, "the premise: the first env files came without a budget, at once"
     assert freed, "every slot freed"
+
+
+@pytest.fixture(params=["static", "jwt"], ids=["static accounts", "decentralized JWT accounts"])
+async def mesh4(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Mesh]:
+    start = mesh_server if request.param == "static" else jwt_mesh_server
+    async with in_own_task(start(tmp_path / "mesh", nodes=NODES[:4])) as mesh:
+        yield mesh
+
+
+async def test_attack_a_squat_by_every_field_a_node_writes_holds_no_slot_and_the_honest_nodes_finish(
+    mesh4: Mesh, tmp_path: Path
+) -> None:
+    """Budget 1; before the change, n03, placed on no module, claims web naming the first place in
+    the queue, writes a literal wildcard claim, registers needs of web and claims it again, first
+    of all and for a day: the seat deletes each, and the three nodes placed on web change one at
+    a time."""
+    honest, squatter = NODES[:3], NODES[3]
+    log = tmp_path / "actions.log"
+    document = manifest(action_script(tmp_path, log, seconds=0.3), {"budget": 1})
+    plans = plans_of(tmp_path, honest, document, 1)
+    async with mesh4.connect(party(Kind.SEAT)) as seat, anyio.create_task_group() as tg:
+        await seeded(seat, nodes=honest)
+        async with watching(tg, plans, as_node(mesh4)) as nodes:
+            await nodes.until(lambda: all(nodes.level(n) == "info" for n in honest), "every node's first env file")
+            await _squat(mesh4, squatter)
+            await put(seat, CONFIG, "log-level", b'"debug"')
+            await nodes.until(
+                lambda: len([r for r in runs(log, "debug") if r.end < float("inf")]) == len(honest), "all finished"
+            )
+            freed = await every_claim_deleted(seat, "web")
+        tg.cancel_scope.cancel()
+    changed = runs(log, "debug")
+    assert sorted(r.node for r in changed) == sorted(honest), "each honest node ran its action once"
+    assert most_at_once(changed) == 1, f"{most_at_once(changed)} actions ran at once"
+    assert freed, "every claim of web deleted, the squatter's with the honest nodes'"
+
+
+async def _squat(mesh: Mesh, node: str) -> None:
+    """`node`'s squat of web's slot by each field it writes, through nats-py itself."""
+    day = {"state": "running", "change": "x", "since": datetime.now(UTC).isoformat(), "ttl_seconds": 86400}
+    hostile = await mesh.raw(party(Kind.NODE, node))
+    try:
+        need = b'{"placeholder":"${config:log-level}","used_in":["LOG_LEVEL"]}'
+        first = json.dumps(day | {"queued": 1}).encode()
+        await hostile.request(fleet.FLEET.subject(fleet.claim_key("web", node)), first, timeout=2)
+        await hostile.request(fleet.FLEET.subject(f"claim.*.{node}"), json.dumps(day).encode(), timeout=2)
+        await hostile.request(NEEDS.subject(f"{node}.web.config.log-level"), need, timeout=2)
+        await hostile.request(fleet.FLEET.subject(fleet.claim_key("web", node)), json.dumps(day).encode(), timeout=2)
+    finally:
+        await hostile.close()
 
 
 async def every_claim_deleted(seat: Bus, module: str, within: float = 30.0) -> bool:
@@ -263,7 +315,7 @@ async def test_nats_server_killed_mid_rollout_no_action_runs_twice_and_the_rollo
         tg.start_soon(_serve_seat, server.url)
         async with connect(options) as seat:
             await _until_fleet_bucket(seat)
-            await seeded(seat)
+            await seeded(seat, nodes=nodes_)
 
             def as_plain(node: str) -> AbstractAsyncContextManager[Bus]:
                 return connect(BusOptions(servers=(server.url,), name=node, reconnect_wait=timedelta(seconds=0.2)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -21,7 +21,14 @@ import nats.errors
 import pytest
 from nats.aio.client import Client
 
-from provisioner.seat.rollouts import FailedClaim, FailuresWaiting, Placement, RolloutsSeen, hold_failed_rollouts
+from provisioner.seat.rollouts import (
+    FailedClaim,
+    FailuresWaiting,
+    Placement,
+    RolloutsSeen,
+    hold_failed_rollouts,
+    refuse_if_not_counted,
+)
 from registry.access import Kind
 from registry.contract import buckets, fleet
 from registry.wire import SKEW, Bus, KvItem, delete, get_last_many, get_latest, put
@@ -322,32 +329,107 @@ async def test_attack_a_failures_reason_reaches_the_hold_without_its_control_cha
 async def test_attack_a_squat_by_every_field_a_node_writes_holds_no_slot(
     mesh: Mesh, seat: Bus, seen: RolloutsSeen
 ) -> None:
-    """Hostile n2 against honest n1, whose claim of web (budget 1) came first: a claim of db, which
-    n2 does not run; a claim of web naming revision 1 as its place, standing a day; a claim under a
-    literal wildcard module. The seat deletes each; every reader's queue of web is n1's alone."""
+    """Hostile n2 against honest n1, whose claims of web and api (budget 1) came first: a claim of
+    db, which n2 does not run; a claim of api after registering needs of it (placement runs api on
+    n1 alone: n2's needs are its own word); a claim of web naming revision 1 as its place, standing a
+    day; a claim under a literal wildcard module. The seat deletes each; every reader's queue of each
+    module is n1's alone, and n2's honest claim of `tool` (no placement, its needs) stands."""
     await write_claim(mesh, "n1", "web", claim("waiting"))
+    await write_claim(mesh, "n1", "api", claim("waiting"))
     day = fleet.Claim(state="waiting", change="c1", since=datetime.now(UTC), ttl_seconds=86400, queued=1)
     hostile = await mesh.raw(N2)
     try:
+        await _send(hostile, fleet.FLEET.subject(fleet.claim_key("tool", "n2")), claim("waiting"))
         await _send(hostile, fleet.FLEET.subject(fleet.claim_key("db", "n2")), claim("running"))
+        await _send(hostile, buckets.NEEDS.subject("n2.api.config.x"), A_NEED)
+        await _send(hostile, fleet.FLEET.subject(fleet.claim_key("api", "n2")), claim("running"))
         await _send(hostile, fleet.FLEET.subject(fleet.claim_key("web", "n2")), day.model_dump_json().encode())
         await _send(hostile, fleet.FLEET.subject("claim.*.n2"), claim("running"))
     finally:
         await hostile.close()
 
-    squats = [fleet.claim_key("db", "n2"), fleet.claim_key("web", "n2")]
+    squats = [fleet.claim_key(module, "n2") for module in ("db", "api", "web")]
 
     async def squats_deleted() -> bool:
         found = [await get_latest(seat, fleet.FLEET, key) for key in squats]
         return all(item is not None and item.deleted for item in found)
 
     assert await until(squats_deleted, WITHIN), "a squatting claim stands"
-    assert await until(lambda: set(seen.refused) == {"not_running", "position", "unshaped"}, WITHIN), seen.refused
-    for module in ("web", "db"):
+    refused = {"not_running": 2, "position": 1, "unshaped": 1}  # not running: db and api, not tool
+    assert await until(lambda: seen.refused == refused, WITHIN), seen.refused
+    for module, queued in (("web", ["n1"]), ("api", ["n1"]), ("db", []), ("tool", ["n2"])):
         queue = fleet.live_claims(
             await get_last_many(seat, fleet.FLEET, fleet.claims_of(module)), datetime.now(UTC), skew=SKEW
         )
-        assert [live.node for live in queue] == (["n1"] if module == "web" else [])
+        assert [live.node for live in queue] == queued, module
+
+
+async def test_attack_a_need_of_a_placed_module_takes_no_slot_and_a_need_of_an_unplaced_one_does(
+    mesh: Mesh, seat: Bus, seen: RolloutsSeen
+) -> None:
+    """Placement runs db on n1 alone; n2 registers needs of db and claims it, and claims `tool`,
+    which placement holds for no node, on its needs: its claim of db is deleted, of tool stands."""
+    await write_claim(mesh, "n1", "db", claim("waiting"))
+    async with mesh.connect(N2) as n2:
+        await put(n2, buckets.NEEDS, "n2.db.config.x", A_NEED)
+        tool = await put(n2, fleet.FLEET, fleet.claim_key("tool", "n2"), claim("waiting"))
+        await put(n2, fleet.FLEET, fleet.claim_key("db", "n2"), claim("running"))
+
+    async def squat_deleted() -> bool:
+        found = await get_latest(seat, fleet.FLEET, fleet.claim_key("db", "n2"))
+        return found is not None and found.deleted
+
+    assert await until(squat_deleted, WITHIN), "n2's claim of db stands on its needs alone"
+    kept = await get_latest(seat, fleet.FLEET, fleet.claim_key("tool", "n2"))  # judged before db's, n2's in turn
+    assert kept is not None and (kept.revision, kept.deleted) == (tool, False)
+    assert await until(lambda: seen.refused == {"not_running": 1}, WITHIN), seen.refused
+    claims = await get_last_many(seat, fleet.FLEET, fleet.claims_of("db"))
+    queue = fleet.live_claims(claims, datetime.now(UTC), skew=SKEW)
+    assert [live.node for live in queue] == ["n1"]
+
+
+class RewrittenWhileJudged(Placement):
+    """The catalogue's placement, whose first answer (`counts`: no) is given after `meanwhile`
+    ran: a write landing between the seat's judgement of a claim and its delete."""
+
+    def __init__(self, meanwhile: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(PLACEMENT.bucket)
+        self.meanwhile: Callable[[], Awaitable[None]] | None = meanwhile
+
+    async def counts(self, bus: Bus, node: str, module: str) -> bool:
+        if self.meanwhile is None:
+            return await super().counts(bus, node, module)
+        meanwhile, self.meanwhile = self.meanwhile, None
+        await meanwhile()
+        return False
+
+
+@pytest.mark.parametrize("placed", [True, False], ids=["placed meanwhile", "still not placed"])
+async def test_a_claim_rewritten_after_its_judgement_is_deleted_only_if_the_rewrite_does_not_count(
+    mesh: Mesh, seat: Bus, placed: bool
+) -> None:
+    """n2's claim of db is judged not to count; before the seat deletes it, n2 writes it again,
+    placed on db meanwhile (an honest rewrite, which must stand) or not (a renewal, deleted). The
+    mesh's own seat judges the same writes meanwhile: either seat's delete leaves the same data."""
+    async with mesh.connect(N2) as n2:
+        first = await put(n2, fleet.FLEET, fleet.claim_key("db", "n2"), claim("waiting"))
+        rewrite = claim("running", change="c2")
+        revisions: list[int] = []
+
+        async def meanwhile() -> None:
+            if placed:
+                assert PLACEMENT.bucket is not None
+                await put(seat, PLACEMENT.bucket, "n2.db", A_PLAN)
+            revisions.append(await put(n2, fleet.FLEET, fleet.claim_key("db", "n2"), rewrite))
+
+        judged = FailedClaim("db", "n2", "c1", "", first, failed=False, new=True)
+        refusal = await refuse_if_not_counted(seat, judged, RewrittenWhileJudged(meanwhile))
+    found = await get_latest(seat, fleet.FLEET, fleet.claim_key("db", "n2"))
+    assert found is not None
+    if placed:
+        assert (refusal, found.revision, found.deleted, found.value) == (None, revisions[0], False, rewrite)
+    else:
+        assert (refusal, found.deleted) == ("not_running", True)
 
 
 def test_a_claim_stands_no_longer_than_the_contracts_cap_whatever_it_says() -> None:

@@ -31,8 +31,11 @@ that does not count is deleted (conditional on its revision), logged once per no
                             claim (its first write's revision), or naming one for a claim that
                             did not stand: deleted; claims standing when the seat started are
                             taken at their word for their place
-    a module not run        a new claim of a node that placement does not place on the module and
-                            that registered no needs of it: deleted
+    a module not run        a new claim of a node that placement does not place on the module;
+                            for a module placement holds for no node, of a node that registered
+                            no needs of it (needs are the node's own word: for a placed module
+                            they would let any node take a slot): deleted at the revision
+                            judged, a write meanwhile being judged in turn
 
 A claim stands at most `fleet.MAX_CLAIM_TTL` after its last write, whatever ttl it says
 (`fleet.live_claims`, every reader's one reading of claims).
@@ -49,6 +52,7 @@ bounded per node and in all (`FailuresWaiting`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections import Counter
@@ -260,23 +264,23 @@ class Placement:
         return cls(bucket, declared=declared)
 
     async def runs(self, bus: Bus, node: str, module: str) -> bool:
-        declared = self.declared
-        if self.bucket is not None:
-            placed = await get_latest(bus, self.bucket, self.bucket.shape.build(node=node, module=module))
-            if placed is not None and not placed.deleted:
-                return True
-            if not declared or await self._knows(bus, module):
-                return False
-        return declared and await _any_live(bus, buckets.NEEDS, under(node, module))
+        """Whether a failure of `node` in `module` pauses its rollout (`counts`, needs only when declared)."""
+        return await self._says(bus, node, module, needs=self.declared)
 
     async def counts(self, bus: Bus, node: str, module: str) -> bool:
-        """Whether a claim of `node` for `module` counts: placement says it runs it, or it registered
-        needs of it (a node's own word, as its claim: what a claim of a module it never declared lacks)."""
+        """Whether a claim of `node` for `module` counts: placement says it runs it; for a module
+        placement holds for no node, the node registered needs of it. Needs are the node's own word:
+        for a placed module they never count, else a node would take a slot by declaring a need."""
+        return await self._says(bus, node, module, needs=True)
+
+    async def _says(self, bus: Bus, node: str, module: str, *, needs: bool) -> bool:
         if self.bucket is not None:
             placed = await get_latest(bus, self.bucket, self.bucket.shape.build(node=node, module=module))
             if placed is not None and not placed.deleted:
                 return True
-        return await _any_live(bus, buckets.NEEDS, under(node, module))
+            if not needs or await self._knows(bus, module):
+                return False
+        return needs and await _any_live(bus, buckets.NEEDS, under(node, module))
 
     async def _knows(self, bus: Bus, module: str) -> bool:
         """Whether placement holds the module for some node; more keys than one read answers: it does."""
@@ -395,10 +399,12 @@ async def _refuse_once(bus: Bus, judged: FailedClaim, placement: Placement, refu
         return "position"
     if not judged.new or await placement.counts(bus, judged.node, judged.module):
         return None
-    await _delete_claim(bus, judged, at=None)
+    if not await _delete_uncounted(bus, judged, placement):
+        return None
     if refused.first(judged.module, judged.node):
         log.warning(
-            "node %s claims a rollout slot of module %s, which neither placement nor its needs say it runs: "
+            "node %s claims a rollout slot of module %s, which placement (or, for a module placement holds for "
+            "no node, its needs) does not say it runs: "
             "its claim is deleted, as every such claim is",
             judged.node,
             judged.module,
@@ -407,21 +413,31 @@ async def _refuse_once(bus: Bus, judged: FailedClaim, placement: Placement, refu
     return "not_running"
 
 
-async def _delete_claim(bus: Bus, judged: FailedClaim, *, at: int | None) -> None:
-    """Deletes `judged`'s claim: at revision `at` (a later write is judged on its own), or at
-    whatever revision it stands (a renewal written meanwhile is the same claim)."""
+async def _delete_claim(bus: Bus, judged: FailedClaim, *, at: int) -> None:
+    """Deletes `judged`'s claim at revision `at`: a later write is judged on its own."""
+    with contextlib.suppress(WrongLastSequence):
+        await delete(bus, fleet.FLEET, fleet.claim_key(judged.module, judged.node), last=at)
+
+
+async def _delete_uncounted(bus: Bus, judged: FailedClaim, placement: Placement) -> bool:
+    """Deletes `judged`'s claim at the revision judged not to count; a write made meanwhile is
+    judged in turn and deleted at its own revision only if it does not count either (a renewal of
+    the claim is no new claim: the watch would not judge it). False when the claim standing counts;
+    True when it is deleted, by this seat or another."""
     key = fleet.claim_key(judged.module, judged.node)
+    at = judged.revision
     for _ in range(ATTEMPTS):
-        found = await get_latest(bus, fleet.FLEET, key) if at is None else None
-        if found is not None and found.deleted:
-            return
         try:
-            await delete(bus, fleet.FLEET, key, last=at if at is not None else found.revision if found else 0)
+            await delete(bus, fleet.FLEET, key, last=at)
         except WrongLastSequence:
-            if at is not None:
-                return
+            found = await get_latest(bus, fleet.FLEET, key)
+            if found is None or found.deleted:
+                return True
+            if await placement.counts(bus, judged.node, judged.module):
+                return False
+            at = found.revision
             continue
-        return
+        return True
     raise BusError(f"delete {key}", f"written again {ATTEMPTS} times while it was deleted")
 
 

@@ -49,12 +49,13 @@ async def quiet_seat(nats_server: LocalNats) -> AsyncIterator[LocalNats]:
 
 @pytest.fixture
 async def seen(quiet_seat: LocalNats, bus: Bus) -> AsyncIterator[RolloutsSeen]:
-    """The rollout task on the seat's bucket, placement saying n1 runs web."""
+    """The rollout task on the seat's bucket, placement saying n1, n2 and n3 run web: their claims
+    count; n4's is deleted by the seat, its needs of web its own word for a module placement holds."""
     placement = Placement.of_catalogue()
     assert placement.bucket is not None
-    await put(bus, placement.bucket, "n1.web", b"{}")
-    for node in ("n2", "n3"):  # their claims count (by their needs); n4's is deleted by the seat
-        await put(bus, buckets.NEEDS, f"{node}.web.config.x", b'{"placeholder":"${config:x}","used_in":["X"]}')
+    for node in ("n1", "n2", "n3"):
+        await put(bus, placement.bucket, f"{node}.web", b"{}")
+    await put(bus, buckets.NEEDS, "n4.web.config.x", b'{"placeholder":"${config:x}","used_in":["X"]}')
     async with in_own_task(following(bus, placement)) as running:
         yield running
 
