@@ -42,6 +42,7 @@ NO_RERUN = (
     "test_sites_*.py",
     # faults: restarts, failovers, leases, writes given up on
     "test_outage.py",
+    "test_*fault*.py",
     "test_restart_soak.py",
     "test_cluster.py",
     "test_*lease*.py",

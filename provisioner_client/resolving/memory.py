@@ -131,6 +131,14 @@ class Memory:
         memory._as_loaded = memory._document()
         return memory
 
+    def distrust(self, reason: str) -> None:
+        """Nothing remembered is vouched for in this reconcile (`reason` says why): every key listed,
+        every module resolved. A server restarted from an earlier store and written to again holds
+        other content at the very sequences remembered, so after a reconnect an equal stamp proves
+        nothing."""
+        self.buckets, self.world, self.world_parts, self.modules = {}, None, {}, {}
+        self.missing = reason
+
     def save(self) -> bool:
         """Keeps the memory for the next reconcile when it changed; whether it was written. A failure
         to write only costs the next reconcile a listing."""

@@ -68,6 +68,11 @@ from registry.wire import Bus, Message
 
 log = logging.getLogger(__name__)
 
+AFTER_RECONNECT = (
+    "a reconnect: the server may have restarted from a store behind the writes it acknowledged, and "
+    "been written to since, holding other content at the sequences remembered"
+)
+
 
 @dataclass(frozen=True)
 class WatchTiming:
@@ -97,6 +102,22 @@ class Trigger:
         self._reasons: set[str] = set()
         self._drifted: dict[str, str] = {}
         self._event = anyio.Event()
+        # Reconnects counted, the count when the last wake began and the count a reconcile that
+        # succeeded began at: the memory vouches for nothing until one begun after a reconnect succeeds.
+        self._reconnects = self._woken_at = self._trusted_at = 0
+
+    def reconnected(self) -> None:
+        self._reconnects += 1
+        self.pull("resync after reconnect")
+
+    @property
+    def distrust(self) -> str | None:
+        """Why the reconcile of this wake must not trust the memory, if it must not."""
+        return AFTER_RECONNECT if self._woken_at > self._trusted_at else None
+
+    def trusted(self) -> None:
+        """The reconcile of this wake succeeded."""
+        self._trusted_at = self._woken_at
 
     def pull(self, reason: str) -> None:
         self._reasons.add(reason)
@@ -110,6 +131,7 @@ class Trigger:
         await self._event.wait()
         await anyio.sleep(debounce.total_seconds())
         wake = Wake(frozenset(self._reasons), dict(self._drifted))
+        self._woken_at = self._reconnects
         self._reasons, self._drifted = set(), {}
         self._event = anyio.Event()
         return wake
@@ -323,7 +345,7 @@ async def _reconcile_while_held(
                     if metrics is not None:
                         metrics.drift_put_back(len(wake.drifted))
                     continue
-                report = await reconcile(bus, plan, observer=drift)
+                report = await reconcile(bus, plan, observer=drift, distrust=trigger.distrust)
             except (BusError, ClientError) as err:
                 if metrics is not None:
                     metrics.failed(time.monotonic() - started)
@@ -366,7 +388,8 @@ def _look_again(
     report: Report, backoff: Backoff, tg: TaskGroup, trigger: Trigger, *, timing: WatchTiming, rollouts: _Rollouts
 ) -> None:
     """What wakes the loop after `report`: a retry of refused or waiting writes, the fleet's writes
-    of the modules it declares and waits on, the rollout alarm."""
+    of the modules it declares and waits on, the rollout alarm; the memory trusted again."""
+    trigger.trusted()
     _again_if_refused(report, backoff, tg, trigger, timing.waiting_retry)
     rollouts.interest.modules, rollouts.interest.waiting = set(report.modules), set(report.rollout.waiting)
     rollouts.alarm.set(report.rollout.wake_after)
@@ -540,7 +563,7 @@ async def _resync_on_reconnect(bus: Bus, trigger: Trigger) -> None:
     seen = bus.reconnects
     while True:
         seen = await bus.reconnected(seen)
-        trigger.pull("resync after reconnect")
+        trigger.reconnected()
 
 
 async def _refresh(trigger: Trigger, every: timedelta) -> None:

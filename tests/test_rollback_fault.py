@@ -1,0 +1,280 @@
+"""The fault test: a power failure under a converged mesh. Six watching node clients and a seat on
+one nats-server (a single account: the restartable server has no grants); the mesh converged; the
+server's JetStream store copied; more changes made (a config value, each node's manifest adding a
+collection item) and converged; then the server killed and its store replaced by the copy, so that
+every write it acknowledged since is lost, and everything else left running (or, in one variant,
+the clients restarted; in another, the config value put once more after the rollback so that its
+stream returns to the sequence the clients remember, with other content).
+
+Judged by the data, within `BOUND` seconds of the server being back: each env file holds what the
+recovered bus and the manifests imply, every change action ran once for each change of its file's
+content (the action appends the file's digest: no digest twice in a row, the last one the file's),
+each node's lease is held again, a second client for node n0 is refused throughout (in the
+restart variant: from its clients' return on), each node's applied record and collection items are
+back in the bus, and the registry is compiled. Not judged here: rollout claims, and the seat's
+answers (`tests/provisioner/test_rollback.py` judges the registry view's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.abc import TaskStatus
+
+from mesh_dev.standins import ASSIGNMENT, StandIns, dev_bound, dev_plans, stand_ins
+from provisioner_client.errors import NodeHeld
+from provisioner_client.reconcile import ClientPlan, Report
+from provisioner_client.watch.holding import holding
+from provisioner_client.watch.watching import WatchTiming, watch
+from registry.contract import KINDS, buckets
+from registry.errors import BusError
+from registry.wire import Bus, BusOptions, Holder, connect, get_direct, node_key, put, snapshot
+from tests.helpers import EXAMPLES, restartable_nats, serving, until
+
+NODES = [f"n{index}" for index in range(6)]
+TIMING = WatchTiming(debounce=timedelta(seconds=0.1), poll=timedelta(seconds=0.2), waiting_retry=timedelta(seconds=0.2))
+LEASE_TTL = timedelta(seconds=3)
+BOUND = 30.0
+"""Seconds from the server back to every part recovered: the leases' renewal (a third of 3 s), the
+seat's rollback check (0.5 s), a compile and the clients' reconciles after it, on a loaded machine."""
+BEFORE, AFTER, OTHER = "info", "after-copy", "re-put-after-rollback"
+
+
+def plan_of(root: Path, node: str) -> ClientPlan:
+    manifests = root / node / "manifests"
+    shutil.copytree(EXAMPLES, manifests, ignore=shutil.ignore_patterns("*.md"))
+    env = root / node / "env"
+    app = json.loads((manifests / "app.json").read_text())
+    digest = f"sha256sum < '{env / 'app.env'}' >> '{root / node / 'actions'}'"
+    app["on_change"] = {"command": ["sh", "-c", digest], "timeout_seconds": 30}
+    (manifests / "app.json").write_text(json.dumps(app))
+    return ClientPlan(node, manifests, env, timedelta(seconds=2), lease_ttl=LEASE_TTL)
+
+
+def add_plugin(plan: ClientPlan) -> None:
+    """The node's manifest contributes one more item to the `app-plugins` collection."""
+    path = plan.manifests / "app.json"
+    app = json.loads(path.read_text())
+    app["contributes"]["app-plugins"].append(f"plugin-{plan.node}")
+    path.write_text(json.dumps(app))
+
+
+def env_of(plan: ClientPlan) -> str:
+    try:
+        return (plan.materialize / "app.env").read_text()
+    except OSError:
+        return ""
+
+
+def converged(plans: list[ClientPlan], log_level: str, *, plugins: bool) -> bool:
+    for plan in plans:
+        text = env_of(plan)
+        if f'LOG_LEVEL="{log_level}"' not in text:
+            return False
+        if plugins != (f"plugin-{plan.node}" in text):
+            return False
+    return True
+
+
+def actions_once_per_change(plan: ClientPlan) -> bool:
+    """The change action's digests: none twice in a row, the last the file's own."""
+    digests = (plan.materialize.parent / "actions").read_text().split()[::2]
+    own = hashlib.sha256((plan.materialize / "app.env").read_bytes()).hexdigest()
+    return all(a != b for a, b in itertools.pairwise(digests)) and digests[-1] == own
+
+
+async def placed(bus: Bus, parts: StandIns, node: str) -> None:
+    for key, value in dev_bound(node).items():
+        await put(bus, parts.bound, key, json.dumps(value).encode())
+    for module, plan in dev_plans(node).items():
+        await put(
+            bus, parts.assignments, ASSIGNMENT.build(node=node, module=module), json.dumps({"plan": plan}).encode()
+        )
+
+
+async def client(
+    url: str, plan: ClientPlan, on_report: Callable[[Report], None], *, task_status: TaskStatus[None]
+) -> None:
+    async with connect(
+        BusOptions(servers=(url,), name=f"client {plan.node}", reconnect_wait=timedelta(seconds=0.1))
+    ) as bus:
+        await watch(bus, plan, TIMING, on_report=on_report, task_status=task_status)
+
+
+async def seat(url: str, *, task_status: TaskStatus[None]) -> None:
+    options = BusOptions(servers=(url,), name=buckets.SEAT, reconnect_wait=timedelta(seconds=0.1))
+    async with serving(
+        url,
+        bus_options=options,
+        shutdown_timeout=timedelta(seconds=1),
+        compile_lease_ttl=timedelta(seconds=1.5),
+        rollback_check=timedelta(seconds=0.5),
+    ):
+        task_status.started()
+        await anyio.sleep_forever()
+
+
+async def stand_ins_task(bus: Bus, node: str, *, task_status: TaskStatus[StandIns]) -> None:
+    async with stand_ins(bus, node) as parts:
+        task_status.started(parts)
+        await anyio.sleep_forever()
+
+
+async def until_true(check: Callable[[], Awaitable[bool] | bool], what: str, plans: list[ClientPlan]) -> None:
+    """Waits for `check` within `BOUND` (a bus error, the server restarting, is "not yet"); fails
+    saying `what` and each node's LOG_LEVEL and PLUGINS lines."""
+
+    async def holds() -> bool:
+        try:
+            answer = check()
+            return answer if isinstance(answer, bool) else await answer
+        except BusError:
+            return False
+
+    if not await until(holds, BOUND, every=0.05):
+        pytest.fail(f"not within {BOUND} s: {what}; {states(plans)}")
+
+
+def states(plans: list[ClientPlan]) -> str:
+    said = ("LOG_LEVEL=", "PLUGINS=", "plugin-")
+    return "; ".join(
+        f"{plan.node}: " + " ".join(line for line in env_of(plan).splitlines() if line.startswith(said))
+        for plan in plans
+    )
+
+
+async def bus_recovered(bus: Bus, plans: list[ClientPlan]) -> bool:
+    """Each node's lease its own client's, its applied record and its collection item in the bus,
+    and the registry compiled."""
+    if {item.key for item in await snapshot(bus, buckets.REGISTRY)} != set(KINDS):
+        return False
+    collected = b"".join(item.value for item in await snapshot(bus, buckets.COLLECT))
+    applied = {item.key for item in await snapshot(bus, buckets.APPLIED)}
+    for plan in plans:
+        lease = await get_direct(bus, buckets.LEASES, node_key(plan.node))
+        if lease is None or lease.deleted or Holder.model_validate_json(lease.value).pid <= 0:
+            return False
+        if f"plugin-{plan.node}".encode() not in collected:
+            return False
+        if not any(plan.node in key for key in applied):
+            return False
+    return True
+
+
+class SecondClients:
+    """A second client for `node`, tried over and over: never admitted."""
+
+    def __init__(self, url: str, node: str) -> None:
+        self.url, self.node = url, node
+        self.refused = 0
+        self.scope = anyio.CancelScope()
+
+    async def keep_trying(self) -> None:
+        self.scope = anyio.CancelScope()
+        options = BusOptions(servers=(self.url,), name="second", reconnect_wait=timedelta(seconds=0.1))
+        with self.scope:
+            async with connect(options) as bus:
+                await self._try(bus)
+
+    async def _try(self, bus: Bus) -> None:
+        while True:
+            try:
+                async with holding(bus, self.node, LEASE_TTL):
+                    pytest.fail(f"a second client for {self.node} was admitted")
+            except NodeHeld:
+                self.refused += 1
+            except BusError:
+                pass
+            await anyio.sleep(0.05)
+
+
+class Clients:
+    """The six node clients, started together and stopped together."""
+
+    def __init__(self, url: str, plans: list[ClientPlan]) -> None:
+        self.url, self.plans = url, plans
+        self.scope = anyio.CancelScope()
+
+    async def run(self) -> None:
+        self.scope = anyio.CancelScope()
+        with self.scope:
+            async with anyio.create_task_group() as group:
+                async with anyio.create_task_group() as starting:
+                    for plan in self.plans:
+                        starting.start_soon(group.start, client, self.url, plan, lambda _: None)
+                await anyio.sleep_forever()
+
+
+async def run_fault(root: Path, variant: str) -> float:
+    """The fault under `variant`; the seconds from the server back to everything recovered."""
+    plans = [plan_of(root, node) for node in NODES]
+    async with restartable_nats(root / "nats") as server:
+        writer_options = BusOptions(servers=(server.url,), name="writer", reconnect_wait=timedelta(seconds=0.1))
+        async with connect(writer_options) as writer, anyio.create_task_group() as tg:
+            await tg.start(seat, server.url)
+            parts: StandIns = await tg.start(stand_ins_task, writer, NODES[0])
+            for node in NODES[1:]:
+                await placed(writer, parts, node)
+            clients, second = Clients(server.url, plans), SecondClients(server.url, NODES[0])
+            tg.start_soon(clients.run)
+            await until_true(lambda: converged(plans, BEFORE, plugins=False), "the mesh converged", plans)
+            await until_true(lambda: recorded(writer, plans), "every lease and applied record stored", plans)
+            tg.start_soon(second.keep_trying)
+            server.copy_store(root / "copy")
+
+            await put(writer, parts.config, "log-level", json.dumps(AFTER).encode())
+            for plan in plans:
+                add_plugin(plan)
+            await until_true(lambda: converged(plans, AFTER, plugins=True), "the changes converged", plans)
+
+            await server.kill_and_roll_back(root / "copy")
+            back = time.perf_counter()
+            expected = OTHER if variant == "value re-put" else BEFORE
+            if variant == "value re-put":
+                await until_true(lambda: put_config(writer, parts, OTHER), "the value put again", plans)
+            if variant == "clients restarted":  # stopping releases their leases: the second client waits
+                second.scope.cancel()
+                clients.scope.cancel()
+                tg.start_soon(clients.run)
+            await until_true(
+                lambda: converged(plans, expected, plugins=True), "every env file as the bus implies", plans
+            )
+            if variant == "clients restarted":
+                await until_true(lambda: recorded(writer, plans), "every lease taken again", plans)
+                tg.start_soon(second.keep_trying)
+            await until_true(lambda: bus_recovered(writer, plans), "leases, applied, collect and registry back", plans)
+            recovered = time.perf_counter() - back
+            refused = second.refused
+            await until_true(lambda: second.refused > refused, "a second client refused after the recovery", plans)
+            for plan in plans:
+                assert actions_once_per_change(plan), (plan.node, (plan.materialize.parent / "actions").read_text())
+            tg.cancel_scope.cancel()
+    print(f"\n{variant}: everything recovered {recovered:.1f} s after the server was back")
+    return recovered
+
+
+async def recorded(bus: Bus, plans: list[ClientPlan]) -> bool:
+    applied = {item.key for item in await snapshot(bus, buckets.APPLIED)}
+    leases = [await get_direct(bus, buckets.LEASES, node_key(plan.node)) for plan in plans]
+    return all(lease is not None for lease in leases) and all(any(p.node in k for k in applied) for p in plans)
+
+
+async def put_config(bus: Bus, parts: StandIns, value: str) -> bool:
+    await put(bus, parts.config, "log-level", json.dumps(value).encode())
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("variant", ["left running", "value re-put", "clients restarted"])
+async def test_a_mesh_recovers_what_a_rolled_back_store_lost(tmp_path: Path, variant: str) -> None:
+    assert await run_fault(tmp_path, variant) < BOUND
