@@ -249,14 +249,14 @@ async def _command(
     action_env: dict[str, str],
 ) -> int:
     """One command; `stop` (the first signal) only ends watch mode: a one-shot command finishes."""
-    import time  # noqa: PLC0415
+    if args.command == "status":
+        return await _status(options, settings, given, as_json=args.json)
+    import time  # noqa: PLC0415 (a reconcile's, which status never loads)
 
     from provisioner_client.reconcile import ClientPlan, reconcile  # noqa: PLC0415
     from provisioner_client.watch.holding import holding  # noqa: PLC0415
     from registry.wire import connect_within  # noqa: PLC0415
 
-    if args.command == "status":
-        return await _status(options, settings, given, as_json=args.json)
     plan = ClientPlan(
         given.node,
         settings.manifests,

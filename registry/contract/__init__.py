@@ -9,69 +9,168 @@ mesh's contract as data and pure functions.
 
 from __future__ import annotations
 
-from registry.contract import buckets, fleet, keys
-from registry.contract.bounded_file import kind_of, read_at_most, read_bounded, read_bounded_text
-from registry.contract.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, check_json, nesting, read_json
-from registry.contract.bounded_toml import TomlRefused, read_toml
-from registry.contract.buckets import Bucket
-from registry.contract.catalogue import BUILT_IN, KINDS, Domain, load_catalogue
-from registry.contract.compile import compile_registry, registry_values
-from registry.contract.escaping import decode_token, encode_token
-from registry.contract.keys import APPLIED, BOUND, KeyShape, node_token, shape_of, subject_matches, under
-from registry.contract.models import (
-    ActionRecord,
-    AppliedValue,
-    BucketAnswer,
-    CollectValue,
-    NeedValue,
-    Outcome,
-    RegistryEntry,
-    VerbAnswer,
-    to_json,
-)
-from registry.contract.pending import PENDING_CAUSES, pending_causes
-from registry.contract.placeholders import Placeholder, find_placeholders, parse_placeholder, substitute
-from registry.contract.templates import NamePattern, fields_of, pattern_of, render
-from registry.contract.verb import (
-    FILTERS,
-    MAX_NAME_BYTES,
-    MAX_PAGE_DEPTH,
-    MAX_STALE_AFTER_SECONDS,
-    MAX_VALUE_DEPTH,
-    PAGES,
-    REQUEST_ID,
-    REQUEST_ID_HEADER,
-    SHARE_BYTES,
-    WHATS,
-    AppliedPage,
-    AppliedRow,
-    AtMost,
-    CollectPage,
-    CollectRow,
-    Entry,
-    HeldLease,
-    MalformedKey,
-    MergedAnswer,
-    Name,
-    NeedsPage,
-    NeedsRow,
-    NodeRow,
-    NodesPage,
-    NoLease,
-    Page,
-    RegistryPage,
-    RegistryRow,
-    ReleasedLease,
-    Row,
-    Total,
-    Totals,
-    VerbRequest,
-    Verdict,
-    What,
-    entry_data,
-    page_json,
-    parse_page,
-)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from registry.contract import buckets, fleet, keys
+    from registry.contract.bounded_file import kind_of, read_at_most, read_bounded, read_bounded_text
+    from registry.contract.bounded_json import MAX_DEPTH, MAX_PAGE_BYTES, JsonRefused, check_json, nesting, read_json
+    from registry.contract.bounded_toml import TomlRefused, read_toml
+    from registry.contract.buckets import Bucket
+    from registry.contract.catalogue import BUILT_IN, KINDS, Domain, load_catalogue
+    from registry.contract.compile import compile_registry, registry_values
+    from registry.contract.escaping import decode_token, encode_token
+    from registry.contract.keys import APPLIED, BOUND, KeyShape, node_token, shape_of, subject_matches, under
+    from registry.contract.models import (
+        ActionRecord,
+        AppliedValue,
+        BucketAnswer,
+        CollectValue,
+        NeedValue,
+        Outcome,
+        RegistryEntry,
+        VerbAnswer,
+        to_json,
+    )
+    from registry.contract.pending import PENDING_CAUSES, pending_causes
+    from registry.contract.placeholders import Placeholder, find_placeholders, parse_placeholder, substitute
+    from registry.contract.templates import NamePattern, fields_of, pattern_of, render
+    from registry.contract.verb import (
+        FILTERS,
+        MAX_NAME_BYTES,
+        MAX_PAGE_DEPTH,
+        MAX_STALE_AFTER_SECONDS,
+        MAX_VALUE_DEPTH,
+        PAGES,
+        REQUEST_ID,
+        REQUEST_ID_HEADER,
+        SHARE_BYTES,
+        WHATS,
+        AppliedPage,
+        AppliedRow,
+        AtMost,
+        CollectPage,
+        CollectRow,
+        Entry,
+        HeldLease,
+        MalformedKey,
+        MergedAnswer,
+        Name,
+        NeedsPage,
+        NeedsRow,
+        NodeRow,
+        NodesPage,
+        NoLease,
+        Page,
+        RegistryPage,
+        RegistryRow,
+        ReleasedLease,
+        Row,
+        Total,
+        Totals,
+        VerbRequest,
+        Verdict,
+        What,
+        entry_data,
+        page_json,
+        parse_page,
+    )
+else:
+    from registry.lazy import lazy_names
+
+    __getattr__ = lazy_names(
+        __name__,
+        {
+            "buckets": "registry.contract",
+            "fleet": "registry.contract",
+            "keys": "registry.contract",
+            "kind_of": "registry.contract.bounded_file",
+            "read_at_most": "registry.contract.bounded_file",
+            "read_bounded": "registry.contract.bounded_file",
+            "read_bounded_text": "registry.contract.bounded_file",
+            "MAX_DEPTH": "registry.contract.bounded_json",
+            "MAX_PAGE_BYTES": "registry.contract.bounded_json",
+            "JsonRefused": "registry.contract.bounded_json",
+            "check_json": "registry.contract.bounded_json",
+            "nesting": "registry.contract.bounded_json",
+            "read_json": "registry.contract.bounded_json",
+            "TomlRefused": "registry.contract.bounded_toml",
+            "read_toml": "registry.contract.bounded_toml",
+            "Bucket": "registry.contract.buckets",
+            "BUILT_IN": "registry.contract.catalogue",
+            "KINDS": "registry.contract.catalogue",
+            "Domain": "registry.contract.catalogue",
+            "load_catalogue": "registry.contract.catalogue",
+            "compile_registry": "registry.contract.compile",
+            "registry_values": "registry.contract.compile",
+            "decode_token": "registry.contract.escaping",
+            "encode_token": "registry.contract.escaping",
+            "APPLIED": "registry.contract.keys",
+            "BOUND": "registry.contract.keys",
+            "KeyShape": "registry.contract.keys",
+            "node_token": "registry.contract.keys",
+            "shape_of": "registry.contract.keys",
+            "subject_matches": "registry.contract.keys",
+            "under": "registry.contract.keys",
+            "ActionRecord": "registry.contract.models",
+            "AppliedValue": "registry.contract.models",
+            "BucketAnswer": "registry.contract.models",
+            "CollectValue": "registry.contract.models",
+            "NeedValue": "registry.contract.models",
+            "Outcome": "registry.contract.models",
+            "RegistryEntry": "registry.contract.models",
+            "VerbAnswer": "registry.contract.models",
+            "to_json": "registry.contract.models",
+            "PENDING_CAUSES": "registry.contract.pending",
+            "pending_causes": "registry.contract.pending",
+            "Placeholder": "registry.contract.placeholders",
+            "find_placeholders": "registry.contract.placeholders",
+            "parse_placeholder": "registry.contract.placeholders",
+            "substitute": "registry.contract.placeholders",
+            "NamePattern": "registry.contract.templates",
+            "fields_of": "registry.contract.templates",
+            "pattern_of": "registry.contract.templates",
+            "render": "registry.contract.templates",
+            "FILTERS": "registry.contract.verb",
+            "MAX_NAME_BYTES": "registry.contract.verb",
+            "MAX_PAGE_DEPTH": "registry.contract.verb",
+            "MAX_STALE_AFTER_SECONDS": "registry.contract.verb",
+            "MAX_VALUE_DEPTH": "registry.contract.verb",
+            "PAGES": "registry.contract.verb",
+            "REQUEST_ID": "registry.contract.verb",
+            "REQUEST_ID_HEADER": "registry.contract.verb",
+            "SHARE_BYTES": "registry.contract.verb",
+            "WHATS": "registry.contract.verb",
+            "AppliedPage": "registry.contract.verb",
+            "AppliedRow": "registry.contract.verb",
+            "AtMost": "registry.contract.verb",
+            "CollectPage": "registry.contract.verb",
+            "CollectRow": "registry.contract.verb",
+            "Entry": "registry.contract.verb",
+            "HeldLease": "registry.contract.verb",
+            "MalformedKey": "registry.contract.verb",
+            "MergedAnswer": "registry.contract.verb",
+            "Name": "registry.contract.verb",
+            "NeedsPage": "registry.contract.verb",
+            "NeedsRow": "registry.contract.verb",
+            "NodeRow": "registry.contract.verb",
+            "NodesPage": "registry.contract.verb",
+            "NoLease": "registry.contract.verb",
+            "Page": "registry.contract.verb",
+            "RegistryPage": "registry.contract.verb",
+            "RegistryRow": "registry.contract.verb",
+            "ReleasedLease": "registry.contract.verb",
+            "Row": "registry.contract.verb",
+            "Total": "registry.contract.verb",
+            "Totals": "registry.contract.verb",
+            "VerbRequest": "registry.contract.verb",
+            "Verdict": "registry.contract.verb",
+            "What": "registry.contract.verb",
+            "entry_data": "registry.contract.verb",
+            "page_json": "registry.contract.verb",
+            "parse_page": "registry.contract.verb",
+        },
+    )
 
 __all__ = [
     "APPLIED",

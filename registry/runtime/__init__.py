@@ -8,11 +8,35 @@ connection, so a program that never touches the bus (the postgres provisioner) s
 
 from __future__ import annotations
 
-from registry.runtime.extras import missing_extra
-from registry.runtime.logs import LogFormat, LogLevel, configure_logging, event, log_context, new_log_id
-from registry.runtime.metrics_endpoint import MetricsListen, listen_address, serve_metrics
-from registry.runtime.signals import until_signalled
-from registry.runtime.terminal import json_text, terminal_safe
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from registry.runtime.extras import missing_extra
+    from registry.runtime.logs import LogFormat, LogLevel, configure_logging, event, log_context, new_log_id
+    from registry.runtime.metrics_endpoint import MetricsListen, listen_address, serve_metrics
+    from registry.runtime.signals import until_signalled
+    from registry.runtime.terminal import json_text, terminal_safe
+else:
+    from registry.lazy import lazy_names
+
+    __getattr__ = lazy_names(
+        __name__,
+        {
+            "missing_extra": "registry.runtime.extras",
+            "LogFormat": "registry.runtime.logs",
+            "LogLevel": "registry.runtime.logs",
+            "configure_logging": "registry.runtime.logs",
+            "event": "registry.runtime.logs",
+            "log_context": "registry.runtime.logs",
+            "new_log_id": "registry.runtime.logs",
+            "MetricsListen": "registry.runtime.metrics_endpoint",
+            "listen_address": "registry.runtime.metrics_endpoint",
+            "serve_metrics": "registry.runtime.metrics_endpoint",
+            "until_signalled": "registry.runtime.signals",
+            "json_text": "registry.runtime.terminal",
+            "terminal_safe": "registry.runtime.terminal",
+        },
+    )
 
 __all__ = [
     "LogFormat",

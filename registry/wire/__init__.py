@@ -8,53 +8,122 @@ which follows every page of an answer. nats-py's private internals are touched i
 
 from __future__ import annotations
 
-from registry.wire.bus import Bus, BusOptions, Message, Outage, connect, connect_within, nats_client
-from registry.wire.feed import KvItem
-from registry.wire.kv import (
-    MULTI_LAST_LIMIT,
-    BucketConfig,
-    Changes,
-    Step,
-    TooManyKeys,
-    bucket_config,
-    converge,
-    converge_republish,
-    converge_steps,
-    create_bucket,
-    current_snapshot,
-    delete,
-    get_direct,
-    get_last_many,
-    get_latest,
-    get_latest_paged,
-    get_stamped,
-    leader_floor,
-    purge,
-    put,
-    replicated,
-    run_steps,
-    snapshot,
-    stream_last_sequence,
-    update,
-)
-from registry.wire.lease import SKEW, Holder, Lease, LeaseHeld, LeaseLost, node_key, seat_key
-from registry.wire.nats_internals import check_nats_internals, drain_endpoints
-from registry.wire.verb_client import (
-    ERROR_CODE_HEADER,
-    ERROR_HEADER,
-    MAX_PAGES,
-    OnPage,
-    answer_of,
-    answer_patiently,
-    ask,
-    ask_page,
-    ask_patiently,
-    ask_service,
-    follow,
-    page_of,
-)
-from registry.wire.walk import Sink, StreamWalk
-from registry.wire.watch import ScopedWatch, scoped_watch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from registry.wire.bus import Bus, BusOptions, Message, Outage, connect, connect_within, nats_client
+    from registry.wire.feed import KvItem
+    from registry.wire.kv import (
+        MULTI_LAST_LIMIT,
+        BucketConfig,
+        Changes,
+        Step,
+        TooManyKeys,
+        bucket_config,
+        converge,
+        converge_republish,
+        converge_steps,
+        create_bucket,
+        current_snapshot,
+        delete,
+        get_direct,
+        get_last_many,
+        get_latest,
+        get_latest_paged,
+        get_stamped,
+        leader_floor,
+        purge,
+        put,
+        replicated,
+        run_steps,
+        snapshot,
+        stream_last_sequence,
+        update,
+    )
+    from registry.wire.lease import SKEW, Holder, Lease, LeaseHeld, LeaseLost, node_key, seat_key
+    from registry.wire.nats_internals import check_nats_internals, drain_endpoints
+    from registry.wire.verb_client import (
+        ERROR_CODE_HEADER,
+        ERROR_HEADER,
+        MAX_PAGES,
+        OnPage,
+        answer_of,
+        answer_patiently,
+        ask,
+        ask_page,
+        ask_patiently,
+        ask_service,
+        follow,
+        page_of,
+    )
+    from registry.wire.walk import Sink, StreamWalk
+    from registry.wire.watch import ScopedWatch, scoped_watch
+else:
+    from registry.lazy import lazy_names
+
+    __getattr__ = lazy_names(
+        __name__,
+        {
+            "Bus": "registry.wire.bus",
+            "BusOptions": "registry.wire.bus",
+            "Message": "registry.wire.bus",
+            "Outage": "registry.wire.bus",
+            "connect": "registry.wire.bus",
+            "connect_within": "registry.wire.bus",
+            "nats_client": "registry.wire.bus",
+            "KvItem": "registry.wire.feed",
+            "MULTI_LAST_LIMIT": "registry.wire.kv",
+            "BucketConfig": "registry.wire.kv",
+            "Changes": "registry.wire.kv",
+            "Step": "registry.wire.kv",
+            "TooManyKeys": "registry.wire.kv",
+            "bucket_config": "registry.wire.kv",
+            "converge": "registry.wire.kv",
+            "converge_republish": "registry.wire.kv",
+            "converge_steps": "registry.wire.kv",
+            "create_bucket": "registry.wire.kv",
+            "current_snapshot": "registry.wire.kv",
+            "delete": "registry.wire.kv",
+            "get_direct": "registry.wire.kv",
+            "get_last_many": "registry.wire.kv",
+            "get_latest": "registry.wire.kv",
+            "get_latest_paged": "registry.wire.kv",
+            "get_stamped": "registry.wire.kv",
+            "leader_floor": "registry.wire.kv",
+            "purge": "registry.wire.kv",
+            "put": "registry.wire.kv",
+            "replicated": "registry.wire.kv",
+            "run_steps": "registry.wire.kv",
+            "snapshot": "registry.wire.kv",
+            "stream_last_sequence": "registry.wire.kv",
+            "update": "registry.wire.kv",
+            "SKEW": "registry.wire.lease",
+            "Holder": "registry.wire.lease",
+            "Lease": "registry.wire.lease",
+            "LeaseHeld": "registry.wire.lease",
+            "LeaseLost": "registry.wire.lease",
+            "node_key": "registry.wire.lease",
+            "seat_key": "registry.wire.lease",
+            "check_nats_internals": "registry.wire.nats_internals",
+            "drain_endpoints": "registry.wire.nats_internals",
+            "ERROR_CODE_HEADER": "registry.wire.verb_client",
+            "ERROR_HEADER": "registry.wire.verb_client",
+            "MAX_PAGES": "registry.wire.verb_client",
+            "OnPage": "registry.wire.verb_client",
+            "answer_of": "registry.wire.verb_client",
+            "answer_patiently": "registry.wire.verb_client",
+            "ask": "registry.wire.verb_client",
+            "ask_page": "registry.wire.verb_client",
+            "ask_patiently": "registry.wire.verb_client",
+            "ask_service": "registry.wire.verb_client",
+            "follow": "registry.wire.verb_client",
+            "page_of": "registry.wire.verb_client",
+            "Sink": "registry.wire.walk",
+            "StreamWalk": "registry.wire.walk",
+            "ScopedWatch": "registry.wire.watch",
+            "scoped_watch": "registry.wire.watch",
+        },
+    )
 
 __all__ = [
     "ERROR_CODE_HEADER",
