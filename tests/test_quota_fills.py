@@ -22,16 +22,21 @@ import pytest
 from bench.fill import FillSizes, run_fill
 
 MiB = 1024 * 1024
-# The nodes' share of 128 MiB is 96 MiB: a filler writing 15 to 35 MB/s here fills it in a few seconds.
-LARGE = {"bucket_max_bytes": 128 * MiB, "node_quota_keys": 2_000, "node_quota_bytes": 16 * MiB}
-# Small keys fill by count: 2,000 of them hold ~300 KB; the bucket holds ~50,000.
-SMALL = {"bucket_max_bytes": 8 * MiB, "node_quota_keys": 2_000, "node_quota_bytes": 1 * MiB}
-SECONDS = 15.0
+# The bench's sizes at a quarter, so that a fill of a few seconds does what its 60 s do at the defaults: a
+# filler writing 15 to 35 MB/s passes its quota within the first second, and fills the nodes' share of
+# 32 MiB (24 MiB) in one or two if the seat falls behind; five quotas (20 MiB) stay under that share.
+LARGE = {"bucket_max_bytes": 32 * MiB, "node_quota_keys": 2_000, "node_quota_bytes": 4 * MiB}
+# Small keys fill by count: 500 of them hold ~75 KB; the bucket holds ~14,000.
+SMALL = {"bucket_max_bytes": 2 * MiB, "node_quota_keys": 500, "node_quota_bytes": MiB // 4}
+SECONDS = 5.0
+AFTER = 3.0  # n2 and the seat keep writing this long after the fill: past the seat's purge of it
 
 FILLS = [
-    pytest.param(FillSizes(seconds=SECONDS, in_headers=True, value_bytes=60_000, seat=LARGE), id="by 60 KB headers"),
-    pytest.param(FillSizes(seconds=SECONDS, value_bytes=64, seat=SMALL), id="by many small keys"),
-    pytest.param(FillSizes(seconds=SECONDS, fillers=5, writers=4, seat=LARGE), id="by five nodes at once"),
+    pytest.param(
+        FillSizes(seconds=SECONDS, after=AFTER, in_headers=True, value_bytes=60_000, seat=LARGE), id="by 60 KB headers"
+    ),
+    pytest.param(FillSizes(seconds=SECONDS, after=AFTER, value_bytes=64, seat=SMALL), id="by many small keys"),
+    pytest.param(FillSizes(seconds=SECONDS, after=AFTER, fillers=5, writers=4, seat=LARGE), id="by five nodes at once"),
 ]
 
 
