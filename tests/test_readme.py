@@ -313,22 +313,38 @@ def where(block: Block) -> str:
     return f"{block.document} line {block.line}"
 
 
+@dataclass(frozen=True)
+class DemoClone:
+    """A fresh clone reusing this work tree's packages, a home folder of its own for its shells, and
+    where the dev loop writes its nats context in that home."""
+
+    clone: Path
+    home: Path
+    environment: dict[str, str]
+    context: Path
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> DemoClone:
+    clone = fresh_clone(tmp_path)
+    reuse_packages(clone)
+    home = tmp_path / "home"
+    home.mkdir()
+    context = home / ".config" / "nats" / "context" / "mesh-provisioner-dev.json"
+    return DemoClone(clone, home, shell_environment(home), context)
+
+
 @pytest.mark.timeout(READY_TIMEOUT + 240)
 @pytest.mark.slow
 def test_the_readme_set_up_and_every_command_the_documentation_shows_work_as_printed_on_a_fresh_clone(
-    tmp_path: Path,
+    demo: DemoClone,
 ) -> None:
     blocks = documented_blocks()
     (set_up,) = [b for b in blocks if b.is_shell and b.first == SET_UP]
     assert set_up.document == "README.md", "the set-up is the README's"
     ready = shown_output(blocks, set_up)
     assert ready is not None, "the README says what ./scripts/run prints once it is ready"
-    clone = fresh_clone(tmp_path)
-    reuse_packages(clone)
-    home = tmp_path / "home"
-    home.mkdir()
-    environment = shell_environment(home)
-    context = home / ".config" / "nats" / "context" / "mesh-provisioner-dev.json"
+    clone, environment, context = demo.clone, demo.environment, demo.context
 
     first = FirstShell(clone, environment)
     try:
@@ -382,14 +398,9 @@ BANNER_BLOCK = re.compile(r"^(?:Ask it from another terminal:|.*from another ter
 @pytest.mark.timeout(READY_TIMEOUT + 240)
 @pytest.mark.slow
 def test_a_second_run_on_the_same_clone_is_refused_and_the_banners_commands_work_in_a_new_terminal(
-    tmp_path: Path,
+    demo: DemoClone,
 ) -> None:
-    clone = fresh_clone(tmp_path)
-    reuse_packages(clone)
-    home = tmp_path / "home"
-    home.mkdir()
-    environment = shell_environment(home)
-    context = home / ".config" / "nats" / "context" / "mesh-provisioner-dev.json"
+    clone, home, environment, context = demo.clone, demo.home, demo.environment, demo.context
     first = FirstShell(clone, environment)
     try:
         first.wait_for(("...", "env files are in state/demo/env (mode 0600); watching for changes, Ctrl-C stops"), 300)
