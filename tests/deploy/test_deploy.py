@@ -18,9 +18,9 @@ from provisioner_client.settings import ClientSettings
 from registry.contract import buckets
 from registry.edge import load_settings
 from registry.wire import BusOptions, ask, connect, get_latest, put
-from tests import test_units
+from tests.deploy import test_units
+from tests.deploy.test_units import UNITS, unit_settings, verify
 from tests.helpers import DEPLOY, clean_environment
-from tests.test_units import UNITS, unit_settings, verify
 
 GENERATE = ["--node", "n1", "--node", "n2", "--provider", "postgres", "--operator", "ops"]
 

@@ -30,7 +30,7 @@ from provisioner_client.settings import DEFAULT_CONFIG, ClientSettings
 from registry.edge import load_settings
 from tests.helpers import clean_environment, sh_env
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy"
 UNITS = {
     "seat": DEPLOY / "systemd" / "mesh-provisioner.service",

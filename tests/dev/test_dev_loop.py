@@ -15,7 +15,7 @@ from pathlib import Path
 from registry.edge import DEV_CONTEXT, NatsContexts
 from tests.helpers import clean_environment
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "deploy" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 
 
 def test_dev_runs_the_whole_loop_tells_the_tools_where_it_is_and_stops_on_sigterm(tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ def test_a_second_loop_on_the_same_folder_is_refused_and_the_first_still_answers
         assert second.stdout == ""
         assert _kept(state, config) == before, "the refused loop rewrote or removed a file"
         assert len(_servers_on(state)) == 1, "a second nats-server on the same store"
-        reset = Path(__file__).resolve().parents[1] / "scripts" / "run"
+        reset = Path(__file__).resolve().parents[2] / "scripts" / "run"
         refused = subprocess.run(
             [str(reset), "--reset", "--state-dir", str(state)], capture_output=True, text=True, timeout=60, check=False
         )
@@ -134,7 +134,7 @@ def _in_a_fresh_shell(block: str, home: Path, config: Path) -> subprocess.Comple
 def checkout(tmp_path: Path) -> Path:
     """scripts/run and pyproject.toml in a folder of their own, its .venv's programs stand-ins that
     say how they were called (pip's network and a real start are not what is judged here)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     (tmp_path / "scripts").mkdir()
     shutil.copy2(root / "scripts" / "run", tmp_path / "scripts" / "run")
     shutil.copy2(root / "pyproject.toml", tmp_path / "pyproject.toml")

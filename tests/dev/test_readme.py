@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"
 DOCUMENTS = (README, *sorted((ROOT / "docs").glob("*.md")))
 SHELL_LANGUAGES = {"sh", "shell", "bash", "console"}
@@ -54,9 +54,9 @@ NOT_RUNNABLE = {
     "tests/provisioner/test_rollout_command.py runs each of these on an operator's own account, static and JWT",
     "mesh-provisioner-client reconcile --node n1 --manifests /etc/mesh-provisioner/modules --materialize "
     "/run/mesh-provisioner/env": "a real node's folders, written as root; the demo runs the same client "
-    "(tests/test_units.py checks these paths against the defaults and the units)",
+    "(tests/deploy/test_units.py checks these paths against the defaults and the units)",
     "mesh-provisioner grants --out /etc/nats/mesh --keys /srv/secrets/mesh-keys \\": "writes /etc/nats and "
-    "/srv/secrets; tests/test_deploy.py runs the same command into a temporary folder",
+    "/srv/secrets; tests/deploy/test_deploy.py runs the same command into a temporary folder",
     "mesh-provisioner grants --mesh /etc/mesh-provisioner/mesh.toml --check \\": "a real mesh's folders and "
     "resolver; tests/registry/test_grants_interface.py runs --check and --push on temporary ones",
     "pip install '.[build]'": "builds the host file for a real node (PyInstaller, tens of seconds); "
@@ -64,7 +64,7 @@ NOT_RUNNABLE = {
     "python3 -m venv /opt/mesh-provisioner && /opt/mesh-provisioner/bin/pip install .": "installs on a real "
     "node as root; tests/mesh_host/test_node_from_host.py lays the node down under a temporary root",
     "mesh-provisioner serve --site home --sites-file OUT/sites/sites.json --grants-file OUT/grants.json \\": "a "
-    "site's server and its seeds; tests/test_site_seat.py runs the seat at a site on a generated configuration",
+    "site's server and its seeds; tests/sites/test_site_seat.py runs the seat at a site on a generated configuration",
     "mesh-provisioner top": "runs until Ctrl-C; tests/provisioner/test_nodes.py runs it until SIGINT and --once",
     ".venv/bin/python -m bench": "a benchmark of minutes; its figures are measured on demand, not asserted by tests",
     ".venv/bin/python -m bench --scale --keys 1000000": "a benchmark of minutes (a million keys filled first)",

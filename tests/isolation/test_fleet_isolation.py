@@ -61,7 +61,7 @@ from tests.attacks import (
 )
 from tests.helpers import eventually, in_own_task, stream_barrier, until, wait_for
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
-from tests.test_site_isolation import SITE, Ends, SiteMesh, site_mesh
+from tests.sites.test_site_isolation import SITE, Ends, SiteMesh, site_mesh
 
 FLEET = fleet.FLEET
 AnyMesh = Mesh | SiteMesh  # n1 at the hub (every test), or at a site (`TestAtASite`)
@@ -685,7 +685,7 @@ async def test_a_literal_wildcard_module_of_its_own_counts_in_no_modules_claims(
 
 
 class TestAtASite:
-    """The core attacks by n1 living at site 1 (`tests/test_site_isolation.py`'s mesh: the hub's and
+    """The core attacks by n1 living at site 1 (`tests/sites/test_site_isolation.py`'s mesh: the hub's and
     the site's seats on what `mesh-provisioner grants --mesh` writes, n2 at the hub): its writes of
     the fleet cross the link and are decided at the hub, its reads and live updates are answered
     from the site's copy. Each test runs a list of attacks and is judged once, by `judged`, at both
@@ -760,7 +760,7 @@ async def _read_at(reader: Bus, revision: int) -> list[KvItem] | None:
     return items if any(item.key == OWN and item.revision == revision for item in items) else None
 
 
-# A fleet of 2 MiB, and each node's quota there (its claims) a tenth of it, as tests/test_quotas.py's.
+# A fleet of 2 MiB, and each node's quota there (its claims) a tenth of it, as tests/limits/test_quotas.py's.
 SMALL_FLEET = {
     "bucket_max_bytes": 2 * 1024 * 1024,
     "bucket_max_value_size": 16 * 1024,
@@ -780,7 +780,7 @@ async def fill_with_claims(n1: Bus, seconds: float) -> int:
 
 class TestFillingTheFleet:
     """n1 writing its own claims without end into a fleet bucket of 2 MiB (the seat's
-    `bucket_max_bytes`, as `tests/test_quotas.py` does for the needs): every other party's write of
+    `bucket_max_bytes`, as `tests/limits/test_quotas.py` does for the needs): every other party's write of
     the fleet must still be taken, or the rollout's coordination is unreachable for every node."""
 
     @pytest.fixture(params=["static", "jwt"], ids=["static accounts", "decentralized JWT accounts"])

@@ -1,7 +1,7 @@
 """A hostile node's attacks, each on a real nats-server running the configuration `mesh-provisioner grants`
 writes (static and JWT accounts), each judged by the data: the target's keys, revisions and
 contents are unchanged after; a request attack also by what came back to it: a refusal only, no key
-name, no value, no count (`tests/attacks.py`; `tests/test_isolation_sees_a_leak.py` shows that
+name, no value, no count (`tests/attacks.py`; `tests/isolation/test_isolation_sees_a_leak.py` shows that
 these judges fail on grants widened on purpose).
 
 On the single-account configuration these attacks succeeded; across accounts

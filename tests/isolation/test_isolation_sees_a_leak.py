@@ -1,5 +1,5 @@
 """The isolation suite would see a read leak: on grants widened on purpose, each read
-attack of `tests/test_isolation.py`, judged as that suite judges it, fails with what leaked; and its
+attack of `tests/isolation/test_isolation.py`, judged as that suite judges it, fails with what leaked; and its
 judge lets a failed assert through while it takes the bus's refusal as the attack's end."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ node's keys but the assignments the controller writes itself); it asks no verb, 
 hears from one anyway (its grants widened on purpose) answers it nothing. Every attack is judged
 by the data of every bucket of the data account (keys, revisions and contents unchanged after) and
 a read by all that comes back to it (`tests/attacks.py`). What a writer writes reaches a node's
-live updates at once (`tests/test_live_updates.py` follows it into a node's env file).
+live updates at once (`tests/end_to_end/test_live_updates.py` follows it into a node's env file).
 """
 
 from __future__ import annotations

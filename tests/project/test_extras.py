@@ -15,7 +15,7 @@ from mesh_dev import database, local_postgres
 from mesh_dev.local_nats import LocalNatsError, nats_server_binary
 from registry.runtime import missing_extra
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 

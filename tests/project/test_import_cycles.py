@@ -3,7 +3,7 @@
 one module and no module importing itself.
 
 grimp builds the graph in a fresh interpreter whose path starts at the tree checked (as
-tests/test_layering.py runs lint-imports), so that the same check runs on a copy of the packages
+tests/project/test_layering.py runs lint-imports), so that the same check runs on a copy of the packages
 with one import added that closes a cycle, and must report exactly that cycle.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("registry", "provisioner", "provisioner_client", "mesh_dev", "examples", "bench")
 
 Imports = Mapping[str, Mapping[str, int]]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("registry", "provisioner", "provisioner_client", "mesh_dev", "examples", "bench")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 

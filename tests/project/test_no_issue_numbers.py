@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 LEFT_OUT = {".venv", ".git", "site", "build", "dist", "state", "node_modules", "__pycache__"}
 # "issue 23", "Issue #7", "issues 9 and 10", "the issue's promise", "#23" (a tracker's reference)
 ISSUE_NUMBER = re.compile(r"\bissues? #?[0-9]+|\bissue's\b|(?<![\w&#/])#[0-9]{2,}\b", re.IGNORECASE)

@@ -15,9 +15,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from tests.helpers import clean_environment
-from tests.rerun_policy import NO_RERUN, reruns_forbidden, reruns_of
+from tests.rerun_policy import NO_RERUN, NO_RERUN_FOLDERS, reruns_forbidden, reruns_of
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 FLAKY = """
 from pathlib import Path
@@ -154,3 +154,10 @@ def test_every_pattern_of_the_suites_that_run_once_names_a_test_file() -> None:
     files = [PurePosixPath(path) for path in (REPO / "tests").rglob("test_*.py")]
     stale = [pattern for pattern in NO_RERUN if not any(fnmatch(path.name, pattern) for path in files)]
     assert stale == []
+
+
+def test_each_folder_of_the_suites_that_run_once_holds_tests_and_all_of_them_run_once() -> None:
+    for folder in NO_RERUN_FOLDERS:
+        files = sorted((REPO / "tests" / folder).glob("test_*.py"))
+        assert files, f"tests/{folder} holds no test file"
+        assert all(reruns_forbidden(PurePosixPath(path)) for path in files), folder

@@ -270,9 +270,9 @@ async def test_a_hold_leaves_the_change_pending_saying_by_whom(fleet_bus: Bus, t
 async def test_a_hold_under_a_key_of_no_shape_is_skipped_and_the_others_still_read(
     fleet_bus: Bus, tmp_path: Path
 ) -> None:
-    """An operator's grant (`rollout.*`) takes a non-canonical escape in its token (the seat erases it,
-    tests/test_fleet_isolation.py; until then): such a key is no module's hold, and reading it must not end the
-    node's reconcile."""
+    """An operator's grant (`rollout.*`) takes a non-canonical escape in its token (the seat erases
+    it, tests/isolation/test_fleet_isolation.py; until then): such a key is no module's hold, and
+    reading it must not end the node's reconcile."""
     hold = fleet.Hold(state="paused", since=NOW, by="ops", reason="looking into it")
     await put(fleet_bus, fleet.FLEET, "rollout.w=65b", to_json(hold))  # `web` escaped as no one escapes it
     await put(fleet_bus, fleet.FLEET, fleet.hold_key("web"), to_json(hold))

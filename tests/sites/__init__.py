@@ -234,7 +234,7 @@ async def make_streams(sites: Sites, seat: Bus, site: Bus, config: BucketConfig 
 
 
 # A hub and one site on what `mesh-provisioner grants --mesh` writes (static accounts), the site's
-# leaf link through a relay: for the node client's tests at a site (tests/test_site_client.py).
+# leaf link through a relay: for the node client's tests at a site (tests/sites/test_site_client.py).
 
 GENERATED_MESH = """\
 nodes = ["n1", "n3"]
@@ -306,7 +306,7 @@ def site_read_copy(bucket: Bucket) -> dict[str, object]:
 
 
 async def make_site_copies(site: Bus, read: tuple[Bucket, ...] = SITE_READS) -> None:
-    """What the seat will make at the site (made here by hand, as tests/test_sites_topology.py
+    """What the seat will make at the site (made here by hand, as tests/sites/test_sites_topology.py
     does): a mirror of each bucket a node writes (fail fast) and of each bucket in `read`."""
     for bucket in WRITTEN:
         await site.jetstream(bucket.create_api, site_mirror(bucket), operation=f"mirror {bucket.name}")
@@ -315,7 +315,7 @@ async def make_site_copies(site: Bus, read: tuple[Bucket, ...] = SITE_READS) -> 
 
 
 # A hub and two sites on what `mesh-provisioner grants --mesh` writes, each site's link through a
-# relay of its own (cutting one leaves the other's alone): for tests/test_two_sites.py.
+# relay of its own (cutting one leaves the other's alone): for tests/sites/test_two_sites.py.
 
 GENERATED_TWO_SITES_MESH = """\
 nodes = ["n1", "n2", "n3"]

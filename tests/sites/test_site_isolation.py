@@ -3,7 +3,7 @@
 n2, the victim, at the hub), the hub's seat and the site's seat running (`serve --site`), so the
 site's copies exist and n1's verb is answered at its site.
 
-The attacks are `tests/test_isolation.py`'s own test functions, collected again here with this
+The attacks are `tests/isolation/test_isolation.py`'s own test functions, collected again here with this
 module's `mesh` (n1 connects to its site's server, every other party to the hub's) and judged as
 there, by the hub's data; each is also judged at both ends by `judged_at_both_ends`: every bucket
 at the hub and every copy at the site, keys, revisions and contents, are unchanged after it but
@@ -20,7 +20,7 @@ What the topology changes in an attack's path (the verdicts are the same):
 The judges see a change at both ends and none of the attacker's own keys
 (`test_the_judges_see_...`); n1's verb requests are answered by the site's seat alone
 (`test_the_attackers_verb_is_answered_at_its_site`). The site's data link credential in an
-attacker's hands: `tests/test_site_link_isolation.py`.
+attacker's hands: `tests/sites/test_site_link_isolation.py`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from mesh_dev.local_nats import LocalNats
 from registry.access import Kind, Party, account_key, creds_path
 from registry.contract import buckets
 from registry.wire import Bus, BusOptions, ask, connect, put
-from tests import test_isolation as at_the_hub
 from tests.attacks import (
     barrier_through,
     data_buckets,
@@ -51,9 +50,10 @@ from tests.attacks import (
 from tests.cluster import free_port
 from tests.helpers import eventually, in_own_task, stream_barrier
 from tests.isolation import party
+from tests.isolation import test_isolation as at_the_hub
 from tests.sites import Relay
-from tests.test_site_seat import Seat, connecting, requests_answered, seat_settings
-from tests.test_sites_topology import leafz, server
+from tests.sites.test_site_seat import Seat, connecting, requests_answered, seat_settings
+from tests.sites.test_sites_topology import leafz, server
 
 SITE = "site1"
 LINK_ACCOUNT = f"site-{SITE}"  # where its links bind at the hub

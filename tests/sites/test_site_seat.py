@@ -45,7 +45,7 @@ from tests.cluster import free_port
 from tests.helpers import eventually
 from tests.prometheus import sample, samples
 from tests.sites import Relay
-from tests.test_sites_topology import leafz, server
+from tests.sites.test_sites_topology import leafz, server
 
 T = TypeVar("T")
 

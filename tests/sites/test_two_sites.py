@@ -19,7 +19,7 @@ answer) and the next waits on its backoff, so only the product's own path (the r
 consumer's heartbeat is heard again, the site seat's resend) converges site 1 within 5 s, as after
 a 60 s cut. A longer cut only lengthens nats-server's backoff, which that path does not wait for:
 site 1 converged in 0.45 to 0.79 s after 60 s (5 runs), the copies alone were current 0.9 s after
-60 s (`tests/test_site_resume.py`, whose long cut is 30 s for the same reason).
+60 s (`tests/sites/test_site_resume.py`, whose long cut is 30 s for the same reason).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from registry.errors import BusError
 from registry.wire import Bus, Message, connect, get_direct, get_last_many, put
 from tests.helpers import eventually, serving, sh_env
 from tests.sites import SITE, SITE2, GeneratedTwoSites, generated_hub_and_two_sites
-from tests.test_site_client import LEASE_TTL, TIMING, last_sequences, manifest, runs_of
+from tests.sites.test_site_client import LEASE_TTL, TIMING, last_sequences, manifest, runs_of
 
 CUT_SECONDS = 30.0  # past the copies' stall (10 s) and their lost reset's wait (5 s): see above
 CONVERGED_WITHIN = 5.0  # after the link returns, converged within 5 s
