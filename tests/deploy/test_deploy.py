@@ -18,8 +18,7 @@ from provisioner_client.settings import ClientSettings
 from registry.contract import buckets
 from registry.edge import load_settings
 from registry.wire import BusOptions, ask, connect, get_latest, put
-from tests.deploy import test_units
-from tests.deploy.test_units import UNITS, unit_settings, verify
+from tests.deploy.units import UNITS, unit_settings, verify
 from tests.helpers import DEPLOY, clean_environment
 
 GENERATE = ["--node", "n1", "--node", "n2", "--provider", "postgres", "--operator", "ops"]
@@ -66,8 +65,6 @@ async def test_the_deploy_configuration_runs_the_seat_and_a_node_on_the_developm
 
 DROP_IN = DEPLOY / "systemd" / f"{UNITS['client'].name}.d" / "metrics.conf"
 TEXTFILE_FOLDER = Path("/var/lib/prometheus/node-exporter")  # Debian's prometheus-node-exporter
-analyze = test_units.analyze  # systemd-analyze, installed where missing, and a root to run it on
-system_root = test_units.system_root
 
 
 @pytest.fixture

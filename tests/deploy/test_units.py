@@ -28,15 +28,11 @@ from examples.postgres_provisioner.cli import build_parser as postgres_provision
 from provisioner.settings import ServerSettings
 from provisioner_client.settings import DEFAULT_CONFIG, ClientSettings
 from registry.edge import load_settings
+from tests.deploy.units import PROGRAMS, UNITS, unit_settings, verify
 from tests.helpers import clean_environment, sh_env
 
 ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy"
-UNITS = {
-    "seat": DEPLOY / "systemd" / "mesh-provisioner.service",
-    "client": DEPLOY / "systemd" / "mesh-provisioner-client.service",
-    "provider": DEPLOY / "systemd" / "mesh-postgres-provisioner.service",
-}
 # Where each unit's install steps are: the provider's with its example program.
 INSTALLED_BY = {
     "seat": DEPLOY / "README.md",
@@ -48,19 +44,7 @@ CONTAINERS = {
     "seat": DEPLOY / "container" / "Containerfile.seat",
     "client": DEPLOY / "container" / "Containerfile.client",
 }
-PROGRAMS = Path("/opt/mesh-provisioner/bin")
 SEAT_CONFIG = Path("/etc/mesh-provisioner/server.toml")  # `serve` reads no file by default: the unit names it
-
-
-def unit_settings(unit: Path) -> dict[str, list[str]]:
-    """Each `Key=value` of a unit (continuation lines joined), every value of a repeated key."""
-    text = re.sub(r"\\\n\s*", " ", unit.read_text())
-    found: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if line and not line.startswith(("#", ";", "[")) and "=" in line:
-            key, value = line.split("=", 1)
-            found.setdefault(key.strip(), []).append(value.strip())
-    return found
 
 
 def exec_start(unit: Path) -> list[str]:
@@ -73,41 +57,6 @@ def option(argv: list[str], name: str) -> str:
 
 
 # --- systemd-analyze -------------------------------------------------------------------------------
-
-
-def _systemd_analyze() -> str:
-    found = shutil.which("systemd-analyze")
-    return found or pytest.fail("systemd-analyze is missing: scripts/test installs it (apt-get install systemd)")
-
-
-@pytest.fixture(scope="module")
-def analyze() -> str:
-    return _systemd_analyze()
-
-
-@pytest.fixture
-def system_root(tmp_path: Path) -> Path:
-    """A root for `--root`: systemd's own units, ours in /etc/systemd/system, and the programs where
-    the units run them (this virtualenv's console scripts, copied: a link would point outside)."""
-    root = tmp_path / "root"
-    own = next((d for d in (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")) if d.is_dir()), None)
-    if own is None:
-        pytest.skip("systemd's own units are not installed here (sysinit.target and friends)")
-    shutil.copytree(own, root / "usr/lib/systemd/system", symlinks=True)
-    (root / "etc/systemd/system").mkdir(parents=True)
-    for unit in UNITS.values():
-        shutil.copyfile(unit, root / "etc/systemd/system" / unit.name)
-    programs = root / PROGRAMS.relative_to("/")
-    programs.mkdir(parents=True)
-    for name in ("mesh-provisioner", "mesh-provisioner-client", "mesh-postgres-provisioner"):
-        shutil.copy2(Path(sys.executable).parent / name, programs / name)
-    return root
-
-
-def verify(analyze: str, root: Path, *units: str) -> subprocess.CompletedProcess[str]:
-    paths = [f"/etc/systemd/system/{unit}" for unit in units]
-    command = [analyze, "verify", "--man=no", f"--root={root}", *paths]
-    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
 
 
 def test_systemd_analyze_verify_accepts_every_unit_without_a_warning(analyze: str, system_root: Path) -> None:
