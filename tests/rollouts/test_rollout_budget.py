@@ -274,7 +274,7 @@ async def test_nats_server_killed_mid_rollout_no_action_runs_twice_and_the_rollo
                 await nodes.until(lambda: len(runs(log, "debug")) >= 3, "the rollout is under way")
                 await server.kill()
                 started_before = len(starts_of(log, "debug"))
-                await anyio.sleep(2)
+                await anyio.sleep(2)  # the outage itself: the nodes' reconnects and renewals meet a dead server
                 await server.start()
                 back = anyio.current_time()
                 await nodes.until(lambda: all(nodes.level(n) == "debug" for n in nodes_), "every node changed")
