@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -30,7 +30,7 @@ from provisioner_client.watch.watching import WatchTiming, watch
 from registry.access import Kind, Party
 from registry.contract import Bucket, buckets
 from registry.wire import Bus, delete, get_latest, put
-from tests.helpers import in_own_task, logged, sh_env
+from tests.helpers import logged, sh_env
 from tests.isolation import Domains, Mesh, Widening, granting, jwt_mesh_server, mesh_server, party
 from tests.live import LIVE_WITHIN, live_update
 
@@ -40,12 +40,6 @@ CONFIG_DOMAIN, CONTROLLER = party(Kind.WRITER, "config"), party(Kind.WRITER, "pl
 # Within this a node's watch has followed a write into its env file (its refresh is 5 minutes).
 WATCH_WITHIN = 5.0
 WATCHING = "provisioner_client.watch.watching"
-
-
-@pytest.fixture
-async def seat(mesh: Mesh) -> AsyncIterator[Bus]:
-    async with in_own_task(mesh.connect(SEAT)) as bus:
-        yield bus
 
 
 async def test_what_a_provider_binds_reaches_its_consumer_nodes_live_updates_at_once(mesh: Mesh, seat: Bus) -> None:

@@ -44,12 +44,6 @@ async def mesh(tmp_path: Path) -> AsyncIterator[Mesh]:
 
 
 @pytest.fixture
-async def seat(mesh: Mesh) -> AsyncIterator[Bus]:
-    async with in_own_task(mesh.connect(party(Kind.SEAT))) as connected:
-        yield connected
-
-
-@pytest.fixture
 async def provider(mesh: Mesh) -> AsyncIterator[Bus]:
     async with in_own_task(mesh.connect(party(Kind.PROVIDER, "postgres"))) as connected:
         yield connected

@@ -7,7 +7,6 @@ payload limit closes the connection and lands nowhere; an honest client, watchin
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -23,7 +22,7 @@ from registry.access import Kind, Party, creds_path, seed_path
 from registry.access.limits import PARTY_LIMITS
 from registry.contract import buckets
 from registry.wire import Bus, ask, get_latest, nats_client
-from tests.helpers import in_own_task, put_many
+from tests.helpers import put_many
 from tests.isolation import Domains, JwtMesh, Mesh, party
 
 N1, SEAT = party(Kind.NODE, "n1"), party(Kind.SEAT)
@@ -61,12 +60,6 @@ async def refused(mesh: Mesh, who: Party) -> str:
         return " ".join(reasons)
     await client.close()
     pytest.fail(f"{who.label} was let in past its limit")
-
-
-@pytest.fixture
-async def seat(mesh: Mesh) -> AsyncIterator[Bus]:
-    async with in_own_task(mesh.connect(SEAT)) as bus:
-        yield bus
 
 
 async def test_a_nodes_connection_past_its_limit_is_refused_and_one_freed_is_taken_again(mesh: Mesh) -> None:
