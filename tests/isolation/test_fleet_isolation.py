@@ -61,7 +61,7 @@ from tests.attacks import (
 )
 from tests.helpers import eventually, in_own_task, stream_barrier, until, wait_for
 from tests.isolation import Mesh, jwt_mesh_server, mesh_server, party
-from tests.sites.test_site_isolation import SITE, Ends, SiteMesh, site_mesh
+from tests.sites.site_mesh import SITE, Ends, SiteMesh, site_mesh
 
 FLEET = fleet.FLEET
 AnyMesh = Mesh | SiteMesh  # n1 at the hub (every test), or at a site (`TestAtASite`)

@@ -20,18 +20,20 @@ nats-server does, independently of how the configuration is written.
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from mesh_dev import relay
 from mesh_dev.generated_servers import generated_config
-from mesh_dev.local_nats import local_nats
+from mesh_dev.local_nats import LocalNats, local_nats
 from registry.contract import Bucket, buckets, encode_token
 from registry.wire import BucketConfig, Bus, BusOptions, bucket_config, connect, create_bucket, node_key
 from tests.cluster import free_port
@@ -377,3 +379,19 @@ async def generated_hub_and_two_sites(root: Path, *, delay: float = 0.0) -> Asyn
                 await server.stop()
             await hub.stop()
             tasks.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def server(
+    out: Path, root: Path, name: str, *, jwt: bool, monitor: int | None = None
+) -> AsyncIterator[LocalNats]:
+    """nats-server `name` on its generated files, copied into its own configuration folder: its
+    leaf nodes and accounts (static), or its leaf nodes and jwt/server-auth.conf (JWT)."""
+    async with local_nats(root / name, generated_config(out, root / name, name, jwt=jwt, monitor=monitor)) as running:
+        yield running
+
+
+def leafz(monitor: int) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/leafz", timeout=5) as answer:  # loopback
+        leafs: list[dict[str, Any]] = json.load(answer).get("leafs") or []
+        return leafs

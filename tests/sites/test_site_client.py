@@ -38,38 +38,21 @@ from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.resolving import waiting
 from provisioner_client.status import NodeStatus, read_status
 from provisioner_client.status_view import status_text
-from provisioner_client.watch.watching import WatchTiming, watch
+from provisioner_client.watch.watching import watch
 from registry.contract import AppliedValue, buckets, read_json
 from registry.errors import BusError
 from registry.wire import SKEW, Bus, KvItem, Message, connect, get_direct, get_last_many, node_key, put
-from tests.helpers import eventually, last_sequence, logged, serving, sh_env
+from tests.helpers import eventually, logged, serving, sh_env
 from tests.sites import GeneratedSites, generated_hub_and_site
+from tests.sites.client_at_site import LEASE_TTL, TIMING, last_sequences, manifest, runs_of
 
 T = TypeVar("T")
 
 NODE = "n1"
 CUT_SECONDS = 10.0
 CONVERGED_WITHIN = 5.0  # after the link returns, converged within 5 s: what a person can predict
-LEASE_TTL = timedelta(seconds=3)  # renewed every second: the cut is told within about one
-TIMING = WatchTiming(debounce=timedelta(seconds=0.1), poll=timedelta(seconds=0.2))
 WATCHING = "provisioner_client.watch.watching"
 HOLDING = "provisioner_client.watch.holding"
-NODE_BUCKETS = (buckets.NEEDS, buckets.APPLIED, buckets.COLLECT)
-
-
-def manifest(module: str, env: dict[str, str], runs: Path) -> str:
-    """A module whose change action appends a line to `runs`: its lines count its runs."""
-    on_change = {"command": ["sh", "-c", f"echo run >> {runs}"], "timeout_seconds": 10}
-    return json.dumps({"module": module, "env": env, "on_change": on_change})
-
-
-def runs_of(path: Path) -> int:
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-async def last_sequences(seat: Bus) -> dict[str, int]:
-    """Each node bucket's last sequence at the hub: it grows by one per write stored."""
-    return {bucket.name: await last_sequence(seat, bucket) for bucket in NODE_BUCKETS}
 
 
 async def hub_applied(seat: Bus, module: str) -> AppliedValue | None:

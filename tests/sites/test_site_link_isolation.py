@@ -58,8 +58,8 @@ from tests.attacks import (
 )
 from tests.helpers import eventually, in_own_task, stream_barrier
 from tests.isolation import party
-from tests.sites.test_site_isolation import SITE, SiteMesh, site_mesh
-from tests.sites.test_site_seat import requests_answered
+from tests.sites.seat_at_site import requests_answered
+from tests.sites.site_mesh import SITE, SiteMesh, site_mesh
 
 HUB_API = "$JS.hub.API."
 LINK = f"leaf-{SITE}-data"

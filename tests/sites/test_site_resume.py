@@ -37,7 +37,7 @@ from registry.errors import BusError
 from registry.wire import BucketConfig, Bus, Message, connect, get_direct, put
 from tests.helpers import eventually
 from tests.sites import generated_hub_and_site
-from tests.sites.test_site_seat import CONFIG, DELAY, MODES, NEED, hub_and_site
+from tests.sites.seat_at_site import CONFIG, DELAY, MODES, NEED, hub_and_site
 
 BOUND = Bucket("postgres_bound", buckets.NEEDS.shape)
 RESUMED_WITHIN = 15.0  # seconds: the bound asserted (5 s is the aim, measured and said in FIGURE lines)

@@ -22,13 +22,12 @@ generated sites.json, as the site's seat user: what is tested is the servers' co
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 import nats
@@ -41,8 +40,7 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
 from nats.js.errors import NotFoundError
 
-from mesh_dev.generated_servers import generated_config
-from mesh_dev.local_nats import LocalNats, local_nats
+from mesh_dev.local_nats import LocalNats
 from provisioner.commands.cli import main
 from provisioner.seat.buckets import ensure_buckets
 from provisioner.seat.site_consumers import ensure_site_consumers
@@ -59,6 +57,7 @@ from registry.errors import AuthorizationRefused
 from registry.wire import BucketConfig, BusOptions, connect, connect_within
 from tests.cluster import free_port
 from tests.helpers import eventually
+from tests.sites import leafz, server
 
 T = TypeVar("T")
 
@@ -149,16 +148,6 @@ class Servers:
 
 
 @asynccontextmanager
-async def server(
-    out: Path, root: Path, name: str, *, jwt: bool, monitor: int | None = None
-) -> AsyncIterator[LocalNats]:
-    """nats-server `name` on its generated files, copied into its own configuration folder: its
-    leaf nodes and accounts (static), or its leaf nodes and jwt/server-auth.conf (JWT)."""
-    async with local_nats(root / name, generated_config(out, root / name, name, jwt=jwt, monitor=monitor)) as running:
-        yield running
-
-
-@asynccontextmanager
 async def hub_and_sites(root: Path, *, jwt: bool = False) -> AsyncIterator[Servers]:
     port, monitor = free_port(), free_port()
     out = grants(root, port, jwt=jwt)
@@ -175,12 +164,6 @@ async def party(stack: AsyncExitStack, servers: Servers, running: LocalNats, lab
     client = await nats.connect(running.url, name=label, **servers.credentials(label))
     stack.push_async_callback(client.close)
     return client
-
-
-def leafz(monitor: int) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/leafz", timeout=5) as answer:  # loopback
-        leafs: list[dict[str, Any]] = json.load(answer).get("leafs") or []
-        return leafs
 
 
 async def linked(servers: Servers, count: int) -> list[tuple[str, str]]:

@@ -47,7 +47,7 @@ from registry.errors import BusError
 from registry.wire import Bus, Message, connect, get_direct, get_last_many, put
 from tests.helpers import eventually, serving, sh_env
 from tests.sites import SITE, SITE2, GeneratedTwoSites, generated_hub_and_two_sites
-from tests.sites.test_site_client import LEASE_TTL, TIMING, last_sequences, manifest, runs_of
+from tests.sites.client_at_site import LEASE_TTL, TIMING, last_sequences, manifest, runs_of
 
 CUT_SECONDS = 30.0  # past the copies' stall (10 s) and their lost reset's wait (5 s): see above
 CONVERGED_WITHIN = 5.0  # after the link returns, converged within 5 s
