@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from mesh_host.applying.roots import Root
     from mesh_host.declaration import Declaration
 
-VERSION = "0.1.0"  # the distribution's (a one-file build has no metadata): checked by tests/test_programs.py
+VERSION = "0.1.0"  # the distribution's (a one-file build has no metadata): checked by tests/project/test_programs.py
 
 # The shared exit-code table's rows this program uses, copied from registry.command_line (mesh_host
-# imports nothing of the rest) and checked against it by tests/test_programs.py: a cause has the
+# imports nothing of the rest) and checked against it by tests/project/test_programs.py: a cause has the
 # same number in every program.
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -87,6 +87,14 @@ async def mesh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 
 @pytest.fixture
+async def seat(mesh: Mesh) -> AsyncIterator[Bus]:
+    """The seat's connection to `mesh`, nothing written yet; a module whose tests need keys there
+    first overrides it with its own, seeding them."""
+    async with in_own_task(mesh.connect(party(Kind.SEAT))) as bus:
+        yield bus
+
+
+@pytest.fixture
 async def domains(mesh: Mesh) -> AsyncIterator[Domains]:
     """The mesh's stand-ins and its vault on its own key (tests/provisioner_client has its own `domains`)."""
     async with in_own_task(domains_of(mesh)) as running:

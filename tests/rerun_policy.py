@@ -19,7 +19,10 @@ from pathlib import PurePosixPath
 import pytest
 from pytest_rerunfailures import get_reruns_count
 
-# File names (anywhere under tests/) of the suites that run once.
+# The folders of tests/ whose every test runs once: the suites are grouped by concern.
+NO_RERUN_FOLDERS = ("isolation", "limits", "sites", "rollouts", "faults")
+
+# File names (anywhere under tests/) of the suites that run once, in the folders of the units too.
 NO_RERUN = (
     # isolation: what one party's credentials reach of another's
     "test_*isolation*.py",
@@ -54,7 +57,8 @@ NO_RERUN = (
 
 
 def reruns_forbidden(path: PurePosixPath) -> bool:
-    return any(fnmatch(path.name, pattern) for pattern in NO_RERUN)
+    in_folder = len(path.parts) >= 3 and path.parts[-3] == "tests" and path.parts[-2] in NO_RERUN_FOLDERS
+    return in_folder or any(fnmatch(path.name, pattern) for pattern in NO_RERUN)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

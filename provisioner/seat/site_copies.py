@@ -45,7 +45,7 @@ after a 60 s cut. A durable copy is reset as soon as its consumer's heartbeat (e
 heard again, or, when the link returns while a reset sent during the cut still waits for its
 answer (nats-server waits 5 s), by the seat's resend of it (`provisioner.seat.site_resets`):
 current again 0.5 s after a 60 s cut, 0.2 s after a 5 s cut, 1.2 s when a reset was lost
-(`tests/test_site_resume.py`). A copy made before the hub's seat made its consumer starts once it
+(`tests/sites/test_site_resume.py`). A copy made before the hub's seat made its consumer starts once it
 is there (the copy's reset is tried again on nats-server's backoff).
 """
 

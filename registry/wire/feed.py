@@ -192,7 +192,7 @@ class Feed:
 def stored_size(subject: bytes, block: bytes | None, value_size: int) -> int:
     """What a file store counts against its stream's `max_bytes` for one message: its subject, its
     header block as it was sent, its value and the store's framing (checked against the stream's
-    `bytes` in tests/test_quotas.py)."""
+    `bytes` in tests/limits/test_quotas.py)."""
     return _stored(len(subject), len(block or b""), value_size)
 
 

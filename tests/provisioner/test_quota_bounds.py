@@ -1,5 +1,5 @@
 """The quota guard's arithmetic, without a bus: when a node is counted, and how long it is shown
-over quota (the guard on a real server: tests/test_quotas.py)."""
+over quota (the guard on a real server: tests/limits/test_quotas.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Removing a node's lease: refused while its client holds it, naming the holder;
 forced, written over; released or expired, replaced by the `removed` marker, which the seat's
 nodes view forgets; and what `remove-node --jwt` needs, checked before anything is removed.
-The whole path, both account modes, is tests/test_node_lifecycle.py."""
+The whole path, both account modes, is tests/deploy/test_node_lifecycle.py."""
 
 from __future__ import annotations
 

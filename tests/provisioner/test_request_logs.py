@@ -23,7 +23,7 @@ NODE = Party(kind=Kind.NODE, name="n1")
 
 class EveryoneIsNodeOne(PartyMap):
     """Says every request came from node n1: the party's label in the logs is what is tested here;
-    who asks is the bus's to say (tests/test_isolation.py)."""
+    who asks is the bus's to say (tests/isolation/test_isolation.py)."""
 
     def __init__(self) -> None:
         super().__init__({})

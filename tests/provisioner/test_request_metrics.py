@@ -18,7 +18,7 @@ from registry.errors import BusError
 from registry.wire import Bus, put
 from tests.helpers import put_many, serving
 from tests.prometheus import Figures, free_port
-from tests.provisioner.test_metrics import scrape, scrape_until
+from tests.provisioner.scrape import scrape, scrape_until
 
 ERROR_CODE = "Nats-Service-Error-Code"
 

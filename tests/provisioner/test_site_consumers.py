@@ -1,7 +1,7 @@
 """The hub's durable consumers the sites' copies take (`provisioner.seat.site_consumers`), made by
 the hub's seat on one nats-server standing for the hub (no site behind it: a consumer is made
 whether or not its copy listens). The consumers at work, across a cut link, are in
-tests/test_site_resume.py."""
+tests/sites/test_site_resume.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The site's copies as the seat at a site makes and checks them (`provisioner.seat.site_copies`),
 on one nats-server standing for the site (no hub behind it: a copy is made whether or not its
 origin answers; a stand-in answers the rewinds of the hub's consumers as the hub would). The copies
-at work, across a real link, are in tests/test_site_seat.py and tests/test_site_resume.py."""
+at work, across a real link, are in tests/sites/test_site_seat.py and tests/sites/test_site_resume.py."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from provisioner.verb.streamed import READ_AHEAD_PAGES, StreamedListing
 from registry.contract import AtMost, NeedsRow, Page, Totals, buckets, page_json, parse_page
 from registry.wire import Bus, BusOptions, ask, ask_page, connect, delete, follow, get_latest, page_of, put
 from tests.helpers import in_own_task, put_many
-from tests.provisioner.test_scope import N1, N2, OPS, keys_of, mesh, one_page
+from tests.provisioner.scoped_mesh import N1, N2, OPS, keys_of, mesh, one_page
 
 NEED = b'{"placeholder":"${config:x}","used_in":["etc/app.conf"]}'
 

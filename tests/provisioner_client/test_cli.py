@@ -21,26 +21,7 @@ from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import buckets
 from registry.wire import Bus, Holder, get_direct, node_key
 from tests.helpers import NODE, in_own_task
-
-
-def client_env(nats_url: str, plan: ClientPlan, **extra: str) -> dict[str, str]:
-    return {
-        "PATH": os.environ.get("PATH", ""),
-        "NATS_URL": nats_url,
-        "NATS_TIMEOUT": "2",
-        "MESH_PROVISIONER_CLIENT_NODE": NODE,
-        "MESH_PROVISIONER_CLIENT_MANIFESTS": str(plan.manifests),
-        "MESH_PROVISIONER_CLIENT_MATERIALIZE": str(plan.materialize),
-        "MESH_PROVISIONER_CLIENT_VERB_TIMEOUT": "1",
-        "MESH_PROVISIONER_CLIENT_CONFIG": "",  # never the machine's own /etc/mesh-provisioner/client.toml
-        **extra,
-    }
-
-
-async def client(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
-    command = [sys.executable, "-c", "import sys; from provisioner_client.cli import main; sys.exit(main())", *args]
-    done = await anyio.run_process(command, env=env, check=False)
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
+from tests.provisioner_client.cli import CLIENT, client, client_env, slow_action
 
 
 async def test_reconcile_then_status_say_everything_is_applied(
@@ -163,17 +144,6 @@ async def test_watch_mode_exits_cleanly_on_sigterm(domains: StandIns, nats_serve
             process.send_signal(signal.SIGTERM)
             assert await process.wait() == 0
     assert (plan.materialize / "app.env").exists()
-
-
-CLIENT = [sys.executable, "-c", "import sys; from provisioner_client.cli import main; sys.exit(main())"]
-
-
-def slow_action(plan: ClientPlan, command: list[str]) -> None:
-    """The plan's only module: no placeholder, and a change action `command`."""
-    for path in plan.manifests.glob("*.json"):
-        path.unlink()
-    manifest = {"module": "slow", "env": {"GREETING": "hello"}, "on_change": {"command": command}}
-    (plan.manifests / "slow.json").write_text(json.dumps(manifest))
 
 
 async def until_logged(process: Process, text: str) -> str:

@@ -29,7 +29,7 @@ from registry.contract import Bucket, buckets
 from registry.errors import BusError, BusTimeout, ConvergeError, JetStreamError, PermissionDenied, WrongLastSequence
 from registry.wire import Bus, put
 from tests.helpers import NODE, Reports, clean_environment, logged
-from tests.provisioner_client.test_cli import client, client_env
+from tests.provisioner_client.cli import client, client_env
 
 REFUSED = "maximum bytes exceeded"
 BOUND = 10.0

@@ -26,7 +26,7 @@ from registry.wire import Bus
 from tests.helpers import NODE, Reports, logged
 from tests.prometheus import Figures, samples
 from tests.prometheus import sample as value
-from tests.provisioner_client.test_cli import client, client_env
+from tests.provisioner_client.cli import client, client_env
 
 TIMING = WatchTiming(
     debounce=timedelta(seconds=0.1),

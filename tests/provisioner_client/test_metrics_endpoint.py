@@ -28,7 +28,7 @@ from registry.wire import BusOptions, connect
 from tests.helpers import NODE, Reports, restartable_nats, serving
 from tests.prometheus import Figures, samples
 from tests.prometheus import sample as value
-from tests.provisioner_client.test_cli import CLIENT, client, client_env
+from tests.provisioner_client.cli import CLIENT, client, client_env
 
 TIMING = WatchTiming(debounce=timedelta(seconds=0.1), poll=timedelta(seconds=0.2), drift_poll=timedelta(seconds=0.2))
 BOUND = 10.0

@@ -35,7 +35,7 @@ from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import buckets
 from registry.wire import Bus, delete, get_direct, node_key, put
 from tests.helpers import NODE, Reports, logged
-from tests.provisioner_client.test_cli import client, client_env
+from tests.provisioner_client.cli import client, client_env
 
 OWN_FILES = {"env file": "app.env", "ledger": LEDGER, "digest key": KEY, "state file": FILE}
 PLANTED = ("a" * 16, "b" * 16)  # the first two names the writer is made to try, each taken by a planted file

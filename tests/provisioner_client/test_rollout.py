@@ -184,7 +184,7 @@ def test_a_change_after_the_last_one_was_due_begins_a_burst_of_its_own() -> None
 async def test_the_gate_ends_a_burst_when_it_lets_its_change_through(fleet_bus: Bus, tmp_path: Path) -> None:
     manifest = _manifest({"wait_seconds": 0.2, "wait_max_seconds": 0.4})
     assert not (await _gate(fleet_bus, "a", tmp_path).admit("web", manifest, DIGEST_1, first=False)).go
-    await anyio.sleep(0.3)
+    await anyio.sleep(0.3)  # the quiet period itself, injected short: the gate reads the clock
     assert (await _gate(fleet_bus, "a", tmp_path).admit("web", manifest, DIGEST_1, first=False)).go
     await anyio.sleep(0.5)  # past the first burst's maximum
     later = await _gate(fleet_bus, "a", tmp_path).admit("web", manifest, "hmac-sha256:" + "2" * 64, first=False)
@@ -270,9 +270,9 @@ async def test_a_hold_leaves_the_change_pending_saying_by_whom(fleet_bus: Bus, t
 async def test_a_hold_under_a_key_of_no_shape_is_skipped_and_the_others_still_read(
     fleet_bus: Bus, tmp_path: Path
 ) -> None:
-    """An operator's grant (`rollout.*`) takes a non-canonical escape in its token (the seat erases it,
-    tests/test_fleet_isolation.py; until then): such a key is no module's hold, and reading it must not end the
-    node's reconcile."""
+    """An operator's grant (`rollout.*`) takes a non-canonical escape in its token (the seat erases
+    it, tests/isolation/test_fleet_isolation.py; until then): such a key is no module's hold, and
+    reading it must not end the node's reconcile."""
     hold = fleet.Hold(state="paused", since=NOW, by="ops", reason="looking into it")
     await put(fleet_bus, fleet.FLEET, "rollout.w=65b", to_json(hold))  # `web` escaped as no one escapes it
     await put(fleet_bus, fleet.FLEET, fleet.hold_key("web"), to_json(hold))
@@ -358,7 +358,7 @@ async def test_after_the_fallback_the_next_outage_is_waited_for_again(bus: Bus, 
     manifest = _manifest({"budget": 1})
     waited = await _gate(bus, "a", tmp_path, wait_limit=timedelta(0)).admit("web", manifest, DIGEST_1, first=False)
     assert waited.go, "proceeded without a slot"
-    await anyio.sleep(0.5)
+    await anyio.sleep(0.5)  # time since the first outage is what the limit is measured against
     limit = timedelta(seconds=0.3)  # shorter than since the first outage began, longer than since it ended
     again = await _gate(bus, "a", tmp_path, wait_limit=limit).admit("web", manifest, DIGEST_1, first=False)
     assert not again.go and "waiting" in again.reasons[0], "the wait starts afresh, not from the first outage"
@@ -376,7 +376,7 @@ async def test_a_node_whose_claim_died_queues_again_behind_those_admitted_meanwh
     short = {"claim_ttl": timedelta(seconds=0.5)}
     assert not (await _gate(fleet_bus, "b", tmp_path, **short).admit("web", manifest, DIGEST_1, first=False)).go
     assert not (await _gate(fleet_bus, "a", tmp_path).admit("web", manifest, DIGEST_1, first=False)).go
-    await anyio.sleep(0.8)  # b's claim dead
+    await anyio.sleep(0.8)  # b's claim dead: its 0.5 s ttl run out is what is under test
     await _gate(fleet_bus, "c", tmp_path).claims.remove("web")
     assert (await _gate(fleet_bus, "a", tmp_path).admit("web", manifest, DIGEST_1, first=False)).go
     back = await _gate(fleet_bus, "b", tmp_path, **short).admit("web", manifest, DIGEST_1, first=False)
@@ -418,7 +418,7 @@ async def test_a_renewal_during_the_health_check_keeps_the_actions_outcome(fleet
         return done
 
     async def health() -> None:
-        await anyio.sleep(0.4)
+        await anyio.sleep(0.4)  # a health check longer than the 0.1 s renewal: a renewal falls inside it
         on_disk = RolloutGate(gate.claims, tmp_path / "a", gate.plan).state.get("web")
         assert on_disk is not None
         seen.append(on_disk)
@@ -438,7 +438,7 @@ async def test_an_outage_whose_change_went_away_is_not_counted_into_the_next(bus
     assert not (await waiting.admit("web", manifest, DIGEST_1, first=False)).go
     await waiting.finish()
     await _gate(bus, "a", tmp_path).finish()  # c1 reverted
-    await anyio.sleep(0.5)
+    await anyio.sleep(0.5)  # longer than the next limit since c1's outage began: what is under test
     later = _gate(bus, "a", tmp_path, wait_limit=timedelta(seconds=0.3))
     again = await later.admit("web", manifest, "hmac-sha256:" + "2" * 64, first=False)
     assert not again.go and "waiting" in again.reasons[0], again.reasons

@@ -1,6 +1,6 @@
 """A node's own key that moved between its listing and the node's write (a site's cut link: a
 write given up on, stored after all) is written over, not a failed reconcile: a failed one had run
-its change actions already, and the next ran them again (tests/test_site_client.py saw it twice)."""
+its change actions already, and the next ran them again (tests/sites/test_site_client.py saw it twice)."""
 
 from __future__ import annotations
 

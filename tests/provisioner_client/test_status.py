@@ -18,7 +18,7 @@ from provisioner_client.status_view import print_status, status_text
 from provisioner_client.watch.holding import node_lease
 from registry.wire import Bus
 from tests.helpers import NODE
-from tests.provisioner_client.test_cli import client, client_env, slow_action
+from tests.provisioner_client.cli import client, client_env, slow_action
 
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 ACTION = "sh -c echo 'module app: env file changed': succeeded, exit code 0, finished <time>"

@@ -1,6 +1,6 @@
 """The record of writes that wait for the hub (`provisioner_client.resolving.waiting`): which
 answers mean "link down", since when a part waits, and how `status` says it. Across a real cut
-link: tests/test_site_client.py."""
+link: tests/sites/test_site_client.py."""
 
 from __future__ import annotations
 

@@ -49,9 +49,9 @@ bucket, which direct gets by stream name cannot tell apart.
 
 The vault's link carries the vault's verbs the site's nodes are granted, and their answers.
 Everything else is refused by nats-server without a word (no violation is logged: a request just
-finds no responder), which the test of the topology checks by the data (`tests/test_sites_topology.py`).
+finds no responder), which the test of the topology checks by the data (`tests/sites/test_sites_topology.py`).
 
-What the site's own account at the hub keeps from a site (`tests/test_site_link_isolation.py`, a
+What the site's own account at the hub keeps from a site (`tests/sites/test_site_link_isolation.py`, a
 rogue leaf server on a link's credential): it hears no answer of the hub's to another party (those
 are published in the data account and the vault's, which no link reaches), and a request it sends
 reaches a responder as the site's (nats-server 2.14 and later put the leaf connection's own

@@ -4,7 +4,7 @@ nats-py keeps what is published while it reconnects and sends it once the connec
 however long ago its caller gave up: a conditional write stored that way moved a revision under
 its own writer (a lease found "lost", a compile's value taken for someone else's). The bus sends
 no write while the connection is away; and nobody answering a write, which a stream electing a
-leader does too, is not said to be a missing stream (`tests/test_cluster.py` shows the election)."""
+leader does too, is not said to be a missing stream (`tests/faults/test_cluster.py` shows the election)."""
 
 from __future__ import annotations
 
