@@ -13,8 +13,9 @@ machine is `mesh_dev`, above this package.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from registry.lazy import lazy_names
 
 if TYPE_CHECKING:
     from provisioner.commands.removal import remove_node
@@ -52,8 +53,4 @@ _HOMES = {
     "run_server": "provisioner.seat.server",
 }
 
-
-def __getattr__(name: str) -> object:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOMES[name]), name)
+__getattr__ = lazy_names(__name__, _HOMES)

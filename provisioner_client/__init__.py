@@ -6,8 +6,9 @@ The command line is `provisioner_client.cli`.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from registry.lazy import lazy_names
 
 if TYPE_CHECKING:
     from provisioner_client.errors import ClientError, ForeignKeyError, ManifestError, MaterializeError
@@ -50,8 +51,4 @@ _HOMES = {
     "watch": "provisioner_client.watch.watching",
 }
 
-
-def __getattr__(name: str) -> object:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOMES[name]), name)
+__getattr__ = lazy_names(__name__, _HOMES)
