@@ -10,13 +10,13 @@ cd "$(dirname "$0")/../.."
 export PATH="$PWD/.venv/bin:$PATH"
 RUNS=${RUNS:-1}
 declare -A CATCHERS=(
-    [own-key-not-written-over]="tests/provisioner_client/test_scope_writes.py tests/test_site_client.py"
-    [rollout-slot-freed-as-the-action-starts]="tests/provisioner_client/test_rollout.py tests/provisioner_client/test_rollout_reconcile.py tests/test_rollout_budget.py"
-    [node-writes-every-applied-key]="tests/test_isolation.py tests/test_own_keys_isolation.py tests/registry/access/test_grants.py"
+    [own-key-not-written-over]="tests/provisioner_client/test_scope_writes.py tests/sites/test_site_client.py"
+    [rollout-slot-freed-as-the-action-starts]="tests/provisioner_client/test_rollout.py tests/provisioner_client/test_rollout_reconcile.py tests/rollouts/test_rollout_budget.py"
+    [node-writes-every-applied-key]="tests/isolation/test_isolation.py tests/isolation/test_own_keys_isolation.py tests/registry/access/test_grants.py"
     [env-file-0644]="tests/provisioner_client/test_envfile.py tests/provisioner_client/test_drift.py tests/provisioner_client/test_own_files.py"
-    [quota-guard-never-cuts-back]="tests/test_quotas.py tests/provisioner/test_quota_bounds.py"
-    [site-copy-skips-the-first-write]="tests/test_site_seat.py tests/provisioner/test_site_copies.py tests/provisioner/test_site_resets.py"
-    [node-drops-a-write]="tests/test_site_client.py tests/provisioner_client/test_scope_writes.py"
+    [quota-guard-never-cuts-back]="tests/limits/test_quotas.py tests/provisioner/test_quota_bounds.py"
+    [site-copy-skips-the-first-write]="tests/sites/test_site_seat.py tests/provisioner/test_site_copies.py tests/provisioner/test_site_resets.py"
+    [node-drops-a-write]="tests/sites/test_site_client.py tests/provisioner_client/test_scope_writes.py"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || mapfile -t names < <(printf '%s\n' "${!CATCHERS[@]}" | sort)
