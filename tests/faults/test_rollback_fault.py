@@ -4,7 +4,8 @@ server's JetStream store copied; more changes made (a config value, each node's 
 collection item) and converged; then the server killed and its store replaced by the copy, so that
 every write it acknowledged since is lost, and everything else left running (or, in one variant,
 the clients restarted; in another, the config value put once more after the rollback so that its
-stream returns to the sequence the clients remember, with other content).
+stream returns to the sequence the clients remember, with other content; in a fourth, both, the
+value put while the clients are stopped, so that the memory on disk is all they start from).
 
 Judged by the data, within `BOUND` seconds of the server being back: each env file holds what the
 recovered bus and the manifests imply, every change action ran once for each change of its file's
@@ -238,17 +239,19 @@ async def run_fault(root: Path, variant: str) -> float:
 
             await server.kill_and_roll_back(root / "copy")
             back = time.perf_counter()
-            expected = OTHER if variant == "value re-put" else BEFORE
-            if variant == "value re-put":
-                await until_true(lambda: put_config(writer, parts, OTHER), "the value put again", plans)
-            if variant == "clients restarted":  # stopping releases their leases: the second client waits
+            reput, restart = "re-put" in variant, variant.startswith("clients restarted")
+            expected = OTHER if reput else BEFORE
+            if restart:  # stopping releases their leases: the second client waits
                 second.scope.cancel()
                 clients.scope.cancel()
+            if reput:  # with the clients stopped, their memory on disk is all they start from
+                await until_true(lambda: put_config(writer, parts, OTHER), "the value put again", plans)
+            if restart:
                 tg.start_soon(clients.run)
             await until_true(
                 lambda: converged(plans, expected, plugins=True), "every env file as the bus implies", plans
             )
-            if variant == "clients restarted":
+            if restart:
                 await until_true(lambda: recorded(writer, plans), "every lease taken again", plans)
                 tg.start_soon(second.keep_trying)
             await until_true(lambda: bus_recovered(writer, plans), "leases, applied, collect and registry back", plans)
@@ -275,6 +278,8 @@ async def put_config(bus: Bus, parts: StandIns, value: str) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("variant", ["left running", "value re-put", "clients restarted"])
+@pytest.mark.parametrize(
+    "variant", ["left running", "value re-put", "clients restarted", "clients restarted after a re-put"]
+)
 async def test_a_mesh_recovers_what_a_rolled_back_store_lost(tmp_path: Path, variant: str) -> None:
     assert await run_fault(tmp_path, variant) < BOUND
