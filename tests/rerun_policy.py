@@ -13,6 +13,7 @@ summary line at the end of the run, so that CI's output says it.
 
 from __future__ import annotations
 
+import re
 from fnmatch import fnmatch
 from pathlib import PurePosixPath
 
@@ -85,9 +86,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def _first_line(report: pytest.TestReport) -> str:
-    text = str(report.longrepr or "").strip()
-    errors = [line for line in text.splitlines() if line.startswith("E ")]
-    return (errors[0][1:].strip() if errors else text.splitlines()[-1] if text else "no traceback")[:200]
+    return failure_line(str(report.longrepr or ""))
+
+
+# An exception as a traceback ends on it, inside an exception group's `|` borders too:
+# `registry.errors.NoResponders: request …`.
+_RAISED = re.compile(r"^[\s|]*((?:[A-Za-z_]\w*\.)*[A-Z]\w*: .+)$")
+
+
+def failure_line(text: str) -> str:
+    """The line that says what failed: pytest's first `E` line, else the last exception a traceback
+    names (an exception group's borders are not one), else its last line."""
+    lines = text.strip().splitlines()
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    raised = [m.group(1) for m in map(_RAISED.match, lines) if m]
+    return (errors[0] if errors else raised[-1] if raised else lines[-1] if lines else "no traceback")[:200]
 
 
 def reruns_of(item: pytest.Item) -> int:

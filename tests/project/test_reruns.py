@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from tests.helpers import clean_environment
-from tests.rerun_policy import NO_RERUN, NO_RERUN_FOLDERS, reruns_forbidden, reruns_of
+from tests.rerun_policy import NO_RERUN, NO_RERUN_FOLDERS, failure_line, reruns_forbidden, reruns_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -161,3 +161,23 @@ def test_each_folder_of_the_suites_that_run_once_holds_tests_and_all_of_them_run
         files = sorted((REPO / "tests" / folder).glob("test_*.py"))
         assert files, f"tests/{folder} holds no test file"
         assert all(reruns_forbidden(PurePosixPath(path)) for path in files), folder
+
+
+def test_the_summary_names_what_an_exception_group_raised_not_its_border() -> None:
+    grouped = """+ Exception Group Traceback (most recent call last):
+  |   File "tests/helpers.py", line 150, in serving
+  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)
+  +-+---------------- 1 ----------------
+    | Traceback (most recent call last):
+    |     raise errors.NoRespondersError
+    | nats.errors.NoRespondersError: nats: no responders available for request
+    |
+    | The above exception was the direct cause of the following exception:
+    |
+    | registry.errors.NoResponders: request mesh-provisioner.provisioning: nobody answered
+    +------------------------------------"""
+    assert (
+        failure_line(grouped) == "registry.errors.NoResponders: request mesh-provisioner.provisioning: nobody answered"
+    )
+    assert failure_line("x\nE   assert 1 == 2\nE   more") == "assert 1 == 2"
+    assert failure_line("") == "no traceback"
