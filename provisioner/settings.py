@@ -31,8 +31,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, BeforeValidator, Field, JsonValue, StringConstraints, model_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
 from registry.command_line import duration_text
 from registry.contract import FILTERS, MAX_STALE_AFTER_SECONDS, Name, Verdict, What
@@ -85,7 +84,7 @@ def _pause_mode(given: object) -> object:
 class ServerSettings(LogSettings):
     """Everything `mesh-provisioner serve` can be told besides how to reach NATS."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
+    env_prefix: ClassVar[str] = ENV_PREFIX
     # The node client's variables share the prefix; on a machine running both they are not ours to refuse.
     foreign_env_prefixes: ClassVar[tuple[str, ...]] = ("MESH_PROVISIONER_CLIENT_",)
 
@@ -236,7 +235,7 @@ class CommandLogSettings(LogSettings):
     """How `query`, `top` and `remove-node` log: quieter than the server by default, and they leave
     the server's other `MESH_PROVISIONER_*` variables (set in the same shell, say) alone."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
+    env_prefix: ClassVar[str] = ENV_PREFIX
     foreign_env_prefixes: ClassVar[tuple[str, ...]] = (ENV_PREFIX,)
 
     log_level: Annotated[LogLevel, BeforeValidator(str.upper)] = Field(
@@ -247,7 +246,7 @@ class CommandLogSettings(LogSettings):
 class CommandArguments(EdgeSettings):
     """A command's own arguments: from its command line alone, never a variable or the file."""
 
-    model_config = SettingsConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True)
     command_line_only: ClassVar[bool] = True
 
 

@@ -29,8 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic import ConfigDict, Field, field_validator
 
 from provisioner_client.resolving.manifest import budget_problem
 from registry.edge import CommandLine, Duration, LogSettings
@@ -69,7 +68,8 @@ def node_of(settings: ClientSettings, used: Path | None, default: Path = DEFAULT
 class ClientSettings(LogSettings):
     """Everything `mesh-provisioner-client` can be told besides how to reach NATS."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True)
+    model_config = ConfigDict(frozen=True)
+    env_prefix: ClassVar[str] = ENV_PREFIX
     foreign_env_prefixes: ClassVar[tuple[str, ...]] = (CONFIG_ENV,)  # names the file, is no setting
 
     node: str | None = Field(

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import ClassVar
 
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
+from pydantic import ConfigDict, Field
 
 from registry.edge import Duration, LogSettings
 
@@ -21,7 +21,8 @@ _A_DAY = timedelta(days=1)
 class PostgresProvisionerSettings(LogSettings):
     """The delivery it reads, the PostgreSQL it changes, and how often it looks again."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True)
+    model_config = ConfigDict(frozen=True)
+    env_prefix: ClassVar[str] = ENV_PREFIX
 
     env_file: Path = Field(description="the provider module's env file the node client writes; required")
     variable: str = Field(default="PG_CONSUMERS", min_length=1, description="the variable holding the consumers")

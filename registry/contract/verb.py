@@ -22,6 +22,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -217,12 +218,14 @@ class NodeRow(_Wire):
 Entry = Row | NodeRow
 
 
-_ENTRY: TypeAdapter[Entry] = TypeAdapter(Entry)
+@cache  # built at first use, not at import: a command's start-up pays for no adapter it never uses
+def _entry_adapter() -> TypeAdapter[Entry]:
+    return TypeAdapter(Entry)
 
 
 def entry_data(entry: Entry) -> dict[str, Any]:
     """An entry as JSON data, as the seat answers it: fields in order, those it leaves out left out."""
-    return _ENTRY.dump_python(entry)  # type: ignore[no-any-return]
+    return _entry_adapter().dump_python(entry)  # type: ignore[no-any-return]
 
 
 class MalformedKey(_Wire):
@@ -292,7 +295,11 @@ PAGES: Mapping[What, type[Page]] = {
     "collect": CollectPage,
     "nodes": NodesPage,
 }
-_ANY_PAGE: TypeAdapter[Page] = TypeAdapter(Annotated[Page, Field(discriminator="what")])
+
+
+@cache
+def _any_page() -> TypeAdapter[Page]:
+    return TypeAdapter(Annotated[Page, Field(discriminator="what")])
 
 
 class MergedAnswer(_Wire):
@@ -331,7 +338,7 @@ def parse_page(data: bytes, what: What | None = None) -> Page:
 
 def _validated(data: object, what: What | None, *, from_json: bool) -> Page:
     if what is None:
-        return _ANY_PAGE.validate_json(data) if from_json else _ANY_PAGE.validate_python(data)  # type: ignore[arg-type]
+        return _any_page().validate_json(data) if from_json else _any_page().validate_python(data)  # type: ignore[arg-type]
     page_type = PAGES[what]
     return page_type.model_validate_json(data) if from_json else page_type.model_validate(data)  # type: ignore[arg-type]
 

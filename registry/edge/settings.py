@@ -43,9 +43,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, NamedTuple, Self, TypeVar
 
-from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from registry.command_line import did_you_mean, duration_text, parse_duration
 from registry.contract import TomlRefused, read_toml
@@ -81,34 +89,24 @@ class CommandLine:
     exclusive: str | None = None  # of the flags sharing this name, at most one may be given
 
 
-class EdgeSettings(BaseSettings):
+class EdgeSettings(BaseModel):
     """A settings model read by `load_settings`; each field's `description` is its `--help` line.
 
-    `flag_prefix` names the model's flags (`"nats"`: `--nats-url`), `config_table` the TOML table
-    its keys live in (`None`: the top level), `foreign_env_prefixes` the variables under its
-    `env_prefix` that belong to someone else and are not refused as misspellings, and
-    `command_line_only` a command's arguments: read from its flags alone, never a variable or file."""
+    `env_prefix` begins each field's environment variable, `flag_prefix` names the model's flags
+    (`"nats"`: `--nats-url`), `config_table` the TOML table its keys live in (`None`: the top
+    level), `foreign_env_prefixes` the variables under its `env_prefix` that belong to someone else
+    and are not refused as misspellings, and `command_line_only` a command's arguments: read from
+    its flags alone, never a variable or file. A plain pydantic model: `load_settings` reads the
+    sources itself (only the environment it is given, never `os.environ` or a `.env` file)."""
 
-    model_config = SettingsConfigDict(extra="forbid", defer_build=True)
+    model_config = ConfigDict(extra="forbid", defer_build=True, validate_default=True, arbitrary_types_allowed=True)
 
+    env_prefix: ClassVar[str] = ""
     flag_prefix: ClassVar[str] = ""
     flag_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     config_table: ClassVar[str | None] = None
     foreign_env_prefixes: ClassVar[tuple[str, ...]] = ()
     command_line_only: ClassVar[bool] = False
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """What `load_settings` gives, alone: pydantic-settings' own sources would read `os.environ`
-        (a bare `YES=1` in the shell would answer remove-node's question) and `.env` files."""
-        return (init_settings,)
 
     def resolved(self, environ: Mapping[str, str], origins: Mapping[str, str]) -> Self:
         """The settings once what was not given is looked up elsewhere; `origins` says where each
@@ -153,7 +151,7 @@ class BusSettings(EdgeSettings):
     came from, their schemes are checked as they are read (`check_schemes`)."""
 
     # NATS_* is shared with the NATS tools: an unknown name is not ours to refuse.
-    model_config = SettingsConfigDict(env_prefix="NATS_")
+    env_prefix: ClassVar[str] = "NATS_"
     flag_prefix: ClassVar[str] = "nats"
     flag_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "url": ("-s", "--server"),
@@ -388,7 +386,7 @@ def setting_of(model_cls: type[EdgeSettings], field: str) -> str:
 
 def env_of(model_cls: type[EdgeSettings], field: str) -> str:
     """The environment variable of `field`: `MESH_PROVISIONER_COMPILE_INTERVAL`, `NATS_URL`."""
-    return f"{model_cls.model_config.get('env_prefix', '')}{field}".upper()
+    return f"{model_cls.env_prefix}{field}".upper()
 
 
 def _file_key_of(model_cls: type[EdgeSettings], field: str) -> str:

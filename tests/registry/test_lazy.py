@@ -52,3 +52,17 @@ def test_the_package_alone_loads_none_of_its_modules() -> None:
     loaded = _loaded("import registry.wire, registry.contract, registry.runtime")
     assert not {name for name in loaded if name.startswith(("registry.wire.", "registry.runtime."))}
     assert "nats" not in loaded
+
+
+def test_the_contract_and_the_settings_build_no_adapter_and_need_no_pydantic_settings() -> None:
+    """A command's start-up pays for the page adapters only when it reads a page, and the settings
+    are plain pydantic models: pydantic-settings (which imports asyncio and builds its sources) is
+    loaded by no program."""
+    script = (
+        "import json, sys\n"
+        "import provisioner.settings, provisioner_client.settings, registry.contract.verb as verb\n"
+        "print(json.dumps([verb._entry_adapter.cache_info().currsize, verb._any_page.cache_info().currsize,"
+        " 'pydantic_settings' in sys.modules]))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [0, 0, False]
