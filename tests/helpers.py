@@ -11,6 +11,7 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -21,13 +22,14 @@ import pytest
 from anyio.abc import TaskGroup, TaskStatus
 
 from mesh_dev.local_nats import LocalNats, local_nats
+from provisioner.seat.buckets import ensure_buckets
 from provisioner.seat.server import run_server
 from provisioner.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import Bucket, buckets
 from registry.errors import WrongLastSequence
-from registry.wire import Bus, BusOptions, Message, connect, get_direct, put, update
+from registry.wire import BucketConfig, Bus, BusOptions, Message, connect, get_direct, put, update
 
 T = TypeVar("T")
 
@@ -321,6 +323,28 @@ async def restartable_nats(state_dir: Path) -> AsyncIterator[RestartableNats]:
             yield server
         finally:
             await server.stop()
+
+
+@dataclass
+class OnNats:
+    """Our bus on a restartable server, with every bucket of the contract."""
+
+    server: RestartableNats
+    bus: Bus
+
+
+@asynccontextmanager
+async def restartable_bus(tmp_path: Path) -> AsyncIterator[OnNats]:
+    async with restartable_nats(tmp_path / "nats") as server:
+        options = BusOptions(
+            servers=(server.url,),
+            name="test",
+            reconnect_wait=timedelta(seconds=0.1),
+            request_timeout=timedelta(seconds=0.5),
+        )
+        async with connect(options) as bus:
+            await ensure_buckets(bus, BucketConfig())
+            yield OnNats(server, bus)
 
 
 class Reports:

@@ -240,12 +240,14 @@ class RolloutGate:
             # while it was dead others were admitted past it, so it queues again at the end
             self.state.put(module, record := record.model_copy(update={"queued": 0}))
         if _renewal_due(own, record, self._renew_every):
+            self._say_if_lost(module, record, own)
             revision = await self.claims.write(
                 module, state="waiting", change=record.change, queued=record.queued, last=_revision(own)
             )
             record = record.model_copy(
                 update={
                     "queued": record.queued or revision,
+                    "revision": revision,
                     "claimed": True,
                     "stage": "waiting",
                     "renewed_at": datetime.now(UTC),
@@ -265,8 +267,11 @@ class RolloutGate:
             self.report.waiting.add(module)
             self.report.wake_within(self._renew_every)
             return Admission(go=False, reasons=(f"{WAITING} (budget {budget}): {verdict.describe()}",))
-        await self.claims.write(module, state="running", change=record.change, queued=record.queued, last=None)
-        self.state.put(module, record.model_copy(update={"stage": "running", "renewed_at": datetime.now(UTC)}))
+        revision = await self.claims.write(
+            module, state="running", change=record.change, queued=record.queued, last=None
+        )
+        running = {"stage": "running", "revision": revision, "renewed_at": datetime.now(UTC)}
+        self.state.put(module, record.model_copy(update=running))
         log.info("node %s: rollout of module %s %s", self.node, module, verdict.describe(), extra=event(module=module))
         return Admission(go=True, claimed=True)
 
@@ -376,13 +381,30 @@ class RolloutGate:
         ):
             return
         own = await self.claims.current(module)
+        self._say_if_lost(module, record, own)
         queued = record.queued if _stands(own, now) else 0  # a dead claim's place is gone: the seat deletes it
         revision = await self.claims.write(
             module, state=state, change=record.change, queued=queued, last=_revision(own), reason=record.reason
         )
         current = self.state.get(module) or record  # an action's outcome recorded meanwhile is kept
-        renewed = {"renewed_at": now, "claimed": True, "queued": queued or revision}
+        renewed = {"renewed_at": now, "claimed": True, "queued": queued or revision, "revision": revision}
         self.state.put(module, current.model_copy(update=renewed))
+
+    def _say_if_lost(self, module: str, record: ModuleRollout, own: KvItem | None) -> None:
+        """One line when the node's claim, about to be written again, is found below the revision
+        the node last wrote: the bus lost it (a store rolled back by a power failure), and the
+        write restores it. A claim the seat deleted is a marker above that revision, no loss."""
+        if not (record.claimed and record.revision) or (own is not None and own.revision >= record.revision):
+            return
+        found = "no claim" if own is None else f"revision {own.revision}"
+        log.warning(
+            "node %s: the bus lost its claim of module %s (written at revision %d, found %s); restored: written again",
+            self.node,
+            module,
+            record.revision,
+            found,
+            extra=event(module=module),
+        )
 
     async def _quietly(self, module: str, step: Awaitable[None]) -> None:
         """A claim's write that may fail for the moment: the next reconcile does it again."""

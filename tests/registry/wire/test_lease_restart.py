@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,12 +25,10 @@ from registry.errors import BusError, BusTimeout
 from registry.wire import (
     BucketConfig,
     Bus,
-    BusOptions,
     Holder,
     Lease,
     LeaseHeld,
     LeaseLost,
-    connect,
     delete,
     get_direct,
     node_key,
@@ -40,7 +36,7 @@ from registry.wire import (
 )
 from registry.wire import lease as lease_module
 from registry.wire.kv import Stamped, get_stamped
-from tests.helpers import RestartableNats, in_own_task, restartable_nats
+from tests.helpers import OnNats, in_own_task, restartable_bus
 from tests.stalls import impatient_bus, paused
 
 TTL = timedelta(seconds=30)  # never expires during a test: only the revision is at stake
@@ -49,30 +45,10 @@ BOUND = 20.0
 KEY = node_key("a.b")
 
 
-@dataclass
-class OnNats:
-    server: RestartableNats
-    bus: Bus
-
-
 @pytest.fixture
 async def on_nats(tmp_path: Path) -> AsyncIterator[OnNats]:
     async with in_own_task(restartable_bus(tmp_path)) as running:
         yield running
-
-
-@asynccontextmanager
-async def restartable_bus(tmp_path: Path) -> AsyncIterator[OnNats]:
-    async with restartable_nats(tmp_path / "nats") as server:
-        options = BusOptions(
-            servers=(server.url,),
-            name="test",
-            reconnect_wait=timedelta(seconds=0.1),
-            request_timeout=timedelta(seconds=0.5),
-        )
-        async with connect(options) as bus:
-            await ensure_buckets(bus, BucketConfig())
-            yield OnNats(server, bus)
 
 
 def claimant(bus: Bus, host: str, ttl: timedelta = TTL) -> Lease:
