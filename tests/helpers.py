@@ -327,23 +327,28 @@ async def restartable_nats(state_dir: Path) -> AsyncIterator[RestartableNats]:
 
 @dataclass
 class OnNats:
-    """Our bus on a restartable server, with every bucket of the contract."""
+    """Our bus on a restartable server."""
 
     server: RestartableNats
     bus: Bus
 
 
 @asynccontextmanager
-async def restartable_bus(tmp_path: Path) -> AsyncIterator[OnNats]:
+async def restartable_bus(
+    tmp_path: Path, *, request_timeout: float = 0.5, with_buckets: bool = True
+) -> AsyncIterator[OnNats]:
+    """Our bus on a restartable server, reconnecting every 0.1 s; with every bucket of the contract
+    unless told otherwise."""
     async with restartable_nats(tmp_path / "nats") as server:
         options = BusOptions(
             servers=(server.url,),
             name="test",
             reconnect_wait=timedelta(seconds=0.1),
-            request_timeout=timedelta(seconds=0.5),
+            request_timeout=timedelta(seconds=request_timeout),
         )
         async with connect(options) as bus:
-            await ensure_buckets(bus, BucketConfig())
+            if with_buckets:
+                await ensure_buckets(bus, BucketConfig())
             yield OnNats(server, bus)
 
 

@@ -19,8 +19,8 @@ from nats.aio.client import Client
 
 from registry.contract import APPLIED, Bucket
 from registry.errors import BusTimeout
-from registry.wire import Bus, BusOptions, KvItem, Message, Outage, ScopedWatch, connect, put, scoped_watch, snapshot
-from tests.helpers import RestartableNats, restartable_nats, wait_for
+from registry.wire import Bus, KvItem, Message, Outage, ScopedWatch, put, scoped_watch, snapshot
+from tests.helpers import RestartableNats, restartable_bus, wait_for
 
 W = Bucket("w", APPLIED)
 FAST = timedelta(seconds=0.5)
@@ -62,22 +62,15 @@ class OnNats:
 @asynccontextmanager
 async def bus_and_party(tmp_path: Path) -> AsyncIterator[OnNats]:
     """Our bus and a raw nats-py party on a restartable server."""
-    async with restartable_nats(tmp_path / "nats") as server:
-        options = BusOptions(
-            servers=(server.url,),
-            name="test",
-            reconnect_wait=timedelta(seconds=0.1),
-            request_timeout=timedelta(seconds=2),
+    async with restartable_bus(tmp_path, request_timeout=2, with_buckets=False) as ours:
+        errors = Errors()
+        party = await nats.connect(
+            ours.server.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1, error_cb=errors.on_error
         )
-        async with connect(options) as bus:
-            errors = Errors()
-            party = await nats.connect(
-                server.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1, error_cb=errors.on_error
-            )
-            try:
-                yield OnNats(server, bus, party, errors)
-            finally:
-                await party.close()
+        try:
+            yield OnNats(ours.server, ours.bus, party, errors)
+        finally:
+            await party.close()
 
 
 async def consumers(party: Client, stream: str) -> list[str]:
