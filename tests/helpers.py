@@ -266,9 +266,10 @@ class RestartableNats:
     """A nats-server that is stopped (SIGTERM) or killed (SIGKILL) and started again on the same
     port with the same store."""
 
-    def __init__(self, tg: TaskGroup, state_dir: Path) -> None:
+    def __init__(self, tg: TaskGroup, state_dir: Path, extra_config: str = "") -> None:
         self._tg = tg
         self._state_dir = state_dir
+        self._extra_config = extra_config
         self._running: LocalNats | None = None
         self._stop, self._stopped = anyio.Event(), anyio.Event()
         self.port = -1
@@ -306,7 +307,7 @@ class RestartableNats:
 
     async def _run(self, *, task_status: TaskStatus[LocalNats]) -> None:
         try:
-            async with local_nats(self._state_dir, port=self.port) as running:
+            async with local_nats(self._state_dir, self._extra_config, port=self.port) as running:
                 task_status.started(running)
                 await self._stop.wait()
         finally:
@@ -315,9 +316,10 @@ class RestartableNats:
 
 
 @asynccontextmanager
-async def restartable_nats(state_dir: Path) -> AsyncIterator[RestartableNats]:
+async def restartable_nats(state_dir: Path, extra_config: str = "") -> AsyncIterator[RestartableNats]:
+    """A restartable nats-server with `extra_config` (the accounts a test includes, say)."""
     async with anyio.create_task_group() as tg:
-        server = RestartableNats(tg, state_dir)
+        server = RestartableNats(tg, state_dir, extra_config)
         await server.start()
         try:
             yield server

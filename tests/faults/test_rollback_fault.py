@@ -1,5 +1,6 @@
 """The fault test: a power failure under a converged mesh. Six watching node clients and a seat on
-one nats-server (a single account: the restartable server has no grants); the mesh converged; the
+one nats-server (on one account; and, in two variants, each party on the account `grants` writes
+for it, the seat scoping by the grants and the vault on its own key); the mesh converged; the
 server's JetStream store copied; more changes made (a config value, each node's manifest adding a
 collection item) and converged; then the server killed and its store replaced by the copy, so that
 every write it acknowledged since is lost, and everything else left running (or, in one variant,
@@ -12,8 +13,8 @@ recovered bus and the manifests imply, every change action ran once for each cha
 content (the action appends the file's digest: no digest twice in a row, the last one the file's),
 each node's lease is held again, a second client for node n0 is refused throughout (in the
 restart variant: from its clients' return on), each node's applied record and collection items are
-back in the bus, and the registry is compiled. Not judged here: rollout claims, and the seat's
-answers (`tests/provisioner/test_rollback.py` judges the registry view's).
+back in the bus, and the registry is compiled. Judged elsewhere: rollout claims
+(`tests/faults/test_claim_rollback.py`) and the seat's registry view (`tests/provisioner/test_rollback.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import itertools
 import json
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, nullcontext
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,13 +34,24 @@ import anyio
 import pytest
 from anyio.abc import TaskStatus
 
-from mesh_dev.standins import ASSIGNMENT, StandIns, dev_bound, dev_plans, stand_ins
+from mesh_dev.standins import (
+    ASSIGNMENT,
+    CONSUMERS_SUBJECT,
+    SECRET_SUBJECT,
+    StandIns,
+    Vault,
+    dev_bound,
+    dev_plans,
+    stand_ins,
+)
 from provisioner_client.errors import NodeHeld
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.watch.holding import holding
 from provisioner_client.watch.watching import WatchTiming, watch
+from registry.access import Grants, Kind, MeshParties, Party, issue_grants, seed_path
 from registry.contract import KINDS, buckets
 from registry.errors import BusError
+from registry.serving import EndpointSpec, serve
 from registry.wire import Bus, BusOptions, Holder, connect, get_direct, node_key, put, snapshot
 from tests.helpers import EXAMPLES, restartable_nats, serving, until
 
@@ -48,6 +62,49 @@ BOUND = 30.0
 """Seconds from the server back to every part recovered: the leases' renewal (a third of 3 s), the
 seat's rollback check (0.5 s), a compile and the clients' reconciles after it, on a loaded machine."""
 BEFORE, AFTER, OTHER = "info", "after-copy", "re-put-after-rollback"
+
+
+ONE_ACCOUNT, ACCOUNTS = "one account", "static accounts"
+PROVIDERS = ("postgres",)  # the stand-ins' bound bucket is the postgres provider's
+
+
+@dataclass(frozen=True)
+class Parties:
+    """How each party connects: every one on the server's one account, or each on its own account
+    of the grants (`keys` holds the seeds, `grants_file` the grants the seat scopes by)."""
+
+    url: str
+    grants: Grants | None = None
+    keys: Path | None = None
+    seat_settings: dict[str, object] = field(default_factory=dict)
+
+    def options(self, who: Party) -> BusOptions:
+        seed = seed_path(self.keys, who) if self.keys is not None else None
+        return BusOptions(servers=(self.url,), name=who.label, reconnect_wait=timedelta(seconds=0.1), nkey_seed=seed)
+
+    def node(self, node: str) -> BusOptions:
+        return self.options(Party(kind=Kind.NODE, name=node))
+
+
+SEAT_PARTY, VAULT_PARTY = Party(kind=Kind.SEAT, name=buckets.SEAT), Party(kind=Kind.VAULT, name="vault")
+
+
+def accounts_config(root: Path, mode: str) -> tuple[str, Grants | None]:
+    """The server's extra configuration for `mode`, and the grants it holds (None: one account)."""
+    if mode == ONE_ACCOUNT:
+        return "", None
+    out = root / "grants"
+    grants = issue_grants(out, MeshParties(nodes=tuple(NODES), providers=PROVIDERS, operators=()))
+    (root / "nats").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(out / "accounts.conf", root / "nats" / "accounts.conf")
+    return "include ./accounts.conf", grants
+
+
+def parties_of(root: Path, url: str, grants: Grants | None) -> Parties:
+    if grants is None:
+        return Parties(url)
+    out = root / "grants"
+    return Parties(url, grants, out, {"grants_file": out / "grants.json", "providers": list(PROVIDERS)})
 
 
 def plan_of(root: Path, node: str) -> ClientPlan:
@@ -103,31 +160,46 @@ async def placed(bus: Bus, parts: StandIns, node: str) -> None:
 
 
 async def client(
-    url: str, plan: ClientPlan, on_report: Callable[[Report], None], *, task_status: TaskStatus[None]
+    parties: Parties, plan: ClientPlan, on_report: Callable[[Report], None], *, task_status: TaskStatus[None]
 ) -> None:
-    async with connect(
-        BusOptions(servers=(url,), name=f"client {plan.node}", reconnect_wait=timedelta(seconds=0.1))
-    ) as bus:
+    async with connect(parties.node(plan.node)) as bus:
         await watch(bus, plan, TIMING, on_report=on_report, task_status=task_status)
 
 
-async def seat(url: str, *, task_status: TaskStatus[None]) -> None:
-    options = BusOptions(servers=(url,), name=buckets.SEAT, reconnect_wait=timedelta(seconds=0.1))
+async def seat(parties: Parties, *, task_status: TaskStatus[None]) -> None:
     async with serving(
-        url,
-        bus_options=options,
+        parties.url,
+        bus_options=parties.options(SEAT_PARTY),
         shutdown_timeout=timedelta(seconds=1),
         compile_lease_ttl=timedelta(seconds=1.5),
         rollback_check=timedelta(seconds=0.5),
+        **parties.seat_settings,
     ):
         task_status.started()
         await anyio.sleep_forever()
 
 
-async def stand_ins_task(bus: Bus, node: str, *, task_status: TaskStatus[StandIns]) -> None:
-    async with stand_ins(bus, node) as parts:
+async def stand_ins_task(parties: Parties, bus: Bus, node: str, *, task_status: TaskStatus[StandIns]) -> None:
+    """The stand-ins of `node` written on `bus`; the vault served there on one account, else on its own key."""
+    grants = parties.grants
+    vault = nullcontext() if grants is None else vault_serving(parties, grants)
+    async with stand_ins(bus, node, with_vault=grants is None) as parts, vault:
         task_status.started(parts)
         await anyio.sleep_forever()
+
+
+@asynccontextmanager
+async def vault_serving(parties: Parties, grants: Grants) -> AsyncIterator[None]:
+    vault = Vault(parties=grants.party_map())
+    endpoints = [
+        EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
+        EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
+    ]
+    async with (
+        connect(parties.options(VAULT_PARTY)) as bus,
+        serve(bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=endpoints),
+    ):
+        yield
 
 
 async def until_true(check: Callable[[], Awaitable[bool] | bool], what: str, plans: list[ClientPlan]) -> None:
@@ -174,16 +246,15 @@ async def bus_recovered(bus: Bus, plans: list[ClientPlan]) -> bool:
 class SecondClients:
     """A second client for `node`, tried over and over: never admitted."""
 
-    def __init__(self, url: str, node: str) -> None:
-        self.url, self.node = url, node
+    def __init__(self, parties: Parties, node: str) -> None:
+        self.parties, self.node = parties, node
         self.refused = 0
         self.scope = anyio.CancelScope()
 
     async def keep_trying(self) -> None:
         self.scope = anyio.CancelScope()
-        options = BusOptions(servers=(self.url,), name="second", reconnect_wait=timedelta(seconds=0.1))
         with self.scope:
-            async with connect(options) as bus:
+            async with connect(self.parties.node(self.node)) as bus:
                 await self._try(bus)
 
     async def _try(self, bus: Bus) -> None:
@@ -201,8 +272,8 @@ class SecondClients:
 class Clients:
     """The six node clients, started together and stopped together."""
 
-    def __init__(self, url: str, plans: list[ClientPlan]) -> None:
-        self.url, self.plans = url, plans
+    def __init__(self, parties: Parties, plans: list[ClientPlan]) -> None:
+        self.parties, self.plans = parties, plans
         self.scope = anyio.CancelScope()
 
     async def run(self) -> None:
@@ -211,21 +282,24 @@ class Clients:
             async with anyio.create_task_group() as group:
                 async with anyio.create_task_group() as starting:
                     for plan in self.plans:
-                        starting.start_soon(group.start, client, self.url, plan, lambda _: None)
+                        starting.start_soon(group.start, client, self.parties, plan, lambda _: None)
                 await anyio.sleep_forever()
 
 
-async def run_fault(root: Path, variant: str) -> float:
-    """The fault under `variant`; the seconds from the server back to everything recovered."""
+async def run_fault(root: Path, variant: str, mode: str) -> float:
+    """The fault under `variant`, the parties as `mode` says; the seconds from the server back to
+    everything recovered."""
     plans = [plan_of(root, node) for node in NODES]
-    async with restartable_nats(root / "nats") as server:
-        writer_options = BusOptions(servers=(server.url,), name="writer", reconnect_wait=timedelta(seconds=0.1))
-        async with connect(writer_options) as writer, anyio.create_task_group() as tg:
-            await tg.start(seat, server.url)
-            parts: StandIns = await tg.start(stand_ins_task, writer, NODES[0])
+    config, grants = accounts_config(root, mode)
+    async with restartable_nats(root / "nats", config) as server:
+        parties = parties_of(root, server.url, grants)
+        # the writer: the operator's changes, the stand-ins' values, and the judge's reads (the seat's account)
+        async with connect(parties.options(SEAT_PARTY)) as writer, anyio.create_task_group() as tg:
+            await tg.start(seat, parties)
+            parts: StandIns = await tg.start(stand_ins_task, parties, writer, NODES[0])
             for node in NODES[1:]:
                 await placed(writer, parts, node)
-            clients, second = Clients(server.url, plans), SecondClients(server.url, NODES[0])
+            clients, second = Clients(parties, plans), SecondClients(parties, NODES[0])
             tg.start_soon(clients.run)
             await until_true(lambda: converged(plans, BEFORE, plugins=False), "the mesh converged", plans)
             await until_true(lambda: recorded(writer, plans), "every lease and applied record stored", plans)
@@ -261,7 +335,7 @@ async def run_fault(root: Path, variant: str) -> float:
             for plan in plans:
                 assert actions_once_per_change(plan), (plan.node, (plan.materialize.parent / "actions").read_text())
             tg.cancel_scope.cancel()
-    print(f"\n{variant}: everything recovered {recovered:.1f} s after the server was back")
+    print(f"\n{variant}, {mode}: everything recovered {recovered:.1f} s after the server was back")
     return recovered
 
 
@@ -279,7 +353,16 @@ async def put_config(bus: Bus, parts: StandIns, value: str) -> bool:
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize(
-    "variant", ["left running", "value re-put", "clients restarted", "clients restarted after a re-put"]
+    ("variant", "mode"),
+    [
+        ("left running", ONE_ACCOUNT),
+        ("value re-put", ONE_ACCOUNT),
+        ("clients restarted", ONE_ACCOUNT),
+        ("clients restarted after a re-put", ONE_ACCOUNT),
+        # each party on its own account: the first and the last, whose steps include every other's
+        ("left running", ACCOUNTS),
+        ("clients restarted after a re-put", ACCOUNTS),
+    ],
 )
-async def test_a_mesh_recovers_what_a_rolled_back_store_lost(tmp_path: Path, variant: str) -> None:
-    assert await run_fault(tmp_path, variant) < BOUND
+async def test_a_mesh_recovers_what_a_rolled_back_store_lost(tmp_path: Path, variant: str, mode: str) -> None:
+    assert await run_fault(tmp_path, variant, mode) < BOUND
