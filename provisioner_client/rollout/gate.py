@@ -36,6 +36,7 @@ from pathlib import Path
 import anyio
 
 from provisioner_client.resolving.manifest import LoadedManifest, Manifest
+from provisioner_client.resolving.own import say_lost
 from provisioner_client.rollout import admission, pacing
 from provisioner_client.rollout.budget import Budget, RolloutPlan
 from provisioner_client.rollout.claims import Claims, ClaimState
@@ -121,6 +122,9 @@ class RolloutGate:
             interrupted = {"stage": "failed", "action": action, "reason": "interrupted", "renewed_at": None}
             record = record.model_copy(update=interrupted)  # its claim written failed at once, below
             self.state.put(module, record)
+        if record.claimed and record.stage in ("waiting", "running", "failed"):
+            await self._quietly(module, self._restore_if_lost(module, record))
+            record = self.state.get(module) or record
         if record.stage == "done" and record.claimed:
             await self._quietly(module, self._free(module, record))
         elif record.stage == "failed" and record.claimed:
@@ -132,6 +136,20 @@ class RolloutGate:
             self.report.waiting.add(module)
             self.report.wake_within(self._renew_every)
         return {module} if record.stage in ("waiting", "running") and record.claimed else set()
+
+    async def _restore_if_lost(self, module: str, record: ModuleRollout) -> None:
+        """Writes the node's claim again, once, when the bus lost it: found below the revision the
+        node last wrote, or gone (a server's store rolled back to an earlier prefix)."""
+        if not record.revision:
+            return
+        own = await self.claims.current(module)
+        found = own.revision if own is not None else 0
+        if found >= record.revision:  # as written, or written since (a delete by the seat included)
+            return
+        state: ClaimState = record.stage if record.stage in ("failed", "running") else "waiting"
+        await self._renew(module, record, state, force=True)
+        restored = f"its {state} claim of module {module} written again"
+        say_lost(self.node, f"claim of module {module}", record.revision, found, restored)
 
     async def _keep_failed(self, module: str, record: ModuleRollout, hold: fleet.Hold | None) -> None:
         if hold is not None:
@@ -246,6 +264,7 @@ class RolloutGate:
             record = record.model_copy(
                 update={
                     "queued": record.queued or revision,
+                    "revision": revision,
                     "claimed": True,
                     "stage": "waiting",
                     "renewed_at": datetime.now(UTC),
@@ -381,7 +400,7 @@ class RolloutGate:
             module, state=state, change=record.change, queued=queued, last=_revision(own), reason=record.reason
         )
         current = self.state.get(module) or record  # an action's outcome recorded meanwhile is kept
-        renewed = {"renewed_at": now, "claimed": True, "queued": queued or revision}
+        renewed = {"renewed_at": now, "claimed": True, "queued": queued or revision, "revision": revision}
         self.state.put(module, current.model_copy(update=renewed))
 
     async def _quietly(self, module: str, step: Awaitable[None]) -> None:
