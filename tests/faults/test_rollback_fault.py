@@ -12,8 +12,10 @@ recovered bus and the manifests imply, every change action ran once for each cha
 content (the action appends the file's digest: no digest twice in a row, the last one the file's),
 each node's lease is held again, a second client for node n0 is refused throughout (in the
 restart variant: from its clients' return on), each node's applied record and collection items are
-back in the bus, and the registry is compiled. Not judged here: rollout claims, and the seat's
-answers (`tests/provisioner/test_rollback.py` judges the registry view's).
+back in the bus, and the registry is compiled. Not judged here: rollout claims
+(`tests/faults/test_claims_rollback.py`), and the seat's answers (`tests/provisioner/test_rollback.py`
+judges the registry view's). Last, one node whose client is never told of the reconnect: its
+periodic rollback check alone finds its collection item lost and has it written back.
 """
 
 from __future__ import annotations
