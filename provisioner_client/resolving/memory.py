@@ -361,6 +361,18 @@ def _read(folder: Path, node: str) -> Memory:
     return Memory(node, folder) if found is None else _parsed(found, folder, node)
 
 
+def remembered_stamps(folder: Path, node: str) -> dict[str, int]:
+    """The stamp of the node's keys of each bucket, as its last reconcile kept them on disk: none
+    when there is no memory of this node to read (the next reconcile says why)."""
+    try:
+        found = records.MEMORY.read(folder)
+    except MaterializeError:
+        return {}
+    if found is None or found.version != _VERSION or found.node != node:
+        return {}
+    return {name: state.stamp for name, state in found.buckets.items()}
+
+
 def _parsed(document: MemoryDocument, folder: Path, node: str) -> Memory:
     if document.version != _VERSION:
         return Memory(node, folder, missing="memory of another version")

@@ -119,22 +119,9 @@ class OwnKeys:
             state = None  # someone else wrote meanwhile
         self.memory.keep_keys(bucket.name, state)
         if found.lost_after is not None:
-            self._say_lost(bucket, found, changes)
+            restored = changes.summary() if changes else "nothing of the node's was missing"
+            say_lost(self.scope.node, f"{bucket.name} keys", found.lost_after, found.stamp, restored)
         return changes
-
-    def _say_lost(self, bucket: Bucket, found: Found, changes: Changes) -> None:
-        """One line: the bus lost writes of the node's keys of `bucket`, and what was written again."""
-        node = self.scope.node
-        restored = changes.summary() if changes else "nothing of the node's was missing"
-        log.warning(
-            "node %s: the bus lost writes of its %s keys (their stamp went back from %d to %d); restored: %s",
-            node,
-            bucket.name,
-            found.lost_after,
-            found.stamp,
-            restored,
-            extra={"node": node, "bucket": bucket.name},
-        )
 
     def _remember_unchanged(self, bucket: Bucket, found: Found, err: ConvergeError) -> None:
         """After a converge that failed: with nothing written and the hub out of reach, the keys
@@ -161,3 +148,17 @@ class OwnKeys:
             return await self.scope.stamp(self.bus, bucket)
         except BusError:
             return None
+
+
+def say_lost(node: str, what: str, remembered: int, found: int, restored: str) -> None:
+    """The one line that says the bus lost writes of the node's own `what` (found at `found`, below
+    the `remembered` stamp or revision) and what the node wrote again."""
+    log.warning(
+        "node %s: the bus lost writes of its %s (their stamp went back from %d to %d); restored: %s",
+        node,
+        what,
+        remembered,
+        found,
+        restored,
+        extra={"node": node, "what": what},
+    )

@@ -36,6 +36,7 @@ from pathlib import Path
 import anyio
 
 from provisioner_client.resolving.manifest import LoadedManifest, Manifest
+from provisioner_client.resolving.own import say_lost
 from provisioner_client.rollout import admission, pacing
 from provisioner_client.rollout.budget import Budget, RolloutPlan
 from provisioner_client.rollout.claims import Claims, ClaimState
@@ -121,6 +122,9 @@ class RolloutGate:
             interrupted = {"stage": "failed", "action": action, "reason": "interrupted", "renewed_at": None}
             record = record.model_copy(update=interrupted)  # its claim written failed at once, below
             self.state.put(module, record)
+        if record.claimed and record.stage in ("waiting", "running", "failed"):
+            await self._quietly(module, self._restore_if_lost(module, record))
+            record = self.state.get(module) or record
         if record.stage == "done" and record.claimed:
             await self._quietly(module, self._free(module, record))
         elif record.stage == "failed" and record.claimed:
@@ -132,6 +136,20 @@ class RolloutGate:
             self.report.waiting.add(module)
             self.report.wake_within(self._renew_every)
         return {module} if record.stage in ("waiting", "running") and record.claimed else set()
+
+    async def _restore_if_lost(self, module: str, record: ModuleRollout) -> None:
+        """Writes the node's claim again, once, when the bus lost it: found below the revision the
+        node last wrote, or gone (a server's store rolled back to an earlier prefix)."""
+        if not record.revision:
+            return
+        own = await self.claims.current(module)
+        found = own.revision if own is not None else 0
+        if found >= record.revision:  # as written, or written since (a delete by the seat included)
+            return
+        state: ClaimState = record.stage if record.stage in ("failed", "running") else "waiting"
+        await self._renew(module, record, state, force=True)
+        restored = f"its {state} claim of module {module} written again"
+        say_lost(self.node, f"claim of module {module}", record.revision, found, restored)
 
     async def _keep_failed(self, module: str, record: ModuleRollout, hold: fleet.Hold | None) -> None:
         if hold is not None:
@@ -240,7 +258,6 @@ class RolloutGate:
             # while it was dead others were admitted past it, so it queues again at the end
             self.state.put(module, record := record.model_copy(update={"queued": 0}))
         if _renewal_due(own, record, self._renew_every):
-            self._say_if_lost(module, record, own)
             revision = await self.claims.write(
                 module, state="waiting", change=record.change, queued=record.queued, last=_revision(own)
             )
@@ -267,11 +284,8 @@ class RolloutGate:
             self.report.waiting.add(module)
             self.report.wake_within(self._renew_every)
             return Admission(go=False, reasons=(f"{WAITING} (budget {budget}): {verdict.describe()}",))
-        revision = await self.claims.write(
-            module, state="running", change=record.change, queued=record.queued, last=None
-        )
-        running = {"stage": "running", "revision": revision, "renewed_at": datetime.now(UTC)}
-        self.state.put(module, record.model_copy(update=running))
+        await self.claims.write(module, state="running", change=record.change, queued=record.queued, last=None)
+        self.state.put(module, record.model_copy(update={"stage": "running", "renewed_at": datetime.now(UTC)}))
         log.info("node %s: rollout of module %s %s", self.node, module, verdict.describe(), extra=event(module=module))
         return Admission(go=True, claimed=True)
 
@@ -381,7 +395,6 @@ class RolloutGate:
         ):
             return
         own = await self.claims.current(module)
-        self._say_if_lost(module, record, own)
         queued = record.queued if _stands(own, now) else 0  # a dead claim's place is gone: the seat deletes it
         revision = await self.claims.write(
             module, state=state, change=record.change, queued=queued, last=_revision(own), reason=record.reason
@@ -389,22 +402,6 @@ class RolloutGate:
         current = self.state.get(module) or record  # an action's outcome recorded meanwhile is kept
         renewed = {"renewed_at": now, "claimed": True, "queued": queued or revision, "revision": revision}
         self.state.put(module, current.model_copy(update=renewed))
-
-    def _say_if_lost(self, module: str, record: ModuleRollout, own: KvItem | None) -> None:
-        """One line when the node's claim, about to be written again, is found below the revision
-        the node last wrote: the bus lost it (a store rolled back by a power failure), and the
-        write restores it. A claim the seat deleted is a marker above that revision, no loss."""
-        if not (record.claimed and record.revision) or (own is not None and own.revision >= record.revision):
-            return
-        found = "no claim" if own is None else f"revision {own.revision}"
-        log.warning(
-            "node %s: the bus lost its claim of module %s (written at revision %d, found %s); restored: written again",
-            self.node,
-            module,
-            record.revision,
-            found,
-            extra=event(module=module),
-        )
 
     async def _quietly(self, module: str, step: Awaitable[None]) -> None:
         """A claim's write that may fail for the moment: the next reconcile does it again."""

@@ -167,7 +167,7 @@ class ModuleRollout(_Document):
     queued: int = 0
     stage: Stage = "waiting"
     claimed: bool = False
-    revision: int = 0  # the claim's revision as this node last wrote it: one found below it was lost by the bus
+    revision: int = 0  # the claim's revision as the node last wrote it: one found below says the bus lost it
     renewed_at: datetime | None = None
     started: bool = False
     action: ActionRecord | None = None

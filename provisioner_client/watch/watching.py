@@ -15,6 +15,9 @@
   claim to renew, a splay ending) the rollout alarm does, at the time the last reconcile asked for.
 - Manifests are polled (name, inode, mtime, size of each `*.json`): they are replaced atomically,
   and a watch on a path stops seeing a file once it is renamed over.
+- Every `rollback_check` (30 s) the bus is asked, cheaply, whether it went back below what the
+  node remembers writing (`provisioner_client.watch.rollback`), the connection seen to drop or not:
+  found so, the loop reconciles, and the reconcile writes back what was lost.
 - Verb-answered values (secrets) are re-asked on a refresh interval; the env file changes only
   when the digest of what it would hold differs.
 - The env files the client wrote for applied modules are looked at every `drift_poll` (1 s,
@@ -61,6 +64,7 @@ from provisioner_client.resolving.waiting import WaitingWrites, link_down
 from provisioner_client.watch.drift import DriftWatch, put_back
 from provisioner_client.watch.fleet import FleetInterest, RolloutAlarm, follow_fleet
 from provisioner_client.watch.holding import Renewals, node_lease
+from provisioner_client.watch.rollback import check_for_rollback
 from registry.contract import AppliedValue, Bucket, buckets, subject_matches, under
 from registry.errors import BusError, ConnectionClosed
 from registry.runtime import event, log_context
@@ -82,6 +86,7 @@ class WatchTiming:
     backoff_max: timedelta = timedelta(seconds=30)
     drift_poll: timedelta = timedelta(seconds=1)
     waiting_retry: timedelta = timedelta(seconds=1)  # the backoff's cap while writes wait for the hub
+    rollback_check: timedelta = timedelta(seconds=30)  # how often the bus is asked whether it went back
 
 
 @dataclass(frozen=True)
@@ -332,7 +337,7 @@ async def _reconcile_while_held(
         tg.start_soon(_refresh, trigger, timing.refresh)
         tg.start_soon(wake_on, stopping, "stop")
         tg.start_soon(wake_on, lost, "lease lost")
-        tg.start_soon(_resync_on_reconnect, bus, trigger)
+        _notice_bus_changes(tg, bus, plan, trigger, timing.rollback_check)
         rollouts = _follow_rollouts(bus, tg, trigger, plan.node)
         backoff = Backoff(timing.backoff_max)
         while not (stopping.is_set() or lost.is_set()):
@@ -556,6 +561,13 @@ async def _poll_manifests(folder: Path, trigger: Trigger, every: timedelta) -> N
         if now != seen:
             seen = now
             trigger.pull("manifests changed")
+
+
+def _notice_bus_changes(tg: TaskGroup, bus: Bus, plan: ClientPlan, trigger: Trigger, every: timedelta) -> None:
+    """A reconcile after each reconnect, and after the bus is found to have gone back (checked
+    every `every`, whether or not a reconnect was seen)."""
+    tg.start_soon(_resync_on_reconnect, bus, trigger)
+    tg.start_soon(check_for_rollback, bus, plan.materialize, plan.node, trigger.pull, every)
 
 
 async def _resync_on_reconnect(bus: Bus, trigger: Trigger) -> None:

@@ -14,7 +14,9 @@ content (the action appends the file's digest: no digest twice in a row, the las
 each node's lease is held again, a second client for node n0 is refused throughout (in the
 restart variant: from its clients' return on), each node's applied record and collection items are
 back in the bus, and the registry is compiled. Judged elsewhere: rollout claims
-(`tests/faults/test_claim_rollback.py`) and the seat's registry view (`tests/provisioner/test_rollback.py`).
+(`tests/faults/test_claims_rollback.py`) and the seat's registry view (`tests/provisioner/test_rollback.py`).
+Last, one node whose client is never told of the reconnect: its periodic rollback check alone finds
+its collection item lost and has it written back.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -45,7 +49,10 @@ from mesh_dev.standins import (
     stand_ins,
 )
 from provisioner_client.errors import NodeHeld
-from provisioner_client.reconcile import ClientPlan, Report
+from provisioner_client.reconcile import ClientPlan, Report, reconcile
+from provisioner_client.resolving.memory import remembered_stamps
+from provisioner_client.resolving.scope import NodeScope
+from provisioner_client.watch import watching
 from provisioner_client.watch.holding import holding
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.access import Grants, Kind, MeshParties, Party, issue_grants, seed_path
@@ -366,3 +373,102 @@ async def put_config(bus: Bus, parts: StandIns, value: str) -> bool:
 )
 async def test_a_mesh_recovers_what_a_rolled_back_store_lost(tmp_path: Path, variant: str, mode: str) -> None:
     assert await run_fault(tmp_path, variant, mode) < BOUND
+
+
+async def quiet_seat(url: str, *, task_status: TaskStatus[None]) -> None:
+    """A seat that neither checks for a rollback nor compiles again within a test: nothing it
+    writes wakes the client after the fault."""
+    options = BusOptions(servers=(url,), name=buckets.SEAT, reconnect_wait=timedelta(seconds=0.1))
+    async with serving(
+        url, bus_options=options, shutdown_timeout=timedelta(seconds=1), rollback_check=timedelta(hours=1)
+    ):
+        task_status.started()
+        await anyio.sleep_forever()
+
+
+async def never_told(bus: Bus, trigger: object) -> None:
+    """The client's resync on a reconnect, as if the connection were never seen to drop."""
+    await anyio.sleep_forever()
+
+
+CHECK = timedelta(seconds=0.5)
+
+
+@pytest.mark.timeout(90)
+async def test_a_rollback_no_reconnect_told_of_is_repaired_by_the_check_within_its_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the check (its interval an hour) the item is not back within `BOUND`: nothing else
+    wakes the loop."""
+    monkeypatch.setattr(watching, "_resync_on_reconnect", never_told)
+    running = Running()
+    monkeypatch.setattr(watching, "reconcile", running.reconcile)
+    plan = plan_of(tmp_path, NODES[0])
+    timing = replace(TIMING, rollback_check=CHECK)
+    async with restartable_nats(tmp_path / "nats") as server:
+        options = BusOptions(servers=(server.url,), name="writer", reconnect_wait=timedelta(seconds=0.1))
+        async with connect(options) as writer, anyio.create_task_group() as tg:
+            await tg.start(quiet_seat, server.url)
+            await tg.start(stand_ins_task, Parties(server.url), writer, NODES[0])
+            client_options = BusOptions(servers=(server.url,), name="client", reconnect_wait=timedelta(seconds=0.1))
+            bus = await tg.start(connected, client_options)
+            tg.start_soon(partial(watch, bus, plan, timing))
+            await until_true(lambda: converged([plan], BEFORE, plugins=False), "the node converged", [plan])
+            server.copy_store(tmp_path / "copy")
+            add_plugin(plan)
+            await until_true(lambda: idle(running, writer, plan), "the reconcile of the item done", [plan])
+            await server.kill_and_roll_back(tmp_path / "copy")
+            back = time.perf_counter()
+            await until_true(lambda: collected(writer, plan), "the lost item written back", [plan])
+            recovered = time.perf_counter() - back
+            tg.cancel_scope.cancel()
+    print(f"\nno reconnect told of: the lost item back {recovered:.1f} s after the server was back")
+    assert recovered < BOUND
+
+
+async def connected(options: BusOptions, *, task_status: TaskStatus[Bus]) -> None:
+    async with connect(options) as bus:
+        task_status.started(bus)
+        await anyio.sleep_forever()
+
+
+class Running:
+    """The client's reconciles, counted while they run: the fault must not cut one short (its
+    retry, not the check, would then find what was lost)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.last: Report | None = None
+
+    async def reconcile(self, bus: Bus, plan: ClientPlan, **kwargs: Any) -> Report:
+        self.now += 1
+        try:
+            self.last = await reconcile(bus, plan, **kwargs)
+            return self.last
+        finally:
+            self.now -= 1
+
+
+async def idle(running: Running, bus: Bus, plan: ClientPlan) -> bool:
+    """No reconcile running, the last one wrote nothing (so nothing of its own wakes another), and
+    the item remembered."""
+    last = running.last
+    quiet = running.now == 0 and last is not None and not any(last.writes.values()) and not last.actions_run
+    return quiet and await remembered(bus, plan) and running.now == 0
+
+
+async def remembered(bus: Bus, plan: ClientPlan) -> bool:
+    """The item written and the reconcile that wrote it done: the node's memory on disk holds the
+    stamps its collect and applied keys stand at in the bus."""
+    if not converged([plan], BEFORE, plugins=True):
+        return False
+    stamps = remembered_stamps(plan.materialize, plan.node)
+    scope = NodeScope(plan.node)
+    for bucket in (buckets.COLLECT, buckets.APPLIED):
+        if stamps.get(bucket.name) != await scope.stamp(bus, bucket):
+            return False
+    return True
+
+
+async def collected(bus: Bus, plan: ClientPlan) -> bool:
+    return any(f"plugin-{plan.node}".encode() in item.value for item in await snapshot(bus, buckets.COLLECT))
