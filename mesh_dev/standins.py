@@ -276,9 +276,16 @@ async def stand_ins(
     if not with_vault:
         yield parts
         return
+    async with vault_serving(bus, vault):
+        yield parts
+
+
+@asynccontextmanager
+async def vault_serving(bus: Bus, vault: Vault) -> AsyncIterator[None]:
+    """`vault` answering its two verbs on `bus` (the vault's own connection, in a mesh of accounts)."""
     endpoints = [
         EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
         EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
     ]
     async with serve(bus, name="mesh-vault", version="0.1.0", description="development vault", endpoints=endpoints):
-        yield parts
+        yield

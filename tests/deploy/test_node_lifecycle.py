@@ -27,14 +27,13 @@ import anyio
 import pytest
 from anyio.abc import TaskGroup, TaskStatus
 
+from mesh_dev import standins
 from mesh_dev.local_nats import LocalNats, local_nats, nats_server_binary
 from mesh_dev.standins import (
     ASSIGNMENT,
     ASSIGNMENTS,
     BOUND_BUCKET,
     CONFIG,
-    CONSUMERS_SUBJECT,
-    SECRET_SUBJECT,
     StandIns,
     Vault,
     dev_bound,
@@ -62,7 +61,6 @@ from registry.access import (
 )
 from registry.contract import buckets, under
 from registry.errors import BusError, ConnectionClosed, NoResponders
-from registry.serving import EndpointSpec, serve
 from registry.wire import (
     Bus,
     BusOptions,
@@ -276,12 +274,7 @@ async def domains(seat: Bus, nodes: Sequence[str]) -> AsyncIterator[StandIns]:
 async def vault_serving(bus: Bus, grants_file: Path) -> AsyncIterator[None]:
     """The vault on its own key, knowing the parties from the grants file it reads again for an
     account it does not know (a node added later)."""
-    vault = Vault(parties=GrantsFile(grants_file))
-    endpoints = [
-        EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
-        EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
-    ]
-    async with serve(bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=endpoints):
+    async with standins.vault_serving(bus, Vault(parties=GrantsFile(grants_file))):
         yield
 
 

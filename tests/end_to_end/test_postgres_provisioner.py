@@ -23,12 +23,11 @@ from examples.postgres_provisioner.consumers import Digests, parse_consumers, pa
 from examples.postgres_provisioner.errors import DeliveryError, PostgresUnavailable
 from examples.postgres_provisioner.reconcile import Outcome
 from examples.postgres_provisioner.watching import Plan, apply_once
-from mesh_dev.standins import CONSUMERS_SUBJECT, DEV_SECRETS, SECRET_SUBJECT, Vault
+from mesh_dev.standins import DEV_SECRETS, Vault, vault_serving
 from provisioner_client.materializing.envfile import render
 from provisioner_client.reconcile import ClientPlan, reconcile
 from registry.access import Kind
 from registry.provider import Bind, BoundNeed, provide
-from registry.serving import EndpointSpec, serve
 from tests.helpers import clean_environment, sh_env
 from tests.isolation import Mesh, mesh_server, party
 from tests.postgres import Lines, Postgres, initialised_cluster, running_postgres
@@ -471,14 +470,7 @@ def _binding(port: int) -> Bind:
 
 @asynccontextmanager
 async def _vault_served(mesh: Mesh, vault: Vault) -> AsyncIterator[None]:
-    endpoints = [
-        EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
-        EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
-    ]
-    async with (
-        mesh.connect(party(Kind.VAULT)) as bus,
-        serve(bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=endpoints),
-    ):
+    async with mesh.connect(party(Kind.VAULT)) as bus, vault_serving(bus, vault):
         yield
 
 

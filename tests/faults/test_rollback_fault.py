@@ -40,13 +40,12 @@ from anyio.abc import TaskStatus
 
 from mesh_dev.standins import (
     ASSIGNMENT,
-    CONSUMERS_SUBJECT,
-    SECRET_SUBJECT,
     StandIns,
     Vault,
     dev_bound,
     dev_plans,
     stand_ins,
+    vault_serving,
 )
 from provisioner_client.errors import NodeHeld
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
@@ -58,7 +57,6 @@ from provisioner_client.watch.watching import WatchTiming, watch
 from registry.access import Grants, Kind, MeshParties, Party, issue_grants, seed_path
 from registry.contract import KINDS, buckets
 from registry.errors import BusError
-from registry.serving import EndpointSpec, serve
 from registry.wire import Bus, BusOptions, Holder, connect, get_direct, node_key, put, snapshot
 from tests.helpers import EXAMPLES, restartable_nats, serving, until
 
@@ -189,23 +187,15 @@ async def seat(parties: Parties, *, task_status: TaskStatus[None]) -> None:
 async def stand_ins_task(parties: Parties, bus: Bus, node: str, *, task_status: TaskStatus[StandIns]) -> None:
     """The stand-ins of `node` written on `bus`; the vault served there on one account, else on its own key."""
     grants = parties.grants
-    vault = nullcontext() if grants is None else vault_serving(parties, grants)
+    vault = nullcontext() if grants is None else vault_on_its_key(parties, grants)
     async with stand_ins(bus, node, with_vault=grants is None) as parts, vault:
         task_status.started(parts)
         await anyio.sleep_forever()
 
 
 @asynccontextmanager
-async def vault_serving(parties: Parties, grants: Grants) -> AsyncIterator[None]:
-    vault = Vault(parties=grants.party_map())
-    endpoints = [
-        EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
-        EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
-    ]
-    async with (
-        connect(parties.options(VAULT_PARTY)) as bus,
-        serve(bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=endpoints),
-    ):
+async def vault_on_its_key(parties: Parties, grants: Grants) -> AsyncIterator[None]:
+    async with connect(parties.options(VAULT_PARTY)) as bus, vault_serving(bus, Vault(parties=grants.party_map())):
         yield
 
 

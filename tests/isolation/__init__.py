@@ -13,7 +13,7 @@ import nats
 from nats.aio.client import Client
 
 from mesh_dev.local_nats import LocalNats, local_nats
-from mesh_dev.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, StandIns, Vault, stand_ins
+from mesh_dev.standins import StandIns, Vault, stand_ins, vault_serving
 from registry.access import (
     SERVER_AUTH,
     SYSTEM_USER,
@@ -34,7 +34,6 @@ from registry.access.accounts_conf import render_accounts
 from registry.access.grants import verb_subjects
 from registry.access.jwt_auth import write_jwt_auth
 from registry.contract import buckets, load_catalogue
-from registry.serving import EndpointSpec, serve
 from registry.wire import Bus, BusOptions, connect
 from tests.helpers import serving
 
@@ -190,15 +189,10 @@ class Domains:
 @asynccontextmanager
 async def domains_of(mesh: Mesh) -> AsyncIterator[Domains]:
     """The stand-ins written by the seat; the vault served on the vault's own key, scoping by who asks."""
-    vault = Vault(parties=mesh.grants.party_map())
-    endpoints = [
-        EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
-        EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
-    ]
     async with (
         mesh.connect(party(Kind.SEAT)) as seat,
         stand_ins(seat, NODE, with_vault=False) as parts,
         mesh.connect(party(Kind.VAULT)) as vault_bus,
-        serve(vault_bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=endpoints),
+        vault_serving(vault_bus, Vault(parties=mesh.grants.party_map())),
     ):
         yield Domains(seat, parts)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from mesh_dev.local_nats import local_nats
-from mesh_dev.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, Vault, stand_ins
+from mesh_dev.standins import CONSUMERS_SUBJECT, SECRET_SUBJECT, Vault, stand_ins, vault_serving
 from provisioner_client.reconcile import ClientPlan, reconcile
 from registry.access import (
     SERVER_AUTH,
@@ -84,11 +84,7 @@ async def contract_vault(mesh: Mesh) -> AsyncIterator[Vault]:
     async with mesh.connect(VAULT) as bus:
         vault = Vault(parties=mesh.grants.party_map(), needs=bus)
         vault.secrets["billing-key"] = BILLING_KEY
-        endpoints = [
-            EndpointSpec("secret", SECRET_SUBJECT, vault.answer_secret),
-            EndpointSpec("consumers", CONSUMERS_SUBJECT, vault.answer_consumers),
-        ]
-        async with serve(bus, name="mesh-vault", version="0.1.0", description="vault", endpoints=endpoints):
+        async with vault_serving(bus, vault):
             yield vault
 
 
