@@ -284,8 +284,11 @@ class RolloutGate:
             self.report.waiting.add(module)
             self.report.wake_within(self._renew_every)
             return Admission(go=False, reasons=(f"{WAITING} (budget {budget}): {verdict.describe()}",))
-        await self.claims.write(module, state="running", change=record.change, queued=record.queued, last=None)
-        self.state.put(module, record.model_copy(update={"stage": "running", "renewed_at": datetime.now(UTC)}))
+        revision = await self.claims.write(
+            module, state="running", change=record.change, queued=record.queued, last=None
+        )
+        running = {"stage": "running", "revision": revision, "renewed_at": datetime.now(UTC)}
+        self.state.put(module, record.model_copy(update=running))
         log.info("node %s: rollout of module %s %s", self.node, module, verdict.describe(), extra=event(module=module))
         return Admission(go=True, claimed=True)
 

@@ -19,8 +19,8 @@ from provisioner_client.rollout import RolloutGate, RolloutPlan
 from provisioner_client.rollout.claims import Claims
 from registry.contract import fleet
 from registry.errors import BusError
-from registry.wire import BucketConfig, Bus, BusOptions, KvItem, connect, create_bucket, get_direct
-from tests.helpers import RestartableNats, restartable_nats
+from registry.wire import BucketConfig, Bus, KvItem, create_bucket, get_direct
+from tests.helpers import RestartableNats, restartable_bus
 
 BOUND = 20.0
 DIGEST_1 = "hmac-sha256:" + "1" * 64
@@ -29,16 +29,9 @@ MANIFEST = Manifest.model_validate({"module": "web", "env": {"A": "1"}, "rollout
 
 @asynccontextmanager
 async def fleet_on(tmp_path: Path) -> AsyncIterator[tuple[RestartableNats, Bus]]:
-    async with restartable_nats(tmp_path / "nats") as server:
-        options = BusOptions(
-            servers=(server.url,),
-            name="test",
-            reconnect_wait=timedelta(seconds=0.1),
-            request_timeout=timedelta(seconds=0.5),
-        )
-        async with connect(options) as bus:
-            await create_bucket(bus, fleet.FLEET, BucketConfig(), live=True)
-            yield server, bus
+    async with restartable_bus(tmp_path, with_buckets=False) as on:
+        await create_bucket(on.bus, fleet.FLEET, BucketConfig(), live=True)
+        yield on.server, on.bus
 
 
 def gate_of(bus: Bus, node: str, folder: Path) -> RolloutGate:
@@ -67,13 +60,8 @@ async def test_a_claim_the_bus_lost_is_written_back_once_saying_so(
         assert first.go and first.claimed
         gate = gate_of(bus, "a", tmp_path)
         if lost == "older":
-            server.copy_store(copy)  # the first write kept, the renewal below lost
-            record = gate.state.modules["web"]
-            await gate.claims.write("web", state="running", change=record.change, queued=record.queued, last=None)
-            # the node's own record of that renewal, as `_renew` keeps it
-            stored = await claim_of(bus, "a")
-            assert stored is not None
-            gate.state.put("web", record.model_copy(update={"revision": stored.revision}))
+            server.copy_store(copy)  # the waiting claim kept, a renewal of it as running lost
+            await gate._renew("web", gate.state.modules["web"], "running", force=True)
         remembered = gate.state.modules["web"].revision
         await server.kill_and_roll_back(copy)
         before = await claim_of(bus, "a")
