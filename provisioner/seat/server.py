@@ -17,6 +17,8 @@
       ├── the rollout holds             pauses a module's rollout when a node running it fails its
       │                                 change (`provisioner.seat.rollouts`; the hub's alone)
       ├── the registry view             follows the registry bucket for `what=registry`
+      ├── the own pages                 a node's own listing kept between its writes; follows
+      │                                 the quota's purge records (`provisioner.verb.own_pages`)
       ├── the metrics endpoint          when `metrics_listen` is set (`provisioner.metrics`)
       └── the verb service              until `stop` is set, then shut down in order;
                                         once it serves, the start's heap is frozen (`gc.freeze`)
@@ -69,6 +71,7 @@ from provisioner.verb.budgets import AnswerRates
 from provisioner.verb.cursors import CursorSeal
 from provisioner.verb.handler import GRANTS_SETTING, Verb
 from provisioner.verb.nodes import FleetView
+from provisioner.verb.own_pages import OwnPages
 from provisioner.verb.paging import PageCache
 from provisioner.verb.registry_view import RegistryView
 from provisioner.verb.service import verb_service
@@ -126,12 +129,14 @@ async def run_server(
         registry = RegistryView()
         await tasks.start(partial(registry.follow, bus, check=settings.rollback_check))
         await tasks.start(partial(nodes.follow, bus, check=settings.rollback_check))
+        own = OwnPages()
+        await tasks.start(partial(own.follow, bus, check=settings.rollback_check))
         if settings.metrics_listen is not None:
             metrics = partial(serve_seat_metrics, settings.metrics_listen, connections, nodes, served, work=work)
             await tasks.start(metrics)
         async with verb_service(
             answering,
-            verb=Verb(bus, work.cache, registry, parties, nodes),
+            verb=Verb(bus, work.cache, registry, parties, nodes, own=own),
             max_concurrent=settings.max_concurrent_requests,
             max_waiting=settings.max_waiting_requests,
             concurrent_per_party=settings.max_concurrent_per_party,

@@ -4,6 +4,9 @@
         REGISTRY_VIEW   what=registry: the registry view's answer, when it fits one page
         KEPT_PAGE       a cursor of a what=nodes listing: its page, kept by this seat
     queued under the service's concurrency limit, in the asking party's turn
+        OWN_PAGE        what=needs or what=applied of one node: its page kept since the node's
+                        last write, after one get of the node's stamp (a node reads its own
+                        writes, `provisioner.verb.own_pages`); else read as NARROWED_READ, and kept
         NODES_VIEW      what=nodes: the fleet view, once it is filled, its rows made a few
                         hundred at a time (the whole fleet's in one step held every other request)
         STREAMED_PAGE   a cursor of a streamed listing: its next page, read from the stream by
@@ -37,15 +40,16 @@ from provisioner.errors import Unavailable
 from provisioner.verb.cursors import Continuation, party_of
 from provisioner.verb.listing import paginate_listing
 from provisioner.verb.nodes import FleetView, first_page, fleet_of
+from provisioner.verb.own_pages import OWN_LISTINGS, OwnListing, OwnPages, lowest_revision
 from provisioner.verb.pages import page_budget
 from provisioner.verb.paging import PageCache
 from provisioner.verb.registry_view import RegistryView
 from provisioner.verb.request import LISTABLE, Asked, Query
 from provisioner.verb.streamed import Seal, StreamedListing
 from registry.access import Party
-from registry.contract import SHARE_BYTES, encode_token, fleet
+from registry.contract import SHARE_BYTES, encode_token, fleet, under
 from registry.errors import BusError, KeyShapeError, NoResponders
-from registry.wire import Bus, KvItem, TooManyKeys, current_snapshot, get_last_many
+from registry.wire import Bus, KvItem, TooManyKeys, current_snapshot, get_last_many, last_stamp
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,7 @@ class Way(Enum):
     """How a request is answered (the module's docstring draws them)."""
 
     REGISTRY_VIEW = "registry view"
+    OWN_PAGE = "own page"
     NODES_VIEW = "nodes view"
     KEPT_PAGE = "kept page"
     STREAMED_PAGE = "streamed page"
@@ -111,17 +116,24 @@ class Answering:
     """Decides how each request is answered, and reads the buckets for those memory cannot answer."""
 
     def __init__(
-        self, bus: Bus, cache: PageCache, registry: RegistryView | None = None, nodes: FleetView | None = None
+        self,
+        bus: Bus,
+        cache: PageCache,
+        registry: RegistryView | None = None,
+        nodes: FleetView | None = None,
+        own: OwnPages | None = None,
     ) -> None:
         self.bus = bus
         self.cache = cache
         self.registry = registry
         self.nodes = nodes
+        self.own = own
         # The fleet is read whole one reading at a time (what=nodes before its view is filled).
         # Listings need not take turns: a streamed one reads a pull at a time, bounded.
         self.whole_listings = anyio.CapacityLimiter(1)
         self._readers: dict[Way, Callable[[Asked], Awaitable[bytes]]] = {
             Way.NODES_VIEW: self._nodes_view,
+            Way.OWN_PAGE: self._own_page,
             Way.FLEET_LISTED: self._fleet_listed,
             Way.NARROWED_READ: self._narrowed,
             Way.STREAMED: self._streamed,
@@ -147,6 +159,13 @@ class Answering:
     def _listing_way(self, query: Query) -> Way:
         if query.what == "nodes":
             return Way.NODES_VIEW if self.nodes is not None and self.nodes.ready else Way.FLEET_LISTED
+        if (
+            query.what in OWN_LISTINGS
+            and self.own is not None
+            and self.own.ready
+            and query.narrowing().keys() == {"node"}
+        ):
+            return Way.OWN_PAGE
         return Way.NARROWED_READ if query.narrowing() else Way.STREAMED
 
     def _by_cursor(self, asked: Asked, cursor: str) -> Answer:
@@ -183,14 +202,28 @@ class Answering:
         fleet = await fleet_of(self.bus, self.nodes, asked.query.node, self.whole_listings)
         return await first_page(fleet, asked, self.cache, self.budget)
 
-    async def _narrowed(self, asked: Asked) -> bytes:
+    async def _own_page(self, asked: Asked) -> bytes:
+        """One node's own listing: its page kept under the node's stamp, else read and kept."""
+        assert self.own is not None  # the way is chosen only with kept pages
+        own, what, node = self.own, asked.query.what, str(asked.query.narrowing()["node"])
+        try:
+            stamp = await last_stamp(self.bus, OWN_LISTINGS[what], under(node))
+        except BusError as err:  # no direct get (an old copy), say: read, and kept by no stamp
+            log.debug("%s of %s: no stamp (%s); read", what, node, err)
+            return await self._narrowed(asked)
+        listing = OwnListing(what, node, stamp, self.budget)
+        page = own.page(listing)
+        return page if page is not None else await self._narrowed(asked, keep=partial(own.keep, listing))
+
+    async def _narrowed(self, asked: Asked, keep: Callable[[int, bytes], None] | None = None) -> bytes:
         """The one page of a listing one batch read answers, sorted by key; streamed instead when
         one batch read does not answer it, or it takes more than a page (so that any seat
-        continues it)."""
+        continues it). A one-page answer is handed to `keep` with its entries' lowest revision."""
         query = asked.query
         items = await read_narrowed(self.bus, query, max_bytes=self.budget)
         if items is None:
             return await self._streamed(asked)
+        lowest = lowest_revision(items)
         forgotten = await self.forgotten_tokens(query.what)
         paginate = partial(
             paginate_listing,
@@ -206,6 +239,8 @@ class Answering:
         if len(pages) > 1:
             log.debug("%s %s takes %d pages: streamed", query.what, query.narrowing(), len(pages))
             return await self._streamed(asked)
+        if keep is not None:
+            keep(lowest, pages[0])
         return pages[0]
 
     async def _streamed(self, asked: Asked) -> bytes:

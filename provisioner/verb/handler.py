@@ -17,6 +17,7 @@ from provisioner.errors import Forbidden, RequestError
 from provisioner.settings import ServerSettings
 from provisioner.verb.answering import Answer, Answering
 from provisioner.verb.nodes import FleetView
+from provisioner.verb.own_pages import OwnPages
 from provisioner.verb.paging import PageCache
 from provisioner.verb.registry_view import RegistryView
 from provisioner.verb.request import Asked, parse_request, scoped
@@ -41,10 +42,12 @@ class Verb:
         registry: RegistryView | None = None,
         parties: PartyMap | None = None,
         nodes: FleetView | None = None,
+        *,
+        own: OwnPages | None = None,
     ) -> None:
         self.parties = parties
         self.registry = registry
-        self.answering = Answering(bus, cache, registry, nodes)
+        self.answering = Answering(bus, cache, registry, nodes, own)
 
     def answer(self, body: bytes, headers: Mapping[str, str]) -> Answer:
         """How the request is answered (`provisioner.verb.answering`), once validated and scoped."""

@@ -215,6 +215,37 @@ async def _leader_last_revision(bus: Bus, bucket: Bucket, subject_filter: str) -
     return int(answer["message"]["seq"])
 
 
+@dataclass(frozen=True, slots=True)
+class LastStamp:
+    """The last message under a subject filter: its stream sequence and the time the server stored
+    it, as the server wrote it (0 and "": none). The time tells two messages apart that a stream
+    rolled back and written again put at the same sequence."""
+
+    sequence: int
+    stored_at: str
+
+
+async def last_stamp(bus: Bus, bucket: Bucket, subject_filter: str) -> LastStamp:
+    """The `LastStamp` of `subject_filter`: by one direct get, or asked of the stream's leader
+    (a message get) when the stream is replicated, so that a replica behind never answers it."""
+    operation = f"last entry of {bucket.name} {subject_filter}"
+    if await replicated(bus, bucket):
+        try:
+            answer = await bus.jetstream(
+                bucket.message_get_api, {"last_by_subj": bucket.subject(subject_filter)}, operation=operation
+            )
+        except NotFound:
+            return LastStamp(0, "")
+        return LastStamp(int(answer["message"]["seq"]), str(answer["message"]["time"]))
+    msg = await bus.request(bucket.direct_get_subject(subject_filter), operation=operation)
+    status = msg.headers.get("Status")
+    if status == "404":
+        return LastStamp(0, "")
+    if status is not None:
+        raise _status_error(operation, status, msg.headers.get("Description", ""))
+    return LastStamp(int(msg.headers.get("Nats-Sequence", "0")), msg.headers.get("Nats-Time-Stamp", ""))
+
+
 async def get_latest(bus: Bus, bucket: Bucket, key: str) -> KvItem | None:
     """The latest entry of `key`, or None when the key was never written.
 
