@@ -18,6 +18,7 @@ from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner_client.reconcile import ClientPlan
 from registry.access import Kind
 from registry.wire import Bus, BusOptions, connect
+from registry.wire.nats_internals import send_ping_after_pending
 from tests import rerun_policy
 from tests.helpers import DEPLOY, EXAMPLES, in_own_task
 from tests.isolation import NODE, Domains, Mesh, domains_of, jwt_mesh_server, mesh_server, party
@@ -26,6 +27,14 @@ from tests.isolation import NODE, Domains, Mesh, domains_of, jwt_mesh_server, me
 # machine running the suite in parallel is a slow machine, not a failure; the per-test timeout
 # bounds a hang) and no "too slow" health check, for the same reason; a failure prints the blob
 # that replays it.
+# Every nats-py client of the tests flushes what it sent before, as the bus's own connections do
+# (`registry.wire.nats_internals.ping_after_pending`): nats-py 2.16 writes a flush's PING ahead of
+# the commands still pending, so a flush taken as a barrier after a publish or a subscribe could
+# return before the server had seen them (a request after `subscribe` and `flush` was answered
+# "no responders" 9 times in 200).
+NATS_PY_SEND_PING = Client._send_ping
+Client._send_ping = send_ping_after_pending  # type: ignore[method-assign]
+
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
 settings.load_profile("suite")
 

@@ -608,6 +608,7 @@ async def _connected(options: BusOptions, callbacks: _Callbacks) -> AsyncIterato
     nc = Client()
     nats_internals.use_faster_header_parser(nc)
     nats_internals.tolerate_cancelled_flushes(nc)
+    nats_internals.ping_after_pending(nc)
     raw_handlers = nats_internals.route_raw_messages(nc)
     try:
         await nc.connect(**_connect_options(options, callbacks))

@@ -1,6 +1,6 @@
 """Every use of nats-py's private API, each behind a named function, and the check of them at start.
 
-nats-py has no public call for five things the bus and the service do:
+nats-py has no public call for six things the bus and the service do:
 
 - hand a message straight from its parser to a handler (`Bus.subscribe_raw`, how a streamed
   listing reads hundreds of thousands of keys): `Client._process_msg`, which the parser looks up
@@ -11,6 +11,10 @@ nats-py has no public call for five things the bus and the service do:
 - survive a flush given up on: `Client._process_pong` sets the result of the oldest PING's future
   (`Client._pongs`) even when its flush was cancelled, and the `InvalidStateError` stops nats-py's
   read loop for good; `tolerate_cancelled_flushes` passes over a future already done;
+- flush what was sent before: `Client._send_ping` writes its PING straight to the socket, ahead of
+  the commands still waiting for nats-py's flusher task, so `flush()` could return before the
+  server had seen a SUB sent just before it (a seat "ready" whose first request was answered "no
+  responders", 1 run in 6 of a test alone); `ping_after_pending` queues the PING behind them;
 - drain a service's endpoints, so that a stop answers the requests already received
   (`Service._endpoints`, `Endpoint._subscription`): `drain_endpoints`, for `registry.serving`.
 
@@ -26,6 +30,7 @@ node client, which serves nothing, never loads it.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,7 +39,7 @@ from functools import partial
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
-from nats.aio.client import Client
+from nats.aio.client import PING_PROTO, Client
 from nats.aio.subscription import Subscription
 from nats.protocol.parser import Parser
 
@@ -68,6 +73,7 @@ _HEADERS = "the bus's faster header parser: direct gets and listings would parse
 _SOCKET = "closing a connect given up part-way: its socket would stay open"
 _DRAIN = "the service's ordered stop: requests already received would be dropped, not answered"
 _PONG = "a flush given up on: its late PONG would stop the connection reading, for good"
+_PING = "a flush: it could return before the server saw a subscription made just before it"
 
 
 _PROCESS_MSG = ("self", "sid", "subject", "reply", "data", "headers")
@@ -103,6 +109,20 @@ def _client_internals() -> list[Internal]:
             "Client._process_pong(), setting the result of a future of _pongs",
             _PONG,
             partial(_takes_and_names, Client, "_process_pong", ("self",), "_pongs"),
+        ),
+        Internal(
+            "Client._send_ping(future), appending to _pongs",
+            _PING,
+            partial(_takes_and_names, Client, "_send_ping", ("self", "future"), "_pongs"),
+        ),
+        Internal("Client.flush calling _send_ping", _PING, partial(_calls, Client, "flush", "_send_ping")),
+        Internal(
+            "Client._send_command(cmd, priority) and _flush_pending(force_flush)",
+            _PING,
+            lambda: (
+                _takes(Client, "_send_command", ("self", "cmd", "priority"))
+                and _takes(Client, "_flush_pending", ("self", "force_flush"))
+            ),
         ),
     ]
 
@@ -210,6 +230,20 @@ def tolerate_cancelled_flushes(nc: Client) -> None:
             nc._pings_outstanding = 0
 
     nc._process_pong = process_pong  # type: ignore[method-assign]
+
+
+def ping_after_pending(nc: Client) -> None:
+    """Has `nc` queue each PING behind the commands waiting for its flusher, so that the PONG a
+    flush waits for answers everything sent before it (nats-py writes the PING ahead of them)."""
+    nc._send_ping = partial(send_ping_after_pending, nc)  # type: ignore[method-assign]
+
+
+async def send_ping_after_pending(self: Client, future: asyncio.Future[bool] | None = None) -> None:
+    """`Client._send_ping` with the PING queued behind what is pending (`ping_after_pending`); a
+    method's shape, so that it can stand for nats-py's on the class itself."""
+    self._pongs.append(future if future is not None else asyncio.get_running_loop().create_future())
+    await self._send_command(PING_PROTO)
+    await self._flush_pending()
 
 
 def close_socket(nc: Client) -> None:
