@@ -28,7 +28,9 @@ from registry.command_line import (
     exit_code_of,
     exit_codes_help,
     exit_if_version,
+    pause_collector_for_start_up,
     quiet_on_closed_pipe,
+    start_up_done,
 )
 
 if TYPE_CHECKING:
@@ -87,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
+    pause_collector_for_start_up(argv)
     exit_if_version("mesh-provisioner-dev", sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     import anyio  # noqa: PLC0415 (after parsing: --help and --version load none of the loop)
@@ -102,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(ServerSettings, given_flags(args, ServerSettings), args.config, os.environ)
         load_catalogue(settings.domains_file)  # a broken domains file is said before anything starts
         configure_logging(log_format=settings.log_format, level=settings.log_level)
+        start_up_done()
         participants = () if args.no_demo else (_demo(args.state_dir / "demo", postgres=not args.no_postgres),)
         contexts = NatsContexts.of(os.environ)
         if contexts is None:

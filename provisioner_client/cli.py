@@ -68,7 +68,9 @@ from registry.command_line import (
     Parser,
     exit_code_of,
     exit_codes_help,
+    pause_collector_for_start_up,
     quiet_on_closed_pipe,
+    start_up_done,
 )
 
 if TYPE_CHECKING:
@@ -184,6 +186,7 @@ def _chosen(words: Sequence[str]) -> str:
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
+    pause_collector_for_start_up(argv)
     words = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(only=_chosen(words)).parse_args(words)
     from registry.errors import RegistryError  # noqa: PLC0415 (after parsing: --help loads nothing)
@@ -212,6 +215,7 @@ def _main(args: argparse.Namespace) -> int:
     bus = load_settings(BusSettings, given_flags(args, BusSettings), config, os.environ)
     node = node_of(settings, config)
     configure_logging(log_format=settings.log_format, level=_log_level(args.command, settings))
+    start_up_done()
     options = bus.options(name=f"{PROG} {node}")
     try:
         command = partial(_command, args, settings, options, _Given(node, config), action_env=inherited(os.environ))

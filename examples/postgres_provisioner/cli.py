@@ -33,7 +33,9 @@ from registry.command_line import (
     Parser,
     exit_codes_help,
     exit_if_version,
+    pause_collector_for_start_up,
     quiet_on_closed_pipe,
+    start_up_done,
 )
 
 if TYPE_CHECKING:  # psycopg's: imported once `main` knows the extra is installed
@@ -72,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
+    pause_collector_for_start_up(argv)
     exit_if_version(PROG, sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     from examples.postgres_provisioner.settings import PostgresProvisionerSettings  # noqa: PLC0415
@@ -86,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: {err}", file=sys.stderr)
         return EXIT_USAGE
     configure_logging(log_format=settings.log_format, level=settings.log_level)
+    start_up_done()
     missing = missing_extra("postgres", "psycopg")
     if missing is not None:
         return _fail(EXIT_USAGE, f"{PROG} cannot run: {missing}")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -50,7 +50,9 @@ from registry.command_line import (
     Parser,
     exit_code_of,
     exit_codes_help,
+    pause_collector_for_start_up,
     quiet_on_closed_pipe,
+    start_up_done,
 )
 
 if TYPE_CHECKING:
@@ -303,6 +305,7 @@ def _chosen(argv: Sequence[str]) -> str | None:
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
+    pause_collector_for_start_up(argv)
     words = sys.argv[1:] if argv is None else list(argv)
     return _run(build_parser(only=_chosen(words) or "").parse_args(words))
 
@@ -349,18 +352,23 @@ async def _run_server(bus_options: BusOptions, settings: ServerSettings, stop: a
 
 
 def _query(args: argparse.Namespace) -> int:
-    from functools import partial  # noqa: PLC0415
-
     import anyio  # noqa: PLC0415
 
     from provisioner.settings import QueryArguments  # noqa: PLC0415
     from registry.contract import buckets  # noqa: PLC0415
     from registry.edge import given_flags, load_settings  # noqa: PLC0415
+    from registry.wire import answer_patiently, connect_within  # noqa: PLC0415
 
     query = load_settings(QueryArguments, given_flags(args, QueryArguments), None, os.environ)
     options = _bus_options(args, f"{buckets.SEAT}-query")
     _configure_logging(_log_settings(args))
-    answer = anyio.run(partial(_ask, options, query.request(), wait=query.wait.total_seconds()))
+    wait = query.wait
+
+    async def ask() -> MergedAnswer:
+        async with connect_within(options, wait) as bus:
+            return await answer_patiently(bus, query.request(), within=wait)
+
+    answer = anyio.run(ask)
     # The tables (rich) are loaded once the answer is in: never by `serve`, nor before the request.
     from provisioner.commands import tables  # noqa: PLC0415
 
@@ -373,15 +381,6 @@ def _query(args: argparse.Namespace) -> int:
     if query.what == "nodes" and tables.unhealthy(answer):
         return EXIT_UNHEALTHY
     return EXIT_MALFORMED if answer.malformed else EXIT_OK
-
-
-async def _ask(options: BusOptions, request: Mapping[str, object], *, wait: float) -> MergedAnswer:
-    from datetime import timedelta  # noqa: PLC0415
-
-    from registry.wire import answer_patiently, connect_within  # noqa: PLC0415
-
-    async with connect_within(options, timedelta(seconds=wait)) as bus:
-        return await answer_patiently(bus, request, within=timedelta(seconds=wait))
 
 
 def _top(args: argparse.Namespace) -> int:
@@ -549,9 +548,11 @@ def _log_settings(args: argparse.Namespace) -> LogSettings:
 
 
 def _configure_logging(settings: LogSettings) -> None:
+    """Logging set up: the last step of a command's start-up."""
     from registry.runtime import configure_logging  # noqa: PLC0415
 
     configure_logging(log_format=settings.log_format, level=settings.log_level)
+    start_up_done()
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -5,6 +5,7 @@ load neither the seat nor nats-py, a query not the seat)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from registry.command_line import (
     Parser,
     duration_text,
     parse_duration,
+    pause_collector_for_start_up,
+    start_up_done,
     timestamp,
     timestamp_of,
 )
@@ -129,3 +132,43 @@ def test_help_and_version_load_neither_the_seat_nor_nats(module: str, argv: list
 def test_a_query_s_start_loads_no_seat() -> None:
     run = "from provisioner.commands import cli\ncli.build_parser(only='query').parse_args(['query'])"
     assert not _loaded(run) & {"provisioner.seat", "provisioner.verb", "provisioner.metrics"}
+
+
+def test_the_collector_is_paused_for_a_programs_start_up_only_and_its_heap_frozen_after() -> None:
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    try:
+        pause_collector_for_start_up(["query"])  # a caller's own arguments (a test): left as it is
+        assert gc.isenabled()
+        start_up_done()
+        assert gc.get_freeze_count() == frozen
+        pause_collector_for_start_up(None)  # the program's own process
+        assert not gc.isenabled()
+        start_up_done()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > frozen
+        start_up_done()  # once only
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
+def test_a_one_shot_query_collects_nothing_before_its_logging_is_set_up() -> None:
+    script = (
+        "import gc, sys\n"
+        "from registry import runtime\n"
+        "from provisioner.commands import cli\n"
+        "configure = runtime.configure_logging\n"
+        "counts = []\n"
+        "gc.callbacks.append(lambda phase, info: counts.append(phase))\n"
+        "def configured(**kwargs):\n"
+        "    configure(**kwargs)\n"
+        "    print(counts.count('start'), gc.isenabled(), flush=True)\n"
+        "    sys.exit(0)\n"
+        "runtime.configure_logging = configured\n"
+        "sys.argv = ['mesh-provisioner', 'query', '--nats-url', 'nats://127.0.0.1:1']\n"
+        "cli.main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.split() == ["0", "False"]  # configured, the start-up made no collection
