@@ -13,6 +13,7 @@ config value changed; the change actions record their own start and end in one f
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -117,6 +118,19 @@ class Fleet:
         let through changes in one)."""
         counts = {node: len(self.reports[node].all) for node in nodes}
         await self.until(lambda: all(len(self.reports[n].all) > counts[n] + 1 for n in nodes), what)
+
+    async def each_reconciled_after_a_touch(self, nodes: Sequence[str], what: str) -> None:
+        """`each_reconciled_again` for nodes nothing wakes: until each has, its manifest is touched,
+        unchanged (the watch polls the manifests), which asks it for another reconcile."""
+        counts = {node: len(self.reports[node].all) for node in nodes}
+
+        def reconciled() -> bool:
+            waiting = [n for n in nodes if len(self.reports[n].all) <= counts[n] + 1]
+            for node in waiting:
+                os.utime(self.plans[node].manifests / "web.json")
+            return not waiting
+
+        await self.until(reconciled, what)
 
 
 def plans_of(
@@ -392,7 +406,7 @@ async def test_an_abort_rolls_back_where_the_module_allows_and_a_resume_lets_the
             revision = await put(seat, fleet.FLEET, fleet.hold_key("web"), to_json(hold))
             await nodes.until(lambda: all(nodes.level(n) == "info" for n in rolling), "rolled back")
             await nodes.until(lambda: all(nodes.said(n, "rollout: aborted") for n in rolling), "said aborted")
-            await anyio.sleep(2)  # time for a node to go back that should not
+            await nodes.each_reconciled_after_a_touch(everyone, "each node reconciled after the abort")
             kept = {n: nodes.level(n) for n in keeping}
             info_runs = sorted(starts_of(log, "info"))
             await delete(seat, fleet.FLEET, fleet.hold_key("web"), last=revision)

@@ -35,6 +35,7 @@ import pytest
 
 from mesh_dev.standins import CONFIG, stand_ins
 from provisioner.commands.removal import remove_node
+from provisioner_client.materializing.envfile import EnvFolder
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.resolving import waiting
 from provisioner_client.status import NodeStatus, read_status
@@ -186,9 +187,38 @@ async def test_a_cut_link_keeps_the_env_files_says_what_is_stale_and_converges_o
         assert after[buckets.NEEDS.name] == before[buckets.NEEDS.name] + 1  # local's need of log-level
         assert after[buckets.COLLECT.name] == before[buckets.COLLECT.name]
 
-        await anyio.sleep(2 * LEASE_TTL.total_seconds() / 3 + 0.5)  # reconciles and renewals go on
+        await renewals_and_a_reconcile_went_on(site)
         assert await last_sequences(site.seat) == after, "something was written twice"
         assert runs_of(site.runs / "app") == 2 and runs_of(site.runs / "local") == 1
+
+
+async def renewals_and_a_reconcile_went_on(site: Site) -> None:
+    """The barrier before "nothing was written twice" is judged: two renewals of the node's lease
+    stored at the hub, then a reconcile begun after them finished."""
+    seen = {await _lease_revision(site)}
+
+    async def renewed_twice() -> bool | None:
+        seen.add(await _lease_revision(site))
+        return True if len(seen) > 2 else None
+
+    await eventually(renewed_twice, "two renewals of the lease stored at the hub")
+    reconciled = len(site.reports)
+    await eventually(lambda: _reconciled_since(site, reconciled), "a reconcile begun after them", every=0.2)
+
+
+async def _lease_revision(site: Site) -> int:
+    lease = await get_direct(site.seat, buckets.LEASES, node_key(NODE))
+    assert lease is not None, "the node's lease is not at the hub"
+    return lease.revision
+
+
+async def _reconciled_since(site: Site, reports: int) -> bool | None:
+    """Whether a reconcile begun after the first `reports` finished (the one under way then ends
+    first); until one has, another is asked for by touching the app's manifest, unchanged."""
+    if len(site.reports) > reports + 1:
+        return True
+    os.utime(site.plan.manifests / "app.json")
+    return None
 
 
 async def _file(path: Path) -> dict[str, str] | None:
@@ -250,7 +280,7 @@ async def test_a_stalled_link_times_the_writes_out_and_what_was_stored_late_is_n
         assert after[buckets.APPLIED.name] == before[buckets.APPLIED.name] + 1
         assert after[buckets.NEEDS.name] == before[buckets.NEEDS.name] + 1
         assert after[buckets.COLLECT.name] == before[buckets.COLLECT.name]
-        await anyio.sleep(2 * LEASE_TTL.total_seconds() / 3 + 0.5)
+        await renewals_and_a_reconcile_went_on(site)
         assert await last_sequences(site.seat) == after, "something was written twice"
         assert runs_of(site.runs / "local") == 1
 
@@ -303,12 +333,19 @@ async def test_live_updates_a_mirror_republishes_again_change_nothing(
         with logged(f"{buckets.REGISTRY.name} config", WATCHING) as woken_by_config:
             for item in entries:  # the same message again, on the subject the mirror republishes it to
                 await site.site_data.publish(buckets.REGISTRY.live_subject(item.key), item.value)
+            await site.site_data.flush()  # each on its way to the node before the honest change below
             await woken_by_config.wait(within=20)
         await eventually(lambda: _some(site.reports[reports:]), "a reconcile woken by the duplicates")
-        await anyio.sleep(1.0)
-        assert await last_sequences(site.seat) == before, "a duplicate made a write"
-        assert runs_of(site.runs / "app") == runs, "a duplicate ran a change action"
-        woken = site.reports[reports:]
+        # the barrier: an honest change, reaching the node after the duplicates; once its action
+        # ran, every reconcile they woke is done
+        await put(site.seat, CONFIG, "greeting", json.dumps("changed after the duplicates").encode())
+        honest = await eventually(
+            lambda: _action_ran_for(site, "changed after the duplicates"), "the honest change's action"
+        )
+        one_write = before | {buckets.APPLIED.name: before[buckets.APPLIED.name] + 1}  # the honest change's
+        assert await last_sequences(site.seat) == one_write, "a duplicate made a write"
+        assert runs_of(site.runs / "app") == runs + 1, "a duplicate ran a change action"
+        woken = [report for report in site.reports[reports:] if report is not honest]
         print(f"FIGURE {len(entries)} registry entries republished again woke {len(woken)} reconciles")
         assert all(_idle(report) for report in woken)
 
@@ -353,9 +390,24 @@ async def test_after_a_hub_restart_the_client_converges_again(tmp_path: Path) ->
         print(f"FIGURE nothing waits for the hub {time.monotonic() - restarted:.1f} s after the hub's restart")
         # the env file is written before its change action runs: the action's run is waited for
         await eventually(lambda: _ran(site, "app", runs + 1), "the change action run for the change")
-        await anyio.sleep(1.0)
-        assert runs_of(site.runs / "app") == runs + 1, "the change action ran more than once for one change"
+        # the barrier: a later change's action run; a node applies changes in order
+        await put(site.seat, CONFIG, "greeting", json.dumps("changed once more").encode())
+        await eventually(lambda: _action_ran_for(site, "changed once more"), "the later change's action")
+        assert runs_of(site.runs / "app") == runs + 2, "the change action ran more than once for one change"
         print(f"FIGURE registry entries republished again after the hub's restart: {len(heard)}")
+
+
+async def _action_ran_for(site: Site, greeting: str) -> Report | None:
+    """The report of the reconcile that ran the app's change action for its env file holding `greeting`."""
+    if sh_env(site.plan.materialize / "app.env")["GREETING"] != greeting:
+        return None
+    digest = EnvFolder(site.plan.materialize).digest_on_disk("app")
+    for report in site.reports:
+        done = report.modules.get("app")
+        action = done.action if done is not None and "app" in report.actions_run else None
+        if action is not None and action.digest == digest:
+            return report
+    return None
 
 
 async def _ran(site: Site, module: str, times: int) -> bool | None:

@@ -24,7 +24,6 @@ reaches the vault as the site's account, never n2's.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -37,7 +36,6 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeout
 
 from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import Vault
@@ -56,7 +54,7 @@ from tests.attacks import (
     nothing_comes_back,
     outside_own_keys,
 )
-from tests.helpers import eventually, in_own_task, stream_barrier
+from tests.helpers import eventually, in_own_task, stream_barrier, wait_for
 from tests.isolation import party
 from tests.sites.seat_at_site import requests_answered
 from tests.sites.site_mesh import SITE, SiteMesh, site_mesh
@@ -310,23 +308,36 @@ async def test_a_rogue_leaf_asking_the_verb_is_never_answered_at_the_hub(
 async def test_a_rogue_leaf_hears_no_answer_to_a_node_at_the_hub(mesh: SiteMesh, rogue_server: Rogue) -> None:
     """A user of the rogue server's linked account subscribes `_R_.>`; node n2, at the hub, gets its
     own postgres_bound key: the rogue must not hear the answer (the link's account at the hub is
-    the site's own: the hub's answers to others are published in the data account)."""
-    listener = await rogue_server.listener()
+    the site's own: the hub's answers to others are published in the data account). Judged once
+    the listener heard the hub's answer to a write of the link's own, asked after n2's gets: the
+    hub sends the link what it sends in order."""
+    listener, client = await rogue_server.listener(), await rogue_server.client()
+    heard: list[bytes] = []
+
+    async def hear(msg: Msg) -> None:
+        heard.append(msg.data)
+
     try:
-        heard = await listener.subscribe("_R_.>")
+        await listener.subscribe("_R_.>", cb=hear)
         await listener.flush()
+        await answer_heard_through(client, heard)  # the subscription's interest is at the hub
         async with mesh.connect(party(Kind.NODE, "n2")) as n2:
-            for _ in range(ASKED):  # the subscription's interest reaches the hub on its own time
+            for _ in range(ASKED):
                 got = await get_direct(n2, BOUND, "n2.db.postgres")
                 assert got is not None and got.value == N2_BOUND
-                await anyio.sleep(0.1)
-        overheard = []
-        with contextlib.suppress(NatsTimeout):
-            while True:
-                overheard.append((await heard.next_msg(timeout=0.5)).data)
+        await answer_heard_through(client, heard)
     finally:
+        await client.close()
         await listener.close()
-    assert N2_BOUND not in overheard
+    assert N2_BOUND not in heard
+
+
+async def answer_heard_through(client: Client, heard: list[bytes]) -> None:
+    """Returns once the hub's answer to a write of n1's need through the link, which the link may
+    carry, was heard among `heard`: the barrier behind what the hub sent the link before."""
+    own = f"{HUB_API}{NEEDS.subject('n1.web.config.x')}"
+    answer = await client.request(own, b'{"through":"the link"}', timeout=5)
+    await wait_for(lambda: answer.data in heard, "the listener heard the answer to the link's own write")
 
 
 async def _asked_as(client: Client) -> str | None:
