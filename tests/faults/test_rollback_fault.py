@@ -2,7 +2,8 @@
 one nats-server (on one account; and, in two variants, each party on the account `grants` writes
 for it, the seat scoping by the grants and the vault on its own key); the mesh converged; the
 server's JetStream store copied; more changes made (a config value, each node's manifest adding a
-collection item) and converged; then the server killed and its store replaced by the copy, so that
+collection item and reading one more config value, so registering one more need; a registry kind
+written again as it stands) and converged; then the server killed and its store replaced by the copy, so that
 every write it acknowledged since is lost, and everything else left running (or, in one variant,
 the clients restarted; in another, the config value put once more after the rollback so that its
 stream returns to the sequence the clients remember, with other content; in a fourth, both, the
@@ -12,9 +13,12 @@ Judged by the data, within `BOUND` seconds of the server being back: each env fi
 recovered bus and the manifests imply, every change action ran once for each change of its file's
 content (the action appends the file's digest: no digest twice in a row, the last one the file's),
 each node's lease is held again, a second client for node n0 is refused throughout (in the
-restart variant: from its clients' return on), each node's applied record and collection items are
-back in the bus, and the registry is compiled. Judged elsewhere: rollout claims
-(`tests/faults/test_claims_rollback.py`) and the seat's registry view (`tests/provisioner/test_rollback.py`).
+restart variant: from its clients' return on), each node's applied record, collection items and
+need of the added value are back in the bus, and the registry is compiled. Meanwhile, from the
+server's return to the recovery, the seat's answers (`what=registry` and `what=needs`, asked over
+and over) list no entry, by key, revision and value, that the buckets do not hold in the read that
+follows the answer or a later one: the registry kind and the needs written after the copy were held
+by the lost tail alone. Judged elsewhere: rollout claims (`tests/faults/test_claims_rollback.py`).
 Last, one node whose client is never told of the reconnect: its periodic rollback check alone finds
 its collection item lost and has it written back.
 """
@@ -55,9 +59,20 @@ from provisioner_client.watch import watching
 from provisioner_client.watch.holding import holding
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.access import Grants, Kind, MeshParties, Party, issue_grants, seed_path
-from registry.contract import KINDS, buckets
+from registry.contract import KINDS, NeedsRow, RegistryRow, buckets
 from registry.errors import BusError
-from registry.wire import Bus, BusOptions, Holder, connect, get_direct, node_key, put, snapshot
+from registry.wire import (
+    Bus,
+    BusOptions,
+    Holder,
+    answer_of,
+    connect,
+    current_snapshot,
+    get_direct,
+    node_key,
+    put,
+    snapshot,
+)
 from tests.helpers import EXAMPLES, restartable_nats, serving, until
 
 NODES = [f"n{index}" for index in range(6)]
@@ -67,6 +82,8 @@ BOUND = 30.0
 """Seconds from the server back to every part recovered: the leases' renewal (a third of 3 s), the
 seat's rollback check (0.5 s), a compile and the clients' reconciles after it, on a loaded machine."""
 BEFORE, AFTER, OTHER = "info", "after-copy", "re-put-after-rollback"
+NOTE = "plugin-note"  # a config key the manifests read only from their change after the copy on
+REWRITTEN = "secret"  # the registry kind written again, unchanged, after the copy
 
 
 ONE_ACCOUNT, ACCOUNTS = "one account", "static accounts"
@@ -123,11 +140,14 @@ def plan_of(root: Path, node: str) -> ClientPlan:
     return ClientPlan(node, manifests, env, timedelta(seconds=2), lease_ttl=LEASE_TTL)
 
 
-def add_plugin(plan: ClientPlan) -> None:
-    """The node's manifest contributes one more item to the `app-plugins` collection."""
+def add_plugin(plan: ClientPlan, *, noted: bool = False) -> None:
+    """The node's manifest contributes one more item to the `app-plugins` collection; `noted`, it
+    also reads the config value `NOTE`: one more need the node registers."""
     path = plan.manifests / "app.json"
     app = json.loads(path.read_text())
     app["contributes"]["app-plugins"].append(f"plugin-{plan.node}")
+    if noted:
+        app["env"]["PLUGIN_NOTE"] = f"${{config:{NOTE}}}"
     path.write_text(json.dumps(app))
 
 
@@ -223,13 +243,16 @@ def states(plans: list[ClientPlan]) -> str:
 
 
 async def bus_recovered(bus: Bus, plans: list[ClientPlan]) -> bool:
-    """Each node's lease its own client's, its applied record and its collection item in the bus,
-    and the registry compiled."""
+    """Each node's lease its own client's, its applied record, its collection item and its need of
+    `NOTE` in the bus, and the registry compiled."""
     if {item.key for item in await snapshot(bus, buckets.REGISTRY)} != set(KINDS):
         return False
     collected = b"".join(item.value for item in await snapshot(bus, buckets.COLLECT))
     applied = {item.key for item in await snapshot(bus, buckets.APPLIED)}
+    needs = {item.key for item in await snapshot(bus, buckets.NEEDS, [f"*.*.config.{NOTE}"])}
     for plan in plans:
+        if not any(key.startswith(f"{plan.node}.") for key in needs):
+            return False
         lease = await get_direct(bus, buckets.LEASES, node_key(plan.node))
         if lease is None or lease.deleted or Holder.model_validate_json(lease.value).pid <= 0:
             return False
@@ -283,9 +306,9 @@ class Clients:
                 await anyio.sleep_forever()
 
 
-async def run_fault(root: Path, variant: str, mode: str) -> float:
+async def run_fault(root: Path, variant: str, mode: str) -> tuple[float, SeatAnswers]:
     """The fault under `variant`, the parties as `mode` says; the seconds from the server back to
-    everything recovered."""
+    everything recovered, and the seat's answers meanwhile."""
     plans = [plan_of(root, node) for node in NODES]
     config, grants = accounts_config(root, mode)
     async with restartable_nats(root / "nats", config) as server:
@@ -301,15 +324,20 @@ async def run_fault(root: Path, variant: str, mode: str) -> float:
             await until_true(lambda: converged(plans, BEFORE, plugins=False), "the mesh converged", plans)
             await until_true(lambda: recorded(writer, plans), "every lease and applied record stored", plans)
             tg.start_soon(second.keep_trying)
+            await put(writer, parts.config, NOTE, json.dumps("noted").encode())
             server.copy_store(root / "copy")
 
             await put(writer, parts.config, "log-level", json.dumps(AFTER).encode())
             for plan in plans:
-                add_plugin(plan)
+                add_plugin(plan, noted=True)
+            lost = await rewritten_kind(writer)
             await until_true(lambda: converged(plans, AFTER, plugins=True), "the changes converged", plans)
+            await until_true(lambda: seat_lists_the_tail(writer, lost), "the seat listing what will be lost", plans)
 
             await server.kill_and_roll_back(root / "copy")
             back = time.perf_counter()
+            answers = SeatAnswers(writer)
+            tg.start_soon(answers.keep_asking)
             reput, restart = "re-put" in variant, variant.startswith("clients restarted")
             expected = OTHER if reput else BEFORE
             if restart:  # stopping releases their leases: the second client waits
@@ -329,11 +357,124 @@ async def run_fault(root: Path, variant: str, mode: str) -> float:
             recovered = time.perf_counter() - back
             refused = second.refused
             await until_true(lambda: second.refused > refused, "a second client refused after the recovery", plans)
+            answers.scope.cancel()
+            await until_true(answers.read_after, "the buckets read after the recovery", plans)
             for plan in plans:
                 assert actions_once_per_change(plan), (plan.node, (plan.materialize.parent / "actions").read_text())
             tg.cancel_scope.cancel()
-    print(f"\n{variant}, {mode}: everything recovered {recovered:.1f} s after the server was back")
-    return recovered
+    print(
+        f"\n{variant}, {mode}: everything recovered {recovered:.1f} s after the server was back; "
+        f"the seat answered {answers.asked} times meanwhile"
+    )
+    return recovered, answers
+
+
+async def rewritten_kind(bus: Bus) -> Listed:
+    """A registry kind written again as it stands (as a compile after a hand edit would): a
+    registry entry only the lost tail holds."""
+    kept = await get_direct(bus, buckets.REGISTRY, REWRITTEN)
+    assert kept is not None
+    await put(bus, buckets.REGISTRY, REWRITTEN, kept.value)
+    again = await get_direct(bus, buckets.REGISTRY, REWRITTEN)
+    assert again is not None and again.revision > kept.revision
+    return Listed("registry", REWRITTEN, again.revision, canonical(json.loads(again.value)))
+
+
+async def seat_lists_the_tail(bus: Bus, rewritten: Listed) -> bool:
+    """The seat lists the registry kind written after the copy and each node's need of `NOTE`."""
+    listed = await listed_by_seat(bus)
+    needs = {entry.key for entry in listed if entry.what == "needs" and entry.key.endswith(f".config.{NOTE}")}
+    return rewritten in listed and len(needs) == len(NODES)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """An entry of the seat's answer, or of a bucket: which listing, its key, revision and value."""
+
+    what: str
+    key: str
+    revision: int | None
+    value: str
+
+
+def canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+async def listed_by_seat(bus: Bus) -> frozenset[Listed]:
+    """Every entry of the seat's `what=registry` and `what=needs` answers."""
+    listed: set[Listed] = set()
+    for what in LISTED:
+        for entry in (await answer_of(bus, {"what": what})).entries:
+            assert isinstance(entry, RegistryRow | NeedsRow)
+            listed.add(Listed(what, entry.key, entry.revision, canonical(entry.value)))
+    return frozenset(listed)
+
+
+async def held_by_buckets(bus: Bus) -> frozenset[Listed]:
+    """Every entry the registry and needs buckets hold."""
+    held: set[Listed] = set()
+    for what, bucket in LISTED.items():
+        held.update(
+            Listed(what, item.key, item.revision, canonical(json.loads(item.value)))
+            for item in await current_snapshot(bus, bucket)
+        )
+    return frozenset(held)
+
+
+LISTED = {"registry": buckets.REGISTRY, "needs": buckets.NEEDS}
+
+
+class ListedLost(AssertionError):
+    """The seat listed an entry the bucket no longer held."""
+
+
+class SeatAnswers:
+    """The seat's answers, asked over and over from the server's return until the recovery, each
+    followed by a read of the buckets: an entry listed must stand in the read that follows its
+    answer or in a later one (the registry and the needs are each written at most once after the
+    fault, so no entry held moves on between an answer and the read that follows it)."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.answers: list[frozenset[Listed]] = []
+        self.reads: list[frozenset[Listed]] = []  # reads[i]: the read that followed answers[i]; one more last
+        self.scope = anyio.CancelScope()
+
+    @property
+    def asked(self) -> int:
+        return len(self.answers)
+
+    async def keep_asking(self) -> None:
+        with self.scope:
+            while True:
+                try:
+                    answer = await listed_by_seat(self.bus)
+                    read = await held_by_buckets(self.bus)
+                except BusError:  # the server or the seat not back yet: no answer to judge
+                    pass
+                else:
+                    self.answers.append(answer)
+                    self.reads.append(read)
+                await anyio.sleep(0.01)
+
+    async def read_after(self) -> bool:
+        """One more read of the buckets, after the last answer."""
+        self.reads.append(await held_by_buckets(self.bus))
+        return True
+
+    def judge(self) -> None:
+        if lost := self.not_held():
+            raise ListedLost(f"the seat listed, of its {self.asked} answers, what no read since holds: {lost}")
+
+    def not_held(self) -> list[tuple[int, Listed]]:
+        """Each entry listed (with its answer's index) that no read from its answer's on holds."""
+        since: set[Listed] = set(self.reads[-1])
+        found = []
+        for index in reversed(range(len(self.answers))):
+            since |= self.reads[index]
+            found += [(index, entry) for entry in self.answers[index] - since]
+        return sorted(found, key=lambda found: (found[0], found[1].key))
 
 
 async def recorded(bus: Bus, plans: list[ClientPlan]) -> bool:
@@ -349,6 +490,13 @@ async def put_config(bus: Bus, parts: StandIns, value: str) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
+@pytest.mark.xfail(
+    raises=ListedLost,
+    strict=False,
+    reason="the seat's first answers after its reconnect list the registry kind at the revision only the lost "
+    "tail held: its registry view is reset only once its watch, resumed on the reconnect, has found the stream "
+    "shorter, and the verb answers from the view meanwhile",
+)
 @pytest.mark.parametrize(
     ("variant", "mode"),
     [
@@ -362,7 +510,10 @@ async def put_config(bus: Bus, parts: StandIns, value: str) -> bool:
     ],
 )
 async def test_a_mesh_recovers_what_a_rolled_back_store_lost(tmp_path: Path, variant: str, mode: str) -> None:
-    assert await run_fault(tmp_path, variant, mode) < BOUND
+    recovered, answers = await run_fault(tmp_path, variant, mode)
+    assert recovered < BOUND
+    assert answers.asked > 0, "the seat answered nothing while the mesh recovered"
+    answers.judge()
 
 
 async def quiet_seat(url: str, *, task_status: TaskStatus[None]) -> None:
