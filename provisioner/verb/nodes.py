@@ -71,7 +71,7 @@ from registry.contract import (
 )
 from registry.contract import fleet as fleet_bucket
 from registry.errors import BusError, ConnectionClosed, KeyShapeError, NotFound, sole_exception
-from registry.wire import SKEW, Bus, Holder, KvItem, current_snapshot, get_last_many, scoped_watch
+from registry.wire import SKEW, Bus, Holder, KvItem, ScopedWatch, current_snapshot, get_last_many, scoped_watch
 
 log = logging.getLogger(__name__)
 
@@ -650,11 +650,14 @@ class FleetView(Fleet):
         self._filled: set[str] = set()
         self._check = timedelta(seconds=30)
         self._refilling: dict[str, int] = {}  # a bucket whose stream went back: the sequence it is read up to
+        self._watches: list[ScopedWatch] = []
         self.filled = anyio.Event()
 
     @property
     def ready(self) -> bool:
-        return self.filled.is_set() and not self._refilling
+        """Filled, no bucket read again, and every watch current (`ScopedWatch.current`: after a
+        reconnect, not before the stream was checked for going back)."""
+        return self.filled.is_set() and not self._refilling and all(watch.current for watch in self._watches)
 
     async def follow(
         self,
@@ -687,8 +690,8 @@ class FleetView(Fleet):
         name = self.consumer_names[bucket.name]
         if bucket.name == fleet_bucket.FLEET.name:  # the marks alone, and the view's readiness not waiting for them
             gone = partial(scoped_watch, on_item=apply, on_reset=self._gone_reset, check=self._check)
-            async with gone(bus, bucket, GONE_MARKS, name=name):
-                await anyio.sleep_forever()
+            async with gone(bus, bucket, GONE_MARKS, name=name) as watch:
+                await self._kept_while(watch)
         floor = await _last_sequence(bus, bucket)
         if floor == 0:
             self._mark_filled(bucket)
@@ -710,8 +713,18 @@ class FleetView(Fleet):
         # Each entry is applied as the watch reads it, none held: a watch delivers a bucket's keys
         # in one burst, and a node flooding the applied bucket with 64 KiB values made held entries
         # hundreds of MB of the seat (a held 4,096 at a time filled the view in 28 s, not 4).
-        async with scoped_watch(bus, bucket, ">", name=name, on_item=applied, on_reset=reset, check=self._check):
+        async with scoped_watch(
+            bus, bucket, ">", name=name, on_item=applied, on_reset=reset, check=self._check
+        ) as watch:
+            await self._kept_while(watch)
+
+    async def _kept_while(self, watch: ScopedWatch) -> None:
+        """Counts `watch` in the view's readiness until cancelled."""
+        self._watches.append(watch)
+        try:
             await anyio.sleep_forever()
+        finally:
+            self._watches.remove(watch)
 
     def _gone_reset(self, last: int) -> None:
         self.forget_bucket(fleet_bucket.FLEET)

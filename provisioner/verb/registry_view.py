@@ -13,7 +13,9 @@ reconnect and when it stops, so outages leave no consumer behind.
 When the registry's stream went back (a server restarted from a store behind the writes it had
 acknowledged), the watch starts again from what the stream holds (`registry.wire.watch`): the view
 drops every entry and is not ready again until it has read up to the stream's end, and meanwhile
-`what=registry` is listed from the bucket, never answered with entries it no longer holds.
+`what=registry` is listed from the bucket, never answered with entries it no longer holds. Nor
+from a reconnect until the watch has checked the stream and opened its feed again: the restarted
+server may be the one that went back.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pydantic import ValidationError
 
 from provisioner.verb.listing import paginate_listing
 from registry.contract import BucketAnswer, JsonRefused, RegistryEntry, buckets, read_json
-from registry.wire import Bus, KvItem, current_snapshot, scoped_watch
+from registry.wire import Bus, KvItem, ScopedWatch, current_snapshot, scoped_watch
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ class RegistryView:
         self._answer: tuple[int, bytes | None] | None = None
         self._shared: frozenset[str] | None = None
         self._refill_to: int | None = None
+        self._watch: ScopedWatch | None = None
         self.ready = False
 
     def apply(self, item: KvItem) -> None:
@@ -62,8 +65,9 @@ class RegistryView:
         return self._shared
 
     def answer(self, budget: int) -> bytes | None:
-        """The whole `what=registry` answer, or None when it needs more than one page."""
-        if not self.ready:
+        """The whole `what=registry` answer, or None when it needs more than one page or the
+        watch is not current (`ScopedWatch.current`)."""
+        if not self.ready or (self._watch is not None and not self._watch.current):
             return None
         if self._answer is None or self._answer[0] != budget:
             current = [item for item in self._items.values() if not item.deleted]
@@ -102,7 +106,8 @@ class RegistryView:
             on_item=self._follow_item,
             on_reset=self.reset,
             check=check,
-        ):
+        ) as watch:
+            self._watch = watch
             for item in await current_snapshot(bus, buckets.REGISTRY, include_deleted=True):
                 self.apply(item)
             self.ready = True

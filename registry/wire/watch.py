@@ -84,10 +84,19 @@ class ScopedWatch:
         self._on_reset = on_reset
         self._check = check.total_seconds()
         self.went_back = 0  # times the stream was found shorter than seen
+        self._opened_on: int | None = None  # the bus's reconnect count its feed was last opened on
 
     @property
     def consumer_name(self) -> str | None:
         return self.feed.name if self.feed is not None else self._name
+
+    @property
+    def current(self) -> bool:
+        """Whether what the watch delivered is known to stand: its feed was opened on the connection
+        as it is now (after the stream was checked for going back), and that connection is up.
+        Between a reconnect and the feed's re-opening, a stream that went back meanwhile is not yet
+        known to have: whoever answers from what the watch delivered answers otherwise until then."""
+        return self.bus.connected and self._opened_on == self.bus.reconnects
 
     def __aiter__(self) -> ScopedWatch:
         return self
@@ -124,6 +133,7 @@ class ScopedWatch:
             seen = self.bus.reconnects
             try:
                 await self._open_feed()
+                self._opened_on = seen
                 delay = min(1.0, self._retry_max)
             except ConnectionClosed:
                 raise

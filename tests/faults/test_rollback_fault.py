@@ -629,13 +629,6 @@ async def put_config(bus: Bus, parts: StandIns, value: str) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-@pytest.mark.xfail(
-    raises=ListedLost,
-    strict=False,
-    reason="the seat's first answers after its reconnect list the registry kind at the revision only the lost "
-    "tail held: its registry view is reset only once its watch, resumed on the reconnect, has found the stream "
-    "shorter, and the verb answers from the view meanwhile",
-)
 @pytest.mark.parametrize(
     ("variant", "mode"),
     [
