@@ -45,7 +45,7 @@ from provisioner_client.watch.watching import watch
 from registry.command_line import timestamp_of
 from registry.contract import AppliedValue, Bucket, buckets, read_json
 from registry.errors import BusError
-from registry.wire import Bus, Message, connect, get_direct, get_last_many, put
+from registry.wire import Bus, Message, connect, get_direct, get_last_many, node_key, put
 from tests.helpers import eventually, serving, sh_env
 from tests.sites import SITE, SITE2, GeneratedTwoSites, generated_hub_and_two_sites
 from tests.sites.client_at_site import LEASE_TTL, TIMING, last_sequences, manifest, runs_of
@@ -112,6 +112,25 @@ async def _client(stack: AsyncExitStack, mesh: GeneratedTwoSites, site: str, fol
     (manifests / "app.json").write_text(manifest("app", {"GREETING": "${config:greeting}"}, runs / "app"))
     plan = ClientPlan(node, manifests, folder / "env", timedelta(seconds=2), LEASE_TTL)
     return Client(node, bus, plan, runs / "app")
+
+
+async def renewals_went_on(seat: Bus) -> None:
+    """Two renewals of each node's lease stored at the hub since now: each node's client went on
+    reconciling and writing to the hub through its site."""
+    for node in NODES.values():
+        seen = {await _lease_revision(seat, node)}
+
+        async def renewed_twice(node: str = node, seen: set[int] = seen) -> bool | None:
+            seen.add(await _lease_revision(seat, node))
+            return True if len(seen) > 2 else None
+
+        await eventually(renewed_twice, f"two renewals of {node}'s lease stored at the hub")
+
+
+async def _lease_revision(seat: Bus, node: str) -> int:
+    lease = await get_direct(seat, buckets.LEASES, node_key(node))
+    assert lease is not None, f"{node}'s lease is not at the hub"
+    return lease.revision
 
 
 async def hub_applied(seat: Bus, node: str) -> AppliedValue | None:
@@ -226,7 +245,7 @@ async def test_a_site_cut_for_30s_keeps_its_env_files_the_other_goes_on_and_it_c
         after = await last_sequences(seat)
         assert after == {**before, buckets.APPLIED.name: before[buckets.APPLIED.name] + 2}  # each node's app, once
 
-        await anyio.sleep(2 * LEASE_TTL.total_seconds() / 3 + 1.5)  # reconciles and renewals go on
+        await renewals_went_on(seat)  # the barrier before "nothing was written twice" is judged
         assert await last_sequences(seat) == after, "something was written twice"
         assert site1.actions() == site2.actions() == 3
         assert site1.greeting() == site2.greeting() == DURING
