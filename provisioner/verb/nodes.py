@@ -655,8 +655,9 @@ class FleetView(Fleet):
 
     @property
     def ready(self) -> bool:
-        """Filled, no bucket read again, and every watch current (`ScopedWatch.current`: after a
-        reconnect, not before the stream was checked for going back)."""
+        """Filled, no bucket read again, and the leases' and applied watches current
+        (`ScopedWatch.current`: after a reconnect, not before the stream was checked for going
+        back); the gone marks' watch is not waited for, as the filling is not."""
         return self.filled.is_set() and not self._refilling and all(watch.current for watch in self._watches)
 
     async def follow(
@@ -690,8 +691,8 @@ class FleetView(Fleet):
         name = self.consumer_names[bucket.name]
         if bucket.name == fleet_bucket.FLEET.name:  # the marks alone, and the view's readiness not waiting for them
             gone = partial(scoped_watch, on_item=apply, on_reset=self._gone_reset, check=self._check)
-            async with gone(bus, bucket, GONE_MARKS, name=name) as watch:
-                await self._kept_while(watch)
+            async with gone(bus, bucket, GONE_MARKS, name=name):
+                await anyio.sleep_forever()
         floor = await _last_sequence(bus, bucket)
         if floor == 0:
             self._mark_filled(bucket)
