@@ -139,11 +139,7 @@ class RolloutGate:
 
     async def _restore_if_lost(self, module: str, record: ModuleRollout) -> None:
         """Writes the node's claim again, once, when the bus lost it: found below the revision the
-        node last wrote, or gone (a server's store rolled back to an earlier prefix). A running claim
-        the node renewed within its ttl would still stand had the bus kept it: it is written back
-        at its place in the queue, so that it keeps holding its slot (written at the end of the
-        queue, it let nodes queued after it take the slots while it still ran); the seat checks
-        that place against the one it saw the bus give (`provisioner.seat.rollouts`)."""
+        node last wrote, or gone (a server's store rolled back to an earlier prefix)."""
         if not record.revision:
             return
         own = await self.claims.current(module)
@@ -151,9 +147,7 @@ class RolloutGate:
         if found >= record.revision:  # as written, or written since (a delete by the seat included)
             return
         state: ClaimState = record.stage if record.stage in ("failed", "running") else "waiting"
-        now = datetime.now(UTC)
-        standing = record.renewed_at is not None and now - record.renewed_at < self.plan.claim_ttl
-        await self._renew(module, record, state, force=True, keep_place=standing and state == "running")
+        await self._renew(module, record, state, force=True)
         restored = f"its {state} claim of module {module} written again"
         say_lost(self.node, f"claim of module {module}", record.revision, found, restored)
 
@@ -395,9 +389,7 @@ class RolloutGate:
         except BaseExceptionGroup as group:
             raise sole_exception(group) from None  # as itself: the watch loop tells errors by their class
 
-    async def _renew(
-        self, module: str, record: ModuleRollout, state: ClaimState, *, force: bool = False, keep_place: bool = False
-    ) -> None:
+    async def _renew(self, module: str, record: ModuleRollout, state: ClaimState, *, force: bool = False) -> None:
         now = datetime.now(UTC)
         if (
             not force
@@ -406,8 +398,7 @@ class RolloutGate:
         ):
             return
         own = await self.claims.current(module)
-        # a dead claim's place is gone (the seat deletes it); one the bus lost keeps it (`_restore_if_lost`)
-        queued = record.queued if keep_place or _stands(own, now) else 0
+        queued = record.queued if _stands(own, now) else 0  # a dead claim's place is gone: the seat deletes it
         revision = await self.claims.write(
             module, state=state, change=record.change, queued=queued, last=_revision(own), reason=record.reason
         )

@@ -97,28 +97,3 @@ async def _prepare_until_written(bus: Bus, folder: Path) -> None:
             if found is not None and found.revision >= gate.state.modules["web"].revision:
                 return
             await anyio.sleep(0.05)  # the next reconcile's retry; deadline above
-
-
-async def test_a_running_claim_written_back_keeps_its_place_before_a_node_queued_after_it(tmp_path: Path) -> None:
-    """Budget 1: a runs, b waits behind it; the bus loses both claims, and b's waiting claim is
-    written back (at the end of the queue: its place was lost with it) before a's. Written back
-    at the end too, a's running claim would stand behind b's, and b would be let through while a
-    ran."""
-    async with fleet_on(tmp_path) as (server, bus):
-        copy = tmp_path / "store-copy"
-        server.copy_store(copy)  # before both claims: the rollback loses them whole
-        assert (await gate_of(bus, "a", tmp_path).admit("web", MANIFEST, DIGEST_1, first=False)).go
-        assert not (await gate_of(bus, "b", tmp_path).admit("web", MANIFEST, DIGEST_1, first=False)).go
-        place = gate_of(bus, "a", tmp_path).state.modules["web"].queued
-        change = gate_of(bus, "b", tmp_path).state.modules["web"].change
-        await server.kill_and_roll_back(copy)
-        assert await claim_of(bus, "a") is None and await claim_of(bus, "b") is None, "the bus lost both claims"
-
-        b_claims = Claims(bus, "b", timedelta(seconds=30))
-        await b_claims.write("web", state="waiting", change=change, queued=0, last=None)  # b's, back first
-        await _prepare_until_written(bus, tmp_path)
-        restored = await claim_of(bus, "a")
-        assert restored is not None
-        claim = fleet.read_claim(restored.value)
-        assert claim is not None and (claim.state, claim.queued) == ("running", place), "a keeps its place"
-        assert not (await gate_of(bus, "b", tmp_path).admit("web", MANIFEST, DIGEST_1, first=False)).go
