@@ -367,7 +367,7 @@ async def run_fault(root: Path, variant: str, mode: str) -> tuple[float, SeatAns
             change = await changed_after_the_copy(root, writer, parts, plans, held=held)
             await server.kill_and_roll_back(root / "copy")
             back = time.perf_counter()
-            answers, claims = SeatAnswers(writer), Admissions()
+            answers, claims = SeatAnswers(writer), Admissions((HELD, change) if change is not None else None)
             tg.start_soon(answers.keep_asking)
             tg.start_soon(claims.follow, writer)
             expected = OTHER if reput else BEFORE
@@ -569,11 +569,16 @@ class Admissions:
     """The app module's claims as the fleet's stream stores them (each write where the stream
     republishes it, in its order), from the fleet as the rollback left it (no claim: the copy was
     taken before any): each claim that turns from waiting to running, a node let through, must do
-    so while fewer than `BUDGET` other claims stand running. A write stored before the
-    subscription reached the server is missed: its claim counts from its next write, so a miss
-    can only hide an admission, never make one up."""
+    so while fewer than `BUDGET` other claims stand running. `lost`, the node and change whose
+    running claim the bus lost, is not counted among them: written back, its place in the queue
+    was given before the rollback, and the stream gives those sequences again, so it cannot be
+    ranked against the places given since; it holds its slot outside the count until its change
+    ends (docs/running.md, "Durability"). A write stored before the subscription reached the
+    server is missed: its claim counts from its next write, so a miss can only hide an admission,
+    never make one up."""
 
-    def __init__(self) -> None:
+    def __init__(self, lost: tuple[str, str] | None = None) -> None:
+        self.lost = lost
         self.waiting: set[str] = set()
         self.running: set[str] = set()
         self.admitted = 0
@@ -608,7 +613,7 @@ class Admissions:
         self.running.discard(node)
         if state == "waiting":
             self.waiting.add(node)
-        elif state == "running":
+        elif state == "running" and claim is not None and (node, claim.change) != self.lost:
             self.running.add(node)
 
     def judge(self) -> None:
