@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from provisioner.seat.site_purges import PREFIX, PurgeRecord
 from registry.contract import Bucket, buckets, encode_token
 from registry.errors import KeyShapeError
-from registry.wire import Bus, KvItem, LastStamp, current_snapshot, scoped_watch
+from registry.wire import Bus, KvItem, LastStamp, ScopedWatch, current_snapshot, scoped_watch
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,14 @@ class OwnPages:
         self._kept: OrderedDict[tuple[str, str], _Kept] = OrderedDict()
         self._purged: dict[tuple[str, str], int] = {}  # (bucket, node token): the last revision purged
         self._bytes = 0
-        self.ready = False
+        self._watches: list[ScopedWatch] = []
+        self._followed = False
+
+    @property
+    def ready(self) -> bool:
+        """The purge records stored at start read, and their watches current (`ScopedWatch.current`:
+        after a reconnect, a purge recorded meanwhile is not known until they are)."""
+        return self._followed and all(watch.current for watch in self._watches)
 
     @property
     def held_bytes(self) -> int:
@@ -152,9 +159,9 @@ class OwnPages:
                 watch = scoped_watch(
                     bus, buckets.LEASES, subject_filter, on_item=self._follow_record, on_reset=self.reset, check=check
                 )
-                await watches.enter_async_context(watch)
+                self._watches.append(await watches.enter_async_context(watch))
             self._apply(await current_snapshot(bus, buckets.LEASES, filters))
-            self.ready = True
+            self._followed = True
             task_status.started()
             await anyio.sleep_forever()
 

@@ -196,23 +196,12 @@ async def leader_floor(bus: Bus, bucket: Bucket, filters: Sequence[str]) -> int:
     floors = [0] * len(filters)
 
     async def ask(index: int, subject_filter: str) -> None:
-        floors[index] = await _leader_last_revision(bus, bucket, subject_filter)
+        floors[index] = (await _leader_last(bus, bucket, subject_filter)).sequence
 
     async with anyio.create_task_group() as tg:
         for index, subject_filter in enumerate(filters):
             tg.start_soon(ask, index, subject_filter)
     return max(floors, default=0)
-
-
-async def _leader_last_revision(bus: Bus, bucket: Bucket, subject_filter: str) -> int:
-    operation = f"last entry of {bucket.name} {subject_filter}"
-    try:
-        answer = await bus.jetstream(
-            bucket.message_get_api, {"last_by_subj": bucket.subject(subject_filter)}, operation=operation
-        )
-    except NotFound:
-        return 0
-    return int(answer["message"]["seq"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,15 +217,9 @@ class LastStamp:
 async def last_stamp(bus: Bus, bucket: Bucket, subject_filter: str) -> LastStamp:
     """The `LastStamp` of `subject_filter`: by one direct get, or asked of the stream's leader
     (a message get) when the stream is replicated, so that a replica behind never answers it."""
-    operation = f"last entry of {bucket.name} {subject_filter}"
     if await replicated(bus, bucket):
-        try:
-            answer = await bus.jetstream(
-                bucket.message_get_api, {"last_by_subj": bucket.subject(subject_filter)}, operation=operation
-            )
-        except NotFound:
-            return LastStamp(0, "")
-        return LastStamp(int(answer["message"]["seq"]), str(answer["message"]["time"]))
+        return await _leader_last(bus, bucket, subject_filter)
+    operation = f"last entry of {bucket.name} {subject_filter}"
     msg = await bus.request(bucket.direct_get_subject(subject_filter), operation=operation)
     status = msg.headers.get("Status")
     if status == "404":
@@ -244,6 +227,19 @@ async def last_stamp(bus: Bus, bucket: Bucket, subject_filter: str) -> LastStamp
     if status is not None:
         raise _status_error(operation, status, msg.headers.get("Description", ""))
     return LastStamp(int(msg.headers.get("Nats-Sequence", "0")), msg.headers.get("Nats-Time-Stamp", ""))
+
+
+async def _leader_last(bus: Bus, bucket: Bucket, subject_filter: str) -> LastStamp:
+    """The `LastStamp` of `subject_filter` as the stream's leader holds it (a message get, which
+    only the leader answers)."""
+    operation = f"last entry of {bucket.name} {subject_filter}"
+    try:
+        answer = await bus.jetstream(
+            bucket.message_get_api, {"last_by_subj": bucket.subject(subject_filter)}, operation=operation
+        )
+    except NotFound:
+        return LastStamp(0, "")
+    return LastStamp(int(answer["message"]["seq"]), str(answer["message"].get("time", "")))
 
 
 async def get_latest(bus: Bus, bucket: Bucket, key: str) -> KvItem | None:

@@ -85,7 +85,7 @@ async def _without_old(answering: Answering) -> bool:
 
 def test_a_sequence_written_again_after_a_rollback_is_not_the_kept_message() -> None:
     own = OwnPages()
-    own.ready = True
+    own._followed = True  # as `follow` says once the purge records stored are read
     kept = OwnListing("needs", "n1", LastStamp(7, "2026-12-06T03:00:00.000000001Z"), 1000)
     own.keep(kept, 5, b"page")
     assert own.page(kept) == b"page"
@@ -97,7 +97,7 @@ def test_a_sequence_written_again_after_a_rollback_is_not_the_kept_message() -> 
 
 def test_a_purge_record_keeps_no_page_holding_a_purged_entry() -> None:
     own = OwnPages()
-    own.ready = True
+    own._followed = True  # as `follow` says once the purge records stored are read
     listing = OwnListing("needs", "n1", LastStamp(9, "t"), 1000)
     own.keep(listing, 4, b"page")
     own.forget_purged(buckets.NEEDS.name, encode_token("n1"), 4)
@@ -110,7 +110,7 @@ def test_a_purge_record_keeps_no_page_holding_a_purged_entry() -> None:
 
 def test_the_pages_memory_is_bounded_the_least_recently_asked_going_first() -> None:
     own = OwnPages(max_bytes=250)
-    own.ready = True
+    own._followed = True  # as `follow` says once the purge records stored are read
     listings = [OwnListing("needs", f"n{i}", LastStamp(i + 1, "t"), 1000) for i in range(3)]
     for listing in listings[:2]:
         own.keep(listing, 1, b"x" * 100)
