@@ -6,6 +6,8 @@ Per program: `--help` and `--version`; and a one-shot query's own start-up, ever
 request: `mesh-provisioner query` and `mesh-provisioner-client status` are pointed at a listener
 that accepts and never answers, and the time is the one from starting the process to that
 listener's accept (the NATS handshake and the answer are the network's, not the start-up's).
+Beside them, the libraries' floor: a bare Python that imports pydantic, nats-py and anyio, checks one
+setting with a pydantic model and connects, as every query must before its request.
 The programs are run as installed, by their console scripts beside this interpreter. With
 `--before DIR` (a checkout of an earlier commit: `git worktree add DIR COMMIT`), every case is also
 run on DIR's code (first on the path, over the editable install), in the same rounds: the before
@@ -38,6 +40,20 @@ QUERIES = {
     "mesh-provisioner query": ("mesh-provisioner", "query"),
     "mesh-provisioner-client status": ("mesh-provisioner-client", "status", "--node", "n1"),
 }
+
+# What any query costs before its request, whatever its own code: the interpreter, pydantic and one
+# model's first validation, nats-py, and anyio's event loop around nats-py's connect.
+FLOOR = """
+import sys, anyio, nats
+from pydantic import BaseModel
+class Settings(BaseModel):
+    url: str
+settings = Settings.model_validate({"url": sys.argv[-1]})
+async def connect() -> None:
+    await nats.connect(settings.url, allow_reconnect=False, connect_timeout=30)
+anyio.run(connect)
+"""
+FLOOR_CASE = "floor: pydantic, nats-py, anyio (to its connect)"
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,8 @@ def cases(env: dict[str, str], label: str = "") -> list[Case]:
             found.append(Case(f"{program} {flag}{label}", partial(timed, [script(program), flag], env)))
     for name, (program, *rest) in QUERIES.items():
         found.append(Case(f"{name} (to its connect){label}", partial(until_connect, [script(program), *rest], env)))
+    if not label:  # the libraries' floor is the same code before and after
+        found.append(Case(FLOOR_CASE, partial(until_connect, [sys.executable, "-c", FLOOR], env)))
     return found
 
 
