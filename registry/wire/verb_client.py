@@ -32,28 +32,19 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import anyio
 
-from registry.contract import (
-    WHATS,
-    Entry,
-    JsonRefused,
-    MalformedKey,
-    MergedAnswer,
-    NodeRow,
-    NodesPage,
-    Page,
-    Total,
-    Totals,
-    VerbRequest,
-    What,
-    buckets,
-    parse_page,
-)
+# The answer's pages are reached through the package, which loads them at the first reply: what a
+# command does before its request pays for none of them.
+from registry import contract
+from registry.contract import WHATS, JsonRefused, VerbRequest, What, buckets
 from registry.errors import BusError, BusTimeout, NoResponders, ServiceError
 from registry.wire.bus import Bus, Message
+
+if TYPE_CHECKING:
+    from registry.contract import Entry, MalformedKey, MergedAnswer, Page, Total
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +55,7 @@ ERROR_CODE_HEADER = "Nats-Service-Error-Code"
 MAX_PAGES = 100_000
 
 Request = VerbRequest | Mapping[str, object] | None
-PageAsker = Callable[[Mapping[str, object]], Awaitable[Page]]
+PageAsker: TypeAlias = Callable[[Mapping[str, object]], Awaitable["Page"]]
 OnPage = Callable[[int, int | None], None]  # the page read, the pages in all (None: not known yet)
 
 
@@ -160,9 +151,9 @@ class _Joined:
 
     def _moved(self, item: Entry | MalformedKey) -> object:
         """The item's key, no longer where it was answered before; a node row has none."""
-        if isinstance(item, NodeRow):
+        if isinstance(item, contract.NodeRow):
             return object()
-        key = (item.bucket if isinstance(item, MalformedKey) else None, item.key)
+        key = (item.bucket if isinstance(item, contract.MalformedKey) else None, item.key)
         was_entry = self.entries.pop(key, None) is not None
         was_malformed = self.malformed.pop(key, None) is not None
         self.repeated = self.repeated or was_entry or was_malformed
@@ -170,16 +161,16 @@ class _Joined:
 
     def answer(self, last: Page) -> MergedAnswer:
         entries, malformed = list(self.entries.values()), list(self.malformed.values())
-        total: Total = Totals(entries=len(entries), malformed=len(malformed)) if self.repeated else last.total
+        total: Total = contract.Totals(entries=len(entries), malformed=len(malformed)) if self.repeated else last.total
         # Built of pages already validated: not validated again, entry by entry.
-        return MergedAnswer.model_construct(
+        return contract.MergedAnswer.model_construct(
             what=last.what, entries=entries, malformed=malformed, pages=last.pages, total=total
         )
 
 
 def _by_key(page: Page) -> dict[object, Entry]:
     """The page's entries by the key `_Joined` knows them by; a node row has none, so never moves."""
-    if isinstance(page, NodesPage):
+    if isinstance(page, contract.NodesPage):
         return {object(): row for row in page.entries}
     return {(None, entry.key): entry for entry in page.entries}
 
@@ -260,7 +251,7 @@ async def page_of(bus: Bus, request: Mapping[str, object], *, reply_wait: timede
     operation = f"ask {buckets.VERB_SUBJECT}"
     reply = await ask_service(bus, buckets.VERB_SUBJECT, json.dumps(request).encode(), reply_wait=reply_wait)
     try:
-        return parse_page(reply.data, _what_of(request))
+        return contract.parse_page(reply.data, _what_of(request))
     except JsonRefused as err:
         raise BusError(operation, f"the answer cannot be used: {err.reason}") from None
 

@@ -60,8 +60,8 @@ def test_the_contract_and_the_settings_build_no_adapter_and_need_no_pydantic_set
     loaded by no program."""
     script = (
         "import json, sys\n"
-        "import provisioner.settings, provisioner_client.settings, registry.contract.verb as verb\n"
-        "print(json.dumps([verb._entry_adapter.cache_info().currsize, verb._any_page.cache_info().currsize,"
+        "import provisioner.settings, provisioner_client.settings, registry.contract.pages as pages\n"
+        "print(json.dumps([pages._entry_adapter.cache_info().currsize, pages._any_page.cache_info().currsize,"
         " 'pydantic_settings' in sys.modules]))"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
