@@ -12,7 +12,7 @@ raises `TomlRefused`, whose reason follows the file's name and never quotes the 
 from __future__ import annotations
 
 import re
-import tomllib
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +20,21 @@ from registry.contract.bounded_file import read_bounded_text
 
 MAX_DEPTH = 32
 
-# What the depth count looks at: strings and comments whole (so nothing in them counts), and the
-# marks that open, close or lengthen a nesting.
-_TOKENS = re.compile(
-    r'"""(?:[^"\\]|\\[\s\S]|"(?!""))*"""(?:"{1,2})?'
-    r"|'''(?:[^']|'(?!''))*'''(?:'{1,2})?"
-    r'|"(?:[^"\\\n]|\\.)*"'
-    r"|'[^'\n]*'"
-    r"|#[^\n]*"
-    r"|[\[\]{}.=,\n]"
-)
+
+@cache  # compiled at the first TOML read: a program that reads none never pays for it
+def _tokens() -> re.Pattern[str]:
+    """What the depth count looks at: strings and comments whole (so nothing in them counts), and
+    the marks that open, close or lengthen a nesting."""
+    return re.compile(
+        r'"""(?:[^"\\]|\\[\s\S]|"(?!""))*"""(?:"{1,2})?'
+        r"|'''(?:[^']|'(?!''))*'''(?:'{1,2})?"
+        r'|"(?:[^"\\\n]|\\.)*"'
+        r"|'[^'\n]*'"
+        r"|#[^\n]*"
+        r"|[\[\]{}.=,\n]"
+    )
+
+
 _OPEN, _CLOSE, _RESET = "[{", "]}", "=,\n"
 
 
@@ -48,6 +53,8 @@ def read_toml(path: Path, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> dict
 
 
 def parse_toml(text: str, *, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+    import tomllib  # noqa: PLC0415 (loaded by a program that reads a TOML file, when it does)
+
     if _marked_depth(text, max_depth) > max_depth:
         raise TomlRefused(f"nests deeper than the {max_depth} levels allowed (arrays, inline tables, dotted keys)")
     try:
@@ -64,7 +71,7 @@ def parse_toml(text: str, *, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
 def _marked_depth(text: str, stop_past: int) -> int:
     """How deep the brackets and dotted keys outside strings and comments go, at most `stop_past` + 1."""
     brackets = dots = deepest = 0
-    for match in _TOKENS.finditer(text):
+    for match in _tokens().finditer(text):
         mark = match.group()
         if mark in _OPEN:
             brackets, dots = brackets + 1, 0
