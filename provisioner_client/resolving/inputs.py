@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from provisioner_client.resolving.resolve import Pending, Registry, Resolver, Source
-from provisioner_client.state import key as node_key
+from provisioner_client.state import records as node_key
 from registry.contract import Bucket, Placeholder, VerbAnswer, buckets, to_json, under
 from registry.errors import BusError, NoResponders
 from registry.wire import Bus, get_direct

@@ -40,8 +40,7 @@ from provisioner_client.resolving.manifest import LoadedManifest
 from provisioner_client.resolving.resolve import Source
 from provisioner_client.resolving.scope import LISTED_AS
 from provisioner_client.state import records
-from provisioner_client.state.record import NotARecord
-from provisioner_client.state.records import BucketDocument, MemoryDocument
+from provisioner_client.state.records import BucketDocument, MemoryDocument, NotARecord
 from registry.contract import AppliedValue, Bucket, buckets, shape_of
 from registry.errors import RegistryError
 from registry.wire import KvItem

@@ -21,7 +21,7 @@ from provisioner_client.reconcile import MAX_REASONS, ClientPlan, Report, reconc
 from provisioner_client.resolving.manifest import MAX_MANIFEST_BYTES, load_manifests
 from provisioner_client.resolving.memory import FILE, Memory
 from provisioner_client.resolving.scope import NodeScope
-from provisioner_client.state.key import KEY
+from provisioner_client.state.records import KEY
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import MAX_DEPTH, JsonRefused, buckets, read_json
 from registry.wire import Bus, get_direct, put

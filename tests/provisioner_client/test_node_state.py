@@ -18,8 +18,7 @@ from provisioner_client.resolving import refusals, waiting
 from provisioner_client.resolving.memory import BucketState, Memory, ModuleState
 from provisioner_client.rollout.state import RolloutState
 from provisioner_client.state import files, records
-from provisioner_client.state.key import KEY
-from provisioner_client.state.record import NotARecord, Record
+from provisioner_client.state.records import KEY, NotARecord, Record
 from registry.wire import KvItem
 
 NODE = "n1"
