@@ -21,7 +21,7 @@ A reconcile that changes nothing costs little: one object, the node's `Memory` o
 reconcile (`provisioner_client.resolving.memory`), says whether the node's own keys need listing (their
 stamps moved?) and which modules need resolving (their inputs moved?: the registry, the stamps of
 the buckets they read from, the node's collections, the digests of the verbs' answers, their
-manifest, `provisioner_client.resolving.inputs`; their file on disk is still the one recorded?), each with its
+manifest; their file on disk is still the one recorded?), each with its
 reason in a debug line; it is told what was converged and applied, and saved once at the end.
 Needs and collect are written (64 in flight) before the values are read, applied after the env files.
 
@@ -64,16 +64,24 @@ from provisioner_client.concurrently import all_of
 from provisioner_client.errors import ManifestError, MaterializeError, capped
 from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, action_environment, run_action
 from provisioner_client.materializing.envfile import EnvFolder, FileObserver, Materialized, render
-from provisioner_client.resolving import inputs, refusals, waiting
-from provisioner_client.resolving.inputs import World
+from provisioner_client.resolving import refusals, waiting
 from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
-from provisioner_client.resolving.memory import Memory, Verdict
+from provisioner_client.resolving.memory import (
+    Memory,
+    Verdict,
+    World,
+    buckets_of,
+    stamps_of,
+    unknown_world,
+    verb_digests,
+    world_of,
+)
 from provisioner_client.resolving.own import OwnKeys
 from provisioner_client.resolving.resolve import Pending, Registry, Resolver, Source, read_registry
 from provisioner_client.resolving.scope import NodeScope
 from provisioner_client.resolving.waiting import WaitingWrites
 from provisioner_client.rollout import Admission, RolloutGate, RolloutPlan, RolloutReport
-from provisioner_client.rollout.claims import Claims
+from provisioner_client.rollout.gate import Claims
 from provisioner_client.rollout.health import healthy
 from registry.contract import (
     SHARE_BYTES,
@@ -454,21 +462,21 @@ async def _world(
 ) -> World:
     """What every module resolves from this time: the stamps of the buckets read last time (or, the
     first time, of those the registry names), and the digests of the verbs' answers, asked at once."""
-    stamped = inputs.buckets_of(memory.sources_read()) or resolver.buckets_read(placeholders)
+    stamped = buckets_of(memory.sources_read()) or resolver.buckets_read(placeholders)
     key = folder.key(create=bool(placeholders))
     stamps: dict[str, int] = {}
     verbs: dict[str, str] = {}
 
     async def read_stamps() -> None:
-        stamps.update(await inputs.stamps_of(resolver.bus, resolver.node, stamped))
+        stamps.update(await stamps_of(resolver.bus, resolver.node, stamped))
 
     async def ask_verbs() -> None:
-        verbs.update(await inputs.verb_digests(resolver, wanted.registry, placeholders, key or b""))
+        verbs.update(await verb_digests(resolver, wanted.registry, placeholders, key or b""))
 
     await all_of(read_stamps, ask_verbs)
     if key is None:
-        return inputs.unknown_world(stamps, "no digest key in the env folder yet")
-    return inputs.world_of(wanted.registry, stamps, wanted.collect, verbs)
+        return unknown_world(stamps, "no digest key in the env folder yet")
+    return world_of(wanted.registry, stamps, wanted.collect, verbs)
 
 
 def _decide(

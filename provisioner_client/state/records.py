@@ -21,7 +21,7 @@ The records:
 - `ACTIONS` (`.mesh-provisioner-client.actions.json`): the change action each module's env file
   last had run on it (`materializing.envfile`);
 - `ROLLOUT` (`.mesh-provisioner-client.rollout.json`): the node's rollouts by module
-  (`rollout.state`);
+  (`rollout.gate`);
 - the digest key (`KEY`: 32 random bytes, mode 0600, made on first use, never replaced) and the
   keyed digest it gives (`digest`): an unsalted hash of a file holding a secret could be searched
   offline, an HMAC keyed with a secret of the node's own cannot;

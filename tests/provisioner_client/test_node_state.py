@@ -16,7 +16,7 @@ from provisioner_client.errors import MaterializeError
 from provisioner_client.materializing.envfile import EnvFolder
 from provisioner_client.resolving import refusals, waiting
 from provisioner_client.resolving.memory import BucketState, Memory, ModuleState
-from provisioner_client.rollout.state import RolloutState
+from provisioner_client.rollout.gate import RolloutState
 from provisioner_client.state import files, records
 from provisioner_client.state.records import KEY, NotARecord, Record
 from registry.wire import KvItem
