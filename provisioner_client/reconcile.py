@@ -51,7 +51,6 @@ time (`registry.runtime.log_context`), also in its report: a reconcile's lines j
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -64,7 +63,6 @@ from provisioner_client.concurrently import all_of
 from provisioner_client.errors import ManifestError, MaterializeError, capped
 from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, action_environment, run_action
 from provisioner_client.materializing.envfile import EnvFolder, FileObserver, Materialized, render
-from provisioner_client.resolving import refusals, waiting
 from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
 from provisioner_client.resolving.memory import (
     Memory,
@@ -76,10 +74,9 @@ from provisioner_client.resolving.memory import (
     verb_digests,
     world_of,
 )
-from provisioner_client.resolving.own import OwnKeys
+from provisioner_client.resolving.own import Outcomes, OwnKeys, WaitingWrites, record_refusals
 from provisioner_client.resolving.resolve import Pending, Registry, Resolver, Source, read_registry
 from provisioner_client.resolving.scope import NodeScope
-from provisioner_client.resolving.waiting import WaitingWrites
 from provisioner_client.rollout import Admission, RolloutGate, RolloutPlan, RolloutReport
 from provisioner_client.rollout.gate import Claims
 from provisioner_client.rollout.health import healthy
@@ -87,7 +84,6 @@ from registry.contract import (
     SHARE_BYTES,
     ActionRecord,
     AppliedValue,
-    Bucket,
     BucketAnswer,
     JsonRefused,
     Placeholder,
@@ -96,9 +92,9 @@ from registry.contract import (
     substitute,
     to_json,
 )
-from registry.errors import ConvergeError, RegistryError
+from registry.errors import RegistryError
 from registry.runtime import log_context, new_log_id, terminal_safe
-from registry.wire import Bus, Changes, KvItem
+from registry.wire import Bus, KvItem
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +128,7 @@ class ModuleReport:
 
 
 @dataclass
-class Report:
+class Report(Outcomes):
     """What a reconcile found and did; `reconcile_id` is on each of its log lines as `reconcile=`."""
 
     node: str
@@ -141,15 +137,10 @@ class Report:
     manifest_errors: list[ManifestError] = field(default_factory=list)
     ledger_problems: tuple[str, ...] = ()
     removed: list[Path] = field(default_factory=list)
-    writes: dict[str, Changes] = field(default_factory=dict)
     sources: set[Source] = field(default_factory=set)
     actions_run: list[str] = field(default_factory=list)
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # each module's: resolved again or not, and why
     key_verdicts: dict[str, Verdict] = field(default_factory=dict)  # each own bucket's: listed or not, and why
-    write_seconds: dict[str, float] = field(default_factory=dict)  # how long each bucket's writes took
-    refused: dict[str, str] = field(default_factory=dict)  # bucket name to the server's refusal of its writes
-    refused_modules: dict[str, str] = field(default_factory=dict)  # module to why: its keys were refused
-    waiting: dict[str, str] = field(default_factory=dict)  # bucket name to how its writes wait for the hub
     rollout: RolloutReport = field(default_factory=RolloutReport)  # the modules waiting on their rollout, and when
 
     @property
@@ -313,7 +304,7 @@ async def _find_own_keys(own: OwnKeys, manifests: Manifests, report: Report) -> 
 
 def _as_applied(own: OwnKeys, waits: WaitingWrites) -> list[KvItem]:
     """The node's applied records as last applied: the hub's, with those still waiting to be
-    written there (`waiting`) in their place: they say what was applied and when."""
+    written there (`own.WaitingWrites`) in their place: they say what was applied and when."""
     found = {item.key: item for item in own.items(buckets.APPLIED)}
     current = waits.current()
     for key, value in (current.applied_records(buckets.APPLIED.name) if current is not None else {}).items():
@@ -324,86 +315,12 @@ def _as_applied(own: OwnKeys, waits: WaitingWrites) -> list[KvItem]:
 
 async def _register(own: OwnKeys, report: Report, wanted: _Wanted, waits: WaitingWrites) -> None:
     """Needs and collect converged at once, before any value is read and before applied is; a
-    module whose keys a bucket refused is pending, saying why (`refusals`); writes that wait for
-    the hub (`waiting`) leave the modules to be resolved from what the site has."""
+    module whose keys a bucket refused is pending, saying why (`own`: refused writes); writes that wait for
+    the hub (`own`: writes that wait) leave the modules to be resolved from what the site has."""
     await all_of(
-        partial(_write_own, own, report, buckets.NEEDS, wanted.needs, waits, owner="module"),
-        partial(_write_own, own, report, buckets.COLLECT, wanted.collect, waits, owner="contributor"),
+        partial(own.write, buckets.NEEDS, wanted.needs, waits, report, owner="module"),
+        partial(own.write, buckets.COLLECT, wanted.collect, waits, report, owner="contributor"),
     )
-
-
-async def _write_own(
-    own: OwnKeys,
-    report: Report,
-    bucket: Bucket,
-    desired: Mapping[str, bytes],
-    waits: WaitingWrites,
-    *,
-    owner: str | None,
-) -> None:
-    """`desired` converged in the node's keys of `bucket`, and its outcome noted, the one place it
-    is: written (nothing of it waits any more); answered as the link being down (its keys wait,
-    and applied's records with them, `waiting`); refused by the bus (in the report, for `refusals`;
-    each module whose keys it refused pending, by the key's field `owner`). Applied has no module
-    to leave pending (`owner` None): its refusal, like any other failure, fails the reconcile."""
-    try:
-        await _converge(own, report, bucket, desired)
-    except ConvergeError as err:
-        if not (
-            _left_waiting(own, report, bucket, desired, waits, err=err)
-            or _left_pending(own, report, bucket, desired, err=err, owner=owner)
-        ):
-            raise
-    else:
-        waits.done(bucket.name)
-
-
-def _left_waiting(
-    own: OwnKeys,
-    report: Report,
-    bucket: Bucket,
-    desired: Mapping[str, bytes],
-    waits: WaitingWrites,
-    *,
-    err: ConvergeError,
-) -> bool:
-    """Whether `err` says the link to the hub is down: then what was not written waits (applied's
-    records themselves, to be written as they are and taken as the previous ones meanwhile)."""
-    how = waiting.link_down(err)
-    if how is None:
-        return False
-    report.waiting[bucket.name] = _waiting_how(bucket, how, err)
-    unwritten = own.unwritten(bucket, desired)
-    records = {key: desired[key] for key in unwritten} if bucket == buckets.APPLIED else None
-    waits.failed(bucket.name, report.waiting[bucket.name], detail=err.reason, keys=unwritten, records=records)
-    return True
-
-
-def _left_pending(
-    own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes], *, err: ConvergeError, owner: str | None
-) -> bool:
-    """Whether `err` is the bus refusing the writes (kept in the report) and the modules whose keys
-    it refused were left pending, saying why."""
-    refusal = refusals.refusal_of(err)
-    if refusal is None:
-        return False
-    report.refused[bucket.name] = refusal
-    if owner is None:
-        return False
-    modules = {bucket.shape.parse(key)[owner] for key in own.unwritten(bucket, desired)}
-    for module in modules:
-        report.refused_modules.setdefault(module, f"its {bucket.name} keys were refused: {refusal}")
-    node = own.scope.node
-    log.warning(
-        "node %s: %s refused the writes (%s): %s; pending: %s",
-        node,
-        bucket.name,
-        err.done,
-        refusal,
-        ", ".join(sorted(modules)) or "no module",
-        extra={"node": node, "bucket": bucket.name},
-    )
-    return True
 
 
 # An entry's bytes in the seat's listing besides its key, parts and value: the field names, a
@@ -437,13 +354,6 @@ def _say_past_shares(node: str, wanted: _Wanted) -> None:
                 SHARE_BYTES,
                 extra={"node": node, "collection": collection},
             )
-
-
-def _waiting_how(bucket: Bucket, how: str, err: ConvergeError) -> str:
-    """How the client knows that `bucket`'s writes wait, in a few words: the request and its answer."""
-    if err.key == "*":  # not listed: the verb, at the hub, did not answer
-        return f"the listing of its {bucket.name} keys was answered {how}"
-    return f"the {bucket.name} writes were answered {how}"
 
 
 def _resolver(bus: Bus, plan: ClientPlan, wanted: _Wanted) -> Resolver:
@@ -539,12 +449,12 @@ async def _record_applied(
     own: OwnKeys, report: Report, previous: Mapping[str, AppliedValue], plan: ClientPlan, waits: WaitingWrites
 ) -> None:
     """Each module's applied record converged, after its env file; then what this reconcile found
-    refused, if anything, kept for `status` (`refusals`), also when applied refused the records."""
+    refused, if anything, kept for `status` (`own`: refused writes), also when applied refused the records."""
     desired = _applied(own.scope.node, report, previous, _as_applied(own, waits))
     try:
-        await _write_own(own, report, buckets.APPLIED, desired, waits, owner=None)
+        await own.write(buckets.APPLIED, desired, waits, report, owner=None)
     finally:
-        refusals.record(plan.materialize, plan.node, report.refused)
+        record_refusals(plan.materialize, plan.node, report.refused)
 
 
 def _remember(memory: Memory, world: World, manifests: Manifests, folder: EnvFolder, report: Report) -> None:
@@ -556,16 +466,6 @@ def _remember(memory: Memory, world: World, manifests: Manifests, folder: EnvFol
     }
     memory.record_applied(world, report.sources, applied, report.unchanged, folder)
     memory.save()
-
-
-async def _converge(own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes]) -> None:
-    started = time.perf_counter()
-    changes = await own.converge(bucket, desired)
-    report.writes[bucket.name] = changes
-    if changes:
-        report.write_seconds[bucket.name] = time.perf_counter() - started
-        node = own.scope.node
-        log.info("node %s: %s %s", node, bucket.name, changes.summary(), extra={"node": node, "bucket": bucket.name})
 
 
 def _applied(

@@ -15,9 +15,9 @@ The records:
 - `MEMORY` (`.mesh-provisioner-client.state.json`): the incremental memory of the last reconcile
   (`resolving.memory`);
 - `WAITING` (`.mesh-provisioner-client.waiting.json`): writes that wait for the hub
-  (`resolving.waiting`);
+  (`resolving.own`);
 - `REFUSALS` (`.mesh-provisioner-client.refused.json`): writes the bus refused
-  (`resolving.refusals`);
+  (`resolving.own`);
 - `ACTIONS` (`.mesh-provisioner-client.actions.json`): the change action each module's env file
   last had run on it (`materializing.envfile`);
 - `ROLLOUT` (`.mesh-provisioner-client.rollout.json`): the node's rollouts by module
