@@ -15,9 +15,9 @@ import pytest
 
 from mesh_dev.standins import StandIns
 from provisioner_client.errors import MaterializeError
-from provisioner_client.materializing.action import inherited
+from provisioner_client.materializing.action import MAX_REASONS, inherited
 from provisioner_client.materializing.envfile import LEDGER, read_ledger
-from provisioner_client.reconcile import MAX_REASONS, ClientPlan, Report, reconcile
+from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolving.manifest import MAX_MANIFEST_BYTES, load_manifests
 from provisioner_client.resolving.memory import FILE, Memory
 from provisioner_client.resolving.scope import NodeScope
