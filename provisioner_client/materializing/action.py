@@ -51,9 +51,9 @@ import anyio
 from provisioner_client.errors import ManifestError, MaterializeError, capped
 from provisioner_client.materializing.envfile import EnvFolder, Materialized, render
 from provisioner_client.resolving.manifest import HealthCheck, LoadedManifest, OnChange
-from provisioner_client.resolving.resolve import Pending, Resolver
+from provisioner_client.resolving.resolve import Resolver
 from provisioner_client.rollout import Admission, RolloutGate
-from registry.contract import ActionRecord, AppliedValue, Outcome, substitute
+from registry.contract import ActionRecord, AppliedValue, Outcome, Placeholder, substitute
 
 log = logging.getLogger(__name__)
 
@@ -242,18 +242,13 @@ async def rendered(resolver: Resolver, loaded: LoadedManifest) -> bytes | list[s
     placeholder and its reason); the values are dropped here. Reconcile and the drift watch's
     `put_back` both render through it."""
     module, manifest = loaded.module, loaded.manifest
-    values: dict[str, str] = {}
+    values: dict[Placeholder, str] = {}
     env: dict[str, str] = {}
-    reasons = []
     try:
-        for placeholder in manifest.placeholders():
-            try:
-                values[str(placeholder)] = await resolver.resolve(module, placeholder)
-            except Pending as pending:
-                reasons.append(f"{placeholder}: {pending.reason}")
+        values, reasons = await resolver.values(module, manifest.placeholders())
         if reasons:
             return reasons
-        env = {name: substitute(text, lambda p: values[str(p)]) for name, text in manifest.env.items()}
+        env = {name: substitute(text, values.__getitem__) for name, text in manifest.env.items()}
         return render(module, env)
     finally:
         values.clear()

@@ -273,6 +273,24 @@ class Resolver:
         except Pending:
             return False
 
+    async def values(
+        self, module: str, placeholders: Iterable[Placeholder]
+    ) -> tuple[dict[Placeholder, str], list[str]]:
+        """The value of each of `module`'s placeholders, and each one pending with its reason; on
+        a failure, the values found so far are dropped before it is raised."""
+        values: dict[Placeholder, str] = {}
+        reasons = []
+        try:
+            for placeholder in placeholders:
+                try:
+                    values[placeholder] = await self.resolve(module, placeholder)
+                except Pending as pending:
+                    reasons.append(f"{placeholder}: {pending.reason}")
+        except BaseException:
+            values.clear()
+            raise
+        return values, reasons
+
     async def resolve(self, module: str, placeholder: Placeholder) -> str:
         """The value of `placeholder` for `module`, or `Pending` with why; each asked once per reconcile."""
         return await self._resolved.get((module, placeholder), lambda: self._resolve_now(module, placeholder))
