@@ -5,7 +5,9 @@ A local nats-server with the seat (`mesh_dev.loop.run_dev`), the demo's stand-in
 with nothing to do. Over each reconcile a profile hook (`sys.setprofile`) counts a call as an entry
 when it enters a `provisioner_client` module from another module (of the client or outside it,
 the event loop resuming a task included), and a re-entry when that module was entered before in
-the same reconcile. Printed for each: the modules visited, the entries and re-entries by module.
+the same reconcile. Printed for each: the modules visited, the entries and re-entries by module,
+and how many of the entries resumed a suspended coroutine (an `await` returning into the client
+from the event loop or the wire layer) rather than called a function.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Trace:
 
     entries: Counter[str] = field(default_factory=Counter)
     reentries: Counter[str] = field(default_factory=Counter)
+    resumed: Counter[str] = field(default_factory=Counter)
+    frames: dict[int, FrameType] = field(default_factory=dict)  # held, so that no id is reused meanwhile
 
     def called(self, frame: FrameType, event: str, _arg: object) -> None:
         if event != "call":
@@ -52,12 +56,21 @@ class Trace:
         if module in self.entries:
             self.reentries[module] += 1
         self.entries[module] += 1
+        if id(frame) in self.frames:
+            self.resumed[module] += 1
+        self.frames[id(frame)] = frame
 
     def lines(self, title: str) -> list[str]:
-        total, again = sum(self.entries.values()), sum(self.reentries.values())
-        lines = [f"{title}: {len(self.entries)} modules visited, {total} entries, {again} re-entries"]
+        total, again, resumed = sum(self.entries.values()), sum(self.reentries.values()), sum(self.resumed.values())
+        lines = [
+            f"{title}: {len(self.entries)} modules visited, {total} entries, {again} re-entries, "
+            f"{resumed} of the entries resumptions"
+        ]
         for module, count in self.entries.most_common():
-            lines.append(f"  {module:<48} {count:>5} entries {self.reentries[module]:>5} re-entries")
+            lines.append(
+                f"  {module:<44} {count:>5} entries {self.reentries[module]:>5} re-entries "
+                f"{self.resumed[module]:>5} resumptions"
+            )
         return lines
 
 
