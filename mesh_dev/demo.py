@@ -36,6 +36,7 @@ from mesh_dev.database import PROVIDER, Database, ProviderLoop, binding, connect
 from mesh_dev.placement import PLACEMENT_FILE, PlacementRefused, follow_placement, place, seed_placement
 from mesh_dev.shell import new_terminal
 from mesh_dev.standins import Vault, stand_ins
+from provisioner_client.materializing.action import pending
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import buckets
@@ -149,7 +150,7 @@ def _waiting_for_the_provider(*, bound_by_provider: bool) -> Iterator[None]:
     if not bound_by_provider:
         yield
         return
-    logger = logging.getLogger(reconcile.__module__)
+    logger = logging.getLogger(pending.__module__)  # the logger of the line "module ... is pending"
     logger.addFilter(_first_step)
     try:
         yield

@@ -12,7 +12,8 @@ from registry.lazy import lazy_names
 
 if TYPE_CHECKING:
     from provisioner_client.errors import ClientError, ForeignKeyError, ManifestError, MaterializeError
-    from provisioner_client.reconcile import ClientPlan, ModuleReport, Report, reconcile
+    from provisioner_client.materializing.action import ModuleReport
+    from provisioner_client.reconcile import ClientPlan, Report, reconcile
     from provisioner_client.settings import ClientSettings
     from provisioner_client.status import NodeStatus, read_status
     from provisioner_client.watch.watching import WatchTiming, watch
@@ -41,7 +42,7 @@ _HOMES = {
     "ManifestError": "provisioner_client.errors",
     "MaterializeError": "provisioner_client.errors",
     "ClientPlan": "provisioner_client.reconcile",
-    "ModuleReport": "provisioner_client.reconcile",
+    "ModuleReport": "provisioner_client.materializing.action",
     "Report": "provisioner_client.reconcile",
     "reconcile": "provisioner_client.reconcile",
     "ClientSettings": "provisioner_client.settings",

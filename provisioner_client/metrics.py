@@ -48,7 +48,8 @@ import anyio
 from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
-from provisioner_client.reconcile import ModuleReport, Report
+from provisioner_client.materializing.action import ModuleReport
+from provisioner_client.reconcile import Report
 from registry.contract import PENDING_CAUSES, AppliedValue, pending_causes
 from registry.runtime import serve_metrics
 

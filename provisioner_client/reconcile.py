@@ -7,39 +7,39 @@ previous file as it was (never a partial file); run the change action of each mo
 changed; converge `applied` (`<node>.<module>`: state, digest, reasons, action outcome); remove
 the env files of modules no longer declared.
 
-Every write goes through `NodeScope.converge`, so nothing changes when nothing differs: a second
+Every write goes through `NodeScope.converge` (by `OwnKeys.write`), so nothing changes when nothing differs: a second
 reconcile makes zero KV writes and rewrites no file. A module whose manifest cannot be read but
 whose name can be told is held: its keys and file stay as they were, its `applied` says why. The
 module a file holds is the one it declared when last read (remembered in the materialize folder's
 ledger), so corrupting `web.json` that declares `app` holds `app`, never removes it.
 
-An applied record is bounded: at most `MAX_REASONS` reasons of at most `errors.REASON_CHARS`
-characters each (then "... and N more"), and never more than `MAX_VALUE_BYTES` (the buckets'
-value limit), so a module with thousands of pending placeholders is still recorded.
+An applied record is bounded: at most `MAX_REASONS` reasons (`materializing.action`) of at most
+`errors.REASON_CHARS` characters each (then "... and N more"), and never more than
+`MAX_VALUE_BYTES` (the buckets' value limit), so a module with thousands of pending placeholders
+is still recorded.
 
 A reconcile that changes nothing costs little: one object, the node's `Memory` of the last
-reconcile (`provisioner_client.resolving.memory`), says whether the node's own keys need listing (their
-stamps moved?) and which modules need resolving (their inputs moved?: the registry, the stamps of
-the buckets they read from, the node's collections, the digests of the verbs' answers, their
-manifest, `provisioner_client.resolving.inputs`; their file on disk is still the one recorded?), each with its
-reason in a debug line; it is told what was converged and applied, and saved once at the end.
+reconcile (`provisioner_client.resolving.memory`), says whether the node's own keys need listing
+(their stamps moved?) and which modules need resolving (their inputs moved?: the registry, the
+stamps of the buckets they read from, the node's collections, the digests of the verbs' answers,
+their manifest; their file on disk is still the one recorded?), each with its reason in a debug
+line; it is told what was converged and applied, and saved once at the end.
 Needs and collect are written (64 in flight) before the values are read, applied after the env files.
 
-The steps, in `reconcile`: remove the temporary files a killed client left; load the manifests;
-open the memory; find the node's own keys and read the registry; register (converge needs and
-collect); read the world; decide what to resolve (and keep the rollout claims left standing:
-`RolloutGate.prepare`); resolve; materialize; record applied; remember; remove the files of
-modules no longer declared.
+The steps, in `reconcile`, read top to bottom: remove the temporary files a killed client left
+and load the manifests; load the memory (once: saved once at the end); find the node's own keys
+and read the registry; register (converge needs and collect, each write's outcome noted by
+`OwnKeys.write`); read the applied records as stored (once: the previous ones, and the ones kept
+as they are at the end); read the world; decide what to resolve (and keep the rollout claims left
+standing: `RolloutGate.prepare`); resolve; apply each module's change (`materializing.action`:
+its env file, change action, health command, rollback); record applied; remember; remove the
+files of modules no longer declared.
 
 A module whose env file would change (or whose change action has not run for its content) changes
 only once its rollout lets it (`provisioner_client.rollout`): a budget's slot, no hold, its splay
 and quiet period over; else it is pending, `rollout: ...`, its file as it was. A change admitted
 under a claim runs its action at most once, remembered in the materialize folder, then its
 health command; the slot is freed only when both succeeded.
-
-Whether a module's change action is due is judged by the node's own record of the action last run
-on its file (`EnvFolder.acted_on`, kept before the bus is told), not by the applied record alone:
-a nats-server that lost its last acknowledged writes serves an older one.
 
 Every line logged during one reconcile, in its tasks too, carries `reconcile=<id>`, a new id each
 time (`registry.runtime.log_context`), also in its report: a reconcile's lines join on it.
@@ -51,7 +51,6 @@ time (`registry.runtime.log_context`), also in its report: a reconcile's lines j
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -61,40 +60,41 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from provisioner_client.concurrently import all_of
-from provisioner_client.errors import ManifestError, MaterializeError, capped
-from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, action_environment, run_action
-from provisioner_client.materializing.envfile import EnvFolder, FileObserver, Materialized, render
-from provisioner_client.resolving import inputs, refusals, waiting
-from provisioner_client.resolving.inputs import World
-from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, LoadedManifest, Manifests, load_manifests
-from provisioner_client.resolving.memory import Memory, Verdict
-from provisioner_client.resolving.own import OwnKeys
-from provisioner_client.resolving.resolve import Pending, Registry, Resolver, Source, read_registry
+from provisioner_client.errors import ManifestError
+from provisioner_client.materializing.action import DEFAULT_ENVIRONMENT, Applying, ModuleReport, apply, held, pending
+from provisioner_client.materializing.envfile import EnvFolder, FileObserver
+from provisioner_client.resolving.manifest import MAX_VALUE_BYTES, Manifests, load_manifests
+from provisioner_client.resolving.memory import (
+    Memory,
+    Verdict,
+    World,
+    buckets_of,
+    stamps_of,
+    unknown_world,
+    verb_digests,
+    world_of,
+)
+from provisioner_client.resolving.own import Outcomes, OwnKeys, WaitingWrites, record_refusals
+from provisioner_client.resolving.resolve import Registry, Resolver, Source, read_registry
 from provisioner_client.resolving.scope import NodeScope
-from provisioner_client.resolving.waiting import WaitingWrites
-from provisioner_client.rollout import Admission, RolloutGate, RolloutPlan, RolloutReport
-from provisioner_client.rollout.claims import Claims
-from provisioner_client.rollout.health import healthy
+from provisioner_client.rollout import RolloutGate, RolloutPlan, RolloutReport
+from provisioner_client.rollout.gate import Claims
 from registry.contract import (
     SHARE_BYTES,
-    ActionRecord,
     AppliedValue,
-    Bucket,
     BucketAnswer,
     JsonRefused,
     Placeholder,
     buckets,
     read_json,
-    substitute,
     to_json,
 )
-from registry.errors import ConvergeError, RegistryError
+from registry.errors import RegistryError
 from registry.runtime import log_context, new_log_id, terminal_safe
-from registry.wire import Bus, Changes, KvItem
+from registry.wire import Bus, KvItem
 
 log = logging.getLogger(__name__)
 
-MAX_REASONS = 20
 _STAMP_BYTES = 64  # room left for `changed_at` when a record is fitted
 
 
@@ -112,19 +112,8 @@ class ClientPlan:
     rollout: RolloutPlan = field(default_factory=RolloutPlan)
 
 
-@dataclass(frozen=True)
-class ModuleReport:
-    module: str
-    applied: AppliedValue
-    written: bool = False
-
-    @property
-    def action(self) -> ActionRecord | None:
-        return self.applied.action
-
-
 @dataclass
-class Report:
+class Report(Outcomes):
     """What a reconcile found and did; `reconcile_id` is on each of its log lines as `reconcile=`."""
 
     node: str
@@ -133,15 +122,10 @@ class Report:
     manifest_errors: list[ManifestError] = field(default_factory=list)
     ledger_problems: tuple[str, ...] = ()
     removed: list[Path] = field(default_factory=list)
-    writes: dict[str, Changes] = field(default_factory=dict)
     sources: set[Source] = field(default_factory=set)
     actions_run: list[str] = field(default_factory=list)
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # each module's: resolved again or not, and why
     key_verdicts: dict[str, Verdict] = field(default_factory=dict)  # each own bucket's: listed or not, and why
-    write_seconds: dict[str, float] = field(default_factory=dict)  # how long each bucket's writes took
-    refused: dict[str, str] = field(default_factory=dict)  # bucket name to the server's refusal of its writes
-    refused_modules: dict[str, str] = field(default_factory=dict)  # module to why: its keys were refused
-    waiting: dict[str, str] = field(default_factory=dict)  # bucket name to how its writes wait for the hub
     rollout: RolloutReport = field(default_factory=RolloutReport)  # the modules waiting on their rollout, and when
 
     @property
@@ -231,15 +215,17 @@ async def _reconcile(
     resolver = _resolver(bus, plan, wanted)
     await _register(own, report, wanted, waits)
     _say_past_shares(plan.node, wanted)
-    previous = _applied_by_module(_as_applied(own, waits))
+    stored = _as_applied(own, waits)
+    previous = _applied_by_module(stored)
     world = await _world(memory, resolver, wanted, folder, _placeholders(manifests))
     to_resolve = _decide(memory, world, manifests=manifests, previous=previous, folder=folder, report=report)
     gate = RolloutGate(Claims(bus, plan.node, plan.rollout.claim_ttl), plan.materialize, plan.rollout)
     to_resolve |= _forced(report, await gate.prepare(manifests.modules))
     await resolver.prefetch(_placeholders(manifests, only=to_resolve))
-    await _materialize(resolver, folder, plan, gate, manifests=manifests, previous=previous, report=report)
+    applying = Applying(plan.node, folder, plan.action_env, gate, report.actions_run)
+    await _materialize(applying, resolver, manifests=manifests, previous=previous, report=report)
     report.rollout = await gate.finish()
-    await _record_applied(own, report, previous, plan, waits)
+    await _record_applied(own, report, plan, waits, stored=stored, previous=previous)
     report.sources = resolver.sources | (memory.sources_read() if report.unchanged else set())
     _remember(memory, world, manifests, folder, report)
     report.removed = folder.remove_except(set(report.modules))
@@ -305,7 +291,7 @@ async def _find_own_keys(own: OwnKeys, manifests: Manifests, report: Report) -> 
 
 def _as_applied(own: OwnKeys, waits: WaitingWrites) -> list[KvItem]:
     """The node's applied records as last applied: the hub's, with those still waiting to be
-    written there (`waiting`) in their place: they say what was applied and when."""
+    written there (`own.WaitingWrites`) in their place: they say what was applied and when."""
     found = {item.key: item for item in own.items(buckets.APPLIED)}
     current = waits.current()
     for key, value in (current.applied_records(buckets.APPLIED.name) if current is not None else {}).items():
@@ -316,86 +302,12 @@ def _as_applied(own: OwnKeys, waits: WaitingWrites) -> list[KvItem]:
 
 async def _register(own: OwnKeys, report: Report, wanted: _Wanted, waits: WaitingWrites) -> None:
     """Needs and collect converged at once, before any value is read and before applied is; a
-    module whose keys a bucket refused is pending, saying why (`refusals`); writes that wait for
-    the hub (`waiting`) leave the modules to be resolved from what the site has."""
+    module whose keys a bucket refused is pending, saying why (`own`: refused writes); writes that wait for
+    the hub (`own`: writes that wait) leave the modules to be resolved from what the site has."""
     await all_of(
-        partial(_write_own, own, report, buckets.NEEDS, wanted.needs, waits, owner="module"),
-        partial(_write_own, own, report, buckets.COLLECT, wanted.collect, waits, owner="contributor"),
+        partial(own.write, buckets.NEEDS, wanted.needs, waits, report, owner="module"),
+        partial(own.write, buckets.COLLECT, wanted.collect, waits, report, owner="contributor"),
     )
-
-
-async def _write_own(
-    own: OwnKeys,
-    report: Report,
-    bucket: Bucket,
-    desired: Mapping[str, bytes],
-    waits: WaitingWrites,
-    *,
-    owner: str | None,
-) -> None:
-    """`desired` converged in the node's keys of `bucket`, and its outcome noted, the one place it
-    is: written (nothing of it waits any more); answered as the link being down (its keys wait,
-    and applied's records with them, `waiting`); refused by the bus (in the report, for `refusals`;
-    each module whose keys it refused pending, by the key's field `owner`). Applied has no module
-    to leave pending (`owner` None): its refusal, like any other failure, fails the reconcile."""
-    try:
-        await _converge(own, report, bucket, desired)
-    except ConvergeError as err:
-        if not (
-            _left_waiting(own, report, bucket, desired, waits, err=err)
-            or _left_pending(own, report, bucket, desired, err=err, owner=owner)
-        ):
-            raise
-    else:
-        waits.done(bucket.name)
-
-
-def _left_waiting(
-    own: OwnKeys,
-    report: Report,
-    bucket: Bucket,
-    desired: Mapping[str, bytes],
-    waits: WaitingWrites,
-    *,
-    err: ConvergeError,
-) -> bool:
-    """Whether `err` says the link to the hub is down: then what was not written waits (applied's
-    records themselves, to be written as they are and taken as the previous ones meanwhile)."""
-    how = waiting.link_down(err)
-    if how is None:
-        return False
-    report.waiting[bucket.name] = _waiting_how(bucket, how, err)
-    unwritten = own.unwritten(bucket, desired)
-    records = {key: desired[key] for key in unwritten} if bucket == buckets.APPLIED else None
-    waits.failed(bucket.name, report.waiting[bucket.name], detail=err.reason, keys=unwritten, records=records)
-    return True
-
-
-def _left_pending(
-    own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes], *, err: ConvergeError, owner: str | None
-) -> bool:
-    """Whether `err` is the bus refusing the writes (kept in the report) and the modules whose keys
-    it refused were left pending, saying why."""
-    refusal = refusals.refusal_of(err)
-    if refusal is None:
-        return False
-    report.refused[bucket.name] = refusal
-    if owner is None:
-        return False
-    modules = {bucket.shape.parse(key)[owner] for key in own.unwritten(bucket, desired)}
-    for module in modules:
-        report.refused_modules.setdefault(module, f"its {bucket.name} keys were refused: {refusal}")
-    node = own.scope.node
-    log.warning(
-        "node %s: %s refused the writes (%s): %s; pending: %s",
-        node,
-        bucket.name,
-        err.done,
-        refusal,
-        ", ".join(sorted(modules)) or "no module",
-        extra={"node": node, "bucket": bucket.name},
-    )
-    return True
 
 
 # An entry's bytes in the seat's listing besides its key, parts and value: the field names, a
@@ -431,13 +343,6 @@ def _say_past_shares(node: str, wanted: _Wanted) -> None:
             )
 
 
-def _waiting_how(bucket: Bucket, how: str, err: ConvergeError) -> str:
-    """How the client knows that `bucket`'s writes wait, in a few words: the request and its answer."""
-    if err.key == "*":  # not listed: the verb, at the hub, did not answer
-        return f"the listing of its {bucket.name} keys was answered {how}"
-    return f"the {bucket.name} writes were answered {how}"
-
-
 def _resolver(bus: Bus, plan: ClientPlan, wanted: _Wanted) -> Resolver:
     """Resolves through the registry read, the node's collections from its collect keys as converged."""
     return Resolver(bus, wanted.registry, node=plan.node, verb_timeout=plan.verb_timeout, own_collect=wanted.collect)
@@ -454,21 +359,21 @@ async def _world(
 ) -> World:
     """What every module resolves from this time: the stamps of the buckets read last time (or, the
     first time, of those the registry names), and the digests of the verbs' answers, asked at once."""
-    stamped = inputs.buckets_of(memory.sources_read()) or resolver.buckets_read(placeholders)
+    stamped = buckets_of(memory.sources_read()) or resolver.buckets_read(placeholders)
     key = folder.key(create=bool(placeholders))
     stamps: dict[str, int] = {}
     verbs: dict[str, str] = {}
 
     async def read_stamps() -> None:
-        stamps.update(await inputs.stamps_of(resolver.bus, resolver.node, stamped))
+        stamps.update(await stamps_of(resolver.bus, resolver.node, stamped))
 
     async def ask_verbs() -> None:
-        verbs.update(await inputs.verb_digests(resolver, wanted.registry, placeholders, key or b""))
+        verbs.update(await verb_digests(resolver, wanted.registry, placeholders, key or b""))
 
     await all_of(read_stamps, ask_verbs)
     if key is None:
-        return inputs.unknown_world(stamps, "no digest key in the env folder yet")
-    return inputs.world_of(wanted.registry, stamps, wanted.collect, verbs)
+        return unknown_world(stamps, "no digest key in the env folder yet")
+    return world_of(wanted.registry, stamps, wanted.collect, verbs)
 
 
 def _decide(
@@ -501,42 +406,45 @@ def _forced(report: Report, modules: set[str]) -> set[str]:
 
 
 async def _materialize(
+    applying: Applying,
     resolver: Resolver,
-    folder: EnvFolder,
-    plan: ClientPlan,
-    gate: RolloutGate,
     *,
     manifests: Manifests,
     previous: Mapping[str, AppliedValue],
     report: Report,
 ) -> None:
-    """Each module resolved, written and its change action run, or kept as it was; a held module
-    pending with its file as it was."""
-    unchanged = report.unchanged
+    """Each module resolved, written and its change action run (`materializing.action.apply`), or
+    kept as it was; a held module pending with its file as it was."""
+    folder, unchanged = applying.folder, report.unchanged
     for module, loaded in sorted(manifests.modules.items()):
+        before = previous.get(module)
         if module in report.refused_modules:
-            report.modules[module] = _pending(folder, module, [report.refused_modules[module]], previous.get(module))
+            report.modules[module] = pending(folder, module, [report.refused_modules[module]], before)
         elif module in unchanged:
             report.modules[module] = ModuleReport(module, previous[module])
         else:
-            before = previous.get(module)
-            report.modules[module] = await _apply(
-                resolver, folder, plan, loaded, gate=gate, previous=before, report=report
-            )
+            report.modules[module] = await apply(applying, resolver, loaded, previous=before)
     for module, error in sorted(manifests.held.items()):
-        report.modules[module] = _held(folder, module, error, previous.get(module))
+        report.modules[module] = held(folder, module, error, previous.get(module))
 
 
 async def _record_applied(
-    own: OwnKeys, report: Report, previous: Mapping[str, AppliedValue], plan: ClientPlan, waits: WaitingWrites
+    own: OwnKeys,
+    report: Report,
+    plan: ClientPlan,
+    waits: WaitingWrites,
+    *,
+    stored: Sequence[KvItem],
+    previous: Mapping[str, AppliedValue],
 ) -> None:
-    """Each module's applied record converged, after its env file; then what this reconcile found
-    refused, if anything, kept for `status` (`refusals`), also when applied refused the records."""
-    desired = _applied(own.scope.node, report, previous, _as_applied(own, waits))
+    """Each module's applied record converged, after its env file, over the records `stored` as
+    the reconcile found them; then what this reconcile found refused, if anything, kept for
+    `status` (`own`: refused writes), also when applied refused the records."""
+    desired = _applied(own.scope.node, report, previous, stored)
     try:
-        await _write_own(own, report, buckets.APPLIED, desired, waits, owner=None)
+        await own.write(buckets.APPLIED, desired, waits, report, owner=None)
     finally:
-        refusals.record(plan.materialize, plan.node, report.refused)
+        record_refusals(plan.materialize, plan.node, report.refused)
 
 
 def _remember(memory: Memory, world: World, manifests: Manifests, folder: EnvFolder, report: Report) -> None:
@@ -548,16 +456,6 @@ def _remember(memory: Memory, world: World, manifests: Manifests, folder: EnvFol
     }
     memory.record_applied(world, report.sources, applied, report.unchanged, folder)
     memory.save()
-
-
-async def _converge(own: OwnKeys, report: Report, bucket: Bucket, desired: Mapping[str, bytes]) -> None:
-    started = time.perf_counter()
-    changes = await own.converge(bucket, desired)
-    report.writes[bucket.name] = changes
-    if changes:
-        report.write_seconds[bucket.name] = time.perf_counter() - started
-        node = own.scope.node
-        log.info("node %s: %s %s", node, bucket.name, changes.summary(), extra={"node": node, "bucket": bucket.name})
 
 
 def _applied(
@@ -607,156 +505,6 @@ def _applied_by_module(current: Sequence[KvItem]) -> dict[str, AppliedValue]:
         except (RegistryError, ValidationError, JsonRefused):
             log.warning("ignored %s key %r: not an applied value", buckets.APPLIED.name, item.key)
     return found
-
-
-async def _apply(
-    resolver: Resolver,
-    folder: EnvFolder,
-    plan: ClientPlan,
-    loaded: LoadedManifest,
-    *,
-    gate: RolloutGate,
-    previous: AppliedValue | None,
-    report: Report,
-) -> ModuleReport:
-    """The module's env file written and its change action run, once its rollout lets it change
-    (`provisioner_client.rollout`); else pending with why, its file as it was."""
-    module, manifest = loaded.module, loaded.manifest
-    content = await rendered(resolver, loaded)
-    old_action = _last_action(folder, module, previous)
-    if isinstance(content, list):
-        return _pending(folder, module, content, previous)
-    last_good = gate.rollback_due(module, manifest)
-    if last_good is not None:
-        return await _roll_back(folder, plan, loaded, gate, last_good, previous=previous, report=report)
-    try:
-        digest, on_disk = folder.digest(content), folder.digest_on_disk(module)
-    except MaterializeError as err:
-        return _pending(folder, module, [str(err)], previous)
-    ran = gate.ran(module, digest)
-    action_due = manifest.on_change is not None and ran is None and (old_action is None or old_action.digest != digest)
-    admission = GO
-    if on_disk != digest or action_due:
-        admission = await gate.admit(module, manifest, digest, first=on_disk is None)
-        if not admission.go:
-            return _pending(folder, module, list(admission.reasons), previous)
-    replaced = folder.content_on_disk(module) if admission.claimed else None  # the last good one to keep
-    try:
-        done = folder.materialize(module, content)
-    except MaterializeError as err:
-        return _pending(folder, module, [str(err)], previous)
-    action, problem = ran or old_action, None
-    run = partial(_run_change, plan, folder, loaded, done, report) if action_due else None
-    check = partial(_run_health, plan, loaded, done.path, done.digest)
-    if admission.claimed:  # the claim freed or failed, whether an action is due or not
-        ran_now, problem = await gate.run_under_claim(module, done.digest, replaced=replaced, action=run, health=check)
-        action = ran_now or action
-    elif run is not None:
-        action = await run()
-        problem = await check() if action.ok else None
-    reasons = (*admission.reasons, *((f"rollout: {problem}",) if problem else ()))
-    applied = AppliedValue(state="applied", digest=done.digest, file=str(done.path), action=action, reasons=reasons)
-    return ModuleReport(module, applied, written=done.written)
-
-
-GO = Admission(go=True)
-
-
-def _last_action(folder: EnvFolder, module: str, previous: AppliedValue | None) -> ActionRecord | None:
-    """The change action last run on the module's file: the node's own record of it, the judge of
-    whether it is due; the bus's applied record only where the node has none (a client before it
-    kept one). A bus rolled back to an earlier prefix holds an older record: taken as the truth it
-    would run an action again, or skip one its content needs."""
-    return folder.acted_on(module) or (previous.action if previous else None)
-
-
-async def _run_change(
-    plan: ClientPlan, folder: EnvFolder, loaded: LoadedManifest, done: Materialized, report: Report
-) -> ActionRecord:
-    assert loaded.manifest.on_change is not None
-    env = action_environment(plan.action_env, node=plan.node, module=loaded.module, env_file=done.path)
-    report.actions_run.append(loaded.module)
-    action = await run_action(loaded.module, loaded.manifest.on_change, done.digest, env=env)
-    folder.ran(loaded.module, action)
-    return action
-
-
-async def _run_health(plan: ClientPlan, loaded: LoadedManifest, path: Path, digest: str) -> str | None:
-    on_change = loaded.manifest.on_change
-    if on_change is None or on_change.health is None:
-        return None
-    env = action_environment(plan.action_env, node=plan.node, module=loaded.module, env_file=path)
-    return await healthy(loaded.module, on_change.health, digest, env=env)
-
-
-async def _roll_back(
-    folder: EnvFolder,
-    plan: ClientPlan,
-    loaded: LoadedManifest,
-    gate: RolloutGate,
-    last_good: bytes,
-    *,
-    previous: AppliedValue | None,
-    report: Report,
-) -> ModuleReport:
-    """An aborted rollout: the last good env file put back, the change action run again for it."""
-    module = loaded.module
-    try:
-        done = folder.materialize(module, last_good)
-    except MaterializeError as err:
-        return _pending(folder, module, [str(err)], previous)
-    action = None
-    if loaded.manifest.on_change is not None:
-        action = await _run_change(plan, folder, loaded, done, report)
-    pending = _pending(folder, module, [gate.rolled_back(module)], previous)
-    if action is None:
-        return pending
-    return replace(pending, applied=pending.applied.model_copy(update={"action": action}))  # ran for the old values
-
-
-async def rendered(resolver: Resolver, loaded: LoadedManifest) -> bytes | list[str]:
-    """The module's env file as its values render it, or why it cannot be (each pending
-    placeholder and its reason); the values are dropped here. Reconcile and the drift watch's
-    `put_back` both render through it."""
-    module, manifest = loaded.module, loaded.manifest
-    values: dict[str, str] = {}
-    env: dict[str, str] = {}
-    reasons = []
-    try:
-        for placeholder in manifest.placeholders():
-            try:
-                values[str(placeholder)] = await resolver.resolve(module, placeholder)
-            except Pending as pending:
-                reasons.append(f"{placeholder}: {pending.reason}")
-        if reasons:
-            return reasons
-        env = {name: substitute(text, lambda p: values[str(p)]) for name, text in manifest.env.items()}
-        return render(module, env)
-    finally:
-        values.clear()
-        env.clear()
-
-
-def _pending(folder: EnvFolder, module: str, reasons: list[str], previous: AppliedValue | None) -> ModuleReport:
-    reasons = bounded_reasons(reasons)
-    unchanged = previous is not None and previous.reasons == tuple(reasons)
-    level = logging.DEBUG if unchanged else logging.WARNING
-    log.log(level, "module %s is pending: %s", module, capped("; ".join(reasons), 2000))
-    action = _last_action(folder, module, previous)
-    on_disk = folder.digest_on_disk(module)
-    file = str(folder.path_of(module)) if on_disk else None
-    applied = AppliedValue(state="pending", digest=on_disk, file=file, reasons=tuple(reasons), action=action)
-    return ModuleReport(module, applied)
-
-
-def _held(folder: EnvFolder, module: str, error: ManifestError, previous: AppliedValue | None) -> ModuleReport:
-    return _pending(folder, module, [str(error)], previous)
-
-
-def bounded_reasons(reasons: Sequence[str], *, count: int = MAX_REASONS) -> list[str]:
-    """At most `count` reasons, each capped, then how many more there were."""
-    kept = [capped(reason) for reason in reasons[:count]]
-    return kept + ([f"... and {len(reasons) - count} more"] if len(reasons) > count else [])
 
 
 def _fitted(applied: AppliedValue) -> AppliedValue:

@@ -6,10 +6,10 @@ module, what `applied` says (applied or pending and why, since when, the change 
 outcome) and whether its env file is as applied: in place, drifted, missing or none written yet,
 judged by the node's keyed digest (`envfile`), never by printing a value. Writes the bus refused
 at the last reconcile (a full bucket, say) are read from the client's own record in the env folder
-(`refusals`): which bucket refused and the server's answer, also when applied itself refused the
+(`resolving.own`): which bucket refused and the server's answer, also when applied itself refused the
 records, so that what applied holds is older than that reconcile.
 
-Writes that wait for the hub (a node at a site whose link is cut, `waiting`) are read from the
+Writes that wait for the hub (a node at a site whose link is cut, `resolving.own`) are read from the
 client's record of them: since when, how the client knows (the write and its answer: `NoResponders`,
 timed out) and which records are not yet written there. The verb that lists the applied records
 is answered at the site by its seat, from the site's copies, where no waiting record is yet: those
@@ -33,10 +33,8 @@ from pydantic import ValidationError
 
 from provisioner_client.errors import MaterializeError
 from provisioner_client.materializing.envfile import EnvFolder
-from provisioner_client.resolving import refusals, waiting
-from provisioner_client.resolving.refusals import Refusals
+from provisioner_client.resolving.own import LEASE, Part, Refusals, Waiting, link_down, read_refusals, read_waiting
 from provisioner_client.resolving.scope import NodeScope
-from provisioner_client.resolving.waiting import LEASE, Waiting
 from registry.command_line import timestamp_of
 from registry.contract import AppliedValue, JsonRefused, buckets, read_json
 from registry.errors import BusError, RegistryError
@@ -54,7 +52,7 @@ class ClientLease:
     holder: Holder | None = None
     renewed_ago: timedelta | None = None
     unreadable: bool = False
-    waiting: waiting.Part | None = None  # the client's renewals wait for the hub: since when, how known
+    waiting: Part | None = None  # the client's renewals wait for the hub: since when, how known
 
     @property
     def running(self) -> bool:
@@ -266,7 +264,7 @@ async def read_status(bus: Bus, node: str, materialize: Path, *, settings_file: 
 def _waiting(materialize: Path, node: str) -> tuple[Waiting | None, str | None]:
     """The writes that wait for the hub, or why the client's record of them cannot be read."""
     try:
-        return waiting.read(materialize, node), None
+        return read_waiting(materialize, node), None
     except MaterializeError as err:
         return None, str(err)
 
@@ -282,9 +280,9 @@ async def _applied_items(
     try:
         listed = await NodeScope(node).read(bus, buckets.APPLIED)
     except BusError as err:
-        if waits is None or waiting.link_down(err) is None:
+        if waits is None or link_down(err) is None:
             raise
-        why = f"the verb was asked for them and answered {waiting.link_down(err)}"
+        why = f"the verb was asked for them and answered {link_down(err)}"
     else:
         own = waits.applied_records(buckets.APPLIED.name) if waits is not None else {}
         if not own:
@@ -309,7 +307,7 @@ async def _applied_items(
 def _refusals(materialize: Path, node: str) -> tuple[Refusals | None, str | None]:
     """The writes the last reconcile found refused, or why the client's record of them cannot be read."""
     try:
-        return refusals.read(materialize, node), None
+        return read_refusals(materialize, node), None
     except MaterializeError as err:
         return None, str(err)
 

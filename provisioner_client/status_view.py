@@ -13,7 +13,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
-from provisioner_client.resolving.waiting import LEASE
+from provisioner_client.resolving.own import LEASE
 from provisioner_client.status import Mark, ModuleStatus, NodeStatus
 from registry.command_line import timestamp_of
 from registry.contract import ActionRecord, buckets

@@ -27,7 +27,7 @@ that moment against its own clock, which the mesh takes to agree with the server
 
 A mark is deleted at the first round after the node renews or takes its lease again (within
 `every`); its clients read the marks at each reconcile and leave that node's contributions out of
-their collections until then (`provisioner_client.resolving.forgotten`). A round the bus fails is
+their collections until then (`provisioner_client.resolving.resolve.Forgotten`). A round the bus fails is
 said and tried again at the next. Run by the hub's seat alone: a site's seat has the hub's fleet
 mirrored, and writes nothing at the hub.
 """

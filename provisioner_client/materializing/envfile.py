@@ -23,7 +23,7 @@ touched. The ledger also remembers which module each manifest file declared (`ma
 that a manifest corrupted later still holds the module it declared.
 
 The digest of a file (recorded in `applied`, which operators read through the verb) is an
-HMAC-SHA-256 keyed with a node-local secret (`state.key`: 32 random bytes, mode 0600, created on
+HMAC-SHA-256 keyed with a node-local secret (`state.records.KEY`: 32 random bytes, mode 0600, created on
 first write, in the same folder): an unsalted hash of a file holding a secret could be searched
 offline. Losing or replacing that key costs little and loses nothing: the env
 files are compared by their bytes, so none is rewritten, but every module's digest changes once,
@@ -48,8 +48,7 @@ from provisioner_client.errors import MaterializeError
 from provisioner_client.resolving.manifest import MODULE_PATTERN
 from provisioner_client.state import files, records
 from provisioner_client.state.files import MODE
-from provisioner_client.state.key import create_key, digest, read_key
-from provisioner_client.state.records import ActionsDocument, LedgerDocument
+from provisioner_client.state.records import ActionsDocument, LedgerDocument, create_key, digest, read_key
 from registry.contract import ActionRecord
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ A node has no JetStream API besides direct gets: a value is read by direct get o
 responders means the bucket does not exist, or has no direct get), and a collection of the
 node's own collect bucket is listed by the provisioning verb. No other bucket can be listed.
 A collection leaves out the contributions of every other node the seat marked gone
-(`provisioner_client.resolving.forgotten`: their marks read once per reconcile, only when another
+(`Forgotten`, below: their marks read once per reconcile, only when another
 node contributes); this node's own are never left out. In a shared collection's value each
 contribution's items follow the line `# mesh-provisioner node=<node> contributor=<contributor>`
 (their key tokens), so that a consumer (ssh's known_hosts, which reads it as a comment) can tell
@@ -27,6 +27,20 @@ value an env file cannot carry (`carriable`): a NUL, which sh reads as the value
 surrogate, which is no UTF-8 text, is refused by the JSON reader already).
 Every JSON read here (a value, a plan, a registry entry, a vault's answer) goes through
 `registry.contract.bounded_json.read_json`: a value too deep or too large is a reason naming its key, never a crash.
+
+Forgotten nodes (`Forgotten`): whose contributions a collection leaves out.
+
+The seat marks a node gone for good as `gone.<node>` in the fleet bucket
+(`registry.contract.fleet`, `provisioner.seat.gone_marks`) and deletes the mark once the node is
+back. A node's grants let it read the whole fleet bucket by batch direct get, so when it resolves
+a collection it reads the marks of exactly the other nodes that contribute to it: one batch per
+`MULTI_LAST_LIMIT` contributors, once per reconcile, and none at all while every contribution is
+its own. A node never leaves its own contributions out, marked or not (its mark outlives its
+return until the seat's next round).
+
+The marks are read fail-open: a fleet bucket that does not answer (a seat older than the marks,
+the bus away) leaves nothing out, said once per reconcile, so that a collection is never emptied
+by an outage; a gone node's contributions are then read as they were before marks existed.
 """
 
 from __future__ import annotations
@@ -42,7 +56,6 @@ from typing import Generic, TypeVar
 import anyio
 from pydantic import ValidationError
 
-from provisioner_client.resolving.forgotten import Forgotten
 from provisioner_client.resolving.scope import NodeScope, item_of
 from registry.contract import (
     Bucket,
@@ -55,6 +68,8 @@ from registry.contract import (
     RegistryEntry,
     VerbAnswer,
     buckets,
+    decode_token,
+    fleet,
     keys,
     node_token,
     pattern_of,
@@ -62,7 +77,7 @@ from registry.contract import (
     render,
     shape_of,
 )
-from registry.errors import BusError, BusTimeout, NoResponders, RegistryError, ServiceError
+from registry.errors import BusError, BusTimeout, NoResponders, RegistryError, ServiceError, TokenError
 from registry.wire import MULTI_LAST_LIMIT, Bus, KvItem, answer_of, ask_service, get_direct, get_last_many
 
 log = logging.getLogger(__name__)
@@ -170,7 +185,7 @@ class Resolver:
     ) -> None:
         """`own_collect`: this node's keys of the collect bucket as its converge leaves them; its
         collections are then read from it, not listed by the verb. `forgotten`: the gone marks
-        read this reconcile (`provisioner_client.resolving.forgotten`), else read afresh."""
+        read this reconcile (`Forgotten`), else read afresh."""
         self._bus = bus
         self._own_collect = own_collect
         self.forgotten = forgotten or Forgotten(bus, node=node)
@@ -257,6 +272,24 @@ class Resolver:
             return entry.answer.shares(self._fields(module, placeholder, entry).get("collection", ""))
         except Pending:
             return False
+
+    async def values(
+        self, module: str, placeholders: Iterable[Placeholder]
+    ) -> tuple[dict[Placeholder, str], list[str]]:
+        """The value of each of `module`'s placeholders, and each one pending with its reason; on
+        a failure, the values found so far are dropped before it is raised."""
+        values: dict[Placeholder, str] = {}
+        reasons = []
+        try:
+            for placeholder in placeholders:
+                try:
+                    values[placeholder] = await self.resolve(module, placeholder)
+                except Pending as pending:
+                    reasons.append(f"{placeholder}: {pending.reason}")
+        except BaseException:
+            values.clear()
+            raise
+        return values, reasons
 
     async def resolve(self, module: str, placeholder: Placeholder) -> str:
         """The value of `placeholder` for `module`, or `Pending` with why; each asked once per reconcile."""
@@ -480,3 +513,57 @@ def _from_plan(raw: str, bucket: str, key: str, placeholder: Placeholder) -> str
             raise Pending(f"the plan at {where} has no {placeholder.kind} {placeholder.name!r}")
         found = found[field_name]
     return _as_text(found, f"{where} plan")
+
+
+class Forgotten:
+    """The gone marks a node reads during one reconcile, each contributor's read at most once."""
+
+    def __init__(self, bus: Bus, *, node: str) -> None:
+        self.bus = bus
+        self.node = node
+        self._marked: dict[str, bool] = {}  # contributor: whether it is marked gone
+        self._reading = anyio.Lock()
+        self.unreadable: str | None = None  # why the marks could not be read, if they could not
+
+    async def left_out(self, contributors: Iterable[str]) -> set[str]:
+        """The nodes among `contributors` whose contributions are left out: marked gone, and not
+        this node."""
+        others = {node for node in contributors if node != self.node}
+        async with self._reading:
+            await self._read_marks(sorted(others - self._marked.keys()))
+        return {node for node in others if self._marked.get(node, False)}
+
+    async def kept(self, items: list[KvItem]) -> list[KvItem]:
+        """The collect bucket's `items` (keys `<node>.<collection>.<contributor>`) whose node is
+        not left out."""
+        by_node = {item.key: _node_of(item.key) for item in items}
+        out = await self.left_out(node for node in by_node.values() if node is not None)
+        return [item for item in items if by_node[item.key] not in out]
+
+    async def _read_marks(self, nodes: list[str]) -> None:
+        for start in range(0, len(nodes), MULTI_LAST_LIMIT):
+            chunk = nodes[start : start + MULTI_LAST_LIMIT]
+            try:
+                found = await get_last_many(self.bus, fleet.FLEET, [fleet.gone_key(node) for node in chunk])
+            except BusError as err:
+                self._unreadable(err.reason)
+                found = []
+            marked = {item.key for item in found if not item.deleted}
+            self._marked.update({node: fleet.gone_key(node) in marked for node in chunk})
+
+    def _unreadable(self, reason: str) -> None:
+        if self.unreadable is None:
+            log.warning(
+                "gone marks of %s not read (%s): no contribution left out of collections this reconcile",
+                fleet.FLEET.name,
+                reason,
+                extra={"bucket": fleet.FLEET.name},
+            )
+        self.unreadable = reason
+
+
+def _node_of(key: str) -> str | None:
+    try:
+        return decode_token(node_token(key))
+    except TokenError:
+        return None

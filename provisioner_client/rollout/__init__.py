@@ -7,12 +7,11 @@ claim `claim.<module>.<node>` and reads every other, and the server's revisions 
 
 - `budget`: what a budget is and how many slots it gives.
 - `admission`: which live claims hold the slots (pure: claims in, verdict out).
-- `claims`: the node's claim in the fleet bucket, written, renewed, deleted; holds read.
-- `state`: what the node remembers locally (the materialize folder): which change ran under which
-  claim, its last good env file, when a paced change is due.
 - `health`: the health command run after the change action.
 - `pacing`: splay and wait for modules without a budget.
-- `gate`: the reconcile's one door: admit a change, see it through, keep the claims.
+- `gate`: the reconcile's one door: admit a change, see it through, keep the claims; the node's
+  claim in the fleet bucket (written, renewed, deleted; holds read) and what the node remembers
+  locally (which change ran under which claim, its last good env file, when a paced change is due).
 """
 
 from __future__ import annotations

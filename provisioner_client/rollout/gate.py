@@ -22,32 +22,189 @@ as the last good one, the action started (remembered on disk first), the claim r
 action and the health command run, then deleted (success) or written `failed` (kept: a failure
 uses its slot up until an operator resumes). What the gate knows after the reconcile
 (`RolloutReport`) tells watch mode which modules it waits on and when to look again.
+
+What the node remembers of its rollouts, in the materialize folder, across restarts of the
+client and of nats-server: the node's record `state.records.ROLLOUT` holds, per module, the
+change it is on and its claim's place in the queue, and whether that change's action started and
+how it ended. A change's action runs at most once: the record says "started" (on disk) before the
+action starts, so a client killed while it ran, or a reconcile whose later writes failed
+(nats-server restarted), never runs it again.
+
+The env file a change replaced is kept beside it (`state.records.keep_last_good`, mode 0600: it
+holds what the env file held, secrets included), so that an aborted rollout can put it back where
+the module allows (`"rollout": {"rollback": true}`).
+
+The node's side of the fleet bucket: its own claims, written, renewed and deleted, and the
+claims and holds of the others, read.
+
+Every write is conditional on the revision the node read or last wrote (its own key alone: its
+grants let it write `claim.*.<node>` and nothing else), and every read is a batch direct get (a
+node has no JetStream API besides direct gets). A write that lost to a write of its own stored
+late (a renewal the bus did not answer in time) is done again from the revision read back.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 
 import anyio
 
+from provisioner_client.errors import MaterializeError
 from provisioner_client.resolving.manifest import LoadedManifest, Manifest
 from provisioner_client.resolving.own import say_lost
 from provisioner_client.rollout import admission, pacing
 from provisioner_client.rollout.budget import Budget, RolloutPlan
-from provisioner_client.rollout.claims import Claims, ClaimState
-from provisioner_client.rollout.state import RolloutState
-from provisioner_client.state.records import ModuleRollout
-from registry.contract import ActionRecord, fleet
-from registry.errors import BusError, sole_exception
+from provisioner_client.state import records
+from provisioner_client.state.records import ModuleRollout, RolloutRecord
+from registry.contract import ActionRecord, fleet, to_json
+from registry.errors import BusError, KeyShapeError, WrongLastSequence, sole_exception
 from registry.runtime import event
-from registry.wire import KvItem
+from registry.wire import Bus, KvItem, TooManyKeys, delete, get_direct, get_last_many, get_latest_paged, update
+
+FLEET = fleet.FLEET
+ClaimState = Literal["waiting", "running", "failed"]
+
+
+class Claims:
+    """Node `node`'s claims, and what it reads of the fleet bucket."""
+
+    def __init__(self, bus: Bus, node: str, ttl: timedelta) -> None:
+        self.bus = bus
+        self.node = node
+        self.ttl = ttl
+
+    async def holds(self) -> dict[str, fleet.Hold]:
+        """Every module's hold, by module (one read of `rollout.>`)."""
+        found = {}
+        for item in await _latest(self.bus, f"{fleet.ROLLOUT}.>"):
+            module = _module_of(item.key)
+            if not item.deleted and module is not None:  # an unreadable hold holds, as every view shows it
+                found[module] = fleet.read_hold(item.value, item.stored_at)
+        return found
+
+    async def of_module(self, module: str) -> list[KvItem]:
+        """Every node's claim of `module` as it stands (deleted ones included)."""
+        return await _latest(self.bus, fleet.claims_of(module))
+
+    def own(self, items: Sequence[KvItem], module: str) -> KvItem | None:
+        key = fleet.claim_key(module, self.node)
+        return next((item for item in items if item.key == key), None)
+
+    async def write(
+        self, module: str, *, state: ClaimState, change: str, queued: int, last: int | None, reason: str = ""
+    ) -> int:
+        """Writes the node's claim of `module`; its revision. `last`: the revision it stands at, if known."""
+        claim = fleet.Claim(
+            state=state,
+            change=change,
+            since=datetime.now(UTC),
+            ttl_seconds=self.ttl.total_seconds(),
+            reason=reason[:1024],
+            queued=queued,
+        )
+        key = fleet.claim_key(module, self.node)
+        if last is None:
+            last = await self._revision_of(key)
+        try:
+            return await update(self.bus, FLEET, key, to_json(claim), last=last)
+        except WrongLastSequence:
+            return await update(self.bus, FLEET, key, to_json(claim), last=await self._revision_of(key))
+
+    async def current(self, module: str) -> KvItem | None:
+        """The node's own claim of `module` as it stands (a delete marker included), None if never written."""
+        return await get_direct(self.bus, FLEET, fleet.claim_key(module, self.node))
+
+    async def remove(self, module: str) -> None:
+        """Deletes the node's claim of `module`, if it stands: its slot is free."""
+        key = fleet.claim_key(module, self.node)
+        current = await get_direct(self.bus, FLEET, key)
+        if current is None or current.deleted:
+            return
+        try:
+            await delete(self.bus, FLEET, key, last=current.revision)
+        except WrongLastSequence:
+            again = await get_direct(self.bus, FLEET, key)
+            if again is not None and not again.deleted:
+                await delete(self.bus, FLEET, key, last=again.revision)
+
+    async def _revision_of(self, key: str) -> int:
+        current = await get_direct(self.bus, FLEET, key)
+        return current.revision if current is not None else 0
+
+
+async def _latest(bus: Bus, subject_filter: str) -> list[KvItem]:
+    """The keys under `subject_filter` as they stand: one batch read, or paged past its 1,024 keys
+    (a deleted claim's marker stays: every node that ever claimed a module has a key of it)."""
+    try:
+        return await get_last_many(bus, FLEET, subject_filter)
+    except TooManyKeys:
+        return await get_latest_paged(bus, FLEET, subject_filter)
+
+
+def _module_of(key: str) -> str | None:
+    """The module a hold's key names; None for a key of no shape (an operator's grant takes any one
+    token: a literal `*`, a non-canonical escape), which is no module's hold."""
+    try:
+        return fleet.parse_fleet_key(key).module
+    except KeyShapeError:
+        return None
+
 
 log = logging.getLogger(__name__)
+
+RECORD = records.ROLLOUT.name
+
+
+class RolloutState:
+    """The rollout record of the materialize folder: read once, written on every change of it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._record: RolloutRecord | None = None
+
+    @property
+    def modules(self) -> dict[str, ModuleRollout]:
+        if self._record is None:
+            self._record = self._read()
+        return self._record.modules
+
+    def get(self, module: str) -> ModuleRollout | None:
+        return self.modules.get(module)
+
+    def put(self, module: str, value: ModuleRollout) -> None:
+        """Keeps `value` as the module's, on disk before this returns."""
+        self.modules[module] = value
+        self._write()
+
+    def forget(self, module: str) -> None:
+        if self.modules.pop(module, None) is not None:
+            self._write()
+        records.forget_last_good(self.folder, module)
+
+    def keep_last_good(self, module: str, content: bytes) -> None:
+        records.keep_last_good(self.folder, module, content)
+
+    def last_good(self, module: str) -> bytes | None:
+        return records.last_good(self.folder, module)
+
+    def _read(self) -> RolloutRecord:
+        try:
+            found = records.ROLLOUT.read(self.folder)
+        except MaterializeError as err:  # unreadable: started afresh, said (a change may then run twice)
+            log.warning("%s; the rollouts are remembered afresh", err)
+            return RolloutRecord()
+        return found or RolloutRecord()
+
+    def _write(self) -> None:
+        assert self._record is not None
+        records.ROLLOUT.write(self.folder, self._record)
+
 
 # The words a pending reason starts with, by the class the seat and `query` read it in.
 WAITING = fleet.ROLLOUT_REASONS["rollout_waiting"]

@@ -2,11 +2,10 @@
 
 - `files`: how any of them is written (an exclusive temporary file, mode 0600, fsync, rename) and
   read (a regular file only, never through a link, never more than a bound);
-- `record`: one record type (`Record`: name, pydantic schema, size bound), read, validated and
-  written atomically;
-- `records`: the node's records by name and schema (the ledger, the memory, the waiting and the
-  refused writes, the rollouts), the last good env files, and which leftovers are the client's;
-- `key`: the node-local digest key and the keyed digest.
+- `records`: one record type (`Record`: name, pydantic schema, size bound), read, validated and
+  written atomically; the node's records by name and schema (the ledger, the memory, the waiting
+  and the refused writes, the rollouts), the node-local digest key and the keyed digest, the last
+  good env files, and which leftovers are the client's.
 
 Every other folder of the client reaches its files through here; this package imports none of them.
 """

@@ -1,18 +1,31 @@
-"""Every file the node's client keeps in its env folder besides the env files, by name and schema.
+"""Every file the node's client keeps in its env folder besides the env files: one record type, the
+records by name and schema, the digest key and the last good env files.
+
+`Record` is one record of the node's own: a JSON file of one schema, bounded in size.
+`Record.read` takes only a regular file (`files.read_regular`: never a link, a FIFO or a folder),
+at most `limit` bytes, parsed as bounded JSON and validated by the record's pydantic model;
+`Record.write` writes it atomically (`files.write_atomically`, mode 0600). A file that cannot be
+read is a `MaterializeError` naming it; one that is JSON but not a record of its kind is a
+`NotARecord` (a `MaterializeError`), so that an owner can tell "unreadable" from "of another shape".
+
+The records:
 
 - `LEDGER` (`.mesh-provisioner-client.json`): the env files the client wrote, and which module
   each manifest file declared (`materializing.envfile`);
 - `MEMORY` (`.mesh-provisioner-client.state.json`): the incremental memory of the last reconcile
   (`resolving.memory`);
 - `WAITING` (`.mesh-provisioner-client.waiting.json`): writes that wait for the hub
-  (`resolving.waiting`);
+  (`resolving.own`);
 - `REFUSALS` (`.mesh-provisioner-client.refused.json`): writes the bus refused
-  (`resolving.refusals`);
+  (`resolving.own`);
 - `ACTIONS` (`.mesh-provisioner-client.actions.json`): the change action each module's env file
   last had run on it (`materializing.envfile`);
 - `ROLLOUT` (`.mesh-provisioner-client.rollout.json`): the node's rollouts by module
-  (`rollout.state`);
-- the digest key (`key.KEY`) and the last good env files (`LAST_GOOD` + module name).
+  (`rollout.gate`);
+- the digest key (`KEY`: 32 random bytes, mode 0600, made on first use, never replaced) and the
+  keyed digest it gives (`digest`): an unsalted hash of a file holding a secret could be searched
+  offline, an HMAC keyed with a secret of the node's own cannot;
+- the last good env files (`LAST_GOOD` + module name).
 
 Each record's schema is the JSON the client has always written, so that a node upgraded in place
 reads what the previous version left. The temporary files a killed client left, of any of them
@@ -21,18 +34,110 @@ or of an env file, are told apart here (`is_leftover`) and removed at the next s
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import re
+import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
+from provisioner_client.errors import MaterializeError
 from provisioner_client.state import files
-from provisioner_client.state.key import KEY
-from provisioner_client.state.record import Record
-from registry.contract import MAX_PAGE_BYTES, ActionRecord
+from registry.contract import MAX_PAGE_BYTES, ActionRecord, JsonRefused, read_json, to_json
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class NotARecord(MaterializeError):
+    """The file is JSON, but not a record of its kind."""
+
+
+@dataclass(frozen=True)
+class Record(Generic[M]):
+    """A record's file `name` in the env folder, its `model`, its bound in bytes, `what` it is
+    called in an error and the `shape` it must have. `readable`: written indented, for an operator."""
+
+    name: str
+    model: type[M]
+    limit: int
+    what: str
+    shape: str
+    readable: bool = False
+
+    def path(self, folder: Path) -> Path:
+        return folder / self.name
+
+    def read(self, folder: Path) -> M | None:
+        """The record kept in `folder`; None when there is none."""
+        path = self.path(folder)
+        found = files.read_regular(path, limit=self.limit, what=self.what)
+        if found is None:
+            return None
+        try:
+            document = read_json(found.content, max_bytes=self.limit)
+        except JsonRefused as err:
+            raise MaterializeError(path, f"cannot be read: {err.reason}", what=self.what) from None
+        try:
+            return self.model.model_validate(document)
+        except ValidationError:
+            raise NotARecord(path, f"is not a record of {self.shape}", what=self.what) from None
+
+    def write(self, folder: Path, value: M) -> None:
+        """Keeps `value` in `folder`, on disk before this returns."""
+        files.make_folder(folder)
+        files.write_atomically(self.path(folder), self._content(value), what=self.what)
+
+    def remove(self, folder: Path) -> bool:
+        """The record removed; whether one was there."""
+        return files.remove(self.path(folder), what=self.what)
+
+    def _content(self, value: M) -> bytes:
+        if not self.readable:
+            return to_json(value)
+        document = value.model_dump(mode="json")
+        return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+KEY = ".mesh-provisioner-client.key"
+KEY_BYTES = 32
+_KEY_READ = 4096  # a key file longer than a key is refused with advice, not read whole
+_WHAT = "digest key"
+
+
+def digest(content: bytes, key: bytes) -> str:
+    """The keyed digest of `content`: without the node's key it tells nothing of the content."""
+    return "hmac-sha256:" + hmac.new(key, content, hashlib.sha256).hexdigest()
+
+
+def read_key(folder: Path) -> bytes | None:
+    """The node's key; None when there is none yet."""
+    path = folder / KEY
+    found = files.read_regular(path, limit=_KEY_READ, what=_WHAT)
+    if found is None:
+        return None
+    if len(found.content) != KEY_BYTES:
+        raise MaterializeError(
+            path,
+            f"is not {KEY_BYTES} bytes long; remove it and a new one is made (every module's digest changes once)",
+            what=_WHAT,
+        )
+    return found.content
+
+
+def create_key(folder: Path) -> bytes:
+    """A new random key, linked into place only if none is there yet (never overwrites one)."""
+    path = folder / KEY
+    files.write_new(path, secrets.token_bytes(KEY_BYTES), what=_WHAT)
+    key = read_key(folder)
+    if key is None:  # linked above, or by another writer first, then removed at once
+        raise MaterializeError(path, "vanished as soon as it was made", what=_WHAT)
+    return key
 
 
 class _Document(BaseModel):

@@ -30,8 +30,9 @@ from pathlib import Path
 
 from provisioner_client.concurrently import all_of
 from provisioner_client.errors import ManifestError
+from provisioner_client.materializing.action import rendered
 from provisioner_client.materializing.envfile import EnvFolder, FileObserver, as_written
-from provisioner_client.reconcile import ClientPlan, rendered
+from provisioner_client.reconcile import ClientPlan
 from provisioner_client.resolving.manifest import LoadedManifest, load_manifest
 from provisioner_client.resolving.resolve import Registry, Resolver, read_registry
 from provisioner_client.resolving.scope import NodeScope

@@ -14,7 +14,7 @@ or collect: the renewal is the only write.
 At a site, the renewal crosses the leaf link to the hub (`docs/sites-write-path.md`): during a cut
 it is answered `NoResponders` at once (a silent link: it times out), every third of the ttl, and
 the watch goes on reconciling from the site's data. Watch mode (`Renewals`) tells each outcome to
-the record of waiting writes (`waiting`, part `lease`: since when, and the answer), which `status`
+the record of waiting writes (`resolving.own`, part `lease`: since when, and the answer), which `status`
 reads, and while the renewals wait it tries one before each reconcile, so that nothing is written
 again before the lease is known to be still this client's. Once the link is back, the renewal on
 this holder's own revision succeeds (the hub saw the lease expire, but nobody wrote it), or raises
@@ -31,7 +31,7 @@ from datetime import timedelta
 import anyio
 
 from provisioner_client.errors import NodeHeld
-from provisioner_client.resolving.waiting import LEASE, WaitingWrites, link_down
+from provisioner_client.resolving.own import LEASE, WaitingWrites, link_down
 from registry.errors import BusError
 from registry.wire import Bus, Lease, LeaseHeld, LeaseLost, node_key
 

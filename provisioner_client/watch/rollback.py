@@ -18,7 +18,7 @@ import anyio
 
 from provisioner_client.resolving.memory import remembered_stamps
 from provisioner_client.resolving.scope import NodeScope
-from provisioner_client.rollout.state import RolloutState
+from provisioner_client.rollout.gate import RolloutState
 from registry.contract import buckets, fleet
 from registry.errors import BusError
 from registry.wire import Bus, get_direct

@@ -36,7 +36,7 @@ Any change wakes the loop; it waits out a short debounce, then runs one full rec
 nothing changed: zero writes), or only puts the drifted files back when nothing else changed. A
 reconcile that fails because the bus is away, or whose writes a bucket refused (full), is retried
 with exponential backoff. Writes that wait for the hub (a site's link cut: answered `NoResponders`
-or timed out, `provisioner_client.resolving.waiting`) are retried every `waiting_retry` (1 s)
+or timed out, `provisioner_client.resolving.own`) are retried every `waiting_retry` (1 s)
 instead: the node's connection to its site's server stays up, so nothing else tells the client
 that the link is back, and the writes must follow within seconds of it. A `stop` event ends the
 loop after the reconcile in progress (its change action included); cancelling the task group it
@@ -59,8 +59,8 @@ from provisioner_client.errors import ClientError
 from provisioner_client.metrics import NodeMetrics
 from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolving.manifest import manifest_files
+from provisioner_client.resolving.own import WaitingWrites, link_down
 from provisioner_client.resolving.resolve import Source
-from provisioner_client.resolving.waiting import WaitingWrites, link_down
 from provisioner_client.watch.drift import DriftWatch, put_back
 from provisioner_client.watch.fleet import FleetInterest, RolloutAlarm, follow_fleet
 from provisioner_client.watch.holding import Renewals, node_lease

@@ -16,7 +16,7 @@ import pytest
 
 from provisioner_client.resolving.manifest import LoadedManifest, Manifest
 from provisioner_client.rollout import RolloutGate, RolloutPlan
-from provisioner_client.rollout.claims import Claims
+from provisioner_client.rollout.gate import Claims
 from registry.contract import fleet
 from registry.errors import BusError
 from registry.wire import BucketConfig, Bus, KvItem, create_bucket, get_direct

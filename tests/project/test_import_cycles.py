@@ -170,14 +170,14 @@ CLOSED_CYCLES = [
     pytest.param(
         ClosedCycle(
             "provisioner_client/resolving/manifest.py",
-            "def _late() -> None:\n    import provisioner_client.materializing.action\n",
+            "def _late() -> None:\n    import provisioner_client.settings\n",
             (
-                "provisioner_client.materializing.action",
                 "provisioner_client.resolving.manifest",
-                "provisioner_client.materializing.action",
+                "provisioner_client.settings",
+                "provisioner_client.resolving.manifest",
             ),
         ),
-        id="the manifest importing an action inside a function",
+        id="the manifest importing the client's settings inside a function",
     ),
     pytest.param(
         ClosedCycle(

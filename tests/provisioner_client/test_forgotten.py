@@ -1,5 +1,5 @@
 """A node's client leaves out of its collections the contributions of nodes the seat marked gone
-(`provisioner_client.resolving.forgotten`), on a real nats-server: the marks read under
+(`provisioner_client.resolving.resolve`), on a real nats-server: the marks read under
 the node's own grants (static and JWT), another node's contributions left out while marked, its
 own never, and nothing left out while the marks cannot be read."""
 
@@ -10,8 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mesh_dev.local_nats import LocalNats
-from provisioner_client.resolving.forgotten import Forgotten
-from provisioner_client.resolving.resolve import Resolver, read_registry
+from provisioner_client.resolving.resolve import Forgotten, Resolver, read_registry
 from registry.access import Kind
 from registry.contract import Placeholder, fleet, to_json
 from registry.wire import Bus, KvItem, delete, put

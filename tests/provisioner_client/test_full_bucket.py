@@ -22,7 +22,7 @@ from mesh_dev.standins import StandIns
 from provisioner_client.errors import MaterializeError
 from provisioner_client.materializing.envfile import EnvFolder
 from provisioner_client.reconcile import ClientPlan
-from provisioner_client.resolving import refusals
+from provisioner_client.resolving import own
 from provisioner_client.state import files
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import Bucket, buckets
@@ -163,28 +163,28 @@ def _converge_failed(cause: BusError) -> ConvergeError:
 def test_only_an_answer_that_asking_again_at_once_would_not_change_is_a_refusal(
     cause: BusError, refusal: str | None
 ) -> None:
-    assert refusals.refusal_of(_converge_failed(cause)) == refusal
-    assert refusals.refusal_of(cause) == refusal
+    assert own.refusal_of(_converge_failed(cause)) == refusal
+    assert own.refusal_of(cause) == refusal
 
 
 def test_the_record_is_the_nodes_own_mode_0600_gone_once_nothing_is_refused_and_its_leftovers_removed(
     tmp_path: Path,
 ) -> None:
     folder = tmp_path / "env"
-    refusals.record(folder, NODE, {buckets.NEEDS.name: REFUSED})
-    kept = refusals.read(folder, NODE)
+    own.record_refusals(folder, NODE, {buckets.NEEDS.name: REFUSED})
+    kept = own.read_refusals(folder, NODE)
     assert kept is not None and kept.buckets == {buckets.NEEDS.name: REFUSED}
-    assert stat.S_IMODE((folder / refusals.RECORD).stat().st_mode) == 0o600
-    assert refusals.read(folder, "another-node") is None
-    refusals.record(folder, NODE, {})
-    assert refusals.read(folder, NODE) is None
-    assert not (folder / refusals.RECORD).exists()
-    left = folder / files.temporary_name(refusals.RECORD)
+    assert stat.S_IMODE((folder / own.REFUSALS_RECORD).stat().st_mode) == 0o600
+    assert own.read_refusals(folder, "another-node") is None
+    own.record_refusals(folder, NODE, {})
+    assert own.read_refusals(folder, NODE) is None
+    assert not (folder / own.REFUSALS_RECORD).exists()
+    left = folder / files.temporary_name(own.REFUSALS_RECORD)
     left.write_text("{}")
     assert EnvFolder(folder).remove_leftovers() == [left]
 
 
 def test_a_record_that_cannot_be_read_is_an_error_naming_it(tmp_path: Path) -> None:
-    (tmp_path / refusals.RECORD).write_text('{"node": 1}')
+    (tmp_path / own.REFUSALS_RECORD).write_text('{"node": 1}')
     with pytest.raises(MaterializeError, match="is not a record of refused writes"):
-        refusals.read(tmp_path, NODE)
+        own.read_refusals(tmp_path, NODE)

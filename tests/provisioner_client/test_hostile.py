@@ -15,13 +15,13 @@ import pytest
 
 from mesh_dev.standins import StandIns
 from provisioner_client.errors import MaterializeError
-from provisioner_client.materializing.action import inherited
+from provisioner_client.materializing.action import MAX_REASONS, inherited
 from provisioner_client.materializing.envfile import LEDGER, read_ledger
-from provisioner_client.reconcile import MAX_REASONS, ClientPlan, Report, reconcile
+from provisioner_client.reconcile import ClientPlan, Report, reconcile
 from provisioner_client.resolving.manifest import MAX_MANIFEST_BYTES, load_manifests
 from provisioner_client.resolving.memory import FILE, Memory
 from provisioner_client.resolving.scope import NodeScope
-from provisioner_client.state.key import KEY
+from provisioner_client.state.records import KEY
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import MAX_DEPTH, JsonRefused, buckets, read_json
 from registry.wire import Bus, get_direct, put

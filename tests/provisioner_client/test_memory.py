@@ -21,9 +21,8 @@ from mesh_dev.standins import StandIns
 from provisioner_client.materializing.envfile import EnvFolder
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.resolving import memory
-from provisioner_client.resolving.inputs import UNREAD, World, digest_of, world_of
 from provisioner_client.resolving.manifest import LoadedManifest, load_manifest
-from provisioner_client.resolving.memory import BucketState, Memory
+from provisioner_client.resolving.memory import UNREAD, BucketState, Memory, World, digest_of, world_of
 from provisioner_client.resolving.resolve import Registry
 from provisioner_client.resolving.scope import NodeScope
 from registry.contract import ActionRecord, AppliedValue, buckets

@@ -14,12 +14,11 @@ import pytest
 
 from provisioner_client.errors import MaterializeError
 from provisioner_client.materializing.envfile import EnvFolder
-from provisioner_client.resolving import refusals, waiting
+from provisioner_client.resolving import own
 from provisioner_client.resolving.memory import BucketState, Memory, ModuleState
-from provisioner_client.rollout.state import RolloutState
+from provisioner_client.rollout.gate import RolloutState
 from provisioner_client.state import files, records
-from provisioner_client.state.key import KEY
-from provisioner_client.state.record import NotARecord, Record
+from provisioner_client.state.records import KEY, NotARecord, Record
 from registry.wire import KvItem
 
 NODE = "n1"
@@ -95,10 +94,10 @@ def test_a_node_upgraded_in_place_reads_every_record_the_previous_version_wrote(
         "old": ModuleState("sha256:j", 1764900000.0),
     }
     assert memory.world == "sha256:w" and memory.world_parts == {"registry": "sha256:r", "stamps": {"config": 3}}
-    waits = waiting.read(upgraded, NODE)
+    waits = own.read_waiting(upgraded, NODE)
     assert waits is not None and set(waits.parts) == {"applied", "lease"}
     assert waits.applied_records("applied") == {"n1.web": b'{"state":"applied"}'}
-    refused = refusals.read(upgraded, NODE)
+    refused = own.read_refusals(upgraded, NODE)
     assert refused is not None and refused.buckets == {"needs": "maximum bytes exceeded"}
     rollout = RolloutState(upgraded)
     web = rollout.get("web")

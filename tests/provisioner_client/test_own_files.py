@@ -30,7 +30,7 @@ from provisioner_client.materializing.envfile import LEDGER, EnvFolder
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.resolving.memory import FILE, Memory
 from provisioner_client.state import files
-from provisioner_client.state.key import KEY
+from provisioner_client.state.records import KEY
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import buckets
 from registry.wire import Bus, delete, get_direct, node_key, put

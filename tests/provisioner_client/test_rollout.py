@@ -20,9 +20,8 @@ from provisioner_client.resolving.manifest import LoadedManifest, Manifest, Roll
 from provisioner_client.rollout import Budget, RolloutGate, RolloutPlan, admission
 from provisioner_client.rollout.admission import live_claims, verdict
 from provisioner_client.rollout.budget import Unreachable
-from provisioner_client.rollout.claims import Claims
+from provisioner_client.rollout.gate import RECORD, Claims
 from provisioner_client.rollout.pacing import due_at, paced
-from provisioner_client.rollout.state import RECORD
 from provisioner_client.settings import ClientSettings
 from provisioner_client.state.records import ModuleRollout
 from provisioner_client.watch.fleet import FleetInterest

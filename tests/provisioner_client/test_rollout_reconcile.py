@@ -16,7 +16,7 @@ from mesh_dev.standins import CONFIG, StandIns
 from provisioner.seat.rollouts import Placement
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.rollout import RolloutPlan
-from provisioner_client.rollout.state import RolloutState
+from provisioner_client.rollout.gate import RolloutState
 from registry.contract import buckets, fleet, to_json
 from registry.wire import Bus, get_direct, put
 from tests.helpers import NODE, sh_env

@@ -1,4 +1,4 @@
-"""The record of writes that wait for the hub (`provisioner_client.resolving.waiting`): which
+"""The record of writes that wait for the hub (`provisioner_client.resolving.own`): which
 answers mean "link down", since when a part waits, and how `status` says it. Across a real cut
 link: tests/sites/test_site_client.py."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provisioner_client.resolving import waiting
-from provisioner_client.resolving.waiting import LEASE, WaitingWrites, link_down
+from provisioner_client.resolving import own
+from provisioner_client.resolving.own import LEASE, WaitingWrites, link_down
 from provisioner_client.status import ClientLease, NodeStatus
 from provisioner_client.status_view import status_text
 from registry.command_line import timestamp_of
@@ -49,21 +49,21 @@ def test_a_part_waits_since_its_first_refusal_until_its_next_write(tmp_path: Pat
     again = waits.failed(LEASE, "the lease renewal was answered NoResponders")
     assert again.since == first.since
     waits.failed(APPLIED, "answered NoResponders", keys=["n1.app"], records={"n1.app": b'{"state":"applied"}'})
-    found = waiting.read(tmp_path, "n1")
+    found = own.read_waiting(tmp_path, "n1")
     assert found is not None and set(found.parts) == {LEASE, APPLIED}
     assert found.applied_records(APPLIED) == {"n1.app": b'{"state":"applied"}'}
-    assert waiting.read(tmp_path, "n2") is None  # another node's record says nothing of n2
+    assert own.read_waiting(tmp_path, "n2") is None  # another node's record says nothing of n2
     waits.done(LEASE)
     waits.done(APPLIED)
-    assert waiting.read(tmp_path, "n1") is None
-    assert not (tmp_path / waiting.RECORD).exists()
+    assert own.read_waiting(tmp_path, "n1") is None
+    assert not (tmp_path / own.WAITING_RECORD).exists()
 
 
 def test_status_says_what_waits_since_when_and_how_it_is_known(tmp_path: Path) -> None:
     waits = WaitingWrites(tmp_path, "n1")
     waits.failed(LEASE, "the lease renewal was answered NoResponders (nobody stored it)")
     waits.failed(APPLIED, "the applied writes were answered NoResponders", keys=["n1.app"])
-    found = waiting.read(tmp_path, "n1")
+    found = own.read_waiting(tmp_path, "n1")
     assert found is not None
     status = NodeStatus("n1", {}, {}, ClientLease(), waiting=found)
     text = status_text(status)

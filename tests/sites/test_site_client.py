@@ -37,7 +37,7 @@ from mesh_dev.standins import CONFIG, stand_ins
 from provisioner.commands.removal import remove_node
 from provisioner_client.materializing.envfile import EnvFolder
 from provisioner_client.reconcile import ClientPlan, Report
-from provisioner_client.resolving import waiting
+from provisioner_client.resolving import own
 from provisioner_client.status import NodeStatus, read_status
 from provisioner_client.status_view import status_text
 from provisioner_client.watch.watching import watch
@@ -164,7 +164,7 @@ async def test_a_cut_link_keeps_the_env_files_says_what_is_stale_and_converges_o
             await anyio.sleep(0.2)
         assert await last_sequences(site.seat) == before, "a write reached the hub during the cut"
         assert runs_of(site.runs / "app") == 1 and runs_of(site.runs / "local") == 1
-        local_applied = waiting.read(env, NODE)
+        local_applied = own.read_waiting(env, NODE)
         assert local_applied is not None
         recorded = AppliedValue.model_validate(
             read_json(local_applied.applied_records(buckets.APPLIED.name)[f"{NODE}.local"])
@@ -242,7 +242,7 @@ async def _converged(site: Site) -> bool | None:
     env = site.plan.materialize
     if sh_env(env / "app.env")["GREETING"] != "changed during the cut":
         return None
-    if waiting.read(env, NODE) is not None:
+    if own.read_waiting(env, NODE) is not None:
         return None
     status = await read_status(site.node, NODE, env)
     if not status.ok or status.read_at_site is not None:
@@ -287,7 +287,7 @@ async def test_a_stalled_link_times_the_writes_out_and_what_was_stored_late_is_n
 
 async def _registered(site: Site, module: str) -> bool | None:
     """`module` applied at the hub and nothing waiting for it."""
-    if waiting.read(site.plan.materialize, NODE) is not None:
+    if own.read_waiting(site.plan.materialize, NODE) is not None:
         return None
     return True if await _applied_at_hub(site, module) is not None else None
 
@@ -423,7 +423,7 @@ async def _put_greeting(site: Site, value: str) -> bool | None:
 
 
 async def _nothing_waits(site: Site) -> bool | None:
-    return True if waiting.read(site.plan.materialize, NODE) is None else None
+    return True if own.read_waiting(site.plan.materialize, NODE) is None else None
 
 
 async def _greeting(site: Site, value: str) -> bool | None:

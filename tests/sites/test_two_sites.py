@@ -38,7 +38,7 @@ import pytest
 
 from mesh_dev.standins import CONFIG, stand_ins
 from provisioner_client.reconcile import ClientPlan
-from provisioner_client.resolving import waiting
+from provisioner_client.resolving import own
 from provisioner_client.status import NodeStatus, read_status
 from provisioner_client.status_view import status_text
 from provisioner_client.watch.watching import watch
@@ -144,7 +144,7 @@ async def _settled(seat: Bus, client: Client, greeting: str) -> bool | None:
     env = client.plan.materialize
     if not await anyio.Path(env / "app.env").exists() or not client.greeting().startswith(greeting):
         return None
-    if waiting.read(env, client.node) is not None:
+    if own.read_waiting(env, client.node) is not None:
         return None
     try:
         status = await read_status(client.bus, client.node, env)
