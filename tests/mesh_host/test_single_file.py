@@ -65,12 +65,14 @@ class FirstRun:
 def build_inputs() -> str:
     """A hash of everything the file is built from: the host's sources, the declaration it carries
     and its path as given (the file says where it came from), the interpreter, and every installed
-    distribution's version (PyInstaller and the dependencies it packs)."""
+    distribution's version (PyInstaller and the dependencies it packs) but pip's: the installer is never
+    packed, and scripts/test upgrades it where a virtualenv made by hand keeps the one it came with."""
     digest = hashlib.sha256(f"{sys.version}\n{GIVEN}\n".encode())
     for path in sorted((SOURCE_ROOT / "mesh_host").rglob("*.py")):
         digest.update(f"{path.relative_to(SOURCE_ROOT)}\n".encode() + path.read_bytes())
     digest.update(NODE.read_bytes())
-    versions = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
+    installed = (d for d in importlib.metadata.distributions() if d.metadata["Name"] != "pip")
+    versions = sorted(f"{d.metadata['Name']}=={d.version}" for d in installed)
     digest.update("\n".join(versions).encode())
     return digest.hexdigest()[:32]
 
