@@ -1,7 +1,8 @@
 """The built host: one file, the interpreter inside, carrying deploy/host/node.json. Built once per
 machine for what it is built from (`python -m mesh_host.build`, tens of seconds of one core: the
 file and what the build said are kept in the user's cache, keyed by a hash of the host's sources,
-the declaration, the interpreter and the installed distributions), copied into an empty folder
+the declaration, the interpreter and the installed distributions, so that a fresh clone of the same
+sources takes the file another clone built), copied into an empty folder
 and run there with nothing but PATH=/usr/bin:/bin: no virtualenv, no PYTHONPATH, no project on any
 path. /proc shows the running process is the file itself, its interpreter the one it unpacked.
 
@@ -32,7 +33,7 @@ import pytest
 from backports import zstd
 
 from mesh_host.build import SOURCE_ROOT
-from tests.helpers import clean_environment
+from tests.helpers import DEPLOY, clean_environment
 from tests.mesh_host.deployed import DECLARATIONS, bare_machine, content
 
 BUILD_TIMEOUT = 300  # seconds: about 30 alone on this machine's two cores, more beside other tests
@@ -41,6 +42,9 @@ pytestmark = [pytest.mark.xdist_group("heavy"), pytest.mark.timeout(BUILD_TIMEOU
 CLEAN = {"PATH": "/usr/bin:/bin"}
 MAX_SIZE = 64 * 2**20  # a bound that catches a build taking the whole virtualenv along
 NODE = DECLARATIONS["node"]
+# The declaration as the build is given it, from the checkout's root: the file says where it came from,
+# and an absolute path would make each clone's file differ from the others' by that path alone.
+GIVEN = NODE.relative_to(DEPLOY.parent)
 CLIENT_TOML = "/etc/mesh-provisioner/client.toml"
 
 
@@ -60,13 +64,15 @@ class FirstRun:
 
 def build_inputs() -> str:
     """A hash of everything the file is built from: the host's sources, the declaration it carries
-    and its path (the file says where it came from), the interpreter, and every installed
-    distribution's version (PyInstaller and the dependencies it packs)."""
-    digest = hashlib.sha256(f"{sys.version}\n{NODE}\n".encode())
+    and its path as given (the file says where it came from), the interpreter, and every installed
+    distribution's version (PyInstaller and the dependencies it packs) but pip's: the installer is never
+    packed, and scripts/test upgrades it where a virtualenv made by hand keeps the one it came with."""
+    digest = hashlib.sha256(f"{sys.version}\n{GIVEN}\n".encode())
     for path in sorted((SOURCE_ROOT / "mesh_host").rglob("*.py")):
         digest.update(f"{path.relative_to(SOURCE_ROOT)}\n".encode() + path.read_bytes())
     digest.update(NODE.read_bytes())
-    versions = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
+    installed = (d for d in importlib.metadata.distributions() if d.metadata["Name"] != "pip")
+    versions = sorted(f"{d.metadata['Name']}=={d.version}" for d in installed)
     digest.update("\n".join(versions).encode())
     return digest.hexdigest()[:32]
 
@@ -85,9 +91,15 @@ def built() -> Built:
     with (folder / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not said.exists():
-            command = [sys.executable, "-m", "mesh_host.build", "--bundle", str(NODE), "--out", str(out)]
+            command = [sys.executable, "-m", "mesh_host.build", "--bundle", str(GIVEN), "--out", str(out)]
             done = subprocess.run(
-                command, capture_output=True, text=True, check=False, env=clean_environment(), timeout=BUILD_TIMEOUT
+                command,
+                cwd=DEPLOY.parent,
+                capture_output=True,
+                text=True,
+                check=False,
+                env=clean_environment(),
+                timeout=BUILD_TIMEOUT,
             )
             assert done.returncode == 0, done.stderr
             (folder / "said.partial").write_text(done.stdout)
@@ -119,7 +131,7 @@ def run(host: Path, *args: str, env: dict[str, str] = CLEAN) -> subprocess.Compl
 def test_the_build_is_one_executable_file_and_says_its_size_and_what_it_carries(built: Built) -> None:
     size = built.file.stat().st_size
     assert os.access(built.file, os.X_OK) and size < MAX_SIZE
-    assert built.said.strip() == f"built {built.file}: {size:,} bytes ({size / 2**20:.1f} MiB), carrying {NODE}"
+    assert built.said.strip() == f"built {built.file}: {size:,} bytes ({size / 2**20:.1f} MiB), carrying {GIVEN}"
 
 
 def test_profile_runs_in_an_empty_folder_in_a_clean_environment(first_run: FirstRun) -> None:
@@ -138,10 +150,10 @@ def test_bundle_prints_the_declaration_it_carries_and_where_it_came_from(copied:
     done = run(copied, "bundle")
     assert done.returncode == 0, done.stderr
     heading, _, shown = done.stdout.partition("\n\n")
-    assert heading == f"carries the declaration from {NODE} (sha256 {hashlib.sha256(text.encode()).hexdigest()})"
+    assert heading == f"carries the declaration from {GIVEN} (sha256 {hashlib.sha256(text.encode()).hexdigest()})"
     assert json.loads(shown) == json.loads(text)
     carried = json.loads(run(copied, "bundle", "--json").stdout)["carried"]
-    assert (carried["text"], carried["source"]) == (text, str(NODE))
+    assert (carried["text"], carried["source"]) == (text, str(GIVEN))
 
 
 def test_reconcile_applies_what_it_carries_under_a_temporary_root_and_owns_it(copied: Path, tmp_path: Path) -> None:
