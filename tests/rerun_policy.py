@@ -78,11 +78,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line for the tests that passed when run again, one for those that failed again: a test
+    failing every time is no flake, and is not said to have passed."""
     reruns = terminalreporter.stats.get("rerun", [])
     firsts = {report.nodeid: _first_line(report) for report in reversed(reruns)}
-    if firsts:
-        named = "; ".join(f"{nodeid} (first failure: {line})" for nodeid, line in sorted(firsts.items()))
-        terminalreporter.write_line(f"RERUN SUMMARY: {len(firsts)} test(s) passed only when run again: {named}")
+    failed = {report.nodeid for report in terminalreporter.stats.get("failed", [])}
+    for outcome, nodeids in (
+        ("passed only when run again", sorted(set(firsts) - failed)),
+        ("failed again when run again", sorted(set(firsts) & failed)),
+    ):
+        if nodeids:
+            named = "; ".join(f"{nodeid} (first failure: {firsts[nodeid]})" for nodeid in nodeids)
+            terminalreporter.write_line(f"RERUN SUMMARY: {len(nodeids)} test(s) {outcome}: {named}")
 
 
 def _first_line(report: pytest.TestReport) -> str:

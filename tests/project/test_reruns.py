@@ -146,6 +146,16 @@ def test_a_test_that_passed_only_when_run_again_is_named_in_one_summary_line(tmp
     ], done.stdout
 
 
+def test_a_test_that_failed_again_is_not_said_to_have_passed_when_run_again(tmp_path: Path) -> None:
+    done = run_named(tmp_path / "broken", "test_broken.py", BROKEN)
+    assert done.returncode == 1, done.stdout
+    summary = [line for line in done.stdout.splitlines() if line.startswith("RERUN SUMMARY:")]
+    assert summary == [
+        "RERUN SUMMARY: 1 test(s) failed again when run again: "
+        "test_broken.py::test_fails_every_time (first failure: AssertionError: FAILS-EVERY-TIME)"
+    ], done.stdout
+
+
 def test_no_test_of_a_suite_that_runs_once_is_given_a_rerun(request: pytest.FixtureRequest) -> None:
     """Over every test this session collected (the whole suite under `scripts/test`)."""
     once = [item for item in request.session.items if reruns_forbidden(PurePosixPath(item.path))]
