@@ -23,7 +23,7 @@ import anyio
 from mesh_dev.local_nats import local_nats
 from provisioner.seat.buckets import ensure_buckets
 from provisioner.seat.server import run_server
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from provisioner.verb.nodes import FleetView, answer_pages, read_fleet
 from provisioner.verb.request import Query
 from registry.contract import buckets

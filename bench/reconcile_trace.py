@@ -27,7 +27,7 @@ import anyio
 from mesh_dev.demo import NODE, seed_examples
 from mesh_dev.loop import run_dev
 from mesh_dev.standins import stand_ins
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, reconcile
 from registry.contract import buckets
 from registry.wire import Bus, BusOptions, bucket_config, connect, snapshot

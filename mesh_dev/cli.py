@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import anyio
 
     from mesh_dev.loop import Participant
-    from provisioner.settings import ServerSettings
+    from provisioner.seat.settings import ServerSettings
     from registry.edge import NatsContexts
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ USAGE = "mesh-provisioner-dev [--state-dir PATH] [--no-demo] [--no-postgres] [--
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from provisioner.settings import ServerSettings  # noqa: PLC0415 (loaded when parsing, not at import)
+    from provisioner.seat.settings import ServerSettings  # noqa: PLC0415 (loaded when parsing, not at import)
     from registry.edge import add_settings_arguments  # noqa: PLC0415
 
     parser = Parser(
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import anyio  # noqa: PLC0415 (after parsing: --help and --version load none of the loop)
 
     from mesh_dev.ownership import StateInUse  # noqa: PLC0415
-    from provisioner.settings import ServerSettings  # noqa: PLC0415
+    from provisioner.seat.settings import ServerSettings  # noqa: PLC0415
     from registry.contract import load_catalogue  # noqa: PLC0415
     from registry.edge import NatsContexts, given_flags, load_settings  # noqa: PLC0415
     from registry.errors import RegistryError  # noqa: PLC0415

@@ -28,7 +28,7 @@ from mesh_dev.local_nats import local_nats
 from mesh_dev.ownership import owned
 from mesh_dev.shell import new_terminal
 from provisioner.seat.server import run_server
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from registry.access import PartyMap
 from registry.contract import buckets
 from registry.edge import DEV_CONTEXT, NatsContext, NatsContexts

@@ -6,7 +6,7 @@ keeps, the hourly compile of the registry, the quota guard, gone marks, rollout 
 copies), `verb` (a request validated and scoped to who asks, answered from memory or by a listing
 paged or streamed from a bucket), `metrics` (the seat's figures for Prometheus) and `commands` (the
 operators' `mesh-provisioner`: `serve`, `query`, `top`, `grants`, `remove-node`, `rollout`); and
-`settings`, what the server can be told. Reading settings, logging and signals are the shared edge
+`settings`, what its commands can be told. Reading settings, logging and signals are the shared edge
 in `registry`, and so is everything that touches NATS (`registry.wire.bus`); running it all on one
 machine is `mesh_dev`, above this package.
 """
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
         Unavailable,
     )
     from provisioner.seat.server import run_server
-    from provisioner.settings import ServerSettings
+    from provisioner.seat.settings import ServerSettings
 
 __all__ = [
     "CursorGone",
@@ -48,7 +48,7 @@ _HOMES = {
     "ProvisionerError": "provisioner.errors",
     "RequestError": "provisioner.errors",
     "Unavailable": "provisioner.errors",
-    "ServerSettings": "provisioner.settings",
+    "ServerSettings": "provisioner.seat.settings",
     "remove_node": "provisioner.commands.removal",
     "run_server": "provisioner.seat.server",
 }

@@ -1,7 +1,7 @@
 """Every `mesh-provisioner` command's settings, read once at the edge by `registry.edge.load_settings`.
 
-The server's (`ServerSettings`) are `provisioner.seat.settings`, loaded from here at first use:
-`serve` alone builds them, never a one-shot query.
+The server's (`ServerSettings`) are `provisioner.seat.settings`, loaded by `serve` alone: a
+one-shot query builds none of them.
 
 `query`, `top` and `remove-node` log as `CommandLogSettings` say (`MESH_PROVISIONER_LOG_*`), and
 connect as `serve` does. Each command's own arguments (`QueryArguments`, `TopArguments`,
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Self
+from typing import Annotated, ClassVar, Literal, Self
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, JsonValue, model_validator
 
@@ -23,13 +23,6 @@ from registry.contract import FILTERS, MAX_STALE_AFTER_SECONDS, Name, Verdict, W
 from registry.edge import CommandLine, Duration, EdgeSettings, LogSettings, flag_of
 from registry.errors import SettingsError
 from registry.runtime import LogLevel
-
-if TYPE_CHECKING:
-    from provisioner.seat.settings import ServerSettings
-else:
-    from registry.lazy import lazy_names
-
-    __getattr__ = lazy_names(__name__, {"ServerSettings": "provisioner.seat.settings"})
 
 __all__ = [
     "CLIENT_FILTERS",
@@ -41,7 +34,6 @@ __all__ = [
     "GrantsArguments",
     "QueryArguments",
     "RemoveNodeArguments",
-    "ServerSettings",
     "TopArguments",
 ]
 

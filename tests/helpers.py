@@ -24,7 +24,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from mesh_dev.local_nats import LocalNats, local_nats
 from provisioner.seat.buckets import ensure_buckets
 from provisioner.seat.server import run_server
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, Report
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import Bucket, buckets

@@ -59,7 +59,8 @@ if TYPE_CHECKING:
     import anyio
 
     from provisioner.commands.removal import AccountRemoval, Footprint, LiveLease
-    from provisioner.settings import RemoveNodeArguments, ServerSettings
+    from provisioner.seat.settings import ServerSettings
+    from provisioner.settings import RemoveNodeArguments
     from registry.contract import MergedAnswer
     from registry.edge import LogSettings
     from registry.wire import BusOptions
@@ -204,7 +205,7 @@ def _command(
 
 
 def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from provisioner.settings import ServerSettings  # noqa: PLC0415 (each command loads its own settings)
+    from provisioner.seat.settings import ServerSettings  # noqa: PLC0415 (each command loads its own settings)
     from registry.edge import BusSettings, add_settings_arguments  # noqa: PLC0415
 
     serve = _command(
@@ -330,7 +331,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     import anyio  # noqa: PLC0415
 
-    from provisioner.settings import ServerSettings  # noqa: PLC0415
+    from provisioner.seat.settings import ServerSettings  # noqa: PLC0415
     from registry.contract import buckets, load_catalogue  # noqa: PLC0415
     from registry.edge import given_flags, load_settings  # noqa: PLC0415
     from registry.runtime import until_signalled  # noqa: PLC0415

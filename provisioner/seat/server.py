@@ -62,11 +62,11 @@ from provisioner.seat.gone_marks import keep_gone_marks
 from provisioner.seat.quotas import GUARDED, Quota, QuotaGuard
 from provisioner.seat.registry_sync import CompileCounts, keep_registry_compiled
 from provisioner.seat.rollouts import Placement, hold_failed_rollouts
+from provisioner.seat.settings import ServerSettings
 from provisioner.seat.site_consumers import ensure_site_consumers, follow_sites_file
 from provisioner.seat.site_copies import ensure_site_copies
 from provisioner.seat.site_purges import follow_purges
 from provisioner.seat.site_resets import resend_lost_resets
-from provisioner.settings import ServerSettings
 from provisioner.verb.budgets import AnswerRates
 from provisioner.verb.cursors import CursorSeal
 from provisioner.verb.handler import GRANTS_SETTING, Verb

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from provisioner.errors import Forbidden, RequestError
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from provisioner.verb.answering import Answer, Answering
 from provisioner.verb.nodes import FleetView
 from provisioner.verb.own_pages import OwnPages

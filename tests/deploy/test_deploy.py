@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from provisioner.seat.server import run_server
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from provisioner_client.settings import ClientSettings
 from registry.contract import buckets
 from registry.edge import load_settings

@@ -25,7 +25,7 @@ import anyio
 import pytest
 
 from examples.postgres_provisioner.cli import build_parser as postgres_provisioner_parser
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from provisioner_client.settings import DEFAULT_CONFIG, ClientSettings
 from registry.edge import load_settings
 from tests.deploy.units import PROGRAMS, UNITS, unit_settings, verify

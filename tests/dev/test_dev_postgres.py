@@ -26,7 +26,7 @@ from mesh_dev.demo import run_demo
 from mesh_dev.local_postgres import give_away
 from mesh_dev.loop import run_dev
 from mesh_dev.standins import BOUND_BUCKET, DEV_SECRETS
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from registry.wire import BusOptions, connect, snapshot
 from tests.postgres import binaries
 

@@ -17,7 +17,7 @@ import pytest
 
 from provisioner.seat.buckets import until_enough_peers
 from provisioner.seat.server import run_server
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from registry.contract import buckets
 from registry.errors import BusError, NoResponders, NotFound
 from registry.wire import BucketConfig, Bus, BusOptions, KvItem, connect, create_bucket, current_snapshot, put, snapshot

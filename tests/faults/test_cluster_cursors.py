@@ -17,7 +17,7 @@ import pytest
 from anyio.abc import TaskGroup
 
 from provisioner.seat.server import run_server
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from provisioner.verb.cursors import Continuation, CursorSeal
 from registry.access import Kind, MeshParties, issue_grants, seed_path
 from registry.contract import buckets

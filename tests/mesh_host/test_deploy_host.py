@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from mesh_host.declaration import Directory, File, Service, parse_declaration
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from provisioner_client.settings import DEFAULT_CONFIG, ClientSettings
 from registry.edge import load_settings
 from tests.helpers import DEPLOY, clean_environment

@@ -17,7 +17,7 @@ from pydantic import SecretStr
 from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import SECRET_SUBJECT
 from provisioner.seat.server import run_server
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from registry.access import Kind, Party, PartyMap
 from registry.contract import buckets
 from registry.wire import Bus, BusOptions, ask, connect

@@ -16,7 +16,7 @@ from nats.js.kv import KeyValue
 
 from mesh_dev.local_nats import LocalNats
 from mesh_dev.loop import run_dev
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from registry.contract import buckets
 from registry.runtime import configure_logging, event
 from registry.wire import BusOptions, ask, connect

@@ -10,7 +10,7 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from provisioner.seat.quotas import CutBack, Footprint, Quota, QuotaGuard, nodes_share
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from registry.contract import Bucket, buckets
 from registry.errors import SettingsError
 from registry.wire import KvItem

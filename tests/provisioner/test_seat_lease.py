@@ -23,7 +23,7 @@ import pytest
 from mesh_dev.local_nats import LocalNats
 from mesh_dev.standins import stand_ins
 from provisioner.seat.server import run_server
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan
 from provisioner_client.watch.watching import WatchTiming, watch
 from registry.contract import Bucket, KeyShape, RegistryEntry, buckets

@@ -14,12 +14,12 @@ import pytest
 from provisioner.commands import tables
 from provisioner.commands.cli import build_parser
 from provisioner.commands.top import TopOptions
+from provisioner.seat.settings import ServerSettings
 from provisioner.settings import (
     STATES,
     GrantsArguments,
     QueryArguments,
     RemoveNodeArguments,
-    ServerSettings,
     State,
     TopArguments,
 )

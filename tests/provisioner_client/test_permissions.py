@@ -23,7 +23,7 @@ from pydantic import SecretStr
 from mesh_dev.local_nats import LocalNats, local_nats
 from mesh_dev.standins import StandIns, stand_ins
 from provisioner.seat.server import run_server
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.resolving.scope import NodeScope
 from provisioner_client.status import read_status

@@ -21,7 +21,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from mesh_dev.local_nats import LocalNats
 from provisioner.commands.cli import main
 from provisioner.seat.server import run_server
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from provisioner.verb.service import ENDPOINT
 from registry.access import account_key, creds_path
 from registry.contract import Bucket, buckets

@@ -27,8 +27,8 @@ import pytest
 
 from provisioner.commands.cli import main
 from provisioner.seat.server import site_of, sites_of_the_hub
+from provisioner.seat.settings import ServerSettings
 from provisioner.seat.site_copies import site_copies
-from provisioner.settings import ServerSettings
 from provisioner_client.reconcile import ClientPlan, reconcile
 from registry.access import read_sites_file
 from registry.contract import NodeRow, buckets

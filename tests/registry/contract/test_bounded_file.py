@@ -17,7 +17,7 @@ import pytest
 
 from provisioner.commands.cli import main as cli_main
 from provisioner.seat.server import read_grants
-from provisioner.settings import ServerSettings
+from provisioner.seat.settings import ServerSettings
 from registry.access import read_mesh_file, read_sites_file
 from registry.access.credentials import read_seed
 from registry.contract import load_catalogue, read_bounded, read_bounded_text

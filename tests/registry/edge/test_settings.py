@@ -18,12 +18,12 @@ from pydantic import AfterValidator, Field, TypeAdapter
 
 from mesh_dev.cli import build_parser as dev_parser
 from provisioner.commands.cli import build_parser as server_parser
+from provisioner.seat.settings import ServerSettings
 from provisioner.settings import (
     CommandLogSettings,
     GrantsArguments,
     QueryArguments,
     RemoveNodeArguments,
-    ServerSettings,
     TopArguments,
 )
 from provisioner_client.cli import WATCH_AND_ROLLOUT
