@@ -13,7 +13,6 @@ rows it uses (`mesh_host.cli`), checked against these by a test.
 from __future__ import annotations
 
 import argparse
-import difflib
 import functools
 import gc
 import os
@@ -194,6 +193,8 @@ class Parser(argparse.ArgumentParser):
 
 def did_you_mean(given: str, known: Iterable[str]) -> str:
     """`; did you mean X?` when `given` is close to one of `known`, else nothing."""
+    import difflib  # noqa: PLC0415 (once a name is not known: never on a command's way to its work)
+
     close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.6)
     return f"; did you mean {close[0]}?" if close else ""
 

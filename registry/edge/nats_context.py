@@ -38,7 +38,8 @@ MAX_CONTEXT_BYTES = 64 * 1024
 class NatsContext(BaseModel):
     """The fields of a context file this project reads; an empty string is a field not set."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # Built when a context is first read: a command given its server by a flag never builds it.
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     description: str = ""
     url: str = ""

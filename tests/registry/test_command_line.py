@@ -135,8 +135,9 @@ def test_a_query_s_start_loads_no_seat() -> None:
 
 
 def test_a_query_up_to_its_connect_builds_neither_the_answer_s_pages_nor_the_server_s_settings() -> None:
-    """What a query does before its request is its start-up: the pages are read after it, and the
-    server's settings (with its metrics endpoint) are `serve`'s alone."""
+    """What a query does before its request is its start-up: the pages are read after it, the
+    server's settings (with its metrics endpoint) are `serve`'s alone, the TOML parser is a settings
+    file's and "did you mean" an unknown name's."""
     script = (
         "import contextlib, io, json, sys\n"
         "from provisioner.commands.cli import main\n"
@@ -147,7 +148,8 @@ def test_a_query_up_to_its_connect_builds_neither_the_answer_s_pages_nor_the_ser
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     loaded = set(json.loads(done.stdout))
     assert "registry.wire.bus" in loaded  # it went as far as connecting
-    assert not loaded & {"registry.contract.pages", "provisioner.seat.settings", "registry.runtime.metrics_endpoint"}
+    unused = {"registry.contract.pages", "provisioner.seat.settings", "registry.runtime.metrics_endpoint"}
+    assert not loaded & (unused | {"tomllib", "difflib"})
 
 
 def test_the_collector_is_paused_for_a_programs_start_up_only_and_its_heap_frozen_after() -> None:
