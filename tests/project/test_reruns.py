@@ -136,24 +136,34 @@ def test_a_rerun_asked_for_in_a_suite_that_runs_once_refuses_the_whole_run(tmp_p
     assert "asks for a rerun" in done.stderr
 
 
-def test_a_test_that_passed_only_when_run_again_is_named_in_one_summary_line(tmp_path: Path) -> None:
-    done = run_named(tmp_path / "elsewhere", "test_elsewhere.py", FLAKY)
-    assert done.returncode == 0, done.stdout
-    summary = [line for line in done.stdout.splitlines() if line.startswith("RERUN SUMMARY:")]
-    assert summary == [
-        "RERUN SUMMARY: 1 test(s) passed only when run again: "
-        "test_elsewhere.py::test_fails_once_then_passes (first failure: AssertionError: FIRST-ATTEMPT-FAILED)"
-    ], done.stdout
-
-
-def test_a_test_that_failed_again_is_not_said_to_have_passed_when_run_again(tmp_path: Path) -> None:
-    done = run_named(tmp_path / "broken", "test_broken.py", BROKEN)
-    assert done.returncode == 1, done.stdout
-    summary = [line for line in done.stdout.splitlines() if line.startswith("RERUN SUMMARY:")]
-    assert summary == [
-        "RERUN SUMMARY: 1 test(s) failed again when run again: "
-        "test_broken.py::test_fails_every_time (first failure: AssertionError: FAILS-EVERY-TIME)"
-    ], done.stdout
+@pytest.mark.parametrize(
+    ("name", "source", "status", "line"),
+    [
+        pytest.param(
+            "test_elsewhere.py",
+            FLAKY,
+            0,
+            "RERUN SUMMARY: 1 test(s) passed only when run again: "
+            "test_elsewhere.py::test_fails_once_then_passes (first failure: AssertionError: FIRST-ATTEMPT-FAILED)",
+            id="passed when run again",
+        ),
+        pytest.param(
+            "test_broken.py",
+            BROKEN,
+            1,
+            "RERUN SUMMARY: 1 test(s) failed again when run again: "
+            "test_broken.py::test_fails_every_time (first failure: AssertionError: FAILS-EVERY-TIME)",
+            id="failed again: never said to have passed",
+        ),
+    ],
+)
+def test_a_test_run_again_is_named_in_one_summary_line_with_its_outcome(
+    tmp_path: Path, name: str, source: str, status: int, line: str
+) -> None:
+    done = run_named(tmp_path / "scratch", name, source)
+    assert done.returncode == status, done.stdout
+    summary = [found for found in done.stdout.splitlines() if found.startswith("RERUN SUMMARY:")]
+    assert summary == [line], done.stdout
 
 
 def test_no_test_of_a_suite_that_runs_once_is_given_a_rerun(request: pytest.FixtureRequest) -> None:
