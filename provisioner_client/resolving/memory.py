@@ -60,7 +60,6 @@ from provisioner_client.resolving.manifest import LoadedManifest
 from provisioner_client.resolving.resolve import Pending, Registry, Resolver, Source
 from provisioner_client.resolving.scope import LISTED_AS
 from provisioner_client.state import records
-from provisioner_client.state import records as node_key
 from provisioner_client.state.records import BucketDocument, MemoryDocument, NotARecord
 from registry.contract import AppliedValue, Bucket, Placeholder, VerbAnswer, buckets, shape_of, to_json, under
 from registry.errors import BusError, NoResponders, RegistryError
@@ -209,7 +208,7 @@ def _digest(document: object) -> str:
 
 
 def _keyed(key: bytes, text: str) -> str:
-    return node_key.digest(text.encode(), key)
+    return records.digest(text.encode(), key)
 
 
 log = logging.getLogger(__name__)
