@@ -192,25 +192,37 @@ def _module_document(name: str, module: ModuleReport, report: Report) -> dict[st
 
 
 async def reconcile(
-    bus: Bus, plan: ClientPlan, *, observer: FileObserver | None = None, distrust: str | None = None
+    bus: Bus,
+    plan: ClientPlan,
+    *,
+    observer: FileObserver | None = None,
+    distrust: str | None = None,
+    waits: WaitingWrites | None = None,
 ) -> Report:
     """One reconcile of the plan's node, its log lines joined by a new reconcile id; `observer` is
     told of each env file as it is materialized or removed (watch mode's drift watch); with
-    `distrust` (why), the memory of the last reconcile vouches for nothing."""
+    `distrust` (why), the memory of the last reconcile vouches for nothing; `waits`, the record of
+    the writes waiting for the hub that the lease's renewals share (else read here)."""
     reconcile_id = new_log_id()
     with log_context(reconcile=reconcile_id):
-        return await _reconcile(bus, plan, observer, reconcile_id, distrust)
+        kept = waits or WaitingWrites(plan.materialize, plan.node)
+        return await _reconcile(bus, plan, observer=observer, reconcile_id=reconcile_id, distrust=distrust, waits=kept)
 
 
 async def _reconcile(
-    bus: Bus, plan: ClientPlan, observer: FileObserver | None, reconcile_id: str, distrust: str | None
+    bus: Bus,
+    plan: ClientPlan,
+    *,
+    observer: FileObserver | None,
+    reconcile_id: str,
+    distrust: str | None,
+    waits: WaitingWrites,
 ) -> Report:
     folder, manifests, report = _load_manifests(plan, observer, reconcile_id)
     memory = Memory.load(plan.materialize, plan.node)
     if distrust is not None:
         memory.distrust(distrust)
     own = OwnKeys(bus, NodeScope(plan.node), memory)
-    waits = WaitingWrites(plan.materialize, plan.node)
     wanted = await _find_own_keys(own, manifests, report)
     resolver = _resolver(bus, plan, wanted)
     await _register(own, report, wanted, waits)

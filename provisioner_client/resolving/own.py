@@ -35,7 +35,8 @@ message from the hub); what waits is
 Each part is kept in the env folder (`WAITING_RECORD`, the node's record `state.records.WAITING`) with
 `since` (the first write refused in this outage, kept while it keeps failing) and `how` (the
 write and the answer); a part is removed by the next write of its own that succeeds, and the file
-with the last part. `status` reads it.
+with the last part. `status` reads it. A watch reads it once (`WaitingWrites`, shared by the
+lease's renewals and every reconcile) and writes it through at each change.
 
 `link_down` tells such an answer from the others: `NoRoute` (this account does not import the
 subject: grants, not a link) and JetStream errors (refusals, below) are not waits.
@@ -372,20 +373,25 @@ class Waiting:
 
 
 class WaitingWrites:
-    """The record of `node`'s waiting writes in `folder`, told of each write's outcome. Each call
-    reads, changes and writes the record at once (no await in between: the lease's task and the
-    reconcile share it), and only when it changes."""
+    """The record of `node`'s waiting writes in `folder`, told of each write's outcome: read once,
+    at its first use, then kept here and written through each time it changes. One is shared by
+    the lease's task and every reconcile of a watch (each call changes and writes it at once, no
+    await in between), so that neither writes over what the other noted."""
 
     def __init__(self, folder: Path, node: str) -> None:
         self.folder = folder
         self.node = node
+        self._kept: Waiting | None = None
+        self._read = False
 
     def current(self) -> Waiting | None:
-        try:
-            return read_waiting(self.folder, self.node)
-        except MaterializeError as err:
-            log.warning("%s; taken as nothing waiting", err, extra={"node": self.node})
-            return None
+        if not self._read:
+            self._read = True
+            try:
+                self._kept = read_waiting(self.folder, self.node)
+            except MaterializeError as err:
+                log.warning("%s; taken as nothing waiting", err, extra={"node": self.node})
+        return self._kept
 
     def failed(
         self,
@@ -430,6 +436,7 @@ class WaitingWrites:
         self._write(parts)
 
     def _write(self, parts: Mapping[str, Part]) -> None:
+        self._kept = Waiting(self.node, dict(parts)) if parts else None
         try:
             if not parts:
                 records.WAITING.remove(self.folder)

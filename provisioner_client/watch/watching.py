@@ -350,7 +350,7 @@ async def _reconcile_while_held(
                     if metrics is not None:
                         metrics.drift_put_back(len(wake.drifted))
                     continue
-                report = await reconcile(bus, plan, observer=drift, distrust=trigger.distrust)
+                report = await reconcile(bus, plan, observer=drift, distrust=trigger.distrust, waits=renewals.waits)
             except (BusError, ClientError) as err:
                 if metrics is not None:
                     metrics.failed(time.monotonic() - started)

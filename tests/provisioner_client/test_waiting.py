@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from mesh_dev.standins import StandIns
+from provisioner_client.reconcile import ClientPlan, reconcile
 from provisioner_client.resolving import own
 from provisioner_client.resolving.own import LEASE, WaitingWrites, link_down
 from provisioner_client.status import ClientLease, NodeStatus
@@ -21,6 +25,7 @@ from registry.errors import (
     NoResponders,
     NoRoute,
 )
+from registry.wire import Bus
 
 APPLIED = buckets.APPLIED.name
 
@@ -73,3 +78,37 @@ def test_status_says_what_waits_since_when_and_how_it_is_known(tmp_path: Path) -
     said = f"writes of the lease to the hub waiting since {timestamp_of(lease.since)} (link down: {lease.how})"
     assert said in text
     assert "not yet written there: n1.app" in text
+
+
+def test_the_record_is_read_once_at_its_first_use_then_kept_and_written_through(tmp_path: Path) -> None:
+    WaitingWrites(tmp_path, "n1").failed(LEASE, "the lease renewal was answered NoResponders")
+    kept = WaitingWrites(tmp_path, "n1")
+    first = kept.current()
+    assert first is not None and set(first.parts) == {LEASE}
+    (tmp_path / own.WAITING_RECORD).unlink()  # not read again: what it holds is kept here
+    assert kept.current() == first
+    kept.failed(APPLIED, "answered NoResponders", keys=["n1.app"])
+    found = own.read_waiting(tmp_path, "n1")  # written through, the lease's part with it
+    assert found is not None and set(found.parts) == {LEASE, APPLIED}
+
+
+async def test_a_reconcile_reads_the_record_at_most_once_and_keeps_what_the_lease_noted(
+    domains: StandIns, bus: Bus, plan: ClientPlan, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[Path] = []
+    read = own.read_waiting
+
+    def counted(folder: Path, node: str) -> own.Waiting | None:
+        reads.append(folder)
+        return read(folder, node)
+
+    monkeypatch.setattr(own, "read_waiting", counted)
+    assert (await reconcile(bus, plan)).ok
+    assert len(reads) == 1  # its own record, read once
+    shared = WaitingWrites(plan.materialize, plan.node)  # as watch mode's lease renewals hold it
+    shared.failed(LEASE, "the lease renewal was answered NoResponders")
+    reads.clear()
+    assert (await reconcile(bus, plan, waits=shared)).ok
+    assert reads == []
+    found = own.read_waiting(plan.materialize, plan.node)
+    assert found is not None and set(found.parts) == {LEASE}
