@@ -9,7 +9,7 @@ endpoint (`metrics_listen`, watch mode only: `serve`) answers each scrape with t
 made at that moment. Nothing in either names a value or a secret: counts, outcomes, times, and
 the node's name in `mesh_node_info`.
 
-Every series (README "Metrics"):
+Every series (docs/monitoring.md, "Prometheus"):
 
 - `mesh_node_info{node}` 1: the node this client reconciles (join on `instance`).
 - `mesh_node_modules{state}` gauge: modules `applied` and `pending` after the last reconcile.

@@ -1,4 +1,4 @@
-"""The seat's series, made fresh at each scrape (README "Metrics"):
+"""The seat's series, made fresh at each scrape (docs/monitoring.md, "Prometheus"):
 
 - `mesh_seat_nodes{verdict}` gauge: nodes `healthy`, `stale`, `gone` and `over_quota`, as
   `what=nodes` judges them with its default stale_after (the seat's `FleetView`); all 0 until

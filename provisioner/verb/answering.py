@@ -21,7 +21,7 @@ A narrowed listing reads under server-side subject filters of its key shape, so 
 node never reads the whole bucket. A collect listing marks the entries of nodes the seat marked
 gone as forgotten (`"forgotten":true`): the marks as the fleet view follows them, else read by one
 batch (`forgotten_tokens`). A streamed listing's memory does not grow with the bucket,
-and listings need not take turns. The contract of requests and answers is in the README.
+and listings need not take turns. The contract of requests and answers is docs/verb.md.
 """
 
 from __future__ import annotations

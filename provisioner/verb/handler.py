@@ -6,7 +6,7 @@ Who asks comes from the bus: with a `PartyMap` (the grants the controller issued
 from inside its own account (a single-account development bus, where no request carries the
 header), about the mesh, and refuses any request the bus says came from another account. How the
 scoped query is answered (from memory, or by reading a bucket) is decided in one place,
-`provisioner.verb.answering`. The contract of requests and answers is in the README.
+`provisioner.verb.answering`. The contract of requests and answers is docs/verb.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each entry is its key, the parts its bucket's shape names, its revision (the ent
 sequence: what a conditional write of that key compares against), and the stored JSON value
 spliced in as it is; a key out of shape, a value that is not strict JSON (or nested deeper than
 the contract's `MAX_VALUE_DEPTH` levels), or an entry larger than a page is a malformed key with
-the reason instead (see the README, "The verb"). A value larger than a page is not even parsed.
+the reason instead (see docs/verb.md). A value larger than a page is not even parsed.
 A collect entry of a node the seat marked gone (`provisioner.seat.gone_marks`) ends in
 `"forgotten":true`: every other node's collections leave it out.
 """

@@ -1,6 +1,6 @@
 """A page of the verb's answer: its shape, the bytes of items it may carry, and its cursor.
 
-The page's shape, `total` and the cursor's rules are the verb's contract (README, "Paging"). A
+The page's shape, `total` and the cursor's rules are the verb's contract (docs/verb.md, "Paging"). A
 page fits the connection's `max_payload` with a margin (`page_budget`). The bottom of the seat's
 listing modules: `provisioner.verb.listing` encodes items into `Encoded` pieces, `build_pages` and
 `provisioner.verb.streamed` lay them out in pages, `provisioner.verb.cursors` seals their cursors, and

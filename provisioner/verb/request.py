@@ -1,6 +1,6 @@
 """A request of the verb: what it may ask, validated, and which bucket and key parts it reads.
 
-The request's fields and the error contract are described in the README ("The verb"). A body
+The request's fields and the error contract are described in docs/verb.md ("Request"). A body
 that is not a JSON object, an unknown field or `what`, or a field that does not apply to `what`
 is a `RequestError` (answered 400) whose reason says what was wrong.
 

@@ -9,7 +9,7 @@ much, one pull and the last page sent (a cursor asked again, its answer lost, ge
 whatever the bucket's size, and the first page leaves after about one page's reading instead of
 after the whole bucket's.
 
-What a streamed listing answers (README, "Paging"):
+What a streamed listing answers (docs/verb.md, "Paging"):
 - entries in stream order (the order keys were last written), not by key; a listing that fits
   one page is sorted by key, as a listing read whole is;
 - a key written during the listing moves to the end of the stream: met before it moved, it is

@@ -3,7 +3,7 @@
 The client reads the registry bucket (one batch direct get: no consumer, and the bucket itself
 rather than the seat's verb) to learn where each kind is answered; nothing about domains is
 known here. How a registry answer is read (`value`, `plan`, `items`, a verb) is the contract
-in the README ("The registry"); this module follows it. Each value is fetched once per reconcile
+in docs/verb.md ("The registry"); this module follows it. Each value is fetched once per reconcile
 however many modules use it, concurrently (`Resolver.prefetch`), and every place read is kept
 as a `Source` so that watch mode can follow exactly those keys.
 

@@ -4,7 +4,7 @@ A service answers with the micro service API's error headers (`Nats-Service-Erro
 `Nats-Service-Error`) when it refuses; `ask_service` raises those as `ServiceError`.
 
 The provisioning verb's pages are followed by one follower, `follow`, into one
-`registry.contract.MergedAnswer` (see the README, "Paging"): every page's entries and malformed
+`registry.contract.MergedAnswer` (see docs/verb.md, "Paging"): every page's entries and malformed
 keys joined, the last page's `pages` and `total` (a streamed listing's earlier pages do not know
 them yet). Its rules, whoever follows (`mesh-provisioner query`, `top`, the node client, the
 provider SDK, the benchmarks):
@@ -19,7 +19,7 @@ provider SDK, the benchmarks):
   follows them for ever.
 
 `answer_of` and `answer_patiently` return the typed answer, `page_of` one typed page; `ask`,
-`ask_patiently` and `ask_page` the same as JSON data, as the README documents it.
+`ask_patiently` and `ask_page` the same as JSON data, as docs/verb.md documents it.
 `answer_patiently` is for a person waiting at a terminal: a seat that is restarting, busy or gone
 is asked again with short attempts until an overall deadline, and a listing whose pages the seat
 forgot (410) is started again.
