@@ -84,7 +84,11 @@ class Feed:
         inactive_threshold: float,
         name: str | None = None,
         headers_only: bool = False,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
+        """`on_idle`: told of each idle heartbeat that finds every message the consumer sent read.
+        nats-server sends one only when it found nothing more to deliver, so a read that counted
+        more when it began knows the rest were removed meanwhile (a purge), not that they are late."""
         self.bus = bus
         self.bucket = bucket
         self.filters = tuple(filters)
@@ -93,6 +97,7 @@ class Feed:
         self.heard_at = self.progressed_at = time.monotonic()
         self.stream_sequence = start.after_sequence
         self._on_item = on_item
+        self._on_idle = on_idle
         self._start = start
         self._heartbeat = heartbeat
         self._inactive = inactive_threshold
@@ -185,8 +190,12 @@ class Feed:
         if target:
             await self.bus.publish(target)
         last = headers.get("Nats-Last-Consumer")
-        if not reply and last is not None and int(last) > self._consumer_sequence:
+        if reply or last is None:
+            return
+        if int(last) > self._consumer_sequence:
             self.broken = f"heartbeat names consumer sequence {last}, last seen {self._consumer_sequence}"
+        elif self._on_idle is not None and not headers.get("Nats-Consumer-Stalled"):
+            self._on_idle()
 
 
 def stored_size(subject: bytes, block: bytes | None, value_size: int) -> int:

@@ -68,7 +68,18 @@ async def snapshot(
         if pending == 0 or item.revision == last:
             done.set()
 
-    feed = Feed(bus, bucket, filters, on_item, heartbeat=1.0, inactive_threshold=1.0, headers_only=headers_only)
+    # A key counted when the read began and removed before it was sent (the seat's quota guard
+    # purging a node's keys) is never delivered: the idle heartbeat that follows ends the read.
+    feed = Feed(
+        bus,
+        bucket,
+        filters,
+        on_item,
+        heartbeat=1.0,
+        inactive_threshold=1.0,
+        headers_only=headers_only,
+        on_idle=done.set,
+    )
     try:
         if await feed.open() or last == 0:
             done.set()
